@@ -1,0 +1,89 @@
+"""Command line: thin. Parses flags, calls the API, renders. Errors: one line each, no traceback.
+
+    paraplan evaluate PROBLEM.yaml [--json]     one configuration through the analytical model
+    paraplan validate RUNS.yaml [--json]        the model against published runs
+    paraplan schema                             JSON Schema of the problem format
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(obj, indent=2, default=float))
+
+
+def cmd_evaluate(args) -> int:
+    from .evaluate import as_json, evaluate_execution
+    from .loader import load_problem
+    from .report.text import render_evaluation
+
+    problem = load_problem(args.problem)
+    ev = evaluate_execution(problem)
+    if args.json:
+        _print_json(as_json(ev))
+    else:
+        print(render_evaluation(ev))
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from .report.text import render_validation
+    from .scoring import score_runs
+
+    v = score_runs(args.runs)
+    if args.json:
+        _print_json(v)
+    else:
+        print(render_validation(v))
+    return 0
+
+
+def cmd_schema(args) -> int:
+    from .schema import Problem
+
+    _print_json(Problem.model_json_schema())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="paraplan", description="Plan LLM training: fastest parallel execution, "
+                                 "feasibility, hardware procurement (CP-SAT over an analytical model).")
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("evaluate", help="step time and memory of the problem's execution")
+    p.add_argument("problem")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_evaluate)
+    p = sub.add_parser("validate", help="predict published runs (calibration schema) and score the model")
+    p.add_argument("runs")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_validate)
+    p = sub.add_parser("schema", help="print the JSON Schema of problem files")
+    p.set_defaults(func=cmd_schema)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .errors import ParaplanError, ProblemErrors
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ProblemErrors as e:
+        for err in e.errors:
+            print(f"error: {err}", file=sys.stderr)
+        return e.exit_code
+    except ParaplanError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

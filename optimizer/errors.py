@@ -1,0 +1,46 @@
+"""Errors that reach the user. None of them is shown with a traceback by the CLI."""
+
+from __future__ import annotations
+
+
+class ParaplanError(Exception):
+    """Base class of every error the CLI reports in one line and a non-zero exit."""
+
+    exit_code = 2
+
+
+class ProblemError(ParaplanError):
+    """Invalid input: names the file, the line and the field path.
+
+    Rendered as ``problems/x.yaml:14: system.hbm_gib: must be > 0``.
+    """
+
+    exit_code = 2
+
+    def __init__(self, path: str, line: int | None, field: str | None, message: str):
+        self.path, self.line, self.field, self.message = path, line, field, message
+        where = f"{path}:{line}" if line else f"{path}"
+        what = f"{field}: {message}" if field else message
+        super().__init__(f"{where}: {what}")
+
+
+class ProblemErrors(ParaplanError):
+    """Several `ProblemError`s found at once (all are printed)."""
+
+    exit_code = 2
+
+    def __init__(self, errors: list[ProblemError]):
+        self.errors = errors
+        super().__init__("\n".join(str(e) for e in errors))
+
+
+class Infeasible(ParaplanError):
+    """Nothing in the modelled space fits (exit 3)."""
+
+    exit_code = 3
+
+
+class VerificationError(ParaplanError):
+    """The solver and the analytical model disagree: a bug, reported loudly (exit 4)."""
+
+    exit_code = 4

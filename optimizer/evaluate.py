@@ -1,0 +1,59 @@
+"""`paraplan evaluate`: one configuration through the analytical model, with warnings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .schema import Execution, Problem
+
+
+@dataclass
+class Evaluation:
+    problem: Problem
+    execution: Execution
+    result: dict[str, float]
+    fits: bool
+    time_to_train_s: float | None
+    warnings: list[str] = field(default_factory=list)
+
+
+def evaluate_execution(problem: Problem, ex: Execution | None = None) -> Evaluation:
+    from .model.knobs import from_execution, to_execution
+    from .model.step import GIB, evaluate
+
+    ex = ex or problem.execution
+    k = from_execution(ex, problem.system, problem.num_gpus)
+    r = evaluate(problem, k).row()
+    full_ex = to_execution(k, problem.system)
+    cap = (problem.system.hbm_gib - problem.options.memory_headroom_gib) * GIB
+    fits = r["hbm"] <= cap
+    warnings: list[str] = []
+    nets = problem.system.networks
+    row = k.row()
+    if row["tp"] > 1 and row["tier_tp"] > 0:
+        warnings.append(f"TP group of {row['tp']} runs over '{nets[row['tier_tp']].name}' "
+                        f"(the fast tier '{nets[0].name}' holds {nets[0].size}): TP traffic is slow")
+    if row["cp"] > 1 and row["tier_cp"] > 0:
+        warnings.append(f"CP group of {row['cp']} spills over '{nets[row['tier_cp']].name}'")
+    if not fits:
+        warnings.append(f"does not fit: {r['hbm'] / GIB:.1f} GiB needed per GPU, "
+                        f"{cap / GIB:.1f} GiB available")
+    off = problem.system.offload
+    if r["offload_mem"] > off.capacity_gib * GIB:
+        warnings.append(f"offload memory {r['offload_mem'] / GIB:.1f} GiB exceeds {off.capacity_gib:g} GiB")
+    if r["offload_bw_need"] > off.bandwidth_gbps * 1e9 and (ex.weight_offload or ex.activation_offload):
+        warnings.append(f"offload link needs {r['offload_bw_need'] / 1e9:.0f} GB/s, has {off.bandwidth_gbps:g}: "
+                        "transfers are exposed")
+    if r["bubble"] > 0.2 * r["step_time"]:
+        warnings.append(f"pipeline bubble is {100 * r['bubble'] / r['step_time']:.0f}% of the step")
+    ttt = None
+    if problem.training.tokens:
+        ttt = problem.training.tokens / r["tokens_per_s"]
+    return Evaluation(problem, full_ex, r, bool(fits), ttt, warnings)
+
+
+def as_json(ev: Evaluation) -> dict[str, Any]:
+    from .report.text import evaluation_dict
+
+    return evaluation_dict(ev)

@@ -1,0 +1,297 @@
+"""Stage 1, load: YAML problem files -> typed `Problem`, with file:line:field errors.
+
+A problem references reusable parts by name (``llm: gpt3-175b`` reads ``llms/gpt3-175b.yaml`` from the
+library) or inlines them; ``system: {base: h100-sxm-80gb, hbm_gib: 120}`` reads the named file and
+applies the overrides. Every value keeps the file and line it came from, so a validation error names
+both: ``problems/x.yaml:14: system.hbm_gib: must be > 0``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ProblemError, ProblemErrors
+
+Loc = tuple[str | int, ...]
+
+LIBRARY_ENV = "PARAPLAN_LIBRARY"
+KINDS = {"llm": "llms", "system": "systems", "catalog": "catalogs"}
+
+
+@dataclass
+class Sourced:
+    """Plain YAML data plus, for every key path, the (file, line) it was read from."""
+
+    data: Any
+    where: dict[Loc, tuple[str, int]] = field(default_factory=dict)
+    file: str = "<input>"
+
+    def locate(self, loc: Loc) -> tuple[str, int | None]:
+        """File and line of the longest prefix of `loc` that has a recorded position."""
+        for n in range(len(loc), -1, -1):
+            hit = self.where.get(tuple(loc[:n]))
+            if hit:
+                return hit
+        return self.file, None
+
+    def graft(self, prefix: Loc, other: "Sourced") -> None:
+        """Record `other`'s positions under `prefix` (it was read from another file)."""
+        for k in [k for k in self.where if k[: len(prefix)] == prefix and len(k) > len(prefix)]:
+            del self.where[k]
+        for k, v in other.where.items():
+            self.where[prefix + k] = v
+
+
+def _display(path: Path) -> str:
+    """The path as the user would write it: relative to the working directory when inside it."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return str(path)
+    return str(path) if rel.startswith("..") else rel
+
+
+def read_yaml(path: str | os.PathLike) -> Sourced:
+    """Parse one YAML file, keeping the line of every key and list item."""
+    p = Path(path)
+    name = _display(p)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ProblemError(name, None, None, "no such file") from None
+    except OSError as e:
+        raise ProblemError(name, None, None, f"cannot read: {e.strerror}") from None
+    return parse_yaml(text, name)
+
+
+def parse_yaml(text: str, name: str = "<input>") -> Sourced:
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark else None
+        raise ProblemError(name, line, None, f"YAML syntax: {e.problem or e}") from None
+    finally:
+        loader.dispose()
+    where: dict[Loc, tuple[str, int]] = {}
+    if node is None:
+        return Sourced(None, where, name)
+    where[()] = (name, node.start_mark.line + 1)
+    constructor = yaml.SafeLoader("")
+
+    def walk(n: yaml.Node, loc: Loc) -> Any:
+        if isinstance(n, yaml.MappingNode):
+            out: dict[Any, Any] = {}
+            for k, v in n.value:
+                key = constructor.construct_object(k, deep=True)
+                if not isinstance(key, (str, int)):
+                    raise ProblemError(name, k.start_mark.line + 1, ".".join(map(str, loc)) or None,
+                                       "keys must be strings")
+                if key in out:
+                    raise ProblemError(name, k.start_mark.line + 1, ".".join(map(str, loc + (key,))),
+                                       "duplicate key")
+                where[loc + (key,)] = (name, k.start_mark.line + 1)
+                out[key] = walk(v, loc + (key,))
+            return out
+        if isinstance(n, yaml.SequenceNode):
+            items = []
+            for i, v in enumerate(n.value):
+                where[loc + (i,)] = (name, v.start_mark.line + 1)
+                items.append(walk(v, loc + (i,)))
+            return items
+        try:
+            return constructor.construct_object(n, deep=True)
+        except yaml.YAMLError as e:
+            raise ProblemError(name, n.start_mark.line + 1, ".".join(map(str, loc)), str(e)) from None
+
+    return Sourced(walk(node, ()), where, name)
+
+
+# --------------------------------------------------------------------------------------------- library
+def library_dirs(near: Path | None = None) -> list[Path]:
+    """Directories searched for ``llms/``, ``systems/``, ``catalogs/`` (first hit wins).
+
+    1. ``$PARAPLAN_LIBRARY`` (os.pathsep-separated);
+    2. the referencing file's directory and its ancestors (a ``problems/`` tree, or one holding ``problems/``);
+    3. ``./problems``; 4. the library installed with the package.
+    """
+    dirs: list[Path] = []
+    env = os.environ.get(LIBRARY_ENV)
+    if env:
+        dirs += [Path(d) for d in env.split(os.pathsep) if d]
+    if near is not None:
+        for d in [near.resolve(), *near.resolve().parents]:
+            dirs += [d, d / "problems"]
+    dirs.append(Path.cwd() / "problems")
+    dirs.append(Path(__file__).resolve().parent.parent / "problems")
+    try:
+        from importlib.resources import files
+
+        dirs.append(Path(str(files("paraplan_library"))))
+    except Exception:  # noqa: BLE001 - optional bundled copy
+        pass
+    return dirs
+
+
+def find_in_library(kind: str, name: str, near: Path | None = None) -> Path | None:
+    sub = KINDS[kind]
+    for d in library_dirs(near):
+        cand = d / sub / f"{name}.yaml"
+        if cand.is_file():
+            return cand
+    return None
+
+
+def available(kind: str, near: Path | None = None) -> list[str]:
+    names: set[str] = set()
+    for d in library_dirs(near):
+        if (d / KINDS[kind]).is_dir():
+            names |= {p.stem for p in (d / KINDS[kind]).glob("*.yaml")}
+    return sorted(names)
+
+
+def _deep_merge(base: Any, over: Any) -> Any:
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for k, v in over.items():
+            out[k] = _deep_merge(base.get(k), v) if k in base else v
+        return out
+    return over
+
+
+def resolve_ref(doc: Sourced, loc: Loc, kind: str, near: Path | None) -> None:
+    """Replace the value at `loc` (a name, a path, or ``{base: NAME, ...overrides}``) by its file's content."""
+    parent = doc.data
+    for k in loc[:-1]:
+        parent = parent[k]
+    value = parent[loc[-1]]
+    overrides: dict | None = None
+    if isinstance(value, dict) and "base" in value:
+        overrides = {k: v for k, v in value.items() if k != "base"}
+        value = value["base"]
+    if not isinstance(value, str):
+        return  # inline definition, validated as is
+    file, line = doc.locate(loc)
+    if value.endswith((".yaml", ".yml")):
+        path = (near / value) if near is not None else Path(value)
+        if not path.is_file():
+            raise ProblemError(file, line, ".".join(map(str, loc)), f"file not found: {value}")
+    else:
+        found = find_in_library(kind, value, near)
+        if found is None:
+            names = ", ".join(available(kind, near)) or "none found"
+            raise ProblemError(file, line, ".".join(map(str, loc)),
+                               f"unknown {kind} '{value}' (known: {names})")
+        path = found
+    sub = read_yaml(path)
+    if not isinstance(sub.data, dict):
+        raise ProblemError(sub.file, 1, None, f"a {kind} file must be a mapping")
+    merged = sub.data
+    keep = {k: v for k, v in doc.where.items() if k[: len(loc)] == loc and len(k) > len(loc)}
+    doc.graft(loc, sub)
+    if overrides:
+        merged = _deep_merge(sub.data, overrides)
+        for k, v in keep.items():  # overrides keep the lines of the referencing file
+            if len(k) > len(loc) and k[len(loc)] != "base":
+                doc.where[k] = v
+    parent[loc[-1]] = merged
+
+
+# --------------------------------------------------------------------------------------------- errors
+_MESSAGES = {
+    "greater_than": "must be > {gt:g}",
+    "greater_than_equal": "must be >= {ge:g}",
+    "less_than": "must be < {lt:g}",
+    "less_than_equal": "must be <= {le:g}",
+    "extra_forbidden": "unknown key",
+    "missing": "required field is missing",
+    "int_type": "must be an integer",
+    "int_parsing": "must be an integer",
+    "int_from_float": "must be an integer",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": "must be a string",
+    "dict_type": "must be a mapping",
+    "list_type": "must be a list",
+    "too_short": "needs at least {min_length} item(s)",
+}
+
+
+def pydantic_errors(exc: Any, doc: Sourced, prefix: Loc = ()) -> ProblemErrors:
+    """Turn a pydantic ValidationError into file:line:field errors."""
+    out: list[ProblemError] = []
+    for err in exc.errors(include_url=False):
+        loc = prefix + tuple(x for x in err["loc"] if not (isinstance(x, str) and x.startswith("function-")))
+        # pydantic puts tuple/union member names in loc; keep only keys that exist in the data
+        clean: list[str | int] = []
+        for x in loc:
+            clean.append(x)
+        kind = err["type"]
+        ctx = err.get("ctx") or {}
+        if kind in _MESSAGES:
+            try:
+                msg = _MESSAGES[kind].format(**ctx)
+            except (KeyError, IndexError):
+                msg = err["msg"]
+        elif kind == "enum":
+            msg = f"must be one of {ctx.get('expected', '')}".replace("'", "")
+        elif kind == "value_error":
+            msg = str(ctx.get("error", err["msg"]))
+        else:
+            msg = err["msg"]
+        if kind == "extra_forbidden":
+            msg = f"unknown key '{clean[-1]}'" if clean else msg
+        file, line = doc.locate(tuple(clean))
+        fieldpath = ".".join(str(x) for x in clean) or None
+        out.append(ProblemError(file, line, fieldpath, msg))
+    return ProblemErrors(out) if len(out) != 1 else ProblemErrors(out)
+
+
+def validate_model(model: Any, doc: Sourced, data: Any = None, prefix: Loc = ()) -> Any:
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(doc.data if data is None else data)
+    except ValidationError as e:
+        raise pydantic_errors(e, doc, prefix) from None
+
+
+# --------------------------------------------------------------------------------------------- problems
+def load_document(path: str | os.PathLike) -> Sourced:
+    """Read a problem file and resolve its references (llm, system; catalog for procurement)."""
+    doc = read_yaml(path)
+    near = Path(path).parent
+    if not isinstance(doc.data, dict):
+        raise ProblemError(doc.file, 1, None, "a problem file must be a mapping")
+    for kind in ("llm", "system", "catalog"):
+        if kind in doc.data:
+            resolve_ref(doc, (kind,), kind, near)
+    return doc
+
+
+def load_problem(path: str | os.PathLike):
+    """Load and validate a problem file (stages load + validate)."""
+    from .schema import Problem
+    from .validate import check_problem
+
+    doc = load_document(path)
+    problem = validate_model(Problem, doc)
+    check_problem(problem, doc)
+    return problem
+
+
+def load_named(kind: str, name: str, model: Any):
+    """Load one library file (an llm or a system) by name."""
+    path = find_in_library(kind, name)
+    if path is None:
+        raise ProblemError("<library>", None, kind, f"unknown {kind} '{name}' (known: {', '.join(available(kind))})")
+    doc = read_yaml(path)
+    return validate_model(model, doc)

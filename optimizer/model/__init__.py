@@ -1,0 +1,16 @@
+"""The analytical model of one LLM training step: the single source of truth for time and memory.
+
+Written once in numpy, it evaluates one configuration or arrays of candidate configurations at once
+(every knob may be an array; results broadcast). Modules:
+
+- `hardware`: op time on one GPU (roofline of matrix/vector peak and HBM bandwidth, each with an
+  efficiency table by op size) and collective time on a network tier (alpha-beta ring model);
+- `layer`: one transformer block, op by op, forward / backward / recompute, and its TP/CP traffic;
+- `memory`: bytes per GPU by tier (weights, gradients, optimizer, activations after Korthikanti 2022);
+- `step`: pipeline schedule, bubble, data-parallel traffic and overlap, optimizer, offload: the step time.
+"""
+
+from .knobs import Knobs
+from .step import StepResult, evaluate
+
+__all__ = ["Knobs", "StepResult", "evaluate"]

@@ -1,0 +1,159 @@
+"""Op and collective timing on one system (Calculon, Isaev et al. SC'23, Sec. 3, generalised).
+
+An op does F floating-point operations and moves M bytes through HBM. Its time is
+``t = max(F / (peak * eta_c(F)), M / (BW_hbm * eta_m(M)))`` (``roofline``) or the sum of both (``sum``),
+where ``eta`` are piecewise-linear efficiency tables in log10 of the op size (GFLOP for compute, MB for
+memory), clamped at both ends. Collectives follow the alpha-beta ring model:
+``t = steps * latency + volume / (bandwidth * efficiency)`` with, for a group of n GPUs and a message of
+S bytes per GPU, all-reduce volume 2(n-1)/n S in 2(n-1) steps, reduce-scatter and all-gather (n-1)/n S
+in n-1 steps, all-to-all (n-1)/n S in n-1 steps, point-to-point S in 1 step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..schema import Precision, ProcessingMode, System
+
+BYTES = {Precision.FP8: 1, Precision.BF16: 2, Precision.FP16: 2, Precision.FP32: 4}
+
+
+def _table(points) -> tuple[np.ndarray, np.ndarray]:
+    xs = np.log10(np.array([p[0] for p in points], dtype=float))
+    ys = np.array([p[1] for p in points], dtype=float)
+    return xs, ys
+
+
+def interp_log(x, table: tuple[np.ndarray, np.ndarray]):
+    """Efficiency at size x (same unit as the table), linear in log10(x), clamped at the ends."""
+    xs, ys = table
+    lx = np.log10(np.maximum(np.asarray(x, dtype=float), 1e-30))
+    return np.interp(lx, xs, ys)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """A `System` turned into fast numeric lookups for one precision."""
+
+    system: System
+    precision: Precision
+
+    def __post_init__(self) -> None:
+        s = self.system
+        if self.precision not in s.matrix_tflops:
+            have = ", ".join(str(p) for p in s.matrix_tflops)
+            raise ValueError(f"system {s.name} has no {self.precision} matrix peak (has: {have})")
+        object.__setattr__(self, "_mt", _table(s.matrix_efficiency))
+        object.__setattr__(self, "_vt", _table(s.vector_efficiency))
+        object.__setattr__(self, "_ht", _table(s.hbm_efficiency))
+
+    # ------------------------------------------------------------------ peaks
+    @property
+    def matrix_peak(self) -> float:
+        """FLOP/s of the matrix unit in the training precision."""
+        return self.system.matrix_tflops[self.precision] * 1e12
+
+    @property
+    def attention_peak(self) -> float:
+        """FLOP/s available to attention (flash attention runs in 16 bit even in FP8 recipes)."""
+        p = Precision.BF16 if self.precision == Precision.FP8 else self.precision
+        tf = self.system.matrix_tflops.get(p, self.system.matrix_tflops[self.precision])
+        return tf * 1e12
+
+    @property
+    def vector_peak(self) -> float:
+        p = Precision.BF16 if self.precision == Precision.FP8 else self.precision
+        v = self.system.vector_tflops
+        tf = v.get(p) or v.get(Precision.FP32)
+        return float(tf) * 1e12
+
+    @property
+    def vector_peak_fp32(self) -> float:
+        v = self.system.vector_tflops
+        return float(v.get(Precision.FP32) or min(v.values())) * 1e12
+
+    @property
+    def hbm_bw(self) -> float:
+        return self.system.hbm_bandwidth_gbps * 1e9
+
+    # ------------------------------------------------------------------ ops
+    def _combine(self, t_c, t_m):
+        if self.system.processing_mode == ProcessingMode.SUM:
+            return t_c + t_m
+        return np.maximum(t_c, t_m)
+
+    def mem_time(self, nbytes):
+        """Time to stream `nbytes` through HBM at the table's efficiency for that transfer size."""
+        nbytes = np.asarray(nbytes, dtype=float)
+        return nbytes / (self.hbm_bw * interp_log(nbytes / 1e6, self._ht))
+
+    def matmul(self, flops, nbytes):
+        """A GEMM (or batched GEMM) on the matrix unit."""
+        flops = np.asarray(flops, dtype=float)
+        t_c = flops / (self.matrix_peak * interp_log(flops / 1e9, self._mt))
+        return self._combine(t_c, self.mem_time(nbytes))
+
+    def gemm(self, m, n, k, batch=1, in_bytes=2, out_bytes=2):
+        """GEMM C[m,n] = A[m,k] B[k,n] (times `batch`): 2mnk FLOPs, reads A and B, writes C."""
+        flops = 2.0 * m * n * k * batch
+        nbytes = batch * ((m * k + k * n) * in_bytes + m * n * out_bytes)
+        return self.matmul(flops, nbytes)
+
+    def attention_kernel(self, flops, nbytes):
+        """A fused (flash) attention kernel: matrix peak times a flat kernel efficiency."""
+        t_c = np.asarray(flops, dtype=float) / (self.attention_peak * self.system.attention_efficiency)
+        return self._combine(t_c, self.mem_time(nbytes))
+
+    def vector(self, flops, nbytes, fp32: bool = False):
+        """An element-wise / reduction kernel on the vector unit."""
+        flops = np.asarray(flops, dtype=float)
+        peak = self.vector_peak_fp32 if fp32 else self.vector_peak
+        t_c = flops / (peak * interp_log(flops / 1e9, self._vt))
+        return self._combine(t_c, self.mem_time(nbytes))
+
+
+# ---------------------------------------------------------------------- collectives
+@dataclass(frozen=True)
+class Tiers:
+    """Network tiers as arrays, indexable by a tier-index array."""
+
+    bandwidth: np.ndarray  # byte/s per GPU per direction, after efficiency
+    latency: np.ndarray  # s per step
+    processor_usage: np.ndarray
+    size: np.ndarray
+
+    @classmethod
+    def of(cls, system: System) -> "Tiers":
+        n = system.networks
+        return cls(
+            bandwidth=np.array([x.bandwidth_gbps * 1e9 * x.efficiency for x in n]),
+            latency=np.array([x.latency_us * 1e-6 for x in n]),
+            processor_usage=np.array([x.processor_usage for x in n]),
+            size=np.array([x.size for x in n]),
+        )
+
+
+def collective_time(kind: str, nbytes, group, tier, tiers: Tiers):
+    """Time of one collective of `nbytes` per GPU over `group` GPUs on network `tier` (arrays ok).
+
+    kind: ``ar`` all-reduce, ``rs`` reduce-scatter (nbytes = full buffer), ``ag`` all-gather (nbytes =
+    gathered buffer), ``a2a`` all-to-all (nbytes sent+kept per GPU), ``p2p`` one send of nbytes.
+    A group of 1 costs nothing.
+    """
+    n = np.asarray(group, dtype=float)
+    s = np.asarray(nbytes, dtype=float)
+    tier = np.asarray(tier, dtype=int)
+    bw = tiers.bandwidth[tier]
+    lat = tiers.latency[tier]
+    frac = (n - 1.0) / np.maximum(n, 1.0)
+    if kind == "ar":
+        t = 2.0 * frac * s / bw + 2.0 * (n - 1.0) * lat
+    elif kind in ("rs", "ag", "a2a"):
+        t = frac * s / bw + (n - 1.0) * lat
+    elif kind == "p2p":
+        t = s / bw + lat
+    else:  # pragma: no cover - programming error
+        raise ValueError(kind)
+    return np.where(n > 1, t, 0.0)

@@ -1,0 +1,250 @@
+"""The training step: pipeline schedule, data-parallel traffic, optimizer, offload; memory per tier.
+
+Time of one optimizer step on the slowest pipeline stage (the last, which also runs the LM head and
+loss; Narayanan et al. 2021, Sec. 2.2):
+
+    T = n_mb * (Ls * tau + head) + bubble + p2p + dp_exposed + optimizer + offload_exposed
+
+with Ls = L/pp layers per stage, tau the per-layer per-micro-batch time of `layer.block_cost` (compute,
+recompute and exposed TP/CP traffic), n_mb = B/(dp*b) micro-batches and, for 1F1B with vpp virtual
+stages (interleaving), bubble = (pp-1)/vpp * Ls * tau.
+
+Data-parallel gradient traffic (over dp*cp ranks) is a ring all-reduce, or with ZeRO >= 1 a
+reduce-scatter of gradients plus an all-gather of parameters; ZeRO-2 reduces at every micro-batch and
+ZeRO-3 also gathers parameters in forward and backward of every micro-batch (FSDP). With overlap the
+gradient reduction hides behind the backward of the last micro-batch (and, interleaved, behind the
+other chunks' cool-down: Calculon's window), the gather behind the first forward; one bucket (a layer)
+is always exposed. Overlapped traffic slows compute by the tier's processor usage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from ..schema import Precision, Problem
+from .hardware import Hardware, Tiers, collective_time
+from .knobs import Knobs
+from .layer import BlockCost, Ctx, block_cost, kv_per_rank
+from .params import count, model_flops_per_token
+
+GIB = 2.0**30
+
+
+def make_ctx(problem: Problem) -> Ctx:
+    tr = problem.training
+    grad_bytes = 4 if tr.grad_precision == Precision.FP32 else 2
+    return Ctx(llm=problem.llm, hw=Hardware(problem.system, tr.precision), tiers=Tiers.of(problem.system),
+               seq_len=problem.seq_len, global_batch=tr.global_batch, precision=tr.precision,
+               grad_bytes=grad_bytes, master_weights=tr.master_weights)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """Breakdown of one step for every candidate (arrays). Seconds, bytes, FLOP."""
+
+    # time, s
+    fw: np.ndarray
+    bw: np.ndarray
+    recompute: np.ndarray
+    optimizer: np.ndarray
+    tp_exposed: np.ndarray
+    cp_exposed: np.ndarray
+    pp_exposed: np.ndarray
+    dp_exposed: np.ndarray
+    bubble: np.ndarray
+    offload_exposed: np.ndarray
+    head: np.ndarray  # embedding, LM head and loss
+    overlap_slowdown: np.ndarray  # compute lost to overlapped collectives (processor usage)
+    step_time: np.ndarray
+    # link times (before overlap), s
+    tp_link: np.ndarray
+    dp_link: np.ndarray
+    pp_link: np.ndarray
+    cp_link: np.ndarray
+    # memory per GPU, bytes (worst stage)
+    weights: np.ndarray
+    grads: np.ndarray
+    optim_state: np.ndarray
+    activations: np.ndarray
+    reserved: np.ndarray
+    hbm: np.ndarray
+    offload_mem: np.ndarray
+    offload_bw_need: np.ndarray  # byte/s the offload link must sustain to hide transfers
+    # throughput
+    n_mb: np.ndarray
+    model_flops: np.ndarray  # per step, whole job
+    hw_flops: np.ndarray  # per step, whole job (with recompute)
+    mfu: np.ndarray
+    hfu: np.ndarray
+    tokens_per_s: np.ndarray
+    samples_per_s: np.ndarray
+
+    def row(self, i: int = 0) -> dict[str, float]:
+        return {f.name: float(np.asarray(getattr(self, f.name)).reshape(-1)[i] if np.ndim(getattr(self, f.name))
+                              else getattr(self, f.name)) for f in fields(self)}
+
+
+def layer_params_per_gpu(ctx: Ctx, k: Knobs):
+    """Weights of one dense layer held by one GPU (TP-sharded matrices, replicated norms)."""
+    llm = ctx.llm
+    tp = k.tp.astype(float)
+    pc = count(llm)
+    h, a, d = llm.hidden, llm.heads, llm.dhead
+    kvr = kv_per_rank(llm, tp)
+    attn = h * (a / tp + 2 * kvr) * d + (a / tp) * d * h
+    mlp = pc.mlp / tp
+    return attn + mlp + pc.norms
+
+
+def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
+    """Step time and memory of every candidate in `k` (the single source of truth)."""
+    ctx = ctx or make_ctx(problem)
+    llm, hw, tiers = ctx.llm, ctx.hw, ctx.tiers
+    blk: BlockCost = block_cost(ctx, k)
+    tp, pp, dp, cp, vpp, mb = (x.astype(float) for x in (k.tp, k.pp, k.dp, k.cp, k.vpp, k.mb))
+    B = float(ctx.global_batch)
+    s = float(ctx.seq_len)
+    L = float(llm.layers)
+    h, V = llm.hidden, llm.vocab
+    e = ctx.e
+    n_mb = B / (dp * mb)
+    Ls = L / pp
+    T = mb * s / cp
+    sp = k.sp.astype(bool)
+
+    # ------------------------------------------------------------ embedding, LM head, loss (per micro-batch)
+    emb_fw = hw.mem_time(2.0 * T * h * e)
+    emb_bw = hw.mem_time(T * h * (e + 4.0))
+    M = T * h * e
+    emb_comm = np.where(sp, collective_time("rs", M, tp, k.tier_tp, tiers),
+                        collective_time("ar", M, tp, k.tier_tp, tiers))
+    head_fw = hw.gemm(T, V / tp, h, in_bytes=ctx.gemm_in, out_bytes=e)
+    head_bw = hw.gemm(T, h, V / tp, in_bytes=ctx.gemm_in, out_bytes=e) + hw.gemm(h, V / tp, T, in_bytes=ctx.gemm_in,
+                                                                                out_bytes=4)
+    n_logit = T * V / tp
+    loss_fw = hw.vector(10.0 * n_logit, n_logit * (e + 3 * 4.0), fp32=True)
+    loss_bw = hw.vector(4.0 * n_logit, n_logit * (4.0 + e), fp32=True)
+    head_comm = np.where(sp, collective_time("ag", M, tp, k.tier_tp, tiers) * 2.0, 0.0) + \
+        3.0 * collective_time("ar", T * 4.0, tp, k.tier_tp, tiers)
+    last_stage_extra = head_fw + head_bw + loss_fw + loss_bw + head_comm
+    first_stage_extra = emb_fw + emb_bw + emb_comm
+    head = np.where(pp > 1, np.maximum(last_stage_extra, first_stage_extra), last_stage_extra + first_stage_extra)
+
+    # ------------------------------------------------------------ pipeline
+    tau = blk.total
+    stage = Ls * tau
+    pipe = n_mb * (stage + head)
+    gp = k.gpipe.astype(bool)
+    bubble = np.where(pp > 1, (pp - 1.0) / vpp * stage, 0.0)
+    # p2p: one activation per micro-batch per chunk boundary, forward and backward (exposed)
+    scatter = sp | k.pp_rs_ag.astype(bool)
+    msg = np.where(scatter, M / tp, M)
+    t_p2p = collective_time("p2p", msg, 2.0, k.tier_pp, tiers) + \
+        np.where(k.pp_rs_ag.astype(bool) & ~sp, collective_time("ag", M, tp, k.tier_tp, tiers), 0.0)
+    pp_link = np.where(pp > 1, 2.0 * n_mb * vpp * t_p2p, 0.0)
+    pp_exposed = np.where(pp > 1, 2.0 * (n_mb * vpp + pp - 1.0) * t_p2p, 0.0)
+
+    # ------------------------------------------------------------ parameters per GPU (worst stage)
+    P_layer = layer_params_per_gpu(ctx, k)
+    P_emb = V * h / tp
+    P_head = V * h / tp  # tied embeddings keep a copy on the last stage when pp > 1
+    tied = llm.tied_embeddings
+    P_first = Ls * P_layer + P_emb + np.where(pp > 1, 0.0, 0.0 if tied else P_head)
+    P_last = Ls * P_layer + np.where(pp > 1, P_head, 0.0)
+    P_stage = np.maximum(P_first, P_last)  # the stage that bounds DP traffic and the optimizer
+
+    # ------------------------------------------------------------ data-parallel traffic and overlap
+    dpg = dp * cp
+    z = k.zero
+    wb, gb = float(ctx.w_bytes), float(ctx.grad_bytes)
+    ob = 12.0 if ctx.master_weights and ctx.precision != Precision.FP32 else 8.0
+    g_bytes = P_stage * gb
+    w_bytes = P_stage * wb
+    RS = collective_time("rs", g_bytes, dpg, k.tier_dp, tiers)
+    AR = collective_time("ar", g_bytes, dpg, k.tier_dp, tiers)
+    AG = collective_time("ag", w_bytes, dpg, k.tier_dp, tiers)
+    grad_sync = np.select([z == 0, z == 1, z == 2], [AR, RS, n_mb * RS], default=0.0)
+    gather = np.where((z == 1) | (z == 2), AG, 0.0)
+    fsdp = np.where(z == 3, n_mb * (2.0 * AG + RS), 0.0)
+    dp_link = grad_sync + gather + fsdp
+    ov = k.dp_overlap.astype(bool)
+    bucket = 1.0 / np.maximum(Ls, 1.0)
+    t_cb = Ls / vpp * blk.bw_total  # backward of one chunk for one micro-batch
+    window = t_cb * (1.0 + (vpp - 1.0) * pp)
+    per_mb_grad = np.where(z == 2, RS, 0.0)
+    grad_exp_ov = np.where(
+        z == 2, n_mb * np.maximum(per_mb_grad * bucket, per_mb_grad - Ls * blk.bw_total),
+        np.maximum.reduce([grad_sync * bucket, grad_sync / vpp - t_cb, grad_sync - window]))
+    gather_exp_ov = np.maximum(gather * bucket, gather - Ls * blk.fw_total)
+    fsdp_mb = 2.0 * AG + RS
+    fsdp_exp_ov = n_mb * np.maximum(fsdp_mb * bucket, fsdp_mb - Ls * (blk.fw_total + blk.bw_total))
+    dp_exp_ov = np.where(z == 3, fsdp_exp_ov, grad_exp_ov + gather_exp_ov)
+    dp_exposed = np.where(dpg > 1, np.where(ov, dp_exp_ov, dp_link), 0.0)
+    dp_slow = np.where(ov & (dpg > 1), tiers.processor_usage[k.tier_dp] * (dp_link - dp_exposed), 0.0)
+
+    # ------------------------------------------------------------ optimizer step (memory-bound Adam)
+    P_upd = P_stage / np.where(z >= 1, dpg, 1.0)
+    adam_bytes = P_upd * (gb + 2.0 * ob + wb)  # read grad, read+write fp32 state, write 16-bit weight
+    off = problem.system.offload
+    off_bw = max(off.bandwidth_gbps * 1e9 * off.efficiency, 1.0)
+    o_off = k.o_off.astype(bool)
+    opt_gpu = hw.vector(12.0 * P_upd, adam_bytes, fp32=True)
+    opt_off = (P_upd * (gb + 2.0 * ob + wb)) / off_bw  # stream state over the offload link
+    optimizer = np.where(o_off, np.maximum(opt_gpu, opt_off), opt_gpu)
+
+    # ------------------------------------------------------------ memory per GPU (bytes)
+    w_off, a_off = k.w_off.astype(bool), k.a_off.astype(bool)
+    two_layers = 2.0 * P_layer
+    weights_full = np.where(z == 3, P_stage * wb / dpg + two_layers * wb, P_stage * wb)
+    weights = np.where(w_off, two_layers * wb + (P_stage - Ls * P_layer) * wb, weights_full)
+    grads_full = P_stage * gb / np.where(z >= 2, dpg, 1.0)
+    grads = np.where(o_off, P_layer * gb, grads_full)
+    optim_full = P_stage * ob / np.where(z >= 1, dpg, 1.0)
+    optim_state = np.where(o_off, 0.0, optim_full)
+    # activations in flight on the first stage (Korthikanti 2022, Sec. 4.2.3; Megatron warm-up depth)
+    inflight_1f1b = np.where(vpp > 1, Ls * (pp * (1.0 + 1.0 / vpp) - 1.0 / vpp), Ls * np.minimum(n_mb, pp))
+    inflight = np.minimum(np.where(gp, n_mb * Ls, inflight_1f1b), n_mb * Ls)
+    rec = k.recompute
+    working = np.where(rec >= 1, blk.act_full, 0.0) + blk.act_full * 0.0
+    act_first = np.where(a_off, 2.0 * blk.act_stored, inflight * blk.act_stored) + working + 2.0 * T * h * e
+    logits = T * V / tp * (e + 4.0)
+    act_last = np.where(a_off, 2.0 * blk.act_stored, Ls * blk.act_stored) + working + logits
+    act_pp1 = act_first + logits
+    activations = np.where(pp > 1, np.maximum(act_first, act_last), act_pp1)
+    reserved = np.full_like(activations, problem.system.reserved_gib * GIB)
+    hbm = weights + grads + optim_state + activations + reserved
+    offload_mem = (np.where(w_off, weights_full - weights, 0.0) + np.where(o_off, grads_full - grads + optim_full, 0.0)
+                   + np.where(a_off, inflight * blk.act_stored - 2.0 * blk.act_stored, 0.0))
+
+    # ------------------------------------------------------------ offload transfers per layer per micro-batch
+    wl = P_layer * wb
+    al = blk.act_stored
+    x_fw = np.where(w_off, wl, 0.0) + np.where(a_off, al, 0.0)
+    x_bw = np.where(w_off, wl, 0.0) + np.where(a_off, al, 0.0)
+    off_exp_layer = np.maximum(x_fw / off_bw - blk.fw_total, 0.0) + np.maximum(x_bw / off_bw - blk.bw_total, 0.0)
+    offload_exposed = n_mb * Ls * off_exp_layer
+    need = np.maximum(x_fw / np.maximum(blk.fw_total, 1e-12), x_bw / np.maximum(blk.bw_total, 1e-12))
+    offload_bw_need = np.where(w_off | a_off, need, 0.0) / max(off.efficiency, 1e-9)
+
+    # ------------------------------------------------------------ total
+    step = pipe + bubble + pp_exposed + dp_exposed + dp_slow + optimizer + offload_exposed
+    tokens = B * s
+    mf = model_flops_per_token(llm, int(s)) * tokens
+    n_gpus = tp * pp * dp * cp
+    peak = hw.matrix_peak
+    hw_layer = blk.hw_flops_fw + blk.hw_flops_bw + blk.hw_flops_re
+    hwf = (hw_layer * L * (B / mb) * tp * cp) + 6.0 * V * h * tokens  # per step, whole job
+    return StepResult(
+        fw=n_mb * Ls * blk.fw, bw=n_mb * Ls * blk.bw, recompute=n_mb * Ls * blk.re, optimizer=optimizer,
+        tp_exposed=n_mb * Ls * blk.tp_exposed, cp_exposed=n_mb * Ls * blk.cp_exp, pp_exposed=pp_exposed,
+        dp_exposed=dp_exposed, bubble=bubble, offload_exposed=offload_exposed, head=n_mb * head,
+        overlap_slowdown=n_mb * Ls * blk.tp_slow + dp_slow, step_time=step,
+        tp_link=n_mb * Ls * (blk.tp_fw + blk.tp_bw + blk.tp_re), dp_link=dp_link, pp_link=pp_link,
+        cp_link=n_mb * Ls * blk.cp_link,
+        weights=weights, grads=grads, optim_state=optim_state, activations=activations, reserved=reserved,
+        hbm=hbm, offload_mem=offload_mem, offload_bw_need=offload_bw_need, n_mb=n_mb,
+        model_flops=np.full_like(step, mf), hw_flops=hwf, mfu=mf / (step * n_gpus * peak),
+        hfu=hwf / (step * n_gpus * peak), tokens_per_s=tokens / step, samples_per_s=B / step,
+    )

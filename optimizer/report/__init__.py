@@ -1,0 +1,1 @@
+"""Reports: plain-text tables and JSON objects of results."""

@@ -1,0 +1,129 @@
+"""Plain-text rendering of an evaluation (profile-like) and of a validation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+GIB = 2.0**30
+
+
+def _fmt_s(x: float) -> str:
+    if x >= 1:
+        return f"{x:9.3f} s "
+    if x >= 1e-3:
+        return f"{x * 1e3:9.2f} ms"
+    return f"{x * 1e6:9.1f} us"
+
+
+def table(rows: list[list[str]], header: list[str] | None = None) -> str:
+    allrows = ([header] if header else []) + rows
+    widths = [max(len(str(r[i])) for r in allrows) for i in range(len(allrows[0]))]
+    lines = []
+    for j, r in enumerate(allrows):
+        lines.append("  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+        if header and j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+TIME_PARTS = [
+    ("forward", "fw"), ("backward", "bw"), ("recompute", "recompute"), ("embedding/LM head/loss", "head"),
+    ("optimizer", "optimizer"), ("TP communication (exposed)", "tp_exposed"),
+    ("CP communication (exposed)", "cp_exposed"), ("PP communication (exposed)", "pp_exposed"),
+    ("DP communication (exposed)", "dp_exposed"), ("pipeline bubble", "bubble"),
+    ("offload (exposed)", "offload_exposed"), ("overlap slowdown", "overlap_slowdown"),
+]
+MEM_PARTS = [("weights", "weights"), ("gradients", "grads"), ("optimizer state", "optim_state"),
+             ("activations", "activations"), ("runtime reserved", "reserved")]
+
+
+def evaluation_dict(ev: Any) -> dict[str, Any]:
+    """The JSON object of `paraplan evaluate --json`."""
+    r = ev.result
+    cap = ev.problem.system.hbm_gib
+    return {
+        "problem": ev.problem.name,
+        "llm": ev.problem.llm.name,
+        "system": ev.problem.system.name,
+        "num_gpus": ev.problem.num_gpus,
+        "execution": ev.execution.model_dump(mode="json"),
+        "step_time_s": r["step_time"],
+        "time_s": {key: r[key] for _, key in TIME_PARTS},
+        "link_time_s": {"tp": r["tp_link"], "cp": r["cp_link"], "pp": r["pp_link"], "dp": r["dp_link"]},
+        "memory_gib": {key: r[key] / GIB for _, key in MEM_PARTS} | {"total": r["hbm"] / GIB,
+                                                                     "capacity": cap},
+        "offload_memory_gib": r["offload_mem"] / GIB,
+        "offload_bandwidth_need_gbps": r["offload_bw_need"] / 1e9,
+        "fits": ev.fits,
+        "mfu": r["mfu"], "hfu": r["hfu"],
+        "tokens_per_s": r["tokens_per_s"], "samples_per_s": r["samples_per_s"],
+        "micro_batches": r["n_mb"],
+        "time_to_train_s": ev.time_to_train_s,
+        "warnings": ev.warnings,
+    }
+
+
+def render_evaluation(ev: Any) -> str:
+    d = evaluation_dict(ev)
+    ex = ev.execution
+    p = ev.problem
+    out = [f"paraplan evaluate: {p.name or ''}  {p.llm.name} on {p.num_gpus} x {p.system.name}"]
+    knobs = (f"tp={ex.tp} pp={ex.pp} dp={d['execution']['dp']} cp={ex.cp} vpp={ex.vpp} micro_batch={ex.micro_batch} "
+             f"recompute={ex.recompute.value} sp={ex.sequence_parallel} zero={ex.zero} tp_overlap={ex.tp_overlap.value} "
+             f"dp_overlap={ex.dp_overlap} attention={ex.attention.value} schedule={ex.schedule.value}")
+    out.append("execution: " + knobs)
+    if ex.weight_offload or ex.activation_offload or ex.optimizer_offload:
+        out.append(f"offload: weights={ex.weight_offload} activations={ex.activation_offload} "
+                   f"optimizer={ex.optimizer_offload}")
+    total = d["step_time_s"]
+    rows = [[name, _fmt_s(d["time_s"][key]), f"{100 * d['time_s'][key] / total:5.1f}%"]
+            for name, key in TIME_PARTS if d["time_s"][key] > 0]
+    rows.append(["step time", _fmt_s(total), "100.0%"])
+    out += ["", table(rows, ["time per step", "time", "share"])]
+    mem = d["memory_gib"]
+    mrows = [[name, f"{mem[key]:8.2f}"] for name, key in MEM_PARTS]
+    mrows.append(["total HBM", f"{mem['total']:8.2f}"])
+    mrows.append(["capacity", f"{mem['capacity']:8.2f}"])
+    out += ["", table(mrows, ["memory per GPU (worst stage)", "GiB"])]
+    if d["offload_memory_gib"] > 0:
+        out.append(f"offload memory: {d['offload_memory_gib']:.2f} GiB, link need "
+                   f"{d['offload_bandwidth_need_gbps']:.1f} GB/s")
+    out += ["", f"MFU {100 * d['mfu']:.1f}%  HFU {100 * d['hfu']:.1f}%  "
+            f"{d['tokens_per_s']:.0f} tokens/s  {d['samples_per_s']:.2f} samples/s  "
+            f"{d['micro_batches']:.0f} micro-batches"]
+    if d["time_to_train_s"]:
+        out.append(f"time to train {p.training.tokens:.3g} tokens: {d['time_to_train_s'] / 86400:.2f} days")
+    out.append(f"fits in memory: {'yes' if d['fits'] else 'NO'}")
+    for w in d["warnings"]:
+        out.append(f"warning: {w}")
+    return "\n".join(out)
+
+
+def render_validation(v: dict[str, Any]) -> str:
+    rows = []
+    for r in v["runs"]:
+        if r["status"] != "ok":
+            rows.append([r["id"], r["status"], "", "", "", "", r["reason"] or ""])
+            continue
+        mem = (f"{r['predicted_peak_memory_gib']:.1f}/{r['target_peak_memory_gib']:.1f}"
+               if r["target_peak_memory_gib"] else f"{r['predicted_peak_memory_gib']:.1f}")
+        rows.append([r["id"], "ok", f"{r['predicted_step_time_s']:.3f}", f"{r['target_step_time_s']:.3f}",
+                     f"{r['error_pct']:+.1f}%", mem, "" if r["fits"] else "does not fit"])
+    out = [table(rows, ["run", "status", "pred s", "target s", "error", "mem GiB", "note"])]
+    out.append("")
+    out.append("assumptions:")
+    for r in v["runs"]:
+        if r["assumptions"]:
+            out.append(f"  {r['id']}: " + "; ".join(r["assumptions"]))
+        if r.get("chosen"):
+            out.append(f"  {r['id']}: chosen " + ", ".join(f"{k}={v}" for k, v in r["chosen"].items()))
+    s = v["summary"]
+
+    def f(x, unit="%"):
+        return "n/a" if x is None else f"{x:.2f}{unit}"
+
+    out.append("")
+    out.append(f"runs {s['n_runs']}, scored {s['n_scored']}, not fitting {s['n_not_fitting']}")
+    out.append(f"MAPE {f(s['mape_pct'])}  max |error| {f(s['max_abs_error_pct'])}  "
+               f"memory MAPE {f(s['memory_mape_pct'])}")
+    return "\n".join(out)

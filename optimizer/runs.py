@@ -1,0 +1,261 @@
+"""Published training runs (the schema of shared/calibration/README.md) mapped onto problems.
+
+Each run becomes a `Problem` whose execution is the run's own configuration. Knobs the run does not
+state are resolved by stated, documented assumptions, reported per run:
+
+- unknown ``micro_batch``, ``vpp``, ``recompute``, ``sequence_parallel``, ``optimizer_sharding``:
+  the model chooses them, within the run's fixed tp/pp/dp/cp, as the fastest setting that fits in memory
+  (the published run was tuned; this is what `paraplan solve` would do);
+- the choice is limited to what the software of the run's time offered, read from the year in its
+  ``source`` (`FEATURE_YEAR`: sequence parallelism and selective recompute from 2022, the distributed
+  optimizer, FlashAttention and communication overlap from 2023); knobs the schema has no field for
+  follow the same rule: runs published up to 2022 used Megatron-LM of that time (materialised
+  attention, dropout 0.1, no TP-communication overlap, gradient all-reduce not overlapped); later runs
+  use FlashAttention, no dropout, and may overlap communication (the model chooses). Phrases in
+  ``notes`` that state one of these (``FlashAttention``, ``not overlapped``, ``comm overlap on``,
+  ``eager``: unfused element-wise kernels) win;
+- ``precision: null`` (16-bit, fp16 or bf16 not stated) is bf16, which has the same peak;
+- gradients are reduced in fp32 (Megatron main_grad, FSDP reduce_dtype default).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from itertools import product
+from typing import Any
+
+import numpy as np
+
+from .errors import ProblemError
+from .loader import Sourced, find_in_library, read_yaml, validate_model
+from .schema import LLM, Execution, MoE, Problem, System, Training
+
+GPU_SYSTEM = {  # calibration-schema gpu -> system file
+    "a100-sxm-40gb": "a100-sxm-40gb", "a100-sxm-80gb": "a100-sxm-80gb", "h100-sxm-80gb": "h100-sxm-80gb",
+    "h100-sxm-96gb": "h100-sxm-96gb", "h800-sxm-80gb": "h800-sxm-80gb", "v100-sxm-16gb": "v100-sxm-16gb",
+    "v100-sxm-32gb": "v100-sxm-32gb",
+}
+ZERO = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
+# First year a feature was in public Megatron-LM releases (Korthikanti 2022; Megatron-Core 2023).
+FEATURE_YEAR = {"sequence_parallel": 2022, "selective_recompute": 2022, "distributed_optimizer": 2023,
+                "flash_attention": 2023, "tp_overlap": 2023, "dp_overlap": 2023}
+
+
+def _has(year: int | None, feature: str) -> bool:
+    return year is None or year >= FEATURE_YEAR[feature]
+
+
+@dataclass
+class Mapped:
+    """A run as a problem, the knob values left to choose, and what was assumed."""
+
+    run: dict
+    problem: Problem | None = None
+    free: dict[str, list] = field(default_factory=dict)
+    assumptions: list[str] = field(default_factory=list)
+    skip: str | None = None
+
+
+def run_year(run: dict) -> int | None:
+    years = [int(y) for y in re.findall(r"(?<!\d)(20[0-3]\d)(?!\d)", f"{run.get('source', '')}")]
+    return min(years) if years else None
+
+
+def _notes(run: dict) -> str:
+    return f"{run.get('notes') or ''}".lower()
+
+
+def target_step_time(run: dict) -> tuple[float | None, str | None]:
+    """The README's evaluation-target rule; returns (seconds, how it was obtained)."""
+    m = run["measured"]
+    if m.get("step_time_s") is not None:
+        return float(m["step_time_s"]), None
+    if m.get("derived_step_time_s") is not None:
+        return float(m["derived_step_time_s"]), None
+    tps = m.get("tokens_per_s_per_gpu")
+    if tps:
+        p = run["parallel"]
+        t = p["global_batch"] * run["model"]["seq_len"] / (tps * run["hardware"]["num_gpus"])
+        return t, "target step time = global_batch*seq_len/(tokens_per_s_per_gpu*num_gpus)"
+    return None, None
+
+
+def convention_flops(run: dict, llm: LLM) -> tuple[float, str]:
+    """Model FLOPs of one step in the run's own FLOP convention (for MFU / TFLOP/s targets)."""
+    conv = f"{run['measured'].get('tflops_convention') or ''}"
+    p = run["parallel"]
+    B, s, L, h, V = p["global_batch"], llm.seq_len, llm.layers, llm.hidden, llm.vocab
+    if "eq.3" in conv.lower():  # Narayanan 2021 Eq. 3, with recompute
+        return 96.0 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h)), "Narayanan 2021 Eq. 3"
+    if "full-mha" in conv.lower():  # MHA and a 4h MLP regardless of the real shape
+        return 72.0 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h)), "full-MHA 4h-MLP formula"
+    from .model.params import model_flops_per_token
+
+    return model_flops_per_token(llm, s) * B * s, "6N + attention (PaLM App. B)"
+
+
+def _llm_of(run: dict, year: int | None) -> LLM:
+    m = run["model"]
+    old = year is not None and year <= 2022
+    moe = None
+    if m.get("moe"):
+        mo = m["moe"]
+        moe = MoE(experts=mo["experts"], top_k=mo["top_k"], expert_ffn=mo["expert_ffn"],
+                  shared_experts=mo.get("shared_experts") or 0, moe_layers=mo.get("moe_layers"))
+    return LLM(
+        name=run["id"], hidden=m["hidden"], ffn=m["ffn"] or 4 * m["hidden"], layers=m["layers"],
+        heads=m["heads"] or max(1, m["hidden"] // 128), kv_heads=m.get("kv_heads"), head_dim=m.get("head_dim"),
+        seq_len=m["seq_len"], vocab=m["vocab"] or 51200, mlp=m.get("mlp") or "gelu",
+        bias=(m.get("mlp") or "gelu") == "gelu", dropout=old, tied_embeddings=old, moe=moe,
+    )
+
+
+def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
+    """Turn one calibration record into a problem (or a reason to skip it)."""
+    out = Mapped(run)
+    hwr, par, m = run["hardware"], run["parallel"], run["model"]
+    gpu = hwr["gpu"]
+    sysname = GPU_SYSTEM.get(gpu)
+    if sysname is None or find_in_library("system", sysname) is None:
+        out.skip = f"no system file for gpu '{gpu}'"
+        return out
+    if systems is not None and sysname in systems:
+        system = systems[sysname]
+    else:
+        doc = read_yaml(find_in_library("system", sysname))
+        system = validate_model(System, doc)
+    if hwr["gpus_per_node"] != system.gpus_per_node:
+        out.assumptions.append(f"node of {hwr['gpus_per_node']} GPUs modelled as {system.name} "
+                               f"({system.gpus_per_node} per node)")
+    if m.get("moe"):
+        out.skip = "mixture-of-experts runs are not modelled yet"
+        return out
+    year = run_year(run)
+    notes = _notes(run)
+    old = year is not None and year <= 2022
+    era = f"published {year}" if year else "no year in source"
+    flash = ("flash" in notes) or _has(year, "flash_attention")
+    out.assumptions.append(
+        f"{era}: {'FlashAttention' if flash else 'materialised (standard) attention'}, "
+        f"{'dropout 0.1' if old else 'no dropout'}")
+    llm = _llm_of(run, year)
+    prec = par.get("precision")
+    if prec is None:
+        out.assumptions.append("precision null (16-bit): bf16")
+    precision = prec or "bf16"
+    if precision not in [p.value for p in system.matrix_tflops]:
+        out.skip = f"system {system.name} has no {precision} peak"
+        return out
+    eager = "eager" in notes
+    if eager:
+        out.assumptions.append("eager mode (notes): unfused element-wise kernels")
+    fixed: dict[str, Any] = dict(tp=par["tp"], pp=par["pp"], dp=par["dp"], cp=par["cp"], ep=par["ep"],
+                                 attention="flash" if flash else "standard", fused_layers=not eager)
+    free: dict[str, list] = {}
+    B = par["global_batch"]
+    dp = par["dp"]
+    if par.get("micro_batch") is None:
+        free["micro_batch"] = [b for b in range(1, B // dp + 1) if (B // dp) % b == 0 and b <= 16]
+        out.assumptions.append("micro_batch null: chosen by the model (fastest that fits)")
+    else:
+        fixed["micro_batch"] = par["micro_batch"]
+    if par.get("vpp") is None:
+        if par["pp"] == 1:
+            fixed["vpp"] = 1
+        else:
+            per = m["layers"] // par["pp"]
+            free["vpp"] = [v for v in range(1, per + 1) if per % v == 0]
+            out.assumptions.append("vpp null: chosen by the model (fastest that fits)")
+    else:
+        fixed["vpp"] = par["vpp"]
+    if par.get("recompute") is None:
+        free["recompute"] = ["none", "selective", "full"] if _has(year, "selective_recompute") else ["none", "full"]
+        out.assumptions.append("recompute null: chosen by the model")
+    else:
+        fixed["recompute"] = par["recompute"]
+    if par.get("sequence_parallel") is None:
+        free["sequence_parallel"] = [False, True] if par["tp"] > 1 and _has(year, "sequence_parallel") else [False]
+        out.assumptions.append("sequence_parallel null: chosen by the model")
+    else:
+        fixed["sequence_parallel"] = par["sequence_parallel"]
+    if par.get("optimizer_sharding") is None:
+        if not _has(year, "distributed_optimizer"):
+            fixed["zero"] = 0
+            out.assumptions.append("optimizer_sharding null: none (Megatron before the distributed optimizer)")
+        else:
+            free["zero"] = [0, 1]
+            out.assumptions.append("optimizer_sharding null: chosen by the model")
+    else:
+        fixed["zero"] = ZERO[par["optimizer_sharding"]]
+    # knobs the schema does not carry
+    if "not overlapped" in notes or not _has(year, "dp_overlap"):
+        fixed["dp_overlap"] = False
+        out.assumptions.append("gradient reduction not overlapped with backward")
+    else:
+        free["dp_overlap"] = [True, False]
+    if par["tp"] > 1:
+        if re.search(r"tp[_ ]comm[_ ]overlap on|comm overlap on", notes):
+            fixed["tp_overlap"] = "ring"
+            out.assumptions.append("TP communication overlap on (notes)")
+        elif not _has(year, "tp_overlap"):
+            fixed["tp_overlap"] = "none"
+        else:
+            free["tp_overlap"] = ["none", "ring"]
+            out.assumptions.append("TP communication overlap: chosen by the model")
+    training = Training(global_batch=B, precision=precision)
+    try:
+        out.problem = Problem(name=run["id"], llm=llm, system=system, num_gpus=hwr["num_gpus"], training=training,
+                              execution=Execution(**{k: v for k, v in fixed.items()}))
+    except Exception as e:  # noqa: BLE001 - a record the schema cannot express
+        out.skip = f"cannot express as a problem: {e}"
+        return out
+    out.free = free
+    return out
+
+
+@dataclass
+class Prediction:
+    execution: Execution
+    result: Any  # StepResult row (dict)
+    fits: bool
+    n_candidates: int
+
+
+def predict(mapped: Mapped) -> Prediction:
+    """Evaluate the run's configuration; free knobs are chosen as the fastest setting that fits."""
+    from .model.knobs import from_execution
+    from .model.step import GIB, evaluate, make_ctx
+    from .validate import execution_errors
+
+    p = mapped.problem
+    assert p is not None
+    names = list(mapped.free)
+    combos = list(product(*[mapped.free[n] for n in names])) or [()]
+    execs, knobs = [], []
+    for combo in combos:
+        upd = dict(zip(names, combo))
+        ex = Execution.model_validate({**p.execution.model_dump(exclude_unset=True), **upd})
+        if execution_errors(p, ex):
+            continue
+        execs.append(ex)
+        knobs.append(from_execution(ex, p.system, p.num_gpus))
+    if not execs:
+        raise ProblemError(mapped.run["id"], None, "parallel", "no valid configuration for this run")
+    from .model.knobs import Knobs
+    from dataclasses import fields as dfields
+
+    K = Knobs(*[np.concatenate([getattr(k, f.name) for k in knobs]) for f in dfields(Knobs)])
+    res = evaluate(p, K, make_ctx(p))
+    cap = p.system.hbm_gib * GIB
+    fits = res.hbm <= cap
+    t = np.where(fits, res.step_time, np.inf)
+    i = int(np.argmin(t)) if np.isfinite(t).any() else int(np.argmin(res.step_time))
+    return Prediction(execs[i], res.row(i), bool(fits[i]), len(execs))
+
+
+def load_runs(path: str) -> Sourced:
+    doc = read_yaml(path)
+    if not isinstance(doc.data, list):
+        raise ProblemError(doc.file, 1, None, "a runs file is a YAML list of run records")
+    return doc

@@ -1,0 +1,13 @@
+"""Typed, frozen schemas of problem files (pydantic v2, unknown keys rejected)."""
+
+from .common import (AttentionKernel, Axis, MlpKind, Precision, ProcessingMode, Recompute, Schedule, TpComm,
+                     TpOverlap)
+from .llm import LLM, MoE
+from .problem import Execution, Options, Problem, Training
+from .system import Calibration, Network, OffloadMemory, System
+
+__all__ = [
+    "AttentionKernel", "Axis", "MlpKind", "Precision", "ProcessingMode", "Recompute", "Schedule", "TpComm",
+    "TpOverlap", "LLM", "MoE", "Execution", "Options", "Problem", "Training", "Calibration", "Network",
+    "OffloadMemory", "System",
+]

@@ -1,0 +1,112 @@
+"""Shared schema pieces: the frozen base model, enums and the parallel-axis glossary."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Frozen(BaseModel):
+    """Base of every schema: immutable, unknown keys rejected."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class Axis(StrEnum):
+    """Parallel axes (glossary).
+
+    - ``tp``: tensor parallelism. Each GEMM of a block is split over ``tp`` GPUs (Megatron column/row
+      parallel linears); activations are all-reduced (or reduce-scattered + all-gathered) twice per block
+      in forward and twice in backward.
+    - ``pp``: pipeline parallelism. The layers are split into ``pp`` stages (``pp*vpp`` chunks with
+      interleaving); micro-batches flow through them, point-to-point.
+    - ``dp``: data parallelism. Replicas process different sequences; gradients are reduced once per step.
+    - ``cp``: context parallelism. The sequence is split over ``cp`` GPUs; K/V are exchanged in a ring
+      during attention.
+    - ``ep``: expert parallelism (MoE). Experts are split over ``ep`` GPUs drawn from the dp x cp ranks.
+    """
+
+    TP = "tp"
+    PP = "pp"
+    DP = "dp"
+    CP = "cp"
+    EP = "ep"
+
+
+class Precision(StrEnum):
+    """Datatype of the matrix math. Master weights and optimizer state stay in fp32."""
+
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP8 = "fp8"
+    FP32 = "fp32"
+
+
+class MlpKind(StrEnum):
+    """MLP non-linearity. Gated kinds (swiglu, geglu) have three weight matrices."""
+
+    GELU = "gelu"
+    RELU = "relu"
+    SQUARED_RELU = "squared_relu"
+    SWIGLU = "swiglu"
+    GEGLU = "geglu"
+
+    @property
+    def gated(self) -> bool:
+        return self in (MlpKind.SWIGLU, MlpKind.GEGLU)
+
+
+class Recompute(StrEnum):
+    """Activation recomputation (Korthikanti et al. 2022).
+
+    ``none`` stores every activation; ``selective`` recomputes the attention core (QK^T, softmax,
+    dropout, .V) in backward; ``full`` stores only each layer's input and recomputes the whole forward.
+    """
+
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+class TpOverlap(StrEnum):
+    """Tensor-parallel communication overlap with the adjacent GEMMs (Wang et al. 2022).
+
+    ``ring`` decomposes the GEMM into tp tiles with a ring of p2p transfers; ``pipe`` pipelines chunks of
+    the collective with chunks of the GEMM.
+    """
+
+    NONE = "none"
+    PIPE = "pipe"
+    RING = "ring"
+
+
+class TpComm(StrEnum):
+    """Tensor-parallel collective: one all-reduce, or a reduce-scatter + all-gather pair."""
+
+    ALLREDUCE = "allreduce"
+    RS_AG = "rs_ag"
+
+
+class Schedule(StrEnum):
+    """Pipeline schedule: ``1f1b`` (PipeDream-flush, Narayanan 2021; interleaved when vpp > 1) or
+    ``gpipe`` (all forwards, then all backwards: every micro-batch's activations in flight)."""
+
+    ONE_F_ONE_B = "1f1b"
+    GPIPE = "gpipe"
+
+
+class AttentionKernel(StrEnum):
+    """``flash``: fused IO-aware attention (Dao 2022/2023), no s x s scores in memory, causal half
+    skipped. ``standard``: materialised scores, softmax and dropout as separate memory-bound kernels
+    (Megatron before 2023)."""
+
+    FLASH = "flash"
+    STANDARD = "standard"
+
+
+class ProcessingMode(StrEnum):
+    """How compute time and memory time of one op combine: ``roofline`` max(), ``sum`` adds them."""
+
+    ROOFLINE = "roofline"
+    SUM = "sum"

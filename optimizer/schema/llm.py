@@ -1,0 +1,63 @@
+"""Schema of an LLM: the shape of a decoder-only transformer."""
+
+from __future__ import annotations
+
+from pydantic import Field, PositiveInt, model_validator
+
+from .common import Frozen, MlpKind
+
+
+class MoE(Frozen):
+    """Mixture of experts in the MLP of (some) layers."""
+
+    experts: PositiveInt = Field(description="Routed experts per MoE layer.")
+    top_k: PositiveInt = Field(description="Routed experts each token is sent to.")
+    expert_ffn: PositiveInt = Field(description="Intermediate size of one routed expert (gated size for gated MLPs).")
+    shared_experts: int = Field(0, ge=0, description="Always-active shared experts, each of size expert_ffn.")
+    moe_layers: PositiveInt | None = Field(
+        None, description="Number of layers whose MLP is MoE (the rest are dense with `ffn`); null = all.")
+    capacity_factor: float = Field(
+        1.0, gt=0, description="Tokens an expert receives relative to a perfectly balanced router "
+        "(load imbalance of the busiest expert); scales expert compute and dispatch volume.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "MoE":
+        if self.top_k > self.experts:
+            raise ValueError(f"top_k ({self.top_k}) cannot exceed experts ({self.experts})")
+        return self
+
+
+class LLM(Frozen):
+    """A decoder-only transformer. Shapes as in the model's paper or config file."""
+
+    name: str = Field(description="Identifier, e.g. gpt3-175b.")
+    source: str | None = Field(None, description="Where the shape comes from (paper, config file).")
+    hidden: PositiveInt = Field(description="Model width h.")
+    ffn: PositiveInt = Field(description="MLP intermediate size (for gated MLPs the gated size, e.g. 14336).")
+    layers: PositiveInt = Field(description="Transformer blocks L.")
+    heads: PositiveInt = Field(description="Query attention heads a.")
+    kv_heads: PositiveInt | None = Field(None, description="K/V heads g (GQA when < heads, MQA when 1); null = heads.")
+    head_dim: PositiveInt | None = Field(None, description="Size of one head; null = hidden / heads.")
+    seq_len: PositiveInt = Field(description="Training sequence length s (tokens).")
+    vocab: PositiveInt = Field(description="Vocabulary size V (embedding rows, LM-head columns).")
+    mlp: MlpKind = Field(MlpKind.GELU, description="MLP kind: gelu, relu, squared_relu, swiglu, geglu.")
+    tied_embeddings: bool = Field(False, description="LM head shares the input embedding matrix.")
+    bias: bool = Field(False, description="Linear layers carry biases (GPT-2/3 style).")
+    dropout: bool = Field(False, description="Dropout after attention scores, attention and MLP (GPT-3/Megatron recipe).")
+    moe: MoE | None = Field(None, description="Mixture-of-experts settings; null for a dense model.")
+
+    @property
+    def kv(self) -> int:
+        return self.kv_heads if self.kv_heads is not None else self.heads
+
+    @property
+    def dhead(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.hidden // self.heads
+
+    @model_validator(mode="after")
+    def _check(self) -> "LLM":
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        if self.head_dim is None and self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) is not a multiple of heads ({self.heads}); set head_dim")
+        return self

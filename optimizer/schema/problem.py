@@ -1,0 +1,93 @@
+"""Schema of a problem file: LLM + training + system + execution knobs (+ search space, options)."""
+
+from __future__ import annotations
+
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+
+from .common import AttentionKernel, Frozen, Precision, Recompute, Schedule, TpComm, TpOverlap
+from .llm import LLM
+from .system import System
+
+
+class Training(Frozen):
+    """What one optimizer step processes, and in which precision."""
+
+    global_batch: PositiveInt = Field(description="Sequences per optimizer step.")
+    seq_len: PositiveInt | None = Field(None, description="Override of the LLM's sequence length (tokens).")
+    precision: Precision = Field(Precision.BF16, description="Datatype of matrix math and activations.")
+    grad_precision: Precision = Field(
+        Precision.FP32, description="Datatype of accumulated/reduced gradients (Megatron main_grad: fp32; "
+        "ZeRO paper's 16 B/param accounting: bf16).")
+    master_weights: bool = Field(True, description="Keep an fp32 master copy of the weights (mixed precision).")
+    tokens: PositiveFloat | None = Field(None, description="Tokens to train, for time-to-train.")
+
+
+class Execution(Frozen):
+    """The knobs of one parallel execution (Calculon's 18 optimizations plus ZeRO-2/3, CP and EP).
+
+    Every knob has a default, so an execution may name only what it changes."""
+
+    tp: PositiveInt = Field(1, description="Tensor-parallel degree.")
+    pp: PositiveInt = Field(1, description="Pipeline-parallel degree (stages).")
+    dp: PositiveInt | None = Field(None, description="Data-parallel degree; null = num_gpus / (tp*pp*cp).")
+    cp: PositiveInt = Field(1, description="Context-parallel degree (sequence split, ring attention).")
+    ep: PositiveInt = Field(1, description="Expert-parallel degree (MoE), drawn from the dp x cp ranks.")
+    etp: PositiveInt | None = Field(None, description="Expert tensor-parallel degree; null = tp.")
+    vpp: PositiveInt = Field(1, description="Interleaved virtual stages per pipeline rank (1 = not interleaved).")
+    micro_batch: PositiveInt = Field(1, description="Sequences per micro-batch (per data-parallel rank).")
+    schedule: Schedule = Field(Schedule.ONE_F_ONE_B, description="Pipeline schedule: 1f1b or gpipe.")
+    recompute: Recompute = Field(Recompute.NONE, description="Activation recomputation: none, selective, full.")
+    sequence_parallel: bool = Field(False, description="Megatron sequence parallelism (needs tp_comm rs_ag).")
+    tp_comm: TpComm | None = Field(None, description="TP collective: allreduce or rs_ag; null = rs_ag with SP, "
+                                   "allreduce without.")
+    sp_ag_redo: bool = Field(True, description="With SP: redo the all-gather in backward instead of storing "
+                             "its output (Korthikanti 2022, 'TP redo for SP').")
+    tp_overlap: TpOverlap = Field(TpOverlap.NONE, description="TP communication overlap: none, pipe, ring.")
+    pp_rs_ag: bool = Field(True, description="PP p2p sends 1/tp of the activation and all-gathers it over the "
+                           "TP group (scatter-gather, Narayanan 2021).")
+    dp_overlap: bool = Field(True, description="Overlap gradient reduction (and parameter gathering) with compute.")
+    zero: int = Field(0, ge=0, le=3, description="ZeRO stage: 0 none, 1 optimizer sharding (distributed "
+                      "optimizer), 2 + gradients, 3 + weights (FSDP full shard).")
+    fused_layers: bool = Field(True, description="Fused element-wise kernels (bias-GeLU, bias-dropout-add, "
+                               "softmax, norms): one memory pass instead of several.")
+    attention: AttentionKernel = Field(AttentionKernel.FLASH, description="Attention kernel: flash or standard.")
+    weight_offload: bool = Field(False, description="Keep weights in offload memory, stream 2 layers at a time.")
+    activation_offload: bool = Field(False, description="Move stored activations to offload memory.")
+    optimizer_offload: bool = Field(False, description="Keep optimizer state and fp32 gradients in offload memory.")
+    placement: dict[str, str | int] | None = Field(
+        None, description="Network tier (name or index) of each parallel axis, e.g. {tp: nvlink, dp: infiniband}; "
+        "null = Megatron rank order tp, cp, ep, dp, pp, each on the innermost tier that holds it.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "Execution":
+        if self.placement:
+            bad = set(self.placement) - {"tp", "pp", "dp", "cp", "ep"}
+            if bad:
+                raise ValueError(f"placement: unknown axis {sorted(bad)}")
+        return self
+
+
+class Options(Frozen):
+    """Problem-wide options."""
+
+    memory_headroom_gib: float = Field(0.0, ge=0, description="HBM kept free on every GPU, GiB.")
+    allow_idle_gpus: bool = Field(False, description="Allow tp*pp*dp*cp < num_gpus.")
+
+
+class Problem(Frozen):
+    """A planning problem: train `llm` with `training` on `num_gpus` GPUs of `system`."""
+
+    name: str | None = Field(None, description="Problem name.")
+    description: str | None = Field(None, description="Free text.")
+    llm: LLM = Field(description="The model: a name in problems/llms/, or inline.")
+    system: System = Field(description="The node type: a name in problems/systems/, or inline "
+                           "(`base: NAME` plus overrides is allowed).")
+    num_gpus: PositiveInt = Field(description="GPUs available.")
+    training: Training = Field(description="Batch, precision, tokens.")
+    execution: Execution = Field(default_factory=Execution, description="Knobs for `evaluate`.")
+    search: dict | None = Field(None, description="Restrictions of the knob space for `solve` (see README).")
+    options: Options = Field(default_factory=Options, description="Headroom, idle GPUs.")
+
+    @property
+    def seq_len(self) -> int:
+        return self.training.seq_len or self.llm.seq_len

@@ -1,0 +1,104 @@
+"""Schema of a hardware system: one node type (GPUs, memories, networks) and its calibration.
+
+Units are in the field names: ``*_tflops`` dense peak in 10^12 FLOP/s, ``*_gbps`` in 10^9 byte/s,
+``*_gib`` in 2^30 byte, ``*_us`` in microseconds.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator, model_validator
+
+from .common import Frozen, Precision, ProcessingMode
+
+EfficiencyTable = list[tuple[float, float]]
+
+
+def _check_table(table: EfficiencyTable, what: str) -> EfficiencyTable:
+    if not table:
+        raise ValueError(f"{what} needs at least one [size, efficiency] point")
+    sizes = [p[0] for p in table]
+    if any(b <= a for a, b in zip(sizes, sizes[1:])):
+        raise ValueError(f"{what} sizes must be strictly increasing")
+    if any(not (0 < p[1] <= 1) for p in table):
+        raise ValueError(f"{what} efficiencies must be in (0, 1]")
+    if sizes[0] <= 0:
+        raise ValueError(f"{what} sizes must be > 0")
+    return table
+
+
+class Network(Frozen):
+    """One network tier. Tiers are nested: tier 0 (e.g. NVLink inside a node) sits inside tier 1
+    (e.g. InfiniBand between nodes). A parallel group placed on a tier runs its collectives at that
+    tier's per-GPU bandwidth."""
+
+    name: str = Field(description="Tier name, e.g. nvlink, infiniband.")
+    size: PositiveInt = Field(description="GPUs one domain of this tier spans (8 for an NVLink node).")
+    bandwidth_gbps: PositiveFloat = Field(description="Per-GPU unidirectional injection bandwidth, GB/s.")
+    latency_us: NonNegativeFloat = Field(description="Per-step latency of a collective (one ring hop), microseconds.")
+    efficiency: float = Field(gt=0, le=1, description="Achieved fraction of bandwidth_gbps for large collectives.")
+    processor_usage: float = Field(
+        0.0, ge=0, lt=1, description="Fraction of compute a collective overlapped with compute steals (SMs used by NCCL).")
+    must_fill: bool = Field(False, description="Groups placed on this tier must tile its domain exactly "
+                            "(tier size divisible by the product of the degrees placed on it).")
+
+
+class OffloadMemory(Frozen):
+    """Second memory tier for weight/activation/optimizer offload (host DDR, CXL)."""
+
+    capacity_gib: NonNegativeFloat = Field(0.0, description="Offload capacity per GPU, GiB (0 = none).")
+    bandwidth_gbps: NonNegativeFloat = Field(0.0, description="Per-GPU bandwidth to offload memory, GB/s, each way.")
+    efficiency: float = Field(0.8, gt=0, le=1, description="Achieved fraction of bandwidth_gbps.")
+
+
+class Calibration(Frozen):
+    """Which fitted values this file holds and on which published runs they were fitted."""
+
+    runs: list[str] = Field(default_factory=list, description="Ids of the calibration runs used (shared schema).")
+    fitted: list[str] = Field(default_factory=list, description="Field names whose values were calibrated.")
+    note: str | None = Field(None, description="How the fit was made; anything not fitted is a datasheet value.")
+
+
+class System(Frozen):
+    """A node type: GPUs, their memories and the networks that join them."""
+
+    name: str = Field(description="Identifier, e.g. h100-sxm-80gb.")
+    description: str | None = Field(None, description="What the node is.")
+    gpu: str = Field(description="GPU model (calibration-schema name where one exists).")
+    gpus_per_node: PositiveInt = Field(description="GPUs in one node.")
+    hbm_gib: PositiveFloat = Field(description="HBM capacity per GPU, GiB.")
+    hbm_bandwidth_gbps: PositiveFloat = Field(description="HBM bandwidth per GPU, GB/s (datasheet peak).")
+    hbm_efficiency: EfficiencyTable = Field(
+        description="Achieved fraction of HBM bandwidth by bytes moved per kernel: [[MB, eff], ...], "
+        "interpolated linearly in log10(MB), clamped at the ends.")
+    matrix_tflops: dict[Precision, PositiveFloat] = Field(
+        description="Dense tensor-core peak per datatype, TFLOP/s (no sparsity).")
+    matrix_efficiency: EfficiencyTable = Field(
+        description="Achieved fraction of matrix peak by GEMM size: [[GFLOP, eff], ...], log10-interpolated.")
+    attention_efficiency: float = Field(
+        0.6, gt=0, le=1, description="Achieved fraction of matrix peak inside a fused (flash) attention kernel.")
+    vector_tflops: dict[Precision, PositiveFloat] = Field(
+        description="Non-tensor-core (CUDA core) peak per datatype, TFLOP/s.")
+    vector_efficiency: EfficiencyTable = Field(
+        description="Achieved fraction of vector peak by op size: [[GFLOP, eff], ...], log10-interpolated.")
+    processing_mode: ProcessingMode = Field(
+        ProcessingMode.ROOFLINE, description="roofline: op time = max(compute, memory); sum: their sum.")
+    reserved_gib: NonNegativeFloat = Field(
+        1.0, description="HBM taken by the runtime (CUDA context, NCCL buffers, allocator slack), GiB.")
+    offload: OffloadMemory = Field(default_factory=OffloadMemory, description="Second memory tier.")
+    networks: list[Network] = Field(min_length=1, description="Network tiers, innermost first.")
+    tdp_w: PositiveFloat | None = Field(None, description="GPU board power, W (datasheet).")
+    calibration: Calibration = Field(default_factory=Calibration, description="What was fitted, on which runs.")
+
+    @field_validator("hbm_efficiency", "matrix_efficiency", "vector_efficiency")
+    @classmethod
+    def _tables(cls, v: EfficiencyTable, info) -> EfficiencyTable:
+        return _check_table(v, info.field_name)
+
+    @model_validator(mode="after")
+    def _check(self) -> "System":
+        sizes = [n.size for n in self.networks]
+        if any(b < a for a, b in zip(sizes, sizes[1:])):
+            raise ValueError("networks must be listed innermost first (non-decreasing size)")
+        if self.networks[0].size < self.gpus_per_node and len(self.networks) == 1:
+            raise ValueError("a single network tier must span at least one node")
+        return self

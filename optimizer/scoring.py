@@ -1,0 +1,82 @@
+"""`paraplan validate`: predict every run of a calibration file and score the model against it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import ParaplanError
+from .runs import convention_flops, load_runs, map_run, predict, target_step_time
+
+REQUIRED = ("id", "model", "hardware", "parallel", "measured")
+
+
+def score_runs(path: str) -> dict[str, Any]:
+    """The JSON object of `paraplan validate --json` (see README)."""
+    doc = load_runs(path)
+    rows: list[dict[str, Any]] = []
+    systems: dict = {}
+    for i, run in enumerate(doc.data):
+        rid = run.get("id", f"#{i}") if isinstance(run, dict) else f"#{i}"
+        row: dict[str, Any] = {"id": rid, "status": "ok", "reason": None, "predicted_step_time_s": None,
+                               "target_step_time_s": None, "error_pct": None, "predicted_peak_memory_gib": None,
+                               "target_peak_memory_gib": None, "fits": None, "assumptions": []}
+        rows.append(row)
+        if not isinstance(run, dict) or any(k not in run for k in REQUIRED):
+            file, line = doc.locate((i,))
+            row.update(status="error", reason=f"{file}:{line}: record lacks one of {', '.join(REQUIRED)}")
+            continue
+        try:
+            mapped = map_run(run, systems)
+            row["assumptions"] = mapped.assumptions
+            if mapped.skip:
+                row.update(status="skipped", reason=mapped.skip)
+                continue
+            systems.setdefault(mapped.problem.system.name, mapped.problem.system)
+            pred = predict(mapped)
+        except ParaplanError as e:
+            row.update(status="error", reason=str(e))
+            continue
+        except (KeyError, TypeError, ValueError) as e:
+            file, line = doc.locate((i,))
+            row.update(status="error", reason=f"{file}:{line}: malformed record ({type(e).__name__}: {e})")
+            continue
+        r = pred.result
+        t_pred = r["step_time"]
+        row["predicted_step_time_s"] = t_pred
+        row["predicted_peak_memory_gib"] = r["hbm"] / 2**30
+        row["fits"] = pred.fits
+        row["chosen"] = {k: v for k, v in pred.execution.model_dump(mode="json").items()
+                         if k in mapped.free}
+        target, how = target_step_time(run)
+        meas = run["measured"]
+        if target is None and (meas.get("mfu") or meas.get("tflops_per_gpu")):
+            flops, conv = convention_flops(run, mapped.problem.llm)
+            n = run["hardware"]["num_gpus"]
+            if meas.get("mfu"):
+                peak = mapped.problem.system.matrix_tflops[mapped.problem.training.precision] * 1e12
+                target = flops / (n * peak * meas["mfu"])
+                how = f"target from MFU {meas['mfu']} with the run's convention ({conv}) and {peak / 1e12:g} TF peak"
+            else:
+                target = flops / (n * meas["tflops_per_gpu"] * 1e12)
+                how = f"target from {meas['tflops_per_gpu']} TFLOP/s per GPU ({conv})"
+        if how:
+            row["assumptions"].append(how)
+        if meas.get("peak_memory_gib") is not None:
+            row["target_peak_memory_gib"] = float(meas["peak_memory_gib"])
+        if target is None:
+            row.update(status="skipped", reason="no step-time, throughput or MFU target")
+            continue
+        row["target_step_time_s"] = target
+        row["error_pct"] = 100.0 * (t_pred - target) / target
+    scored = [r for r in rows if r["status"] == "ok" and r["error_pct"] is not None]
+    mem = [r for r in scored if r["target_peak_memory_gib"]]
+    summary = {
+        "n_runs": len(rows),
+        "n_scored": len(scored),
+        "mape_pct": sum(abs(r["error_pct"]) for r in scored) / len(scored) if scored else None,
+        "max_abs_error_pct": max((abs(r["error_pct"]) for r in scored), default=None),
+        "memory_mape_pct": (sum(abs(100 * (r["predicted_peak_memory_gib"] - r["target_peak_memory_gib"])
+                                    / r["target_peak_memory_gib"]) for r in mem) / len(mem)) if mem else None,
+        "n_not_fitting": sum(1 for r in scored if r["fits"] is False),
+    }
+    return {"runs": rows, "summary": summary}

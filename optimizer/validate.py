@@ -1,0 +1,107 @@
+"""Stage 2, validate: checks across fields that a schema alone cannot express.
+
+`execution_errors` lists, for one execution, every integer constraint it breaks (the same constraints the
+solver enforces): degrees multiply to the GPU count, heads and K/V heads split over tp, layers over
+pp*vpp, the global batch over dp*micro_batch, the sequence over cp, network placement and memory tiers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .errors import ProblemError, ProblemErrors
+
+if TYPE_CHECKING:
+    from .loader import Sourced
+    from .schema import Execution, Problem
+
+
+def execution_errors(problem: "Problem", ex: "Execution | None" = None) -> list[tuple[str, str]]:
+    """(field path, message) for every rule the execution breaks."""
+    from .model.knobs import default_tiers, tier_index
+
+    p = problem
+    ex = ex or p.execution
+    llm, sysm = p.llm, p.system
+    out: list[tuple[str, str]] = []
+    n = p.num_gpus
+    dp = ex.dp if ex.dp is not None else n // (ex.tp * ex.pp * ex.cp)
+    used = ex.tp * ex.pp * ex.cp * dp
+    if dp < 1:
+        out.append(("execution.tp", f"tp*pp*cp = {ex.tp * ex.pp * ex.cp} exceeds num_gpus = {n}"))
+        return out
+    if used > n:
+        out.append(("execution.dp", f"tp*pp*dp*cp = {used} exceeds num_gpus = {n}"))
+    elif used < n and not p.options.allow_idle_gpus:
+        out.append(("execution.dp" if ex.dp is not None else "execution.tp",
+                    f"tp*pp*dp*cp = {used} leaves {n - used} of {n} GPUs idle (set options.allow_idle_gpus)"))
+    if llm.heads % ex.tp:
+        out.append(("execution.tp", f"heads ({llm.heads}) not divisible by tp ({ex.tp})"))
+    if llm.kv % ex.tp and ex.tp % llm.kv:
+        out.append(("execution.tp", f"kv_heads ({llm.kv}) and tp ({ex.tp}): neither divides the other"))
+    if llm.ffn % ex.tp:
+        out.append(("execution.tp", f"ffn ({llm.ffn}) not divisible by tp ({ex.tp})"))
+    if llm.vocab % ex.tp:
+        pass  # Megatron pads the vocabulary to a multiple of tp; no constraint
+    if llm.layers % (ex.pp * ex.vpp):
+        out.append(("execution.pp", f"layers ({llm.layers}) not divisible by pp*vpp ({ex.pp}*{ex.vpp})"))
+    if ex.vpp > 1 and ex.pp == 1:
+        out.append(("execution.vpp", "interleaving (vpp > 1) needs pp > 1"))
+    B = p.training.global_batch
+    if B % (dp * ex.micro_batch):
+        out.append(("training.global_batch",
+                    f"global batch {B} not divisible by dp*micro_batch = {dp}*{ex.micro_batch}"))
+    else:
+        n_mb = B // (dp * ex.micro_batch)
+        if ex.vpp > 1 and n_mb % ex.pp:
+            out.append(("execution.vpp", f"interleaved schedule needs micro-batches ({n_mb}) divisible by pp ({ex.pp})"))
+    if ex.cp > 1 and p.seq_len % (2 * ex.cp):
+        out.append(("execution.cp", f"seq_len {p.seq_len} not divisible by 2*cp = {2 * ex.cp} (load-balanced causal)"))
+    if ex.sequence_parallel and ex.tp_comm is not None and ex.tp_comm.value == "allreduce":
+        out.append(("execution.tp_comm", "sequence parallelism needs tp_comm rs_ag"))
+    if ex.ep > 1:
+        if llm.moe is None:
+            out.append(("execution.ep", "expert parallelism needs an MoE model"))
+        elif llm.moe.experts % ex.ep:
+            out.append(("execution.ep", f"experts ({llm.moe.experts}) not divisible by ep ({ex.ep})"))
+        if (dp * ex.cp) % ex.ep:
+            out.append(("execution.ep", f"ep ({ex.ep}) must divide dp*cp ({dp * ex.cp})"))
+    if (ex.weight_offload or ex.activation_offload or ex.optimizer_offload) and sysm.offload.capacity_gib <= 0:
+        out.append(("execution.weight_offload", "offload needs system.offload.capacity_gib > 0"))
+    if p.training.precision not in sysm.matrix_tflops:
+        out.append(("training.precision", f"system {sysm.name} has no {p.training.precision.value} matrix peak"))
+    # network placement: nested tiers hold the product of the degrees placed on them and below
+    degrees = {"tp": ex.tp, "cp": ex.cp, "dp": dp, "pp": ex.pp}
+    try:
+        tiers = default_tiers(sysm, {**degrees, "ep": ex.ep})
+        for ax, v in (ex.placement or {}).items():
+            tiers[ax] = tier_index(sysm, v)
+    except ValueError as e:
+        out.append(("execution.placement", str(e)))
+        return out
+    for i, net in enumerate(sysm.networks):
+        prod = 1
+        for ax, d in degrees.items():
+            if tiers[ax] <= i:
+                prod *= d
+        if prod > net.size:
+            out.append(("execution.placement", f"axes on tier '{net.name}' and below span {prod} GPUs > its size {net.size}"))
+        if net.must_fill and net.size % prod:
+            out.append(("execution.placement", f"tier '{net.name}' must be filled: {prod} does not divide {net.size}"))
+    return out
+
+
+def check_problem(problem: "Problem", doc: "Sourced | None" = None) -> None:
+    """Raise file:line:field errors for every broken rule of the problem's execution."""
+    errs = execution_errors(problem)
+    if not errs:
+        return
+    out = []
+    for fieldpath, msg in errs:
+        loc = tuple(fieldpath.split("."))
+        if doc is not None:
+            file, line = doc.locate(loc)
+        else:
+            file, line = "<problem>", None
+        out.append(ProblemError(file, line, fieldpath, msg))
+    raise ProblemErrors(out)
