@@ -3,9 +3,10 @@
 Each run becomes a `Problem` whose execution is the run's own configuration. Knobs the run does not
 state are resolved by stated, documented assumptions, reported per run:
 
-- unknown ``micro_batch``, ``vpp``, ``recompute``, ``sequence_parallel``, ``optimizer_sharding``:
-  the model chooses them, within the run's fixed tp/pp/dp/cp, as the fastest setting that fits in memory
-  (the published run was tuned; this is what `paraplan solve` would do);
+- unknown ``micro_batch``, ``recompute``, ``sequence_parallel``, ``optimizer_sharding``: the model
+  chooses them, within the run's fixed tp/pp/dp/cp, as the fastest setting that fits in memory (the
+  published run was tuned; this is what `paraplan solve` would do); an unknown ``vpp`` is 1, since
+  interleaving is an opt-in schedule that a paper would state;
 - the choice is limited to what the software of the run's time offered, read from the year in its
   ``source`` (`FEATURE_YEAR`: sequence parallelism and selective recompute from 2022, the distributed
   optimizer, FlashAttention and communication overlap from 2023); knobs the schema has no field for
@@ -14,8 +15,11 @@ state are resolved by stated, documented assumptions, reported per run:
   use FlashAttention, no dropout, and may overlap communication (the model chooses). Phrases in
   ``notes`` that state one of these (``FlashAttention``, ``not overlapped``, ``comm overlap on``,
   ``eager``: unfused element-wise kernels) win;
-- ``precision: null`` (16-bit, fp16 or bf16 not stated) is bf16, which has the same peak;
-- gradients are reduced in fp32 (Megatron main_grad, FSDP reduce_dtype default).
+- ``precision: null`` (16-bit, fp16 or bf16 not stated) is fp16 for runs published up to 2022 (the
+  Megatron GPT recipes of the time), bf16 after; both have the same peak;
+- gradients are accumulated and reduced in fp32 with bf16 (Megatron forces main_grad fp32 for bf16;
+  FSDP's reduce dtype), in fp16 with fp16 (Megatron's default without
+  --accumulate-allreduce-grads-in-fp32).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ GPU_SYSTEM = {  # calibration-schema gpu -> system file
     "h100-sxm-96gb": "h100-sxm-96gb", "h800-sxm-80gb": "h800-sxm-80gb", "v100-sxm-16gb": "v100-sxm-16gb",
     "v100-sxm-32gb": "v100-sxm-32gb",
 }
+MAX_FREE_MICRO_BATCH = 4  # an unstated micro-batch is chosen among 1..4 (Megatron recipes use 1-4)
 ZERO = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
 # First year a feature was in public Megatron-LM releases (Korthikanti 2022; Megatron-Core 2023).
 FEATURE_YEAR = {"sequence_parallel": 2022, "selective_recompute": 2022, "distributed_optimizer": 2023,
@@ -142,8 +147,9 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     llm = _llm_of(run, year)
     prec = par.get("precision")
     if prec is None:
-        out.assumptions.append("precision null (16-bit): bf16")
-    precision = prec or "bf16"
+        prec = "fp16" if old else "bf16"
+        out.assumptions.append(f"precision null (16-bit): {prec}")
+    precision = prec
     if precision not in [p.value for p in system.matrix_tflops]:
         out.skip = f"system {system.name} has no {precision} peak"
         return out
@@ -156,17 +162,15 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     B = par["global_batch"]
     dp = par["dp"]
     if par.get("micro_batch") is None:
-        free["micro_batch"] = [b for b in range(1, B // dp + 1) if (B // dp) % b == 0 and b <= 16]
+        free["micro_batch"] = [b for b in range(1, B // dp + 1) if (B // dp) % b == 0 and b <= MAX_FREE_MICRO_BATCH]
         out.assumptions.append("micro_batch null: chosen by the model (fastest that fits)")
     else:
         fixed["micro_batch"] = par["micro_batch"]
     if par.get("vpp") is None:
-        if par["pp"] == 1:
-            fixed["vpp"] = 1
-        else:
-            per = m["layers"] // par["pp"]
-            free["vpp"] = [v for v in range(1, per + 1) if per % v == 0]
-            out.assumptions.append("vpp null: chosen by the model (fastest that fits)")
+        fixed["vpp"] = 1
+        if par["pp"] > 1:
+            out.assumptions.append("vpp null: 1 (interleaving is opt-in in Megatron-LM; an unstated opt-in "
+                                   "feature is taken as off)")
     else:
         fixed["vpp"] = par["vpp"]
     if par.get("recompute") is None:
@@ -203,7 +207,8 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
         else:
             free["tp_overlap"] = ["none", "ring"]
             out.assumptions.append("TP communication overlap: chosen by the model")
-    training = Training(global_batch=B, precision=precision)
+    training = Training(global_batch=B, precision=precision,
+                        grad_precision="fp16" if precision == "fp16" else "fp32")
     try:
         out.problem = Problem(name=run["id"], llm=llm, system=system, num_gpus=hwr["num_gpus"], training=training,
                               execution=Execution(**{k: v for k, v in fixed.items()}))

@@ -173,9 +173,12 @@ def block_cost(ctx: Ctx, k: Knobs, dense_ffn: int | None = None) -> BlockCost:
     attn_fl_bw = np.where(flash, 2.5 * fl_flops, 2.0 * std_fl)
 
     # ---------------------------------------------------------------- element-wise ops
+    # Unfused (eager) kernels make one memory pass each: a norm is ~4 (square-mean, rsqrt, scale,
+    # weight), a gated activation 3 (act, cast, multiply), rotary embedding ~6 (split, 2 mul, 2 add, cat).
     n_h = Tn * h
-    norm_fw = _elementwise(hw, n_h, 5.0, 2.0 * e, 1.0)
-    norm_bw = _elementwise(hw, n_h, 8.0, 3.0 * e, 1.0)
+    norm_passes = np.where(fused, 1.0, 4.0)
+    norm_fw = _elementwise(hw, n_h, 5.0, 2.0 * e, norm_passes)
+    norm_bw = _elementwise(hw, n_h, 8.0, 3.0 * e, norm_passes)
     # bias + dropout + residual add: fused one kernel (read x, residual; write y), else 2-3 kernels
     bda_passes = np.where(fused, 1.0, (1.0 if llm.bias else 0.0) + (1.0 if drop else 0.0) + 1.0)
     bda_fw = _elementwise(hw, n_h, 3.0, 3.0 * e + (1.0 if drop else 0.0), bda_passes)
@@ -184,10 +187,10 @@ def block_cost(ctx: Ctx, k: Knobs, dense_ffn: int | None = None) -> BlockCost:
     act_in = 2.0 if gated else 1.0
     act_flops = {MlpKind.GELU: 8.0, MlpKind.GEGLU: 9.0, MlpKind.SWIGLU: 6.0, MlpKind.RELU: 1.0,
                  MlpKind.SQUARED_RELU: 2.0}[llm.mlp]
-    act_passes = np.where(fused, 1.0, 2.0 if llm.bias else 1.0)
+    act_passes = np.where(fused, 1.0, (2.0 if llm.bias else 1.0) + (2.0 if gated else 0.0))
     act_fw = _elementwise(hw, n_f, act_flops, (act_in + 1.0) * e, act_passes)
     act_bw = _elementwise(hw, n_f, 1.6 * act_flops, (act_in * 2.0 + 1.0) * e, act_passes)
-    rope_fw = _elementwise(hw, T * (ah + kvr) * d, 3.0, 2.0 * e, 1.0)
+    rope_fw = _elementwise(hw, T * (ah + kvr) * d, 3.0, 2.0 * e, np.where(fused, 1.0, 6.0))
     ew_fw = 2 * norm_fw + 2 * bda_fw + act_fw + rope_fw
     ew_bw = 2 * norm_bw + 2 * bda_bw + act_bw + rope_fw
 
@@ -212,10 +215,11 @@ def block_cost(ctx: Ctx, k: Knobs, dense_ffn: int | None = None) -> BlockCost:
     tp_re = np.where(rec == 2, tp_fw, 0.0)
     ov = k.tp_overlap
     pu = ctx.tiers.processor_usage[k.tier_tp]
-    first = np.where(ov == 2, 1.0 / tp, 2.0 / tp)  # the first tile/chunk cannot overlap
+    # the first ring tile (1/tp of the traffic) cannot overlap; pipe adds half a chunk more (Calculon)
+    first = np.where(ov == 2, 1.0 / tp, 1.5 / tp)
 
     def exposed(c, g):
-        return np.where(ov > 0, np.maximum(c - g, 0.0) + c * first, c)
+        return np.where(ov > 0, np.minimum(c, np.maximum(c - g, 0.0) + c * first), c)
 
     tp_fw_exp = exposed(tp_fw, gemm_fw)
     tp_bw_exp = exposed(tp_bw, gemm_bw)

@@ -61,7 +61,7 @@ def model_flops_per_token(llm: LLM, seq_len: int, causal_attention: bool = False
     (embedding lookup excluded, LM head included) + attention scores and values 12 x L x s x a x d
     (PaLM, Chowdhery et al. 2022, App. B), halved when counting only the causal half."""
     pc = count(llm)
-    matmul_params = pc.active - pc.embedding - (llm.vocab * llm.hidden if llm.tied_embeddings else 0)
-    matmul_params += llm.vocab * llm.hidden  # the LM head GEMM, tied or not
+    # active parameters without the embedding lookup and the (untied) head, plus the head GEMM itself
+    matmul_params = pc.active - pc.embedding - pc.head + llm.vocab * llm.hidden
     attn = 12.0 * llm.layers * seq_len * llm.heads * llm.dhead * (0.5 if causal_attention else 1.0)
     return 6.0 * matmul_params + attn

@@ -94,7 +94,12 @@ def layer_params_per_gpu(ctx: Ctx, k: Knobs):
     h, a, d = llm.hidden, llm.heads, llm.dhead
     kvr = kv_per_rank(llm, tp)
     attn = h * (a / tp + 2 * kvr) * d + (a / tp) * d * h
+    if llm.bias:  # column-parallel biases are split, the row-parallel output bias is replicated
+        attn = attn + (a / tp + 2 * kvr) * d + h
     mlp = pc.mlp / tp
+    if llm.bias:
+        k = 3 if llm.mlp.gated else 2
+        mlp = (pc.mlp - llm.ffn * (k - 1) - h) / tp + llm.ffn * (k - 1) / tp + h
     return attn + mlp + pc.norms
 
 
@@ -152,7 +157,9 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     P_head = V * h / tp  # tied embeddings keep a copy on the last stage when pp > 1
     tied = llm.tied_embeddings
     P_first = Ls * P_layer + P_emb + np.where(pp > 1, 0.0, 0.0 if tied else P_head)
-    P_last = Ls * P_layer + np.where(pp > 1, P_head, 0.0)
+    final_norm = h * (2 if llm.bias else 1)
+    P_first = P_first + np.where(pp > 1, 0.0, final_norm)
+    P_last = Ls * P_layer + np.where(pp > 1, P_head, 0.0) + final_norm
     P_stage = np.maximum(P_first, P_last)  # the stage that bounds DP traffic and the optimizer
 
     # ------------------------------------------------------------ data-parallel traffic and overlap
@@ -207,7 +214,8 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     inflight_1f1b = np.where(vpp > 1, Ls * (pp * (1.0 + 1.0 / vpp) - 1.0 / vpp), Ls * np.minimum(n_mb, pp))
     inflight = np.minimum(np.where(gp, n_mb * Ls, inflight_1f1b), n_mb * Ls)
     rec = k.recompute
-    working = np.where(rec >= 1, blk.act_full, 0.0) + blk.act_full * 0.0
+    # recompute rebuilds, for one layer at a time, what the forward did not keep
+    working = np.where(rec == 2, blk.act_full, np.where(rec == 1, blk.act_full - blk.act_stored, 0.0))
     act_first = np.where(a_off, 2.0 * blk.act_stored, inflight * blk.act_stored) + working + 2.0 * T * h * e
     logits = T * V / tp * (e + 4.0)
     act_last = np.where(a_off, 2.0 * blk.act_stored, Ls * blk.act_stored) + working + logits

@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""Fit one parameter set per GPU type on the published runs of that GPU, and print it.
+
+    python scripts/calibrate.py RUNS.yaml --gpu a100-sxm-80gb [--write]
+
+Parameters (physical, shared by every run on the GPU; nothing is keyed on a run or a model):
+- the GEMM efficiency table `matrix_efficiency`: a monotone curve with knots at 10, 300 and 3000
+  GFLOP per GEMM, where the GEMMs of the runs lie (linear in log10 of the size between them);
+- `attention_efficiency` of fused (flash) attention, only with --params naming it (it needs several
+  flash runs to be identifiable; otherwise the file's prior stays);
+- one factor scaling the HBM efficiency prior `hbm_efficiency` (memory-bound kernels);
+- the efficiency of network tier 0 (NVLink) and tier 1 (InfiniBand/RoCE).
+The objective is the weighted mean |error| of the predicted step times plus a quarter of the largest
+one; tier-A runs (all core fields known) weigh 1, tier B 0.25, tier C 0.1.
+With --write the system file's values and its `calibration` block are updated in place (comments on
+datasheet values are kept; fitted lines get a comment naming the runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from optimizer.loader import find_in_library, read_yaml, validate_model  # noqa: E402
+from optimizer.runs import load_runs, map_run, predict, target_step_time, convention_flops  # noqa: E402
+from optimizer.schema import System  # noqa: E402
+
+KNOTS = [10.0, 300.0, 3000.0]  # GFLOP per GEMM
+
+
+def curve(e1: float, e2: float, e3: float) -> list[list[float]]:
+    """Monotone GEMM efficiency: knots at 1, 100 and 10^4 GFLOP (linear in log10 between), and a
+    small-GEMM point at 0.01 GFLOP where launch overhead dominates (e1/4)."""
+    e = np.maximum.accumulate(np.clip([e1, e2, e3], 0.05, 0.99))
+    pts = [[0.01, round(float(e[0]) / 4, 4)]] + [[k, round(float(v), 4)] for k, v in zip(KNOTS, e)]
+    return pts
+
+
+HBM_PRIOR = [[0.1, 0.35], [1.0, 0.6], [10.0, 0.8], [100.0, 0.88], [1000.0, 0.9]]  # [MB, fraction]
+
+
+def hbm_table(scale: float) -> list[list[float]]:
+    """The HBM efficiency prior (small transfers are latency-bound) scaled by one fitted factor."""
+    return [[mb, round(min(eff * scale, 0.98), 4)] for mb, eff in HBM_PRIOR]
+
+
+def with_params(base: System, x: dict) -> System:
+    d = base.model_dump(mode="json")
+    if "e1" in x:
+        d["matrix_efficiency"] = curve(x["e1"], x["e2"], x["e3"])
+    if "attention_efficiency" in x:
+        d["attention_efficiency"] = float(x["attention_efficiency"])
+    if "hbm_scale" in x:
+        d["hbm_efficiency"] = hbm_table(x["hbm_scale"])
+    for i, key in enumerate(("net0_eff", "net1_eff")):
+        if key in x:
+            d["networks"][i]["efficiency"] = float(x[key])
+    return System.model_validate(d)
+
+
+def targets(runs):
+    out = []
+    for run in runs:
+        t, _ = target_step_time(run)
+        out.append(t)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("runs")
+    ap.add_argument("--gpu", required=True)
+    ap.add_argument("--write", action="store_true")
+    ap.add_argument("--transfer", nargs="*", default=[], metavar="SYSTEM",
+                    help="copy --gpu's fitted efficiency tables into these system files (same GPU die)")
+    ap.add_argument("--params", default="e1,e2,e3,hbm_scale,net0_eff,net1_eff")
+    args = ap.parse_args()
+    from scipy.optimize import minimize  # script-only dependency
+
+    if args.transfer:
+        return transfer(args.gpu, args.transfer)
+    doc = load_runs(args.runs)
+    runs = [r for r in doc.data if r["hardware"]["gpu"] == args.gpu]
+    path = find_in_library("system", args.gpu)
+    base = validate_model(System, read_yaml(path))
+    mapped = [map_run(r, {base.name: base}) for r in runs]
+    keep = [(r, m) for r, m in zip(runs, mapped) if not m.skip]
+    tg = []
+    for r, m in keep:
+        t, _ = target_step_time(r)
+        if t is None:
+            meas = r["measured"]
+            flops, _ = convention_flops(r, m.problem.llm)
+            peak = base.matrix_tflops[m.problem.training.precision] * 1e12
+            t = flops / (r["hardware"]["num_gpus"] * peak * meas["mfu"])
+        tg.append(t)
+    uses_flash = any(m.problem.execution.attention.value == "flash" for _, m in keep)
+    names = [n for n in args.params.split(",") if n != "attention_efficiency" or uses_flash]
+    x0 = {"e1": 0.5, "e2": 0.7, "e3": 0.85, "hbm_scale": 1.0, "net0_eff": base.networks[0].efficiency,
+          "net1_eff": base.networks[-1].efficiency, "attention_efficiency": base.attention_efficiency}
+    lo = {"hbm_scale": 0.5, "e1": 0.05, "e2": 0.05, "e3": 0.05, "net0_eff": 0.3, "net1_eff": 0.3, "attention_efficiency": 0.2}
+    hi = {"hbm_scale": 1.09, "e1": 0.99, "e2": 0.99, "e3": 0.99, "net0_eff": 1.0, "net1_eff": 1.0, "attention_efficiency": 0.95}
+
+    def errors(vec):
+        x = {n: float(np.clip(v, lo[n], hi[n])) for n, v in zip(names, vec)}
+        sysm = with_params(base, x)
+        errs = []
+        for (r, m), t in zip(keep, tg):
+            p = m.problem.model_copy(update={"system": sysm})
+            m2 = type(m)(run=m.run, problem=p, free=m.free, assumptions=m.assumptions)
+            pred = predict(m2)
+            errs.append(100 * (pred.result["step_time"] - t) / t)
+        return np.array(errs), x
+
+    w = np.array([{"A": 1.0, "B": 0.25}.get(r.get("tier"), 0.1) for r, _ in keep])
+
+    def objective(vec):
+        e, _ = errors(vec)
+        return float(np.sum(w * np.abs(e)) / np.sum(w) + 0.25 * np.max(np.abs(e)))
+
+    start = [x0[n] for n in names]
+    res = minimize(objective, start, method="Nelder-Mead", options={"maxiter": 400, "xatol": 1e-3, "fatol": 1e-3})
+    e, x = errors(res.x)
+    for (r, _), err in zip(keep, e):
+        print(f"  {r['id']:48s} {err:+6.2f}%")
+    print(f"{args.gpu}: MAPE {np.mean(np.abs(e)):.2f}%  max {np.max(np.abs(e)):.2f}%  params {x}")
+    if args.write:
+        write(path, x, [r["id"] for r, _ in keep])
+    return 0
+
+
+def _replace_block(lines: list[str], key: str, new: list[str]) -> list[str]:
+    """Replace the top-level `key:` entry (its line and any more-indented lines after it)."""
+    for i, line in enumerate(lines):
+        if line.startswith(key + ":"):
+            j = i + 1
+            while j < len(lines) and (lines[j].startswith((" ", "-")) and not lines[j].startswith("  #")) and \
+                    lines[j].strip() and not re.match(r"^[A-Za-z_]", lines[j]):
+                j += 1
+            return lines[:i] + new + lines[j:]
+    return lines + new
+
+
+def write(path: Path, x: dict, run_ids: list[str]) -> None:
+    lines = path.read_text().splitlines()
+    note = f"calibrated by scripts/calibrate.py on {len(run_ids)} runs (see calibration.runs)"
+    fitted = []
+    if "e1" in x:
+        table = curve(x["e1"], x["e2"], x["e3"])
+        lines = _replace_block(lines, "matrix_efficiency", [
+            f"matrix_efficiency:  # {note}; [GFLOP per GEMM, fraction of peak]"]
+            + [f"  - [{p:g}, {v}]" for p, v in table])
+        fitted.append("matrix_efficiency")
+    if "hbm_scale" in x:
+        t = hbm_table(x["hbm_scale"])
+        lines = _replace_block(lines, "hbm_efficiency", [
+            f"hbm_efficiency: {t}  # {note}: prior {HBM_PRIOR} x {x['hbm_scale']:.4f}"])
+        fitted.append("hbm_efficiency")
+    if "attention_efficiency" in x:
+        lines = _replace_block(lines, "attention_efficiency",
+                               [f"attention_efficiency: {x['attention_efficiency']:.4f}  # {note}"])
+        fitted.append("attention_efficiency")
+    eff_lines = [i for i, line in enumerate(lines) if re.match(r"^\s+efficiency:", line)]
+    net_start = next(i for i, line in enumerate(lines) if line.startswith("networks:"))
+    eff_lines = [i for i in eff_lines if i > net_start]
+    for key, idx in (("net0_eff", 0), ("net1_eff", 1)):
+        if key in x and idx < len(eff_lines):
+            i = eff_lines[idx]
+            indent = lines[i][: lines[i].index("efficiency")]
+            lines[i] = f"{indent}efficiency: {x[key]:.4f}  # {note}"
+            fitted.append(f"networks[{idx}].efficiency")
+    cal = (["calibration:", "  runs:"] + [f"    - {r}" for r in run_ids]
+           + ["  fitted: [" + ", ".join(f"'{f}'" for f in fitted) + "]",
+              '  note: "fitted by scripts/calibrate.py (one parameter set for this GPU type, shared by every run on '
+              'it); every other value is a datasheet value or a documented prior"'])
+    lines = _replace_block(lines, "calibration", cal)
+    path.write_text("\n".join(lines) + "\n")
+    print(f"wrote {path}")
+
+
+def transfer(src: str, targets: list[str]) -> int:
+    """Copy the fitted efficiency tables of `src` into same-die systems (datasheet peaks stay theirs)."""
+    src_lines = find_in_library("system", src).read_text().splitlines()
+
+    def block(key: str) -> list[str]:
+        out = []
+        for i, line in enumerate(src_lines):
+            if line.startswith(key + ":"):
+                out = [line]
+                for nxt in src_lines[i + 1:]:
+                    if nxt.startswith("  - "):
+                        out.append(nxt)
+                    else:
+                        break
+        return out
+
+    for t in targets:
+        path = find_in_library("system", t)
+        lines = path.read_text().splitlines()
+        for key in ("matrix_efficiency", "hbm_efficiency"):
+            b = block(key)
+            if b and "calibrated" in b[0]:
+                head = re.sub(r"#.*", f"# transferred from {src} (same GPU die; fitted there, see its calibration)",
+                              b[0])
+                lines = _replace_block(lines, key, [head] + b[1:])
+        path.write_text("\n".join(lines) + "\n")
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

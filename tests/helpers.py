@@ -1,0 +1,40 @@
+"""Shared helpers of the test suite (library loading is cached: it parses YAML)."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import fields
+from pathlib import Path
+
+import numpy as np
+
+from optimizer.loader import load_named
+from optimizer.schema import LLM, Execution, Problem, System, Training
+
+ROOT = Path(__file__).resolve().parents[1]
+CALIBRATION = ROOT.parent / "shared" / "calibration" / "public_runs.yaml"
+
+
+@functools.lru_cache(maxsize=None)
+def library_llm(name: str) -> LLM:
+    return load_named("llm", name, LLM)
+
+
+@functools.lru_cache(maxsize=None)
+def library_system(name: str) -> System:
+    return load_named("system", name, System)
+
+
+def concat_knobs(knobs_list):
+    """One Knobs of N candidates from N single-candidate Knobs."""
+    from optimizer.model.knobs import Knobs
+
+    return Knobs(*[np.concatenate([np.atleast_1d(getattr(k, f.name)) for k in knobs_list]) for f in fields(Knobs)])
+
+
+def problem_and_knobs(llm: LLM, system: System, num_gpus: int, training: Training, ex: Execution):
+    """A Problem built in code and the knobs of its execution."""
+    from optimizer.model.knobs import from_execution
+
+    p = Problem(llm=llm, system=system, num_gpus=num_gpus, training=training, execution=ex)
+    return p, from_execution(ex, system, num_gpus)

@@ -1,0 +1,174 @@
+"""The command line: `evaluate --json`, `schema`, `validate --json`."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import yaml
+
+from helpers import ROOT
+from optimizer.cli import main
+from optimizer.loader import load_problem
+
+DEFAULT = str(ROOT / "problems" / "default.yaml")
+
+
+
+@pytest.fixture(autouse=True)
+def _in_repo_root(monkeypatch):
+    """Error messages show paths relative to the working directory when inside it: run from the repo root
+    (tmp_path lies outside it, so paths of files written there are shown as given)."""
+    monkeypatch.chdir(ROOT)
+
+def _run_json(capsys, argv):
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    return json.loads(out)  # one JSON object, nothing else on stdout
+
+
+# ------------------------------------------------------------------------------ evaluate
+def test_evaluate_json_parts_sum_to_totals(capsys):
+    d = _run_json(capsys, ["evaluate", DEFAULT, "--json"])
+    assert isinstance(d, dict)
+    parts = d["time_s"]
+    assert set(parts) == {"fw", "bw", "recompute", "head", "optimizer", "tp_exposed", "cp_exposed", "pp_exposed",
+                          "dp_exposed", "bubble", "offload_exposed", "overlap_slowdown"}
+    assert all(v >= 0 for v in parts.values())
+    assert d["step_time_s"] > 0
+    assert sum(parts.values()) == pytest.approx(d["step_time_s"], rel=1e-9)
+    mem = d["memory_gib"]
+    total = mem["weights"] + mem["grads"] + mem["optim_state"] + mem["activations"] + mem["reserved"]
+    assert total == pytest.approx(mem["total"], rel=1e-9)
+    # fits is the comparison of the total with the capacity (default problem has no headroom option)
+    assert d["fits"] == (mem["total"] <= mem["capacity"])
+    # throughput is consistent with the step time: tokens/s = samples/s * seq_len
+    seq_len = load_problem(DEFAULT).seq_len
+    assert d["tokens_per_s"] == pytest.approx(d["samples_per_s"] * seq_len, rel=1e-12)
+    assert d["samples_per_s"] == pytest.approx(load_problem(DEFAULT).training.global_batch / d["step_time_s"],
+                                               rel=1e-12)
+    ex = d["execution"]
+    # dp resolved from num_gpus / (tp*pp*cp)
+    assert ex["tp"] * ex["pp"] * ex["dp"] * ex["cp"] == d["num_gpus"]
+
+
+def test_evaluate_text_output(capsys):
+    assert main(["evaluate", DEFAULT]) == 0
+    out = capsys.readouterr().out
+    assert "step time" in out and "total HBM" in out
+
+
+# ------------------------------------------------------------------------------ schema
+def test_schema_is_json_with_problem_properties(capsys):
+    d = _run_json(capsys, ["schema"])
+    props = d["properties"]
+    for key in ("llm", "system", "training", "num_gpus", "execution"):
+        assert key in props
+    assert set(d["required"]) >= {"llm", "system", "num_gpus", "training"}
+
+
+# ------------------------------------------------------------------------------ validate
+RUN_KEYS = {"id", "status", "reason", "predicted_step_time_s", "target_step_time_s", "error_pct",
+            "predicted_peak_memory_gib", "target_peak_memory_gib", "fits", "assumptions"}
+SUMMARY_KEYS = {"n_runs", "n_scored", "mape_pct", "max_abs_error_pct", "memory_mape_pct", "n_not_fitting"}
+
+
+def _records(calibration_file, *ids):
+    runs = yaml.safe_load(calibration_file.read_text(encoding="utf-8"))
+    by_id = {r["id"]: r for r in runs}
+    return [copy.deepcopy(by_id[i]) for i in ids]
+
+
+def test_validate_json_shape(tmp_path, capsys, calibration_file):
+    [ok] = _records(calibration_file, "korthikanti2022-22b-full-recompute")
+    tpu = copy.deepcopy(ok)
+    tpu["id"] = "on-tpu"
+    tpu["hardware"]["gpu"] = "tpu-v4"
+    broken = copy.deepcopy(ok)
+    broken["id"] = "no-model"
+    del broken["model"]
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump([ok, tpu, broken], sort_keys=False), encoding="utf-8")
+
+    d = _run_json(capsys, ["validate", str(path), "--json"])
+    assert set(d) == {"runs", "summary"}
+    rows = d["runs"]
+    assert [r["id"] for r in rows] == [ok["id"], "on-tpu", "no-model"]
+    for r in rows:
+        assert RUN_KEYS <= set(r)
+        assert isinstance(r["assumptions"], list)
+    r_ok, r_tpu, r_err = rows
+
+    assert r_ok["status"] == "ok" and r_ok["reason"] is None
+    # the run states step_time_s = 1.42 s: that is the target
+    assert r_ok["target_step_time_s"] == pytest.approx(1.42)
+    pred = r_ok["predicted_step_time_s"]
+    assert pred > 0
+    assert r_ok["error_pct"] == pytest.approx(100 * (pred - 1.42) / 1.42, rel=1e-12)
+    assert r_ok["predicted_peak_memory_gib"] > 0
+    assert r_ok["target_peak_memory_gib"] is None  # the record has no peak memory
+    assert isinstance(r_ok["fits"], bool)
+
+    assert r_tpu["status"] == "skipped"
+    assert "tpu-v4" in r_tpu["reason"]
+    assert r_tpu["predicted_step_time_s"] is None and r_tpu["error_pct"] is None
+
+    assert r_err["status"] == "error"
+    assert r_err["reason"]
+    assert r_err["predicted_step_time_s"] is None and r_err["error_pct"] is None
+
+    s = d["summary"]
+    assert set(s) == SUMMARY_KEYS
+    assert s["n_runs"] == 3
+    assert s["n_scored"] == 1
+    assert s["mape_pct"] == pytest.approx(abs(r_ok["error_pct"]), rel=1e-12)
+    assert s["max_abs_error_pct"] == pytest.approx(abs(r_ok["error_pct"]), rel=1e-12)
+    assert s["memory_mape_pct"] is None
+    assert s["n_not_fitting"] == (0 if r_ok["fits"] else 1)
+
+
+def test_validate_target_rules_and_memory(tmp_path, capsys, calibration_file):
+    ok, mem = _records(calibration_file, "korthikanti2022-22b-full-recompute", "tt-llama3.1-8b-fsdp-8gpu-eager")
+    # a throughput-only record: target = global_batch*seq_len/(tokens_per_s_per_gpu*num_gpus)
+    # = 4*2048/(1000*8) = 1.024 s
+    tps = copy.deepcopy(ok)
+    tps["id"] = "throughput-only"
+    tps["measured"]["step_time_s"] = None
+    tps["measured"]["tokens_per_s_per_gpu"] = 1000.0
+    assert (tps["parallel"]["global_batch"], tps["model"]["seq_len"], tps["hardware"]["num_gpus"]) == (4, 2048, 8)
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump([ok, tps, mem], sort_keys=False), encoding="utf-8")
+
+    d = _run_json(capsys, ["validate", str(path), "--json"])
+    r_ok, r_tps, r_mem = d["runs"]
+    assert r_tps["status"] == "ok"
+    assert r_tps["target_step_time_s"] == pytest.approx(1.024, rel=1e-12)
+    # same configuration as r_ok: same prediction
+    assert r_tps["predicted_step_time_s"] == pytest.approx(r_ok["predicted_step_time_s"], rel=1e-12)
+    # the torchtitan record states derived_step_time_s and peak memory 82.4 GiB
+    assert r_mem["status"] == "ok"
+    assert r_mem["target_step_time_s"] == pytest.approx(mem["measured"]["derived_step_time_s"])
+    assert r_mem["target_peak_memory_gib"] == pytest.approx(82.4)
+    errs = [r["error_pct"] for r in d["runs"]]
+    for r in d["runs"]:
+        assert r["error_pct"] == pytest.approx(
+            100 * (r["predicted_step_time_s"] - r["target_step_time_s"]) / r["target_step_time_s"], rel=1e-12)
+    s = d["summary"]
+    assert s["n_runs"] == s["n_scored"] == 3
+    assert s["mape_pct"] == pytest.approx(sum(abs(e) for e in errs) / 3, rel=1e-12)
+    assert s["max_abs_error_pct"] == pytest.approx(max(abs(e) for e in errs), rel=1e-12)
+    # only one record has a memory target
+    assert s["memory_mape_pct"] == pytest.approx(abs(100 * (r_mem["predicted_peak_memory_gib"] - 82.4) / 82.4),
+                                                 rel=1e-12)
+    assert s["n_not_fitting"] == sum(1 for r in d["runs"] if r["fits"] is False)
+
+
+def test_validate_rejects_a_non_list(tmp_path, capsys):
+    path = tmp_path / "runs.yaml"
+    path.write_text("id: not-a-list\n", encoding="utf-8")
+    assert main(["validate", str(path), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}:1: ")
+    assert "Traceback" not in err

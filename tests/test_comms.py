@@ -1,0 +1,77 @@
+"""Alpha-beta ring collectives (optimizer.model.hardware.collective_time) on hand-built tiers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from helpers import library_system
+from optimizer.model.hardware import Tiers, collective_time
+
+# tier 0: 100 GB/s at 80% efficiency, 5 us per step; tier 1: 25 GB/s at 50%, 10 us per step
+BW = np.array([100e9, 25e9])
+EFF = np.array([0.8, 0.5])
+LAT = np.array([5e-6, 10e-6])
+TIERS = Tiers(bandwidth=BW * EFF, latency=LAT, processor_usage=np.array([0.1, 0.05]), size=np.array([8, 1024]))
+S = 1e9  # bytes
+
+
+def test_allreduce_ring_formula():
+    # n = 8 on tier 0: 2*(7/8)*1e9 / (100e9*0.8) + 2*7*5e-6 = 1.75e9/80e9 + 70e-6 = 0.021875 + 0.00007
+    t = collective_time("ar", S, 8, 0, TIERS)
+    assert float(t) == pytest.approx(0.021945, rel=1e-12)
+
+
+def test_allreduce_other_tier():
+    # n = 4 on tier 1: 2*(3/4)*1e9 / (25e9*0.5) + 2*3*10e-6 = 1.5e9/12.5e9 + 60e-6 = 0.12 + 0.00006
+    assert float(collective_time("ar", S, 4, 1, TIERS)) == pytest.approx(0.12006, rel=1e-12)
+
+
+def test_reduce_scatter_and_all_gather():
+    # each: (7/8)*1e9/80e9 + 7*5e-6 = 0.0109375 + 0.000035 = 0.0109725
+    rs = float(collective_time("rs", S, 8, 0, TIERS))
+    ag = float(collective_time("ag", S, 8, 0, TIERS))
+    assert rs == pytest.approx(0.0109725, rel=1e-12)
+    assert ag == pytest.approx(0.0109725, rel=1e-12)
+    # reduce-scatter + all-gather = all-reduce (same volume, same number of steps)
+    assert rs + ag == pytest.approx(float(collective_time("ar", S, 8, 0, TIERS)), rel=1e-12)
+
+
+def test_p2p_and_all_to_all():
+    # p2p: S/bw + one latency = 1e9/80e9 + 5e-6 = 0.012505
+    assert float(collective_time("p2p", S, 2, 0, TIERS)) == pytest.approx(0.012505, rel=1e-12)
+    # all-to-all: (n-1)/n S in n-1 steps = 0.0109725 on tier 0 with n = 8
+    assert float(collective_time("a2a", S, 8, 0, TIERS)) == pytest.approx(0.0109725, rel=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["ar", "rs", "ag", "a2a", "p2p"])
+def test_group_of_one_costs_nothing(kind):
+    assert float(collective_time(kind, S, 1, 0, TIERS)) == 0.0
+    assert float(collective_time(kind, S, 1, 1, TIERS)) == 0.0
+
+
+def test_arrays_broadcast():
+    nbytes = np.array([1e6, 1e9, 4e9])  # shape (3,)
+    group = np.array([[1], [2], [8]])  # shape (3, 1)
+    tier = np.array([[0], [1], [0]])
+    t = collective_time("ar", nbytes, group, tier, TIERS)
+    assert t.shape == (3, 3)
+    assert np.all(t[0] == 0.0)  # group of 1
+    # n = 2 on tier 1: 2*(1/2)*S/12.5e9 + 2*1*10e-6 = S/12.5e9 + 2e-5
+    np.testing.assert_allclose(t[1], nbytes / 12.5e9 + 2e-5, rtol=1e-12)
+    # n = 8 on tier 0: 1.75*S/80e9 + 7e-5
+    np.testing.assert_allclose(t[2], 1.75 * nbytes / 80e9 + 7e-5, rtol=1e-12)
+    for i in range(3):
+        for j in range(3):
+            assert t[i, j] == pytest.approx(float(collective_time("ar", nbytes[j], group[i, 0], tier[i, 0], TIERS)),
+                                            rel=1e-15)
+
+
+def test_tiers_of_system_applies_efficiency():
+    # Tiers.of stores bandwidth after efficiency, in byte/s, and latency in s (no calibrated value asserted)
+    sysm = library_system("a100-sxm-80gb")
+    tiers = Tiers.of(sysm)
+    for i, net in enumerate(sysm.networks):
+        assert tiers.bandwidth[i] == pytest.approx(net.bandwidth_gbps * 1e9 * net.efficiency, rel=1e-15)
+        assert tiers.latency[i] == pytest.approx(net.latency_us * 1e-6, rel=1e-15)
+        assert tiers.size[i] == net.size
