@@ -131,10 +131,12 @@ def library_dirs(near: Path | None = None) -> list[Path]:
     dirs.append(Path.cwd() / "problems")
     dirs.append(Path(__file__).resolve().parent.parent / "problems")
     try:
-        from importlib.resources import files
+        from importlib.util import find_spec
 
-        dirs.append(Path(str(files("paraplan_library"))))
-    except Exception:  # noqa: BLE001 - optional bundled copy
+        spec = find_spec("paraplan_library")
+        if spec is not None and spec.submodule_search_locations:
+            dirs += [Path(p) for p in spec.submodule_search_locations]
+    except (ImportError, ValueError):  # optional bundled copy
         pass
     return dirs
 
