@@ -11,7 +11,7 @@ Parameters (physical, shared by every run on the GPU; nothing is keyed on a run 
 - one factor scaling the HBM efficiency prior `hbm_efficiency` (memory-bound kernels);
 - the efficiency of network tier 0 (NVLink) and tier 1 (InfiniBand/RoCE).
 The objective is the weighted mean |error| of the predicted step times plus a quarter of the largest
-one; tier-A runs (all core fields known) weigh 1, tier B 0.25, tier C 0.1.
+one; tier-A runs (all core fields known) weigh 1, tier B 0.1, tier C 0.05.
 With --write the system file's values and its `calibration` block are updated in place (comments on
 datasheet values are kept; fitted lines get a comment naming the runs).
 """
@@ -119,7 +119,7 @@ def main() -> int:
             errs.append(100 * (pred.result["step_time"] - t) / t)
         return np.array(errs), x
 
-    w = np.array([{"A": 1.0, "B": 0.25}.get(r.get("tier"), 0.1) for r, _ in keep])
+    w = np.array([{"A": 1.0, "B": 0.1}.get(r.get("tier"), 0.05) for r, _ in keep])
 
     def objective(vec):
         e, _ = errors(vec)
