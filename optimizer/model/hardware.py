@@ -95,11 +95,24 @@ class Hardware:
         t_c = flops / (self.matrix_peak * interp_log(flops / 1e9, self._mt))
         return self._combine(t_c, self.mem_time(nbytes))
 
+    def wave_efficiency(self, m, n, batch=1):
+        """Fraction of the last wave's SMs that are busy: W output tiles on S SMs run ceil(W/S) waves, so
+        the GEMM runs at (W/S)/ceil(W/S) of the SMs' throughput (tile/wave quantization)."""
+        sms = self.system.sm_count
+        if not sms:
+            return 1.0
+        tm, tn = self.system.gemm_tile
+        tiles = np.ceil(np.asarray(m, dtype=float) / tm) * np.ceil(np.asarray(n, dtype=float) / tn) * batch
+        waves = tiles / sms
+        return waves / np.ceil(waves)
+
     def gemm(self, m, n, k, batch=1, in_bytes=2, out_bytes=2):
-        """GEMM C[m,n] = A[m,k] B[k,n] (times `batch`): 2mnk FLOPs, reads A and B, writes C."""
+        """GEMM C[m,n] = A[m,k] B[k,n] (times `batch`): 2mnk FLOPs, reads A and B, writes C. Compute time is
+        divided by the wave efficiency of its m x n output tiles."""
         flops = 2.0 * m * n * k * batch
         nbytes = batch * ((m * k + k * n) * in_bytes + m * n * out_bytes)
-        return self.matmul(flops, nbytes)
+        t_c = flops / (self.matrix_peak * interp_log(flops / 1e9, self._mt) * self.wave_efficiency(m, n, batch))
+        return self._combine(t_c, self.mem_time(nbytes))
 
     def attention_kernel(self, flops, nbytes):
         """A fused (flash) attention kernel: matrix peak times a flat kernel efficiency."""

@@ -74,6 +74,12 @@ class System(Frozen):
         description="Dense tensor-core peak per datatype, TFLOP/s (no sparsity).")
     matrix_efficiency: EfficiencyTable = Field(
         description="Achieved fraction of matrix peak by GEMM size: [[GFLOP, eff], ...], log10-interpolated.")
+    sm_count: PositiveInt | None = Field(
+        None, description="Streaming multiprocessors (compute units) per GPU, datasheet; with gemm_tile it models "
+        "wave quantization: a GEMM of W output tiles runs ceil(W/sm_count) waves. null = not modelled.")
+    gemm_tile: tuple[PositiveInt, PositiveInt] = Field(
+        (256, 128), description="Output tile (rows, columns) of one thread block of the library's large GEMM "
+        "kernels (cuBLAS/CUTLASS 256x128 on Ampere/Hopper).")
     attention_efficiency: float = Field(
         0.6, gt=0, le=1, description="Achieved fraction of matrix peak inside a fused (flash) attention kernel.")
     vector_tflops: dict[Precision, PositiveFloat] = Field(
