@@ -2,6 +2,8 @@
 
     paraplan evaluate PROBLEM.yaml [--json]     one configuration through the analytical model
     paraplan validate RUNS.yaml [--json]        the model against published runs
+    paraplan solve PROBLEM.yaml [--top K] [--time-limit S] [--method cpsat|enumerate] [--json]
+                   [--emit megatron]            the fastest execution, proven optimal
     paraplan schema                             JSON Schema of the problem format
 """
 
@@ -42,6 +44,19 @@ def cmd_validate(args) -> int:
     return 0
 
 
+def cmd_solve(args) -> int:
+    from .loader import load_problem
+    from .solve import render, result_dict, solve
+
+    problem = load_problem(args.problem)
+    r = solve(problem, method=args.method, top=args.top, time_limit_s=args.time_limit)
+    if args.json:
+        _print_json(result_dict(problem, r))
+    else:
+        print(render(problem, r, emit=args.emit))
+    return 0
+
+
 def cmd_schema(args) -> int:
     from .schema import Problem
 
@@ -61,6 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_validate)
+    p = sub.add_parser("solve", help="the fastest execution of the problem (exit 3 when nothing fits)")
+    p.add_argument("problem")
+    p.add_argument("--top", type=int, default=1, help="K distinct plans, best first")
+    p.add_argument("--time-limit", type=float, default=60.0, help="solver time limit, s")
+    p.add_argument("--method", choices=["cpsat", "enumerate"], default="enumerate",
+                   help="enumerate (exhaustive, vectorised); cpsat once the formulation lands")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--emit", choices=["megatron"], help="also print the plan as launcher arguments")
+    p.set_defaults(func=cmd_solve)
     p = sub.add_parser("schema", help="print the JSON Schema of problem files")
     p.set_defaults(func=cmd_schema)
     return ap
@@ -79,6 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     except ParaplanError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
+    except ModuleNotFoundError as e:
+        if e.name == "formulations.model":
+            print("error: --method cpsat is not available yet; use --method enumerate", file=sys.stderr)
+            return 2
+        raise
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

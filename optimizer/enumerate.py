@@ -1,0 +1,66 @@
+"""Exhaustive oracle: every candidate of the space through the vectorised model, in chunks.
+
+Used by `paraplan solve --method enumerate` and by tests as the reference optimum for CP-SAT.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .model.knobs import Knobs
+from .model.step import GIB, StepResult, evaluate, make_ctx
+from .schema import Problem
+from .space import Space, build_space
+
+
+def capacity_bytes(problem: Problem) -> float:
+    return (problem.system.hbm_gib - problem.options.memory_headroom_gib) * GIB
+
+
+def feasible(problem: Problem, k: Knobs, res: StepResult) -> np.ndarray:
+    """Capacity rules shared by every solve method: HBM (minus headroom) and offload memory."""
+    off = problem.system.offload
+    ok = res.hbm <= capacity_bytes(problem)
+    ok &= res.offload_mem <= off.capacity_gib * GIB
+    return ok
+
+
+@dataclass
+class EnumResult:
+    knobs: Knobs  # the top candidates, best first
+    step_time_s: np.ndarray
+    n_candidates: int
+    n_feasible: int
+    seconds: float
+
+
+def enumerate_best(problem: Problem, space: Space | None = None, top: int = 1,
+                   chunk: int = 250_000) -> EnumResult:
+    t0 = time.perf_counter()
+    space = space or build_space(problem)
+    ctx = make_ctx(problem)
+    n = space.size
+    best_t = np.empty(0)
+    best_i = np.empty(0, dtype=np.int64)
+    n_ok = 0
+    for lo in range(0, n, chunk):
+        idx = np.arange(lo, min(n, lo + chunk))
+        k = space.knobs.take(idx)
+        res = evaluate(problem, k, ctx)
+        ok = feasible(problem, k, res)
+        n_ok += int(ok.sum())
+        t = np.where(ok, res.step_time, np.inf)
+        if top < len(t):
+            part = np.argpartition(t, top)[:top]
+        else:
+            part = np.arange(len(t))
+        best_t = np.concatenate([best_t, t[part]])
+        best_i = np.concatenate([best_i, idx[part]])
+        order = np.argsort(best_t, kind="stable")[:top]
+        best_t, best_i = best_t[order], best_i[order]
+    keep = np.isfinite(best_t)
+    best_t, best_i = best_t[keep], best_i[keep]
+    return EnumResult(space.knobs.take(best_i), best_t, n, n_ok, time.perf_counter() - t0)

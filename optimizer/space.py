@@ -1,0 +1,198 @@
+"""Stage `prepare`: the candidate space of a problem (legal values of every knob) as numpy arrays.
+
+The same space is walked by the exhaustive enumerator and modelled by the CP-SAT formulation. Knob
+domains come from the problem (divisors, model shape, system) narrowed by the problem's ``search``
+restrictions, written per knob as a value (``pp: 1``), a list (``tp: [4, 8]``) or a range
+(``vpp: {max: 4}``). Knobs that never help in the model are fixed by default (fused kernels, flash
+attention, scatter-gather p2p, 1F1B, SP all-gather redo) and can be opened through ``search``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import product
+from typing import Any
+
+import numpy as np
+
+from .errors import ProblemError
+from .model.knobs import RECOMPUTE, TP_OVERLAP, Knobs
+from .schema import Problem
+
+BOOL = [False, True]
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+SEARCHABLE = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "recompute", "sequence_parallel", "tp_overlap",
+              "zero", "dp_overlap", "weight_offload", "activation_offload", "optimizer_offload", "fused_layers",
+              "attention", "pp_rs_ag", "schedule", "sp_ag_redo")
+
+
+def _restrict(name: str, values: list, rule: Any) -> list:
+    if rule is None:
+        return values
+    if isinstance(rule, dict):
+        bad = set(rule) - {"min", "max", "in"}
+        if bad:
+            raise ValueError(f"unknown range key(s) {sorted(bad)} (use min, max, in)")
+        out = values
+        if "in" in rule:
+            out = [v for v in out if v in rule["in"]]
+        if "min" in rule:
+            out = [v for v in out if v >= rule["min"]]
+        if "max" in rule:
+            out = [v for v in out if v <= rule["max"]]
+        return out
+    allowed = rule if isinstance(rule, list) else [rule]
+    norm = [a.value if hasattr(a, "value") else a for a in allowed]
+    return [v for v in values if (v.value if hasattr(v, "value") else v) in norm]
+
+
+@dataclass
+class Space:
+    """Legal candidates (one row each) and the size of the space before memory is checked."""
+
+    knobs: Knobs
+    n_layouts: int
+    domains: dict[str, list]
+
+    @property
+    def size(self) -> int:
+        return self.knobs.size
+
+
+def knob_domains(problem: Problem) -> dict[str, list]:
+    """Values each knob may take before the cross-knob rules (divisibility, memory)."""
+    p, llm, sysm = problem, problem.llm, problem.system
+    n = p.num_gpus
+    search = p.search or {}
+    bad = set(search) - set(SEARCHABLE)
+    if bad:
+        raise ProblemError("<problem>", None, "search", f"unknown knob(s) {sorted(bad)} (searchable: "
+                           f"{', '.join(SEARCHABLE)})")
+    off = sysm.offload.capacity_gib > 0
+    seq = p.seq_len
+    dom: dict[str, list] = {
+        "tp": [t for t in divisors(n) if llm.heads % t == 0 and llm.ffn % t == 0
+               and (llm.kv % t == 0 or t % llm.kv == 0)],
+        "pp": [q for q in divisors(llm.layers) if q <= n],
+        "cp": [c for c in divisors(n) if seq % (2 * c) == 0 and c <= 32] if seq >= 2 else [1],
+        "dp": divisors(n) if p.options.allow_idle_gpus else [],
+        "vpp": divisors(llm.layers),
+        "micro_batch": divisors(p.training.global_batch),
+        "recompute": list(RECOMPUTE),
+        "sequence_parallel": BOOL,
+        "tp_overlap": list(TP_OVERLAP),
+        "zero": [0, 1, 2, 3],
+        "dp_overlap": [True, False],
+        "weight_offload": BOOL if off else [False],
+        "activation_offload": BOOL if off else [False],
+        "optimizer_offload": BOOL if off else [False],
+        "fused_layers": [True],
+        "attention": ["flash"],
+        "pp_rs_ag": [True],
+        "schedule": ["1f1b"],
+        "sp_ag_redo": [True],
+    }
+    if llm.moe is None:
+        dom["cp"] = [c for c in dom["cp"] if c <= 8 or seq >= 32768]
+    for name, rule in search.items():
+        if name in ("fused_layers", "attention", "pp_rs_ag", "schedule", "sp_ag_redo") and rule is not None:
+            full = {"fused_layers": BOOL, "attention": ["flash", "standard"], "pp_rs_ag": BOOL,
+                    "schedule": ["1f1b", "gpipe"], "sp_ag_redo": BOOL}[name]
+            dom[name] = full
+        try:
+            dom[name] = _restrict(name, dom[name] if dom[name] else divisors(n), rule)
+        except (TypeError, ValueError) as e:
+            raise ProblemError("<problem>", None, f"search.{name}", str(e)) from None
+    return dom
+
+
+def _tiers_vec(sizes: list[int], degs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Vectorised `knobs.default_tiers`: Megatron order tp, cp, dp, pp (ep drawn from dp x cp)."""
+    cum = np.ones_like(degs["tp"])
+    out = {}
+    sz = np.asarray(sizes)
+    for ax in ("tp", "cp", "dp", "pp"):
+        span = cum * degs[ax]
+        tier = np.argmax(sz[None, :] >= span[:, None], axis=1)
+        tier = np.where(sz[-1] >= span, tier, len(sizes) - 1)
+        out[ax] = np.where(degs[ax] > 1, tier, 0)
+        cum = span
+    return out
+
+
+def build_space(problem: Problem) -> Space:
+    """Every legal candidate of the problem (memory not yet checked)."""
+    p, llm = problem, problem.llm
+    n, B = p.num_gpus, p.training.global_batch
+    dom = knob_domains(p)
+    layouts = []
+    for tp, pp, cp in product(dom["tp"], dom["pp"], dom["cp"]):
+        if tp * pp * cp > n:
+            continue
+        dps = [n // (tp * pp * cp)] if not p.options.allow_idle_gpus else \
+            [d for d in dom["dp"] if tp * pp * cp * d <= n]
+        if not p.options.allow_idle_gpus and tp * pp * cp * dps[0] != n:
+            continue
+        for dp in dps:
+            if (p.search or {}).get("dp") is not None and dp not in dom["dp"]:
+                continue
+            if B % dp:
+                continue
+            layouts.append((tp, pp, cp, dp))
+    rows: list[np.ndarray] = []
+    other_names = ["recompute", "sequence_parallel", "tp_overlap", "zero", "dp_overlap", "weight_offload",
+                   "activation_offload", "optimizer_offload", "fused_layers", "attention", "pp_rs_ag",
+                   "schedule", "sp_ag_redo"]
+    code = {"recompute": lambda v: RECOMPUTE.index(v), "tp_overlap": lambda v: TP_OVERLAP.index(v),
+            "attention": lambda v: int(str(getattr(v, "value", v)) == "flash"),
+            "schedule": lambda v: int(str(getattr(v, "value", v)) == "gpipe")}
+    for tp, pp, cp, dp in layouts:
+        vpps = [v for v in dom["vpp"] if llm.layers % (pp * v) == 0 and (v == 1 or pp > 1)]
+        mbs = [b for b in dom["micro_batch"] if B % (dp * b) == 0]
+        per_layout_other = []
+        for name in other_names:
+            vals = dom[name]
+            if name in ("sequence_parallel", "tp_overlap", "sp_ag_redo") and tp == 1:
+                vals = vals[:1] if name != "tp_overlap" else [v for v in vals if str(getattr(v, "value", v)) == "none"] or vals[:1]
+            if name in ("zero", "dp_overlap") and dp * cp == 1:
+                vals = [v for v in vals if v in (0, True)] or vals[:1]
+            if name == "pp_rs_ag" and (pp == 1 or tp == 1):
+                vals = vals[:1]
+            if name == "schedule" and pp == 1:
+                vals = vals[:1]
+            per_layout_other.append([code.get(name, int)(v) for v in vals])
+        for v, b in product(vpps, mbs):
+            n_mb = B // (dp * b)
+            if v > 1 and n_mb % pp:
+                continue
+            rest = np.array(list(product(*per_layout_other)), dtype=np.int64)
+            head = np.tile(np.array([tp, pp, dp, cp, v, b], dtype=np.int64), (len(rest), 1))
+            rows.append(np.concatenate([head, rest], axis=1))
+    if not rows:
+        return Space(Knobs.from_dict({f: [] for f in Knobs.__dataclass_fields__}), len(layouts), dom)
+    M = np.concatenate(rows, axis=0)
+    tp, pp, dp, cp, vpp, mb = (M[:, i] for i in range(6))
+    (rec, sp, ov, zero, dpo, woff, aoff, ooff, fused, flash, pprsag, gpipe, redo) = (M[:, 6 + i] for i in range(13))
+    sizes = [net.size for net in p.system.networks]
+    tiers = _tiers_vec(sizes, {"tp": tp, "cp": cp, "dp": dp, "pp": pp})
+    one = np.ones_like(tp)
+    k = Knobs(tp=tp, pp=pp, dp=dp, cp=cp, ep=one, etp=tp, vpp=vpp, mb=mb, recompute=rec, sp=sp, rs_ag=sp,
+              sp_redo=redo, tp_overlap=ov, pp_rs_ag=pprsag, dp_overlap=dpo, zero=zero, fused=fused, flash=flash,
+              gpipe=gpipe, w_off=woff, a_off=aoff, o_off=ooff, tier_tp=tiers["tp"], tier_cp=tiers["cp"],
+              tier_ep=0 * one, tier_dp=tiers["dp"], tier_pp=tiers["pp"])
+    # placement rules: tiers marked must_fill tile their domain exactly
+    ok = np.ones(len(tp), dtype=bool)
+    for i, net in enumerate(p.system.networks):
+        if net.must_fill:
+            prod = np.ones_like(tp)
+            for ax, d in (("tp", tp), ("cp", cp), ("dp", dp), ("pp", pp)):
+                prod = prod * np.where(tiers[ax] <= i, d, 1)
+            ok &= (net.size % prod) == 0
+    if not ok.all():
+        k = k.take(np.nonzero(ok)[0])
+    return Space(k, len(layouts), dom)
