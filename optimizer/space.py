@@ -159,8 +159,10 @@ def build_space(problem: Problem) -> Space:
             vals = dom[name]
             if name in ("sequence_parallel", "tp_overlap", "sp_ag_redo") and tp == 1:
                 vals = vals[:1] if name != "tp_overlap" else [v for v in vals if str(getattr(v, "value", v)) == "none"] or vals[:1]
-            if name in ("zero", "dp_overlap") and dp * cp == 1:
-                vals = [v for v in vals if v in (0, True)] or vals[:1]
+            if name == "zero" and dp * cp == 1:
+                vals = [0]  # no data-parallel group: nothing to shard
+            if name == "dp_overlap" and dp * cp == 1:
+                vals = [True] if True in vals else vals[:1]  # no data-parallel traffic: the flag is moot
             if name == "pp_rs_ag" and (pp == 1 or tp == 1):
                 vals = vals[:1]
             if name == "schedule" and pp == 1:

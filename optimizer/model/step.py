@@ -80,10 +80,12 @@ class StepResult:
     hfu: np.ndarray
     tokens_per_s: np.ndarray
     samples_per_s: np.ndarray
+    # intermediate terms the step time is composed of (`compose`), for the CP-SAT tables
+    terms: dict | None = None
 
     def row(self, i: int = 0) -> dict[str, float]:
         return {f.name: float(np.asarray(getattr(self, f.name)).reshape(-1)[i] if np.ndim(getattr(self, f.name))
-                              else getattr(self, f.name)) for f in fields(self)}
+                              else getattr(self, f.name)) for f in fields(self) if f.name != "terms"}
 
 
 def layer_params_per_gpu(ctx: Ctx, k: Knobs):
@@ -238,6 +240,13 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
 
     # ------------------------------------------------------------ total
     step = pipe + bubble + pp_exposed + dp_exposed + dp_slow + optimizer + offload_exposed
+    terms = dict(
+        pipe=pipe, bubble=bubble, pp_exposed=pp_exposed, optimizer=optimizer, offload_exposed=offload_exposed,
+        AR=AR, RS=RS, AG=AG, n_mb=n_mb, bucket=bucket, t_cb=t_cb, window=window, vpp=vpp, dpg=dpg,
+        Ls_fw=Ls * blk.fw_total, Ls_bw=Ls * blk.bw_total, pu_dp=tiers.processor_usage[k.tier_dp],
+        weights=weights, grads=grads, optim_state=optim_state, activations=activations, reserved=reserved,
+        offload_mem=offload_mem, dp_exposed=dp_exposed, dp_slow=dp_slow,
+    )
     tokens = B * s
     mf = model_flops_per_token(llm, int(s)) * tokens
     n_gpus = tp * pp * dp * cp
@@ -254,5 +263,5 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
         weights=weights, grads=grads, optim_state=optim_state, activations=activations, reserved=reserved,
         hbm=hbm, offload_mem=offload_mem, offload_bw_need=offload_bw_need, n_mb=n_mb,
         model_flops=np.full_like(step, mf), hw_flops=hwf, mfu=mf / (step * n_gpus * peak),
-        hfu=hwf / (step * n_gpus * peak), tokens_per_s=tokens / step, samples_per_s=B / step,
+        hfu=hwf / (step * n_gpus * peak), tokens_per_s=tokens / step, samples_per_s=B / step, terms=terms,
     )
