@@ -50,11 +50,10 @@ def verify(problem: Problem, ev: Evaluation, objective_s: float) -> None:
 
 def solve(problem: Problem, method: str = "cpsat", top: int = 1, time_limit_s: float = 60.0) -> SolveResult:
     t0 = time.perf_counter()
-    space = build_space(problem)
     if method == "enumerate":
         from .enumerate import enumerate_best
 
-        r = enumerate_best(problem, space, top=top)
+        r = enumerate_best(problem, build_space(problem), top=top)
         if len(r.step_time_s) == 0:
             raise Infeasible(f"nothing fits: none of {r.n_candidates} candidates is within memory "
                              "(run `paraplan check` for why and what would fit)")
@@ -69,7 +68,7 @@ def solve(problem: Problem, method: str = "cpsat", top: int = 1, time_limit_s: f
     if method == "cpsat":
         from formulations.model import solve_cpsat
 
-        return solve_cpsat(problem, space, top=top, time_limit_s=time_limit_s, t0=t0)
+        return solve_cpsat(problem, top=top, time_limit_s=time_limit_s, t0=t0)
     raise ValueError(f"unknown method {method}")
 
 

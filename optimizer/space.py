@@ -125,12 +125,34 @@ def _tiers_vec(sizes: list[int], degs: dict[str, np.ndarray]) -> dict[str, np.nd
     return out
 
 
-def build_space(problem: Problem) -> Space:
-    """Every legal candidate of the problem (memory not yet checked)."""
+@dataclass
+class Compact:
+    """The space without its cartesian product: layouts, domains and the legal (layout, vpp, micro-batch)
+    triples. Every candidate is one legal triple times one value of each remaining knob (`other`)."""
+
+    domains: dict[str, list]
+    layouts: list[tuple[int, int, int, int]]  # (tp, pp, cp, dp)
+    tiers: list[dict[str, int]]  # per layout: tier of tp, cp, dp, pp
+    triples: list[tuple[int, int, int]]  # (layout index, vpp, micro_batch)
+    other: list[list[tuple[str, list[int]]]]  # per layout: coded values of every other knob
+    size: int
+
+
+OTHER = ["recompute", "sequence_parallel", "tp_overlap", "zero", "dp_overlap", "weight_offload",
+         "activation_offload", "optimizer_offload", "fused_layers", "attention", "pp_rs_ag", "schedule",
+         "sp_ag_redo"]
+_CODE = {"recompute": lambda v: RECOMPUTE.index(v), "tp_overlap": lambda v: TP_OVERLAP.index(v),
+         "attention": lambda v: int(str(getattr(v, "value", v)) == "flash"),
+         "schedule": lambda v: int(str(getattr(v, "value", v)) == "gpipe")}
+
+
+def compact_space(problem: Problem) -> Compact:
     p, llm = problem, problem.llm
     n, B = p.num_gpus, p.training.global_batch
     dom = knob_domains(p)
-    layouts = []
+    sizes = [net.size for net in p.system.networks]
+    layouts, tiers, others, triples = [], [], [], []
+    size = 0
     for tp, pp, cp in product(dom["tp"], dom["pp"], dom["cp"]):
         if tp * pp * cp > n:
             continue
@@ -143,58 +165,79 @@ def build_space(problem: Problem) -> Space:
                 continue
             if B % dp:
                 continue
-            layouts.append((tp, pp, cp, dp))
-    rows: list[np.ndarray] = []
-    other_names = ["recompute", "sequence_parallel", "tp_overlap", "zero", "dp_overlap", "weight_offload",
-                   "activation_offload", "optimizer_offload", "fused_layers", "attention", "pp_rs_ag",
-                   "schedule", "sp_ag_redo"]
-    code = {"recompute": lambda v: RECOMPUTE.index(v), "tp_overlap": lambda v: TP_OVERLAP.index(v),
-            "attention": lambda v: int(str(getattr(v, "value", v)) == "flash"),
-            "schedule": lambda v: int(str(getattr(v, "value", v)) == "gpipe")}
-    for tp, pp, cp, dp in layouts:
-        vpps = [v for v in dom["vpp"] if llm.layers % (pp * v) == 0 and (v == 1 or pp > 1)]
-        mbs = [b for b in dom["micro_batch"] if B % (dp * b) == 0]
-        per_layout_other = []
-        for name in other_names:
-            vals = dom[name]
-            if name in ("sequence_parallel", "tp_overlap", "sp_ag_redo") and tp == 1:
-                vals = vals[:1] if name != "tp_overlap" else [v for v in vals if str(getattr(v, "value", v)) == "none"] or vals[:1]
-            if name == "zero" and dp * cp == 1:
-                vals = [0]  # no data-parallel group: nothing to shard
-            if name == "dp_overlap" and dp * cp == 1:
-                vals = [True] if True in vals else vals[:1]  # no data-parallel traffic: the flag is moot
-            if name == "pp_rs_ag" and (pp == 1 or tp == 1):
-                vals = vals[:1]
-            if name == "schedule" and pp == 1:
-                vals = vals[:1]
-            per_layout_other.append([code.get(name, int)(v) for v in vals])
-        for v, b in product(vpps, mbs):
-            n_mb = B // (dp * b)
-            if v > 1 and n_mb % pp:
+            tr = {ax: int(v[0]) for ax, v in _tiers_vec(sizes, {"tp": np.array([tp]), "cp": np.array([cp]),
+                                                               "dp": np.array([dp]), "pp": np.array([pp])}).items()}
+            ok = True
+            for i, net in enumerate(p.system.networks):
+                if net.must_fill:
+                    prod = 1
+                    for ax, d in (("tp", tp), ("cp", cp), ("dp", dp), ("pp", pp)):
+                        prod *= d if tr[ax] <= i else 1
+                    ok &= net.size % prod == 0
+            if not ok:
                 continue
-            rest = np.array(list(product(*per_layout_other)), dtype=np.int64)
-            head = np.tile(np.array([tp, pp, dp, cp, v, b], dtype=np.int64), (len(rest), 1))
+            li = len(layouts)
+            per = []
+            for name in OTHER:
+                vals = dom[name]
+                if name in ("sequence_parallel", "sp_ag_redo") and tp == 1:
+                    vals = vals[:1]
+                if name == "tp_overlap" and tp == 1:
+                    vals = [v for v in vals if str(getattr(v, "value", v)) == "none"] or vals[:1]
+                if name == "zero" and dp * cp == 1:
+                    vals = [0]  # no data-parallel group: nothing to shard
+                if name == "dp_overlap" and dp * cp == 1:
+                    vals = [True] if True in vals else vals[:1]  # no data-parallel traffic: the flag is moot
+                if name == "pp_rs_ag" and (pp == 1 or tp == 1):
+                    vals = vals[:1]
+                if name == "schedule" and pp == 1:
+                    vals = vals[:1]
+                per.append((name, [_CODE.get(name, int)(v) for v in vals]))
+            n_other = int(np.prod([len(v) for _, v in per]))
+            n_trip = 0
+            for v in dom["vpp"]:
+                if llm.layers % (pp * v) or (v > 1 and pp == 1):
+                    continue
+                for b in dom["micro_batch"]:
+                    if B % (dp * b):
+                        continue
+                    if v > 1 and (B // (dp * b)) % pp:
+                        continue
+                    triples.append((li, v, b))
+                    n_trip += 1
+            if n_trip == 0:
+                continue
+            layouts.append((tp, pp, cp, dp))
+            tiers.append(tr)
+            others.append(per)
+            size += n_trip * n_other
+    return Compact(dom, layouts, tiers, triples, others, size)
+
+
+def build_space(problem: Problem) -> Space:
+    """Every legal candidate of the problem (memory not yet checked)."""
+    c = compact_space(problem)
+    rows: list[np.ndarray] = []
+    by_layout: dict[int, list[tuple[int, int]]] = {}
+    for li, v, b in c.triples:
+        by_layout.setdefault(li, []).append((v, b))
+    for li, vb in by_layout.items():
+        tp, pp, cp, dp = c.layouts[li]
+        rest = np.array(list(product(*[vals for _, vals in c.other[li]])), dtype=np.int64)
+        tr = c.tiers[li]
+        for v, b in vb:
+            head = np.tile(np.array([tp, pp, dp, cp, v, b, tr["tp"], tr["cp"], tr["dp"], tr["pp"]], dtype=np.int64),
+                           (len(rest), 1))
             rows.append(np.concatenate([head, rest], axis=1))
     if not rows:
-        return Space(Knobs.from_dict({f: [] for f in Knobs.__dataclass_fields__}), len(layouts), dom)
+        return Space(Knobs.from_dict({f: [] for f in Knobs.__dataclass_fields__}), len(c.layouts), c.domains)
     M = np.concatenate(rows, axis=0)
-    tp, pp, dp, cp, vpp, mb = (M[:, i] for i in range(6))
-    (rec, sp, ov, zero, dpo, woff, aoff, ooff, fused, flash, pprsag, gpipe, redo) = (M[:, 6 + i] for i in range(13))
-    sizes = [net.size for net in p.system.networks]
-    tiers = _tiers_vec(sizes, {"tp": tp, "cp": cp, "dp": dp, "pp": pp})
+    tp, pp, dp, cp, vpp, mb, t_tp, t_cp, t_dp, t_pp = (M[:, i] for i in range(10))
+    (rec, sp, ov, zero, dpo, woff, aoff, ooff, fused, flash, pprsag, gpipe, redo) = (M[:, 10 + i] for i in range(13))
     one = np.ones_like(tp)
     k = Knobs(tp=tp, pp=pp, dp=dp, cp=cp, ep=one, etp=tp, vpp=vpp, mb=mb, recompute=rec, sp=sp, rs_ag=sp,
               sp_redo=redo, tp_overlap=ov, pp_rs_ag=pprsag, dp_overlap=dpo, zero=zero, fused=fused, flash=flash,
-              gpipe=gpipe, w_off=woff, a_off=aoff, o_off=ooff, tier_tp=tiers["tp"], tier_cp=tiers["cp"],
-              tier_ep=0 * one, tier_dp=tiers["dp"], tier_pp=tiers["pp"])
-    # placement rules: tiers marked must_fill tile their domain exactly
-    ok = np.ones(len(tp), dtype=bool)
-    for i, net in enumerate(p.system.networks):
-        if net.must_fill:
-            prod = np.ones_like(tp)
-            for ax, d in (("tp", tp), ("cp", cp), ("dp", dp), ("pp", pp)):
-                prod = prod * np.where(tiers[ax] <= i, d, 1)
-            ok &= (net.size % prod) == 0
-    if not ok.all():
-        k = k.take(np.nonzero(ok)[0])
-    return Space(k, len(layouts), dom)
+              gpipe=gpipe, w_off=woff, a_off=aoff, o_off=ooff, tier_tp=t_tp, tier_cp=t_cp,
+              tier_ep=0 * one, tier_dp=t_dp, tier_pp=t_pp)
+    assert k.size == c.size
+    return Space(k, len(c.layouts), c.domains)

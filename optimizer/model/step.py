@@ -246,6 +246,9 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
         Ls_fw=Ls * blk.fw_total, Ls_bw=Ls * blk.bw_total, pu_dp=tiers.processor_usage[k.tier_dp],
         weights=weights, grads=grads, optim_state=optim_state, activations=activations, reserved=reserved,
         offload_mem=offload_mem, dp_exposed=dp_exposed, dp_slow=dp_slow,
+        tau=tau, head=head, t_p2p=t_p2p, fwt=blk.fw_total, bwt=blk.bw_total, stored=blk.act_stored,
+        working=working, emb_out=2.0 * T * h * e, logits=logits, inflight=inflight,
+        wgo=weights + grads + optim_state,
     )
     tokens = B * s
     mf = model_flops_per_token(llm, int(s)) * tokens

@@ -1,0 +1,53 @@
+"""Helpers shared by the formulation modules: table lookups as element constraints, bounded products.
+
+Variable bounds are kept in a registry (`bounds`) rather than read back from the model proto."""
+
+from __future__ import annotations
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+_BOUNDS: dict[tuple[int, int], tuple[int, int]] = {}
+
+
+def new_int(m: cp_model.CpModel, lo: int, hi: int, name: str) -> cp_model.IntVar:
+    v = m.NewIntVar(int(lo), int(hi), name)
+    _BOUNDS[(id(m), v.Index())] = (int(lo), int(hi))
+    return v
+
+
+def bounds(m: cp_model.CpModel, v: cp_model.IntVar) -> tuple[int, int]:
+    return _BOUNDS[(id(m), v.Index())]
+
+
+def lookup(m: cp_model.CpModel, index, table: np.ndarray, name: str) -> cp_model.IntVar:
+    """A variable equal to table[index] (tight domain: the table's values)."""
+    vals = [int(x) for x in np.asarray(table).reshape(-1)]
+    var = m.NewIntVarFromDomain(cp_model.Domain.FromValues(sorted(set(vals))), name)
+    _BOUNDS[(id(m), var.Index())] = (min(vals), max(vals))
+    m.AddElement(index, vals, var)
+    return var
+
+
+def product(m: cp_model.CpModel, a: cp_model.IntVar, b: cp_model.IntVar, name: str) -> cp_model.IntVar:
+    """A variable equal to a * b, with bounds from the factors' bounds."""
+    lo_a, hi_a = bounds(m, a)
+    lo_b, hi_b = bounds(m, b)
+    cands = [lo_a * lo_b, lo_a * hi_b, hi_a * lo_b, hi_a * hi_b]
+    if max(abs(x) for x in cands) >= 2**62:
+        raise OverflowError(f"product {name} may exceed int64: bounds {cands}")
+    var = new_int(m, min(cands), max(cands), name)
+    m.AddMultiplicationEquality(var, [a, b])
+    return var
+
+
+def index_literals(m: cp_model.CpModel, var: cp_model.IntVar, n: int, name: str) -> list:
+    """Booleans b[i] <=> (var == i) for i in 0..n-1."""
+    lits = []
+    for i in range(n):
+        b = m.NewBoolVar(f"{name}=={i}")
+        m.Add(var == i).OnlyEnforceIf(b)
+        m.Add(var != i).OnlyEnforceIf(b.Not())
+        lits.append(b)
+    m.AddExactlyOne(lits)
+    return lits
