@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from .common import index_literals, lookup
+from .common import Lookups, index_literals
 from .tables import Tables
 
 
@@ -34,6 +34,22 @@ class ChoiceVars:
     dpo_on: cp_model.IntVar  # bool: DP overlap
     ppgt1: cp_model.IntVar
     v1: cp_model.IntVar | None  # bool: vpp == 1
+    by_l: Lookups  # tables indexed by layout
+    by_lv: Lookups  # ... by layout+vpp
+    by_lm: Lookups  # ... by layout+micro-batch
+    by_beta: Lookups  # ... by block
+    by_beta_head: Lookups  # ... by block and pp > 1
+    by_beta_tier: Lookups  # ... by block and the tier of pp
+    lower: cp_model.IntVar  # lower bound of the objective for the chosen triple (bounds.triple)
+
+    def close(self, T: Tables) -> None:
+        """Post every lookup table (after all modules asked for their columns)."""
+        self.by_l.close()
+        self.by_lv.close(sorted({li * T.nV + vi for li, vi, _ in T.legal_lvm}))
+        self.by_lm.close(sorted({li * T.nM + mi for li, _, mi in T.legal_lvm}))
+        self.by_beta.close()
+        self.by_beta_head.close()
+        self.by_beta_tier.close()
 
     def extract(self, solver: cp_model.CpSolver) -> dict[str, int]:
         return {n: int(solver.Value(getattr(self, n))) for n in ("l", "vi", "mi", "ri", "si", "oi", "zi", "di")}
@@ -54,17 +70,25 @@ def build(T: Tables, m: cp_model.CpModel) -> ChoiceVars:
     oi = m.NewIntVar(0, nO - 1, "tp_overlap_index")
     zi = m.NewIntVar(0, len(T.z_vals) - 1, "zero_index")
     di = m.NewIntVar(0, len(T.dpo_vals) - 1, "dp_overlap_index")
-    m.AddAllowedAssignments([l, vi, mi], T.legal_lvm)  # rules.batch_and_layers
+    from .bounds import triple_bounds
+
+    triples, lb = triple_bounds(T)  # legal triples that can fit, and a lower bound of the objective
+    lower = m.NewIntVarFromDomain(cp_model.Domain.FromValues(sorted(set(int(x) for x in lb)) or [0]),
+                                  "bounds.triple")
+    # rules.batch_and_layers + bounds: (layout, vpp, micro-batch) legal and able to fit
+    m.AddAllowedAssignments([l, vi, mi, lower], [[a, b, c, int(x)] for (a, b, c), x in zip(triples, lb)])
     lv = m.NewIntVar(0, nL * nV - 1, "layout_vpp")
     m.Add(lv == l * nV + vi)
     lm = m.NewIntVar(0, nL * nM - 1, "layout_micro_batch")
     m.Add(lm == l * nM + mi)
-    tpcp = lookup(m, l, T.L["tpcp"], "tp_cp_index")
-    beta = m.NewIntVar(0, len(T.tpcp) * nM * nR * nS * nO - 1, "block")
+    by_l = Lookups(m, l, nL, "layout")
+    tpcp = by_l.get("tpcp", T.L["tpcp"])
+    nB = len(T.tpcp) * nM * nR * nS * nO
+    beta = m.NewIntVar(0, nB - 1, "block")
     m.Add(beta == (((tpcp * nM + mi) * nR + ri) * nS + si) * nO + oi)
     # rules.tp1: no SP and no TP overlap without a TP group
     tp1 = m.NewBoolVar("tp==1")
-    m.AddElement(l, [int(x) for x in T.L["tp1"]], tp1)
+    m.Add(tp1 == by_l.get("tp1", T.L["tp1"]))
     for j, v in enumerate(T.sp_vals):
         if v != 0:
             m.Add(si != j).OnlyEnforceIf(tp1)
@@ -73,7 +97,7 @@ def build(T: Tables, m: cp_model.CpModel) -> ChoiceVars:
             m.Add(oi != j).OnlyEnforceIf(tp1)
     # rules.dp1: no ZeRO and overlap flag on without a data-parallel group (as the space does)
     dpg1 = m.NewBoolVar("dp*cp==1")
-    m.AddElement(l, [int(x) for x in T.L["dpg1"]], dpg1)
+    m.Add(dpg1 == by_l.get("dpg1", T.L["dpg1"]))
     for j, z in enumerate(T.z_vals):
         if z != 0:
             m.Add(zi != j).OnlyEnforceIf(dpg1)
@@ -83,11 +107,21 @@ def build(T: Tables, m: cp_model.CpModel) -> ChoiceVars:
         m.AddImplication(dpg1, dpo_on)
     z_lits = index_literals(m, zi, len(T.z_vals), "zero_index")
     ppgt1 = m.NewBoolVar("pp>1")
-    m.AddElement(l, [int(x) for x in T.L["ppgt1"]], ppgt1)
+    m.Add(ppgt1 == by_l.get("ppgt1", T.L["ppgt1"]))
     v1 = None
     if 1 in T.v_vals:
         v1 = m.NewBoolVar("vpp==1")
         j1 = T.v_vals.index(1)
         m.Add(vi == j1).OnlyEnforceIf(v1)
         m.Add(vi != j1).OnlyEnforceIf(v1.Not())
-    return ChoiceVars(l, vi, mi, ri, si, oi, zi, di, lv, lm, beta, z_lits, dpo_on, ppgt1, v1)
+    nT = len(T.problem.system.networks)
+    bh = m.NewIntVar(0, 2 * nB - 1, "block_head")
+    m.Add(bh == 2 * beta + ppgt1)
+    t_pp = by_l.get("tier_pp", T.lay["tier_pp"])
+    bp = m.NewIntVar(0, nT * nB - 1, "block_tier_pp")
+    m.Add(bp == nT * beta + t_pp)
+    out = ChoiceVars(l, vi, mi, ri, si, oi, zi, di, lv, lm, beta, z_lits, dpo_on, ppgt1, v1, by_l,
+                      Lookups(m, lv, nL * nV, "layout_vpp"), Lookups(m, lm, nL * nM, "layout_mb"),
+                      Lookups(m, beta, nB, "block"), Lookups(m, bh, 2 * nB, "block_head"),
+                      Lookups(m, bp, nT * nB, "block_tier"), lower)
+    return out

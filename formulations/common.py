@@ -29,6 +29,35 @@ def lookup(m: cp_model.CpModel, index, table: np.ndarray, name: str) -> cp_model
     return var
 
 
+class Lookups:
+    """Tables sharing one index, read through a single table constraint [index, col1, col2, ...]:
+    one encoding of the index for all columns instead of one element constraint per column."""
+
+    def __init__(self, m: cp_model.CpModel, index, n: int, name: str):
+        self.m, self.index, self.n, self.name = m, index, n, name
+        self.cols: dict[str, np.ndarray] = {}
+        self.vars: dict[str, cp_model.IntVar] = {}
+
+    def get(self, col: str, table: np.ndarray) -> cp_model.IntVar:
+        if col not in self.vars:
+            vals = np.asarray(table, dtype=np.int64).reshape(-1)
+            assert len(vals) == self.n, (col, len(vals), self.n)
+            var = self.m.NewIntVarFromDomain(cp_model.Domain.FromValues(sorted(set(int(x) for x in vals))),
+                                             f"{self.name}.{col}")
+            _BOUNDS[(id(self.m), var.Index())] = (int(vals.min()), int(vals.max()))
+            self.cols[col] = vals
+            self.vars[col] = var
+        return self.vars[col]
+
+    def close(self, rows: np.ndarray | None = None) -> None:
+        """Post the table over the allowed index values `rows` (default: all)."""
+        if not self.cols:
+            return
+        idx = np.arange(self.n) if rows is None else np.asarray(rows)
+        data = np.stack([idx] + [self.cols[c][idx] for c in self.cols], axis=1)
+        self.m.AddAllowedAssignments([self.index] + [self.vars[c] for c in self.cols], data.tolist())
+
+
 def product(m: cp_model.CpModel, a: cp_model.IntVar, b: cp_model.IntVar, name: str) -> cp_model.IntVar:
     """A variable equal to a * b, with bounds from the factors' bounds."""
     lo_a, hi_a = bounds(m, a)

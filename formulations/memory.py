@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from .choice import ChoiceVars
-from .common import lookup, new_int, product
+from .common import new_int, product
 from .tables import Tables
 
 
@@ -35,17 +35,17 @@ def build(T: Tables, m: cp_model.CpModel, c: ChoiceVars) -> MemoryVars:
     big = 2**62 // 4  # KiB
     state = m.NewIntVar(0, big, "state_memory")
     for j, z in enumerate(T.z_vals):
-        m.Add(state >= lookup(m, c.l, Lt[f"wgo{z}"], f"wgo_z{z}")).OnlyEnforceIf(c.z_lits[j])
-    stored, working = lookup(m, c.beta, BE["stored"], "stored"), lookup(m, c.beta, BE["working"], "working")
-    embout, logits = lookup(m, c.beta, BE["embout"], "emb_out"), lookup(m, c.beta, BE["logits"], "logits")
-    reserved = lookup(m, c.l, Lt["reserved"], "reserved")
-    NL = lookup(m, c.lm, LM["NL"], "n_mb_Ls_mem")
+        m.Add(state >= c.by_l.get(f"wgo{z}", Lt[f"wgo{z}"])).OnlyEnforceIf(c.z_lits[j])
+    stored, working = c.by_beta.get("stored", BE["stored"]), c.by_beta.get("working", BE["working"])
+    embout, logits = c.by_beta.get("embout", BE["embout"]), c.by_beta.get("logits", BE["logits"])
+    reserved = c.by_l.get("reserved", Lt["reserved"])
+    NL = c.by_lm.get("NL", LM["NL"])
     infl = new_int(m, 0, int(LM["NL"].max()), "inflight_layers")
-    i1 = lookup(m, c.lm, LM["infl1"], "inflight_1f1b")
+    i1 = c.by_lm.get("infl1", LM["infl1"])
     if c.v1 is not None:
         m.Add(infl >= i1).OnlyEnforceIf(c.v1)
     if any(v > 1 for v in T.v_vals):
-        iv = lookup(m, c.lv, LV["inflv"], "inflight_interleaved")
+        iv = c.by_lv.get("inflv", LV["inflv"])
         ivm = new_int(m, 0, int(LM["NL"].max()), "inflight_interleaved_capped")
         m.AddMinEquality(ivm, [iv, NL])
         if c.v1 is not None:
@@ -53,7 +53,7 @@ def build(T: Tables, m: cp_model.CpModel, c: ChoiceVars) -> MemoryVars:
         else:
             m.Add(infl >= ivm)
     first = product(m, infl, stored, "act_first_stored")
-    last = product(m, lookup(m, c.l, Lt["Ls"], "Ls_mem"), stored, "act_last_stored")
+    last = product(m, c.by_l.get("Ls", Lt["Ls"]), stored, "act_last_stored")
     cap = T.cap_kib
     m.Add(state + first + working + embout + logits + reserved <= cap).OnlyEnforceIf([enforce, c.ppgt1.Not()])
     m.Add(state + first + working + embout + reserved <= cap).OnlyEnforceIf([enforce, c.ppgt1])

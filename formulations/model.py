@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time as _time
 
+import numpy as np
 from ortools.sat.python import cp_model
 
 from optimizer.errors import Infeasible
@@ -34,13 +35,50 @@ SOLVER_PARAMS = {"num_workers": 1, "random_seed": 0, "log_search_progress": Fals
                  "linearization_level": 0}
 
 
-def define_model(T: Tables):
+def greedy_hint(T: Tables, problem: Problem) -> dict[str, int] | None:
+    """A good plan to start from: per layout, the evaluated best of a few Megatron-style settings
+    (selective recompute, SP and ring overlap where tp > 1, ZeRO-1 with overlap, no interleaving)."""
+    from optimizer.enumerate import feasible
+    from optimizer.model.step import evaluate
+
+    rows, keys = [], []
+    for li, vi, mi in T.legal_lvm:
+        if T.v_vals[vi] != 1 or mi > 2:
+            continue
+        tp1 = T.L["tp1"][li] == 1
+        for ri in range(len(T.rec_vals)):
+            a = dict(l=li, vi=vi, mi=mi, ri=ri,
+                     si=T.sp_vals.index(0 if tp1 else max(T.sp_vals)),
+                     oi=T.ov_vals.index(0 if tp1 else max(T.ov_vals)) if (0 in T.ov_vals or not tp1) else 0,
+                     zi=T.z_vals.index(0) if (T.L["dpg1"][li] or 1 not in T.z_vals) else T.z_vals.index(1),
+                     di=T.dpo_vals.index(1) if 1 in T.dpo_vals else 0)
+            rows.append(knobs_of(T, a))
+            keys.append(a)
+    if not rows:
+        return None
+    from dataclasses import fields as dfields
+
+    K = Knobs(*[np.concatenate([getattr(k, f.name) for k in rows]) for f in dfields(Knobs)])
+    res = evaluate(problem, K)
+    t = np.where(feasible(problem, K, res), res.step_time, np.inf)
+    i = int(np.argmin(t))
+    return keys[i] if np.isfinite(t[i]) else None
+
+
+def define_model(T: Tables, hint: dict[str, int] | None = None):
     m = cp_model.CpModel()
     ch = choice_mod.build(T, m)
     mem = memory_mod.build(T, m, ch)
     m.Add(mem.enforce == 1)
     tv = time_mod.build(T, m, ch)
-    m.Minimize(tv.objective)
+    obj = m.NewIntVar(0, 10**14, "step_time")
+    m.Add(obj == tv.objective)
+    m.Add(obj >= ch.lower)  # redundant cut (formulations.bounds)
+    ch.close(T)
+    m.Minimize(obj)
+    if hint:
+        for n, v in hint.items():
+            m.AddHint(getattr(ch, n), v)
     return m, ch, mem, tv
 
 
@@ -63,7 +101,7 @@ def solve_cpsat(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: 
     t0 = t0 if t0 is not None else _time.perf_counter()
     c = compact_space(problem)
     T = build_tables(problem, c)
-    m, ch, mem, tv = define_model(T)
+    m, ch, mem, tv = define_model(T, greedy_hint(T, problem))
     err = m.Validate()
     if err:  # pragma: no cover - a formulation bug, reported loudly
         raise RuntimeError(f"invalid CP-SAT model: {err}")

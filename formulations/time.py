@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from .choice import ChoiceVars
-from .common import lookup, product
+from .common import product
 from .tables import Tables
 
 Q = 10_000  # fixed-point scale of the processor-usage fractions
@@ -33,33 +33,28 @@ class TimeVars:
 
 
 def build(T: Tables, m: cp_model.CpModel, c: ChoiceVars) -> TimeVars:
-    nT = len(T.problem.system.networks)
     Lt, LV, LM, BE = T.L, T.LV, T.LM, T.BETA
-    A1, A2 = lookup(m, c.l, Lt["A1"], "A1"), lookup(m, c.l, Lt["A2"], "A2")
-    tau_mb, tau = lookup(m, c.beta, BE["tau_mb"], "tau_mb"), lookup(m, c.beta, BE["tau"], "tau")
-    bh = m.NewIntVar(0, len(BE["head_mb"]) - 1, "block_head")
-    m.Add(bh == 2 * c.beta + c.ppgt1)
-    head_mb = lookup(m, bh, BE["head_mb"], "head_mb")
-    t_pp = lookup(m, c.l, T.lay["tier_pp"], "tier_pp")
-    bp = m.NewIntVar(0, len(BE["p2p"]) - 1, "block_p2p")
-    m.Add(bp == nT * c.beta + t_pp)
-    p2p_mb, p2p = lookup(m, bp, BE["p2p_mb"], "p2p_mb"), lookup(m, bp, BE["p2p"], "p2p")
+    bl, blv, blm, bb = c.by_l, c.by_lv, c.by_lm, c.by_beta
+    A1, A2 = bl.get("A1", Lt["A1"]), bl.get("A2", Lt["A2"])
+    tau_mb, tau = bb.get("tau_mb", BE["tau_mb"]), bb.get("tau", BE["tau"])
+    head_mb = c.by_beta_head.get("head_mb", BE["head_mb"])
+    p2p_mb, p2p = c.by_beta_tier.get("p2p_mb", BE["p2p_mb"]), c.by_beta_tier.get("p2p", BE["p2p"])
     X1 = product(m, A1, tau_mb, "pipe_layers")
     X2 = product(m, A2, head_mb, "pipe_head")
-    Xb = product(m, lookup(m, c.lv, LV["Bf"], "Bf"), tau, "bubble")
-    Xp = product(m, lookup(m, c.lv, LV["E"], "E"), p2p_mb, "p2p_steady")
-    Xf = product(m, lookup(m, c.l, Lt["pm2"], "pm2"), p2p, "p2p_fill")
+    Xb = product(m, blv.get("Bf", LV["Bf"]), tau, "bubble")
+    Xp = product(m, blv.get("E", LV["E"]), p2p_mb, "p2p_steady")
+    Xf = product(m, bl.get("pm2", Lt["pm2"]), p2p, "p2p_fill")
 
     # ---------------------------------------------------------------- data-parallel traffic
-    AR, RS, AG = (lookup(m, c.l, Lt[n], n) for n in ("AR", "RS", "AG"))
-    ARb, RSb, AGb = (lookup(m, c.l, Lt[n], n) for n in ("ARb", "RSb", "AGb"))
-    F, Fb = lookup(m, c.l, Lt["F"], "F"), lookup(m, c.l, Lt["Fb"], "Fb")
-    ARv, RSv = lookup(m, c.lv, LV["ARv"], "ARv"), lookup(m, c.lv, LV["RSv"], "RSv")
-    nmb, NL = lookup(m, c.lm, LM["nmb"], "n_mb"), lookup(m, c.lm, LM["NL"], "n_mb_Ls")
-    Ls = lookup(m, c.l, Lt["Ls"], "Ls")
-    fwt, bwt, fbt = (lookup(m, c.beta, BE[n], n) for n in ("fwt", "bwt", "fbt"))
-    t_cb = product(m, lookup(m, c.lv, LV["Lc"], "Lc"), bwt, "t_cb")
-    W = product(m, lookup(m, c.lv, LV["Wm"], "Wm"), bwt, "window")
+    AR, RS, AG = (bl.get(n, Lt[n]) for n in ("AR", "RS", "AG"))
+    ARb, RSb, AGb = (bl.get(n, Lt[n]) for n in ("ARb", "RSb", "AGb"))
+    F, Fb = bl.get("F", Lt["F"]), bl.get("Fb", Lt["Fb"])
+    ARv, RSv = blv.get("ARv", LV["ARv"]), blv.get("RSv", LV["RSv"])
+    nmb, NL = blm.get("nmb", LM["nmb"]), blm.get("NL", LM["NL"])
+    Ls = bl.get("Ls", Lt["Ls"])
+    fwt, bwt, fbt = (bb.get(n, BE[n]) for n in ("fwt", "bwt", "fbt"))
+    t_cb = product(m, blv.get("Lc", LV["Lc"]), bwt, "t_cb")
+    W = product(m, blv.get("Wm", LV["Wm"]), bwt, "window")
     Lfw, Lbw = product(m, Ls, fwt, "Ls_fw"), product(m, Ls, bwt, "Ls_bw")
     NLbw, NLfb = product(m, NL, bwt, "nLs_bw"), product(m, NL, fbt, "nLs_fbw")
     nRS, nRSb = product(m, nmb, RS, "nmb_RS"), product(m, nmb, RSb, "nmb_RSb")
@@ -79,7 +74,7 @@ def build(T: Tables, m: cp_model.CpModel, c: ChoiceVars) -> TimeVars:
     m.Add(e3 >= nFb), m.Add(e3 >= nF - NLfb)
     E = {0: e0, 1: eg + ea, 2: eg2 + ea, 3: e3}
     y_dp = m.NewIntVar(0, big, "dp_time")
-    t_dp = lookup(m, c.l, T.lay["tier_dp"], "tier_dp")
+    t_dp = bl.get("tier_dp", T.lay["tier_dp"])
     tier_lits = {}
     for t in sorted(set(int(x) for x in T.lay["tier_dp"])):
         b = m.NewBoolVar(f"tier_dp=={t}")
@@ -96,7 +91,7 @@ def build(T: Tables, m: cp_model.CpModel, c: ChoiceVars) -> TimeVars:
     # ---------------------------------------------------------------- optimizer
     y_opt = m.NewIntVar(0, big, "optimizer")
     for j, z in enumerate(T.z_vals):
-        m.Add(y_opt >= lookup(m, c.l, Lt[f"opt{z}"], f"opt_z{z}")).OnlyEnforceIf(c.z_lits[j])
+        m.Add(y_opt >= bl.get(f"opt{z}", Lt[f"opt{z}"])).OnlyEnforceIf(c.z_lits[j])
 
     terms = dict(pipe_layers=X1, pipe_head=X2, bubble=Xb, p2p_steady=Xp, p2p_fill=Xf, dp=y_dp, optimizer=y_opt)
     return TimeVars(terms, sum(terms.values()))
