@@ -1,4 +1,4 @@
-"""Helpers shared by the formulation modules: table lookups as element constraints, bounded products.
+"""Helpers shared by the formulation modules: shared table lookups, bounded products, index literals.
 
 Variable bounds are kept in a registry (`bounds`) rather than read back from the model proto."""
 
@@ -18,15 +18,6 @@ def new_int(m: cp_model.CpModel, lo: int, hi: int, name: str) -> cp_model.IntVar
 
 def bounds(m: cp_model.CpModel, v: cp_model.IntVar) -> tuple[int, int]:
     return _BOUNDS[(id(m), v.Index())]
-
-
-def lookup(m: cp_model.CpModel, index, table: np.ndarray, name: str) -> cp_model.IntVar:
-    """A variable equal to table[index] (tight domain: the table's values)."""
-    vals = [int(x) for x in np.asarray(table).reshape(-1)]
-    var = m.NewIntVarFromDomain(cp_model.Domain.FromValues(sorted(set(vals))), name)
-    _BOUNDS[(id(m), var.Index())] = (min(vals), max(vals))
-    m.AddElement(index, vals, var)
-    return var
 
 
 class Lookups:

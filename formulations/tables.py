@@ -17,7 +17,6 @@ rounded down: a plan the solver accepts never exceeds a capacity of the exact mo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import product
 
 import numpy as np
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from .errors import Infeasible, VerificationError
 from .evaluate import Evaluation, evaluate_execution
 from .model.knobs import to_execution
@@ -151,7 +149,3 @@ def render(problem: Problem, r: SolveResult, emit: str | None = None) -> str:
     for n in r.notes:
         out.append(f"note: {n}")
     return "\n".join(out)
-
-
-def step_times(r: SolveResult) -> np.ndarray:
-    return np.array([p.objective_s for p in r.plans])

@@ -11,7 +11,6 @@ from optimizer.cli import main
 from optimizer.enumerate import enumerate_best, feasible
 from optimizer.model.knobs import from_execution, to_execution
 from optimizer.model.step import evaluate
-from optimizer.schema import Problem
 from optimizer.space import build_space
 
 

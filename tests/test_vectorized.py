@@ -7,7 +7,7 @@ from dataclasses import fields
 import numpy as np
 import pytest
 
-from helpers import concat_knobs, library_llm, library_system, problem_and_knobs
+from helpers import concat_knobs, library_llm, library_system
 from optimizer.model.knobs import from_execution
 from optimizer.model.layer import block_cost
 from optimizer.model.step import StepResult, evaluate, make_ctx
