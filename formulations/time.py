@@ -55,7 +55,7 @@ def build(T: Tables, m: cp_model.CpModel, c: ChoiceVars) -> TimeVars:
     fwt, bwt, fbt = (bb.get(n, BE[n]) for n in ("fwt", "bwt", "fbt"))
     t_cb = product(m, blv.get("Lc", LV["Lc"]), bwt, "t_cb")
     W = product(m, blv.get("Wm", LV["Wm"]), bwt, "window")
-    Lfw, Lbw = product(m, Ls, fwt, "Ls_fw"), product(m, Ls, bwt, "Ls_bw")
+    Lfw = product(m, Ls, fwt, "Ls_fw")
     NLbw, NLfb = product(m, NL, bwt, "nLs_bw"), product(m, NL, fbt, "nLs_fbw")
     nRS, nRSb = product(m, nmb, RS, "nmb_RS"), product(m, nmb, RSb, "nmb_RSb")
     nF, nFb = product(m, nmb, F, "nmb_F"), product(m, nmb, Fb, "nmb_Fb")
