@@ -100,6 +100,23 @@ def convention_flops(run: dict, llm: LLM) -> tuple[float, str]:
     return model_flops_per_token(llm, s) * B * s, "6N + attention (PaLM App. B)"
 
 
+def run_target(run: dict, problem: Problem) -> tuple[float | None, str | None]:
+    """Step-time target of a run and how it was obtained: the README's rule, else converted from MFU or
+    TFLOP/s per GPU with the run's own FLOP convention (and, for MFU, the system's peak)."""
+    target, how = target_step_time(run)
+    meas = run["measured"]
+    if target is not None or not (meas.get("mfu") or meas.get("tflops_per_gpu")):
+        return target, how
+    flops, conv = convention_flops(run, problem.llm)
+    n = run["hardware"]["num_gpus"]
+    if meas.get("mfu"):
+        peak = problem.system.matrix_tflops[problem.training.precision] * 1e12
+        return (flops / (n * peak * meas["mfu"]),
+                f"target from MFU {meas['mfu']} with the run's convention ({conv}) and {peak / 1e12:g} TF peak")
+    return (flops / (n * meas["tflops_per_gpu"] * 1e12),
+            f"target from {meas['tflops_per_gpu']} TFLOP/s per GPU ({conv})")
+
+
 def _llm_of(run: dict, year: int | None) -> LLM:
     m = run["model"]
     old = year is not None and year <= 2022

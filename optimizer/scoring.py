@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import ParaplanError
-from .runs import convention_flops, load_runs, map_run, predict, target_step_time
+from .runs import load_runs, map_run, predict, run_target
 
 REQUIRED = ("id", "model", "hardware", "parallel", "measured")
 
@@ -47,18 +47,8 @@ def score_runs(path: str) -> dict[str, Any]:
         row["fits"] = pred.fits
         row["chosen"] = {k: v for k, v in pred.execution.model_dump(mode="json").items()
                          if k in mapped.free}
-        target, how = target_step_time(run)
+        target, how = run_target(run, mapped.problem)
         meas = run["measured"]
-        if target is None and (meas.get("mfu") or meas.get("tflops_per_gpu")):
-            flops, conv = convention_flops(run, mapped.problem.llm)
-            n = run["hardware"]["num_gpus"]
-            if meas.get("mfu"):
-                peak = mapped.problem.system.matrix_tflops[mapped.problem.training.precision] * 1e12
-                target = flops / (n * peak * meas["mfu"])
-                how = f"target from MFU {meas['mfu']} with the run's convention ({conv}) and {peak / 1e12:g} TF peak"
-            else:
-                target = flops / (n * meas["tflops_per_gpu"] * 1e12)
-                how = f"target from {meas['tflops_per_gpu']} TFLOP/s per GPU ({conv})"
         if how:
             row["assumptions"].append(how)
         if meas.get("peak_memory_gib") is not None:

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from optimizer.loader import find_in_library, read_yaml, validate_model  # noqa: E402
-from optimizer.runs import load_runs, map_run, predict, target_step_time, convention_flops  # noqa: E402
+from optimizer.runs import load_runs, map_run, predict, run_target  # noqa: E402
 from optimizer.schema import System  # noqa: E402
 
 KNOTS = [10.0, 300.0, 3000.0]  # GFLOP per GEMM
@@ -65,14 +65,6 @@ def with_params(base: System, x: dict) -> System:
     return System.model_validate(d)
 
 
-def targets(runs):
-    out = []
-    for run in runs:
-        t, _ = target_step_time(run)
-        out.append(t)
-    return out
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("runs")
@@ -92,15 +84,8 @@ def main() -> int:
     base = validate_model(System, read_yaml(path))
     mapped = [map_run(r, {base.name: base}) for r in runs]
     keep = [(r, m) for r, m in zip(runs, mapped) if not m.skip]
-    tg = []
-    for r, m in keep:
-        t, _ = target_step_time(r)
-        if t is None:
-            meas = r["measured"]
-            flops, _ = convention_flops(r, m.problem.llm)
-            peak = base.matrix_tflops[m.problem.training.precision] * 1e12
-            t = flops / (r["hardware"]["num_gpus"] * peak * meas["mfu"])
-        tg.append(t)
+    keep = [(r, m) for r, m in keep if run_target(r, m.problem)[0] is not None]
+    tg = [run_target(r, m.problem)[0] for r, m in keep]
     uses_flash = any(m.problem.execution.attention.value == "flash" for _, m in keep)
     names = [n for n in args.params.split(",") if n != "attention_efficiency" or uses_flash]
     x0 = {"e1": 0.5, "e2": 0.7, "e3": 0.85, "hbm_scale": 1.0, "net0_eff": base.networks[0].efficiency,

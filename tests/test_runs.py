@@ -1,0 +1,50 @@
+"""Targets of calibration records (`optimizer.runs.run_target`), worked by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import library_system
+from optimizer.runs import map_run, run_target
+
+
+def record(measured: dict) -> dict:
+    base = {"step_time_s": None, "derived_step_time_s": None, "mfu": None, "tflops_per_gpu": None,
+            "tflops_convention": None, "tokens_per_s_per_gpu": None, "peak_memory_gib": None}
+    return {
+        "id": "r", "source": "Test 2021", "tier": "B", "notes": None,
+        "model": {"hidden": 1024, "ffn": 4096, "layers": 8, "heads": 16, "kv_heads": 16, "head_dim": 64,
+                  "seq_len": 2048, "vocab": 51200, "mlp": "gelu", "moe": None},
+        "hardware": {"gpu": "a100-sxm-80gb", "num_gpus": 8, "gpus_per_node": 8},
+        "parallel": {"tp": 1, "pp": 1, "dp": 8, "cp": 1, "ep": 1, "vpp": 1, "sequence_parallel": False,
+                     "micro_batch": 1, "global_batch": 64, "recompute": "full", "optimizer_sharding": None,
+                     "precision": None},
+        "measured": base | measured,
+    }
+
+
+def test_tflops_target_uses_narayanan_eq3():
+    r = record({"tflops_per_gpu": 100.0, "tflops_convention": "Eq.3 incl. recompute (HFU-like)"})
+    m = map_run(r, {"a100-sxm-80gb": library_system("a100-sxm-80gb")})
+    t, how = run_target(r, m.problem)
+    # Eq.3: 96 B s L h^2 (1 + s/(6h) + V/(16 L h)) with B=64, s=2048, L=8, h=1024, V=51200
+    flops = 96 * 64 * 2048 * 8 * 1024**2 * (1 + 2048 / 6144 + 51200 / (16 * 8 * 1024))
+    assert t == pytest.approx(flops / (8 * 100e12), rel=1e-12)
+    assert "TFLOP/s" in how
+
+
+def test_mfu_target_uses_the_system_peak():
+    r = record({"mfu": 0.5, "tflops_convention": "6N+attn (MFU)"})
+    m = map_run(r, {"a100-sxm-80gb": library_system("a100-sxm-80gb")})
+    t, how = run_target(r, m.problem)
+    from optimizer.model.params import model_flops_per_token
+
+    flops = model_flops_per_token(m.problem.llm, 2048) * 64 * 2048
+    assert t == pytest.approx(flops / (8 * 312e12 * 0.5), rel=1e-12)  # A100 312 TF (fp16 assumed, 2021)
+    assert "MFU 0.5" in how
+
+
+def test_stated_step_time_wins():
+    r = record({"step_time_s": 3.0, "mfu": 0.5})
+    m = map_run(r, {"a100-sxm-80gb": library_system("a100-sxm-80gb")})
+    assert run_target(r, m.problem) == (3.0, None)
