@@ -56,9 +56,7 @@ def greedy_hint(T: Tables, problem: Problem) -> dict[str, int] | None:
             keys.append(a)
     if not rows:
         return None
-    from dataclasses import fields as dfields
-
-    K = Knobs(*[np.concatenate([getattr(k, f.name) for k in rows]) for f in dfields(Knobs)])
+    K = Knobs.concat(rows)
     res = evaluate(problem, K)
     t = np.where(feasible(problem, K, res), res.step_time, np.inf)
     i = int(np.argmin(t))

@@ -265,9 +265,8 @@ def predict(mapped: Mapped) -> Prediction:
     if not execs:
         raise ProblemError(mapped.run["id"], None, "parallel", "no valid configuration for this run")
     from .model.knobs import Knobs
-    from dataclasses import fields as dfields
 
-    K = Knobs(*[np.concatenate([getattr(k, f.name) for k in knobs]) for f in dfields(Knobs)])
+    K = Knobs.concat(knobs)
     res = evaluate(p, K, make_ctx(p))
     cap = p.system.hbm_gib * GIB
     fits = res.hbm <= cap

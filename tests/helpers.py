@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import fields
 from pathlib import Path
 
-import numpy as np
 
 from optimizer.loader import load_named
 from optimizer.schema import LLM, Execution, Problem, System, Training
@@ -29,7 +27,7 @@ def concat_knobs(knobs_list):
     """One Knobs of N candidates from N single-candidate Knobs."""
     from optimizer.model.knobs import Knobs
 
-    return Knobs(*[np.concatenate([np.atleast_1d(getattr(k, f.name)) for k in knobs_list]) for f in fields(Knobs)])
+    return Knobs.concat(knobs_list)
 
 
 def problem_and_knobs(llm: LLM, system: System, num_gpus: int, training: Training, ex: Execution):

@@ -64,6 +64,15 @@ class Knobs:
         return {f.name: int(a.reshape(-1)[i]) for f, a in zip(fields(self), arrs)}
 
     @classmethod
+    def concat(cls, parts: list["Knobs"]) -> "Knobs":
+        """One set of candidates from several (each broadcast to its own size first)."""
+        flat = []
+        for k in parts:
+            arrs = np.broadcast_arrays(*[np.atleast_1d(getattr(k, f.name)) for f in fields(k)])
+            flat.append([a.reshape(-1) for a in arrs])
+        return cls(*[np.concatenate([p[i] for p in flat]) for i in range(len(fields(cls)))])
+
+    @classmethod
     def from_dict(cls, d: dict) -> "Knobs":
         return cls(**{f.name: np.atleast_1d(np.asarray(d[f.name], dtype=np.int64)) for f in fields(cls)})
 
