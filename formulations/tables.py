@@ -38,9 +38,6 @@ def kib_up(x) -> np.ndarray:
     return np.ceil(np.asarray(x, dtype=float) / KIB - 1e-9).astype(np.int64)
 
 
-FIXED = ("fused", "flash", "sp_redo", "pp_rs_ag", "gpipe", "ep", "w_off", "a_off", "o_off")
-
-
 class Unsupported(Exception):
     """The problem uses a knob the CP-SAT formulation does not cover yet."""
 
@@ -86,6 +83,18 @@ def _knobs(rows: list[dict]) -> Knobs:
     return Knobs(**{n: np.array([r[n] for r in rows], dtype=np.int64) for n in names})
 
 
+def knob_grid(fixed: dict[str, int], n: int, **cols) -> Knobs:
+    """n candidates: the given columns, the fixed knobs, everything else at its neutral value."""
+    base = dict(tp=1, pp=1, dp=1, cp=1, ep=1, vpp=1, mb=1, recompute=0, sp=0, sp_redo=fixed["sp_redo"],
+                tp_overlap=0, pp_rs_ag=fixed["pp_rs_ag"], dp_overlap=0, zero=0, fused=fixed["fused"],
+                flash=fixed["flash"], gpipe=fixed["gpipe"], w_off=0, a_off=0, o_off=0, tier_tp=0, tier_cp=0,
+                tier_ep=0, tier_dp=0, tier_pp=0)
+    base.update(cols)
+    base["rs_ag"] = base["sp"]
+    base["etp"] = base["tp"]
+    return Knobs(**{k: np.broadcast_to(np.asarray(v, dtype=np.int64), (n,)).copy() for k, v in base.items()})
+
+
 def build_tables(problem: Problem, c: Compact) -> Tables:
     if c.size == 0:
         raise Unsupported("empty space")
@@ -117,14 +126,7 @@ def build_tables(problem: Problem, c: Compact) -> Tables:
     B, Lyr = problem.training.global_batch, llm.layers
 
     def grid(n: int, **cols) -> Knobs:
-        base = dict(tp=1, pp=1, dp=1, cp=1, ep=1, vpp=1, mb=1, recompute=0, sp=0, sp_redo=fixed["sp_redo"],
-                    tp_overlap=0, pp_rs_ag=fixed["pp_rs_ag"], dp_overlap=0, zero=0, fused=fixed["fused"],
-                    flash=fixed["flash"], gpipe=fixed["gpipe"], w_off=0, a_off=0, o_off=0, tier_tp=0, tier_cp=0,
-                    tier_ep=0, tier_dp=0, tier_pp=0)
-        base.update(cols)
-        base["rs_ag"] = base["sp"]
-        base["etp"] = base["tp"]
-        return Knobs(**{k: np.broadcast_to(np.asarray(v, dtype=np.int64), (n,)).copy() for k, v in base.items()})
+        return knob_grid(fixed, n, **cols)
 
     # ---------------------------------------------------------------- per layout
     Lt: dict[str, np.ndarray] = {}
