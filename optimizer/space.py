@@ -56,8 +56,6 @@ class Space:
     """Legal candidates (one row each) and the size of the space before memory is checked."""
 
     knobs: Knobs
-    n_layouts: int
-    domains: dict[str, list]
 
     @property
     def size(self) -> int:
@@ -230,7 +228,7 @@ def build_space(problem: Problem) -> Space:
                            (len(rest), 1))
             rows.append(np.concatenate([head, rest], axis=1))
     if not rows:
-        return Space(Knobs.from_dict({f: [] for f in Knobs.__dataclass_fields__}), len(c.layouts), c.domains)
+        return Space(Knobs.from_dict({f: [] for f in Knobs.__dataclass_fields__}))
     M = np.concatenate(rows, axis=0)
     tp, pp, dp, cp, vpp, mb, t_tp, t_cp, t_dp, t_pp = (M[:, i] for i in range(10))
     (rec, sp, ov, zero, dpo, woff, aoff, ooff, fused, flash, pprsag, gpipe, redo) = (M[:, 10 + i] for i in range(13))
@@ -240,4 +238,4 @@ def build_space(problem: Problem) -> Space:
               gpipe=gpipe, w_off=woff, a_off=aoff, o_off=ooff, tier_tp=t_tp, tier_cp=t_cp,
               tier_ep=0 * one, tier_dp=t_dp, tier_pp=t_pp)
     assert k.size == c.size
-    return Space(k, len(c.layouts), c.domains)
+    return Space(k)

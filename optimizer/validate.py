@@ -41,8 +41,7 @@ def execution_errors(problem: "Problem", ex: "Execution | None" = None) -> list[
         out.append(("execution.tp", f"kv_heads ({llm.kv}) and tp ({ex.tp}): neither divides the other"))
     if llm.ffn % ex.tp:
         out.append(("execution.tp", f"ffn ({llm.ffn}) not divisible by tp ({ex.tp})"))
-    if llm.vocab % ex.tp:
-        pass  # Megatron pads the vocabulary to a multiple of tp; no constraint
+    # no rule on vocab % tp: Megatron pads the vocabulary to a multiple of tp
     if llm.layers % (ex.pp * ex.vpp):
         out.append(("execution.pp", f"layers ({llm.layers}) not divisible by pp*vpp ({ex.pp}*{ex.vpp})"))
     if ex.vpp > 1 and ex.pp == 1:

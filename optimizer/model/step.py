@@ -99,9 +99,8 @@ def layer_params_per_gpu(ctx: Ctx, k: Knobs):
     if llm.bias:  # column-parallel biases are split, the row-parallel output bias is replicated
         attn = attn + (a / tp + 2 * kvr) * d + h
     mlp = pc.mlp / tp
-    if llm.bias:
-        k = 3 if llm.mlp.gated else 2
-        mlp = (pc.mlp - llm.ffn * (k - 1) - h) / tp + llm.ffn * (k - 1) / tp + h
+    if llm.bias:  # the down projection's output bias (h) is replicated, not split
+        mlp = mlp + h * (1.0 - 1.0 / tp)
     return attn + mlp + pc.norms
 
 
