@@ -247,7 +247,8 @@ class Prediction:
 def predict(mapped: Mapped) -> Prediction:
     """Evaluate the run's configuration; free knobs are chosen as the fastest setting that fits."""
     from .model.knobs import from_execution
-    from .model.step import GIB, evaluate, make_ctx
+    from .enumerate import feasible
+    from .model.step import evaluate, make_ctx
     from .validate import execution_errors
 
     p = mapped.problem
@@ -268,8 +269,7 @@ def predict(mapped: Mapped) -> Prediction:
 
     K = Knobs.concat(knobs)
     res = evaluate(p, K, make_ctx(p))
-    cap = p.system.hbm_gib * GIB
-    fits = res.hbm <= cap
+    fits = feasible(p, K, res)
     t = np.where(fits, res.step_time, np.inf)
     i = int(np.argmin(t)) if np.isfinite(t).any() else int(np.argmin(res.step_time))
     return Prediction(execs[i], res.row(i), bool(fits[i]), len(execs))
