@@ -1,41 +1,181 @@
-"""Exact pruning and redundant bounds per (layout, vpp, micro-batch) triple (constraint group ``bounds``).
+"""Presolve by bounds (constraint group ``bounds``): which (triple, block) pairs can still be optimal.
 
-For a triple t, the pipeline part of the step (layers, LM head, bubble, p2p) depends only on the block
-(recompute, SP, TP overlap) chosen within it, and the other terms (DP traffic, optimizer) are >= 0, so
-LB[t] = min over the triple's blocks of the pipeline part bounds the objective from below. Memory alike:
-the smallest state memory over ZeRO stages plus the block's activations. Blocks that cannot fit even then
-are left out of the minimum; triples with no such block are removed. Both come from `evaluate(...).terms`
-on the grid of every triple and block (the model's own composition); LB is lowered by the rounding the
-formulation's integer tables may introduce, so it never exceeds the solver's objective.
+A *pair* is a legal (layout, vpp, micro-batch) triple t with one block setting s = (recompute, SP, TP
+overlap). From the pair's terms (`formulations.pairs`, the same columns the CP-SAT model reads) every pair
+gets
+
+    LB(t, s) = pipeline(t, s) + min over ZeRO stages z that fit of [optimizer_z + pu * link_z]
+
+where pipeline is exactly the solver's pipeline part, and the DP time is at least pu x its link time (with overlap the model charges pu*link + (1-pu)*exposed,
+without it the whole link), so LB never exceeds the solver's objective of any assignment using the pair.
+Memory alike: a pair is dropped when no ZeRO stage fits (state + activations + reserve > capacity).
+Triples are bounded first, with every block column at its minimum over the triple's block settings (each
+term is monotone in them, so that bounds every pair of the triple); only the surviving triples are expanded.
+
+An incumbent (the best of the model's evaluation of the pairs with the smallest LB, every ZeRO stage and
+DP overlap) gives an upper bound UB; pairs with LB > UB cannot hold an optimal plan and are left out of the
+CP-SAT model. The optimality proof is then CP-SAT's over the kept pairs plus LB > UB >= optimum for the
+rest. With ``top`` K plans, UB is the K-th best distinct incumbent, so the K best plans all survive.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from optimizer.enumerate import feasible
+from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate
 
-from .tables import KIB, TIME_UNIT, Tables, knob_grid
+from .pairs import Q, compose, pair_columns
+from .tables import TIME_UNIT, Tables, knob_grid
+
+UB_SLACK = 1e-4  # relative: the integer objective of the incumbent may differ from the model's by rounding
 
 
-def triple_bounds(T: Tables) -> tuple[list[tuple[int, int, int]], np.ndarray]:
-    """(legal triples that can fit, a lower bound of the objective for each, in TIME_UNIT)."""
+@dataclass
+class Pairs:
+    """Candidate (triple, block) pairs with their bounds; arrays of equal length."""
+
+    l: np.ndarray
+    vi: np.ndarray
+    mi: np.ndarray
+    ri: np.ndarray
+    si: np.ndarray
+    oi: np.ndarray
+    lb: np.ndarray  # lower bound of the objective, TIME_UNIT
+    n_fit: int = 0
+
+    def __len__(self) -> int:
+        return len(self.l)
+
+    def take(self, idx) -> "Pairs":
+        return Pairs(*(getattr(self, n)[idx] for n in ("l", "vi", "mi", "ri", "si", "oi", "lb")), self.n_fit)
+
+
+def _expand(T: Tables, tri: np.ndarray) -> Pairs:
+    """Every legal pair of the triples `tri` (rows l, vi, mi); without a TP group only SP/overlap index 0
+    (the space's single value there)."""
+    nR, nS, nO = len(T.rec_vals), len(T.sp_vals), len(T.ov_vals)
+    subs = np.indices((nR, nS, nO)).reshape(3, -1).T
+    l, vi, mi = (np.repeat(tri[:, j], len(subs)) for j in range(3))
+    ri, si, oi = (np.tile(subs[:, j], len(tri)) for j in range(3))
+    ok = (T.L["tp1"][l] == 0) | ((si == 0) & (oi == 0))
+    idx = np.nonzero(ok)[0]
+    return Pairs(l[idx], vi[idx], mi[idx], ri[idx], si[idx], oi[idx], np.zeros(len(idx), dtype=np.int64), 0)
+
+
+def _bound(T: Tables, terms: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(LB of the objective, can fit) from the terms of `formulations.pairs.compose`."""
+    big = np.iinfo(np.int64).max // 4
+    rest = np.full(len(terms["pipe"]), big)
+    for z in T.z_vals:
+        zok = terms["dpg1"] == 0 if z != 0 else np.ones(len(rest), dtype=bool)
+        fits = zok & (terms[f"wgo{z}"] + terms["act"] <= T.cap_kib)
+        r = terms[f"opt{z}"] + (terms["pu"] * terms[f"link{z}"]) // Q
+        rest = np.where(fits, np.minimum(rest, r), rest)
+    return terms["pipe"] + rest, rest < big
+
+
+def _triple_cols(T: Tables, tri: np.ndarray):
+    """Per triple, each block column's minimum over the triple's block settings (a lower bound)."""
+    nM, nR, nS, nO = T.nM, len(T.rec_vals), len(T.sp_vals), len(T.ov_vals)
+    nT = len(T.problem.system.networks)
+    nG = len(T.tpcp) * nM
+    BE = T.BETA
+    tp1_of_g = np.zeros(nG, dtype=bool)
+    for li in range(len(T.lay["tp"])):
+        tp1_of_g[T.L["tpcp"][li] * nM: (T.L["tpcp"][li] + 1) * nM] = T.L["tp1"][li] == 1
+    mask = np.ones((nR, nS, nO), dtype=bool)
+    mask1 = np.zeros((nR, nS, nO), dtype=bool)
+    mask1[:, 0, 0] = True
+
+    def gmin(arr: np.ndarray, extra: int = 1) -> np.ndarray:
+        a = arr.reshape(nG, nR * nS * nO, extra)
+        big = np.iinfo(np.int64).max
+        m_all = np.where(mask.reshape(1, -1, 1), a, big).min(axis=1)
+        m_tp1 = np.where(mask1.reshape(1, -1, 1), a, big).min(axis=1)
+        return np.where(tp1_of_g[:, None], m_tp1, m_all)  # (nG, extra)
+
+    l, mi = tri[:, 0], tri[:, 2]
+    g = T.L["tpcp"][l] * nM + mi
+    mins = {n: gmin(BE[n])[:, 0] for n in ("tau_mb", "tau", "stored", "working", "embout", "logits")}
+    head = gmin(BE["head_mb"], 2)
+    p2pm, p2p = gmin(BE["p2p_mb"], nT), gmin(BE["p2p"], nT)
+    tpp = T.lay["tier_pp"][l]
+    got = {"head_mb": head[g, T.L["ppgt1"][l]], "p2p_mb": p2pm[g, tpp], "p2p": p2p[g, tpp]}
+    return lambda name: got[name] if name in got else mins[name][g]
+
+
+@dataclass
+class Presolved:
+    pairs: Pairs  # kept pairs (LB <= UB)
+    cols: dict[str, np.ndarray]  # their terms (formulations.pairs)
+    n_triples: int  # legal triples
+    n_triples_kept: int  # triples whose bound survives the incumbent
+    n_pairs_fit: int  # pairs of the kept triples that can fit
+    incumbent: "Incumbent"
+
+
+def presolve(T: Tables, top: int = 1, n_triples: int = 96) -> Presolved:
+    """Bounds per triple (block columns at their minimum), an incumbent from the most promising triples,
+    then exact pair bounds for the triples that survive; pairs with LB > UB are dropped."""
     tri = np.array(T.legal_lvm, dtype=np.int64).reshape(-1, 3)
-    subs = np.array([(r, s, o) for r in T.rec_vals for s in T.sp_vals for o in T.ov_vals], dtype=np.int64)
-    li, vi, mi = (np.repeat(tri[:, j], len(subs)) for j in range(3))
-    sub = np.tile(subs, (len(tri), 1))
-    lay = {k: v[li] for k, v in T.lay.items()}
-    tp1 = lay["tp"] == 1  # the space allows no SP and no TP overlap without a TP group
-    ok = ~(tp1 & ((sub[:, 1] != 0) | (sub[:, 2] != 0)))
-    k = knob_grid(T.fixed, len(li), **lay, vpp=np.array(T.v_vals)[vi], mb=np.array(T.mb_vals)[mi],
-                  recompute=sub[:, 0], sp=sub[:, 1], tp_overlap=sub[:, 2])
-    r = evaluate(T.problem, k).terms
-    pipe = (r["pipe"] + r["bubble"] + r["pp_exposed"]) * TIME_UNIT
-    # the solver's terms are products of integer-rounded tables: allow half a unit per product factor
-    lv = li * T.nV + vi
-    margin = 0.5 * (T.L["A1"][li] + T.L["A2"][li] + T.LV["Bf"][lv] + T.LV["E"][lv] + T.L["pm2"][li]) + 1.0
-    state_min = np.min(np.stack([T.L[f"wgo{z}"] for z in T.z_vals]), axis=0)[li]  # KiB, rounded up
-    fits = ok & (state_min * KIB + r["activations"] + r["reserved"] <= T.cap_kib * KIB)
-    lb = np.where(fits, np.floor(pipe - margin), np.inf).reshape(len(tri), len(subs)).min(axis=1)
-    keep = np.isfinite(lb)
-    return [tuple(int(x) for x in t) for t in tri[keep]], np.maximum(lb[keep], 0).astype(np.int64)
+    lb_t, fit_t = _bound(T, compose(T, tri[:, 0], tri[:, 1], tri[:, 2], _triple_cols(T, tri)))
+    ok = np.nonzero(fit_t)[0]
+    tri_ok, lb_ok = tri[ok], lb_t[ok]
+    n = min(len(tri_ok), max(n_triples, 4 * top))
+    first = np.argpartition(lb_ok, n - 1)[:n] if 0 < n < len(tri_ok) else np.arange(len(tri_ok))
+    inc = incumbent(T, _expand(T, tri_ok[first]), top)
+    keep_t = tri_ok[lb_ok <= inc.ub]
+    P = _expand(T, keep_t)
+    cols = pair_columns(T, P.l, P.vi, P.mi, P.ri, P.si, P.oi)
+    P.lb, fit = _bound(T, cols)
+    n_fit = int(fit.sum())
+    keep = np.nonzero(fit & (P.lb <= inc.ub))[0]
+    P = P.take(keep)
+    return Presolved(P, {k: v[keep] for k, v in cols.items()}, len(tri), len(keep_t), n_fit, inc)
+
+
+def knobs_of_pairs(T: Tables, P: Pairs, z: np.ndarray, d: np.ndarray) -> Knobs:
+    """Candidates of the pairs with ZeRO-stage index z and DP-overlap index d (arrays)."""
+    lay = {k: v[P.l] for k, v in T.lay.items()}
+    return knob_grid(T.fixed, len(P), **lay, vpp=np.array(T.v_vals)[P.vi], mb=np.array(T.mb_vals)[P.mi],
+                     recompute=np.array(T.rec_vals)[P.ri], sp=np.array(T.sp_vals)[P.si],
+                     tp_overlap=np.array(T.ov_vals)[P.oi], zero=np.array(T.z_vals)[z],
+                     dp_overlap=np.array(T.dpo_vals)[d])
+
+
+@dataclass
+class Incumbent:
+    ub: int  # TIME_UNIT; pairs with lb > ub are pruned (inf: nothing evaluated fits)
+    hint: dict[str, int] | None  # the best incumbent as indices of the CP-SAT decision variables
+    evaluated: int
+
+
+def incumbent(T: Tables, sel: Pairs, top: int = 1) -> Incumbent:
+    """The model's best plan among the pairs `sel` with every ZeRO stage and DP overlap."""
+    if len(sel) == 0:
+        return Incumbent(np.iinfo(np.int64).max, None, 0)
+    nz, nd = len(T.z_vals), len(T.dpo_vals)
+    zz, dd = (a.reshape(-1) for a in np.indices((nz, nd)))
+    rep = sel.take(np.repeat(np.arange(len(sel)), nz * nd))
+    z, d = np.tile(zz, len(sel)), np.tile(dd, len(sel))
+    legal = (T.L["dpg1"][rep.l] == 0) | ((np.array(T.z_vals)[z] == 0) &
+                                         ((np.array(T.dpo_vals)[d] == 1) | (1 not in T.dpo_vals)))
+    rep, z, d = rep.take(np.nonzero(legal)[0]), z[legal], d[legal]
+    k = knobs_of_pairs(T, rep, z, d)
+    res = evaluate(T.problem, k)
+    t = np.where(feasible(T.problem, k, res), res.step_time, np.inf)
+    order = np.argsort(t, kind="stable")
+    good = order[np.isfinite(t[order])]
+    if len(good) == 0:
+        return Incumbent(np.iinfo(np.int64).max, None, len(t))
+    i = int(good[0])
+    hint = dict(l=int(rep.l[i]), vi=int(rep.vi[i]), mi=int(rep.mi[i]), ri=int(rep.ri[i]), si=int(rep.si[i]),
+                oi=int(rep.oi[i]), zi=int(z[i]), di=int(d[i]))
+    if len(good) < top:
+        return Incumbent(np.iinfo(np.int64).max, hint, len(t))
+    ub = float(t[good[top - 1]]) * TIME_UNIT
+    return Incumbent(int(np.ceil(ub * (1 + UB_SLACK))) + 1, hint, len(t))

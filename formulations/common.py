@@ -22,10 +22,12 @@ def bounds(m: cp_model.CpModel, v: cp_model.IntVar) -> tuple[int, int]:
 
 class Lookups:
     """Tables sharing one index, read through a single table constraint [index, col1, col2, ...]:
-    one encoding of the index for all columns instead of one element constraint per column."""
+    one encoding of the index for all columns instead of one element constraint per column. Only the rows
+in use (`rows`: those the kept pairs read) enter the table and the columns' domains."""
 
-    def __init__(self, m: cp_model.CpModel, index, n: int, name: str):
+    def __init__(self, m: cp_model.CpModel, index, n: int, name: str, rows: np.ndarray | None = None):
         self.m, self.index, self.n, self.name = m, index, n, name
+        self.rows = np.arange(n) if rows is None else np.unique(np.asarray(rows, dtype=np.int64))
         self.cols: dict[str, np.ndarray] = {}
         self.vars: dict[str, cp_model.IntVar] = {}
 
@@ -33,18 +35,18 @@ class Lookups:
         if col not in self.vars:
             vals = np.asarray(table, dtype=np.int64).reshape(-1)
             assert len(vals) == self.n, (col, len(vals), self.n)
-            var = self.m.NewIntVarFromDomain(cp_model.Domain.FromValues(sorted(set(int(x) for x in vals))),
-                                             f"{self.name}.{col}")
-            _BOUNDS[(id(self.m), var.Index())] = (int(vals.min()), int(vals.max()))
+            used = np.unique(vals[self.rows])
+            var = self.m.NewIntVarFromDomain(cp_model.Domain.FromValues(used.tolist()), f"{self.name}.{col}")
+            _BOUNDS[(id(self.m), var.Index())] = (int(used[0]), int(used[-1]))
             self.cols[col] = vals
             self.vars[col] = var
         return self.vars[col]
 
-    def close(self, rows: np.ndarray | None = None) -> None:
-        """Post the table over the allowed index values `rows` (default: all)."""
+    def close(self) -> None:
+        """Post the table over the index values in use."""
         if not self.cols:
             return
-        idx = np.arange(self.n) if rows is None else np.asarray(rows)
+        idx = self.rows
         data = np.stack([idx] + [self.cols[c][idx] for c in self.cols], axis=1)
         self.m.AddAllowedAssignments([self.index] + [self.vars[c] for c in self.cols], data.tolist())
 

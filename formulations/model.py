@@ -1,7 +1,8 @@
 """The CP-SAT model of `paraplan solve --method cpsat`, built as a short script of `build` calls:
 
-    tables  = build_tables(problem, compact_space(problem))   # prepare: numbers from the model
-    choice  = choice.build(tables, m)                        # decisions + integer rules
+    tables  = build_tables(problem, compact_space(problem))   # prepare: factor tables from the model
+    pre     = presolve(tables, top)                          # bounds: fit + incumbent pruning, hint
+    choice  = choice.build(tables, m, pre)                   # decisions + integer rules (pair table)
     memory  = memory.build(tables, m, choice)                # memory.hbm
     time    = time.build(tables, m, choice)                  # objective: the model's step time
     m.Minimize(time.objective)
@@ -28,56 +29,60 @@ from optimizer.space import compact_space
 from . import choice as choice_mod
 from . import memory as memory_mod
 from . import time as time_mod
+from .bounds import Presolved, presolve
 from .tables import TIME_UNIT, Tables, build_tables
 
-# measured on problems/default.yaml: presolve off + no LP linearization is 2.6x faster than the defaults
-SOLVER_PARAMS = {"num_workers": 1, "random_seed": 0, "log_search_progress": False, "cp_model_presolve": False,
-                 "linearization_level": 0}
+# solver parameters as data (`paraplan solve --sat-params`). One worker: on two cores it is the fastest and
+# deterministic. Keep CP-SAT's presolve on: with cp_model_presolve=False, ortools 9.15 returned OPTIMAL with
+# a worse objective than a feasible assignment of an earlier version of this model. One presolve pass, no
+# probing and no symmetry search: on the oracle problems (tests/oracle_cases.py) the default presolve spent
+# up to 2.4 s on a 456-pair model; these settings, no LP relaxation (the model is a table plus a few
+# linear rows: the LP only costs set-up time) and a complete hint take 0.4 s at worst, with the same optima.
+SOLVER_PARAMS = {"num_workers": 1, "random_seed": 0, "log_search_progress": False, "max_presolve_iterations": 1,
+                 "cp_model_probing_level": 0, "symmetry_level": 0, "linearization_level": 0}
 
 
-def greedy_hint(T: Tables, problem: Problem) -> dict[str, int] | None:
-    """A good plan to start from: per layout, the evaluated best of a few Megatron-style settings
-    (selective recompute, SP and ring overlap where tp > 1, ZeRO-1 with overlap, no interleaving)."""
-    from optimizer.enumerate import feasible
-    from optimizer.model.step import evaluate
-
-    rows, keys = [], []
-    for li, vi, mi in T.legal_lvm:
-        if T.v_vals[vi] != 1 or mi > 2:
-            continue
-        tp1 = T.L["tp1"][li] == 1
-        for ri in range(len(T.rec_vals)):
-            a = dict(l=li, vi=vi, mi=mi, ri=ri,
-                     si=T.sp_vals.index(0 if tp1 else max(T.sp_vals)),
-                     oi=T.ov_vals.index(0 if tp1 else max(T.ov_vals)) if (0 in T.ov_vals or not tp1) else 0,
-                     zi=T.z_vals.index(0) if (T.L["dpg1"][li] or 1 not in T.z_vals) else T.z_vals.index(1),
-                     di=T.dpo_vals.index(1) if 1 in T.dpo_vals else 0)
-            rows.append(knobs_of(T, a))
-            keys.append(a)
-    if not rows:
-        return None
-    K = Knobs.concat(rows)
-    res = evaluate(problem, K)
-    t = np.where(feasible(problem, K, res), res.step_time, np.inf)
-    i = int(np.argmin(t))
-    return keys[i] if np.isfinite(t[i]) else None
+def set_params(solver: cp_model.CpSolver, params: dict) -> None:
+    """Solver parameters by name; enum values by their name (``search_branching: FIXED_SEARCH``)."""
+    for k, v in params.items():
+        if isinstance(v, str):
+            v = getattr(type(solver.parameters), v)
+        setattr(solver.parameters, k, v)
 
 
-def define_model(T: Tables, hint: dict[str, int] | None = None):
+def define_model(T: Tables, pre: Presolved, hint: dict[str, int] | None = None):
     m = cp_model.CpModel()
-    ch = choice_mod.build(T, m)
+    ch = choice_mod.build(T, m, pre)
     mem = memory_mod.build(T, m, ch)
     m.Add(mem.enforce == 1)
     tv = time_mod.build(T, m, ch)
     obj = m.NewIntVar(0, 10**14, "step_time")
     m.Add(obj == tv.objective)
     m.Add(obj >= ch.lower)  # redundant cut (formulations.bounds)
-    ch.close(T)
+    if pre.incumbent.ub < 10**14:
+        m.Add(obj <= pre.incumbent.ub)  # the incumbent (or the top-th one) is at least this good
+    ch.close()
     m.Minimize(obj)
     if hint:
-        for n, v in hint.items():
-            m.AddHint(getattr(ch, n), v)
+        complete_hint(m, ch, hint)
     return m, ch, mem, tv
+
+
+def complete_hint(m: cp_model.CpModel, ch, hint: dict[str, int]) -> None:
+    """Hint every variable: solve once with the hinted pair, ZeRO stage and overlap fixed (instant), then
+    hint that whole solution (a partial hint leaves the objective terms to a search)."""
+    p = choice_mod.pair_index(ch, hint)
+    if p is None:
+        return
+    probe = m.Clone()
+    for var, val in ((ch.pair, p), (ch.zi, hint["zi"]), (ch.di, hint["di"])):
+        probe.Add(probe.GetIntVarFromProtoIndex(var.Index()) == val)
+    s = cp_model.CpSolver()
+    s.parameters.num_workers = 1
+    if s.Solve(probe) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return
+    for i in range(len(m.Proto().variables)):
+        m.AddHint(m.GetIntVarFromProtoIndex(i), s.Value(probe.GetIntVarFromProtoIndex(i)))
 
 
 def knobs_of(T: Tables, a: dict[str, int]) -> Knobs:
@@ -98,14 +103,20 @@ def solve_cpsat(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: 
                 params: dict | None = None) -> SolveResult:
     t0 = t0 if t0 is not None else _time.perf_counter()
     c = compact_space(problem)
+    if c.size == 0:
+        raise Infeasible("no legal plan: no (tp, pp, dp, vpp, micro-batch) satisfies the integer rules "
+                         "(run `paraplan check` for why)")
     T = build_tables(problem, c)
-    m, ch, mem, tv = define_model(T, greedy_hint(T, problem))
+    pre = presolve(T, top)
+    if len(pre.pairs) == 0:
+        raise Infeasible(f"nothing fits: none of {c.size:,} candidates is within memory "
+                         "(run `paraplan check` for why and what would fit)")
+    m, ch, mem, tv = define_model(T, pre, pre.incumbent.hint)
     err = m.Validate()
     if err:  # pragma: no cover - a formulation bug, reported loudly
         raise RuntimeError(f"invalid CP-SAT model: {err}")
     solver = cp_model.CpSolver()
-    for k, v in {**SOLVER_PARAMS, **(params or {})}.items():
-        setattr(solver.parameters, k, v)
+    set_params(solver, {**SOLVER_PARAMS, **(params or {})})
     plans: list[Plan] = []
     status_name, bound = "optimal", None
     for i in range(top):
@@ -128,9 +139,14 @@ def solve_cpsat(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: 
         ev = evaluate_execution(problem, to_execution(k, problem.system))
         verify(problem, ev, obj)
         plans.append(Plan(ev, obj))
-        m.AddForbiddenAssignments(ch.key(), [[a[n] for n in ("l", "vi", "mi", "ri", "si", "oi", "zi", "di")]])
+        m.AddForbiddenAssignments(ch.key(), [[a["pair"], a["zi"], a["di"]]])
     best = plans[0].objective_s
     gap = (best - bound) / best if bound is not None and best > 0 else None
+    inc = pre.incumbent
     return SolveResult("cpsat", status_name, plans, c.size, None, _time.perf_counter() - t0, bound_s=bound,
-                       gap=gap, notes=[f"CP-SAT model: {len(m.Proto().variables)} variables, "
+                       gap=gap, notes=[f"presolve: {pre.n_triples_kept:,} of {pre.n_triples:,} (layout, vpp, "
+                                       f"micro-batch) triples within the incumbent's bound ({inc.evaluated:,} "
+                                       f"plans evaluated); of their {pre.n_pairs_fit:,} (triple, block) pairs "
+                                       f"that fit, {len(pre.pairs):,} kept",
+                                       f"CP-SAT model: {len(m.Proto().variables)} variables, "
                                        f"{len(m.Proto().constraints)} constraints"])

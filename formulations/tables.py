@@ -98,23 +98,32 @@ def knob_grid(fixed: dict[str, int], n: int, **cols) -> Knobs:
 def build_tables(problem: Problem, c: Compact) -> Tables:
     if c.size == 0:
         raise Unsupported("empty space")
+    union: dict[str, set[int]] = {}
+    multi: set[str] = set()
+    seen: set[int] = set()
+    for per in c.other:  # layouts share a few distinct lists: look at each once
+        if id(per) in seen:
+            continue
+        seen.add(id(per))
+        for n, vs in per:
+            union.setdefault(n, set()).update(vs)
+            if len(vs) > 1:
+                multi.add(n)
     fixed = {}
     other_of = {"fused_layers": "fused", "attention": "flash", "sp_ag_redo": "sp_redo", "pp_rs_ag": "pp_rs_ag",
                 "schedule": "gpipe", "weight_offload": "w_off", "activation_offload": "a_off",
                 "optimizer_offload": "o_off"}
     for name, short in other_of.items():
-        vals = sorted({v for per in c.other for n, vs in per for v in vs if n == name})
-        multi = [per for per in c.other for n, vs in per if n == name and len(vs) > 1]
-        if multi:
+        if name in multi:
             raise Unsupported(f"knob '{name}' with several values is not in the CP-SAT formulation yet")
-        fixed[short] = vals[0]
+        fixed[short] = sorted(union[name])[0]
     nL = len(c.layouts)
     lay = {n: np.array([lt[i] for lt in c.layouts]) for i, n in enumerate(("tp", "pp", "cp", "dp"))}
     for ax in ("tp", "cp", "dp", "pp"):
         lay[f"tier_{ax}"] = np.array([t[ax] for t in c.tiers])
 
     def dom_codes(name):
-        return sorted({v for per in c.other for n, vs in per for v in vs if n == name})
+        return sorted(union[name])
 
     vals = {"vpp": sorted({v for _, v, _ in c.triples}), "mb": sorted({b for _, _, b in c.triples}),
             "recompute": dom_codes("recompute"), "sp": dom_codes("sequence_parallel"),

@@ -23,7 +23,7 @@ def cmd_evaluate(args) -> int:
     from .loader import load_problem
     from .report.text import render_evaluation
 
-    problem = load_problem(args.problem)
+    problem = load_problem(args.problem, require_execution=True)
     ev = evaluate_execution(problem)
     if args.json:
         _print_json(as_json(ev))

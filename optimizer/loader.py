@@ -279,14 +279,16 @@ def load_document(path: str | os.PathLike) -> Sourced:
     return doc
 
 
-def load_problem(path: str | os.PathLike):
-    """Load and validate a problem file (stages load + validate)."""
+def load_problem(path: str | os.PathLike, require_execution: bool = False):
+    """Load and validate a problem file (stages load + validate). The execution's integer rules are checked
+    when the file writes an `execution` or the caller needs one (`evaluate`); `solve` searches knobs."""
     from .schema import Problem
     from .validate import check_problem
 
     doc = load_document(path)
     problem = validate_model(Problem, doc)
-    check_problem(problem, doc)
+    if require_execution or "execution" in doc.data:
+        check_problem(problem, doc)
     return problem
 
 

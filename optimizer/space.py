@@ -123,6 +123,16 @@ def _tiers_vec(sizes: list[int], degs: dict[str, np.ndarray]) -> dict[str, np.nd
     return out
 
 
+def _tiers_one(sizes: list[int], tp: int, cp: int, dp: int, pp: int) -> dict[str, int]:
+    """`_tiers_vec` for one layout."""
+    cum, out = 1, {}
+    for ax, d in (("tp", tp), ("cp", cp), ("dp", dp), ("pp", pp)):
+        cum *= d
+        tier = next((i for i, s in enumerate(sizes) if s >= cum), len(sizes) - 1)
+        out[ax] = tier if d > 1 else 0
+    return out
+
+
 @dataclass
 class Compact:
     """The space without its cartesian product: layouts, domains and the legal (layout, vpp, micro-batch)
@@ -144,8 +154,30 @@ _CODE = {"recompute": lambda v: RECOMPUTE.index(v), "tp_overlap": lambda v: TP_O
          "schedule": lambda v: int(str(getattr(v, "value", v)) == "gpipe")}
 
 
+def _other_values(dom: dict[str, list], tp: int, pp: int, dpcp: int) -> list[tuple[str, list[int]]]:
+    """Coded values of every other knob for a layout (only tp == 1, dp*cp == 1, pp == 1 matter)."""
+    per = []
+    for name in OTHER:
+        vals = dom[name]
+        if name in ("sequence_parallel", "sp_ag_redo") and tp == 1:
+            vals = vals[:1]
+        if name == "tp_overlap" and tp == 1:
+            vals = [v for v in vals if str(getattr(v, "value", v)) == "none"] or vals[:1]
+        if name == "zero" and dpcp == 1:
+            vals = [0]  # no data-parallel group: nothing to shard
+        if name == "dp_overlap" and dpcp == 1:
+            vals = [True] if True in vals else vals[:1]  # no data-parallel traffic: the flag is moot
+        if name == "pp_rs_ag" and (pp == 1 or tp == 1):
+            vals = vals[:1]
+        if name == "schedule" and pp == 1:
+            vals = vals[:1]
+        per.append((name, [_CODE.get(name, int)(v) for v in vals]))
+    return per
+
+
 def compact_space(problem: Problem) -> Compact:
     p, llm = problem, problem.llm
+    per_cache: dict[tuple[bool, bool, bool], list] = {}
     n, B = p.num_gpus, p.training.global_batch
     dom = knob_domains(p)
     sizes = [net.size for net in p.system.networks]
@@ -163,8 +195,7 @@ def compact_space(problem: Problem) -> Compact:
                 continue
             if B % dp:
                 continue
-            tr = {ax: int(v[0]) for ax, v in _tiers_vec(sizes, {"tp": np.array([tp]), "cp": np.array([cp]),
-                                                               "dp": np.array([dp]), "pp": np.array([pp])}).items()}
+            tr = _tiers_one(sizes, tp, cp, dp, pp)
             ok = True
             for i, net in enumerate(p.system.networks):
                 if net.must_fill:
@@ -175,22 +206,10 @@ def compact_space(problem: Problem) -> Compact:
             if not ok:
                 continue
             li = len(layouts)
-            per = []
-            for name in OTHER:
-                vals = dom[name]
-                if name in ("sequence_parallel", "sp_ag_redo") and tp == 1:
-                    vals = vals[:1]
-                if name == "tp_overlap" and tp == 1:
-                    vals = [v for v in vals if str(getattr(v, "value", v)) == "none"] or vals[:1]
-                if name == "zero" and dp * cp == 1:
-                    vals = [0]  # no data-parallel group: nothing to shard
-                if name == "dp_overlap" and dp * cp == 1:
-                    vals = [True] if True in vals else vals[:1]  # no data-parallel traffic: the flag is moot
-                if name == "pp_rs_ag" and (pp == 1 or tp == 1):
-                    vals = vals[:1]
-                if name == "schedule" and pp == 1:
-                    vals = vals[:1]
-                per.append((name, [_CODE.get(name, int)(v) for v in vals]))
+            key = (tp == 1, dp * cp == 1, pp == 1)
+            if key not in per_cache:
+                per_cache[key] = _other_values(dom, tp, pp, dp * cp)
+            per = per_cache[key]
             n_other = int(np.prod([len(v) for _, v in per]))
             n_trip = 0
             for v in dom["vpp"]:

@@ -1,0 +1,94 @@
+"""Per-pair terms: the step-time and memory terms of each (triple, block) pair, composed once from the
+factor tables of `formulations.tables` (which the analytical model fills) with the same sums, products and
+maxima as `optimizer.model.step`. Both the bounds (`formulations.bounds`) and the CP-SAT model
+(`formulations.time`, `formulations.memory`) read these columns, so the composition exists once here.
+
+A pair is a legal (layout, vpp, micro-batch) triple with one block setting (recompute, SP, TP overlap).
+What a pair does not decide is left to the solver: the ZeRO stage z, DP overlap on/off, hence the DP time
+and the state memory. Columns (integers; time in TIME_UNIT, memory in KiB, usage rounded up):
+
+    pipe_layers = n_mb*Ls*tau      = A1[l]*tau_mb[beta]       (Narayanan 2021, Sec. 2.2)
+    pipe_head   = n_mb*head        = A2[l]*head_mb[beta, pp>1]
+    bubble      = (pp-1)/vpp*Ls*tau = Bf[lv]*tau[beta]
+    p2p_steady  = 2*n_mb*vpp*t_p2p = E[lv]*p2p_mb[beta, tier_pp];  p2p_fill = 2(pp-1)*t_p2p
+    link{z}     DP traffic of ZeRO stage z on its link: AR; RS+AG; n_mb*RS+AG; n_mb*(2AG+RS)
+    exp{z}      its exposed part with overlap: max(one bucket, traffic - backward window) (Calculon's window)
+    ovl{z}      Q x DP time with overlap = pu*link + (Q-pu)*exp (pu: processor usage of the DP tier, x Q)
+    opt{z}      optimizer step;   wgo{z} weights + gradients + optimizer state
+    act         activations of the worst stage + runtime reserve (first: in-flight layers x stored +
+                working + embedding output; last: Ls x stored + working + logits; Korthikanti 2022)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .tables import Tables
+
+Q = 10_000  # fixed-point scale of the processor-usage fractions
+
+
+def block_index(T: Tables, l, mi, ri, si, oi) -> np.ndarray:
+    nM, nR, nS, nO = T.nM, len(T.rec_vals), len(T.sp_vals), len(T.ov_vals)
+    return (((T.L["tpcp"][l] * nM + mi) * nR + ri) * nS + si) * nO + oi
+
+
+def compose(T: Tables, l, vi, mi, col) -> dict[str, np.ndarray]:
+    """Terms of rows (l, vi, mi) with block columns `col(name)` (exact per pair; for bounds, the minimum
+    over a triple's block settings, which makes every term a lower bound since all are monotone)."""
+    lv, lm = l * T.nV + vi, l * T.nM + mi
+    Lt, LV, LM = T.L, T.LV, T.LM
+    out = dict(pipe_layers=Lt["A1"][l] * col("tau_mb"), pipe_head=Lt["A2"][l] * col("head_mb"),
+               bubble=LV["Bf"][lv] * col("tau"), p2p_steady=LV["E"][lv] * col("p2p_mb"),
+               p2p_fill=Lt["pm2"][l] * col("p2p"))
+    out["pipe"] = sum(out[k] for k in ("pipe_layers", "pipe_head", "bubble", "p2p_steady", "p2p_fill"))
+    v1 = np.array(T.v_vals)[vi] == 1
+    infl = np.where(v1, LM["infl1"][lm], np.minimum(LV["inflv"][lv], LM["NL"][lm]))
+    st, wk = col("stored"), col("working")
+    first = infl * st + wk + col("embout")
+    last = Lt["Ls"][l] * st + wk + col("logits")
+    out["act"] = np.where(Lt["ppgt1"][l] == 1, np.maximum(first, last), first + col("logits")) + Lt["reserved"][l]
+    out["pu"] = np.rint(np.array(T.pu_tiers)[T.lay["tier_dp"][l]] * Q).astype(np.int64)
+    nmb = LM["nmb"][lm]
+    AR, RS, AG, F = Lt["AR"][l], Lt["RS"][l], Lt["AG"][l], Lt["F"][l]
+    out["link0"], out["link1"], out["link2"], out["link3"] = AR, RS + AG, nmb * RS + AG, nmb * F
+    for z in T.z_vals:
+        out[f"opt{z}"], out[f"wgo{z}"] = Lt[f"opt{z}"][l], Lt[f"wgo{z}"][l]
+    out["dpg1"] = Lt["dpg1"][l]
+    return out
+
+
+def exposures(T: Tables, l, vi, mi, col, out: dict[str, np.ndarray]) -> None:
+    """Add exp{z} and ovl{z} (exact per pair: the windows depend on the block's backward/forward time)."""
+    lv, lm = l * T.nV + vi, l * T.nM + mi
+    Lt, LV, LM = T.L, T.LV, T.LM
+    bwt, fwt, fbt = col("bwt"), col("fwt"), col("fbt")
+    t_cb, W = LV["Lc"][lv] * bwt, LV["Wm"][lv] * bwt
+    Lfw, NL = Lt["Ls"][l] * fwt, LM["NL"][lm]
+    nmb = LM["nmb"][lm]
+    zero = np.zeros(len(l), dtype=np.int64)
+    e0 = np.maximum.reduce([zero, Lt["ARb"][l], LV["ARv"][lv] - t_cb, Lt["AR"][l] - W])
+    eg = np.maximum.reduce([zero, Lt["RSb"][l], LV["RSv"][lv] - t_cb, Lt["RS"][l] - W])
+    ea = np.maximum.reduce([zero, Lt["AGb"][l], Lt["AG"][l] - Lfw])
+    eg2 = np.maximum.reduce([zero, nmb * Lt["RSb"][l], nmb * Lt["RS"][l] - NL * bwt])
+    e3 = np.maximum.reduce([zero, nmb * Lt["Fb"][l], nmb * Lt["F"][l] - NL * fbt])
+    exp = {0: e0, 1: eg + ea, 2: eg2 + ea, 3: e3}
+    pu = out["pu"]
+    for z in T.z_vals:
+        out[f"exp{z}"] = exp[z]
+        out[f"ovl{z}"] = pu * out[f"link{z}"] + (Q - pu) * exp[z]
+
+
+def pair_columns(T: Tables, l, vi, mi, ri, si, oi) -> dict[str, np.ndarray]:
+    """Every term of the given pairs (arrays of indices)."""
+    b = block_index(T, l, mi, ri, si, oi)
+    nT = len(T.problem.system.networks)
+    at = {"head_mb": 2 * b + T.L["ppgt1"][l], "p2p_mb": nT * b + T.lay["tier_pp"][l]}
+    at["p2p"] = at["p2p_mb"]
+
+    def col(name):
+        return T.BETA[name][at.get(name, b)]
+
+    out = compose(T, l, vi, mi, col)
+    exposures(T, l, vi, mi, col, out)
+    return out
