@@ -48,8 +48,17 @@ def cmd_solve(args) -> int:
     from .loader import load_problem
     from .solve import render, result_dict, solve
 
+    from .errors import ProblemError
+
     problem = load_problem(args.problem)
-    r = solve(problem, method=args.method, top=args.top, time_limit_s=args.time_limit)
+    params = None
+    if args.sat_params:
+        try:
+            params = json.loads(args.sat_params)
+            assert isinstance(params, dict)
+        except (ValueError, AssertionError):
+            raise ProblemError("--sat-params", None, None, "expected a JSON object of CP-SAT parameters") from None
+    r = solve(problem, method=args.method, top=args.top, time_limit_s=args.time_limit, params=params)
     if args.json:
         _print_json(result_dict(problem, r))
     else:
@@ -80,8 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("problem")
     p.add_argument("--top", type=int, default=1, help="K distinct plans, best first")
     p.add_argument("--time-limit", type=float, default=60.0, help="solver time limit, s")
-    p.add_argument("--method", choices=["cpsat", "enumerate"], default="enumerate",
-                   help="enumerate (exhaustive, vectorised); cpsat once the formulation lands")
+    p.add_argument("--method", choices=["cpsat", "enumerate"], default="cpsat",
+                   help="cpsat (proven optimum, default) or enumerate (the exhaustive oracle)")
+    p.add_argument("--sat-params", metavar="JSON", help='CP-SAT parameters, e.g. \'{"num_workers": 2}\'')
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--emit", choices=["megatron"], help="also print the plan as launcher arguments")
     p.set_defaults(func=cmd_solve)
@@ -103,11 +113,6 @@ def main(argv: list[str] | None = None) -> int:
     except ParaplanError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
-    except ModuleNotFoundError as e:
-        if e.name == "formulations.model":
-            print("error: --method cpsat is not available yet; use --method enumerate", file=sys.stderr)
-            return 2
-        raise
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -46,8 +46,19 @@ def verify(problem: Problem, ev: Evaluation, objective_s: float) -> None:
         raise VerificationError(f"plan does not fit in memory when re-evaluated: {ev.result['hbm'] / 2**30:.2f} GiB")
 
 
-def solve(problem: Problem, method: str = "cpsat", top: int = 1, time_limit_s: float = 60.0) -> SolveResult:
+def solve(problem: Problem, method: str = "cpsat", top: int = 1, time_limit_s: float = 60.0,
+          params: dict | None = None) -> SolveResult:
     t0 = time.perf_counter()
+    if method == "cpsat":
+        from formulations.model import solve_cpsat
+        from formulations.tables import Unsupported
+
+        try:
+            return solve_cpsat(problem, top=top, time_limit_s=time_limit_s, t0=t0, params=params)
+        except Unsupported as e:  # solved exactly all the same, by the oracle, and said so
+            r = solve(problem, "enumerate", top=top)
+            r.notes.append(f"CP-SAT formulation does not cover this problem ({e}); solved by enumeration")
+            return r
     if method == "enumerate":
         from .enumerate import enumerate_best
 
@@ -63,10 +74,6 @@ def solve(problem: Problem, method: str = "cpsat", top: int = 1, time_limit_s: f
             plans.append(Plan(ev, float(r.step_time_s[i])))
         return SolveResult("enumerate", "optimal", plans, r.n_candidates, r.n_feasible,
                            time.perf_counter() - t0, bound_s=float(r.step_time_s[0]), gap=0.0)
-    if method == "cpsat":
-        from formulations.model import solve_cpsat
-
-        return solve_cpsat(problem, top=top, time_limit_s=time_limit_s, t0=t0)
     raise ValueError(f"unknown method {method}")
 
 
