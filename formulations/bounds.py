@@ -27,9 +27,12 @@ import numpy as np
 from optimizer.enumerate import feasible
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate
+from optimizer.objective import BIG_S, score
 
 from .pairs import Q, compose, pair_columns
 from .tables import TIME_UNIT, Tables, knob_grid
+
+BIG = int(BIG_S * TIME_UNIT)
 
 UB_SLACK = 1e-4  # relative: the integer objective of the incumbent may differ from the model's by rounding
 
@@ -44,14 +47,15 @@ class Pairs:
     ri: np.ndarray
     si: np.ndarray
     oi: np.ndarray
-    lb: np.ndarray  # lower bound of the objective, TIME_UNIT
-    n_fit: int = 0
+    lb: np.ndarray  # lower bound of the step time, TIME_UNIT
+    slb: np.ndarray | None = None  # lower bound of the score (optimizer.objective), TIME_UNIT
 
     def __len__(self) -> int:
         return len(self.l)
 
     def take(self, idx) -> "Pairs":
-        return Pairs(*(getattr(self, n)[idx] for n in ("l", "vi", "mi", "ri", "si", "oi", "lb")), self.n_fit)
+        return Pairs(*(getattr(self, n)[idx] for n in ("l", "vi", "mi", "ri", "si", "oi", "lb")),
+                     None if self.slb is None else self.slb[idx])
 
 
 def _expand(T: Tables, tri: np.ndarray) -> Pairs:
@@ -63,7 +67,7 @@ def _expand(T: Tables, tri: np.ndarray) -> Pairs:
     ri, si, oi = (np.tile(subs[:, j], len(tri)) for j in range(3))
     ok = (T.L["tp1"][l] == 0) | ((si == 0) & (oi == 0))
     idx = np.nonzero(ok)[0]
-    return Pairs(l[idx], vi[idx], mi[idx], ri[idx], si[idx], oi[idx], np.zeros(len(idx), dtype=np.int64), 0)
+    return Pairs(l[idx], vi[idx], mi[idx], ri[idx], si[idx], oi[idx], np.zeros(len(idx), dtype=np.int64))
 
 
 def _bound(T: Tables, terms: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -118,13 +122,35 @@ class Presolved:
     incumbent: "Incumbent"
 
 
+NONE = np.iinfo(np.int64).max // 2  # "no bound"
+
+
+def n_gpus(T: Tables, l: np.ndarray) -> np.ndarray:
+    return (T.lay["tp"] * T.lay["pp"] * T.lay["dp"] * T.lay["cp"])[l]
+
+
+def score_int(T: Tables, l: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """`optimizer.objective.score` in integers (TIME_UNIT), monotone in the step time; NONE if a target
+    is missed."""
+    g = T.problem.objective.goal.value
+    n = n_gpus(T, l)
+    if g == "tokens_per_gpu":
+        return n * step
+    if g == "fewest_gpus":
+        target = int(np.floor(T.problem.step_time_target_s() * TIME_UNIT * (1 + 1e-9)))
+        return np.where(step <= target, n * BIG + step, NONE)
+    return step
+
+
 def presolve(T: Tables, top: int = 1, n_triples: int = 96) -> Presolved:
     """Bounds per triple (block columns at their minimum), an incumbent from the most promising triples,
     then exact pair bounds for the triples that survive; pairs with LB > UB are dropped."""
     tri = np.array(T.legal_lvm, dtype=np.int64).reshape(-1, 3)
     lb_t, fit_t = _bound(T, compose(T, tri[:, 0], tri[:, 1], tri[:, 2], _triple_cols(T, tri)))
     ok = np.nonzero(fit_t)[0]
-    tri_ok, lb_ok = tri[ok], lb_t[ok]
+    tri_ok, lb_ok = tri[ok], score_int(T, tri[ok, 0], lb_t[ok])
+    ok2 = lb_ok < NONE
+    tri_ok, lb_ok = tri_ok[ok2], lb_ok[ok2]
     n = min(len(tri_ok), max(n_triples, 4 * top))
     first = np.argpartition(lb_ok, n - 1)[:n] if 0 < n < len(tri_ok) else np.arange(len(tri_ok))
     inc = incumbent(T, _expand(T, tri_ok[first]), top)
@@ -132,8 +158,9 @@ def presolve(T: Tables, top: int = 1, n_triples: int = 96) -> Presolved:
     P = _expand(T, keep_t)
     cols = pair_columns(T, P.l, P.vi, P.mi, P.ri, P.si, P.oi)
     P.lb, fit = _bound(T, cols)
+    P.slb = score_int(T, P.l, P.lb)
     n_fit = int(fit.sum())
-    keep = np.nonzero(fit & (P.lb <= inc.ub))[0]
+    keep = np.nonzero(fit & (P.slb <= inc.ub) & (P.slb < NONE))[0]
     P = P.take(keep)
     return Presolved(P, {k: v[keep] for k, v in cols.items()}, len(tri), len(keep_t), n_fit, inc)
 
@@ -149,7 +176,7 @@ def knobs_of_pairs(T: Tables, P: Pairs, z: np.ndarray, d: np.ndarray) -> Knobs:
 
 @dataclass
 class Incumbent:
-    ub: int  # TIME_UNIT; pairs with lb > ub are pruned (inf: nothing evaluated fits)
+    ub: int  # score in TIME_UNIT; pairs with score LB > ub are pruned (huge: nothing evaluated fits)
     hint: dict[str, int] | None  # the best incumbent as indices of the CP-SAT decision variables
     evaluated: int
 
@@ -167,7 +194,7 @@ def incumbent(T: Tables, sel: Pairs, top: int = 1) -> Incumbent:
     rep, z, d = rep.take(np.nonzero(legal)[0]), z[legal], d[legal]
     k = knobs_of_pairs(T, rep, z, d)
     res = evaluate(T.problem, k)
-    t = np.where(feasible(T.problem, k, res), res.step_time, np.inf)
+    t = np.where(feasible(T.problem, k, res), score(T.problem, n_gpus(T, rep.l), res.step_time), np.inf)
     order = np.argsort(t, kind="stable")
     good = order[np.isfinite(t[order])]
     if len(good) == 0:

@@ -58,7 +58,7 @@ def build(T: Tables, m: cp_model.CpModel, pre: Presolved) -> ChoiceVars:
     zi = m.NewIntVar(0, len(T.z_vals) - 1, "zero_index")
     di = m.NewIntVar(0, len(T.dpo_vals) - 1, "dp_overlap_index")
     by_pair = Lookups(m, pair, n, "pair")
-    lower = by_pair.get("bounds.lower", P.lb)  # redundant cut: objective >= LB of the pair
+    lower = by_pair.get("bounds.lower", P.slb)  # redundant cut: score >= its LB for the pair
     # rules.dp1: no ZeRO and overlap flag on without a data-parallel group (as the space does)
     dpg1 = m.NewBoolVar("dp*cp==1")
     m.Add(dpg1 == by_pair.get("dpg1", pre.cols["dpg1"]))

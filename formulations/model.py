@@ -22,6 +22,7 @@ from ortools.sat.python import cp_model
 from optimizer.errors import Infeasible
 from optimizer.evaluate import evaluate_execution
 from optimizer.model.knobs import Knobs, to_execution
+from optimizer.objective import describe
 from optimizer.schema import Problem
 from optimizer.solve import Plan, SolveResult, verify
 from optimizer.space import compact_space
@@ -29,7 +30,8 @@ from optimizer.space import compact_space
 from . import choice as choice_mod
 from . import memory as memory_mod
 from . import time as time_mod
-from .bounds import Presolved, presolve
+from .bounds import BIG, NONE, Presolved, n_gpus, presolve
+from .common import new_int, product
 from .tables import TIME_UNIT, Tables, build_tables
 
 # solver parameters as data (`paraplan solve --sat-params`). One worker: on two cores it is the fastest and
@@ -56,13 +58,14 @@ def define_model(T: Tables, pre: Presolved, hint: dict[str, int] | None = None):
     mem = memory_mod.build(T, m, ch)
     m.Add(mem.enforce == 1)
     tv = time_mod.build(T, m, ch)
-    obj = m.NewIntVar(0, 10**14, "step_time")
+    obj = new_int(m, 0, 10**14, "step_time")
     m.Add(obj == tv.objective)
-    m.Add(obj >= ch.lower)  # redundant cut (formulations.bounds)
-    if pre.incumbent.ub < 10**14:
-        m.Add(obj <= pre.incumbent.ub)  # the incumbent (or the top-th one) is at least this good
+    sc = objective_score(T, m, ch, obj)
+    m.Add(sc >= ch.lower)  # redundant cut (formulations.bounds)
+    if pre.incumbent.ub < NONE:
+        m.Add(sc <= pre.incumbent.ub)  # the incumbent (or the top-th one) is at least this good
     ch.close()
-    m.Minimize(obj)
+    m.Minimize(sc)
     if hint:
         complete_hint(m, ch, hint)
     return m, ch, mem, tv
@@ -83,6 +86,20 @@ def complete_hint(m: cp_model.CpModel, ch, hint: dict[str, int]) -> None:
         return
     for i in range(len(m.Proto().variables)):
         m.AddHint(m.GetIntVarFromProtoIndex(i), s.Value(probe.GetIntVarFromProtoIndex(i)))
+
+
+def objective_score(T: Tables, m: cp_model.CpModel, ch, obj):
+    """The score of `optimizer.objective` (step time; GPUs x step time; GPUs x BIG + step time under the
+    target), as `formulations.bounds.score_int` computes it."""
+    g = T.problem.objective.goal.value
+    if g == "step_time":
+        return obj
+    n = ch.col("n_gpus")
+    if g == "tokens_per_gpu":
+        return product(m, n, obj, "gpu_seconds")
+    target = int(np.floor(T.problem.step_time_target_s() * TIME_UNIT * (1 + 1e-9)))
+    m.Add(obj <= target)
+    return BIG * n + obj
 
 
 def knobs_of(T: Tables, a: dict[str, int]) -> Knobs:
@@ -109,7 +126,9 @@ def solve_cpsat(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: 
     T = build_tables(problem, c)
     pre = presolve(T, top)
     if len(pre.pairs) == 0:
-        raise Infeasible(f"nothing fits: none of {c.size:,} candidates is within memory "
+        what = "is within memory" if problem.objective.goal.value != "fewest_gpus" else \
+            "is within memory and meets the objective's step-time target"
+        raise Infeasible(f"nothing fits: none of {c.size:,} candidates {what} "
                          "(run `paraplan check` for why and what would fit)")
     m, ch, mem, tv = define_model(T, pre, pre.incumbent.hint)
     err = m.Validate()
@@ -118,7 +137,8 @@ def solve_cpsat(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: 
     solver = cp_model.CpSolver()
     set_params(solver, {**SOLVER_PARAMS, **(params or {})})
     plans: list[Plan] = []
-    status_name, bound = "optimal", None
+    status_name, bound, gap = "optimal", None, None
+    goal = problem.objective.goal.value
     for i in range(top):
         solver.parameters.max_time_in_seconds = max(0.1, time_limit_s - (_time.perf_counter() - t0))
         st = solver.Solve(m)
@@ -130,21 +150,23 @@ def solve_cpsat(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: 
                 raise Infeasible(f"no plan found within {time_limit_s:g} s ({solver.StatusName(st)})")
             break
         if i == 0:
-            bound = solver.BestObjectiveBound() / TIME_UNIT
+            sc_best, sc_bound = solver.ObjectiveValue(), solver.BestObjectiveBound()
+            gap = (sc_best - sc_bound) / sc_best if sc_best > 0 else 0.0
+            bound = sc_bound / TIME_UNIT if goal == "step_time" else None
             if st != cp_model.OPTIMAL:
                 status_name = "feasible"
         a = ch.extract(solver)
-        obj = solver.ObjectiveValue() / TIME_UNIT
+        obj = solver.Value(tv.objective) / TIME_UNIT
         k = knobs_of(T, a)
         ev = evaluate_execution(problem, to_execution(k, problem.system))
         verify(problem, ev, obj)
         plans.append(Plan(ev, obj))
         m.AddForbiddenAssignments(ch.key(), [[a["pair"], a["zi"], a["di"]]])
-    best = plans[0].objective_s
-    gap = (best - bound) / best if bound is not None and best > 0 else None
     inc = pre.incumbent
+    ex0 = plans[0].evaluation.execution
+    n0 = ex0.tp * ex0.pp * ex0.cp * (ex0.dp or 1)
     return SolveResult("cpsat", status_name, plans, c.size, None, _time.perf_counter() - t0, bound_s=bound,
-                       gap=gap, notes=[f"presolve: {pre.n_triples_kept:,} of {pre.n_triples:,} (layout, vpp, "
+                       gap=gap, notes=[describe(problem, n0, plans[0].objective_s), f"presolve: {pre.n_triples_kept:,} of {pre.n_triples:,} (layout, vpp, "
                                        f"micro-batch) triples within the incumbent's bound ({inc.evaluated:,} "
                                        f"plans evaluated); of their {pre.n_pairs_fit:,} (triple, block) pairs "
                                        f"that fit, {len(pre.pairs):,} kept",

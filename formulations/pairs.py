@@ -55,6 +55,7 @@ def compose(T: Tables, l, vi, mi, col) -> dict[str, np.ndarray]:
     for z in T.z_vals:
         out[f"opt{z}"], out[f"wgo{z}"] = Lt[f"opt{z}"][l], Lt[f"wgo{z}"][l]
     out["dpg1"] = Lt["dpg1"][l]
+    out["n_gpus"] = (T.lay["tp"] * T.lay["pp"] * T.lay["dp"] * T.lay["cp"])[l]
     return out
 
 

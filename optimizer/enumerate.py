@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .model.knobs import Knobs
+from .objective import score
 from .model.step import GIB, StepResult, evaluate, make_ctx
 from .schema import Problem
 from .space import Space, build_space
@@ -33,8 +34,9 @@ class EnumResult:
     knobs: Knobs  # the top candidates, best first
     step_time_s: np.ndarray
     n_candidates: int
-    n_feasible: int
+    n_feasible: int  # within memory (before any objective target)
     seconds: float
+    score: np.ndarray | None = None  # optimizer.objective.score of the top candidates
 
 
 def enumerate_best(problem: Problem, space: Space | None = None, top: int = 1,
@@ -44,6 +46,7 @@ def enumerate_best(problem: Problem, space: Space | None = None, top: int = 1,
     ctx = make_ctx(problem)
     n = space.size
     best_t = np.empty(0)
+    best_s = np.empty(0)
     best_i = np.empty(0, dtype=np.int64)
     n_ok = 0
     for lo in range(0, n, chunk):
@@ -52,15 +55,17 @@ def enumerate_best(problem: Problem, space: Space | None = None, top: int = 1,
         res = evaluate(problem, k, ctx)
         ok = feasible(problem, k, res)
         n_ok += int(ok.sum())
-        t = np.where(ok, res.step_time, np.inf)
+        t = np.where(ok, score(problem, k.tp * k.pp * k.dp * k.cp, res.step_time), np.inf)
+        stp = res.step_time
         if top < len(t):
             part = np.argpartition(t, top)[:top]
         else:
             part = np.arange(len(t))
         best_t = np.concatenate([best_t, t[part]])
+        best_s = np.concatenate([best_s, stp[part]])
         best_i = np.concatenate([best_i, idx[part]])
         order = np.argsort(best_t, kind="stable")[:top]
-        best_t, best_i = best_t[order], best_i[order]
+        best_t, best_s, best_i = best_t[order], best_s[order], best_i[order]
     keep = np.isfinite(best_t)
-    best_t, best_i = best_t[keep], best_i[keep]
-    return EnumResult(space.knobs.take(best_i), best_t, n, n_ok, time.perf_counter() - t0)
+    best_t, best_s, best_i = best_t[keep], best_s[keep], best_i[keep]
+    return EnumResult(space.knobs.take(best_i), best_s, n, n_ok, time.perf_counter() - t0, best_t)

@@ -64,7 +64,8 @@ def solve(problem: Problem, method: str = "cpsat", top: int = 1, time_limit_s: f
 
         r = enumerate_best(problem, build_space(problem), top=top)
         if len(r.step_time_s) == 0:
-            raise Infeasible(f"nothing fits: none of {r.n_candidates} candidates is within memory "
+            what = "meets the objective's target" if r.n_feasible else "is within memory"
+            raise Infeasible(f"nothing fits: none of {r.n_candidates:,} candidates {what} "
                              "(run `paraplan check` for why and what would fit)")
         plans = []
         for i in range(len(r.step_time_s)):
@@ -72,8 +73,14 @@ def solve(problem: Problem, method: str = "cpsat", top: int = 1, time_limit_s: f
             ev = evaluate_execution(problem, ex)
             verify(problem, ev, float(r.step_time_s[i]))
             plans.append(Plan(ev, float(r.step_time_s[i])))
+        from .objective import describe
+
+        ex0 = plans[0].evaluation.execution
+        note = describe(problem, ex0.tp * ex0.pp * ex0.cp * (ex0.dp or 1), plans[0].objective_s)
+        step_goal = problem.objective.goal.value == "step_time"
         return SolveResult("enumerate", "optimal", plans, r.n_candidates, r.n_feasible,
-                           time.perf_counter() - t0, bound_s=float(r.step_time_s[0]), gap=0.0)
+                           time.perf_counter() - t0, bound_s=float(r.step_time_s[0]) if step_goal else None,
+                           gap=0.0, notes=[note])
     raise ValueError(f"unknown method {method}")
 
 

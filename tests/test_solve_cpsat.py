@@ -199,3 +199,52 @@ search: {{cp: 1, pp: 1}}
     assert {1, 2, 4} <= set(int(x) for x in np.unique(k.tp))
     ex = solve_cpsat(p).plans[0].evaluation.execution
     assert ex.tp != 3
+
+
+# ---------------------------------------------------------------- other objectives
+IDLE = """
+llm: narayanan2021-1.7b
+system: a100-sxm-40gb
+num_gpus: 64
+training: {{global_batch: 64, tokens: 1.0e+9}}
+options: {{allow_idle_gpus: true}}
+search: {{cp: 1}}
+objective: {objective}
+"""
+
+
+@pytest.mark.parametrize("objective", ["{goal: tokens_per_gpu}", "{goal: fewest_gpus, max_step_time_s: 2.0}",
+                                       "{goal: fewest_gpus, max_days: 0.05}"])
+def test_other_objectives_match_enumeration(tmp_path, objective):
+    from optimizer.objective import score
+
+    p = load_text(tmp_path, "idle", IDLE.format(objective=objective))
+    e = solve(p, "enumerate")
+    c = solve(p, "cpsat")
+    assert c.status == "optimal"
+
+    def sc(r):
+        ex = r.plans[0].evaluation.execution
+        return float(score(p, ex.tp * ex.pp * ex.dp * ex.cp, r.plans[0].objective_s))
+
+    assert sc(c) == pytest.approx(sc(e), rel=1e-3)
+    if "fewest" in objective:
+        assert c.plans[0].objective_s <= p.step_time_target_s() * (1 + 1e-6)
+
+
+def test_fewest_gpus_uses_fewer_gpus_for_a_looser_target(tmp_path):
+    def gpus(t):
+        p = load_text(tmp_path, "idle", IDLE.format(objective=f"{{goal: fewest_gpus, max_step_time_s: {t}}}"))
+        ex = solve(p, "cpsat").plans[0].evaluation.execution
+        return ex.tp * ex.pp * ex.dp * ex.cp
+
+    assert gpus(8.0) < gpus(1.0)
+
+
+def test_tokens_per_gpu_prefers_efficiency_over_speed(tmp_path):
+    p = load_text(tmp_path, "idle", IDLE.format(objective="{goal: tokens_per_gpu}"))
+    fast = solve(load_text(tmp_path, "fast", IDLE.format(objective="{goal: step_time}")), "cpsat").plans[0]
+    eff = solve(p, "cpsat").plans[0]
+    n = lambda pl: pl.evaluation.execution.tp * pl.evaluation.execution.pp * pl.evaluation.execution.dp  # noqa: E731
+    assert eff.objective_s >= fast.objective_s * (1 - 1e-9)
+    assert n(eff) * eff.objective_s <= n(fast) * fast.objective_s * (1 + 1e-9)

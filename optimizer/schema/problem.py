@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from .common import AttentionKernel, Frozen, Precision, Recompute, Schedule, TpComm, TpOverlap
@@ -74,6 +76,29 @@ class Options(Frozen):
     allow_idle_gpus: bool = Field(False, description="Allow tp*pp*dp*cp < num_gpus.")
 
 
+class Goal(StrEnum):
+    """What `solve` optimises."""
+
+    STEP_TIME = "step_time"  # minimum step time (fastest training on the GPUs given)
+    TOKENS_PER_GPU = "tokens_per_gpu"  # maximum tokens/s per GPU used (with idle GPUs allowed)
+    FEWEST_GPUS = "fewest_gpus"  # fewest GPUs that meet a step-time or time-to-train target
+
+
+class Objective(Frozen):
+    """The objective of `solve` (default: minimum step time)."""
+
+    goal: Goal = Field(Goal.STEP_TIME, description="step_time | tokens_per_gpu | fewest_gpus.")
+    max_step_time_s: PositiveFloat | None = Field(None, description="fewest_gpus: the step-time target, s.")
+    max_days: PositiveFloat | None = Field(None, description="fewest_gpus: the time-to-train target for "
+                                           "training.tokens, days.")
+
+    @model_validator(mode="after")
+    def _target(self):
+        if self.goal == Goal.FEWEST_GPUS and (self.max_step_time_s is None) == (self.max_days is None):
+            raise ValueError("fewest_gpus needs exactly one of max_step_time_s, max_days")
+        return self
+
+
 class Problem(Frozen):
     """A planning problem: train `llm` with `training` on `num_gpus` GPUs of `system`."""
 
@@ -87,6 +112,25 @@ class Problem(Frozen):
     execution: Execution = Field(default_factory=Execution, description="Knobs for `evaluate`.")
     search: dict | None = Field(None, description="Restrictions of the knob space for `solve` (see README).")
     options: Options = Field(default_factory=Options, description="Headroom, idle GPUs.")
+    objective: Objective = Field(default_factory=Objective, description="What `solve` optimises.")
+
+    @model_validator(mode="after")
+    def _objective_needs_tokens(self):
+        if self.objective.max_days is not None and not self.training.tokens:
+            raise ValueError("objective.max_days needs training.tokens")
+        return self
+
+    def step_time_target_s(self) -> float | None:
+        """fewest_gpus: the largest step time that meets the target (days -> s via training.tokens)."""
+        o = self.objective
+        if o.goal != Goal.FEWEST_GPUS:
+            return None
+        if o.max_step_time_s is not None:
+            return o.max_step_time_s
+        if not self.training.tokens:
+            raise ValueError("objective.max_days needs training.tokens")
+        steps = self.training.tokens / (self.training.global_batch * self.seq_len)
+        return o.max_days * 86400.0 / steps
 
     @property
     def seq_len(self) -> int:
