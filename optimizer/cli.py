@@ -66,6 +66,19 @@ def cmd_solve(args) -> int:
     return 0
 
 
+def cmd_check(args) -> int:
+    from .check import check, render, result_dict
+    from .loader import load_problem_doc
+
+    problem, written = load_problem_doc(args.problem)
+    r = check(problem, written, offload_gib=args.offload_gib, offload_gbps=args.offload_gbps)
+    if args.json:
+        _print_json(result_dict(r))
+    else:
+        print(render(r))
+    return 0 if r.fits else 3
+
+
 def cmd_schema(args) -> int:
     from .schema import Problem
 
@@ -95,6 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--emit", choices=["megatron"], help="also print the plan as launcher arguments")
     p.set_defaults(func=cmd_solve)
+    p = sub.add_parser("check", help="does it fit? why not, and what smallest change would (exit 3: does not fit)")
+    p.add_argument("problem")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--offload-gib", type=float, default=512.0, help="offload memory to try when nothing fits")
+    p.add_argument("--offload-gbps", type=float, default=64.0, help="its bandwidth, GB/s (PCIe 5 x16: 64)")
+    p.set_defaults(func=cmd_check)
     p = sub.add_parser("schema", help="print the JSON Schema of problem files")
     p.set_defaults(func=cmd_schema)
     return ap

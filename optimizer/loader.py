@@ -292,6 +292,16 @@ def load_problem(path: str | os.PathLike, require_execution: bool = False):
     return problem
 
 
+def load_problem_doc(path: str | os.PathLike):
+    """The problem without its execution rules checked, and the execution keys the file writes (`check`)."""
+    from .schema import Problem
+
+    doc = load_document(path)
+    problem = validate_model(Problem, doc)
+    written = doc.data.get("execution") if isinstance(doc.data.get("execution"), dict) else None
+    return problem, written
+
+
 def load_named(kind: str, name: str, model: Any):
     """Load one library file (an llm or a system) by name."""
     path = find_in_library(kind, name)

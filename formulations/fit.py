@@ -1,0 +1,58 @@
+"""Can anything fit? The smallest HBM per GPU over the whole space (constraint group ``memory.hbm`` as an
+objective), exact with respect to the formulation's tables, for `paraplan check`.
+
+Memory depends on the pair (triple x block setting) and the ZeRO stage only, so the minimum is
+min over pairs of [act(pair) + min_z wgo_z(pair)]. Triples are bounded first with every block column at
+its minimum (formulations.bounds); only triples whose bound is within the best pair found are expanded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from optimizer.schema import Problem
+from optimizer.space import compact_space
+
+from .bounds import _expand, _triple_cols, knobs_of_pairs
+from .pairs import compose, pair_columns
+from .tables import KIB, build_tables
+
+
+@dataclass
+class MinMemory:
+    legal: int  # candidates that satisfy the integer rules
+    need_bytes: float | None  # smallest HBM any legal plan needs (bytes, formulation rounding), None: no plan
+    knobs: object | None  # a Knobs row of that plan (ZeRO stage and overlap included)
+
+
+def _state_min(T, cols) -> tuple[np.ndarray, np.ndarray]:
+    zs = [z for z in T.z_vals]
+    w = np.stack([np.where((cols["dpg1"] == 0) | (z == 0), cols[f"wgo{z}"], np.iinfo(np.int64).max // 4)
+                  for z in zs])
+    return w.min(axis=0), w.argmin(axis=0)
+
+
+def min_memory(problem: Problem, n_first: int = 64) -> MinMemory:
+    c = compact_space(problem)
+    if c.size == 0:
+        return MinMemory(0, None, None)
+    T = build_tables(problem, c)
+    tri = np.array(T.legal_lvm, dtype=np.int64).reshape(-1, 3)
+    tc = compose(T, tri[:, 0], tri[:, 1], tri[:, 2], _triple_cols(T, tri))
+    lb = tc["act"] + _state_min(T, tc)[0]
+    order = np.argsort(lb, kind="stable")
+    first = tri[order[: min(n_first, len(order))]]
+    P = _expand(T, first)
+    cols = pair_columns(T, P.l, P.vi, P.mi, P.ri, P.si, P.oi)
+    best = float((cols["act"] + _state_min(T, cols)[0]).min())
+    P = _expand(T, tri[lb <= best])  # every triple that may hold a smaller plan
+    cols = pair_columns(T, P.l, P.vi, P.mi, P.ri, P.si, P.oi)
+    smin, zarg = _state_min(T, cols)
+    tot = cols["act"] + smin
+    i = int(np.argmin(tot))
+    one = P.take(np.array([i]))
+    d = np.array([T.dpo_vals.index(1) if 1 in T.dpo_vals else 0])
+    k = knobs_of_pairs(T, one, np.array([zarg[i]]), d)
+    return MinMemory(c.size, float(tot[i]) * KIB, k)

@@ -1,0 +1,388 @@
+"""`paraplan check`: does the problem fit, why not, and what smallest change would make it fit.
+
+Knobs the problem fixes: every knob written in its `execution` (the run the user means to launch) and the
+`search` restrictions. Stages:
+1. integer rules (space): if no (tp, pp, dp, cp, vpp, micro-batch) is legal, the solver's minimal conflicting
+   set of named groups (`formulations.rules`) is the explanation;
+2. the fastest plan that fits (`solve`); if there is one: it fits, with memory per tier and the margin;
+3. otherwise memory (`formulations.fit`): the smallest HBM any legal plan needs, and which plan needs it;
+4. relaxations, each computed by a solve of the changed problem: smallest HBM per GPU, fewest GPUs, largest
+   global batch and sequence length, fixed knobs to release, offload memory.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import Infeasible
+from .schema import Problem
+
+GIB = 2.0**30
+EXEC_TO_SEARCH = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "recompute", "sequence_parallel", "tp_overlap",
+                  "zero", "dp_overlap", "weight_offload", "activation_offload", "optimizer_offload",
+                  "fused_layers", "attention", "pp_rs_ag", "schedule", "sp_ag_redo")
+
+
+@dataclass
+class Relaxation:
+    kind: str  # hbm | gpus | global_batch | seq_len | release | offload
+    change: str  # in words
+    value: Any
+    fits: bool
+    step_time_s: float | None = None
+
+
+@dataclass
+class CheckResult:
+    problem: Problem
+    fixed: dict[str, list]
+    fits: bool
+    plan: Any = None  # SolveResult when it fits
+    conflicts: list[tuple[str, str]] = field(default_factory=list)  # (group, words)
+    explanation: list[str] = field(default_factory=list)
+    min_hbm_gib: float | None = None
+    relaxations: list[Relaxation] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _val(v):
+    return v.value if hasattr(v, "value") else v
+
+
+def fixed_knobs(problem: Problem, written: dict | None) -> dict[str, list]:
+    """Knobs fixed by the file: the execution's written keys, narrowed by `search`."""
+    out: dict[str, list] = {}
+    ex = problem.execution
+    for k in (written or {}):
+        if k in EXEC_TO_SEARCH:
+            out[k] = [_val(getattr(ex, k))]
+    for k, rule in (problem.search or {}).items():
+        if isinstance(rule, dict):
+            continue  # ranges stay search restrictions, not fixed values
+        vals = [_val(x) for x in (rule if isinstance(rule, list) else [rule])]
+        out[k] = [x for x in out[k] if x in vals] if k in out else vals
+    return out
+
+
+def with_fixed(problem: Problem, fixed: dict[str, list], **changes) -> Problem:
+    search = dict(problem.search or {})
+    for k, vals in fixed.items():
+        search[k] = vals if len(vals) != 1 else vals[0]
+    return problem.model_copy(update={"search": search, **changes})
+
+
+def _fits_at_all(problem: Problem) -> tuple[bool, float | None]:
+    """(some plan fits, smallest HBM need in bytes) by the memory solve."""
+    from formulations.fit import min_memory
+    from formulations.tables import Unsupported
+
+    try:
+        mm = min_memory(problem)
+    except Unsupported:
+        from .enumerate import enumerate_best
+
+        r = enumerate_best(problem)
+        return len(r.step_time_s) > 0, None
+    if mm.need_bytes is None:
+        return False, None
+    from .enumerate import capacity_bytes
+
+    return mm.need_bytes <= capacity_bytes(problem), mm.need_bytes
+
+
+def _step(problem: Problem) -> float | None:
+    from .solve import solve
+
+    try:
+        return solve(problem, "cpsat").plans[0].objective_s
+    except Infeasible:
+        return None
+
+
+def check(problem: Problem, written_execution: dict | None = None, offload_gib: float = 512.0,
+          offload_gbps: float = 64.0) -> CheckResult:
+    t0 = time.perf_counter()
+    fixed = fixed_knobs(problem, written_execution)
+    p = with_fixed(problem, fixed)
+    out = CheckResult(problem, fixed, False)
+    from .space import compact_space
+
+    if compact_space(p).size == 0:
+        _explain_rules(p, fixed, out)
+        _relax_rules(problem, p, fixed, out)
+    else:
+        from .solve import solve
+
+        try:
+            out.plan = solve(p, "cpsat")
+            out.fits = True
+        except Infeasible:
+            _explain_memory(p, out)
+            _relax_memory(problem, p, fixed, out, offload_gib, offload_gbps)
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- rules
+def _explain_rules(p: Problem, fixed: dict[str, list], out: CheckResult) -> None:
+    from formulations import rules
+
+    core = rules.conflict(p, fixed)
+    if core is None:  # pragma: no cover - the space applies a rule the explanation model lacks
+        out.explanation.append("no legal plan: the integer rules of the space leave no (tp, pp, dp, cp, vpp, "
+                               "micro_batch)")
+        return
+    out.conflicts = [(g, rules.describe(p, g, fixed)) for g in core]
+    n, B = p.num_gpus, p.training.global_batch
+    if "rules.batch" in core:
+        from .space import divisors
+
+        dps = rules.values(p, fixed, "dp", {"rules.batch", "rules.interleave"}, divisors(n))
+        out.explanation.append(f"global batch {B} cannot be split: no dp in {dps} (what the other rules leave on "
+                               f"{n} GPUs) divides it" + (" with the fixed micro-batch" if "fixed.micro_batch" in core
+                                                          else ""))
+    out.explanation.append("no legal plan: these rules conflict: " + "; ".join(t for _, t in out.conflicts))
+
+
+def _relax_rules(problem: Problem, p: Problem, fixed: dict[str, list], out: CheckResult) -> None:
+    from formulations import rules
+
+    core = [g for g, _ in out.conflicts]
+    for g in core:
+        if g.startswith("fixed."):
+            k = g.split(".", 1)[1]
+            rest = {kk: vv for kk, vv in fixed.items() if kk != k}
+            q = with_fixed(problem, rest)
+            ok, _ = _fits_at_all(q)
+            out.relaxations.append(Relaxation("release", f"release {k} (fixed to {fixed[k]})", k, ok,
+                                              _step(q) if ok else None))
+    B = p.training.global_batch
+    if "rules.batch" in core or "rules.interleave" in core:
+        from .space import divisors
+
+        dps = rules.values(p, fixed, "dp", {"rules.batch", "rules.interleave"}, divisors(p.num_gpus))
+        cands = sorted({(B // d) * d for d in dps if B // d} | {-(-B // d) * d for d in dps})
+        below = [b for b in cands if b < B][::-1]
+        above = [b for b in cands if b > B]
+        for label, seq in (("largest global batch below", below), ("smallest global batch above", above)):
+            for b in seq[:6]:
+                q = with_fixed(problem, fixed, training=problem.training.model_copy(update={"global_batch": b}))
+                ok, _ = _fits_at_all(q)
+                if ok:
+                    out.relaxations.append(Relaxation("global_batch", f"{label} {B} that fits: {b}", b, True,
+                                                      _step(q)))
+                    break
+    if "rules.gpus" in core:
+        _nearest_gpus(problem, fixed, out)
+
+
+# ---------------------------------------------------------------------------------------------- memory
+def _explain_memory(p: Problem, out: CheckResult) -> None:
+    from formulations.fit import min_memory
+
+    from .enumerate import capacity_bytes
+    from .evaluate import evaluate_execution
+    from .model.knobs import to_execution
+
+    mm = min_memory(p)
+    cap = capacity_bytes(p) / GIB
+    ev = evaluate_execution(p, to_execution(mm.knobs, p.system))
+    need = ev.result["hbm"] / GIB
+    out.min_hbm_gib = need + p.options.memory_headroom_gib
+    ex = ev.execution
+    plan = (f"tp={ex.tp} pp={ex.pp} dp={ex.dp} cp={ex.cp} vpp={ex.vpp} micro_batch={ex.micro_batch} "
+            f"recompute={_val(ex.recompute)} sp={ex.sequence_parallel} zero={ex.zero}")
+    r = ev.result
+    parts = ", ".join(f"{k} {r[k] / GIB:.1f}" for k in ("weights", "grads", "optim_state", "activations", "reserved"))
+    head = f" minus {p.options.memory_headroom_gib:g} GiB headroom" if p.options.memory_headroom_gib else ""
+    out.conflicts = [("memory.hbm", f"HBM: every plan needs at least {need:.1f} GiB per GPU (smallest: {plan}; "
+                      f"{parts} GiB), the GPU has {p.system.hbm_gib:g} GiB{head} = {cap:.1f} GiB")]
+    out.explanation.append(out.conflicts[0][1])
+
+
+def _relax_memory(problem: Problem, p: Problem, fixed: dict[str, list], out: CheckResult, offload_gib: float,
+                  offload_gbps: float) -> None:
+    # smallest HBM per GPU
+    if out.min_hbm_gib is not None:
+        hbm = math.ceil(out.min_hbm_gib * 10 + 1e-9) / 10
+        q = with_fixed(problem, fixed, system=problem.system.model_copy(update={"hbm_gib": hbm}))
+        st = _step(q)
+        out.relaxations.append(Relaxation("hbm", f"HBM per GPU of at least {hbm:g} GiB", hbm, st is not None, st))
+    _relax_gpus(problem, fixed, out)
+    # largest sequence length (memory grows with it): bisection over multiples of 128
+    S = p.seq_len
+    lo, hi, best = 0, S // 128, None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        s_ = mid * 128
+        q = with_fixed(problem, fixed, training=problem.training.model_copy(update={"seq_len": s_}))
+        ok, _ = _fits_at_all(q) if s_ < S else (False, None)
+        if ok:
+            lo, best = mid, s_
+        else:
+            hi = mid - 1
+    if best:
+        q = with_fixed(problem, fixed, training=problem.training.model_copy(update={"seq_len": best}))
+        out.relaxations.append(Relaxation("seq_len", f"largest sequence length that fits (multiple of 128): {best}",
+                                          best, True, _step(q)))
+    else:
+        out.relaxations.append(Relaxation("seq_len", "no shorter sequence (multiple of 128) fits", None, False))
+    # largest global batch (in-flight micro-batches shrink with fewer of them): halving
+    B = p.training.global_batch
+    b = B // 2
+    while b >= 1:
+        q = with_fixed(problem, fixed, training=problem.training.model_copy(update={"global_batch": b}))
+        ok, _ = _fits_at_all(q)
+        if ok:
+            out.relaxations.append(Relaxation("global_batch", f"largest global batch B/2^k that fits: {b}", b, True,
+                                              _step(q)))
+            break
+        b //= 2
+    else:
+        out.relaxations.append(Relaxation("global_batch", f"no global batch {B}/2^k fits", None, False))
+    # release fixed knobs, one at a time
+    for k in fixed:
+        rest = {kk: vv for kk, vv in fixed.items() if kk != k}
+        q = with_fixed(problem, rest)
+        ok, _ = _fits_at_all(q)
+        if ok:
+            out.relaxations.append(Relaxation("release", f"release {k} (fixed to {fixed[k]})", k, True, _step(q)))
+    # offload memory
+    _relax_offload(problem, p, fixed, out, offload_gib, offload_gbps)
+
+
+def _relax_gpus(problem: Problem, fixed: dict[str, list], out: CheckResult) -> None:
+    """Fewest GPUs (multiples of a node) that fit: the first fitting of N*{1.25..8}, then refined downwards."""
+    n, node = problem.num_gpus, problem.system.gpus_per_node
+    fixed_n = {k: v for k, v in fixed.items() if k != "dp"}  # dp follows the GPU count
+
+    def fits(m: int) -> bool:
+        return _fits_at_all(with_fixed(problem, fixed_n, num_gpus=m))[0]
+
+    grid = sorted({max(node, int(round(n * f / node)) * node) for f in (1.25, 1.5, 2, 3, 4, 6, 8)} - {n})
+    prev, found = n, None
+    for m in grid:
+        if m > n and fits(m):
+            found = m
+            break
+        prev = max(prev, m)
+    if found is None:
+        out.relaxations.append(Relaxation("gpus", f"no GPU count up to {8 * n} (multiples of {node}) fits", None,
+                                          False))
+        return
+    step = max(node, ((found - prev) // 8 // node) * node)
+    for m in range(prev + step, found, step):
+        if fits(m):
+            found = m
+            break
+    q = with_fixed(problem, fixed_n, num_gpus=found)
+    out.relaxations.append(Relaxation("gpus", f"fewest GPUs that fit (multiples of {node} tried between {prev} "
+                                      f"and {found}): {found}", found, True, _step(q)))
+
+
+def _nearest_gpus(problem: Problem, fixed: dict[str, list], out: CheckResult) -> None:
+    """Nearest GPU counts (multiples of a node, up to 64 nodes away) below and above that fit."""
+    n, node = problem.num_gpus, problem.system.gpus_per_node
+    for label, seq in (("largest GPU count below", range(n - n % node if n % node else n - node, max(0, n - 64 * node), -node)),
+                       ("smallest GPU count above", range((n // node + 1) * node, n + 64 * node + 1, node))):
+        for m in seq:
+            q = with_fixed(problem, fixed, num_gpus=m)
+            if _fits_at_all(q)[0]:
+                out.relaxations.append(Relaxation("gpus", f"{label} {n} that fits: {m}", m, True, _step(q)))
+                break
+        else:
+            out.relaxations.append(Relaxation("gpus", f"no {label.split(' ', 1)[1]} {n} within 64 nodes fits",
+                                              None, False))
+
+
+def _relax_offload(problem: Problem, p: Problem, fixed: dict[str, list], out: CheckResult, offload_gib: float,
+                   offload_gbps: float) -> None:
+    """Would `offload_gib` of host memory at `offload_gbps` make it fit? The smallest-memory plan with weights,
+    optimizer state and activations offloaded, through the model."""
+    import numpy as np
+
+    from formulations.fit import min_memory
+
+    from .enumerate import capacity_bytes
+    from .model.step import evaluate
+
+    sysm = problem.system
+    off = sysm.offload.model_copy(update={"capacity_gib": max(sysm.offload.capacity_gib, offload_gib),
+                                          "bandwidth_gbps": sysm.offload.bandwidth_gbps or offload_gbps})
+    q = p.model_copy(update={"system": sysm.model_copy(update={"offload": off})})
+    mm = min_memory(p)
+    if mm.knobs is None:
+        return
+    best = None
+    for w, a, o in ((1, 0, 1), (1, 1, 1), (0, 0, 1), (1, 0, 0)):
+        k = mm.knobs.replace(w_off=np.array([w]), a_off=np.array([a]), o_off=np.array([o]))
+        r = evaluate(q, k)
+        if r.hbm[0] <= capacity_bytes(q) and r.offload_mem[0] <= off.capacity_gib * GIB:
+            if best is None or r.step_time[0] < best[0]:
+                best = (float(r.step_time[0]), float(r.offload_mem[0]) / GIB, (w, a, o))
+    if best is None:
+        out.relaxations.append(Relaxation("offload", f"offload memory of {off.capacity_gib:g} GiB at "
+                                          f"{off.bandwidth_gbps:g} GB/s would not make the smallest plan fit",
+                                          off.capacity_gib, False))
+    else:
+        names = [n for n, f in zip(("weights", "activations", "optimizer state"), best[2]) if f]
+        out.relaxations.append(Relaxation("offload", f"offloading {', '.join(names)} ({best[1]:.1f} GiB of "
+                                          f"{off.capacity_gib:g} GiB offload memory at {off.bandwidth_gbps:g} GB/s)",
+                                          round(best[1], 2), True, best[0]))
+
+
+# ---------------------------------------------------------------------------------------------- report
+def result_dict(r: CheckResult) -> dict:
+    d: dict[str, Any] = {"problem": r.problem.name, "fits": r.fits, "fixed": r.fixed, "seconds": round(r.seconds, 3)}
+    if r.fits:
+        ev = r.plan.plans[0].evaluation
+        res = ev.result
+        cap = (r.problem.system.hbm_gib - r.problem.options.memory_headroom_gib)
+        used = res["hbm"] / GIB
+        d["plan"] = {"execution": ev.execution.model_dump(mode="json"), "step_time_s": res["step_time"],
+                     "status": r.plan.status}
+        d["memory"] = {"hbm": {"used_gib": round(used, 3), "capacity_gib": cap,
+                               "margin_gib": round(cap - used, 3), "margin_pct": round(100 * (cap - used) / cap, 2)}}
+        if r.problem.system.offload.capacity_gib > 0:
+            ou = res["offload_mem"] / GIB
+            oc = r.problem.system.offload.capacity_gib
+            d["memory"]["offload"] = {"used_gib": round(ou, 3), "capacity_gib": oc, "margin_gib": round(oc - ou, 3),
+                                      "margin_pct": round(100 * (oc - ou) / oc, 2)}
+    else:
+        d["conflicts"] = [{"group": g, "reason": t} for g, t in r.conflicts]
+        d["explanation"] = r.explanation
+        d["min_hbm_gib"] = r.min_hbm_gib
+        d["relaxations"] = [{"kind": x.kind, "change": x.change, "value": x.value, "fits": x.fits,
+                             "step_time_s": x.step_time_s} for x in r.relaxations]
+    return d
+
+
+def render(r: CheckResult) -> str:
+    d = result_dict(r)
+    name = r.problem.name or "problem"
+    fixed = ", ".join(f"{k}={v[0] if len(v) == 1 else v}" for k, v in r.fixed.items()) or "none"
+    lines = [f"paraplan check: {name}  (fixed knobs: {fixed})"]
+    if r.fits:
+        pl, mem = d["plan"], d["memory"]
+        ex = pl["execution"]
+        lines.append(f"FITS. Fastest plan that fits ({pl['status']}): step time {pl['step_time_s']:.4g} s")
+        lines.append("  " + " ".join(f"{k}={ex[k]}" for k in ("tp", "pp", "dp", "cp", "vpp", "micro_batch",
+                                                              "recompute", "sequence_parallel", "zero")))
+        for tier, m in mem.items():
+            lines.append(f"  {tier}: {m['used_gib']:.2f} of {m['capacity_gib']:g} GiB per GPU, margin "
+                         f"{m['margin_gib']:.2f} GiB ({m['margin_pct']:.1f}%)")
+    else:
+        lines.append("DOES NOT FIT.")
+        for e in r.explanation:
+            lines.append(f"  why: {e}")
+        if r.conflicts:
+            lines.append("  conflicting constraint groups: " + ", ".join(g for g, _ in r.conflicts))
+        lines.append("What would make it fit (each computed by a solve):")
+        for x in r.relaxations:
+            st = f" -> step time {x.step_time_s:.4g} s" if x.step_time_s else ""
+            lines.append(f"  {'yes' if x.fits else 'no '}  {x.change}{st}")
+    lines.append(f"checked in {r.seconds:.2f} s")
+    return "\n".join(lines)

@@ -1,0 +1,141 @@
+"""`paraplan check`: fits / does not fit / why / what would make it fit, with answers derived by hand."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from optimizer.check import check
+from optimizer.cli import main
+from optimizer.loader import load_problem_doc
+from optimizer.solve import solve
+
+GIB = 2.0**30
+
+# 1.3B-class model: 24 layers of 12*h^2 + embeddings. Parameters computed by the model's own count below.
+BASE = """
+name: small
+llm: {{name: m13, hidden: 2048, ffn: 8192, layers: 24, heads: 16, seq_len: 2048, vocab: 50304}}
+system: {{base: a100-sxm-80gb, hbm_gib: {hbm}}}
+num_gpus: {gpus}
+training: {{global_batch: {batch}, grad_precision: bf16}}
+{extra}
+"""
+
+
+def run(tmp_path, hbm=80, gpus=8, batch=16, extra=""):
+    path = tmp_path / "p.yaml"
+    path.write_text(BASE.format(hbm=hbm, gpus=gpus, batch=batch, extra=extra))
+    return path, check(*load_problem_doc(path))
+
+
+def params(tmp_path) -> float:
+    from optimizer.model.params import count
+
+    path, _ = run(tmp_path)
+    p, _ = load_problem_doc(path)
+    return float(count(p.llm).total)
+
+
+def test_fits_reports_the_fastest_plan_and_its_margin(tmp_path):
+    path, r = run(tmp_path)
+    assert r.fits
+    best = solve(load_problem_doc(path)[0], "enumerate").plans[0]
+    assert r.plan.plans[0].objective_s == pytest.approx(best.objective_s, rel=1e-3)
+    from optimizer.check import result_dict
+
+    d = result_dict(r)["memory"]["hbm"]
+    used = r.plan.plans[0].evaluation.result["hbm"] / GIB
+    assert d["capacity_gib"] == 80 and d["margin_gib"] == pytest.approx(80 - used, abs=1e-3)
+    assert d["margin_pct"] == pytest.approx(100 * (80 - used) / 80, abs=0.01)
+
+
+def test_sixteen_bytes_per_parameter_without_sharding(tmp_path):
+    """Mixed-precision Adam (bf16 weights 2 + bf16 grads 2 + fp32 master, m, v 12 = 16 B/param), no TP, PP
+    or ZeRO: every GPU holds 16 P bytes. With 16 GiB of HBM that cannot fit; the smallest HBM that fits is
+    16 P plus activations and reserve; releasing ZeRO (sharding over 8 GPUs) makes it fit."""
+    P = params(tmp_path)
+    need_state_gib = 16 * P / GIB
+    assert 18 < need_state_gib < 23  # a 1.3B-class model
+    _, r = run(tmp_path, hbm=16, extra="execution: {tp: 1, pp: 1, zero: 0}")
+    assert not r.fits
+    assert [g for g, _ in r.conflicts] == ["memory.hbm"]
+    assert need_state_gib < r.min_hbm_gib < need_state_gib + 6  # + activations (mb 1, full recompute) + reserve
+    kinds = {x.kind: x for x in r.relaxations}
+    assert kinds["hbm"].fits and kinds["hbm"].value >= r.min_hbm_gib
+    released = {x.value for x in r.relaxations if x.kind == "release" and x.fits}
+    assert "zero" in released and "tp" in released
+    assert kinds["offload"].fits  # optimizer state in host memory leaves 2 + 2 B/param on the GPU
+
+
+def test_smallest_hbm_is_exact(tmp_path):
+    """The reported smallest HBM fits (solve succeeds) and 0.2 GiB less does not."""
+    _, r = run(tmp_path, hbm=16, extra="execution: {tp: 1, pp: 1, zero: 0}")
+    hbm = next(x for x in r.relaxations if x.kind == "hbm").value
+    _, r_ok = run(tmp_path, hbm=hbm, extra="execution: {tp: 1, pp: 1, zero: 0}")
+    assert r_ok.fits
+    _, r_no = run(tmp_path, hbm=hbm - 0.2, extra="execution: {tp: 1, pp: 1, zero: 0}")
+    assert not r_no.fits
+
+
+def test_global_batch_cannot_be_split(tmp_path):
+    """Batch 12 on 8 GPUs with tp = pp = cp = 1: dp = 8 does not divide 12. Hand answer: the nearest batches
+    that fit are the multiples of 8 around 12 (8 and 16); releasing tp or pp fits (dp = 4 divides 12)."""
+    _, r = run(tmp_path, batch=12, extra="execution: {tp: 1, pp: 1, cp: 1}")
+    assert not r.fits
+    groups = {g for g, _ in r.conflicts}
+    assert {"rules.batch", "rules.gpus"} <= groups and groups <= {"rules.batch", "rules.gpus", "fixed.tp",
+                                                                  "fixed.pp", "fixed.cp"}
+    assert any("global batch 12 cannot be split: no dp in [8]" in e for e in r.explanation)
+    gb = {x.value for x in r.relaxations if x.kind == "global_batch"}
+    assert gb == {8, 16}
+    released = {x.value for x in r.relaxations if x.kind == "release" and x.fits}
+    assert {"tp", "pp"} <= released
+
+
+def test_fewest_gpus_when_memory_is_short(tmp_path):
+    """16 B/param over dp with ZeRO-3 fixed and tp = pp = 1: the state per GPU is 16 P / n; find the fewest
+    GPUs by hand and compare."""
+    P = params(tmp_path)
+    _, r = run(tmp_path, hbm=8, gpus=2, batch=64, extra="execution: {tp: 1, pp: 1, cp: 1, zero: 3}")
+    assert not r.fits
+    g = next(x for x in r.relaxations if x.kind == "gpus")
+    assert g.fits
+    # ZeRO-3: 16 P / n plus two gathered layers and activations must fit 8 GiB; the state alone gives a floor
+    assert 16 * P / g.value / GIB < 8
+    _, r_ok = run(tmp_path, hbm=8, gpus=g.value, batch=64, extra="execution: {tp: 1, pp: 1, cp: 1, zero: 3}")
+    assert r_ok.fits
+
+
+def test_sequence_length_relaxation(tmp_path):
+    """Activations grow with the sequence: at 128K tokens with tp = pp = cp = 1 on 16 GiB nothing fits; a
+    shorter sequence does, and the reported one is the largest multiple of 128 that fits."""
+    path = tmp_path / "p.yaml"
+
+    def at(seq: int):
+        path.write_text(BASE.format(hbm=16, gpus=8, batch=8, extra="execution: {tp: 1, pp: 1, cp: 1, zero: 1}")
+                        .replace("grad_precision: bf16}", f"grad_precision: bf16, seq_len: {seq}}}"))
+        return check(*load_problem_doc(path))
+
+    r = at(131072)
+    assert not r.fits
+    s = next(x for x in r.relaxations if x.kind == "seq_len")
+    assert s.fits and s.value % 128 == 0 and s.value < 131072
+    assert at(s.value).fits
+    assert not at(s.value + 128).fits
+
+
+def test_cli_exit_codes_and_json(tmp_path, capsys):
+    path, _ = run(tmp_path)
+    assert main(["check", str(path), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["fits"] and d["memory"]["hbm"]["margin_gib"] > 0
+    path, _ = run(tmp_path, hbm=16, extra="execution: {tp: 1, pp: 1, zero: 0}")
+    assert main(["check", str(path), "--json"]) == 3
+    d = json.loads(capsys.readouterr().out)
+    assert not d["fits"] and d["conflicts"][0]["group"] == "memory.hbm" and d["relaxations"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("llm: gpt3-175b\nsystem: h100-sxm-80gb\nnum_gpus: 0\ntraining: {global_batch: 8}\n")
+    assert main(["check", str(bad)]) == 2
+    assert "num_gpus" in capsys.readouterr().err
