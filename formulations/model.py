@@ -122,7 +122,7 @@ def solve_cpsat(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: 
     c = compact_space(problem)
     if c.size == 0:
         raise Infeasible("no legal plan: no (tp, pp, dp, vpp, micro-batch) satisfies the integer rules "
-                         "(run `paraplan check` for why)")
+                         "(run `paraplan check` for why)", reason="rules")
     T = build_tables(problem, c)
     pre = presolve(T, top)
     if len(pre.pairs) == 0:

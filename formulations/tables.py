@@ -60,7 +60,7 @@ class Tables:
     LV: dict[str, np.ndarray]  # per (layout, v index), flattened l*nV + vi
     LM: dict[str, np.ndarray]  # per (layout, mb index), flattened l*nM + mi
     BETA: dict[str, np.ndarray]  # per block index (see beta_index)
-    legal_lvm: list[tuple[int, int, int]]  # legal (l, vi, mi)
+    legal_lvm: np.ndarray  # rows: legal (l, vi, mi)
     cap_kib: int
     n_candidates: int
     fixed: dict[str, int] = field(default_factory=dict)
@@ -125,7 +125,7 @@ def build_tables(problem: Problem, c: Compact) -> Tables:
     def dom_codes(name):
         return sorted(union[name])
 
-    vals = {"vpp": sorted({v for _, v, _ in c.triples}), "mb": sorted({b for _, _, b in c.triples}),
+    vals = {"vpp": np.unique(c.triples[:, 1]).tolist(), "mb": np.unique(c.triples[:, 2]).tolist(),
             "recompute": dom_codes("recompute"), "sp": dom_codes("sequence_parallel"),
             "tp_overlap": dom_codes("tp_overlap"), "zero": dom_codes("zero"), "dp_overlap": dom_codes("dp_overlap")}
     tpcp = sorted({(int(a), int(b)) for a, b in zip(lay["tp"], lay["cp"])})
@@ -177,9 +177,8 @@ def build_tables(problem: Problem, c: Compact) -> Tables:
     okm = (B % (dpm * m2)) == 0
     nmb = np.where(okm, B // (dpm * m2), 0)
     LM = {"nmb": nmb, "NL": nmb * (Lyr // ppm), "infl1": (Lyr // ppm) * np.minimum(nmb, ppm)}
-    vi_of = {v: i for i, v in enumerate(vals["vpp"])}
-    mi_of = {m: i for i, m in enumerate(vals["mb"])}
-    legal = [(li, vi_of[v], mi_of[b]) for li, v, b in c.triples]
+    legal = np.stack([c.triples[:, 0], np.searchsorted(vals["vpp"], c.triples[:, 1]),
+                      np.searchsorted(vals["mb"], c.triples[:, 2])], axis=1)
 
     # ---------------------------------------------------------------- per block beta
     shape = (len(tpcp), nM, len(vals["recompute"]), len(vals["sp"]), len(vals["tp_overlap"]))

@@ -108,18 +108,16 @@ def check(problem: Problem, written_execution: dict | None = None, offload_gib: 
     fixed = fixed_knobs(problem, written_execution)
     p = with_fixed(problem, fixed)
     out = CheckResult(problem, fixed, False)
-    from .space import compact_space
+    from .solve import solve
 
-    if compact_space(p).size == 0:
-        _explain_rules(p, fixed, out)
-        _relax_rules(problem, p, fixed, out)
-    else:
-        from .solve import solve
-
-        try:
-            out.plan = solve(p, "cpsat")
-            out.fits = True
-        except Infeasible:
+    try:
+        out.plan = solve(p, "cpsat")
+        out.fits = True
+    except Infeasible as e:
+        if e.reason == "rules":
+            _explain_rules(p, fixed, out)
+            _relax_rules(problem, p, fixed, out)
+        else:
             _explain_memory(p, out)
             _relax_memory(problem, p, fixed, out, offload_gib, offload_gbps)
     out.seconds = time.perf_counter() - t0
@@ -214,7 +212,14 @@ def _relax_memory(problem: Problem, p: Problem, fixed: dict[str, list], out: Che
     _relax_gpus(problem, fixed, out)
     # largest sequence length (memory grows with it): bisection over multiples of 128
     S = p.seq_len
+
+    def seq_fits(s_: int) -> bool:
+        return _fits_at_all(with_fixed(problem, fixed, training=problem.training.model_copy(
+            update={"seq_len": s_})))[0]
+
     lo, hi, best = 0, S // 128, None
+    if S > 128 and not seq_fits(128):
+        hi = 0  # not even the shortest: the sequence is not the problem
     while lo < hi:
         mid = (lo + hi + 1) // 2
         s_ = mid * 128
@@ -233,6 +238,13 @@ def _relax_memory(problem: Problem, p: Problem, fixed: dict[str, list], out: Che
     # largest global batch (in-flight micro-batches shrink with fewer of them): halving
     B = p.training.global_batch
     b = B // 2
+
+    def batch_fits(b_: int) -> bool:
+        return _fits_at_all(with_fixed(problem, fixed, training=problem.training.model_copy(
+            update={"global_batch": b_})))[0]
+
+    if b >= 1 and not batch_fits(1):
+        b = 0  # not even a single sequence: the batch is not the problem
     while b >= 1:
         q = with_fixed(problem, fixed, training=problem.training.model_copy(update={"global_batch": b}))
         ok, _ = _fits_at_all(q)
@@ -250,6 +262,21 @@ def _relax_memory(problem: Problem, p: Problem, fixed: dict[str, list], out: Che
         ok, _ = _fits_at_all(q)
         if ok:
             out.relaxations.append(Relaxation("release", f"release {k} (fixed to {fixed[k]})", k, True, _step(q)))
+    # the minimal conflicting set: memory.hbm and the fixed knobs it needs (deletion filter: a knob whose
+    # release still leaves nothing that fits is not part of the conflict, and stays released)
+    keep = dict(fixed)
+    for k in list(fixed):
+        trial = {kk: vv for kk, vv in keep.items() if kk != k}
+        if not _fits_at_all(with_fixed(problem, trial))[0]:
+            keep = trial
+    from formulations import rules
+
+    out.conflicts += [(f"fixed.{k}", rules.describe(p, f"fixed.{k}", fixed)) for k in keep]
+    if keep:
+        out.explanation.append("with these knobs fixed: " + ", ".join(f"{k}={v[0] if len(v) == 1 else v}"
+                                                                      for k, v in keep.items()))
+    else:
+        out.explanation.append("no fixed knob is to blame: nothing in the whole space fits")
     # offload memory
     _relax_offload(problem, p, fixed, out, offload_gib, offload_gbps)
 

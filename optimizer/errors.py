@@ -35,9 +35,14 @@ class ProblemErrors(ParaplanError):
 
 
 class Infeasible(ParaplanError):
-    """Nothing in the modelled space fits (exit 3)."""
+    """Nothing in the modelled space fits (exit 3). `reason`: "rules" when no candidate satisfies the integer
+    rules, "memory" when none fits in memory, "target" when none meets the objective's target."""
 
     exit_code = 3
+
+    def __init__(self, msg: str, reason: str = "memory"):
+        super().__init__(msg)
+        self.reason = reason
 
 
 class VerificationError(ParaplanError):

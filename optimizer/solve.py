@@ -66,7 +66,8 @@ def solve(problem: Problem, method: str = "cpsat", top: int = 1, time_limit_s: f
         if len(r.step_time_s) == 0:
             what = "meets the objective's target" if r.n_feasible else "is within memory"
             raise Infeasible(f"nothing fits: none of {r.n_candidates:,} candidates {what} "
-                             "(run `paraplan check` for why and what would fit)")
+                             "(run `paraplan check` for why and what would fit)",
+                             reason="rules" if r.n_candidates == 0 else "target" if r.n_feasible else "memory")
         plans = []
         for i in range(len(r.step_time_s)):
             ex = to_execution(r.knobs, problem.system, i)

@@ -141,7 +141,7 @@ class Compact:
     domains: dict[str, list]
     layouts: list[tuple[int, int, int, int]]  # (tp, pp, cp, dp)
     tiers: list[dict[str, int]]  # per layout: tier of tp, cp, dp, pp
-    triples: list[tuple[int, int, int]]  # (layout index, vpp, micro_batch)
+    triples: np.ndarray  # rows (layout index, vpp, micro_batch)
     other: list[list[tuple[str, list[int]]]]  # per layout: coded values of every other knob
     size: int
 
@@ -182,6 +182,7 @@ def compact_space(problem: Problem) -> Compact:
     dom = knob_domains(p)
     sizes = [net.size for net in p.system.networks]
     layouts, tiers, others, triples = [], [], [], []
+    V, M = np.array(dom["vpp"], dtype=np.int64), np.array(dom["micro_batch"], dtype=np.int64)
     size = 0
     for tp, pp, cp in product(dom["tp"], dom["pp"], dom["cp"]):
         if tp * pp * cp > n:
@@ -211,24 +212,21 @@ def compact_space(problem: Problem) -> Compact:
                 per_cache[key] = _other_values(dom, tp, pp, dp * cp)
             per = per_cache[key]
             n_other = int(np.prod([len(v) for _, v in per]))
-            n_trip = 0
-            for v in dom["vpp"]:
-                if llm.layers % (pp * v) or (v > 1 and pp == 1):
-                    continue
-                for b in dom["micro_batch"]:
-                    if B % (dp * b):
-                        continue
-                    if v > 1 and (B // (dp * b)) % pp:
-                        continue
-                    triples.append((li, v, b))
-                    n_trip += 1
+            okv = (llm.layers % (pp * V) == 0) & ~((V > 1) & (pp == 1))
+            okm = B % (dp * M) == 0
+            nmb = np.where(okm, B // (dp * M), 1)
+            ok2 = okv[:, None] & okm[None, :] & ~((V[:, None] > 1) & ((nmb % pp) != 0)[None, :])
+            vi, mi = np.nonzero(ok2)
+            n_trip = len(vi)
             if n_trip == 0:
                 continue
+            triples.append(np.stack([np.full(n_trip, li), V[vi], M[mi]], axis=1))
             layouts.append((tp, pp, cp, dp))
             tiers.append(tr)
             others.append(per)
             size += n_trip * n_other
-    return Compact(dom, layouts, tiers, triples, others, size)
+    tri = np.concatenate(triples) if triples else np.zeros((0, 3), dtype=np.int64)
+    return Compact(dom, layouts, tiers, tri, others, size)
 
 
 def build_space(problem: Problem) -> Space:
@@ -236,7 +234,7 @@ def build_space(problem: Problem) -> Space:
     c = compact_space(problem)
     rows: list[np.ndarray] = []
     by_layout: dict[int, list[tuple[int, int]]] = {}
-    for li, v, b in c.triples:
+    for li, v, b in c.triples.tolist():
         by_layout.setdefault(li, []).append((v, b))
     for li, vb in by_layout.items():
         tp, pp, cp, dp = c.layouts[li]

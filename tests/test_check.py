@@ -60,7 +60,8 @@ def test_sixteen_bytes_per_parameter_without_sharding(tmp_path):
     assert 18 < need_state_gib < 23  # a 1.3B-class model
     _, r = run(tmp_path, hbm=16, extra="execution: {tp: 1, pp: 1, zero: 0}")
     assert not r.fits
-    assert [g for g, _ in r.conflicts] == ["memory.hbm"]
+    # the minimal conflict: HBM with tp, pp and ZeRO fixed (release any one and something fits)
+    assert sorted(g for g, _ in r.conflicts) == ["fixed.pp", "fixed.tp", "fixed.zero", "memory.hbm"]
     assert need_state_gib < r.min_hbm_gib < need_state_gib + 6  # + activations (mb 1, full recompute) + reserve
     kinds = {x.kind: x for x in r.relaxations}
     assert kinds["hbm"].fits and kinds["hbm"].value >= r.min_hbm_gib
