@@ -93,6 +93,18 @@ def _fits_at_all(problem: Problem) -> tuple[bool, float | None]:
     return mm.need_bytes <= capacity_bytes(problem), mm.need_bytes
 
 
+def _with_training(problem: Problem, fixed: dict[str, list], **update) -> Problem:
+    return with_fixed(problem, fixed, training=problem.training.model_copy(update=update))
+
+
+def _record_if_fits(out: "CheckResult", kind: str, change: str, value, q: Problem) -> bool:
+    """Add the relaxation (with its fastest step time) when the changed problem `q` fits."""
+    if not _fits_at_all(q)[0]:
+        return False
+    out.relaxations.append(Relaxation(kind, change, value, True, _step(q)))
+    return True
+
+
 def _step(problem: Problem) -> float | None:
     from .solve import solve
 
@@ -167,11 +179,8 @@ def _relax_rules(problem: Problem, p: Problem, fixed: dict[str, list], out: Chec
         above = [b for b in cands if b > B]
         for label, seq in (("largest global batch below", below), ("smallest global batch above", above)):
             for b in seq[:6]:
-                q = with_fixed(problem, fixed, training=problem.training.model_copy(update={"global_batch": b}))
-                ok, _ = _fits_at_all(q)
-                if ok:
-                    out.relaxations.append(Relaxation("global_batch", f"{label} {B} that fits: {b}", b, True,
-                                                      _step(q)))
+                if _record_if_fits(out, "global_batch", f"{label} {B} that fits: {b}", b,
+                                   _with_training(problem, fixed, global_batch=b)):
                     break
     if "rules.gpus" in core:
         _nearest_gpus(problem, fixed, out)
@@ -214,8 +223,7 @@ def _relax_memory(problem: Problem, p: Problem, fixed: dict[str, list], out: Che
     S = p.seq_len
 
     def seq_fits(s_: int) -> bool:
-        return _fits_at_all(with_fixed(problem, fixed, training=problem.training.model_copy(
-            update={"seq_len": s_})))[0]
+        return _fits_at_all(_with_training(problem, fixed, seq_len=s_))[0]
 
     lo, hi, best = 0, S // 128, None
     if S > 128 and not seq_fits(128):
@@ -223,16 +231,13 @@ def _relax_memory(problem: Problem, p: Problem, fixed: dict[str, list], out: Che
     while lo < hi:
         mid = (lo + hi + 1) // 2
         s_ = mid * 128
-        q = with_fixed(problem, fixed, training=problem.training.model_copy(update={"seq_len": s_}))
-        ok, _ = _fits_at_all(q) if s_ < S else (False, None)
-        if ok:
+        if s_ < S and seq_fits(s_):
             lo, best = mid, s_
         else:
             hi = mid - 1
     if best:
-        q = with_fixed(problem, fixed, training=problem.training.model_copy(update={"seq_len": best}))
         out.relaxations.append(Relaxation("seq_len", f"largest sequence length that fits (multiple of 128): {best}",
-                                          best, True, _step(q)))
+                                          best, True, _step(_with_training(problem, fixed, seq_len=best))))
     else:
         out.relaxations.append(Relaxation("seq_len", "no shorter sequence (multiple of 128) fits", None, False))
     # largest global batch (in-flight micro-batches shrink with fewer of them): halving
@@ -240,17 +245,13 @@ def _relax_memory(problem: Problem, p: Problem, fixed: dict[str, list], out: Che
     b = B // 2
 
     def batch_fits(b_: int) -> bool:
-        return _fits_at_all(with_fixed(problem, fixed, training=problem.training.model_copy(
-            update={"global_batch": b_})))[0]
+        return _fits_at_all(_with_training(problem, fixed, global_batch=b_))[0]
 
     if b >= 1 and not batch_fits(1):
         b = 0  # not even a single sequence: the batch is not the problem
     while b >= 1:
-        q = with_fixed(problem, fixed, training=problem.training.model_copy(update={"global_batch": b}))
-        ok, _ = _fits_at_all(q)
-        if ok:
-            out.relaxations.append(Relaxation("global_batch", f"largest global batch B/2^k that fits: {b}", b, True,
-                                              _step(q)))
+        if _record_if_fits(out, "global_batch", f"largest global batch B/2^k that fits: {b}", b,
+                           _with_training(problem, fixed, global_batch=b)):
             break
         b //= 2
     else:
