@@ -30,7 +30,7 @@ from optimizer.space import compact_space
 from . import choice as choice_mod
 from . import memory as memory_mod
 from . import time as time_mod
-from .bounds import BIG, NONE, Presolved, n_gpus, presolve
+from .bounds import BIG, NONE, Presolved, presolve
 from .common import new_int, product
 from .tables import TIME_UNIT, Tables, build_tables
 

@@ -78,11 +78,6 @@ class Tables:
         return (len(self.tpcp), self.nM, len(self.rec_vals), len(self.sp_vals), len(self.ov_vals))
 
 
-def _knobs(rows: list[dict]) -> Knobs:
-    names = list(Knobs.__dataclass_fields__)
-    return Knobs(**{n: np.array([r[n] for r in rows], dtype=np.int64) for n in names})
-
-
 def knob_grid(fixed: dict[str, int], n: int, **cols) -> Knobs:
     """n candidates: the given columns, the fixed knobs, everything else at its neutral value."""
     base = dict(tp=1, pp=1, dp=1, cp=1, ep=1, vpp=1, mb=1, recompute=0, sp=0, sp_redo=fixed["sp_redo"],

@@ -9,7 +9,7 @@ from formulations.bounds import presolve
 from formulations.model import solve_cpsat
 from formulations.pairs import pair_columns
 from formulations.tables import build_tables
-from optimizer.enumerate import enumerate_best, feasible
+from optimizer.enumerate import feasible
 from optimizer.errors import Infeasible
 from optimizer.loader import load_problem
 from optimizer.model.step import evaluate
