@@ -74,44 +74,36 @@ def with_fixed(problem: Problem, fixed: dict[str, list], **changes) -> Problem:
     return problem.model_copy(update={"search": search, **changes})
 
 
-def _fits_at_all(problem: Problem) -> tuple[bool, float | None]:
-    """(some plan fits, smallest HBM need in bytes) by the memory solve."""
-    from formulations.fit import min_memory
-    from formulations.tables import Unsupported
-
-    try:
-        mm = min_memory(problem)
-    except Unsupported:
-        from .enumerate import enumerate_best
-
-        r = enumerate_best(problem)
-        return len(r.step_time_s) > 0, None
-    if mm.need_bytes is None:
-        return False, None
-    from .enumerate import capacity_bytes
-
-    return mm.need_bytes <= capacity_bytes(problem), mm.need_bytes
-
-
 def _with_training(problem: Problem, fixed: dict[str, list], **update) -> Problem:
     return with_fixed(problem, fixed, training=problem.training.model_copy(update=update))
 
 
-def _record_if_fits(out: "CheckResult", kind: str, change: str, value, q: Problem) -> bool:
-    """Add the relaxation (with its fastest step time) when the changed problem `q` fits."""
-    if not _fits_at_all(q)[0]:
-        return False
-    out.relaxations.append(Relaxation(kind, change, value, True, _step(q)))
-    return True
-
-
 def _step(problem: Problem) -> float | None:
+    """The fastest step time of a changed problem by `solve` (None: nothing fits). One solve answers both
+    "does it fit" and "how fast then"."""
     from .solve import solve
 
     try:
         return solve(problem, "cpsat").plans[0].objective_s
     except Infeasible:
         return None
+
+
+def _fits(problem: Problem) -> bool:
+    return _step(problem) is not None
+
+
+def _record_if_fits(out: "CheckResult", kind: str, change: str, value, q: Problem) -> bool:
+    """Add the relaxation (with its fastest step time) when the changed problem `q` fits."""
+    st = _step(q)
+    if st is None:
+        return False
+    out.relaxations.append(Relaxation(kind, change, value, True, st))
+    return True
+
+
+def _without(fixed: dict[str, list], *knobs: str) -> dict[str, list]:
+    return {k: v for k, v in fixed.items() if k not in knobs}
 
 
 def check(problem: Problem, written_execution: dict | None = None, offload_gib: float = 512.0,
@@ -130,8 +122,8 @@ def check(problem: Problem, written_execution: dict | None = None, offload_gib: 
             _explain_rules(p, fixed, out)
             _relax_rules(problem, p, fixed, out)
         else:
-            _explain_memory(p, out)
-            _relax_memory(problem, p, fixed, out, offload_gib, offload_gbps)
+            mm = _explain_memory(p, out)
+            _relax_memory(problem, p, fixed, out, mm, offload_gib, offload_gbps)
     out.seconds = time.perf_counter() - t0
     return out
 
@@ -164,11 +156,8 @@ def _relax_rules(problem: Problem, p: Problem, fixed: dict[str, list], out: Chec
     for g in core:
         if g.startswith("fixed."):
             k = g.split(".", 1)[1]
-            rest = {kk: vv for kk, vv in fixed.items() if kk != k}
-            q = with_fixed(problem, rest)
-            ok, _ = _fits_at_all(q)
-            out.relaxations.append(Relaxation("release", f"release {k} (fixed to {fixed[k]})", k, ok,
-                                              _step(q) if ok else None))
+            st = _step(with_fixed(problem, _without(fixed, k)))
+            out.relaxations.append(Relaxation("release", f"release {k} (fixed to {fixed[k]})", k, st is not None, st))
     B = p.training.global_batch
     if "rules.batch" in core or "rules.interleave" in core:
         from .space import divisors
@@ -187,7 +176,8 @@ def _relax_rules(problem: Problem, p: Problem, fixed: dict[str, list], out: Chec
 
 
 # ---------------------------------------------------------------------------------------------- memory
-def _explain_memory(p: Problem, out: CheckResult) -> None:
+def _explain_memory(p: Problem, out: CheckResult):
+    """The memory conflict; returns the smallest-memory plan (formulations.fit.MinMemory)."""
     from formulations.fit import min_memory
 
     from .enumerate import capacity_bytes
@@ -208,9 +198,10 @@ def _explain_memory(p: Problem, out: CheckResult) -> None:
     out.conflicts = [("memory.hbm", f"HBM: every plan needs at least {need:.1f} GiB per GPU (smallest: {plan}; "
                       f"{parts} GiB), the GPU has {p.system.hbm_gib:g} GiB{head} = {cap:.1f} GiB")]
     out.explanation.append(out.conflicts[0][1])
+    return mm
 
 
-def _relax_memory(problem: Problem, p: Problem, fixed: dict[str, list], out: CheckResult, offload_gib: float,
+def _relax_memory(problem: Problem, p: Problem, fixed: dict[str, list], out: CheckResult, mm, offload_gib: float,
                   offload_gbps: float) -> None:
     # smallest HBM per GPU
     if out.min_hbm_gib is not None:
@@ -223,7 +214,7 @@ def _relax_memory(problem: Problem, p: Problem, fixed: dict[str, list], out: Che
     S = p.seq_len
 
     def seq_fits(s_: int) -> bool:
-        return _fits_at_all(_with_training(problem, fixed, seq_len=s_))[0]
+        return _fits(_with_training(problem, fixed, seq_len=s_))
 
     lo, hi, best = 0, S // 128, None
     if S > 128 and not seq_fits(128):
@@ -245,7 +236,7 @@ def _relax_memory(problem: Problem, p: Problem, fixed: dict[str, list], out: Che
     b = B // 2
 
     def batch_fits(b_: int) -> bool:
-        return _fits_at_all(_with_training(problem, fixed, global_batch=b_))[0]
+        return _fits(_with_training(problem, fixed, global_batch=b_))
 
     if b >= 1 and not batch_fits(1):
         b = 0  # not even a single sequence: the batch is not the problem
@@ -258,17 +249,13 @@ def _relax_memory(problem: Problem, p: Problem, fixed: dict[str, list], out: Che
         out.relaxations.append(Relaxation("global_batch", f"no global batch {B}/2^k fits", None, False))
     # release fixed knobs, one at a time
     for k in fixed:
-        rest = {kk: vv for kk, vv in fixed.items() if kk != k}
-        q = with_fixed(problem, rest)
-        ok, _ = _fits_at_all(q)
-        if ok:
-            out.relaxations.append(Relaxation("release", f"release {k} (fixed to {fixed[k]})", k, True, _step(q)))
+        _record_if_fits(out, "release", f"release {k} (fixed to {fixed[k]})", k, with_fixed(problem, _without(fixed, k)))
     # the minimal conflicting set: memory.hbm and the fixed knobs it needs (deletion filter: a knob whose
     # release still leaves nothing that fits is not part of the conflict, and stays released)
     keep = dict(fixed)
     for k in list(fixed):
-        trial = {kk: vv for kk, vv in keep.items() if kk != k}
-        if not _fits_at_all(with_fixed(problem, trial))[0]:
+        trial = _without(keep, k)
+        if not _fits(with_fixed(problem, trial)):
             keep = trial
     from formulations import rules
 
@@ -279,16 +266,16 @@ def _relax_memory(problem: Problem, p: Problem, fixed: dict[str, list], out: Che
     else:
         out.explanation.append("no fixed knob is to blame: nothing in the whole space fits")
     # offload memory
-    _relax_offload(problem, p, fixed, out, offload_gib, offload_gbps)
+    _relax_offload(p, mm, out, offload_gib, offload_gbps)
 
 
 def _relax_gpus(problem: Problem, fixed: dict[str, list], out: CheckResult) -> None:
     """Fewest GPUs (multiples of a node) that fit: the first fitting of N*{1.25..8}, then refined downwards."""
     n, node = problem.num_gpus, problem.system.gpus_per_node
-    fixed_n = {k: v for k, v in fixed.items() if k != "dp"}  # dp follows the GPU count
+    fixed_n = _without(fixed, "dp")  # dp follows the GPU count
 
     def fits(m: int) -> bool:
-        return _fits_at_all(with_fixed(problem, fixed_n, num_gpus=m))[0]
+        return _fits(with_fixed(problem, fixed_n, num_gpus=m))
 
     grid = sorted({max(node, int(round(n * f / node)) * node) for f in (1.25, 1.5, 2, 3, 4, 6, 8)} - {n})
     prev, found = n, None
@@ -306,42 +293,37 @@ def _relax_gpus(problem: Problem, fixed: dict[str, list], out: CheckResult) -> N
         if fits(m):
             found = m
             break
-    q = with_fixed(problem, fixed_n, num_gpus=found)
-    out.relaxations.append(Relaxation("gpus", f"fewest GPUs that fit (multiples of {node} tried between {prev} "
-                                      f"and {found}): {found}", found, True, _step(q)))
+    _record_if_fits(out, "gpus", f"fewest GPUs that fit (multiples of {node} tried between {prev} and {found}): "
+                    f"{found}", found, with_fixed(problem, fixed_n, num_gpus=found))
 
 
 def _nearest_gpus(problem: Problem, fixed: dict[str, list], out: CheckResult) -> None:
     """Nearest GPU counts (multiples of a node, up to 64 nodes away) below and above that fit."""
     n, node = problem.num_gpus, problem.system.gpus_per_node
-    for label, seq in (("largest GPU count below", range(n - n % node if n % node else n - node, max(0, n - 64 * node), -node)),
-                       ("smallest GPU count above", range((n // node + 1) * node, n + 64 * node + 1, node))):
+    fixed_n = _without(fixed, "dp")  # dp follows the GPU count
+    below = range(n - n % node if n % node else n - node, max(0, n - 64 * node), -node)
+    above = range((n // node + 1) * node, n + 64 * node + 1, node)
+    for label, seq in (("largest GPU count below", below), ("smallest GPU count above", above)):
         for m in seq:
-            q = with_fixed(problem, fixed, num_gpus=m)
-            if _fits_at_all(q)[0]:
-                out.relaxations.append(Relaxation("gpus", f"{label} {n} that fits: {m}", m, True, _step(q)))
+            if _record_if_fits(out, "gpus", f"{label} {n} that fits: {m}", m, with_fixed(problem, fixed_n, num_gpus=m)):
                 break
         else:
             out.relaxations.append(Relaxation("gpus", f"no {label.split(' ', 1)[1]} {n} within 64 nodes fits",
                                               None, False))
 
 
-def _relax_offload(problem: Problem, p: Problem, fixed: dict[str, list], out: CheckResult, offload_gib: float,
-                   offload_gbps: float) -> None:
+def _relax_offload(p: Problem, mm, out: CheckResult, offload_gib: float, offload_gbps: float) -> None:
     """Would `offload_gib` of host memory at `offload_gbps` make it fit? The smallest-memory plan with weights,
     optimizer state and activations offloaded, through the model."""
     import numpy as np
 
-    from formulations.fit import min_memory
-
     from .enumerate import capacity_bytes
     from .model.step import evaluate
 
-    sysm = problem.system
+    sysm = p.system
     off = sysm.offload.model_copy(update={"capacity_gib": max(sysm.offload.capacity_gib, offload_gib),
                                           "bandwidth_gbps": sysm.offload.bandwidth_gbps or offload_gbps})
     q = p.model_copy(update={"system": sysm.model_copy(update={"offload": off})})
-    mm = min_memory(p)
     if mm.knobs is None:
         return
     best = None
