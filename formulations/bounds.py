@@ -27,12 +27,10 @@ import numpy as np
 from optimizer.enumerate import feasible
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate
-from optimizer.objective import BIG_S, score
+from optimizer.objective import score
 
-from .pairs import Q, compose, pair_columns
+from .pairs import compose, pair_columns, state_min, zero_legal
 from .tables import TIME_UNIT, Tables, knob_grid
-
-BIG = int(BIG_S * TIME_UNIT)
 
 UB_SLACK = 1e-4  # relative: the integer objective of the incumbent may differ from the model's by rounding
 
@@ -58,7 +56,7 @@ class Pairs:
                      None if self.slb is None else self.slb[idx])
 
 
-def _expand(T: Tables, tri: np.ndarray) -> Pairs:
+def expand(T: Tables, tri: np.ndarray) -> Pairs:
     """Every legal pair of the triples `tri` (rows l, vi, mi); without a TP group only SP/overlap index 0
     (the space's single value there)."""
     nR, nS, nO = len(T.rec_vals), len(T.sp_vals), len(T.ov_vals)
@@ -72,17 +70,11 @@ def _expand(T: Tables, tri: np.ndarray) -> Pairs:
 
 def _bound(T: Tables, terms: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(LB of the objective, can fit) from the terms of `formulations.pairs.compose`."""
-    big = np.iinfo(np.int64).max // 4
-    rest = np.full(len(terms["pipe"]), big)
-    for z in T.z_vals:
-        zok = terms["dpg1"] == 0 if z != 0 else np.ones(len(rest), dtype=bool)
-        fits = zok & (terms[f"wgo{z}"] + terms["act"] <= T.cap_kib)
-        r = terms[f"opt{z}"] + (terms["pu"] * terms[f"link{z}"]) // Q
-        rest = np.where(fits, np.minimum(rest, r), rest)
-    return terms["pipe"] + rest, rest < big
+    _, _, rest, fits = state_min(T, terms, act_kib=terms["act"])
+    return terms["pipe"] + rest, fits
 
 
-def _triple_cols(T: Tables, tri: np.ndarray):
+def triple_cols(T: Tables, tri: np.ndarray):
     """Per triple, each block column's minimum over the triple's block settings (a lower bound)."""
     nM, nR, nS, nO = T.nM, len(T.rec_vals), len(T.sp_vals), len(T.ov_vals)
     nT = len(T.problem.system.networks)
@@ -125,37 +117,25 @@ class Presolved:
 NONE = np.iinfo(np.int64).max // 2  # "no bound"
 
 
-def n_gpus(T: Tables, l: np.ndarray) -> np.ndarray:
-    return (T.lay["tp"] * T.lay["pp"] * T.lay["dp"] * T.lay["cp"])[l]
-
-
 def score_int(T: Tables, l: np.ndarray, step: np.ndarray) -> np.ndarray:
-    """`optimizer.objective.score` in integers (TIME_UNIT), monotone in the step time; NONE if a target
-    is missed."""
-    g = T.problem.objective.goal.value
-    n = n_gpus(T, l)
-    if g == "tokens_per_gpu":
-        return n * step
-    if g == "fewest_gpus":
-        target = int(np.floor(T.problem.step_time_target_s() * TIME_UNIT * (1 + 1e-9)))
-        return np.where(step <= target, n * BIG + step, NONE)
-    return step
+    """`optimizer.objective.score` of integer step times (TIME_UNIT); NONE where a target is missed."""
+    return score(T.problem, T.gpus(l), step, unit=TIME_UNIT, missed=NONE)
 
 
 def presolve(T: Tables, top: int = 1, n_triples: int = 96) -> Presolved:
     """Bounds per triple (block columns at their minimum), an incumbent from the most promising triples,
     then exact pair bounds for the triples that survive; pairs with LB > UB are dropped."""
     tri = np.array(T.legal_lvm, dtype=np.int64).reshape(-1, 3)
-    lb_t, fit_t = _bound(T, compose(T, tri[:, 0], tri[:, 1], tri[:, 2], _triple_cols(T, tri)))
+    lb_t, fit_t = _bound(T, compose(T, tri[:, 0], tri[:, 1], tri[:, 2], triple_cols(T, tri)))
     ok = np.nonzero(fit_t)[0]
     tri_ok, lb_ok = tri[ok], score_int(T, tri[ok, 0], lb_t[ok])
     ok2 = lb_ok < NONE
     tri_ok, lb_ok = tri_ok[ok2], lb_ok[ok2]
     n = min(len(tri_ok), max(n_triples, 4 * top))
     first = np.argpartition(lb_ok, n - 1)[:n] if 0 < n < len(tri_ok) else np.arange(len(tri_ok))
-    inc = incumbent(T, _expand(T, tri_ok[first]), top)
+    inc = incumbent(T, expand(T, tri_ok[first]), top)
     keep_t = tri_ok[lb_ok <= inc.ub]
-    P = _expand(T, keep_t)
+    P = expand(T, keep_t)
     cols = pair_columns(T, P.l, P.vi, P.mi, P.ri, P.si, P.oi)
     P.lb, fit = _bound(T, cols)
     P.slb = score_int(T, P.l, P.lb)
@@ -189,12 +169,14 @@ def incumbent(T: Tables, sel: Pairs, top: int = 1) -> Incumbent:
     zz, dd = (a.reshape(-1) for a in np.indices((nz, nd)))
     rep = sel.take(np.repeat(np.arange(len(sel)), nz * nd))
     z, d = np.tile(zz, len(sel)), np.tile(dd, len(sel))
-    legal = (T.L["dpg1"][rep.l] == 0) | ((np.array(T.z_vals)[z] == 0) &
-                                         ((np.array(T.dpo_vals)[d] == 1) | (1 not in T.dpo_vals)))
+    dpg1 = T.L["dpg1"][rep.l]
+    # as the space: ZeRO only with a data-parallel group, and the (moot) DP overlap flag on without one
+    legal = zero_legal(np.array(T.z_vals)[z], dpg1) & ((dpg1 == 0) | (np.array(T.dpo_vals)[d] == 1)
+                                                       | (1 not in T.dpo_vals))
     rep, z, d = rep.take(np.nonzero(legal)[0]), z[legal], d[legal]
     k = knobs_of_pairs(T, rep, z, d)
     res = evaluate(T.problem, k)
-    t = np.where(feasible(T.problem, k, res), score(T.problem, n_gpus(T, rep.l), res.step_time), np.inf)
+    t = np.where(feasible(T.problem, k, res), score(T.problem, T.gpus(rep.l), res.step_time), np.inf)
     order = np.argsort(t, kind="stable")
     good = order[np.isfinite(t[order])]
     if len(good) == 0:

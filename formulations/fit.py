@@ -15,8 +15,8 @@ import numpy as np
 from optimizer.schema import Problem
 from optimizer.space import compact_space
 
-from .bounds import _expand, _triple_cols, knobs_of_pairs
-from .pairs import compose, pair_columns
+from .bounds import expand, knobs_of_pairs, triple_cols
+from .pairs import compose, pair_columns, state_min
 from .tables import KIB, build_tables
 
 
@@ -27,29 +27,22 @@ class MinMemory:
     knobs: object | None  # a Knobs row of that plan (ZeRO stage and overlap included)
 
 
-def _state_min(T, cols) -> tuple[np.ndarray, np.ndarray]:
-    zs = [z for z in T.z_vals]
-    w = np.stack([np.where((cols["dpg1"] == 0) | (z == 0), cols[f"wgo{z}"], np.iinfo(np.int64).max // 4)
-                  for z in zs])
-    return w.min(axis=0), w.argmin(axis=0)
-
-
 def min_memory(problem: Problem, n_first: int = 64) -> MinMemory:
     c = compact_space(problem)
     if c.size == 0:
         return MinMemory(0, None, None)
     T = build_tables(problem, c)
     tri = np.array(T.legal_lvm, dtype=np.int64).reshape(-1, 3)
-    tc = compose(T, tri[:, 0], tri[:, 1], tri[:, 2], _triple_cols(T, tri))
-    lb = tc["act"] + _state_min(T, tc)[0]
+    tc = compose(T, tri[:, 0], tri[:, 1], tri[:, 2], triple_cols(T, tri))
+    lb = tc["act"] + state_min(T, tc)[0]
     order = np.argsort(lb, kind="stable")
     first = tri[order[: min(n_first, len(order))]]
-    P = _expand(T, first)
+    P = expand(T, first)
     cols = pair_columns(T, P.l, P.vi, P.mi, P.ri, P.si, P.oi)
-    best = float((cols["act"] + _state_min(T, cols)[0]).min())
-    P = _expand(T, tri[lb <= best])  # every triple that may hold a smaller plan
+    best = float((cols["act"] + state_min(T, cols)[0]).min())
+    P = expand(T, tri[lb <= best])  # every triple that may hold a smaller plan
     cols = pair_columns(T, P.l, P.vi, P.mi, P.ri, P.si, P.oi)
-    smin, zarg = _state_min(T, cols)
+    smin, zarg, _, _ = state_min(T, cols)
     tot = cols["act"] + smin
     i = int(np.argmin(tot))
     one = P.take(np.array([i]))

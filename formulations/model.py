@@ -22,7 +22,7 @@ from ortools.sat.python import cp_model
 from optimizer.errors import Infeasible
 from optimizer.evaluate import evaluate_execution
 from optimizer.model.knobs import Knobs, to_execution
-from optimizer.objective import describe
+from optimizer.objective import BIG_S, describe, target
 from optimizer.schema import Problem
 from optimizer.solve import Plan, SolveResult, verify
 from optimizer.space import compact_space
@@ -30,7 +30,7 @@ from optimizer.space import compact_space
 from . import choice as choice_mod
 from . import memory as memory_mod
 from . import time as time_mod
-from .bounds import BIG, NONE, Presolved, presolve
+from .bounds import NONE, Presolved, presolve
 from .common import new_int, product
 from .tables import TIME_UNIT, Tables, build_tables
 
@@ -97,9 +97,8 @@ def objective_score(T: Tables, m: cp_model.CpModel, ch, obj):
     n = ch.col("n_gpus")
     if g == "tokens_per_gpu":
         return product(m, n, obj, "gpu_seconds")
-    target = int(np.floor(T.problem.step_time_target_s() * TIME_UNIT * (1 + 1e-9)))
-    m.Add(obj <= target)
-    return BIG * n + obj
+    m.Add(obj <= int(np.floor(target(T.problem, TIME_UNIT))))
+    return int(BIG_S * TIME_UNIT) * n + obj
 
 
 def knobs_of(T: Tables, a: dict[str, int]) -> Knobs:

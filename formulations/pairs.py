@@ -28,6 +28,27 @@ from .tables import Tables
 Q = 10_000  # fixed-point scale of the processor-usage fractions
 
 
+def zero_legal(z, dpg1) -> np.ndarray:
+    """ZeRO stage z is open unless there is no data-parallel group (dp*cp == 1: nothing to shard), as in
+    `optimizer.space`; `choice` posts the same rule."""
+    return (np.asarray(dpg1) == 0) | (np.asarray(z) == 0)
+
+
+def state_min(T: Tables, cols: dict[str, np.ndarray], act_kib: np.ndarray | None = None):
+    """Per row, over the legal ZeRO stages (that fit next to `act_kib` when given): the smallest state
+    memory wgo_z (KiB), its ZeRO index, and for bounds the cheapest optimizer + pu x link time."""
+    big = np.iinfo(np.int64).max // 4
+    mem, time = [], []
+    for z in T.z_vals:
+        ok = zero_legal(z, cols["dpg1"])
+        if act_kib is not None:
+            ok = ok & (cols[f"wgo{z}"] + act_kib <= T.cap_kib)
+        mem.append(np.where(ok, cols[f"wgo{z}"], big))
+        time.append(np.where(ok, cols[f"opt{z}"] + (cols["pu"] * cols[f"link{z}"]) // Q, big))
+    mem, time = np.stack(mem), np.stack(time)
+    return mem.min(axis=0), mem.argmin(axis=0), time.min(axis=0), time.min(axis=0) < big
+
+
 def block_index(T: Tables, l, mi, ri, si, oi) -> np.ndarray:
     nM, nR, nS, nO = T.nM, len(T.rec_vals), len(T.sp_vals), len(T.ov_vals)
     return (((T.L["tpcp"][l] * nM + mi) * nR + ri) * nS + si) * nO + oi
@@ -55,7 +76,7 @@ def compose(T: Tables, l, vi, mi, col) -> dict[str, np.ndarray]:
     for z in T.z_vals:
         out[f"opt{z}"], out[f"wgo{z}"] = Lt[f"opt{z}"][l], Lt[f"wgo{z}"][l]
     out["dpg1"] = Lt["dpg1"][l]
-    out["n_gpus"] = (T.lay["tp"] * T.lay["pp"] * T.lay["dp"] * T.lay["cp"])[l]
+    out["n_gpus"] = T.gpus(l)
     return out
 
 

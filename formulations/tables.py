@@ -66,6 +66,10 @@ class Tables:
     fixed: dict[str, int] = field(default_factory=dict)
     pu_tiers: list[float] = field(default_factory=list)
 
+    def gpus(self, l: np.ndarray) -> np.ndarray:
+        """GPUs used by layouts l: tp*pp*dp*cp."""
+        return (self.lay["tp"] * self.lay["pp"] * self.lay["dp"] * self.lay["cp"])[l]
+
     @property
     def nV(self) -> int:
         return len(self.v_vals)

@@ -17,15 +17,22 @@ from .schema.problem import Goal
 BIG_S = 1.0e5  # s: larger than any step time
 
 
-def score(problem: Problem, n_gpus, step_s) -> np.ndarray:
-    """The score to minimise (inf where a target is missed); arrays or scalars."""
-    n = np.asarray(n_gpus, dtype=float)
-    t = np.asarray(step_s, dtype=float)
+def target(problem: Problem, unit: float = 1.0) -> float:
+    """fewest_gpus: the largest step time that meets the target, in 1/unit s (a hair of slack for rounding)."""
+    return problem.step_time_target_s() * unit * (1 + 1e-9)
+
+
+def score(problem: Problem, n_gpus, step, unit: float = 1.0, missed=np.inf) -> np.ndarray:
+    """The score to minimise, with the step time in 1/unit s (seconds: unit 1; the formulation's integers:
+    unit TIME_UNIT with integer arrays, exact in int64); `missed` where a target is missed."""
+    n = np.asarray(n_gpus)
+    t = np.asarray(step)
     g = problem.objective.goal
     if g == Goal.TOKENS_PER_GPU:
         return n * t
     if g == Goal.FEWEST_GPUS:
-        return np.where(t <= problem.step_time_target_s() * (1 + 1e-9), n * BIG_S + t, np.inf)
+        big = int(BIG_S * unit) if float(unit).is_integer() else BIG_S * unit
+        return np.where(t <= target(problem, unit), n * big + t, missed)
     return t
 
 
