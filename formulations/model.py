@@ -21,8 +21,8 @@ from ortools.sat.python import cp_model
 
 from optimizer.errors import Infeasible
 from optimizer.evaluate import evaluate_execution
-from optimizer.model.knobs import Knobs, to_execution
-from optimizer.objective import BIG_S, describe, target
+from optimizer.model.knobs import to_execution
+from optimizer.objective import BIG_S, describe, gpus_used, target
 from optimizer.schema import Problem
 from optimizer.solve import Plan, SolveResult, verify
 from optimizer.space import compact_space
@@ -30,7 +30,7 @@ from optimizer.space import compact_space
 from . import choice as choice_mod
 from . import memory as memory_mod
 from . import time as time_mod
-from .bounds import NONE, Presolved, presolve
+from .bounds import NONE, Presolved, knobs_of_pairs, presolve
 from .common import new_int, product
 from .tables import TIME_UNIT, Tables, build_tables
 
@@ -101,20 +101,6 @@ def objective_score(T: Tables, m: cp_model.CpModel, ch, obj):
     return int(BIG_S * TIME_UNIT) * n + obj
 
 
-def knobs_of(T: Tables, a: dict[str, int]) -> Knobs:
-    li = a["l"]
-    tp, pp, cp, dp = (int(T.lay[n][li]) for n in ("tp", "pp", "cp", "dp"))
-    sp = T.sp_vals[a["si"]]
-    row = dict(tp=tp, pp=pp, dp=dp, cp=cp, ep=1, etp=tp, vpp=T.v_vals[a["vi"]], mb=T.mb_vals[a["mi"]],
-               recompute=T.rec_vals[a["ri"]], sp=sp, rs_ag=sp, sp_redo=T.fixed["sp_redo"],
-               tp_overlap=T.ov_vals[a["oi"]], pp_rs_ag=T.fixed["pp_rs_ag"], dp_overlap=T.dpo_vals[a["di"]],
-               zero=T.z_vals[a["zi"]], fused=T.fixed["fused"], flash=T.fixed["flash"], gpipe=T.fixed["gpipe"],
-               w_off=T.fixed["w_off"], a_off=T.fixed["a_off"], o_off=T.fixed["o_off"],
-               tier_tp=int(T.lay["tier_tp"][li]), tier_cp=int(T.lay["tier_cp"][li]), tier_ep=0,
-               tier_dp=int(T.lay["tier_dp"][li]), tier_pp=int(T.lay["tier_pp"][li]))
-    return Knobs.from_dict(row)
-
-
 def solve_cpsat(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: float | None = None,
                 params: dict | None = None) -> SolveResult:
     t0 = t0 if t0 is not None else _time.perf_counter()
@@ -156,14 +142,13 @@ def solve_cpsat(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: 
                 status_name = "feasible"
         a = ch.extract(solver)
         obj = solver.Value(tv.objective) / TIME_UNIT
-        k = knobs_of(T, a)
+        k = knobs_of_pairs(T, pre.pairs.take(np.array([a["pair"]])), np.array([a["zi"]]), np.array([a["di"]]))
         ev = evaluate_execution(problem, to_execution(k, problem.system))
         verify(problem, ev, obj)
         plans.append(Plan(ev, obj))
         m.AddForbiddenAssignments(ch.key(), [[a["pair"], a["zi"], a["di"]]])
     inc = pre.incumbent
-    ex0 = plans[0].evaluation.execution
-    n0 = ex0.tp * ex0.pp * ex0.cp * (ex0.dp or 1)
+    n0 = gpus_used(plans[0].evaluation.execution)
     return SolveResult("cpsat", status_name, plans, c.size, None, _time.perf_counter() - t0, bound_s=bound,
                        gap=gap, notes=[describe(problem, n0, plans[0].objective_s), f"presolve: {pre.n_triples_kept:,} of {pre.n_triples:,} (layout, vpp, "
                                        f"micro-batch) triples within the incumbent's bound ({inc.evaluated:,} "

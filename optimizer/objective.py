@@ -17,6 +17,11 @@ from .schema.problem import Goal
 BIG_S = 1.0e5  # s: larger than any step time
 
 
+def gpus_used(ex) -> int:
+    """GPUs an execution uses: tp*pp*dp*cp (dp resolved)."""
+    return ex.tp * ex.pp * ex.cp * (ex.dp or 1)
+
+
 def target(problem: Problem, unit: float = 1.0) -> float:
     """fewest_gpus: the largest step time that meets the target, in 1/unit s (a hair of slack for rounding)."""
     return problem.step_time_target_s() * unit * (1 + 1e-9)

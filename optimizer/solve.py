@@ -74,10 +74,9 @@ def solve(problem: Problem, method: str = "cpsat", top: int = 1, time_limit_s: f
             ev = evaluate_execution(problem, ex)
             verify(problem, ev, float(r.step_time_s[i]))
             plans.append(Plan(ev, float(r.step_time_s[i])))
-        from .objective import describe
+        from .objective import describe, gpus_used
 
-        ex0 = plans[0].evaluation.execution
-        note = describe(problem, ex0.tp * ex0.pp * ex0.cp * (ex0.dp or 1), plans[0].objective_s)
+        note = describe(problem, gpus_used(plans[0].evaluation.execution), plans[0].objective_s)
         step_goal = problem.objective.goal.value == "step_time"
         return SolveResult("enumerate", "optimal", plans, r.n_candidates, r.n_feasible,
                            time.perf_counter() - t0, bound_s=float(r.step_time_s[0]) if step_goal else None,
