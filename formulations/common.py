@@ -4,20 +4,27 @@ Variable bounds are kept in a registry (`bounds`) rather than read back from the
 
 from __future__ import annotations
 
+from weakref import WeakKeyDictionary
+
 import numpy as np
 from ortools.sat.python import cp_model
 
-_BOUNDS: dict[tuple[int, int], tuple[int, int]] = {}
+# per model (dropped with it): variable index -> (lo, hi)
+_BOUNDS: WeakKeyDictionary[cp_model.CpModel, dict[int, tuple[int, int]]] = WeakKeyDictionary()
+
+
+def _register(m: cp_model.CpModel, v: cp_model.IntVar, lo: int, hi: int) -> None:
+    _BOUNDS.setdefault(m, {})[v.Index()] = (int(lo), int(hi))
 
 
 def new_int(m: cp_model.CpModel, lo: int, hi: int, name: str) -> cp_model.IntVar:
     v = m.NewIntVar(int(lo), int(hi), name)
-    _BOUNDS[(id(m), v.Index())] = (int(lo), int(hi))
+    _register(m, v, lo, hi)
     return v
 
 
 def bounds(m: cp_model.CpModel, v: cp_model.IntVar) -> tuple[int, int]:
-    return _BOUNDS[(id(m), v.Index())]
+    return _BOUNDS[m][v.Index()]
 
 
 class Lookups:
@@ -37,7 +44,7 @@ in use (`rows`: those the kept pairs read) enter the table and the columns' doma
             assert len(vals) == self.n, (col, len(vals), self.n)
             used = np.unique(vals[self.rows])
             var = self.m.NewIntVarFromDomain(cp_model.Domain.FromValues(used.tolist()), f"{self.name}.{col}")
-            _BOUNDS[(id(self.m), var.Index())] = (int(used[0]), int(used[-1]))
+            _register(self.m, var, used[0], used[-1])
             self.cols[col] = vals
             self.vars[col] = var
         return self.vars[col]
