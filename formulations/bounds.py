@@ -46,14 +46,21 @@ class Pairs:
     si: np.ndarray
     oi: np.ndarray
     lb: np.ndarray  # lower bound of the step time, TIME_UNIT
+    var: np.ndarray  # variant index (formulations.tables.build_all)
     slb: np.ndarray | None = None  # lower bound of the score (optimizer.objective), TIME_UNIT
 
     def __len__(self) -> int:
         return len(self.l)
 
     def take(self, idx) -> "Pairs":
-        return Pairs(*(getattr(self, n)[idx] for n in ("l", "vi", "mi", "ri", "si", "oi", "lb")),
+        return Pairs(*(getattr(self, n)[idx] for n in ("l", "vi", "mi", "ri", "si", "oi", "lb", "var")),
                      None if self.slb is None else self.slb[idx])
+
+    @staticmethod
+    def concat(parts: list["Pairs"]) -> "Pairs":
+        names = ("l", "vi", "mi", "ri", "si", "oi", "lb", "var")
+        slb = None if any(p.slb is None for p in parts) else np.concatenate([p.slb for p in parts])
+        return Pairs(*(np.concatenate([getattr(p, n) for p in parts]) for n in names), slb)
 
 
 def expand(T: Tables, tri: np.ndarray) -> Pairs:
@@ -65,7 +72,8 @@ def expand(T: Tables, tri: np.ndarray) -> Pairs:
     ri, si, oi = (np.tile(subs[:, j], len(tri)) for j in range(3))
     ok = (T.L["tp1"][l] == 0) | ((si == 0) & (oi == 0))
     idx = np.nonzero(ok)[0]
-    return Pairs(l[idx], vi[idx], mi[idx], ri[idx], si[idx], oi[idx], np.zeros(len(idx), dtype=np.int64))
+    return Pairs(l[idx], vi[idx], mi[idx], ri[idx], si[idx], oi[idx], np.zeros(len(idx), dtype=np.int64),
+                 np.full(len(idx), T.var, dtype=np.int64))
 
 
 def _bound(T: Tables, terms: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -96,7 +104,7 @@ def triple_cols(T: Tables, tri: np.ndarray):
 
     l, mi = tri[:, 0], tri[:, 2]
     g = T.L["tpcp"][l] * nM + mi
-    mins = {n: gmin(BE[n])[:, 0] for n in ("tau_mb", "tau", "stored", "working", "embout", "logits")}
+    mins = {n: gmin(BE[n])[:, 0] for n in ("tau_mb", "tau", "stored", "working", "embout", "logits", "offx_mb")}
     head = gmin(BE["head_mb"], 2)
     p2pm, p2p = gmin(BE["p2p_mb"], nT), gmin(BE["p2p"], nT)
     tpp = T.lay["tier_pp"][l]
@@ -122,33 +130,57 @@ def score_int(T: Tables, l: np.ndarray, step: np.ndarray) -> np.ndarray:
     return score(T.problem, T.gpus(l), step, unit=TIME_UNIT, missed=NONE)
 
 
-def presolve(T: Tables, top: int = 1, n_triples: int = 96) -> Presolved:
-    """Bounds per triple (block columns at their minimum), an incumbent from the most promising triples,
-    then exact pair bounds for the triples that survive; pairs with LB > UB are dropped."""
-    tri = np.array(T.legal_lvm, dtype=np.int64).reshape(-1, 3)
-    lb_t, fit_t = _bound(T, compose(T, tri[:, 0], tri[:, 1], tri[:, 2], triple_cols(T, tri)))
-    ok = np.nonzero(fit_t)[0]
-    tri_ok, lb_ok = tri[ok], score_int(T, tri[ok, 0], lb_t[ok])
-    ok2 = lb_ok < NONE
-    tri_ok, lb_ok = tri_ok[ok2], lb_ok[ok2]
-    n = min(len(tri_ok), max(n_triples, 4 * top))
-    first = np.argpartition(lb_ok, n - 1)[:n] if 0 < n < len(tri_ok) else np.arange(len(tri_ok))
-    inc = incumbent(T, expand(T, tri_ok[first]), top)
-    keep_t = tri_ok[lb_ok <= inc.ub]
-    P = expand(T, keep_t)
-    cols = pair_columns(T, P.l, P.vi, P.mi, P.ri, P.si, P.oi)
-    P.lb, fit = _bound(T, cols)
-    P.slb = score_int(T, P.l, P.lb)
-    n_fit = int(fit.sum())
-    keep = np.nonzero(fit & (P.slb <= inc.ub) & (P.slb < NONE))[0]
-    P = P.take(keep)
-    return Presolved(P, {k: v[keep] for k, v in cols.items()}, len(tri), len(keep_t), n_fit, inc)
+def presolve(Ts: Tables | list[Tables], top: int = 1, n_triples: int = 96) -> Presolved:
+    """Bounds per triple (block columns at their minimum), an incumbent from the most promising triples of
+    every variant, then exact pair bounds for the triples that survive; pairs with LB > UB are dropped."""
+    Ts = Ts if isinstance(Ts, list) else [Ts]
+    tris, lbs = [], []
+    n_tri = 0
+    for T in Ts:
+        tri = np.array(T.legal_lvm, dtype=np.int64).reshape(-1, 3)
+        n_tri += len(tri)
+        lb_t, fit_t = _bound(T, compose(T, tri[:, 0], tri[:, 1], tri[:, 2], triple_cols(T, tri)))
+        ok = np.nonzero(fit_t)[0]
+        tri_ok, lb_ok = tri[ok], score_int(T, tri[ok, 0], lb_t[ok])
+        ok2 = lb_ok < NONE
+        tris.append(tri_ok[ok2])
+        lbs.append(lb_ok[ok2])
+    # the most promising triples over all variants feed the incumbent
+    lb_all = np.concatenate(lbs)
+    var_all = np.concatenate([np.full(len(x), j) for j, x in enumerate(lbs)]).astype(np.int64)
+    pos_all = np.concatenate([np.arange(len(x)) for x in lbs]).astype(np.int64)
+    n = min(len(lb_all), max(n_triples, 4 * top))
+    first = np.argpartition(lb_all, n - 1)[:n] if 0 < n < len(lb_all) else np.arange(len(lb_all))
+    sel = [expand(T, tris[j][pos_all[first][var_all[first] == j]]) for j, T in enumerate(Ts)]
+    inc = incumbent(Ts, Pairs.concat(sel), top)
+    parts, cols_parts, n_kept_t, n_fit = [], [], 0, 0
+    for j, T in enumerate(Ts):
+        keep_t = tris[j][lbs[j] <= inc.ub]
+        n_kept_t += len(keep_t)
+        P = expand(T, keep_t)
+        cols = pair_columns(T, P.l, P.vi, P.mi, P.ri, P.si, P.oi)
+        P.lb, fit = _bound(T, cols)
+        P.slb = score_int(T, P.l, P.lb)
+        n_fit += int(fit.sum())
+        keep = np.nonzero(fit & (P.slb <= inc.ub) & (P.slb < NONE))[0]
+        parts.append(P.take(keep))
+        cols_parts.append({k: v[keep] for k, v in cols.items()})
+    P = Pairs.concat(parts)
+    cols = {k: np.concatenate([c[k] for c in cols_parts]) for k in cols_parts[0]}
+    return Presolved(P, cols, n_tri, n_kept_t, n_fit, inc)
 
 
-def knobs_of_pairs(T: Tables, P: Pairs, z: np.ndarray, d: np.ndarray) -> Knobs:
+def knobs_of_pairs(Ts: Tables | list[Tables], P: Pairs, z: np.ndarray, d: np.ndarray) -> Knobs:
     """Candidates of the pairs with ZeRO-stage index z and DP-overlap index d (arrays)."""
+    Ts = Ts if isinstance(Ts, list) else [Ts]
+    T = Ts[0]  # layouts and value lists are shared by the variants
+    by_var = np.zeros((max(t.var for t in Ts) + 1, len(T.fixed)), dtype=np.int64)
+    for t in Ts:
+        by_var[t.var] = [t.fixed[k] for k in T.fixed]
+    var = P.var if len(Ts) > 1 else np.full(len(P), T.var, dtype=np.int64)
+    fixed = {k: by_var[var, i] for i, k in enumerate(T.fixed)}
     lay = {k: v[P.l] for k, v in T.lay.items()}
-    return knob_grid(T.fixed, len(P), **lay, vpp=np.array(T.v_vals)[P.vi], mb=np.array(T.mb_vals)[P.mi],
+    return knob_grid(fixed, len(P), **lay, vpp=np.array(T.v_vals)[P.vi], mb=np.array(T.mb_vals)[P.mi],
                      recompute=np.array(T.rec_vals)[P.ri], sp=np.array(T.sp_vals)[P.si],
                      tp_overlap=np.array(T.ov_vals)[P.oi], zero=np.array(T.z_vals)[z],
                      dp_overlap=np.array(T.dpo_vals)[d])
@@ -161,8 +193,10 @@ class Incumbent:
     evaluated: int
 
 
-def incumbent(T: Tables, sel: Pairs, top: int = 1) -> Incumbent:
-    """The model's best plan among the pairs `sel` with every ZeRO stage and DP overlap."""
+def incumbent(Ts: Tables | list[Tables], sel: Pairs, top: int = 1) -> Incumbent:
+    """The model's best plan among the pairs `sel` (of any variant) with every ZeRO stage and DP overlap."""
+    Ts = Ts if isinstance(Ts, list) else [Ts]
+    T = Ts[0]
     if len(sel) == 0:
         return Incumbent(np.iinfo(np.int64).max, None, 0)
     nz, nd = len(T.z_vals), len(T.dpo_vals)
@@ -174,7 +208,7 @@ def incumbent(T: Tables, sel: Pairs, top: int = 1) -> Incumbent:
     legal = zero_legal(np.array(T.z_vals)[z], dpg1) & ((dpg1 == 0) | (np.array(T.dpo_vals)[d] == 1)
                                                        | (1 not in T.dpo_vals))
     rep, z, d = rep.take(np.nonzero(legal)[0]), z[legal], d[legal]
-    k = knobs_of_pairs(T, rep, z, d)
+    k = knobs_of_pairs(Ts, rep, z, d)
     res = evaluate(T.problem, k)
     t = np.where(feasible(T.problem, k, res), score(T.problem, T.gpus(rep.l), res.step_time), np.inf)
     order = np.argsort(t, kind="stable")
@@ -183,7 +217,7 @@ def incumbent(T: Tables, sel: Pairs, top: int = 1) -> Incumbent:
         return Incumbent(np.iinfo(np.int64).max, None, len(t))
     i = int(good[0])
     hint = dict(l=int(rep.l[i]), vi=int(rep.vi[i]), mi=int(rep.mi[i]), ri=int(rep.ri[i]), si=int(rep.si[i]),
-                oi=int(rep.oi[i]), zi=int(z[i]), di=int(d[i]))
+                oi=int(rep.oi[i]), var=int(rep.var[i]), zi=int(z[i]), di=int(d[i]))
     if len(good) < top:
         return Incumbent(np.iinfo(np.int64).max, hint, len(t))
     ub = float(t[good[top - 1]]) * TIME_UNIT

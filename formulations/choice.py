@@ -20,7 +20,7 @@ from .bounds import Presolved
 from .common import Lookups, index_literals
 from .tables import Tables
 
-KEYS = ("l", "vi", "mi", "ri", "si", "oi")
+KEYS = ("l", "vi", "mi", "ri", "si", "oi", "var")
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """Can anything fit? The smallest HBM per GPU over the whole space (constraint group ``memory.hbm`` as an
 objective), exact with respect to the formulation's tables, for `paraplan check`.
 
-Memory depends on the pair (triple x block setting) and the ZeRO stage only, so the minimum is
-min over pairs of [act(pair) + min_z wgo_z(pair)]. Triples are bounded first with every block column at
+Memory depends on the pair (triple x block setting, of one variant) and the ZeRO stage only, so the
+minimum is min over variants and pairs of [act(pair) + min_z wgo_z(pair)], over the ZeRO stages whose
+offload memory fits. Triples are bounded first with every block column at
 its minimum (formulations.bounds); only triples whose bound is within the best pair found are expanded.
 """
 
@@ -17,7 +18,7 @@ from optimizer.space import compact_space
 
 from .bounds import expand, knobs_of_pairs, triple_cols
 from .pairs import compose, pair_columns, state_min
-from .tables import KIB, build_tables
+from .tables import KIB, build_all
 
 
 @dataclass
@@ -31,21 +32,28 @@ def min_memory(problem: Problem, n_first: int = 64) -> MinMemory:
     c = compact_space(problem)
     if c.size == 0:
         return MinMemory(0, None, None)
-    T = build_tables(problem, c)
-    tri = np.array(T.legal_lvm, dtype=np.int64).reshape(-1, 3)
-    tc = compose(T, tri[:, 0], tri[:, 1], tri[:, 2], triple_cols(T, tri))
-    lb = tc["act"] + state_min(T, tc)[0]
-    order = np.argsort(lb, kind="stable")
-    first = tri[order[: min(n_first, len(order))]]
-    P = expand(T, first)
-    cols = pair_columns(T, P.l, P.vi, P.mi, P.ri, P.si, P.oi)
-    best = float((cols["act"] + state_min(T, cols)[0]).min())
-    P = expand(T, tri[lb <= best])  # every triple that may hold a smaller plan
-    cols = pair_columns(T, P.l, P.vi, P.mi, P.ri, P.si, P.oi)
-    smin, zarg, _, _ = state_min(T, cols)
-    tot = cols["act"] + smin
-    i = int(np.argmin(tot))
-    one = P.take(np.array([i]))
-    d = np.array([T.dpo_vals.index(1) if 1 in T.dpo_vals else 0])
-    k = knobs_of_pairs(T, one, np.array([zarg[i]]), d)
-    return MinMemory(c.size, float(tot[i]) * KIB, k)
+    best_tot, best_k = None, None
+    for T in build_all(problem, c):  # one pass per variant (kernels, schedule, offload flags)
+        tri = np.array(T.legal_lvm, dtype=np.int64).reshape(-1, 3)
+        if len(tri) == 0:
+            continue
+        tc = compose(T, tri[:, 0], tri[:, 1], tri[:, 2], triple_cols(T, tri))
+        lb = tc["act"] + state_min(T, tc)[0]
+        order = np.argsort(lb, kind="stable")
+        first = tri[order[: min(n_first, len(order))]]
+        P = expand(T, first)
+        cols = pair_columns(T, P.l, P.vi, P.mi, P.ri, P.si, P.oi)
+        best = float((cols["act"] + state_min(T, cols)[0]).min())
+        P = expand(T, tri[lb <= best])  # every triple that may hold a smaller plan
+        cols = pair_columns(T, P.l, P.vi, P.mi, P.ri, P.si, P.oi)
+        smin, zarg, _, _ = state_min(T, cols)
+        tot = cols["act"] + smin
+        i = int(np.argmin(tot))
+        if best_tot is not None and tot[i] >= best_tot:
+            continue
+        one = P.take(np.array([i]))
+        d = np.array([T.dpo_vals.index(1) if 1 in T.dpo_vals else 0])
+        best_tot, best_k = int(tot[i]), knobs_of_pairs(T, one, np.array([zarg[i]]), d)
+    if best_tot is None or best_tot >= np.iinfo(np.int64).max // 8:
+        return MinMemory(c.size, None, None)
+    return MinMemory(c.size, float(best_tot) * KIB, best_k)

@@ -1,15 +1,21 @@
-"""HBM capacity (constraint group ``memory.hbm``), in KiB, usage rounded up and capacity down.
+"""Memory capacities, in KiB, usage rounded up and capacity down.
 
+``memory.hbm``:
     weights + gradients + optimizer state (ZeRO stage z, worst stage)   state >= wgo_z[p]
     + activations of the worst pipeline stage + runtime reserve          act[p] (formulations.pairs)
     <= HBM - headroom
-The group is guarded by the literal `enforce`, so `check` can name it in an explanation.
+``memory.offload`` (when some kept pair offloads):
+    offloaded weights/gradients/optimizer state  off_state >= off_z[p]
+    + offloaded activations                      offact[p]
+    <= offload memory per GPU
+Each group is guarded by a literal (`enforce`, `enforce_offload`), so `check` can name it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from ortools.sat.python import cp_model
 
 from .choice import ChoiceVars
@@ -20,6 +26,7 @@ from .tables import Tables
 class MemoryVars:
     state: cp_model.IntVar
     enforce: cp_model.IntVar  # the literal guarding memory.hbm (for explanations)
+    enforce_offload: cp_model.IntVar | None = None  # ... memory.offload (None: nothing is offloaded)
 
     def extract(self, solver: cp_model.CpSolver) -> dict[str, int]:
         return {"state_kib": int(solver.Value(self.state))}
@@ -31,4 +38,12 @@ def build(T: Tables, m: cp_model.CpModel, c: ChoiceVars) -> MemoryVars:
     for j, z in enumerate(T.z_vals):
         m.Add(state >= c.col(f"wgo{z}")).OnlyEnforceIf(c.z_lits[j])
     m.Add(state + c.col("act") <= T.cap_kib).OnlyEnforceIf(enforce)
-    return MemoryVars(state, enforce)
+    cols = c.pre.cols
+    if not any(np.any(cols[f"off{z}"] != 0) for z in T.z_vals) and not np.any(cols["offact"] != 0):
+        return MemoryVars(state, enforce)
+    enf_off = m.NewBoolVar("memory.offload")
+    off_state = m.NewIntVar(0, 2**62 // 4, "memory.offload_state")
+    for j, z in enumerate(T.z_vals):
+        m.Add(off_state >= c.col(f"off{z}")).OnlyEnforceIf(c.z_lits[j])
+    m.Add(off_state + c.col("offact") <= T.off_cap_kib).OnlyEnforceIf(enf_off)
+    return MemoryVars(state, enforce, enf_off)

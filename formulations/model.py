@@ -1,6 +1,7 @@
 """The CP-SAT model of `paraplan solve --method cpsat`, built as a short script of `build` calls:
 
-    tables  = build_tables(problem, compact_space(problem))   # prepare: factor tables from the model
+    tables  = build_all(problem, compact_space(problem))      # prepare: factor tables from the model,
+                                                             #   one set per variant (kernels, offload)
     pre     = presolve(tables, top)                          # bounds: fit + incumbent pruning, hint
     choice  = choice.build(tables, m, pre)                   # decisions + integer rules (pair table)
     memory  = memory.build(tables, m, choice)                # memory.hbm
@@ -32,7 +33,7 @@ from . import memory as memory_mod
 from . import time as time_mod
 from .bounds import NONE, Presolved, knobs_of_pairs, presolve
 from .common import new_int, product
-from .tables import TIME_UNIT, Tables, build_tables
+from .tables import TIME_UNIT, Tables, build_all
 
 # solver parameters as data (`paraplan solve --sat-params`). One worker: on two cores it is the fastest and
 # deterministic. Keep CP-SAT's presolve on: with cp_model_presolve=False, ortools 9.15 returned OPTIMAL with
@@ -57,6 +58,8 @@ def define_model(T: Tables, pre: Presolved, hint: dict[str, int] | None = None):
     ch = choice_mod.build(T, m, pre)
     mem = memory_mod.build(T, m, ch)
     m.Add(mem.enforce == 1)
+    if mem.enforce_offload is not None:
+        m.Add(mem.enforce_offload == 1)
     tv = time_mod.build(T, m, ch)
     obj = new_int(m, 0, 10**14, "step_time")
     m.Add(obj == tv.objective)
@@ -108,8 +111,9 @@ def solve_cpsat(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: 
     if c.size == 0:
         raise Infeasible("no legal plan: no (tp, pp, dp, vpp, micro-batch) satisfies the integer rules "
                          "(run `paraplan check` for why)", reason="rules")
-    T = build_tables(problem, c)
-    pre = presolve(T, top)
+    Ts = build_all(problem, c)
+    T = Ts[0]  # layouts, value lists and capacities are shared by the variants
+    pre = presolve(Ts, top)
     if len(pre.pairs) == 0:
         what = "is within memory" if problem.objective.goal.value != "fewest_gpus" else \
             "is within memory and meets the objective's step-time target"
@@ -142,17 +146,18 @@ def solve_cpsat(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: 
                 status_name = "feasible"
         a = ch.extract(solver)
         obj = solver.Value(tv.objective) / TIME_UNIT
-        k = knobs_of_pairs(T, pre.pairs.take(np.array([a["pair"]])), np.array([a["zi"]]), np.array([a["di"]]))
+        k = knobs_of_pairs(Ts, pre.pairs.take(np.array([a["pair"]])), np.array([a["zi"]]), np.array([a["di"]]))
         ev = evaluate_execution(problem, to_execution(k, problem.system))
         verify(problem, ev, obj)
         plans.append(Plan(ev, obj))
         m.AddForbiddenAssignments(ch.key(), [[a["pair"], a["zi"], a["di"]]])
     inc = pre.incumbent
     n0 = gpus_used(plans[0].evaluation.execution)
+    var = f" in {len(Ts)} variants (kernels, schedule, offload)" if len(Ts) > 1 else ""
+    notes = [describe(problem, n0, plans[0].objective_s),
+             f"presolve: {pre.n_triples_kept:,} of {pre.n_triples:,} (layout, vpp, micro-batch) triples{var} "
+             f"within the incumbent's bound ({inc.evaluated:,} plans evaluated); of their {pre.n_pairs_fit:,} "
+             f"(triple, block) pairs that fit, {len(pre.pairs):,} kept",
+             f"CP-SAT model: {len(m.Proto().variables)} variables, {len(m.Proto().constraints)} constraints"]
     return SolveResult("cpsat", status_name, plans, c.size, None, _time.perf_counter() - t0, bound_s=bound,
-                       gap=gap, notes=[describe(problem, n0, plans[0].objective_s), f"presolve: {pre.n_triples_kept:,} of {pre.n_triples:,} (layout, vpp, "
-                                       f"micro-batch) triples within the incumbent's bound ({inc.evaluated:,} "
-                                       f"plans evaluated); of their {pre.n_pairs_fit:,} (triple, block) pairs "
-                                       f"that fit, {len(pre.pairs):,} kept",
-                                       f"CP-SAT model: {len(m.Proto().variables)} variables, "
-                                       f"{len(m.Proto().constraints)} constraints"])
+                       gap=gap, notes=notes)

@@ -11,12 +11,17 @@ and the state memory. Columns (integers; time in TIME_UNIT, memory in KiB, usage
     pipe_head   = n_mb*head        = A2[l]*head_mb[beta, pp>1]
     bubble      = (pp-1)/vpp*Ls*tau = Bf[lv]*tau[beta]
     p2p_steady  = 2*n_mb*vpp*t_p2p = E[lv]*p2p_mb[beta, tier_pp];  p2p_fill = 2(pp-1)*t_p2p
+    offload     = n_mb*Ls*exposed weight/activation streaming per layer = A1[l]*offx_mb[beta]
     link{z}     DP traffic of ZeRO stage z on its link: AR; RS+AG; n_mb*RS+AG; n_mb*(2AG+RS)
     exp{z}      its exposed part with overlap: max(one bucket, traffic - backward window) (Calculon's window)
     ovl{z}      Q x DP time with overlap = pu*link + (Q-pu)*exp (pu: processor usage of the DP tier, x Q)
-    opt{z}      optimizer step;   wgo{z} weights + gradients + optimizer state
+    opt{z}      optimizer step;   wgo{z} weights + gradients + optimizer state in HBM
+    off{z}      weights, gradients and optimizer state in offload memory (per the variant's offload flags)
     act         activations of the worst stage + runtime reserve (first: in-flight layers x stored +
-                working + embedding output; last: Ls x stored + working + logits; Korthikanti 2022)
+                working + embedding output; last: Ls x stored + working + logits; Korthikanti 2022;
+                GPipe: every micro-batch in flight; activation offload: two layers in HBM)
+    offact      activations in offload memory (in-flight layers less the two kept in HBM)
+The tables (hence the columns) belong to one variant (`formulations.tables.OTHER_KNOBS`).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import numpy as np
 from .tables import Tables
 
 Q = 10_000  # fixed-point scale of the processor-usage fractions
+PIPE = ("pipe_layers", "pipe_head", "bubble", "p2p_steady", "p2p_fill", "offload")
 
 
 def zero_legal(z, dpg1) -> np.ndarray:
@@ -35,12 +41,13 @@ def zero_legal(z, dpg1) -> np.ndarray:
 
 
 def state_min(T: Tables, cols: dict[str, np.ndarray], act_kib: np.ndarray | None = None):
-    """Per row, over the legal ZeRO stages (that fit next to `act_kib` when given): the smallest state
-    memory wgo_z (KiB), its ZeRO index, and for bounds the cheapest optimizer + pu x link time."""
+    """Per row, over the legal ZeRO stages whose offload memory fits (and whose HBM fits next to `act_kib`
+    when given): the smallest state memory wgo_z (KiB), its ZeRO index, and for bounds the cheapest
+    optimizer + pu x link time."""
     big = np.iinfo(np.int64).max // 4
     mem, time = [], []
     for z in T.z_vals:
-        ok = zero_legal(z, cols["dpg1"])
+        ok = zero_legal(z, cols["dpg1"]) & (cols[f"off{z}"] + cols["offact"] <= T.off_cap_kib)
         if act_kib is not None:
             ok = ok & (cols[f"wgo{z}"] + act_kib <= T.cap_kib)
         mem.append(np.where(ok, cols[f"wgo{z}"], big))
@@ -61,20 +68,25 @@ def compose(T: Tables, l, vi, mi, col) -> dict[str, np.ndarray]:
     Lt, LV, LM = T.L, T.LV, T.LM
     out = dict(pipe_layers=Lt["A1"][l] * col("tau_mb"), pipe_head=Lt["A2"][l] * col("head_mb"),
                bubble=LV["Bf"][lv] * col("tau"), p2p_steady=LV["E"][lv] * col("p2p_mb"),
-               p2p_fill=Lt["pm2"][l] * col("p2p"))
-    out["pipe"] = sum(out[k] for k in ("pipe_layers", "pipe_head", "bubble", "p2p_steady", "p2p_fill"))
+               p2p_fill=Lt["pm2"][l] * col("p2p"), offload=Lt["A1"][l] * col("offx_mb"))
+    out["pipe"] = sum(out[k] for k in PIPE)
     v1 = np.array(T.v_vals)[vi] == 1
-    infl = np.where(v1, LM["infl1"][lm], np.minimum(LV["inflv"][lv], LM["NL"][lm]))
+    if T.fixed["gpipe"]:  # GPipe keeps every micro-batch's activations until the backward starts
+        infl = LM["NL"][lm]
+    else:
+        infl = np.where(v1, LM["infl1"][lm], np.minimum(LV["inflv"][lv], LM["NL"][lm]))
     st, wk = col("stored"), col("working")
-    first = infl * st + wk + col("embout")
-    last = Lt["Ls"][l] * st + wk + col("logits")
+    a_off = bool(T.fixed["a_off"])  # activation offload keeps two layers' worth in HBM
+    first = (2 if a_off else infl) * st + wk + col("embout")
+    last = (2 if a_off else Lt["Ls"][l]) * st + wk + col("logits")
     out["act"] = np.where(Lt["ppgt1"][l] == 1, np.maximum(first, last), first + col("logits")) + Lt["reserved"][l]
+    out["offact"] = (infl - 2) * st if a_off else np.zeros(len(l), dtype=np.int64)
     out["pu"] = np.rint(np.array(T.pu_tiers)[T.lay["tier_dp"][l]] * Q).astype(np.int64)
     nmb = LM["nmb"][lm]
     AR, RS, AG, F = Lt["AR"][l], Lt["RS"][l], Lt["AG"][l], Lt["F"][l]
     out["link0"], out["link1"], out["link2"], out["link3"] = AR, RS + AG, nmb * RS + AG, nmb * F
     for z in T.z_vals:
-        out[f"opt{z}"], out[f"wgo{z}"] = Lt[f"opt{z}"][l], Lt[f"wgo{z}"][l]
+        out[f"opt{z}"], out[f"wgo{z}"], out[f"off{z}"] = Lt[f"opt{z}"][l], Lt[f"wgo{z}"][l], Lt[f"off{z}"][l]
     out["dpg1"] = Lt["dpg1"][l]
     out["n_gpus"] = T.gpus(l)
     return out

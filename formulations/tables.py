@@ -8,6 +8,9 @@ The step time (`optimizer.model.step`) is composed of terms that each depend on 
 - per (layout, micro-batch) lm: micro-batches n_mb and n_mb*L/pp, in-flight layers of 1F1B;
 - per *block* beta = (tp, cp, micro-batch, recompute, SP, TP overlap): per-layer time tau, forward and
   backward parts, LM-head/loss time, p2p time, stored and working activations, logits.
+The knobs in `OTHER_KNOBS` (kernels, p2p, schedule, SP redo, offload flags) change every table: each
+combination the space allows is a *variant* with its own tables (`build_all`), all filled by the same
+model calls (the variant knobs are extra columns of each grid).
 Each table is read from `evaluate(...).terms` on a small grid of candidates, so the numbers are the
 model's own; `formulations.time` combines them with the same sums, products and maxima as
 `optimizer.model.step`. Units: time in `TIME_UNIT` = 1 ns, memory in KiB (usage rounded up, capacity
@@ -17,6 +20,7 @@ rounded down: a plan the solver accepts never exceeds a capacity of the exact mo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import product
 
 import numpy as np
 
@@ -39,7 +43,7 @@ def kib_up(x) -> np.ndarray:
 
 
 class Unsupported(Exception):
-    """The problem uses a knob the CP-SAT formulation does not cover yet."""
+    """The problem is outside what the CP-SAT formulation covers (an empty space)."""
 
 
 @dataclass
@@ -63,8 +67,10 @@ class Tables:
     legal_lvm: np.ndarray  # rows: legal (l, vi, mi)
     cap_kib: int
     n_candidates: int
-    fixed: dict[str, int] = field(default_factory=dict)
+    fixed: dict[str, int] = field(default_factory=dict)  # the variant: codes of the OTHER_KNOBS
     pu_tiers: list[float] = field(default_factory=list)
+    off_cap_kib: int = 0  # offload memory per GPU, KiB (rounded down)
+    var: int = 0  # index of the variant among `build_all`'s
 
     def gpus(self, l: np.ndarray) -> np.ndarray:
         """GPUs used by layouts l: tp*pp*dp*cp."""
@@ -82,41 +88,75 @@ class Tables:
         return (len(self.tpcp), self.nM, len(self.rec_vals), len(self.sp_vals), len(self.ov_vals))
 
 
-def knob_grid(fixed: dict[str, int], n: int, **cols) -> Knobs:
-    """n candidates: the given columns, the fixed knobs, everything else at its neutral value."""
-    base = dict(tp=1, pp=1, dp=1, cp=1, ep=1, vpp=1, mb=1, recompute=0, sp=0, sp_redo=fixed["sp_redo"],
-                tp_overlap=0, pp_rs_ag=fixed["pp_rs_ag"], dp_overlap=0, zero=0, fused=fixed["fused"],
-                flash=fixed["flash"], gpipe=fixed["gpipe"], w_off=0, a_off=0, o_off=0, tier_tp=0, tier_cp=0,
-                tier_ep=0, tier_dp=0, tier_pp=0)
+OTHER_KNOBS = {"fused_layers": "fused", "attention": "flash", "sp_ag_redo": "sp_redo", "pp_rs_ag": "pp_rs_ag",
+               "schedule": "gpipe", "weight_offload": "w_off", "activation_offload": "a_off",
+               "optimizer_offload": "o_off"}
+"""Knobs that set a *variant* (one set of tables each): kernels, p2p, schedule and offload flags."""
+
+
+def knob_grid(fixed: dict, n: int, **cols) -> Knobs:
+    """n candidates: the given columns, the variant's knobs (`fixed`: scalars or arrays of n), everything else
+    at its neutral value."""
+    base = dict(tp=1, pp=1, dp=1, cp=1, ep=1, vpp=1, mb=1, recompute=0, sp=0, tp_overlap=0, dp_overlap=0, zero=0,
+                tier_tp=0, tier_cp=0, tier_ep=0, tier_dp=0, tier_pp=0)
+    base.update({short: fixed[short] for short in OTHER_KNOBS.values()})
     base.update(cols)
     base["rs_ag"] = base["sp"]
     base["etp"] = base["tp"]
     return Knobs(**{k: np.broadcast_to(np.asarray(v, dtype=np.int64), (n,)).copy() for k, v in base.items()})
 
 
-def build_tables(problem: Problem, c: Compact) -> Tables:
-    if c.size == 0:
-        raise Unsupported("empty space")
+def variants(c: Compact) -> list[dict[str, int]]:
+    """Every combination of the values the space gives the variant knobs (`OTHER_KNOBS`), as codes."""
     union: dict[str, set[int]] = {}
-    multi: set[str] = set()
     seen: set[int] = set()
     for per in c.other:  # layouts share a few distinct lists: look at each once
         if id(per) in seen:
             continue
         seen.add(id(per))
         for n, vs in per:
+            if n in OTHER_KNOBS:
+                union.setdefault(OTHER_KNOBS[n], set()).update(vs)
+    names = list(OTHER_KNOBS.values())
+    return [dict(zip(names, combo)) for combo in product(*[sorted(union[n]) for n in names])]
+
+
+def build_tables(problem: Problem, c: Compact, variant: dict[str, int] | None = None) -> Tables:
+    """The tables of one variant (the only one when the space has a single variant)."""
+    Ts = build_all(problem, c)
+    if variant is None:
+        if len(Ts) != 1:
+            raise Unsupported(f"{len(Ts)} variants: use build_all")
+        return Ts[0]
+    return next(T for T in Ts if T.fixed == variant)
+
+
+def build_all(problem: Problem, c: Compact) -> list[Tables]:
+    """The tables of every variant of the space that has legal triples, filled in one pass: each call to the
+    model evaluates the grid of every variant at once (the variant knobs as columns)."""
+    if c.size == 0:
+        raise Unsupported("empty space")
+    union: dict[str, set[int]] = {}
+    seen: set[int] = set()
+    for per in c.other:
+        if id(per) in seen:
+            continue
+        seen.add(id(per))
+        for n, vs in per:
             union.setdefault(n, set()).update(vs)
-            if len(vs) > 1:
-                multi.add(n)
-    fixed = {}
-    other_of = {"fused_layers": "fused", "attention": "flash", "sp_ag_redo": "sp_redo", "pp_rs_ag": "pp_rs_ag",
-                "schedule": "gpipe", "weight_offload": "w_off", "activation_offload": "a_off",
-                "optimizer_offload": "o_off"}
-    for name, short in other_of.items():
-        if name in multi:
-            raise Unsupported(f"knob '{name}' with several values is not in the CP-SAT formulation yet")
-        fixed[short] = sorted(union[name])[0]
+    # which variants each layout admits (the space narrows some knobs per layout: no p2p without pp, ...)
+    allv = variants(c)
     nL = len(c.layouts)
+    admits = np.zeros((len(allv), nL), dtype=bool)
+    for li in range(nL):
+        per = {OTHER_KNOBS[n]: set(vs) for n, vs in c.other[li] if n in OTHER_KNOBS}
+        for vi_, v in enumerate(allv):
+            admits[vi_, li] = all(v[k] in per[k] for k in v)
+    keep_v = [i for i in range(len(allv)) if admits[i].any()]
+    allv, admits = [allv[i] for i in keep_v], admits[keep_v]
+    nVar = len(allv)
+    fixed_cols = {k: np.array([v[k] for v in allv], dtype=np.int64) for k in OTHER_KNOBS.values()}
+
     lay = {n: np.array([lt[i] for lt in c.layouts]) for i, n in enumerate(("tp", "pp", "cp", "dp"))}
     for ax in ("tp", "cp", "dp", "pp"):
         lay[f"tier_{ax}"] = np.array([t[ax] for t in c.tiers])
@@ -133,31 +173,41 @@ def build_tables(problem: Problem, c: Compact) -> Tables:
     llm = problem.llm
     B, Lyr = problem.training.global_batch, llm.layers
 
-    def grid(n: int, **cols) -> Knobs:
-        return knob_grid(fixed, n, **cols)
+    def run(n: int, **cols) -> dict[str, np.ndarray]:
+        """The model's terms on n rows per variant, as arrays of shape (nVar, n)."""
+        fx = {k: np.repeat(v, n) for k, v in fixed_cols.items()}
+        tiled = {k: np.tile(np.broadcast_to(np.asarray(v), (n,)), nVar) for k, v in cols.items()}
+        terms = evaluate(problem, knob_grid(fx, nVar * n, **tiled), ctx).terms
+        return {k: np.broadcast_to(np.asarray(v, dtype=float), (nVar * n,)).reshape(nVar, n)
+                if np.ndim(v) else v for k, v in terms.items()}
 
-    # ---------------------------------------------------------------- per layout
-    Lt: dict[str, np.ndarray] = {}
-    lk = grid(nL, **{k: v for k, v in lay.items()})
-    r = evaluate(problem, lk, ctx).terms
-    Lt["A1"] = (B * Lyr) // (lay["dp"] * lay["pp"])  # n_mb * Ls * mb
-    Lt["A2"] = B // lay["dp"]  # n_mb * mb
-    Lt["Ls"] = Lyr // lay["pp"]
-    Lt["pm2"] = 2 * (lay["pp"] - 1)
-    Lt["AR"], Lt["RS"], Lt["AG"] = t_int(r["AR"]), t_int(r["RS"]), t_int(r["AG"])
+    # ---------------------------------------------------------------- per layout (variant-independent)
+    L0: dict[str, np.ndarray] = {}
+    L0["A1"] = (B * Lyr) // (lay["dp"] * lay["pp"])  # n_mb * Ls * mb
+    L0["A2"] = B // lay["dp"]  # n_mb * mb
+    L0["Ls"] = Lyr // lay["pp"]
+    L0["pm2"] = 2 * (lay["pp"] - 1)
+    L0["tpcp"] = np.array([tpcp_index[(int(a), int(b))] for a, b in zip(lay["tp"], lay["cp"])])
+    L0["tp1"] = (lay["tp"] == 1).astype(np.int64)
+    L0["dpg1"] = (lay["dp"] * lay["cp"] == 1).astype(np.int64)
+    L0["ppgt1"] = (lay["pp"] > 1).astype(np.int64)
+    # ---------------------------------------------------------------- per layout, per variant
+    r = run(nL, **lay)
+    Lv: list[dict[str, np.ndarray]] = [dict(L0) for _ in range(nVar)]
     bkt = r["bucket"]
-    Lt["ARb"], Lt["RSb"], Lt["AGb"] = t_int(r["AR"] * bkt), t_int(r["RS"] * bkt), t_int(r["AG"] * bkt)
-    Lt["F"] = t_int(2.0 * r["AG"] + r["RS"])
-    Lt["Fb"] = t_int((2.0 * r["AG"] + r["RS"]) * bkt)
-    Lt["tpcp"] = np.array([tpcp_index[(int(a), int(b))] for a, b in zip(lay["tp"], lay["cp"])])
-    Lt["tp1"] = (lay["tp"] == 1).astype(np.int64)
-    Lt["dpg1"] = (lay["dp"] * lay["cp"] == 1).astype(np.int64)
-    Lt["ppgt1"] = (lay["pp"] > 1).astype(np.int64)
+    for j in range(nVar):
+        Lt = Lv[j]
+        Lt["AR"], Lt["RS"], Lt["AG"] = t_int(r["AR"][j]), t_int(r["RS"][j]), t_int(r["AG"][j])
+        Lt["ARb"], Lt["RSb"], Lt["AGb"] = (t_int(r[x][j] * bkt[j]) for x in ("AR", "RS", "AG"))
+        Lt["F"] = t_int(2.0 * r["AG"][j] + r["RS"][j])
+        Lt["Fb"] = t_int((2.0 * r["AG"][j] + r["RS"][j]) * bkt[j])
+        Lt["reserved"] = kib_up(r["reserved"][j])
     for z in vals["zero"]:
-        rz = evaluate(problem, lk.replace(zero=np.full(nL, z)), ctx).terms
-        Lt[f"opt{z}"] = t_int(rz["optimizer"])
-        Lt[f"wgo{z}"] = kib_up(rz["wgo"])
-    Lt["reserved"] = kib_up(r["reserved"])
+        rz = run(nL, **lay, zero=z)
+        for j in range(nVar):
+            Lv[j][f"opt{z}"] = t_int(rz["optimizer"][j])
+            Lv[j][f"wgo{z}"] = kib_up(rz["wgo"][j])
+            Lv[j][f"off{z}"] = kib_up(rz["off_state"][j])
     pu_tiers = [float(n.processor_usage) for n in problem.system.networks]
 
     # ---------------------------------------------------------------- per (layout, vpp) and (layout, mb)
@@ -168,18 +218,17 @@ def build_tables(problem: Problem, c: Compact) -> Tables:
     okv = (Lyr % (pp2 * v2)) == 0
     lc = np.where(okv, Lyr // (pp2 * v2), 0)
     LV = {"v": v2, "Lc": lc, "Wm": lc * (1 + (v2 - 1) * pp2), "E": np.where(pp2 > 1, 2 * B * v2 // dp2, 0),
-          "Bf": lc * (pp2 - 1), "inflv": lc * (pp2 * (v2 + 1) - 1),
-          "ARv": t_int(np.repeat(r["AR"], nV) / v2), "RSv": t_int(np.repeat(r["RS"], nV) / v2)}
+          "Bf": lc * (pp2 - 1), "inflv": lc * (pp2 * (v2 + 1) - 1)}
     ppm = np.repeat(lay["pp"], nM)
     dpm = np.repeat(lay["dp"], nM)
     m2 = np.tile(np.array(vals["mb"]), nL)
     okm = (B % (dpm * m2)) == 0
     nmb = np.where(okm, B // (dpm * m2), 0)
     LM = {"nmb": nmb, "NL": nmb * (Lyr // ppm), "infl1": (Lyr // ppm) * np.minimum(nmb, ppm)}
-    legal = np.stack([c.triples[:, 0], np.searchsorted(vals["vpp"], c.triples[:, 1]),
-                      np.searchsorted(vals["mb"], c.triples[:, 2])], axis=1)
+    legal_all = np.stack([c.triples[:, 0], np.searchsorted(vals["vpp"], c.triples[:, 1]),
+                          np.searchsorted(vals["mb"], c.triples[:, 2])], axis=1)
 
-    # ---------------------------------------------------------------- per block beta
+    # ---------------------------------------------------------------- per block beta, per variant
     shape = (len(tpcp), nM, len(vals["recompute"]), len(vals["sp"]), len(vals["tp_overlap"]))
     nB = int(np.prod(shape))
     nT = len(problem.system.networks)
@@ -193,24 +242,33 @@ def build_tables(problem: Problem, c: Compact) -> Tables:
     mb_b = np.array(vals["mb"])[mi]
     cols = dict(tp=tp_b, cp=cp_b, mb=mb_b, recompute=np.array(vals["recompute"])[ri],
                 sp=np.array(vals["sp"])[si], tp_overlap=np.array(vals["tp_overlap"])[oi], tier_tp=ttp, tier_cp=tcp)
-    BETA: dict[str, np.ndarray] = {}
-    rb = evaluate(problem, grid(nB, **cols, pp=1), ctx).terms
-    BETA["tau"] = t_int(rb["tau"])
-    BETA["tau_mb"] = t_int(rb["tau"] / mb_b)
-    BETA["fwt"], BETA["bwt"] = t_int(rb["fwt"]), t_int(rb["bwt"])
-    BETA["fbt"] = t_int(rb["fwt"] + rb["bwt"])
-    BETA["stored"], BETA["working"] = kib_up(rb["stored"]), kib_up(rb["working"])
-    BETA["embout"], BETA["logits"] = kib_up(rb["emb_out"]), kib_up(rb["logits"])
-    head = np.zeros((nB, 2), dtype=np.int64)
-    head[:, 0] = t_int(rb["head"] / mb_b)
-    p2p_mb = np.zeros((nB, nT), dtype=np.int64)
-    p2p = np.zeros((nB, nT), dtype=np.int64)
-    for tpp in tiers_pp:
-        rp = evaluate(problem, grid(nB, **cols, pp=2, tier_pp=tpp), ctx).terms
-        head[:, 1] = t_int(rp["head"] / mb_b)
-        p2p_mb[:, tpp] = t_int(rp["t_p2p"] / mb_b)
-        p2p[:, tpp] = t_int(rp["t_p2p"])
-    BETA["head_mb"], BETA["p2p_mb"], BETA["p2p"] = head.reshape(-1), p2p_mb.reshape(-1), p2p.reshape(-1)
+    rb = run(nB, **cols, pp=1)
+    rps = {tpp: run(nB, **cols, pp=2, tier_pp=tpp) for tpp in tiers_pp}
     cap = int(np.floor(capacity_bytes(problem) / KIB))
-    return Tables(problem, lay, Lt, vals["vpp"], vals["mb"], vals["recompute"], vals["sp"], vals["tp_overlap"],
-                  vals["zero"], vals["dp_overlap"], tpcp, LV, LM, BETA, legal, cap, c.size, fixed, pu_tiers)
+    off_cap = int(np.floor(problem.system.offload.capacity_gib * 2.0**30 / KIB))
+    out = []
+    for j, v in enumerate(allv):
+        BETA: dict[str, np.ndarray] = {}
+        BETA["tau"] = t_int(rb["tau"][j])
+        BETA["tau_mb"] = t_int(rb["tau"][j] / mb_b)
+        BETA["fwt"], BETA["bwt"] = t_int(rb["fwt"][j]), t_int(rb["bwt"][j])
+        BETA["fbt"] = t_int(rb["fwt"][j] + rb["bwt"][j])
+        BETA["stored"], BETA["working"] = kib_up(rb["stored"][j]), kib_up(rb["working"][j])
+        BETA["embout"], BETA["logits"] = kib_up(rb["emb_out"][j]), kib_up(rb["logits"][j])
+        BETA["offx_mb"] = t_int(rb["off_layer"][j] / mb_b)
+        head = np.zeros((nB, 2), dtype=np.int64)
+        head[:, 0] = t_int(rb["head"][j] / mb_b)
+        p2p_mb = np.zeros((nB, nT), dtype=np.int64)
+        p2p = np.zeros((nB, nT), dtype=np.int64)
+        for tpp, rp in rps.items():
+            head[:, 1] = t_int(rp["head"][j] / mb_b)
+            p2p_mb[:, tpp] = t_int(rp["t_p2p"][j] / mb_b)
+            p2p[:, tpp] = t_int(rp["t_p2p"][j])
+        BETA["head_mb"], BETA["p2p_mb"], BETA["p2p"] = head.reshape(-1), p2p_mb.reshape(-1), p2p.reshape(-1)
+        Lt = Lv[j]
+        LVj = dict(LV, ARv=t_int(np.repeat(r["AR"][j], nV) / v2), RSv=t_int(np.repeat(r["RS"][j], nV) / v2))
+        legal = legal_all[admits[j][legal_all[:, 0]]]
+        out.append(Tables(problem, lay, Lt, vals["vpp"], vals["mb"], vals["recompute"], vals["sp"],
+                          vals["tp_overlap"], vals["zero"], vals["dp_overlap"], tpcp, LVj, LM, BETA, legal, cap,
+                          c.size, dict(v), pu_tiers, off_cap, j))
+    return out

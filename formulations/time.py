@@ -1,6 +1,6 @@
 """The objective: the model's step time (constraint group ``time``), in TIME_UNIT.
 
-    step = pipeline[p]                       (layers, LM head, bubble, p2p: formulations.pairs)
+    step = pipeline[p]                       (layers, LM head, bubble, p2p, offload: formulations.pairs)
          + y_dp >= link_z[p]                 without DP overlap
            Q*y_dp >= pu*link_z + (Q-pu)*exp_z  with overlap (exposed traffic + processor-usage slowdown)
          + y_opt >= opt_z[p]                 optimizer step of ZeRO stage z
@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from .choice import ChoiceVars
-from .pairs import Q
+from .pairs import PIPE, Q
 from .tables import Tables
 
-PIPE = ("pipe_layers", "pipe_head", "bubble", "p2p_steady", "p2p_fill")
 
 
 @dataclass

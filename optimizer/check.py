@@ -122,8 +122,8 @@ def check(problem: Problem, written_execution: dict | None = None, offload_gib: 
             _explain_rules(p, fixed, out)
             _relax_rules(problem, p, fixed, out)
         else:
-            mm = _explain_memory(p, out)
-            _relax_memory(problem, p, fixed, out, mm, offload_gib, offload_gbps)
+            _explain_memory(p, out)
+            _relax_memory(problem, p, fixed, out, offload_gib, offload_gbps)
     out.seconds = time.perf_counter() - t0
     return out
 
@@ -201,7 +201,7 @@ def _explain_memory(p: Problem, out: CheckResult):
     return mm
 
 
-def _relax_memory(problem: Problem, p: Problem, fixed: dict[str, list], out: CheckResult, mm, offload_gib: float,
+def _relax_memory(problem: Problem, p: Problem, fixed: dict[str, list], out: CheckResult, offload_gib: float,
                   offload_gbps: float) -> None:
     # smallest HBM per GPU
     if out.min_hbm_gib is not None:
@@ -266,7 +266,7 @@ def _relax_memory(problem: Problem, p: Problem, fixed: dict[str, list], out: Che
     else:
         out.explanation.append("no fixed knob is to blame: nothing in the whole space fits")
     # offload memory
-    _relax_offload(p, mm, out, offload_gib, offload_gbps)
+    _relax_offload(problem, fixed, out, offload_gib, offload_gbps)
 
 
 def _relax_gpus(problem: Problem, fixed: dict[str, list], out: CheckResult) -> None:
@@ -312,36 +312,30 @@ def _nearest_gpus(problem: Problem, fixed: dict[str, list], out: CheckResult) ->
                                               None, False))
 
 
-def _relax_offload(p: Problem, mm, out: CheckResult, offload_gib: float, offload_gbps: float) -> None:
-    """Would `offload_gib` of host memory at `offload_gbps` make it fit? The smallest-memory plan with weights,
-    optimizer state and activations offloaded, through the model."""
-    import numpy as np
-
-    from .enumerate import capacity_bytes
-    from .model.step import evaluate
-
-    sysm = p.system
+def _relax_offload(problem: Problem, fixed: dict[str, list], out: CheckResult, offload_gib: float,
+                   offload_gbps: float) -> None:
+    """Would `offload_gib` of offload memory per GPU at `offload_gbps` make it fit? A solve of the problem with
+    that offload tier, the fixed knobs kept and the offload flags free (the solver decides what to offload)."""
+    sysm = problem.system
     off = sysm.offload.model_copy(update={"capacity_gib": max(sysm.offload.capacity_gib, offload_gib),
                                           "bandwidth_gbps": sysm.offload.bandwidth_gbps or offload_gbps})
-    q = p.model_copy(update={"system": sysm.model_copy(update={"offload": off})})
-    if mm.knobs is None:
-        return
-    best = None
-    for w, a, o in ((1, 0, 1), (1, 1, 1), (0, 0, 1), (1, 0, 0)):
-        k = mm.knobs.replace(w_off=np.array([w]), a_off=np.array([a]), o_off=np.array([o]))
-        r = evaluate(q, k)
-        if r.hbm[0] <= capacity_bytes(q) and r.offload_mem[0] <= off.capacity_gib * GIB:
-            if best is None or r.step_time[0] < best[0]:
-                best = (float(r.step_time[0]), float(r.offload_mem[0]) / GIB, (w, a, o))
-    if best is None:
-        out.relaxations.append(Relaxation("offload", f"offload memory of {off.capacity_gib:g} GiB at "
-                                          f"{off.bandwidth_gbps:g} GB/s would not make the smallest plan fit",
+    free = _without(fixed, "weight_offload", "activation_offload", "optimizer_offload")
+    q = with_fixed(problem, free, system=sysm.model_copy(update={"offload": off}))
+    from .solve import solve
+
+    try:
+        plan = solve(q, "cpsat").plans[0]
+    except Infeasible:
+        out.relaxations.append(Relaxation("offload", f"offload memory of {off.capacity_gib:g} GiB per GPU at "
+                                          f"{off.bandwidth_gbps:g} GB/s would not make anything fit",
                                           off.capacity_gib, False))
-    else:
-        names = [n for n, f in zip(("weights", "activations", "optimizer state"), best[2]) if f]
-        out.relaxations.append(Relaxation("offload", f"offloading {', '.join(names)} ({best[1]:.1f} GiB of "
-                                          f"{off.capacity_gib:g} GiB offload memory at {off.bandwidth_gbps:g} GB/s)",
-                                          round(best[1], 2), True, best[0]))
+        return
+    ex, used = plan.evaluation.execution, plan.evaluation.result["offload_mem"] / GIB
+    names = [n for n, f in (("weights", ex.weight_offload), ("activations", ex.activation_offload),
+                            ("optimizer state", ex.optimizer_offload)) if f]
+    out.relaxations.append(Relaxation("offload", f"offloading {', '.join(names)} ({used:.1f} GiB of "
+                                      f"{off.capacity_gib:g} GiB offload memory per GPU at {off.bandwidth_gbps:g} "
+                                      "GB/s)", round(used, 2), True, plan.objective_s))
 
 
 # ---------------------------------------------------------------------------------------------- report

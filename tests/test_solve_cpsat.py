@@ -40,6 +40,22 @@ num_gpus: 16
 training: {global_batch: 64}
 search: {tp: [2, 4], recompute: [none, selective], vpp: {max: 2}, cp: 1}
 """,
+    "open-kernels-schedule-16gpu": """
+llm: {name: k, hidden: 1024, ffn: 4096, layers: 8, heads: 16, seq_len: 2048, vocab: 32000, dropout: true,
+      bias: true}
+system: a100-sxm-40gb
+num_gpus: 16
+training: {global_batch: 32}
+search: {fused_layers: [true, false], attention: [flash, standard], schedule: [1f1b, gpipe],
+         pp_rs_ag: [true, false], sp_ag_redo: [true, false], cp: 1}
+""",
+    "offload-13b-8gpu-16gib": """
+llm: {name: o, hidden: 5120, ffn: 20480, layers: 40, heads: 40, seq_len: 2048, vocab: 32000}
+system: {base: h100-sxm-80gb, hbm_gib: 16, offload: {capacity_gib: 256, bandwidth_gbps: 50}}
+num_gpus: 8
+training: {global_batch: 32, precision: bf16}
+search: {cp: 1}
+""",
 }
 CASES = {**SMALL, **ORACLE}
 
@@ -110,6 +126,54 @@ def test_pair_columns_compose_like_the_model(tmp_path):
     t = evaluate(p, k).terms
     model_pipe = (t["pipe"] + t["bubble"] + t["pp_exposed"]) * 1e9
     assert np.allclose(cols["pipe"], model_pipe, rtol=1e-6, atol=64)
+
+
+@pytest.mark.parametrize("name", ["open-kernels-schedule-16gpu", "offload-13b-8gpu-16gib"])
+def test_variant_columns_equal_the_model(tmp_path, name):
+    """Every variant (kernels, schedule, offload flags): the pair columns are the model's pipeline time
+    (offload streaming included), HBM and offload memory, for every ZeRO stage."""
+    from formulations.bounds import knobs_of_pairs
+    from formulations.tables import KIB, TIME_UNIT, build_all
+
+    p = load_text(tmp_path, name, SMALL[name])
+    Ts = build_all(p, compact_space(p))
+    assert len(Ts) > 4
+    pre = presolve(Ts, top=10**9)
+    P, cols = pre.pairs, pre.cols
+    assert len(set(P.var.tolist())) >= 4  # pairs of several variants survive
+    for zi, z in enumerate(Ts[0].z_vals):
+        legal = (cols["dpg1"] == 0) | (z == 0)
+        k = knobs_of_pairs(Ts, P, np.full(len(P), zi), np.zeros(len(P), dtype=int))
+        r = evaluate(p, k)
+        t = r.terms
+        pipe = (t["pipe"] + t["bubble"] + t["pp_exposed"] + t["offload_exposed"]) * TIME_UNIT
+        assert np.allclose(cols["pipe"][legal], pipe[legal], rtol=1e-6, atol=256)
+        hbm = (cols["act"] + cols[f"wgo{z}"]) * KIB
+        assert np.all(hbm[legal] >= r.hbm[legal] - 1) and np.allclose(hbm[legal], r.hbm[legal], rtol=1e-6, atol=8e4)
+        off = (cols[f"off{z}"] + cols["offact"]) * KIB
+        assert np.allclose(off[legal], r.offload_mem[legal], rtol=1e-6, atol=8e4)
+    if name.startswith("offload"):
+        assert np.any(cols["offact"] > 0) and np.any(cols["offload"] > 0)
+
+
+def test_offload_is_decided_and_its_capacity_binds(tmp_path):
+    """13B parameters on 8 GPUs of 16 GiB: nothing fits without offload; CP-SAT picks the offload flags
+    (as the oracle does), and with too little offload memory nothing fits."""
+    text = SMALL["offload-13b-8gpu-16gib"]
+    p = load_text(tmp_path, "off", text)
+    c = solve(p, "cpsat")
+    ex = c.plans[0].evaluation.execution
+    assert c.method == "cpsat" and (ex.optimizer_offload or ex.weight_offload)
+    assert c.plans[0].evaluation.result["offload_mem"] <= 256 * 2**30
+    with pytest.raises(Infeasible):
+        solve(load_text(tmp_path, "none", text.replace("offload: {capacity_gib: 256", "offload: {capacity_gib: 0")),
+              "cpsat")
+    need = c.plans[0].evaluation.result["offload_mem"] / 2**30
+    small = load_text(tmp_path, "small", text.replace("capacity_gib: 256", f"capacity_gib: {need * 0.9:.3f}"))
+    e2, c2 = solve(small, "enumerate"), solve(small, "cpsat")
+    assert c2.plans[0].objective_s == pytest.approx(e2.plans[0].objective_s, rel=1e-3)
+    assert c2.plans[0].evaluation.result["offload_mem"] <= need * 0.9 * 2**30
+    assert c2.plans[0].objective_s > c.plans[0].objective_s  # the capacity binds: a slower plan
 
 
 # ---------------------------------------------------------------- constraint groups on tiny problems

@@ -224,8 +224,8 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     activations = np.where(pp > 1, np.maximum(act_first, act_last), act_pp1)
     reserved = np.full_like(activations, problem.system.reserved_gib * GIB)
     hbm = weights + grads + optim_state + activations + reserved
-    offload_mem = (np.where(w_off, weights_full - weights, 0.0) + np.where(o_off, grads_full - grads + optim_full, 0.0)
-                   + np.where(a_off, inflight * blk.act_stored - 2.0 * blk.act_stored, 0.0))
+    off_state = np.where(w_off, weights_full - weights, 0.0) + np.where(o_off, grads_full - grads + optim_full, 0.0)
+    offload_mem = off_state + np.where(a_off, inflight * blk.act_stored - 2.0 * blk.act_stored, 0.0)
 
     # ------------------------------------------------------------ offload transfers per layer per micro-batch
     wl = P_layer * wb
@@ -247,7 +247,8 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
         offload_mem=offload_mem, dp_exposed=dp_exposed, dp_slow=dp_slow,
         tau=tau, head=head, t_p2p=t_p2p, fwt=blk.fw_total, bwt=blk.bw_total, stored=blk.act_stored,
         working=working, emb_out=2.0 * T * h * e, logits=logits, inflight=inflight,
-        wgo=weights + grads + optim_state,
+        wgo=weights + grads + optim_state, off_layer=off_exp_layer,
+        off_state=off_state,
     )
     tokens = B * s
     mf = model_flops_per_token(llm, int(s)) * tokens
