@@ -23,7 +23,7 @@ from ortools.sat.python import cp_model
 from optimizer.errors import Infeasible
 from optimizer.evaluate import evaluate_execution
 from optimizer.model.knobs import to_execution
-from optimizer.objective import BIG_S, describe, gpus_used, target
+from optimizer.objective import BIG_S, describe, gpu_time_cap, gpus_used, target
 from optimizer.schema import Problem
 from optimizer.solve import Plan, SolveResult, verify
 from optimizer.space import compact_space
@@ -94,13 +94,19 @@ def complete_hint(m: cp_model.CpModel, ch, hint: dict[str, int]) -> None:
 def objective_score(T: Tables, m: cp_model.CpModel, ch, obj):
     """The score of `optimizer.objective` (step time; GPUs x step time; GPUs x BIG + step time under the
     target), as `formulations.bounds.score_int` computes it."""
-    g = T.problem.objective.goal.value
+    p = T.problem
+    g = p.objective.goal.value
+    tg, cap = target(p, TIME_UNIT), gpu_time_cap(p, TIME_UNIT)
+    if tg is not None:
+        m.Add(obj <= int(np.floor(tg)))
+    n = ch.col("n_gpus")
+    gs = product(m, n, obj, "gpu_seconds") if (g == "tokens_per_gpu" or cap is not None) else None
+    if cap is not None:
+        m.Add(gs <= int(np.floor(cap)))
     if g == "step_time":
         return obj
-    n = ch.col("n_gpus")
     if g == "tokens_per_gpu":
-        return product(m, n, obj, "gpu_seconds")
-    m.Add(obj <= int(np.floor(target(T.problem, TIME_UNIT))))
+        return gs
     return int(BIG_S * TIME_UNIT) * n + obj
 
 
@@ -115,8 +121,8 @@ def solve_cpsat(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: 
     T = Ts[0]  # layouts, value lists and capacities are shared by the variants
     pre = presolve(Ts, top)
     if len(pre.pairs) == 0:
-        what = "is within memory" if problem.objective.goal.value != "fewest_gpus" else \
-            "is within memory and meets the objective's step-time target"
+        has_target = problem.step_time_target_s() is not None or problem.gpu_seconds_per_step_cap() is not None
+        what = "is within memory and meets the objective's targets" if has_target else "is within memory"
         raise Infeasible(f"nothing fits: none of {c.size:,} candidates {what} "
                          "(run `paraplan check` for why and what would fit)")
     m, ch, mem, tv = define_model(T, pre, pre.incumbent.hint)

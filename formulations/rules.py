@@ -38,7 +38,10 @@ def describe(problem: Problem, group: str, fixed: dict[str, list]) -> str:
     if group.startswith("fixed."):
         k = group.split(".", 1)[1]
         return f"{k} is fixed to {fixed[k][0] if len(fixed[k]) == 1 else fixed[k]}"
-    return TEXT[group].format(eq="be at most" if problem.options.allow_idle_gpus else "equal", n=problem.num_gpus,
+    eq = "be at most" if problem.options.allow_idle_gpus else "equal"
+    if problem.options.gpu_multiple > 1:
+        eq = f"be a multiple of {problem.options.gpu_multiple} and {eq}"
+    return TEXT[group].format(eq=eq, n=problem.num_gpus,
                               heads=llm.heads, ffn=llm.ffn, kv=llm.kv, layers=llm.layers,
                               batch=problem.training.global_batch, seq=problem.seq_len)
 
@@ -66,6 +69,9 @@ def build(problem: Problem, fixed: dict[str, list], skip: frozenset[str] = froze
     m.AddMultiplicationEquality(b, [a, v["cp"]])
     m.AddMultiplicationEquality(tot, [b, v["dp"]])
     (m.Add(tot <= n) if problem.options.allow_idle_gpus else m.Add(tot == n)).OnlyEnforceIf(g)
+    k = problem.options.gpu_multiple
+    if k > 1:
+        m.Add(tot == k * m.NewIntVar(1, n // k + 1, "nodes")).OnlyEnforceIf(g)
     g = group("rules.tp_split")
     ok_tp = [t for t in range(1, hi["tp"] + 1) if llm.heads % t == 0 and llm.ffn % t == 0
              and (llm.kv % t == 0 or t % llm.kv == 0)]

@@ -4,6 +4,8 @@
     tokens_per_gpu  maximise B*S/(T*n) tokens/s per GPU used, i.e. minimise n*T (GPU-seconds per step)
     fewest_gpus     minimise n subject to T <= target (a step time, or days to train training.tokens),
                     then T: score n*BIG + T with BIG larger than any step time
+Constraints any goal may carry: T <= the step-time target (max_step_time_s or max_days), and
+n*T <= the GPU-time cap (max_gpu_hours over the steps to train: a rental budget).
 n = tp*pp*dp*cp, the GPUs a plan uses (fewer than num_gpus only with options.allow_idle_gpus).
 """
 
@@ -22,9 +24,16 @@ def gpus_used(ex) -> int:
     return ex.tp * ex.pp * ex.cp * (ex.dp or 1)
 
 
-def target(problem: Problem, unit: float = 1.0) -> float:
-    """fewest_gpus: the largest step time that meets the target, in 1/unit s (a hair of slack for rounding)."""
-    return problem.step_time_target_s() * unit * (1 + 1e-9)
+def target(problem: Problem, unit: float = 1.0) -> float | None:
+    """The largest step time that meets the target, in 1/unit s (a hair of slack for rounding); None: none."""
+    t = problem.step_time_target_s()
+    return None if t is None else t * unit * (1 + 1e-9)
+
+
+def gpu_time_cap(problem: Problem, unit: float = 1.0) -> float | None:
+    """The cap on GPUs x step time (objective.max_gpu_hours), in 1/unit s; None: none."""
+    c = problem.gpu_seconds_per_step_cap()
+    return None if c is None else c * unit * (1 + 1e-9)
 
 
 def score(problem: Problem, n_gpus, step, unit: float = 1.0, missed=np.inf) -> np.ndarray:
@@ -34,11 +43,19 @@ def score(problem: Problem, n_gpus, step, unit: float = 1.0, missed=np.inf) -> n
     t = np.asarray(step)
     g = problem.objective.goal
     if g == Goal.TOKENS_PER_GPU:
-        return n * t
-    if g == Goal.FEWEST_GPUS:
+        s = n * t
+    elif g == Goal.FEWEST_GPUS:
         big = int(BIG_S * unit) if float(unit).is_integer() else BIG_S * unit
-        return np.where(t <= target(problem, unit), n * big + t, missed)
-    return t
+        s = n * big + t
+    else:
+        s = t
+    tg, cap = target(problem, unit), gpu_time_cap(problem, unit)
+    ok = np.ones(np.broadcast(n, t).shape, dtype=bool)
+    if tg is not None:
+        ok &= t <= tg
+    if cap is not None:
+        ok &= n * t <= cap
+    return np.where(ok, s, missed) if (tg is not None or cap is not None) else s
 
 
 def describe(problem: Problem, n_gpus: int, step_s: float) -> str:

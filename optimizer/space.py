@@ -78,7 +78,7 @@ def knob_domains(problem: Problem) -> dict[str, list]:
                and (llm.kv % t == 0 or t % llm.kv == 0)],
         "pp": [q for q in divisors(llm.layers) if q <= n],
         "cp": [c for c in divisors(n) if seq % (2 * c) == 0 and c <= 32] if seq >= 2 else [1],
-        "dp": divisors(n) if p.options.allow_idle_gpus else [],
+        "dp": [d for d in divisors(p.training.global_batch) if d <= n] if p.options.allow_idle_gpus else [],
         "vpp": divisors(llm.layers),
         "micro_batch": divisors(p.training.global_batch),
         "recompute": list(RECOMPUTE),
@@ -194,7 +194,7 @@ def compact_space(problem: Problem) -> Compact:
         for dp in dps:
             if (p.search or {}).get("dp") is not None and dp not in dom["dp"]:
                 continue
-            if B % dp:
+            if B % dp or (tp * pp * cp * dp) % p.options.gpu_multiple:
                 continue
             tr = _tiers_one(sizes, tp, cp, dp, pp)
             ok = True

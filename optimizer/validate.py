@@ -35,6 +35,9 @@ def execution_errors(problem: "Problem", ex: "Execution | None" = None) -> list[
     elif used < n and not p.options.allow_idle_gpus:
         out.append(("execution.dp" if ex.dp is not None else "execution.tp",
                     f"tp*pp*dp*cp = {used} leaves {n - used} of {n} GPUs idle (set options.allow_idle_gpus)"))
+    if used % p.options.gpu_multiple:
+        out.append(("execution.dp", f"tp*pp*dp*cp = {used} is not a multiple of options.gpu_multiple = "
+                    f"{p.options.gpu_multiple}"))
     if llm.heads % ex.tp:
         out.append(("execution.tp", f"heads ({llm.heads}) not divisible by tp ({ex.tp})"))
     if llm.kv % ex.tp and ex.tp % llm.kv:

@@ -74,6 +74,8 @@ class Options(Frozen):
 
     memory_headroom_gib: float = Field(0.0, ge=0, description="HBM kept free on every GPU, GiB.")
     allow_idle_gpus: bool = Field(False, description="Allow tp*pp*dp*cp < num_gpus.")
+    gpu_multiple: PositiveInt = Field(1, description="GPUs used (tp*pp*dp*cp) must be a multiple of this, e.g. "
+                                      "whole nodes when hardware is bought (`procure`).")
 
 
 class Goal(StrEnum):
@@ -88,14 +90,19 @@ class Objective(Frozen):
     """The objective of `solve` (default: minimum step time)."""
 
     goal: Goal = Field(Goal.STEP_TIME, description="step_time | tokens_per_gpu | fewest_gpus.")
-    max_step_time_s: PositiveFloat | None = Field(None, description="fewest_gpus: the step-time target, s.")
-    max_days: PositiveFloat | None = Field(None, description="fewest_gpus: the time-to-train target for "
-                                           "training.tokens, days.")
+    max_step_time_s: PositiveFloat | None = Field(None, description="Step-time target, s: the target of "
+                                                  "fewest_gpus, a constraint for the other goals.")
+    max_days: PositiveFloat | None = Field(None, description="Time-to-train target for training.tokens, days "
+                                           "(instead of max_step_time_s).")
+    max_gpu_hours: PositiveFloat | None = Field(None, description="Cap on GPU-hours to train training.tokens "
+                                                "(GPUs used x time to train): a rental budget over its rate.")
 
     @model_validator(mode="after")
     def _target(self):
         if self.goal == Goal.FEWEST_GPUS and (self.max_step_time_s is None) == (self.max_days is None):
             raise ValueError("fewest_gpus needs exactly one of max_step_time_s, max_days")
+        if self.max_step_time_s is not None and self.max_days is not None:
+            raise ValueError("give at most one of max_step_time_s, max_days")
         return self
 
 
@@ -116,21 +123,32 @@ class Problem(Frozen):
 
     @model_validator(mode="after")
     def _objective_needs_tokens(self):
-        if self.objective.max_days is not None and not self.training.tokens:
-            raise ValueError("objective.max_days needs training.tokens")
+        if (self.objective.max_days is not None or self.objective.max_gpu_hours is not None) and \
+                not self.training.tokens:
+            raise ValueError("objective.max_days and objective.max_gpu_hours need training.tokens")
         return self
 
-    def step_time_target_s(self) -> float | None:
-        """fewest_gpus: the largest step time that meets the target (days -> s via training.tokens)."""
-        o = self.objective
-        if o.goal != Goal.FEWEST_GPUS:
+    def steps_to_train(self) -> float | None:
+        """Optimizer steps to train training.tokens (None without tokens)."""
+        if not self.training.tokens:
             return None
+        return self.training.tokens / (self.training.global_batch * self.seq_len)
+
+    def step_time_target_s(self) -> float | None:
+        """The largest step time that meets the objective's target (days -> s via training.tokens); None: none."""
+        o = self.objective
         if o.max_step_time_s is not None:
             return o.max_step_time_s
-        if not self.training.tokens:
-            raise ValueError("objective.max_days needs training.tokens")
-        steps = self.training.tokens / (self.training.global_batch * self.seq_len)
-        return o.max_days * 86400.0 / steps
+        if o.max_days is None:
+            return None
+        return o.max_days * 86400.0 / self.steps_to_train()
+
+    def gpu_seconds_per_step_cap(self) -> float | None:
+        """objective.max_gpu_hours as a cap on GPUs x step time (s); None: no cap."""
+        o = self.objective
+        if o.max_gpu_hours is None:
+            return None
+        return o.max_gpu_hours * 3600.0 / self.steps_to_train()
 
     @property
     def seq_len(self) -> int:
