@@ -4,6 +4,9 @@
     paraplan validate RUNS.yaml [--json]        the model against published runs
     paraplan solve PROBLEM.yaml [--top K] [--time-limit S] [--method cpsat|enumerate] [--json]
                    [--emit megatron]            the fastest execution, proven optimal
+    paraplan check PROBLEM.yaml [--json]        does it fit, why not, what would
+    paraplan procure PROBLEM.yaml [--pareto] [--json] [--plot FILE.png]
+                                                what hardware to buy or rent, with its plan
     paraplan schema                             JSON Schema of the problem format
 """
 
@@ -79,6 +82,23 @@ def cmd_check(args) -> int:
     return 0 if r.fits else 3
 
 
+def cmd_procure(args) -> int:
+    from .loader import load_procure
+    from .procure import plot_pareto, procure, render, result_dict
+
+    pp = load_procure(args.problem)
+    r = procure(pp, pareto=args.pareto or bool(args.plot), time_limit_s=args.time_limit)
+    if args.plot:
+        plot_pareto(r, args.plot)
+    if args.json:
+        _print_json(result_dict(r))
+    else:
+        print(render(r))
+        if args.plot:
+            print(f"plot: {args.plot}")
+    return 0 if r.best is not None else 3
+
+
 def cmd_schema(args) -> int:
     from .schema import Problem
 
@@ -114,6 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--offload-gib", type=float, default=512.0, help="offload memory to try when nothing fits")
     p.add_argument("--offload-gbps", type=float, default=64.0, help="its bandwidth, GB/s (PCIe 5 x16: 64)")
     p.set_defaults(func=cmd_check)
+    p = sub.add_parser("procure", help="what hardware to buy or rent, and its plan (exit 3: nothing fits)")
+    p.add_argument("problem")
+    p.add_argument("--pareto", action="store_true", help="also the front of cost against time to train")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--plot", metavar="FILE.png", help="plot the Pareto front (implies --pareto)")
+    p.add_argument("--time-limit", type=float, default=60.0, help="solver time limit per solve, s")
+    p.set_defaults(func=cmd_procure)
     p = sub.add_parser("schema", help="print the JSON Schema of problem files")
     p.set_defaults(func=cmd_schema)
     return ap

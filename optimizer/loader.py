@@ -309,3 +309,81 @@ def load_named(kind: str, name: str, model: Any):
         raise ProblemError("<library>", None, kind, f"unknown {kind} '{name}' (known: {', '.join(available(kind))})")
     doc = read_yaml(path)
     return validate_model(model, doc)
+
+
+# --------------------------------------------------------------------------------------------- procurement
+def _expand_variants(doc: Sourced, types_loc: Loc) -> None:
+    """Node types with `variants` become one node type per variant: name `<type>-<variant>`, the type's fields
+    overridden by the variant's, and the variant's `system` keys applied over the type's system."""
+    parent = doc.data
+    for k in types_loc:
+        parent = parent[k]
+    if not isinstance(parent, list):
+        return
+    out: list = []
+    where: dict[Loc, tuple[str, int]] = {}
+    n = len(types_loc)
+    for i, nt in enumerate(parent):
+        base_loc = types_loc + (i,)
+        if not isinstance(nt, dict) or "variants" not in nt:
+            j = len(out)
+            out.append(nt)
+            where.update({types_loc + (j,) + k[n + 1:]: v for k, v in doc.where.items() if k[: n + 1] == base_loc})
+            continue
+        variants = nt["variants"]
+        if not isinstance(variants, list) or not variants:
+            file, line = doc.locate(base_loc + ("variants",))
+            raise ProblemError(file, line, ".".join(map(str, base_loc + ("variants",))), "must be a non-empty list")
+        for vj, var in enumerate(variants):
+            vloc = base_loc + ("variants", vj)
+            if not isinstance(var, dict) or "name" not in var:
+                file, line = doc.locate(vloc)
+                raise ProblemError(file, line, ".".join(map(str, vloc)), "a variant needs a name")
+            j = len(out)
+            new = {k: v for k, v in nt.items() if k != "variants"}
+            new.update({k: v for k, v in var.items() if k not in ("name", "system")})
+            new["name"] = f"{nt.get('name', i)}-{var['name']}"
+            if "system" in var:
+                sys_over = var["system"] if isinstance(var["system"], dict) else {"base": var["system"]}
+                base = nt.get("system")
+                base = {"base": base} if isinstance(base, str) else dict(base or {})
+                new["system"] = _deep_merge(base, sys_over) if "base" not in sys_over else sys_over
+            out.append(new)
+            for k, v in doc.where.items():
+                if k[: n + 1] == base_loc and (len(k) == n + 1 or k[n + 1] != "variants"):
+                    where[types_loc + (j,) + k[n + 1:]] = v
+            for k, v in doc.where.items():
+                if k[: len(vloc)] == vloc:
+                    where[types_loc + (j,) + k[len(vloc):]] = v
+    for k in [k for k in doc.where if k[:n] == types_loc and len(k) > n]:
+        del doc.where[k]
+    doc.where.update(where)
+    grand = doc.data
+    for k in types_loc[:-1]:
+        grand = grand[k]
+    grand[types_loc[-1]] = out
+
+
+def load_procure_document(path: str | os.PathLike) -> Sourced:
+    """Read a procurement problem and resolve its llm, its catalog and every node type's system."""
+    doc = read_yaml(path)
+    near = Path(path).parent
+    if not isinstance(doc.data, dict):
+        raise ProblemError(doc.file, 1, None, "a problem file must be a mapping")
+    for kind in ("llm", "catalog"):
+        if kind in doc.data:
+            resolve_ref(doc, (kind,), kind, near)
+    cat = doc.data.get("catalog")
+    if isinstance(cat, dict) and isinstance(cat.get("node_types"), list):
+        _expand_variants(doc, ("catalog", "node_types"))
+        for i, nt in enumerate(doc.data["catalog"]["node_types"]):
+            if isinstance(nt, dict) and "system" in nt:
+                resolve_ref(doc, ("catalog", "node_types", i, "system"), "system", near)
+    return doc
+
+
+def load_procure(path: str | os.PathLike):
+    """Load and validate a procurement problem (`paraplan procure`)."""
+    from .schema.procure import ProcureProblem
+
+    return validate_model(ProcureProblem, load_procure_document(path))

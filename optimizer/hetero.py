@@ -1,0 +1,130 @@
+"""Heterogeneous purchases (`procure.heterogeneous: data`): data-parallel replicas on two node types.
+
+Modelled form: group A (nodes of type a) and group B (type b) each run their own plan, with its own tp,
+pp, micro-batch, recompute, ZeRO, offload, on its share of the global batch (b_A + b_B = B sequences).
+Each group's step time T_A(n_A, b_A) is the proven optimum of the homogeneous sub-problem (its own
+intra-group data-parallel reduction included). The job's step time is
+
+    T = max(T_A, T_B) + X,   X = all-reduce of the gradients between the two groups
+        (P x gradient bytes, split over the GPUs of the smaller group, two parties, on the joining network;
+        not overlapped),
+
+the slowest group plus the cross-type synchronisation. The batch is split in proportion to speed: the
+share b_A is found by bisection over multiples of B/16 where T_A(b_A) crosses T_B(B - b_A) (T_A grows
+with b_A, T_B shrinks).
+
+Which mixes are searched: the best homogeneous node type (the anchor) with every other type as partner.
+The anchor takes its limit (availability, power or budget), or 3/4 or 1/2 of it; the partner takes what
+the remaining budget and power allow (and its availability). Each mix is therefore the best of this family
+of splits, with both groups solved to proven optimality; pipeline stages on different types (uneven
+layer counts) are not modelled.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .model.hardware import Tiers, collective_time
+from .model.params import count
+from .schema import Precision
+from .schema.procure import Pricing, ProcureProblem
+from .procure import Group, Purchase, TypeRow, best_of_type, node_limit, purchase_of, rank_key
+
+SHARES = 16  # the batch split is searched over multiples of B/SHARES
+
+
+def sync_time_s(pp: ProcureProblem, ga: Group, gb: Group) -> float:
+    """Cross-type gradient all-reduce: every gradient crosses once each way between the two groups, spread
+    over the GPUs of the smaller group, on the joining network (default: the slower outermost tier)."""
+    nets = [ga.node_type.system.networks[-1], gb.node_type.system.networks[-1]]
+    net = pp.catalog.joining_network or min(nets, key=lambda n: n.bandwidth_gbps * n.efficiency)
+    tiers = Tiers.of(ga.node_type.system.model_copy(update={"networks": [net]}))
+    grad_bytes = 4 if pp.training.grad_precision == Precision.FP32 else 2
+    per_gpu = count(pp.llm).total * grad_bytes / min(ga.gpus_used, gb.gpus_used)
+    return float(collective_time("ar", per_gpu, 2, 0, tiers))
+
+
+def _remaining(pp: ProcureProblem, anchor: TypeRow, nodes_a: int) -> float | None:
+    pr = pp.procure
+    if pr.pricing == Pricing.CAPEX and pr.budget_usd is not None:
+        return pr.budget_usd - nodes_a * anchor.node_type.node_usd
+    return pr.budget_usd
+
+
+def best_mix(pp: ProcureProblem, rows: list[TypeRow], time_limit_s: float = 60.0) -> tuple[Purchase | None, int]:
+    """The best two-type mix of the family above (None: no mix fits), and how many mixes were evaluated."""
+    fits = [r for r in rows if r.purchase is not None]
+    if len(fits) < 1 or len(rows) < 2:
+        return None, 0
+    anchor = min(fits, key=lambda r: rank_key(pp, r.purchase))
+    B = pp.training.global_batch
+    pr = pp.procure
+    memo: dict = {}
+
+    def group(t, nodes: int, batch: int, budget: float | None):
+        key = (t.name, nodes, batch, budget)
+        if key not in memo:
+            memo[key] = best_of_type(pp, t, nodes, global_batch=batch, budget_usd=budget,
+                                     time_limit_s=time_limit_s)[0]
+        return memo[key]
+
+    best, n_eval = None, 0
+    cap = anchor.purchase.groups[0].nodes if anchor.bound_by == "budget" else anchor.max_nodes
+    counts = sorted({cap, max(1, (3 * cap) // 4), max(1, cap // 2)}, reverse=True)
+    for partner in rows:
+        if partner is anchor:
+            continue
+        for na in counts:
+            rest = _remaining(pp, anchor, na)
+            if rest is not None and rest <= 0:
+                continue
+            pw = None if pr.power_kw is None else pr.power_kw - na * anchor.node_type.power_kw
+            if pw is not None and pw <= 0:
+                continue
+            sub = pp.model_copy(update={"procure": pr.model_copy(update={"power_kw": pw})}) if pw else pp
+            nb, _ = node_limit(sub, partner.node_type, budget_usd=rest)
+            if nb < 1:
+                continue
+            # rental budgets cover the whole run: each group gets its share of GPU-hours via its own solve
+            bud_a = bud_b = None
+            # bisection over the batch share k/SHARES of the anchor
+            lo, hi = 1, SHARES - 1
+            tried: dict[int, tuple] = {}
+
+            def at(k: int):
+                if k not in tried:
+                    ba = B * k // SHARES
+                    if ba < 1 or ba >= B:
+                        tried[k] = (None, None)
+                    else:
+                        tried[k] = (group(anchor.node_type, na, ba, bud_a), group(partner.node_type, nb, B - ba, bud_b))
+                return tried[k]
+
+            while lo < hi:  # smallest k with T_A(k) >= T_B(k) (None = does not fit counts as infinitely slow)
+                mid = (lo + hi) // 2
+                ga, gb = at(mid)
+                ta = math.inf if ga is None else ga.step_time_s
+                tb = math.inf if gb is None else gb.step_time_s
+                if ta >= tb:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            for k in {lo - 1, lo}:
+                if not 1 <= k < SHARES:
+                    continue
+                ga, gb = at(k)
+                if ga is None or gb is None:
+                    continue
+                n_eval += 1
+                x = sync_time_s(pp, ga, gb)
+                step = max(ga.step_time_s, gb.step_time_s) + x
+                p = purchase_of(pp, [ga, gb], step, x)
+                if pr.pricing == Pricing.CAPEX and pr.budget_usd is not None and p.cost_usd > pr.budget_usd * (1 + 1e-9):
+                    continue
+                if pr.pricing == Pricing.RENTAL and pr.budget_usd is not None and p.cost_usd > pr.budget_usd * (1 + 1e-9):
+                    continue
+                if pr.power_kw is not None and p.power_kw is not None and p.power_kw > pr.power_kw * (1 + 1e-9):
+                    continue
+                if best is None or rank_key(pp, p) < rank_key(pp, best):
+                    best = p
+    return best, n_eval

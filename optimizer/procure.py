@@ -1,0 +1,370 @@
+"""`paraplan procure`: what hardware to buy (or rent) and how to run on it, chosen together.
+
+Stages: load -> prepare (one sub-problem per node type: its system, the most GPUs the budget, power cap and
+availability allow, whole nodes, idle GPUs allowed) -> solve (each sub-problem by CP-SAT with the objective
+that ranks purchases of that type: within one type cost is proportional to the GPUs used) -> rank across
+types -> report. The best purchase is the best of the per-type proven optima, so it is a proven optimum
+of the whole catalog (branching on the node type is exact).
+
+Per node type t with g GPUs per node, price c_t per node (price_usd + extra_usd) and power p_t:
+    nodes <= min(max_nodes_t, floor(budget / c_t), floor(power_cap / p_t))          (capex)
+    nodes <= min(max_nodes_t, floor(power_cap / p_t));  GPUs x hours <= budget / rent  (rental)
+Goals (B sequences of S tokens per step, T the step time, n GPUs, steps = tokens / (B S)):
+    throughput, time_to_train   min T            (tokens/s = B S / T; days = steps T / 86400)
+    cost                        capex: min n (fewest GPUs) with steps T <= deadline; rental: min n T
+    throughput_per_usd          min n T (capex: tokens/s per $ = B S / (T n c_t / g); rental: per $/h)
+Heterogeneous mixes (`procure.heterogeneous: data`, two node types): `optimizer.hetero`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from .errors import Infeasible
+from .objective import BIG_S
+from .schema import Options, Problem
+from .schema.problem import Goal, Objective
+from .schema.procure import NodeType, Pricing, ProcureGoal, ProcureProblem
+
+
+@dataclass
+class Group:
+    """Nodes of one type and the plan they run (a homogeneous purchase is one group)."""
+
+    node_type: NodeType
+    nodes: int
+    gpus_used: int
+    global_batch: int  # sequences per step this group processes
+    step_time_s: float
+    plan: object  # optimizer.solve.Plan
+    solve: object = None  # optimizer.solve.SolveResult
+
+
+@dataclass
+class Purchase:
+    groups: list[Group]
+    step_time_s: float  # the job's step time (slowest group + cross-type sync)
+    tokens_per_s: float
+    cost_usd: float  # capex: nodes x price; rental: the whole training run
+    power_kw: float | None
+    days_to_train: float | None
+    sync_s: float = 0.0  # cross-type gradient synchronisation (heterogeneous mixes)
+
+    @property
+    def nodes(self) -> int:
+        return sum(g.nodes for g in self.groups)
+
+    @property
+    def gpus(self) -> int:
+        return sum(g.nodes * g.node_type.gpus_per_node for g in self.groups)
+
+    def tokens_per_s_per_musd(self) -> float:
+        return self.tokens_per_s / (self.cost_usd / 1e6) if self.cost_usd > 0 else math.inf
+
+    def label(self) -> str:
+        return " + ".join(f"{g.nodes} x {g.node_type.name}" for g in self.groups)
+
+
+@dataclass
+class TypeRow:
+    """What one node type offers: its bound and the best purchase of it (None: nothing fits)."""
+
+    node_type: NodeType
+    max_nodes: int
+    bound_by: str  # budget | power | availability | procure.max_nodes
+    purchase: Purchase | None
+    candidates: int
+    status: str  # optimal | infeasible | feasible
+
+
+@dataclass
+class ProcureResult:
+    problem: ProcureProblem
+    best: Purchase | None
+    rows: list[TypeRow]
+    candidates: int
+    seconds: float
+    status: str
+    pareto: list[Purchase] | None = None
+    mixes_considered: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------- prepare
+def node_limit(pp: ProcureProblem, t: NodeType, budget_usd: float | None = None) -> tuple[int, str]:
+    """The most nodes of type t the budget (capex), power cap and availability allow, and which binds."""
+    pr = pp.procure
+    budget = pr.budget_usd if budget_usd is None else budget_usd
+    lim = [(pr.max_nodes, "procure.max_nodes")]
+    if t.max_nodes is not None:
+        lim.append((t.max_nodes, "availability"))
+    if pr.pricing == Pricing.CAPEX and budget is not None and t.node_usd:
+        lim.append((int(math.floor(budget / t.node_usd + 1e-9)), "budget"))
+    if pr.power_kw is not None:
+        lim.append((int(math.floor(pr.power_kw / t.power_kw + 1e-9)), "power"))
+    n, why = min(lim, key=lambda x: x[0])
+    return n, why
+
+
+def sub_problem(pp: ProcureProblem, t: NodeType, nodes: int, global_batch: int | None = None,
+                budget_usd: float | None = None, goal: ProcureGoal | None = None) -> Problem:
+    """The solve problem of node type t with at most `nodes` nodes (whole nodes used, idle GPUs allowed)."""
+    pr = pp.procure
+    goal = goal or pr.goal
+    budget = pr.budget_usd if budget_usd is None else budget_usd
+    tr = pp.training if global_batch is None else pp.training.model_copy(update={"global_batch": global_batch})
+    g = t.gpus_per_node
+    obj: dict = {}
+    if goal in (ProcureGoal.THROUGHPUT, ProcureGoal.TIME_TO_TRAIN):
+        obj["goal"] = Goal.STEP_TIME
+    elif goal == ProcureGoal.COST:
+        obj["goal"] = Goal.FEWEST_GPUS if pr.pricing == Pricing.CAPEX else Goal.TOKENS_PER_GPU
+        obj["max_days"] = pr.deadline_days
+    else:
+        obj["goal"] = Goal.TOKENS_PER_GPU
+    if pr.pricing == Pricing.RENTAL and budget is not None and pp.training.tokens:
+        obj["max_gpu_hours"] = budget / t.rent_usd_per_gpu_hour
+    opts = Options(memory_headroom_gib=pp.options.memory_headroom_gib, allow_idle_gpus=True, gpu_multiple=g)
+    return Problem(name=f"{pp.name or 'procure'}@{t.name}", llm=pp.llm, system=t.system, num_gpus=nodes * g,
+                   training=tr, search=pp.search, options=opts, objective=Objective(**obj))
+
+
+def purchase_of(pp: ProcureProblem, groups: list[Group], step_s: float, sync_s: float = 0.0) -> Purchase:
+    B, S = pp.training.global_batch, pp.training.seq_len or pp.llm.seq_len
+    steps = pp.training.tokens / (B * S) if pp.training.tokens else None
+    if pp.procure.pricing == Pricing.CAPEX:
+        cost = sum(g.nodes * g.node_type.node_usd for g in groups)
+    else:
+        hours = (steps or 0.0) * step_s / 3600.0
+        cost = sum(g.nodes * g.node_type.gpus_per_node * g.node_type.rent_usd_per_gpu_hour for g in groups) * hours
+    power = None if any(g.node_type.power_kw is None for g in groups) else \
+        sum(g.nodes * g.node_type.power_kw for g in groups)
+    return Purchase(groups, step_s, B * S / step_s, cost, power, None if steps is None else steps * step_s / 86400,
+                    sync_s)
+
+
+def rank_key(pp: ProcureProblem, p: Purchase) -> tuple[float, float]:
+    """Smaller is better, under the procurement goal (ties: cheaper, then faster)."""
+    goal = pp.procure.goal
+    if goal in (ProcureGoal.THROUGHPUT, ProcureGoal.TIME_TO_TRAIN):
+        return (p.step_time_s, p.cost_usd)
+    if goal == ProcureGoal.COST:
+        return (p.cost_usd, p.step_time_s)
+    if pp.procure.pricing == Pricing.RENTAL:  # tokens/s per ($ per hour)
+        rate = sum(g.nodes * g.node_type.gpus_per_node * g.node_type.rent_usd_per_gpu_hour for g in p.groups)
+        return (-p.tokens_per_s / rate, p.step_time_s)
+    return (-p.tokens_per_s / p.cost_usd, p.step_time_s)
+
+
+# ---------------------------------------------------------------------------------------------- solve
+def best_of_type(pp: ProcureProblem, t: NodeType, nodes: int, global_batch: int | None = None,
+                 budget_usd: float | None = None, goal: ProcureGoal | None = None,
+                 time_limit_s: float = 60.0) -> tuple[Group | None, int, str]:
+    """The proven-best group of type t with at most `nodes` nodes (None: nothing fits), the space size and
+    the status."""
+    from .solve import solve
+
+    if nodes < 1:
+        return None, 0, "infeasible"
+    q = sub_problem(pp, t, nodes, global_batch, budget_usd, goal)
+    try:
+        r = solve(q, "cpsat", time_limit_s=time_limit_s)
+    except Infeasible:
+        from .space import compact_space
+
+        return None, compact_space(q).size, "infeasible"
+    plan = r.plans[0]
+    ex = plan.evaluation.execution
+    used = ex.tp * ex.pp * ex.cp * (ex.dp or 1)
+    return (Group(t, math.ceil(used / t.gpus_per_node), used, q.training.global_batch, plan.objective_s, plan, r),
+            r.candidates, r.status)
+
+
+def procure(pp: ProcureProblem, pareto: bool = False, time_limit_s: float = 60.0) -> ProcureResult:
+    t0 = time.perf_counter()
+    rows: list[TypeRow] = []
+    for t in pp.catalog.node_types:
+        n, why = node_limit(pp, t)
+        grp, size, status = best_of_type(pp, t, n, time_limit_s=time_limit_s)
+        pur = purchase_of(pp, [grp], grp.step_time_s) if grp else None
+        rows.append(TypeRow(t, n, why, pur, size, status))
+    cands = [r.purchase for r in rows if r.purchase is not None]
+    res = ProcureResult(pp, None, rows, sum(r.candidates for r in rows), 0.0, "infeasible")
+    if pp.procure.max_types >= 2 and pp.procure.heterogeneous.value == "data":
+        from .hetero import best_mix
+
+        mix, n_mix = best_mix(pp, rows, time_limit_s=time_limit_s)
+        res.mixes_considered = n_mix
+        if mix is not None:
+            cands.append(mix)
+    if cands:
+        res.best = min(cands, key=lambda p: rank_key(pp, p))
+        statuses = {r.status for r in rows if r.purchase is not None}
+        res.status = "optimal" if statuses <= {"optimal"} else "feasible"
+    if pareto:
+        res.pareto = pareto_front(pp, time_limit_s=time_limit_s)
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def pareto_front(pp: ProcureProblem, points: int = 10, time_limit_s: float = 60.0) -> list[Purchase]:
+    """Cost against time to train: for budgets from the cheapest purchase that fits to the problem's budget,
+    the fastest purchase within each (each a proven optimum for its budget), dominated points removed."""
+    types = pp.catalog.node_types
+    # the cheapest purchase that fits at all (any speed): fewest GPUs per type
+    cheapest = []
+    for t in types:
+        n, _ = node_limit(pp, t)
+        q = sub_problem(pp, t, n, goal=ProcureGoal.THROUGHPUT)
+        q = q.model_copy(update={"objective": Objective(goal=Goal.FEWEST_GPUS, max_step_time_s=0.99 * BIG_S)})
+        from .solve import solve
+
+        try:
+            r = solve(q, "cpsat", time_limit_s=time_limit_s)
+        except Infeasible:
+            continue
+        ex = r.plans[0].evaluation.execution
+        used = ex.tp * ex.pp * ex.cp * (ex.dp or 1)
+        g = Group(t, math.ceil(used / t.gpus_per_node), used, pp.training.global_batch, r.plans[0].objective_s,
+                  r.plans[0], r)
+        cheapest.append(purchase_of(pp, [g], g.step_time_s))
+    if not cheapest:
+        return []
+    lo = min(p.cost_usd for p in cheapest)
+    hi = pp.procure.budget_usd
+    if hi is None:  # no budget: up to the cost of the fastest purchase
+        hi = max(lo, max(p.cost_usd for p in cheapest)) * 8
+    budgets = sorted({lo * (hi / lo) ** (i / max(1, points - 1)) for i in range(points)}) if hi > lo else [lo]
+    found: list[Purchase] = list(cheapest)
+    fast_goal = ProcureGoal.TIME_TO_TRAIN if pp.training.tokens else ProcureGoal.THROUGHPUT
+    for b in budgets:
+        best = None
+        for t in types:
+            n, _ = node_limit(pp, t, budget_usd=b * (1 + 1e-9))
+            grp, _, _ = best_of_type(pp, t, n, budget_usd=b * (1 + 1e-9), goal=fast_goal, time_limit_s=time_limit_s)
+            if grp is None:
+                continue
+            p = purchase_of(pp, [grp], grp.step_time_s)
+            if best is None or (p.step_time_s, p.cost_usd) < (best.step_time_s, best.cost_usd):
+                best = p
+        if best is not None:
+            found.append(best)
+    front: list[Purchase] = []
+    for p in sorted(found, key=lambda p: (p.cost_usd, p.step_time_s)):
+        if not front or p.step_time_s < front[-1].step_time_s * (1 - 1e-9):
+            front.append(p)
+    return front
+
+
+# ---------------------------------------------------------------------------------------------- report
+def _purchase_dict(p: Purchase) -> dict:
+    from .report.text import evaluation_dict
+
+    return {
+        "label": p.label(), "nodes": p.nodes, "gpus": p.gpus, "cost_usd": p.cost_usd, "power_kw": p.power_kw,
+        "step_time_s": p.step_time_s, "tokens_per_s": p.tokens_per_s, "days_to_train": p.days_to_train,
+        "tokens_per_s_per_musd": p.tokens_per_s_per_musd(), "sync_s": p.sync_s,
+        "groups": [{"node_type": g.node_type.name, "nodes": g.nodes, "gpus_used": g.gpus_used,
+                    "global_batch": g.global_batch, "step_time_s": g.step_time_s,
+                    "plan": evaluation_dict(g.plan.evaluation)} for g in p.groups],
+    }
+
+
+def result_dict(r: ProcureResult) -> dict:
+    pr = r.problem.procure
+    return {
+        "problem": r.problem.name, "goal": pr.goal.value, "pricing": pr.pricing.value, "budget_usd": pr.budget_usd,
+        "power_cap_kw": pr.power_kw, "status": r.status, "solve_time_s": r.seconds, "candidates": r.candidates,
+        "best": None if r.best is None else _purchase_dict(r.best),
+        "node_types": [{"node_type": x.node_type.name, "max_nodes": x.max_nodes, "bound_by": x.bound_by,
+                        "status": x.status, "candidates": x.candidates,
+                        "best": None if x.purchase is None else {k: v for k, v in _purchase_dict(x.purchase).items()
+                                                                 if k != "groups"}} for x in r.rows],
+        "mixes_considered": r.mixes_considered,
+        "pareto": None if r.pareto is None else [{k: v for k, v in _purchase_dict(p).items() if k != "groups"}
+                                                 for p in r.pareto],
+        "notes": r.notes,
+    }
+
+
+def _money(x: float) -> str:
+    return f"${x / 1e6:,.2f}M" if x >= 1e5 else f"${x:,.0f}"
+
+
+def render(r: ProcureResult) -> str:
+    from .report.text import render_evaluation
+
+    pp, pr = r.problem, r.problem.procure
+    lim = [f"budget {_money(pr.budget_usd)}" if pr.budget_usd else "no budget",
+           f"power cap {pr.power_kw:g} kW" if pr.power_kw else None,
+           f"deadline {pr.deadline_days:g} days" if pr.deadline_days else None]
+    out = [f"paraplan procure: {pp.name or ''}  goal {pr.goal.value} ({pr.pricing.value}; "
+           + ", ".join(x for x in lim if x) + f"); {len(pp.catalog.node_types)} node types, "
+           f"{r.candidates:,} candidates searched; {r.status}; {r.seconds:.2f} s"]
+    out.append("")
+    out.append(f"{'node type':28s} {'limit':>16s} {'nodes':>6s} {'GPUs':>6s} {'cost':>10s} {'step s':>8s} "
+               f"{'tokens/s':>11s} {'tok/s/$M':>9s} {'days':>7s}")
+    for x in r.rows:
+        head = f"{x.node_type.name:28s} {str(x.max_nodes) + ' (' + x.bound_by[:6] + ')':>16s}"
+        if x.purchase is None:
+            out.append(f"{head}  nothing fits")
+            continue
+        p = x.purchase
+        days = f"{p.days_to_train:7.1f}" if p.days_to_train is not None else "      -"
+        out.append(f"{head} {p.nodes:6d} {p.groups[0].gpus_used:6d} "
+                   f"{_money(p.cost_usd):>10s} {p.step_time_s:8.3f} {p.tokens_per_s:11,.0f} "
+                   f"{p.tokens_per_s_per_musd():9,.0f} {days}")
+    if r.mixes_considered:
+        out.append(f"heterogeneous mixes evaluated: {r.mixes_considered}")
+    out.append("")
+    if r.best is None:
+        out.append("NOTHING FITS: no node type of the catalog trains the model within the limits "
+                   "(run `paraplan check` on a node type for why)")
+        return "\n".join(out)
+    b = r.best
+    out.append(f"BEST: {b.label()} = {b.gpus} GPUs, cost {_money(b.cost_usd)}"
+               + (f", power {b.power_kw:,.0f} kW" if b.power_kw is not None else "")
+               + f"; step {b.step_time_s:.3f} s, {b.tokens_per_s:,.0f} tokens/s"
+               + (f", {b.days_to_train:.1f} days to train {pp.training.tokens:.3g} tokens" if b.days_to_train else ""))
+    if b.sync_s:
+        out.append(f"  cross-type gradient sync {b.sync_s:.3f} s per step")
+    for g in b.groups:
+        out += ["", f"=== {g.nodes} x {g.node_type.name} ({g.gpus_used} GPUs used, batch {g.global_batch}): "
+                f"step {g.step_time_s:.4f} s ==="]
+        out.append(render_evaluation(g.plan.evaluation))
+    if r.pareto:
+        out += ["", "Pareto front, cost against time to train (each point the fastest purchase within its budget):",
+                f"  {'cost':>10s} {'days' if pp.training.tokens else 'step s':>8s}  purchase"]
+        for p in r.pareto:
+            t = p.days_to_train if p.days_to_train is not None else p.step_time_s
+            out.append(f"  {_money(p.cost_usd):>10s} {t:8.2f}  {p.label()}")
+    for n in r.notes:
+        out.append(f"note: {n}")
+    return "\n".join(out)
+
+
+def plot_pareto(r: ProcureResult, path: str) -> None:
+    """The Pareto front as a PNG (matplotlib, headless)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = r.pareto or []
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
+    tok = r.problem.training.tokens
+    xs = [p.cost_usd / 1e6 for p in pts]
+    ys = [p.days_to_train if tok else p.step_time_s for p in pts]
+    ax.step(xs, ys, where="post", color="tab:blue", alpha=0.5)
+    ax.scatter(xs, ys, color="tab:blue", zorder=3)
+    for p, x, y in zip(pts, xs, ys):
+        ax.annotate(p.label(), (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    ax.set_xlabel("cost, $M" + (" (rental, whole run)" if r.problem.procure.pricing == Pricing.RENTAL else ""))
+    ax.set_ylabel("days to train" if tok else "step time, s")
+    ax.set_title(f"{r.problem.name or 'procure'}: cost against time to train", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,136 @@
+"""Schemas of procurement: hardware catalogs (`problems/catalogs/`) and procurement problems (`paraplan procure`).
+
+Money is in US dollars (`*_usd`), power in kilowatts (`*_kw`), time in days or hours as named.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+
+from .common import Frozen
+from .llm import LLM
+from .problem import Options, Training
+from .system import Network, System
+
+
+class NodeType(Frozen):
+    """One kind of node that can be bought or rented: a system (GPUs, memories, networks) and its prices."""
+
+    name: str = Field(description="Identifier of the node type, e.g. h100-80g-ddr512.")
+    system: System = Field(description="The node: a name in problems/systems/, or inline (`base: NAME` plus "
+                           "overrides such as hbm_gib or offload).")
+    price_usd: NonNegativeFloat | None = Field(None, description="Capital cost of one node, USD.")
+    extra_usd: NonNegativeFloat = Field(0.0, description="Extra capital cost per node (network share, rack, "
+                                        "install), USD.")
+    rent_usd_per_gpu_hour: PositiveFloat | None = Field(None, description="Rental price per GPU-hour, USD.")
+    power_kw: PositiveFloat | None = Field(None, description="Power draw of one node under training load, kW.")
+    max_nodes: PositiveInt | None = Field(None, description="Availability: the most nodes of this type on offer.")
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.system.gpus_per_node
+
+    @property
+    def node_usd(self) -> float | None:
+        """Capital cost of one node with its extras."""
+        return None if self.price_usd is None else self.price_usd + self.extra_usd
+
+
+class Catalog(Frozen):
+    """Node types on offer, with their prices."""
+
+    name: str = Field(description="Catalog identifier.")
+    description: str | None = Field(None, description="Where the prices come from.")
+    node_types: list[NodeType] = Field(min_length=1, description="The node types (variants expanded).")
+    joining_network: Network | None = Field(
+        None, description="Network that joins nodes of different types (heterogeneous mixes); null = the "
+        "slower of the two types' outermost tiers.")
+
+    @model_validator(mode="after")
+    def _unique(self) -> "Catalog":
+        names = [t.name for t in self.node_types]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"node type names must be unique: {dup}")
+        return self
+
+
+class Pricing(StrEnum):
+    """How hardware is paid for."""
+
+    CAPEX = "capex"  # nodes bought: nodes x (price_usd + extra_usd)
+    RENTAL = "rental"  # GPUs rented for the training run: GPUs x hours to train x rent_usd_per_gpu_hour
+
+
+class ProcureGoal(StrEnum):
+    """What `procure` optimises."""
+
+    THROUGHPUT = "throughput"  # maximum tokens/s within the budget
+    TIME_TO_TRAIN = "time_to_train"  # minimum days to train training.tokens within the budget
+    COST = "cost"  # minimum cost that trains training.tokens within deadline_days
+    THROUGHPUT_PER_USD = "throughput_per_usd"  # maximum tokens/s per dollar (capex) or per dollar-hour (rental)
+
+
+class Heterogeneous(StrEnum):
+    """Which heterogeneous mixes (more than one node type in one job) are searched."""
+
+    NONE = "none"
+    DATA = "data"  # data-parallel replicas on different types, global batch split in proportion to speed
+
+
+class Procure(Frozen):
+    """The purchase: budget, limits, objective."""
+
+    goal: ProcureGoal = Field(ProcureGoal.THROUGHPUT, description="throughput | time_to_train | cost | "
+                              "throughput_per_usd.")
+    pricing: Pricing = Field(Pricing.CAPEX, description="capex (buy nodes) or rental (pay GPU-hours).")
+    budget_usd: PositiveFloat | None = Field(None, description="Most that may be spent, USD (capex: on nodes; "
+                                             "rental: on the whole training run, which needs training.tokens).")
+    power_kw: PositiveFloat | None = Field(None, description="Power cap of the whole purchase, kW.")
+    deadline_days: PositiveFloat | None = Field(None, description="goal cost: training.tokens must be trained "
+                                                "within this many days.")
+    max_types: PositiveInt = Field(1, description="At most this many distinct node types in the purchase.")
+    heterogeneous: Heterogeneous = Field(Heterogeneous.NONE, description="Mixes searched when max_types >= 2: "
+                                         "none or data (DP replicas on different types).")
+    max_nodes: PositiveInt = Field(4096, description="Upper bound on nodes of one type when nothing else "
+                                   "bounds them (no budget, power cap or availability).")
+
+    @model_validator(mode="after")
+    def _check(self) -> "Procure":
+        if self.goal == ProcureGoal.COST and self.deadline_days is None:
+            raise ValueError("goal cost needs deadline_days")
+        if self.heterogeneous != Heterogeneous.NONE and self.max_types < 2:
+            raise ValueError("heterogeneous mixes need max_types >= 2")
+        return self
+
+
+class ProcureProblem(Frozen):
+    """A procurement problem: what to buy (or rent) to train `llm` with `training`, from `catalog`."""
+
+    name: str | None = Field(None, description="Problem name.")
+    description: str | None = Field(None, description="Free text.")
+    llm: LLM = Field(description="The model: a name in problems/llms/, or inline.")
+    catalog: Catalog = Field(description="Node types on offer: a name in problems/catalogs/, or inline.")
+    training: Training = Field(description="Batch, precision, tokens to train.")
+    procure: Procure = Field(default_factory=Procure, description="Budget, limits and objective.")
+    search: dict | None = Field(None, description="Restrictions of the knob space, as in `solve`.")
+    options: Options = Field(default_factory=Options, description="Memory headroom (idle GPUs and whole nodes "
+                             "are set by procure).")
+
+    @model_validator(mode="after")
+    def _check(self) -> "ProcureProblem":
+        pr = self.procure
+        needs_tokens = pr.goal in (ProcureGoal.TIME_TO_TRAIN, ProcureGoal.COST) or \
+            (pr.pricing == Pricing.RENTAL and pr.budget_usd is not None)
+        if needs_tokens and not self.training.tokens:
+            raise ValueError(f"procure (goal {pr.goal.value}, pricing {pr.pricing.value}) needs training.tokens")
+        for t in self.catalog.node_types:
+            if pr.pricing == Pricing.CAPEX and t.price_usd is None:
+                raise ValueError(f"node type {t.name}: capex pricing needs price_usd")
+            if pr.pricing == Pricing.RENTAL and t.rent_usd_per_gpu_hour is None:
+                raise ValueError(f"node type {t.name}: rental pricing needs rent_usd_per_gpu_hour")
+            if pr.power_kw is not None and t.power_kw is None:
+                raise ValueError(f"node type {t.name}: a power cap needs power_kw")
+        return self
