@@ -13,11 +13,14 @@ the slowest group plus the cross-type synchronisation. The batch is split in pro
 share b_A is found by bisection over multiples of B/16 where T_A(b_A) crosses T_B(B - b_A) (T_A grows
 with b_A, T_B shrinks).
 
-Which mixes are searched: the best homogeneous node type (the anchor) with every other type as partner.
-The anchor takes its limit (availability, power or budget), or 3/4 or 1/2 of it; the partner takes what
-the remaining budget and power allow (and its availability). Each mix is therefore the best of this family
-of splits, with both groups solved to proven optimality; pipeline stages on different types (uneven
-layer counts) are not modelled.
+Which mixes are searched: a second type can only add speed when a node type cannot take the whole budget,
+i.e. its availability or the power cap binds. Each such capped type (an anchor) takes its limit, and each of
+the PARTNERS best other types (by the homogeneous ranking) takes what the remaining budget and power allow
+(and its availability). Each mix is the best of this family of splits, with both groups solved to proven
+optimality; pipeline stages on different types (uneven layer counts) are not modelled. For the speed goals a
+mix is skipped when even the sum of the two groups' throughputs with the whole batch (a group does not get
+faster per sequence with fewer sequences: fewer micro-batches, more bubble and DP sync per sequence) cannot beat
+the best purchase found.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from .schema.procure import Pricing, ProcureProblem
 from .procure import Group, Purchase, TypeRow, best_of_type, node_limit, purchase_of, rank_key
 
 SHARES = 16  # the batch split is searched over multiples of B/SHARES
+PARTNERS = 3  # next-best node types tried as the partner of the anchor
 
 
 def sync_time_s(pp: ProcureProblem, ga: Group, gb: Group) -> float:
@@ -56,7 +60,6 @@ def best_mix(pp: ProcureProblem, rows: list[TypeRow], time_limit_s: float = 60.0
     fits = [r for r in rows if r.purchase is not None]
     if len(fits) < 1 or len(rows) < 2:
         return None, 0
-    anchor = min(fits, key=lambda r: rank_key(pp, r.purchase))
     B = pp.training.global_batch
     pr = pp.procure
     memo: dict = {}
@@ -68,63 +71,74 @@ def best_mix(pp: ProcureProblem, rows: list[TypeRow], time_limit_s: float = 60.0
                                      time_limit_s=time_limit_s)[0]
         return memo[key]
 
-    best, n_eval = None, 0
-    cap = anchor.purchase.groups[0].nodes if anchor.bound_by == "budget" else anchor.max_nodes
-    counts = sorted({cap, max(1, (3 * cap) // 4), max(1, cap // 2)}, reverse=True)
-    for partner in rows:
-        if partner is anchor:
+    best, n_eval, pruned = None, 0, 0
+    speed_goal = pr.goal.value in ("throughput", "time_to_train")
+    bar = min(r.purchase.step_time_s for r in fits) if speed_goal else None
+    anchors = [r for r in rows if r.bound_by in ("availability", "power")]
+    ranked = sorted(fits, key=lambda r: rank_key(pp, r.purchase))
+    pairs = [(a, b) for a in anchors for b in [r for r in ranked if r is not a][:PARTNERS]]
+    for anchor, partner in pairs:
+        na = anchor.max_nodes
+        rest = _remaining(pp, anchor, na)
+        if rest is not None and rest <= 0:
             continue
-        for na in counts:
-            rest = _remaining(pp, anchor, na)
-            if rest is not None and rest <= 0:
+        pw = None if pr.power_kw is None else pr.power_kw - na * anchor.node_type.power_kw
+        if pw is not None and pw <= 0:
+            continue
+        sub = pp.model_copy(update={"procure": pr.model_copy(update={"power_kw": pw})}) if pw else pp
+        nb, _ = node_limit(sub, partner.node_type, budget_usd=rest)
+        if nb < 1:
+            continue
+        # rental budgets cover the whole run: each group gets its share of GPU-hours via its own solve
+        bud_a = bud_b = None
+        if bar is not None:  # throughput bound: each group at most as fast as with the whole batch
+            gfull = group(partner.node_type, nb, B, bud_b)
+            if gfull is None:
                 continue
-            pw = None if pr.power_kw is None else pr.power_kw - na * anchor.node_type.power_kw
-            if pw is not None and pw <= 0:
+            a_step = anchor.purchase.step_time_s if anchor.purchase else None
+            if a_step is not None and B / (B / a_step + B / gfull.step_time_s) >= bar:
+                pruned += 1
                 continue
-            sub = pp.model_copy(update={"procure": pr.model_copy(update={"power_kw": pw})}) if pw else pp
-            nb, _ = node_limit(sub, partner.node_type, budget_usd=rest)
-            if nb < 1:
-                continue
-            # rental budgets cover the whole run: each group gets its share of GPU-hours via its own solve
-            bud_a = bud_b = None
-            # bisection over the batch share k/SHARES of the anchor
-            lo, hi = 1, SHARES - 1
-            tried: dict[int, tuple] = {}
+        # bisection over the batch share k/SHARES of the anchor
+        lo, hi = 1, SHARES - 1
+        tried: dict[int, tuple] = {}
 
-            def at(k: int):
-                if k not in tried:
-                    ba = B * k // SHARES
-                    if ba < 1 or ba >= B:
-                        tried[k] = (None, None)
-                    else:
-                        tried[k] = (group(anchor.node_type, na, ba, bud_a), group(partner.node_type, nb, B - ba, bud_b))
-                return tried[k]
-
-            while lo < hi:  # smallest k with T_A(k) >= T_B(k) (None = does not fit counts as infinitely slow)
-                mid = (lo + hi) // 2
-                ga, gb = at(mid)
-                ta = math.inf if ga is None else ga.step_time_s
-                tb = math.inf if gb is None else gb.step_time_s
-                if ta >= tb:
-                    hi = mid
+        def at(k: int):
+            if k not in tried:
+                ba = B * k // SHARES
+                if ba < 1 or ba >= B:
+                    tried[k] = (None, None)
                 else:
-                    lo = mid + 1
-            for k in {lo - 1, lo}:
-                if not 1 <= k < SHARES:
-                    continue
-                ga, gb = at(k)
-                if ga is None or gb is None:
-                    continue
-                n_eval += 1
-                x = sync_time_s(pp, ga, gb)
-                step = max(ga.step_time_s, gb.step_time_s) + x
-                p = purchase_of(pp, [ga, gb], step, x)
-                if pr.pricing == Pricing.CAPEX and pr.budget_usd is not None and p.cost_usd > pr.budget_usd * (1 + 1e-9):
-                    continue
-                if pr.pricing == Pricing.RENTAL and pr.budget_usd is not None and p.cost_usd > pr.budget_usd * (1 + 1e-9):
-                    continue
-                if pr.power_kw is not None and p.power_kw is not None and p.power_kw > pr.power_kw * (1 + 1e-9):
-                    continue
-                if best is None or rank_key(pp, p) < rank_key(pp, best):
-                    best = p
-    return best, n_eval
+                    tried[k] = (group(anchor.node_type, na, ba, bud_a), group(partner.node_type, nb, B - ba, bud_b))
+            return tried[k]
+
+        while lo < hi:  # smallest k with T_A(k) >= T_B(k) (None = does not fit counts as infinitely slow)
+            mid = (lo + hi) // 2
+            ga, gb = at(mid)
+            ta = math.inf if ga is None else ga.step_time_s
+            tb = math.inf if gb is None else gb.step_time_s
+            if ta >= tb:
+                hi = mid
+            else:
+                lo = mid + 1
+        for k in {lo - 1, lo}:
+            if not 1 <= k < SHARES:
+                continue
+            ga, gb = at(k)
+            if ga is None or gb is None:
+                continue
+            n_eval += 1
+            x = sync_time_s(pp, ga, gb)
+            step = max(ga.step_time_s, gb.step_time_s) + x
+            p = purchase_of(pp, [ga, gb], step, x)
+            if pr.pricing == Pricing.CAPEX and pr.budget_usd is not None and p.cost_usd > pr.budget_usd * (1 + 1e-9):
+                continue
+            if pr.pricing == Pricing.RENTAL and pr.budget_usd is not None and p.cost_usd > pr.budget_usd * (1 + 1e-9):
+                continue
+            if pr.power_kw is not None and p.power_kw is not None and p.power_kw > pr.power_kw * (1 + 1e-9):
+                continue
+            if best is None or rank_key(pp, p) < rank_key(pp, best):
+                best = p
+                if bar is not None:
+                    bar = min(bar, p.step_time_s)
+    return best, n_eval + pruned

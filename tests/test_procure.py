@@ -1,0 +1,202 @@
+"""`paraplan procure` (issue 5): catalogs, limits that bind, goals, heterogeneous mixes, Pareto front, CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from optimizer.cli import main
+from optimizer.loader import load_procure
+from optimizer.procure import best_of_type, procure, sub_problem
+from optimizer.solve import solve
+
+TINY_LLM = "{name: tiny, hidden: 2048, ffn: 8192, layers: 16, heads: 16, seq_len: 2048, vocab: 32000}"
+
+CATALOG = """
+catalog:
+  name: test
+  node_types:
+    - name: fast
+      system: h100-sxm-80gb
+      price_usd: 300000
+      rent_usd_per_gpu_hour: 2.5
+      power_kw: 10
+      {fast_extra}
+    - name: slow
+      system: a100-sxm-80gb
+      price_usd: 200000
+      rent_usd_per_gpu_hour: 1.5
+      power_kw: 6
+      {slow_extra}
+  {joining}
+"""
+
+
+def write(tmp_path, procure_yaml: str, fast_extra: str = "", slow_extra: str = "", joining: str = "",
+          batch: int = 96, name: str = "p") -> object:
+    text = (f"name: {name}\nllm: {TINY_LLM}\ntraining: {{global_batch: {batch}, precision: bf16, tokens: 1.0e+10}}\n"
+            f"procure: {procure_yaml}\n" + CATALOG.format(fast_extra=fast_extra, slow_extra=slow_extra,
+                                                          joining=joining))
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def step_on(pp, type_name: str, nodes: int) -> float | None:
+    """Fastest step of exactly `nodes` nodes of a type (by solve, every GPU used)."""
+    t = next(t for t in pp.catalog.node_types if t.name == type_name)
+    q = sub_problem(pp, t, nodes)
+    q = q.model_copy(update={"options": q.options.model_copy(update={"allow_idle_gpus": False})})
+    try:
+        return solve(q, "cpsat").plans[0].objective_s
+    except Exception:
+        return None
+
+
+def test_budget_binds_and_the_best_purchase_is_worked_by_hand(tmp_path):
+    """One type, $1.05M: at most 3 nodes of $300k. Worked by hand: the best purchase is the node count
+    (1..3) whose fastest plan is fastest; more GPUs are faster here, so 3 nodes = $0.9M."""
+    pp = load_procure(write(tmp_path, "{goal: throughput, budget_usd: 1.05e+6}", slow_extra="max_nodes: 1"))
+    pp = pp.model_copy(update={"catalog": pp.catalog.model_copy(update={"node_types": pp.catalog.node_types[:1]})})
+    r = procure(pp)
+    steps = {n: step_on(pp, "fast", n) for n in (1, 2, 3)}
+    best_n = min((s, n) for n, s in steps.items() if s is not None)[1]
+    assert r.rows[0].bound_by == "budget" and r.rows[0].max_nodes == 3
+    assert r.best.nodes == best_n == 3
+    assert r.best.cost_usd == pytest.approx(3 * 300000)
+    assert r.best.step_time_s == pytest.approx(steps[3], rel=1e-3)
+
+
+def test_power_cap_binds(tmp_path):
+    pp = load_procure(write(tmp_path, "{goal: throughput, budget_usd: 1.0e+7, power_kw: 25}"))
+    r = procure(pp)
+    rows = {x.node_type.name: x for x in r.rows}
+    assert rows["fast"].bound_by == "power" and rows["fast"].max_nodes == 2  # 25 kW / 10 kW
+    assert rows["slow"].max_nodes == 4  # 25 / 6
+    assert r.best.power_kw <= 25
+
+
+def test_availability_binds(tmp_path):
+    pp = load_procure(write(tmp_path, "{goal: throughput, budget_usd: 1.0e+7}", fast_extra="max_nodes: 1",
+                            slow_extra="max_nodes: 2"))
+    r = procure(pp)
+    rows = {x.node_type.name: x for x in r.rows}
+    assert rows["fast"].bound_by == "availability" and rows["fast"].purchase.nodes <= 1
+    assert rows["slow"].bound_by == "availability" and rows["slow"].purchase.nodes <= 2
+
+
+def test_cost_goal_is_the_cheapest_purchase_meeting_the_deadline(tmp_path):
+    """Against a sweep over node counts of each type: the cheapest count whose fastest plan meets the deadline."""
+    pp = load_procure(write(tmp_path, "{goal: cost, deadline_days: 2.0, max_nodes: 6}"))
+    r = procure(pp)
+    steps_to_train = 1.0e10 / (96 * 2048)
+    best = None
+    for t in pp.catalog.node_types:
+        for n in range(1, 7):
+            s = step_on(pp, t.name, n)
+            if s is not None and s * steps_to_train / 86400 <= 2.0:
+                cost = n * t.price_usd
+                best = cost if best is None else min(best, cost)
+                break
+    assert best is not None and r.best.cost_usd == pytest.approx(best)
+    assert r.best.days_to_train <= 2.0 + 1e-9
+
+
+def test_throughput_per_dollar_against_a_sweep(tmp_path):
+    pp = load_procure(write(tmp_path, "{goal: throughput_per_usd, budget_usd: 2.0e+6}"))
+    r = procure(pp)
+    best = 0.0
+    for t in pp.catalog.node_types:
+        for n in range(1, int(2.0e6 // t.price_usd) + 1):
+            s = step_on(pp, t.name, n)
+            if s is not None:
+                best = max(best, 96 * 2048 / s / (n * t.price_usd))
+    assert r.best.tokens_per_s / r.best.cost_usd == pytest.approx(best, rel=1e-3)
+
+
+def test_rental_budget_caps_gpu_hours(tmp_path):
+    """Rental: the whole run's bill (GPUs x hours x rate) stays within the budget; a tighter budget is slower."""
+    loose = procure(load_procure(write(tmp_path, "{goal: time_to_train, pricing: rental, budget_usd: 1.0e+6, "
+                                       "max_nodes: 8}", name="loose")))
+    spent = loose.best.cost_usd
+    tight = procure(load_procure(write(tmp_path, f"{{goal: time_to_train, pricing: rental, budget_usd: {spent * 0.7}, "
+                                       "max_nodes: 8}", name="tight")))
+    assert tight.best.cost_usd <= spent * 0.7 * (1 + 1e-6)
+    assert tight.best.step_time_s > loose.best.step_time_s
+
+
+MIX = "{goal: throughput, budget_usd: 2.6e+6, max_types: 2, heterogeneous: data}"
+
+
+def test_heterogeneous_mix_beats_every_homogeneous_purchase(tmp_path):
+    """The fast type is supply-limited to 2 nodes: 2 fast nodes plus slow nodes with the rest of the budget
+    train faster than anything of one type."""
+    pp = load_procure(write(tmp_path, MIX, fast_extra="max_nodes: 2"))
+    r = procure(pp)
+    homog = [x.purchase.step_time_s for x in r.rows if x.purchase]
+    assert r.mixes_considered > 0
+    assert len(r.best.groups) == 2 and {g.node_type.name for g in r.best.groups} == {"fast", "slow"}
+    assert r.best.step_time_s < min(homog)
+    assert r.best.cost_usd <= 2.6e6
+    assert sum(g.global_batch for g in r.best.groups) == 96
+    # the step time is the slowest group plus the cross-type synchronisation
+    assert r.best.step_time_s == pytest.approx(max(g.step_time_s for g in r.best.groups) + r.best.sync_s)
+
+
+def test_heterogeneous_mix_loses_over_a_slow_joining_network(tmp_path):
+    """Same purchase, but the types are joined by a 0.05 GB/s link: the gradient exchange makes every mix
+    slower than the best single type, which is then the answer."""
+    joining = ("joining_network: {name: wan, size: 100000, bandwidth_gbps: 0.05, latency_us: 1000, "
+               "efficiency: 0.9}")
+    pp = load_procure(write(tmp_path, MIX, fast_extra="max_nodes: 2", joining=joining))
+    r = procure(pp)
+    assert r.mixes_considered > 0
+    assert len(r.best.groups) == 1
+    assert r.best.step_time_s == pytest.approx(min(x.purchase.step_time_s for x in r.rows if x.purchase))
+
+
+def test_pareto_front_is_monotone_and_each_point_is_its_budgets_optimum(tmp_path):
+    pp = load_procure(write(tmp_path, "{goal: throughput, budget_usd: 2.0e+6}"))
+    r = procure(pp, pareto=True)
+    front = r.pareto
+    assert len(front) >= 3
+    costs = [p.cost_usd for p in front]
+    days = [p.days_to_train for p in front]
+    assert costs == sorted(costs) and all(a > b for a, b in zip(days, days[1:]))
+    assert front[-1].step_time_s == pytest.approx(r.best.step_time_s, rel=1e-6)
+    for p in front[:3]:  # nothing of any type within the point's cost is faster
+        for t in pp.catalog.node_types:
+            g, _, _ = best_of_type(pp, t, int(math.floor(p.cost_usd / t.price_usd + 1e-9)))
+            assert g is None or g.step_time_s >= p.step_time_s * (1 - 1e-6)
+
+
+def test_cli_json_plot_and_errors(tmp_path, capsys):
+    path = write(tmp_path, "{goal: throughput, budget_usd: 1.0e+6}")
+    png = tmp_path / "front.png"
+    assert main(["procure", str(path), "--json", "--plot", str(png)]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["best"]["cost_usd"] <= 1.0e6 and d["status"] == "optimal"
+    assert d["pareto"] and png.stat().st_size > 1000
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(path.read_text().replace("price_usd: 300000", "price_usd: -3"))
+    assert main(["procure", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.yaml:" in err and "price_usd" in err
+    poor = write(tmp_path, "{goal: throughput, budget_usd: 1000}", name="poor")
+    assert main(["procure", str(poor)]) == 3
+    assert "NOTHING FITS" in capsys.readouterr().out
+
+
+def test_catalog_variants_expand(tmp_path):
+    pp = load_procure(write(tmp_path, "{goal: throughput}").parent / "p.yaml")
+    assert [t.name for t in pp.catalog.node_types] == ["fast", "slow"]
+    from optimizer.loader import load_procure as lp
+
+    path = tmp_path / "v.yaml"
+    path.write_text(f"llm: {TINY_LLM}\ntraining: {{global_batch: 96}}\ncatalog: study5-h100\n")
+    cat = lp(path).catalog
+    assert len(cat.node_types) == 16
+    t = next(t for t in cat.node_types if t.name == "h100-20g-ddr512")
+    assert t.system.hbm_gib == 20 and t.system.offload.capacity_gib == 512 and t.price_usd == 260000
