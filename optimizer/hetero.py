@@ -89,8 +89,8 @@ def best_mix(pp: ProcureProblem, rows: list[TypeRow], time_limit_s: float = 60.0
         nb, _ = node_limit(sub, partner.node_type, budget_usd=rest)
         if nb < 1:
             continue
-        # rental budgets cover the whole run: each group gets its share of GPU-hours via its own solve
-        bud_a = bud_b = None
+        # a rental budget covers the whole run: the mix's bill is checked against it below
+        bud_a = bud_b = None  # per-group solves take the problem's own budget (cap on GPU-hours)
         if bar is not None:  # throughput bound: each group at most as fast as with the whole batch
             gfull = group(partner.node_type, nb, B, bud_b)
             if gfull is None:

@@ -190,13 +190,11 @@ def test_cli_json_plot_and_errors(tmp_path, capsys):
 
 
 def test_catalog_variants_expand(tmp_path):
-    pp = load_procure(write(tmp_path, "{goal: throughput}").parent / "p.yaml")
+    pp = load_procure(write(tmp_path, "{goal: throughput}"))
     assert [t.name for t in pp.catalog.node_types] == ["fast", "slow"]
-    from optimizer.loader import load_procure as lp
-
     path = tmp_path / "v.yaml"
     path.write_text(f"llm: {TINY_LLM}\ntraining: {{global_batch: 96}}\ncatalog: study5-h100\n")
-    cat = lp(path).catalog
+    cat = load_procure(path).catalog
     assert len(cat.node_types) == 16
     t = next(t for t in cat.node_types if t.name == "h100-20g-ddr512")
     assert t.system.hbm_gib == 20 and t.system.offload.capacity_gib == 512 and t.price_usd == 260000
