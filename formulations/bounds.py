@@ -64,6 +64,10 @@ class Pairs:
         return Pairs(*(np.concatenate([getattr(p, n) for p in parts]) for n in names), slb)
 
 
+def _as_list(Ts: Tables | list[Tables]) -> list[Tables]:
+    return Ts if isinstance(Ts, list) else [Ts]
+
+
 def expand(T: Tables, tri: np.ndarray) -> Pairs:
     """Every legal pair of the triples `tri` (rows l, vi, mi); without a TP group only SP/overlap index 0
     (the space's single value there)."""
@@ -134,7 +138,7 @@ def score_int(T: Tables, l: np.ndarray, step: np.ndarray) -> np.ndarray:
 def presolve(Ts: Tables | list[Tables], top: int = 1, n_triples: int = 96) -> Presolved:
     """Bounds per triple (block columns at their minimum), an incumbent from the most promising triples of
     every variant, then exact pair bounds for the triples that survive; pairs with LB > UB are dropped."""
-    Ts = Ts if isinstance(Ts, list) else [Ts]
+    Ts = _as_list(Ts)
     tris, lbs = [], []
     n_tri = 0
     for T in Ts:
@@ -178,13 +182,12 @@ def presolve(Ts: Tables | list[Tables], top: int = 1, n_triples: int = 96) -> Pr
 
 def knobs_of_pairs(Ts: Tables | list[Tables], P: Pairs, z: np.ndarray, d: np.ndarray) -> Knobs:
     """Candidates of the pairs with ZeRO-stage index z and DP-overlap index d (arrays)."""
-    Ts = Ts if isinstance(Ts, list) else [Ts]
+    Ts = _as_list(Ts)
     T = Ts[0]  # layouts and value lists are shared by the variants
     by_var = np.zeros((max(t.var for t in Ts) + 1, len(T.fixed)), dtype=np.int64)
     for t in Ts:
         by_var[t.var] = [t.fixed[k] for k in T.fixed]
-    var = P.var if len(Ts) > 1 else np.full(len(P), T.var, dtype=np.int64)
-    fixed = {k: by_var[var, i] for i, k in enumerate(T.fixed)}
+    fixed = {k: by_var[P.var, i] for i, k in enumerate(T.fixed)}
     lay = {k: v[P.l] for k, v in T.lay.items()}
     return knob_grid(fixed, len(P), **lay, vpp=np.array(T.v_vals)[P.vi], mb=np.array(T.mb_vals)[P.mi],
                      recompute=np.array(T.rec_vals)[P.ri], sp=np.array(T.sp_vals)[P.si],
@@ -201,7 +204,7 @@ class Incumbent:
 
 def incumbent(Ts: Tables | list[Tables], sel: Pairs, top: int = 1) -> Incumbent:
     """The model's best plan among the pairs `sel` (of any variant) with every ZeRO stage and DP overlap."""
-    Ts = Ts if isinstance(Ts, list) else [Ts]
+    Ts = _as_list(Ts)
     T = Ts[0]
     if len(sel) == 0:
         return Incumbent(np.iinfo(np.int64).max, None, 0)

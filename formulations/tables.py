@@ -106,8 +106,8 @@ def knob_grid(fixed: dict, n: int, **cols) -> Knobs:
     return Knobs(**{k: np.broadcast_to(np.asarray(v, dtype=np.int64), (n,)).copy() for k, v in base.items()})
 
 
-def variants(c: Compact) -> list[dict[str, int]]:
-    """Every combination of the values the space gives the variant knobs (`OTHER_KNOBS`), as codes."""
+def _union(c: Compact) -> dict[str, set[int]]:
+    """Per knob of `c.other`, the coded values any layout allows."""
     union: dict[str, set[int]] = {}
     seen: set[int] = set()
     for per in c.other:  # layouts share a few distinct lists: look at each once
@@ -115,20 +115,22 @@ def variants(c: Compact) -> list[dict[str, int]]:
             continue
         seen.add(id(per))
         for n, vs in per:
-            if n in OTHER_KNOBS:
-                union.setdefault(OTHER_KNOBS[n], set()).update(vs)
-    names = list(OTHER_KNOBS.values())
-    return [dict(zip(names, combo)) for combo in product(*[sorted(union[n]) for n in names])]
+            union.setdefault(n, set()).update(vs)
+    return union
 
 
-def build_tables(problem: Problem, c: Compact, variant: dict[str, int] | None = None) -> Tables:
-    """The tables of one variant (the only one when the space has a single variant)."""
+def variants(c: Compact) -> list[dict[str, int]]:
+    """Every combination of the values the space gives the variant knobs (`OTHER_KNOBS`), as codes."""
+    union = _union(c)
+    return [dict(zip(OTHER_KNOBS.values(), combo)) for combo in product(*[sorted(union[n]) for n in OTHER_KNOBS])]
+
+
+def build_tables(problem: Problem, c: Compact) -> Tables:
+    """The tables of a space with a single variant (tests and tools; the solver uses `build_all`)."""
     Ts = build_all(problem, c)
-    if variant is None:
-        if len(Ts) != 1:
-            raise Unsupported(f"{len(Ts)} variants: use build_all")
-        return Ts[0]
-    return next(T for T in Ts if T.fixed == variant)
+    if len(Ts) != 1:
+        raise Unsupported(f"{len(Ts)} variants: use build_all")
+    return Ts[0]
 
 
 def build_all(problem: Problem, c: Compact) -> list[Tables]:
@@ -136,14 +138,7 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
     model evaluates the grid of every variant at once (the variant knobs as columns)."""
     if c.size == 0:
         raise Unsupported("empty space")
-    union: dict[str, set[int]] = {}
-    seen: set[int] = set()
-    for per in c.other:
-        if id(per) in seen:
-            continue
-        seen.add(id(per))
-        for n, vs in per:
-            union.setdefault(n, set()).update(vs)
+    union = _union(c)
     # which variants each layout admits (the space narrows some knobs per layout: no p2p without pp, ...)
     allv = variants(c)
     nL = len(c.layouts)

@@ -29,7 +29,7 @@ import math
 
 from .model.hardware import Tiers, collective_time
 from .model.params import count
-from .schema import Precision
+from .model.step import make_ctx
 from .schema.procure import Pricing, ProcureProblem
 from .procure import Group, Purchase, TypeRow, best_of_type, node_limit, purchase_of, rank_key
 
@@ -43,7 +43,7 @@ def sync_time_s(pp: ProcureProblem, ga: Group, gb: Group) -> float:
     nets = [ga.node_type.system.networks[-1], gb.node_type.system.networks[-1]]
     net = pp.catalog.joining_network or min(nets, key=lambda n: n.bandwidth_gbps * n.efficiency)
     tiers = Tiers.of(ga.node_type.system.model_copy(update={"networks": [net]}))
-    grad_bytes = 4 if pp.training.grad_precision == Precision.FP32 else 2
+    grad_bytes = make_ctx(ga.plan.evaluation.problem).grad_bytes
     per_gpu = count(pp.llm).total * grad_bytes / min(ga.gpus_used, gb.gpus_used)
     return float(collective_time("ar", per_gpu, 2, 0, tiers))
 
@@ -64,11 +64,11 @@ def best_mix(pp: ProcureProblem, rows: list[TypeRow], time_limit_s: float = 60.0
     pr = pp.procure
     memo: dict = {}
 
-    def group(t, nodes: int, batch: int, budget: float | None):
-        key = (t.name, nodes, batch, budget)
+    def group(t, nodes: int, batch: int):
+        """The proven-best group (a rental budget caps each group's GPU-hours; the mix's bill is checked below)."""
+        key = (t.name, nodes, batch)
         if key not in memo:
-            memo[key] = best_of_type(pp, t, nodes, global_batch=batch, budget_usd=budget,
-                                     time_limit_s=time_limit_s)[0]
+            memo[key] = best_of_type(pp, t, nodes, global_batch=batch, time_limit_s=time_limit_s)[0]
         return memo[key]
 
     best, n_eval, pruned = None, 0, 0
@@ -89,10 +89,8 @@ def best_mix(pp: ProcureProblem, rows: list[TypeRow], time_limit_s: float = 60.0
         nb, _ = node_limit(sub, partner.node_type, budget_usd=rest)
         if nb < 1:
             continue
-        # a rental budget covers the whole run: the mix's bill is checked against it below
-        bud_a = bud_b = None  # per-group solves take the problem's own budget (cap on GPU-hours)
         if bar is not None:  # throughput bound: each group at most as fast as with the whole batch
-            gfull = group(partner.node_type, nb, B, bud_b)
+            gfull = group(partner.node_type, nb, B)
             if gfull is None:
                 continue
             a_step = anchor.purchase.step_time_s if anchor.purchase else None
@@ -109,7 +107,7 @@ def best_mix(pp: ProcureProblem, rows: list[TypeRow], time_limit_s: float = 60.0
                 if ba < 1 or ba >= B:
                     tried[k] = (None, None)
                 else:
-                    tried[k] = (group(anchor.node_type, na, ba, bud_a), group(partner.node_type, nb, B - ba, bud_b))
+                    tried[k] = (group(anchor.node_type, na, ba), group(partner.node_type, nb, B - ba))
             return tried[k]
 
         while lo < hi:  # smallest k with T_A(k) >= T_B(k) (None = does not fit counts as infinitely slow)
@@ -131,9 +129,7 @@ def best_mix(pp: ProcureProblem, rows: list[TypeRow], time_limit_s: float = 60.0
             x = sync_time_s(pp, ga, gb)
             step = max(ga.step_time_s, gb.step_time_s) + x
             p = purchase_of(pp, [ga, gb], step, x)
-            if pr.pricing == Pricing.CAPEX and pr.budget_usd is not None and p.cost_usd > pr.budget_usd * (1 + 1e-9):
-                continue
-            if pr.pricing == Pricing.RENTAL and pr.budget_usd is not None and p.cost_usd > pr.budget_usd * (1 + 1e-9):
+            if pr.budget_usd is not None and p.cost_usd > pr.budget_usd * (1 + 1e-9):  # capex or the rental bill
                 continue
             if pr.power_kw is not None and p.power_kw is not None and p.power_kw > pr.power_kw * (1 + 1e-9):
                 continue

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 
 from .errors import Infeasible
-from .objective import BIG_S
+from .objective import BIG_S, gpus_used
 from .schema import Options, Problem
 from .schema.problem import Goal, Objective
 from .schema.procure import NodeType, Pricing, ProcureGoal, ProcureProblem
@@ -109,8 +109,10 @@ def node_limit(pp: ProcureProblem, t: NodeType, budget_usd: float | None = None)
 
 
 def sub_problem(pp: ProcureProblem, t: NodeType, nodes: int, global_batch: int | None = None,
-                budget_usd: float | None = None, goal: ProcureGoal | None = None) -> Problem:
-    """The solve problem of node type t with at most `nodes` nodes (whole nodes used, idle GPUs allowed)."""
+                budget_usd: float | None = None, goal: ProcureGoal | None = None,
+                objective: Objective | None = None) -> Problem:
+    """The solve problem of node type t with at most `nodes` nodes (whole nodes used, idle GPUs allowed);
+    its objective follows the procurement goal unless `objective` is given."""
     pr = pp.procure
     goal = goal or pr.goal
     budget = pr.budget_usd if budget_usd is None else budget_usd
@@ -128,7 +130,7 @@ def sub_problem(pp: ProcureProblem, t: NodeType, nodes: int, global_batch: int |
         obj["max_gpu_hours"] = budget / t.rent_usd_per_gpu_hour
     opts = Options(memory_headroom_gib=pp.options.memory_headroom_gib, allow_idle_gpus=True, gpu_multiple=g)
     return Problem(name=f"{pp.name or 'procure'}@{t.name}", llm=pp.llm, system=t.system, num_gpus=nodes * g,
-                   training=tr, search=pp.search, options=opts, objective=Objective(**obj))
+                   training=tr, search=pp.search, options=opts, objective=objective or Objective(**obj))
 
 
 def purchase_of(pp: ProcureProblem, groups: list[Group], step_s: float, sync_s: float = 0.0) -> Purchase:
@@ -161,14 +163,14 @@ def rank_key(pp: ProcureProblem, p: Purchase) -> tuple[float, float]:
 # ---------------------------------------------------------------------------------------------- solve
 def best_of_type(pp: ProcureProblem, t: NodeType, nodes: int, global_batch: int | None = None,
                  budget_usd: float | None = None, goal: ProcureGoal | None = None,
-                 time_limit_s: float = 60.0) -> tuple[Group | None, int, str]:
+                 time_limit_s: float = 60.0, objective: Objective | None = None) -> tuple[Group | None, int, str]:
     """The proven-best group of type t with at most `nodes` nodes (None: nothing fits), the space size and
     the status."""
     from .solve import solve
 
     if nodes < 1:
         return None, 0, "infeasible"
-    q = sub_problem(pp, t, nodes, global_batch, budget_usd, goal)
+    q = sub_problem(pp, t, nodes, global_batch, budget_usd, goal, objective)
     try:
         r = solve(q, "cpsat", time_limit_s=time_limit_s)
     except Infeasible:
@@ -176,8 +178,7 @@ def best_of_type(pp: ProcureProblem, t: NodeType, nodes: int, global_batch: int 
 
         return None, compact_space(q).size, "infeasible"
     plan = r.plans[0]
-    ex = plan.evaluation.execution
-    used = ex.tp * ex.pp * ex.cp * (ex.dp or 1)
+    used = gpus_used(plan.evaluation.execution)
     return (Group(t, math.ceil(used / t.gpus_per_node), used, q.training.global_batch, plan.objective_s, plan, r),
             r.candidates, r.status)
 
@@ -215,21 +216,11 @@ def pareto_front(pp: ProcureProblem, points: int = 10, time_limit_s: float = 60.
     types = pp.catalog.node_types
     # the cheapest purchase that fits at all (any speed): fewest GPUs per type
     cheapest = []
+    fewest = Objective(goal=Goal.FEWEST_GPUS, max_step_time_s=0.99 * BIG_S)  # any speed
     for t in types:
-        n, _ = node_limit(pp, t)
-        q = sub_problem(pp, t, n, goal=ProcureGoal.THROUGHPUT)
-        q = q.model_copy(update={"objective": Objective(goal=Goal.FEWEST_GPUS, max_step_time_s=0.99 * BIG_S)})
-        from .solve import solve
-
-        try:
-            r = solve(q, "cpsat", time_limit_s=time_limit_s)
-        except Infeasible:
-            continue
-        ex = r.plans[0].evaluation.execution
-        used = ex.tp * ex.pp * ex.cp * (ex.dp or 1)
-        g = Group(t, math.ceil(used / t.gpus_per_node), used, pp.training.global_batch, r.plans[0].objective_s,
-                  r.plans[0], r)
-        cheapest.append(purchase_of(pp, [g], g.step_time_s))
+        g, _, _ = best_of_type(pp, t, node_limit(pp, t)[0], objective=fewest, time_limit_s=time_limit_s)
+        if g is not None:
+            cheapest.append(purchase_of(pp, [g], g.step_time_s))
     if not cheapest:
         return []
     lo = min(p.cost_usd for p in cheapest)
