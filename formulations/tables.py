@@ -1,12 +1,12 @@
 """Tables of the CP-SAT formulation, filled by the analytical model (never a second copy of the physics).
 
 The step time (`optimizer.model.step`) is composed of terms that each depend on few knobs:
-- per *layout* l = (tp, pp, dp, cp, placement): B*L/(dp*pp), B/dp, L/pp, the DP collectives (AR, RS,
+- per *layout* l = (tp, pp, dp, cp, ep, etp, placement): B*L/(dp*pp), B/dp, L/pp, the DP collectives (AR, RS,
   AG of the stage's gradients/weights), optimizer time and weight/gradient/optimizer memory per ZeRO stage;
 - per *layout+vpp* lv: layers per chunk L/(pp*vpp), the overlap window factor, p2p count factors,
   in-flight layers of the interleaved schedule;
 - per (layout, micro-batch) lm: micro-batches n_mb and n_mb*L/pp, in-flight layers of 1F1B;
-- per *block* beta = (tp, cp, micro-batch, recompute, SP, TP overlap): per-layer time tau, forward and
+- per *block* beta = (tp, cp, ep, etp, micro-batch, recompute, SP, TP overlap): per-layer time tau, forward and
   backward parts, LM-head/loss time, p2p time, stored and working activations, logits.
 The knobs in `OTHER_KNOBS` (kernels, p2p, schedule, SP redo, offload flags) change every table: each
 combination the space allows is a *variant* with its own tables (`build_all`), all filled by the same
@@ -60,7 +60,7 @@ class Tables:
     ov_vals: list[int]
     z_vals: list[int]
     dpo_vals: list[int]
-    tpcp: list[tuple[int, int]]  # (tp, cp) combos; layout -> index
+    tpcp: list[tuple[int, int, int, int]]  # block groups (tp, cp, ep, etp); layout -> index L["tpcp"]
     LV: dict[str, np.ndarray]  # per (layout, v index), flattened l*nV + vi
     LM: dict[str, np.ndarray]  # per (layout, mb index), flattened l*nM + mi
     BETA: dict[str, np.ndarray]  # per block index (see beta_index)
@@ -102,7 +102,7 @@ def knob_grid(fixed: dict, n: int, **cols) -> Knobs:
     base.update({short: fixed[short] for short in OTHER_KNOBS.values()})
     base.update(cols)
     base["rs_ag"] = base["sp"]
-    base["etp"] = base["tp"]
+    base.setdefault("etp", base["tp"])
     return Knobs(**{k: np.broadcast_to(np.asarray(v, dtype=np.int64), (n,)).copy() for k, v in base.items()})
 
 
@@ -152,8 +152,8 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
     nVar = len(allv)
     fixed_cols = {k: np.array([v[k] for v in allv], dtype=np.int64) for k in OTHER_KNOBS.values()}
 
-    lay = {n: np.array([lt[i] for lt in c.layouts]) for i, n in enumerate(("tp", "pp", "cp", "dp"))}
-    for ax in ("tp", "cp", "dp", "pp"):
+    lay = {n: np.array([lt[i] for lt in c.layouts]) for i, n in enumerate(("tp", "pp", "cp", "dp", "ep", "etp"))}
+    for ax in ("tp", "cp", "dp", "pp", "ep"):
         lay[f"tier_{ax}"] = np.array([t[ax] for t in c.tiers])
 
     def dom_codes(name):
@@ -162,7 +162,8 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
     vals = {"vpp": np.unique(c.triples[:, 1]).tolist(), "mb": np.unique(c.triples[:, 2]).tolist(),
             "recompute": dom_codes("recompute"), "sp": dom_codes("sequence_parallel"),
             "tp_overlap": dom_codes("tp_overlap"), "zero": dom_codes("zero"), "dp_overlap": dom_codes("dp_overlap")}
-    tpcp = sorted({(int(a), int(b)) for a, b in zip(lay["tp"], lay["cp"])})
+    # the block's group key: (tp, cp, ep, etp) (their tiers follow from them)
+    tpcp = sorted({tuple(int(x) for x in key) for key in zip(lay["tp"], lay["cp"], lay["ep"], lay["etp"])})
     tpcp_index = {x: i for i, x in enumerate(tpcp)}
     ctx = make_ctx(problem)
     llm = problem.llm
@@ -182,9 +183,11 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
     L0["A2"] = B // lay["dp"]  # n_mb * mb
     L0["Ls"] = Lyr // lay["pp"]
     L0["pm2"] = 2 * (lay["pp"] - 1)
-    L0["tpcp"] = np.array([tpcp_index[(int(a), int(b))] for a, b in zip(lay["tp"], lay["cp"])])
+    L0["tpcp"] = np.array([tpcp_index[tuple(int(x) for x in key)]
+                           for key in zip(lay["tp"], lay["cp"], lay["ep"], lay["etp"])])
     L0["tp1"] = (lay["tp"] == 1).astype(np.int64)
-    L0["dpg1"] = (lay["dp"] * lay["cp"] == 1).astype(np.int64)
+    edp = lay["tp"] * lay["cp"] * lay["dp"] // (lay["ep"] * lay["etp"])
+    L0["dpg1"] = ((lay["dp"] * lay["cp"] == 1) & (edp == 1)).astype(np.int64)
     L0["ppgt1"] = (lay["pp"] > 1).astype(np.int64)
     # ---------------------------------------------------------------- per layout, per variant
     r = run(nL, **lay)
@@ -229,14 +232,14 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
     nT = len(problem.system.networks)
     tiers_pp = sorted(set(int(x) for x in lay["tier_pp"]))
     ti, mi, ri, si, oi = (a.reshape(-1) for a in np.indices(shape))
-    tp_b = np.array([tpcp[i][0] for i in ti])
-    cp_b = np.array([tpcp[i][1] for i in ti])
-    first_l = {x: int(np.nonzero((lay["tp"] == x[0]) & (lay["cp"] == x[1]))[0][0]) for x in tpcp}
-    ttp = np.array([lay["tier_tp"][first_l[tpcp[i]]] for i in ti])
-    tcp = np.array([lay["tier_cp"][first_l[tpcp[i]]] for i in ti])
+    grp = np.array(tpcp, dtype=np.int64)[ti]
+    first_l = {x: int(L0["tpcp"].tolist().index(i)) for i, x in enumerate(tpcp)}
+    tier_of_grp = {ax: np.array([lay[f"tier_{ax}"][first_l[tpcp[i]]] for i in ti]) for ax in ("tp", "cp", "ep")}
     mb_b = np.array(vals["mb"])[mi]
-    cols = dict(tp=tp_b, cp=cp_b, mb=mb_b, recompute=np.array(vals["recompute"])[ri],
-                sp=np.array(vals["sp"])[si], tp_overlap=np.array(vals["tp_overlap"])[oi], tier_tp=ttp, tier_cp=tcp)
+    cols = dict(tp=grp[:, 0], cp=grp[:, 1], ep=grp[:, 2], etp=grp[:, 3], mb=mb_b,
+                recompute=np.array(vals["recompute"])[ri], sp=np.array(vals["sp"])[si],
+                tp_overlap=np.array(vals["tp_overlap"])[oi], tier_tp=tier_of_grp["tp"], tier_cp=tier_of_grp["cp"],
+                tier_ep=tier_of_grp["ep"])
     rb = run(nB, **cols, pp=1)
     rps = {tpp: run(nB, **cols, pp=2, tier_pp=tpp) for tpp in tiers_pp}
     cap = int(np.floor(capacity_bytes(problem) / KIB))

@@ -192,6 +192,8 @@ def _explain_memory(p: Problem, out: CheckResult):
     ex = ev.execution
     plan = (f"tp={ex.tp} pp={ex.pp} dp={ex.dp} cp={ex.cp} vpp={ex.vpp} micro_batch={ex.micro_batch} "
             f"recompute={_val(ex.recompute)} sp={ex.sequence_parallel} zero={ex.zero}")
+    if p.llm.moe is not None:
+        plan += f" ep={ex.ep} etp={ex.etp or ex.tp}"
     r = ev.result
     parts = ", ".join(f"{k} {r[k] / GIB:.1f}" for k in ("weights", "grads", "optim_state", "activations", "reserved"))
     head = f" minus {p.options.memory_headroom_gib:g} GiB headroom" if p.options.memory_headroom_gib else ""

@@ -150,9 +150,6 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     if hwr["gpus_per_node"] != system.gpus_per_node:
         out.assumptions.append(f"node of {hwr['gpus_per_node']} GPUs modelled as {system.name} "
                                f"({system.gpus_per_node} per node)")
-    if m.get("moe"):
-        out.skip = "mixture-of-experts runs are not modelled yet"
-        return out
     year = run_year(run)
     notes = _notes(run)
     old = year is not None and year <= 2022
@@ -176,6 +173,10 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     fixed: dict[str, Any] = dict(tp=par["tp"], pp=par["pp"], dp=par["dp"], cp=par["cp"], ep=par["ep"],
                                  attention="flash" if flash else "standard", fused_layers=not eager)
     free: dict[str, list] = {}
+    if m.get("moe") and par["tp"] > 1:
+        free["etp"] = sorted({1, par["tp"]})
+        out.assumptions.append("MoE with tp > 1: expert tensor parallelism (etp) not in the schema, chosen by the "
+                               "model between 1 and tp")
     B = par["global_batch"]
     dp = par["dp"]
     if par.get("micro_batch") is None:

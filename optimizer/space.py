@@ -26,7 +26,7 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-SEARCHABLE = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "recompute", "sequence_parallel", "tp_overlap",
+SEARCHABLE = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "recompute", "sequence_parallel", "tp_overlap",
               "zero", "dp_overlap", "weight_offload", "activation_offload", "optimizer_offload", "fused_layers",
               "attention", "pp_rs_ag", "schedule", "sp_ag_redo")
 
@@ -79,6 +79,9 @@ def knob_domains(problem: Problem) -> dict[str, list]:
         "pp": [q for q in divisors(llm.layers) if q <= n],
         "cp": [c for c in divisors(n) if seq % (2 * c) == 0 and c <= 32] if seq >= 2 else [1],
         "dp": [d for d in divisors(p.training.global_batch) if d <= n] if p.options.allow_idle_gpus else [],
+        # MoE: experts split over ep ranks, each expert's matrices over etp ranks (dense: ep 1, etp = tp)
+        "ep": [e for e in divisors(llm.moe.experts) if e <= n] if llm.moe else [1],
+        "etp": [t for t in divisors(n) if llm.moe.expert_ffn % t == 0] if llm.moe else [],
         "vpp": divisors(llm.layers),
         "micro_batch": divisors(p.training.global_batch),
         "recompute": list(RECOMPUTE),
@@ -110,7 +113,7 @@ def knob_domains(problem: Problem) -> dict[str, list]:
 
 
 def _tiers_vec(sizes: list[int], degs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Vectorised `knobs.default_tiers`: Megatron order tp, cp, dp, pp (ep drawn from dp x cp)."""
+    """Vectorised `knobs.default_tiers`: Megatron order tp, cp, dp, pp (ep drawn from tp x cp x dp)."""
     cum = np.ones_like(degs["tp"])
     out = {}
     sz = np.asarray(sizes)
@@ -123,14 +126,28 @@ def _tiers_vec(sizes: list[int], degs: dict[str, np.ndarray]) -> dict[str, np.nd
     return out
 
 
-def _tiers_one(sizes: list[int], tp: int, cp: int, dp: int, pp: int) -> dict[str, int]:
-    """`_tiers_vec` for one layout."""
+def _tier(sizes: list[int], span: int) -> int:
+    return next((i for i, s in enumerate(sizes) if s >= span), len(sizes) - 1)
+
+
+def _tiers_one(sizes: list[int], tp: int, cp: int, dp: int, pp: int, ep: int = 1, etp: int = 1) -> dict[str, int]:
+    """`_tiers_vec` for one layout; the EP group spans etp*ep consecutive ranks (Megatron-Core expert order
+    etp, ep, edp, pp)."""
     cum, out = 1, {}
     for ax, d in (("tp", tp), ("cp", cp), ("dp", dp), ("pp", pp)):
         cum *= d
-        tier = next((i for i, s in enumerate(sizes) if s >= cum), len(sizes) - 1)
-        out[ax] = tier if d > 1 else 0
+        out[ax] = _tier(sizes, cum) if d > 1 else 0
+    out["ep"] = _tier(sizes, ep * etp) if ep > 1 else 0
     return out
+
+
+def moe_splits(problem: Problem, dom: dict[str, list], tp: int, cp: int, dp: int) -> list[tuple[int, int]]:
+    """Legal (ep, etp) of a layout: ep divides the experts, etp divides tp and the expert ffn, and the
+    expert-model-parallel group ep*etp divides the tp*cp*dp ranks of a stage (Megatron-Core MoE parallel
+    folding; with etp = tp this is ep | dp*cp). Dense models: (1, tp)."""
+    if problem.llm.moe is None:
+        return [(1, tp)]
+    return [(e, t) for t in dom["etp"] if tp % t == 0 for e in dom["ep"] if (tp * cp * dp) % (e * t) == 0]
 
 
 @dataclass
@@ -139,8 +156,8 @@ class Compact:
     triples. Every candidate is one legal triple times one value of each remaining knob (`other`)."""
 
     domains: dict[str, list]
-    layouts: list[tuple[int, int, int, int]]  # (tp, pp, cp, dp)
-    tiers: list[dict[str, int]]  # per layout: tier of tp, cp, dp, pp
+    layouts: list[tuple[int, int, int, int, int, int]]  # (tp, pp, cp, dp, ep, etp)
+    tiers: list[dict[str, int]]  # per layout: tier of tp, cp, dp, pp, ep
     triples: np.ndarray  # rows (layout index, vpp, micro_batch)
     other: list[list[tuple[str, list[int]]]]  # per layout: coded values of every other knob
     size: int
@@ -154,13 +171,16 @@ _CODE = {"recompute": lambda v: RECOMPUTE.index(v), "tp_overlap": lambda v: TP_O
          "schedule": lambda v: int(str(getattr(v, "value", v)) == "gpipe")}
 
 
-def _other_values(dom: dict[str, list], tp: int, pp: int, dpcp: int) -> list[tuple[str, list[int]]]:
-    """Coded values of every other knob for a layout (only tp == 1, dp*cp == 1, pp == 1 matter)."""
+def _other_values(dom: dict[str, list], tp: int, pp: int, dpcp: int, moe: bool = False) -> list[tuple[str, list[int]]]:
+    """Coded values of every other knob for a layout (only tp == 1, no data-parallel group, pp == 1 and,
+    for MoE, tp > 1 matter)."""
     per = []
     for name in OTHER:
         vals = dom[name]
         if name in ("sequence_parallel", "sp_ag_redo") and tp == 1:
             vals = vals[:1]
+        if name == "sequence_parallel" and moe and tp > 1:
+            vals = [v for v in vals if v] or vals  # Megatron-Core: MoE with TP requires SP
         if name == "tp_overlap" and tp == 1:
             vals = [v for v in vals if str(getattr(v, "value", v)) == "none"] or vals[:1]
         if name == "zero" and dpcp == 1:
@@ -206,25 +226,28 @@ def compact_space(problem: Problem) -> Compact:
                     ok &= net.size % prod == 0
             if not ok:
                 continue
-            li = len(layouts)
-            key = (tp == 1, dp * cp == 1, pp == 1)
-            if key not in per_cache:
-                per_cache[key] = _other_values(dom, tp, pp, dp * cp)
-            per = per_cache[key]
-            n_other = int(np.prod([len(v) for _, v in per]))
-            okv = (llm.layers % (pp * V) == 0) & ~((V > 1) & (pp == 1))
-            okm = B % (dp * M) == 0
-            nmb = np.where(okm, B // (dp * M), 1)
-            ok2 = okv[:, None] & okm[None, :] & ~((V[:, None] > 1) & ((nmb % pp) != 0)[None, :])
-            vi, mi = np.nonzero(ok2)
-            n_trip = len(vi)
-            if n_trip == 0:
-                continue
-            triples.append(np.stack([np.full(n_trip, li), V[vi], M[mi]], axis=1))
-            layouts.append((tp, pp, cp, dp))
-            tiers.append(tr)
-            others.append(per)
-            size += n_trip * n_other
+            for ep, etp in moe_splits(p, dom, tp, cp, dp):
+                edp = tp * cp * dp // (ep * etp)
+                key = (tp == 1, dp * cp == 1 and edp == 1, pp == 1)
+                if key not in per_cache:
+                    per_cache[key] = _other_values(dom, tp, pp, dp * cp if edp == 1 else max(dp * cp, edp),
+                                                   llm.moe is not None)
+                per = per_cache[key]
+                n_other = int(np.prod([len(v) for _, v in per]))
+                okv = (llm.layers % (pp * V) == 0) & ~((V > 1) & (pp == 1))
+                okm = B % (dp * M) == 0
+                nmb = np.where(okm, B // (dp * M), 1)
+                ok2 = okv[:, None] & okm[None, :] & ~((V[:, None] > 1) & ((nmb % pp) != 0)[None, :])
+                vi, mi = np.nonzero(ok2)
+                n_trip = len(vi)
+                if n_trip == 0:
+                    continue
+                li = len(layouts)
+                triples.append(np.stack([np.full(n_trip, li), V[vi], M[mi]], axis=1))
+                layouts.append((tp, pp, cp, dp, ep, etp))
+                tiers.append(dict(tr, ep=_tier(sizes, ep * etp) if ep > 1 else 0))
+                others.append(per)
+                size += n_trip * n_other
     tri = np.concatenate(triples) if triples else np.zeros((0, 3), dtype=np.int64)
     return Compact(dom, layouts, tiers, tri, others, size)
 
@@ -237,22 +260,21 @@ def build_space(problem: Problem) -> Space:
     for li, v, b in c.triples.tolist():
         by_layout.setdefault(li, []).append((v, b))
     for li, vb in by_layout.items():
-        tp, pp, cp, dp = c.layouts[li]
+        tp, pp, cp, dp, ep, etp = c.layouts[li]
         rest = np.array(list(product(*[vals for _, vals in c.other[li]])), dtype=np.int64)
         tr = c.tiers[li]
         for v, b in vb:
-            head = np.tile(np.array([tp, pp, dp, cp, v, b, tr["tp"], tr["cp"], tr["dp"], tr["pp"]], dtype=np.int64),
-                           (len(rest), 1))
+            head = np.tile(np.array([tp, pp, dp, cp, v, b, tr["tp"], tr["cp"], tr["dp"], tr["pp"], ep, etp,
+                                     tr["ep"]], dtype=np.int64), (len(rest), 1))
             rows.append(np.concatenate([head, rest], axis=1))
     if not rows:
         return Space(Knobs.from_dict({f: [] for f in Knobs.__dataclass_fields__}))
     M = np.concatenate(rows, axis=0)
-    tp, pp, dp, cp, vpp, mb, t_tp, t_cp, t_dp, t_pp = (M[:, i] for i in range(10))
-    (rec, sp, ov, zero, dpo, woff, aoff, ooff, fused, flash, pprsag, gpipe, redo) = (M[:, 10 + i] for i in range(13))
-    one = np.ones_like(tp)
-    k = Knobs(tp=tp, pp=pp, dp=dp, cp=cp, ep=one, etp=tp, vpp=vpp, mb=mb, recompute=rec, sp=sp, rs_ag=sp,
+    tp, pp, dp, cp, vpp, mb, t_tp, t_cp, t_dp, t_pp, ep, etp, t_ep = (M[:, i] for i in range(13))
+    (rec, sp, ov, zero, dpo, woff, aoff, ooff, fused, flash, pprsag, gpipe, redo) = (M[:, 13 + i] for i in range(13))
+    k = Knobs(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, mb=mb, recompute=rec, sp=sp, rs_ag=sp,
               sp_redo=redo, tp_overlap=ov, pp_rs_ag=pprsag, dp_overlap=dpo, zero=zero, fused=fused, flash=flash,
               gpipe=gpipe, w_off=woff, a_off=aoff, o_off=ooff, tier_tp=t_tp, tier_cp=t_cp,
-              tier_ep=0 * one, tier_dp=t_dp, tier_pp=t_pp)
+              tier_ep=t_ep, tier_dp=t_dp, tier_pp=t_pp)
     assert k.size == c.size
     return Space(k)

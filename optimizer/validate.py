@@ -61,13 +61,22 @@ def execution_errors(problem: "Problem", ex: "Execution | None" = None) -> list[
         out.append(("execution.cp", f"seq_len {p.seq_len} not divisible by 2*cp = {2 * ex.cp} (load-balanced causal)"))
     if ex.sequence_parallel and ex.tp_comm is not None and ex.tp_comm.value == "allreduce":
         out.append(("execution.tp_comm", "sequence parallelism needs tp_comm rs_ag"))
-    if ex.ep > 1:
-        if llm.moe is None:
+    etp = ex.etp or ex.tp
+    if llm.moe is None:
+        if ex.ep > 1:
             out.append(("execution.ep", "expert parallelism needs an MoE model"))
-        elif llm.moe.experts % ex.ep:
+        if ex.etp is not None and ex.etp != ex.tp:
+            out.append(("execution.etp", "expert tensor parallelism needs an MoE model"))
+    else:
+        if llm.moe.experts % ex.ep:
             out.append(("execution.ep", f"experts ({llm.moe.experts}) not divisible by ep ({ex.ep})"))
-        if (dp * ex.cp) % ex.ep:
-            out.append(("execution.ep", f"ep ({ex.ep}) must divide dp*cp ({dp * ex.cp})"))
+        if ex.tp % etp:
+            out.append(("execution.etp", f"etp ({etp}) must divide tp ({ex.tp})"))
+        elif llm.moe.expert_ffn % etp:
+            out.append(("execution.etp", f"expert_ffn ({llm.moe.expert_ffn}) not divisible by etp ({etp})"))
+        elif (ex.tp * ex.cp * dp) % (ex.ep * etp):
+            out.append(("execution.ep", f"ep*etp ({ex.ep}*{etp}) must divide the tp*cp*dp = {ex.tp * ex.cp * dp} "
+                        "ranks of a pipeline stage (Megatron-Core expert groups)"))
     if (ex.weight_offload or ex.activation_offload or ex.optimizer_offload) and sysm.offload.capacity_gib <= 0:
         out.append(("execution.weight_offload", "offload needs system.offload.capacity_gib > 0"))
     if p.training.precision not in sysm.matrix_tflops:

@@ -1,6 +1,7 @@
 """Twenty varied problems on which CP-SAT must reach the exhaustive oracle's optimum (issue 3, item 5):
 1B to 1T parameters, 8 to 16,384 GPUs, A100 and H100 (and V100), loose and tight memory, fixed and free
-knobs, idle GPUs allowed or not, long sequences with context parallelism."""
+knobs, idle GPUs allowed or not, long sequences with context parallelism; and (issue 6) mixtures of experts
+with ep and etp free, with and without context parallelism."""
 
 CASES = {
     "1.7b-8xa100-40": """
@@ -130,5 +131,24 @@ system: h100-sxm-80gb
 num_gpus: 16384
 training: {global_batch: 2048, precision: bf16}
 search: {vpp: {max: 8}}
+""",
+    "mixtral-8x7b-64xh100": """
+llm: mixtral-8x7b
+system: h100-sxm-80gb
+num_gpus: 64
+training: {global_batch: 256, seq_len: 4096, precision: bf16}
+""",
+    "mixtral-8x7b-32k-cp-64xh100": """
+llm: mixtral-8x7b
+system: h100-sxm-80gb
+num_gpus: 64
+training: {global_batch: 64, precision: bf16}
+""",
+    "qwen3-235b-256xh100": """
+llm: qwen3-235b-a22b
+system: h100-sxm-80gb
+num_gpus: 256
+training: {global_batch: 1024, seq_len: 4096, precision: bf16}
+search: {vpp: {max: 2}}
 """,
 }

@@ -34,7 +34,8 @@ def test_evaluate_json_parts_sum_to_totals(capsys):
     d = _run_json(capsys, ["evaluate", DEFAULT, "--json"])
     assert isinstance(d, dict)
     parts = d["time_s"]
-    assert set(parts) == {"fw", "bw", "recompute", "head", "optimizer", "tp_exposed", "cp_exposed", "pp_exposed",
+    assert set(parts) == {"fw", "bw", "recompute", "head", "optimizer", "tp_exposed", "cp_exposed", "ep_exposed",
+                          "pp_exposed",
                           "dp_exposed", "bubble", "offload_exposed", "overlap_slowdown"}
     assert all(v >= 0 for v in parts.values())
     assert d["step_time_s"] > 0

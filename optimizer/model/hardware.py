@@ -170,3 +170,30 @@ def collective_time(kind: str, nbytes, group, tier, tiers: Tiers):
     else:  # pragma: no cover - programming error
         raise ValueError(kind)
     return np.where(n > 1, t, 0.0)
+
+
+def tier_of(tiers: Tiers, span):
+    """Innermost tier whose domain holds `span` consecutive ranks (the outermost when none does)."""
+    span = np.asarray(span, dtype=float)
+    fits = tiers.size[None, :] >= span.reshape(-1)[:, None]
+    idx = np.where(fits.any(axis=1), np.argmax(fits, axis=1), len(tiers.size) - 1)
+    return idx.reshape(span.shape)
+
+
+def a2a_time(nbytes, group, tier, tiers: Tiers, stride=1):
+    """All-to-all of `nbytes` per GPU (each rank sends nbytes/n to every peer) over a group of n ranks
+    placed `stride` ranks apart on network `tier`. When the group spans several domains of the inner tier,
+    the traffic to peers inside the same inner domain (``min(n, inner_size/stride) - 1`` of them) runs on
+    the inner tier while the rest crosses `tier`, in parallel: t = max(inner, outer) + (n-1) * latency.
+    Within one domain this is ``collective_time('a2a', ...)``."""
+    n = np.asarray(group, dtype=float)
+    s = np.asarray(nbytes, dtype=float)
+    tier = np.asarray(tier, dtype=int)
+    stride = np.asarray(stride, dtype=float)
+    bw, lat = tiers.bandwidth[tier], tiers.latency[tier]
+    inner = np.maximum(tier - 1, 0)
+    local = np.where(tier > 0, np.clip(np.floor(tiers.size[inner] / stride), 1.0, n), n)
+    t_out = (n - local) / np.maximum(n, 1.0) * s / bw
+    t_in = (local - 1.0) / np.maximum(n, 1.0) * s / tiers.bandwidth[inner]
+    t = np.maximum(t_out, t_in) + (n - 1.0) * lat
+    return np.where(n > 1, t, 0.0)

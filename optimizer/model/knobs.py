@@ -78,15 +78,16 @@ class Knobs:
 
 
 def default_tiers(system: System, degrees: dict[str, int]) -> dict[str, int]:
-    """Megatron rank order (tp, cp, ep, dp, pp, innermost first): each axis goes on the innermost tier
-    whose domain holds the product of its own and all inner degrees. EP is drawn from dp x cp ranks, so
-    it does not add to the product."""
+    """Megatron rank order (tp, cp, dp, pp, innermost first): each axis goes on the innermost tier whose
+    domain holds the product of its own and all inner degrees. MoE layers reuse the same ranks in the
+    order etp, ep, edp, pp (Megatron-Core): the EP group spans etp*ep consecutive ranks, drawn from the
+    tp x cp x dp ranks, so it does not add to the product."""
     sizes = [n.size for n in system.networks]
     out: dict[str, int] = {}
     cum = 1
     for ax in AXES_ORDER:
         d = int(degrees.get(ax, 1))
-        span = cum * d if ax != "ep" else cum * d
+        span = cum * d if ax != "ep" else int(degrees.get("etp") or degrees.get("tp", 1)) * d
         tier = next((i for i, s in enumerate(sizes) if s >= span), len(sizes) - 1)
         out[ax] = tier if d > 1 else 0
         if ax != "ep":
@@ -108,7 +109,7 @@ def tier_index(system: System, value: str | int) -> int:
 def from_execution(ex: Execution, system: System, num_gpus: int) -> Knobs:
     """The knobs of one `Execution` (arrays of length 1)."""
     dp = ex.dp if ex.dp is not None else max(1, num_gpus // (ex.tp * ex.pp * ex.cp))
-    degrees = {"tp": ex.tp, "pp": ex.pp, "dp": dp, "cp": ex.cp, "ep": ex.ep}
+    degrees = {"tp": ex.tp, "pp": ex.pp, "dp": dp, "cp": ex.cp, "ep": ex.ep, "etp": ex.etp or ex.tp}
     tiers = default_tiers(system, degrees)
     for ax, v in (ex.placement or {}).items():
         tiers[ax] = tier_index(system, v)

@@ -13,17 +13,29 @@ gradients). Attention is either ``standard`` (materialised scores: QK^T and PV b
 and dropout memory-bound kernels) or ``flash`` (one fused kernel, causal half skipped, backward 2.5x
 forward; Dao 2023). Stored activations follow Korthikanti et al. 2022, Sec. 4 (34 sbh + 5 a s^2 b
 bytes per layer for GPT with dropout, 16-bit), generalised to GQA, gated MLPs, flash and no dropout.
+
+A mixture-of-experts layer (``moe=True``; Megatron-Core MoE, Shazeer 2017, Fedus 2021) replaces the MLP:
+router GEMM (T_sp x E x h) and top-k softmax; permutation of the T_sp*k*cf routed rows (T_sp = tokens
+of the SP shard, k = top_k, cf = capacity factor: the busiest expert's load over the balanced one);
+all-to-all *dispatch* over the EP group (ep ranks, ``tier_ep``), all-gather over the expert-TP group
+(etp ranks) so each rank runs its E/ep local experts, sharded etp ways, on R = T_sp*k*cf*etp rows as
+grouped GEMMs (one per local expert, m = R*ep/E rows each); reduce-scatter over etp, all-to-all
+*combine*, un-permutation and the weighted sum. Shared experts run as a dense TP-sharded MLP of width
+shared*expert_ffn. Per GPU, routed-expert FLOPs are 2*T*k*cf*h*f_e*(2|3)/tp whatever ep and etp are;
+ep and etp move the cost into communication and GEMM shape. Dispatch and combine are exposed (no
+overlap), forward and backward (and again under full recompute).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
 from ..schema import LLM, MlpKind, Precision
-from .hardware import BYTES, Hardware, Tiers, collective_time
+from .hardware import BYTES, Hardware, Tiers, a2a_time, collective_time, tier_of
 from .knobs import Knobs
+from .params import attention_params
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,8 @@ class BlockCost:
     tp_slow: np.ndarray  # compute slowed by overlapped collectives (processor usage)
     cp_link: np.ndarray  # CP ring traffic link time (fw + bw)
     cp_exp: np.ndarray  # exposed CP time
+    ep_link: np.ndarray  # MoE token dispatch/combine (all-to-all over ep) + expert-TP gather/scatter, fw+bw+re
+    ep_fw: np.ndarray  # ... its forward part
     act_stored: np.ndarray  # bytes kept from forward to backward
     act_full: np.ndarray  # bytes a layer would keep with no recompute (working set while recomputing)
     ckpt: np.ndarray  # bytes of the layer input kept under full recompute
@@ -89,15 +103,26 @@ class BlockCost:
     @property
     def total(self):
         """Per layer per micro-batch critical-path time: compute + exposed TP and CP traffic."""
-        return self.fw + self.bw + self.re + self.tp_exposed + self.tp_slow + self.cp_exp
+        return self.fw + self.bw + self.re + self.tp_exposed + self.tp_slow + self.cp_exp + self.ep_link
 
     @property
     def fw_total(self):
-        return self.fw + self.tp_fw_exp
+        return self.fw + self.tp_fw_exp + self.ep_fw
 
     @property
     def bw_total(self):
-        return self.bw + self.re + self.tp_bw_exp + self.tp_re_exp + self.tp_slow + self.cp_exp
+        return self.bw + self.re + self.tp_bw_exp + self.tp_re_exp + self.tp_slow + self.cp_exp + \
+            (self.ep_link - self.ep_fw)
+
+    def mix(self, other: "BlockCost", w) -> "BlockCost":
+        """Per-field weighted mean (1-w)*self + w*other: a stage whose layers are a w share of `other`
+        (MoE) and the rest `self` (dense). Working sets (`act_full`) take the larger of the two."""
+        w = np.asarray(w, dtype=float)
+        vals = {}
+        for f in fields(self):
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            vals[f.name] = np.maximum(a, b) if f.name == "act_full" else (1.0 - w) * a + w * b
+        return BlockCost(**vals)
 
 
 def kv_per_rank(llm: LLM, tp):
@@ -110,11 +135,14 @@ def _elementwise(hw: Hardware, n, flops_per, bytes_per, passes):
     return hw.vector(n * flops_per, n * bytes_per * passes)
 
 
-def block_cost(ctx: Ctx, k: Knobs, dense_ffn: int | None = None) -> BlockCost:
-    """Cost of one dense transformer block for every candidate in `k`."""
+def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
+    """Cost of one transformer block (dense, or with an MoE MLP when `moe`) for every candidate in `k`."""
     llm, hw = ctx.llm, ctx.hw
-    h, a, d = llm.hidden, llm.heads, llm.dhead
-    f = dense_ffn if dense_ffn is not None else llm.ffn
+    h, a = llm.hidden, llm.heads
+    d = llm.core_dim  # per-head size of the attention core (head_dim; MLA: mean of q/k and v sizes)
+    mo = llm.moe if moe else None
+    # the TP-sharded dense MLP: the layer's MLP, or the shared experts of an MoE layer (width 0: none)
+    f = llm.ffn if mo is None else mo.shared_experts * mo.expert_ffn
     tp = k.tp.astype(float)
     cp = k.cp.astype(float)
     b = k.mb.astype(float)
@@ -125,6 +153,7 @@ def block_cost(ctx: Ctx, k: Knobs, dense_ffn: int | None = None) -> BlockCost:
     flash = k.flash.astype(bool)
     rec = k.recompute
     e, gi = ctx.e, ctx.gemm_in
+    ge = gi if ctx.precision == Precision.FP8 else e  # bytes of GEMM inputs kept for wgrad (FP8: 1)
     kvr = kv_per_rank(llm, tp)
     ah = a / tp  # q heads per rank
     Tn = np.where(sp, T / tp, T)  # tokens seen by norms / dropouts
@@ -139,10 +168,14 @@ def block_cost(ctx: Ctx, k: Knobs, dense_ffn: int | None = None) -> BlockCost:
         wgrad = hw.gemm(kk, n, m, in_bytes=gi, out_bytes=4)
         return fw, dgrad + wgrad, 2.0 * m * n * kk
 
-    qkv_fw, qkv_bw, qkv_fl = g3(T, (ah + 2 * kvr) * d, h)
-    prj_fw, prj_bw, prj_fl = g3(T, h, ah * d)
-    up_fw, up_bw, up_fl = g3(T, up_n, h)
-    dn_fw, dn_bw, dn_fl = g3(T, h, f / tp)
+    qkv_p, out_p = attention_params(llm, tp)  # per-rank projection weights (MLA included)
+    qkv_fw, qkv_bw, qkv_fl = g3(T, qkv_p / h, h)
+    prj_fw, prj_bw, prj_fl = g3(T, h, out_p / h)
+    if f > 0:
+        up_fw, up_bw, up_fl = g3(T, up_n, h)
+        dn_fw, dn_bw, dn_fl = g3(T, h, f / tp)
+    else:
+        up_fw = up_bw = up_fl = dn_fw = dn_bw = dn_fl = 0.0
     gemm_fw = qkv_fw + prj_fw + up_fw + dn_fw
     gemm_bw = qkv_bw + prj_bw + up_bw + dn_bw
     gemm_fl = qkv_fl + prj_fl + up_fl + dn_fl
@@ -194,6 +227,68 @@ def block_cost(ctx: Ctx, k: Knobs, dense_ffn: int | None = None) -> BlockCost:
     ew_fw = 2 * norm_fw + 2 * bda_fw + act_fw + rope_fw
     ew_bw = 2 * norm_bw + 2 * bda_bw + act_bw + rope_fw
 
+    # ---------------------------------------------------------------- routed experts (MoE layers)
+    ep_fw = ep_bw = moe_store = 0.0
+    if mo is not None:
+        ep = k.ep.astype(float)
+        etp = k.etp.astype(float)
+        E, kk, cf, fe = float(mo.experts), float(mo.top_k), float(mo.capacity_factor), float(mo.expert_ffn)
+        Ts = Tn  # tokens routed by this rank (its SP shard; Megatron-Core requires SP with TP and MoE)
+        R = Ts * kk * cf * etp  # expert rows this rank computes after dispatch and the expert-TP gather
+        n_loc = E / ep  # local experts
+        m_e = R / n_loc  # rows per local expert (grouped GEMM)
+        fe_r = fe / etp
+        up_e = fe_r * (2 if gated else 1)
+        # router (fp32 logits in Megatron-Core; a GEMM of Ts x E x h)
+        r_fw, r_bw, r_fl = g3(Ts, E, h)
+        e_up_fw = hw.gemm(m_e, up_e, h, batch=n_loc, in_bytes=gi, out_bytes=e)
+        e_up_bw = hw.gemm(m_e, h, up_e, batch=n_loc, in_bytes=gi, out_bytes=e) + \
+            hw.gemm(h, up_e, m_e, batch=n_loc, in_bytes=gi, out_bytes=4)
+        e_dn_fw = hw.gemm(m_e, h, fe_r, batch=n_loc, in_bytes=gi, out_bytes=e)
+        e_dn_bw = hw.gemm(m_e, fe_r, h, batch=n_loc, in_bytes=gi, out_bytes=e) + \
+            hw.gemm(fe_r, h, m_e, batch=n_loc, in_bytes=gi, out_bytes=4)
+        e_fl = 2.0 * R * h * (up_e + fe_r)
+        gemm_fw = gemm_fw + r_fw + e_up_fw + e_dn_fw
+        gemm_bw = gemm_bw + r_bw + e_up_bw + e_dn_bw
+        gemm_fl = gemm_fl + r_fl + e_fl
+        # softmax/top-k over Ts x E; permute and un-permute (gather/scatter of rows) + weighted sum;
+        # the activation function on the R x f_e/etp expert rows
+        n_r = Ts * E
+        topk_fw = _elementwise(hw, n_r, 6.0, 4.0 + 4.0, np.where(fused, 1.0, 3.0))
+        topk_bw = _elementwise(hw, n_r, 6.0, 3.0 * 4.0, np.where(fused, 1.0, 3.0))
+        n_rows = Ts * kk * cf * h
+        perm_fw = _elementwise(hw, n_rows, 1.0, 2.0 * e, 2.0)  # permute + un-permute (one pass each)
+        perm_fw = perm_fw + _elementwise(hw, n_rows, 2.0, 2.0 * e, 1.0)  # probability-weighted combine
+        n_ef = R * fe_r
+        eact_fw = _elementwise(hw, n_ef, act_flops, (act_in + 1.0) * e, act_passes)
+        eact_bw = _elementwise(hw, n_ef, 1.6 * act_flops, (act_in * 2.0 + 1.0) * e, act_passes)
+        ew_fw = ew_fw + topk_fw + perm_fw + eact_fw
+        ew_bw = ew_bw + topk_bw + 2.0 * perm_fw + eact_bw
+        # dispatch + combine all-to-all over ep (rows of h, 16-bit), gather/scatter over etp
+        a2a = a2a_time(Ts * kk * cf * h * e, ep, k.tier_ep, ctx.tiers, stride=etp)
+        t_etp = tier_of(ctx.tiers, etp)
+        etp_c = collective_time("ag", R * h * e, etp, t_etp, ctx.tiers) + \
+            collective_time("rs", R * h * e, etp, t_etp, ctx.tiers)
+        ep_fw = 2.0 * a2a + etp_c
+        ep_bw = 2.0 * a2a + etp_c
+        # stored for backward: router input and probabilities, permuted rows (GEMM input), expert
+        # up-projection output and activation output, rows kept for the weighted combine
+        moe_store = (ge * Ts * h + 4.0 * Ts * E + ge * R * h + e * R * fe_r * act_in + ge * R * fe_r
+                     + e * Ts * kk * cf * h)
+
+    # ---------------------------------------------------------------- FP8 quantisation (Transformer Engine)
+    # Every FP8 GEMM operand is cast from 16 bit (read e, write 1 byte, amax): forward, the activations
+    # entering each GEMM unless the producing kernel writes FP8 itself (fused norm / activation: only the
+    # attention output is cast); backward, the output gradient of every GEMM. Weights are cast once a step.
+    if ctx.precision == Precision.FP8:
+        n_in = T * out_p / h + np.where(fused, 0.0, T * h + (T * h if f > 0 else 0.0) + T * f / tp)
+        n_go = T * (qkv_p / h + h) + (T * (up_n + h) if f > 0 else 0.0)
+        if mo is not None:
+            n_in = n_in + R * h + np.where(fused, 0.0, R * fe_r)
+            n_go = n_go + R * (up_e + h)
+        ew_fw = ew_fw + _elementwise(hw, n_in, 2.0, e + 1.0, 1.0)
+        ew_bw = ew_bw + _elementwise(hw, n_go, 2.0, e + 1.0, 1.0)
+
     fw = gemm_fw + attn_fw + ew_fw
     bw = gemm_bw + attn_bw + ew_bw
     # recompute: full re-runs the forward; selective re-runs the attention core
@@ -209,9 +304,10 @@ def block_cost(ctx: Ctx, k: Knobs, dense_ffn: int | None = None) -> BlockCost:
     rs = collective_time("rs", M, tp, k.tier_tp, ctx.tiers)
     rs_ag = k.rs_ag.astype(bool)
     one = np.where(rs_ag, ag + rs, ar)  # one column+row pair (attention or MLP)
-    tp_fw = 2.0 * one
+    pairs = 2.0 if f > 0 else 1.0  # an MoE layer without shared experts has no TP-sharded MLP
+    tp_fw = pairs * one
     redo = sp & k.sp_redo.astype(bool) & (rec != 2)
-    tp_bw = 2.0 * one + np.where(redo, 2.0 * ag, 0.0)
+    tp_bw = pairs * one + np.where(redo, pairs * ag, 0.0)
     tp_re = np.where(rec == 2, tp_fw, 0.0)
     ov = k.tp_overlap
     pu = ctx.tiers.processor_usage[k.tier_tp]
@@ -241,7 +337,6 @@ def block_cost(ctx: Ctx, k: Knobs, dense_ffn: int | None = None) -> BlockCost:
                       + np.where(rec >= 1, np.maximum(cp_re - att_re * (cp - 1) / cp, 0.0) + step, 0.0), 0.0)
 
     # ---------------------------------------------------------------- stored activations (bytes)
-    ge = gi if ctx.precision == Precision.FP8 else e  # GEMM inputs kept for wgrad
     split_n = np.where(sp, 1.0 / tp, 1.0)  # norm/dropout region
     gemm_in_rep = np.where(sp & k.sp_redo.astype(bool), 1.0 / tp, 1.0)  # QKV/up input: SP-sharded if re-gathered
     dmask = 1.0 if drop else 0.0
@@ -249,11 +344,11 @@ def block_cost(ctx: Ctx, k: Knobs, dense_ffn: int | None = None) -> BlockCost:
     qkv_in = ge * T * h * gemm_in_rep
     q_k_v = e * T * d * (ah + 2.0 * kvr)
     scores = np.where(flash, 4.0 * batch * sq, n_sc * (e + (dmask + e if drop else 0.0)))
-    proj_in = ge * T * ah * d
+    proj_in = ge * T * out_p / h
     drop_masks = 2.0 * dmask * T * h * split_n
-    up_in = ge * T * h * gemm_in_rep
+    up_in = ge * T * h * gemm_in_rep if f > 0 else 0.0
     act_store = e * T * f / tp * act_in + ge * T * f / tp
-    full = norms + qkv_in + q_k_v + scores + proj_in + drop_masks + up_in + act_store
+    full = norms + qkv_in + q_k_v + scores + proj_in + drop_masks + up_in + act_store + moe_store
     sel = full - np.where(flash, proj_in, scores)
     ckpt = e * T * h * split_n
     stored = np.where(rec == 2, ckpt, np.where(rec == 1, sel, full))
@@ -263,5 +358,6 @@ def block_cost(ctx: Ctx, k: Knobs, dense_ffn: int | None = None) -> BlockCost:
                      tp_re=np.where(tp > 1, tp_re, 0.0),
                      tp_fw_exp=np.where(tp > 1, tp_fw_exp, 0.0), tp_bw_exp=np.where(tp > 1, tp_bw_exp, 0.0),
                      tp_re_exp=np.where(tp > 1, tp_re_exp, 0.0), tp_slow=tp_slow,
-                     cp_link=cp_link, cp_exp=cp_exp, act_stored=stored, act_full=full, ckpt=ckpt,
+                     cp_link=cp_link, cp_exp=cp_exp, ep_link=ep_fw + ep_bw + np.where(rec == 2, ep_fw, 0.0),
+                     ep_fw=ep_fw + 0.0 * tp, act_stored=stored, act_full=full, ckpt=ckpt,
                      hw_flops_fw=hw_fw, hw_flops_bw=hw_bw, hw_flops_re=hw_re)

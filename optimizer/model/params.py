@@ -1,5 +1,8 @@
 """Parameter and FLOP counts of an LLM (exact for the modelled architecture).
 
+MoE layers: routed experts ``E*k*h*f_e``, shared experts ``S*k*h*f_e``, router ``h*E``; a token uses
+top_k routed and all shared experts (active parameters). Attention per `attention_params` (MLA included).
+
 Dense layer parameters: attention Q, K, V and output projections ``h*(a + 2g)*d + a*d*h``; MLP
 ``k*h*f`` with k = 3 for gated MLPs, else 2; norms ``2h`` (``4h`` with biases: LayerNorm beta);
 biases ``(a+2g)d + h + f_k + h`` when `bias`. Embedding ``V*h``; the LM head ``V*h`` unless tied.
@@ -8,6 +11,8 @@ biases ``(a+2g)d + h + f_k + h`` when `bias`. Embedding ``V*h``; the LM head ``V
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..schema import LLM
 
@@ -29,9 +34,29 @@ def mlp_matrices(llm: LLM) -> int:
     return 3 if llm.mlp.gated else 2
 
 
+def attention_params(llm: LLM, tp=1):
+    """Attention weights one of `tp` ranks holds, as (input projections, output projection).
+
+    MHA/GQA/MQA: Q, K, V ``h*(a/tp + 2*g_r)*d`` with g_r = g/tp K/V heads (at least 1: Megatron replicates
+    K/V heads when tp > g), output ``(a/tp)*d*h``. MLA (DeepSeek-V3): the down-projections ``h*q_lora`` and
+    ``h*(kv_lora + rope)`` are replicated on every rank, the up-projections ``q_lora*a*(d + rope)`` (or
+    ``h*a*(d + rope)`` without a query latent) and ``kv_lora*a*(d + v)`` and the output ``a*v*h`` split
+    over tp, plus the two latent RMSNorms."""
+    h, a, d = llm.hidden, llm.heads, llm.dhead
+    tp = np.asarray(tp, dtype=float)
+    if llm.mla is None:
+        g = np.maximum(llm.kv / tp, 1.0)
+        return h * (a / tp + 2 * g) * d, (a / tp) * d * h
+    m = llm.mla
+    dqk = d + m.qk_rope_head_dim
+    q = (h * m.q_lora_rank + m.q_lora_rank * a * dqk / tp + m.q_lora_rank) if m.q_lora_rank else h * a * dqk / tp
+    kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank * a * (d + m.v_head_dim) / tp + m.kv_lora_rank
+    return q + kv, a * m.v_head_dim * h / tp
+
+
 def count(llm: LLM) -> ParamCounts:
     h, a, g, d, f, L, V = llm.hidden, llm.heads, llm.kv, llm.dhead, llm.ffn, llm.layers, llm.vocab
-    attn = h * (a + 2 * g) * d + a * d * h
+    attn = int(round(float(sum(attention_params(llm)))))
     k = mlp_matrices(llm)
     mlp = k * h * f
     norms = 2 * h
@@ -63,5 +88,5 @@ def model_flops_per_token(llm: LLM, seq_len: int, causal_attention: bool = False
     pc = count(llm)
     # active parameters without the embedding lookup and the (untied) head, plus the head GEMM itself
     matmul_params = pc.active - pc.embedding - pc.head + llm.vocab * llm.hidden
-    attn = 12.0 * llm.layers * seq_len * llm.heads * llm.dhead * (0.5 if causal_attention else 1.0)
+    attn = 12.0 * llm.layers * seq_len * llm.heads * llm.core_dim * (0.5 if causal_attention else 1.0)
     return 6.0 * matmul_params + attn

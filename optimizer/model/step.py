@@ -24,10 +24,10 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from ..schema import Precision, Problem
-from .hardware import Hardware, Tiers, collective_time
+from .hardware import Hardware, Tiers, collective_time, tier_of
 from .knobs import Knobs
 from .layer import BlockCost, Ctx, block_cost, kv_per_rank
-from .params import count, model_flops_per_token
+from .params import attention_params, count, model_flops_per_token
 
 GIB = 2.0**30
 
@@ -51,6 +51,7 @@ class StepResult:
     optimizer: np.ndarray
     tp_exposed: np.ndarray
     cp_exposed: np.ndarray
+    ep_exposed: np.ndarray  # MoE all-to-all dispatch/combine and expert-TP gathers (not overlapped)
     pp_exposed: np.ndarray
     dp_exposed: np.ndarray
     bubble: np.ndarray
@@ -63,6 +64,7 @@ class StepResult:
     dp_link: np.ndarray
     pp_link: np.ndarray
     cp_link: np.ndarray
+    ep_link: np.ndarray
     # memory per GPU, bytes (worst stage)
     weights: np.ndarray
     grads: np.ndarray
@@ -95,7 +97,7 @@ def layer_params_per_gpu(ctx: Ctx, k: Knobs):
     pc = count(llm)
     h, a, d = llm.hidden, llm.heads, llm.dhead
     kvr = kv_per_rank(llm, tp)
-    attn = h * (a / tp + 2 * kvr) * d + (a / tp) * d * h
+    attn = sum(attention_params(llm, tp))
     if llm.bias:  # column-parallel biases are split, the row-parallel output bias is replicated
         attn = attn + (a / tp + 2 * kvr) * d + h
     mlp = pc.mlp / tp
@@ -104,12 +106,49 @@ def layer_params_per_gpu(ctx: Ctx, k: Knobs):
     return attn + mlp + pc.norms
 
 
+def moe_layer_params_per_gpu(ctx: Ctx, k: Knobs):
+    """Weights of one MoE layer held by one GPU, as (non-expert, routed-expert) parameters: attention and
+    norms as a dense layer, the router (h x E, replicated), shared experts TP-sharded; the E routed experts
+    split over ep ranks, each expert's matrices over etp ranks (Megatron-Core expert parallelism;
+    routed experts are *not* divided by tp)."""
+    llm = ctx.llm
+    mo = llm.moe
+    tp = k.tp.astype(float)
+    pc = count(llm)
+    h = llm.hidden
+    kmat = 3 if llm.mlp.gated else 2
+    dense = layer_params_per_gpu(ctx, k) - pc.mlp / tp
+    if llm.bias:
+        dense = dense - h * (1.0 - 1.0 / tp)
+    non_expert = dense + h * mo.experts + kmat * h * mo.shared_experts * mo.expert_ffn / tp
+    expert = mo.experts / k.ep.astype(float) * kmat * h * mo.expert_ffn / k.etp.astype(float)
+    return non_expert, expert
+
+
+def moe_layers_on_stage(llm, pp):
+    """MoE layers on the pipeline stage that holds the most of them: min(L/pp, moe_layers) (a model whose
+    first layers are dense, as DeepSeek-V3, puts them on the first stage)."""
+    if llm.moe is None:
+        return np.zeros_like(np.asarray(pp, dtype=float))
+    n = llm.moe.moe_layers if llm.moe.moe_layers is not None else llm.layers
+    return np.minimum(llm.layers / np.asarray(pp, dtype=float), float(n))
+
+
 def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     """Step time and memory of every candidate in `k` (the single source of truth)."""
     ctx = ctx or make_ctx(problem)
     llm, hw, tiers = ctx.llm, ctx.hw, ctx.tiers
-    blk: BlockCost = block_cost(ctx, k)
     tp, pp, dp, cp, vpp, mb = (x.astype(float) for x in (k.tp, k.pp, k.dp, k.cp, k.vpp, k.mb))
+    moe = llm.moe is not None
+    blk_d: BlockCost = block_cost(ctx, k)
+    if moe:  # the worst stage: its share of MoE layers (time and memory); the whole model (HFU)
+        blk_m = block_cost(ctx, k, moe=True)
+        w_stage = moe_layers_on_stage(llm, pp) / (llm.layers / pp)
+        n_moe = llm.moe.moe_layers if llm.moe.moe_layers is not None else llm.layers
+        blk = blk_d.mix(blk_m, w_stage)
+        blk_all = blk_d.mix(blk_m, n_moe / llm.layers)
+    else:
+        blk = blk_all = blk_d
     B = float(ctx.global_batch)
     s = float(ctx.seq_len)
     L = float(llm.layers)
@@ -154,6 +193,11 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
 
     # ------------------------------------------------------------ parameters per GPU (worst stage)
     P_layer = layer_params_per_gpu(ctx, k)
+    P_ex_layer = 0.0
+    if moe:
+        ne, ex = moe_layer_params_per_gpu(ctx, k)
+        P_layer = (1.0 - w_stage) * P_layer + w_stage * (ne + ex)
+        P_ex_layer = w_stage * ex
     P_emb = V * h / tp
     P_head = V * h / tp  # tied embeddings keep a copy on the last stage when pp > 1
     tied = llm.tied_embeddings
@@ -162,17 +206,31 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     P_first = P_first + np.where(pp > 1, 0.0, final_norm)
     P_last = Ls * P_layer + np.where(pp > 1, P_head, 0.0) + final_norm
     P_stage = np.maximum(P_first, P_last)  # the stage that bounds DP traffic and the optimizer
+    # routed-expert weights are reduced and sharded over the expert-data-parallel group
+    # edp = tp*cp*dp/(ep*etp) (Megatron-Core), everything else over dp*cp
+    P_ex = Ls * P_ex_layer
+    P_ne = P_stage - P_ex
 
     # ------------------------------------------------------------ data-parallel traffic and overlap
     dpg = dp * cp
     z = k.zero
     wb, gb = float(ctx.w_bytes), float(ctx.grad_bytes)
     ob = 12.0 if ctx.master_weights and ctx.precision != Precision.FP32 else 8.0
-    g_bytes = P_stage * gb
-    w_bytes = P_stage * wb
-    RS = collective_time("rs", g_bytes, dpg, k.tier_dp, tiers)
-    AR = collective_time("ar", g_bytes, dpg, k.tier_dp, tiers)
-    AG = collective_time("ag", w_bytes, dpg, k.tier_dp, tiers)
+    RS = collective_time("rs", P_ne * gb, dpg, k.tier_dp, tiers)
+    AR = collective_time("ar", P_ne * gb, dpg, k.tier_dp, tiers)
+    AG = collective_time("ag", P_ne * wb, dpg, k.tier_dp, tiers)
+    if moe:
+        edp = tp * cp * dp / (k.ep * k.etp)
+        t_edp = tier_of(tiers, tp * cp * dp)
+        RS = RS + collective_time("rs", P_ex * gb, edp, t_edp, tiers)
+        AR = AR + collective_time("ar", P_ex * gb, edp, t_edp, tiers)
+        AG = AG + collective_time("ag", P_ex * wb, edp, t_edp, tiers)
+    else:
+        edp = dpg
+
+    def sharded(shard):
+        """Parameters of the stage held per GPU when `shard` (ZeRO) divides them over their DP groups."""
+        return np.where(shard, P_ne / dpg + P_ex / edp, P_stage)
     grad_sync = np.select([z == 0, z == 1, z == 2], [AR, RS, n_mb * RS], default=0.0)
     gather = np.where((z == 1) | (z == 2), AG, 0.0)
     fsdp = np.where(z == 3, n_mb * (2.0 * AG + RS), 0.0)
@@ -189,11 +247,12 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     fsdp_mb = 2.0 * AG + RS
     fsdp_exp_ov = n_mb * np.maximum(fsdp_mb * bucket, fsdp_mb - Ls * (blk.fw_total + blk.bw_total))
     dp_exp_ov = np.where(z == 3, fsdp_exp_ov, grad_exp_ov + gather_exp_ov)
-    dp_exposed = np.where(dpg > 1, np.where(ov, dp_exp_ov, dp_link), 0.0)
-    dp_slow = np.where(ov & (dpg > 1), tiers.processor_usage[k.tier_dp] * (dp_link - dp_exposed), 0.0)
+    has_dp = (dpg > 1) | (edp > 1)  # a data-parallel group (or, MoE, an expert-data-parallel one)
+    dp_exposed = np.where(has_dp, np.where(ov, dp_exp_ov, dp_link), 0.0)
+    dp_slow = np.where(ov & has_dp, tiers.processor_usage[k.tier_dp] * (dp_link - dp_exposed), 0.0)
 
     # ------------------------------------------------------------ optimizer step (memory-bound Adam)
-    P_upd = P_stage / np.where(z >= 1, dpg, 1.0)
+    P_upd = sharded(z >= 1)
     adam_bytes = P_upd * (gb + 2.0 * ob + wb)  # read grad, read+write fp32 state, write 16-bit weight
     off = problem.system.offload
     off_bw = max(off.bandwidth_gbps * 1e9 * off.efficiency, 1.0)
@@ -205,11 +264,11 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     # ------------------------------------------------------------ memory per GPU (bytes)
     w_off, a_off = k.w_off.astype(bool), k.a_off.astype(bool)
     two_layers = 2.0 * P_layer
-    weights_full = np.where(z == 3, P_stage * wb / dpg + two_layers * wb, P_stage * wb)
+    weights_full = np.where(z == 3, sharded(True) * wb + two_layers * wb, P_stage * wb)
     weights = np.where(w_off, two_layers * wb + (P_stage - Ls * P_layer) * wb, weights_full)
-    grads_full = P_stage * gb / np.where(z >= 2, dpg, 1.0)
+    grads_full = sharded(z >= 2) * gb
     grads = np.where(o_off, P_layer * gb, grads_full)
-    optim_full = P_stage * ob / np.where(z >= 1, dpg, 1.0)
+    optim_full = sharded(z >= 1) * ob
     optim_state = np.where(o_off, 0.0, optim_full)
     # activations in flight on the first stage (Korthikanti 2022, Sec. 4.2.3; Megatron warm-up depth)
     inflight_1f1b = np.where(vpp > 1, Ls * (pp * (1.0 + 1.0 / vpp) - 1.0 / vpp), Ls * np.minimum(n_mb, pp))
@@ -254,15 +313,16 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     mf = model_flops_per_token(llm, int(s)) * tokens
     n_gpus = tp * pp * dp * cp
     peak = hw.matrix_peak
-    hw_layer = blk.hw_flops_fw + blk.hw_flops_bw + blk.hw_flops_re
+    hw_layer = blk_all.hw_flops_fw + blk_all.hw_flops_bw + blk_all.hw_flops_re
     hwf = (hw_layer * L * (B / mb) * tp * cp) + 6.0 * V * h * tokens  # per step, whole job
     return StepResult(
         fw=n_mb * Ls * blk.fw, bw=n_mb * Ls * blk.bw, recompute=n_mb * Ls * blk.re, optimizer=optimizer,
-        tp_exposed=n_mb * Ls * blk.tp_exposed, cp_exposed=n_mb * Ls * blk.cp_exp, pp_exposed=pp_exposed,
+        tp_exposed=n_mb * Ls * blk.tp_exposed, cp_exposed=n_mb * Ls * blk.cp_exp,
+        ep_exposed=n_mb * Ls * blk.ep_link, pp_exposed=pp_exposed,
         dp_exposed=dp_exposed, bubble=bubble, offload_exposed=offload_exposed, head=n_mb * head,
         overlap_slowdown=n_mb * Ls * blk.tp_slow + dp_slow, step_time=step,
         tp_link=n_mb * Ls * (blk.tp_fw + blk.tp_bw + blk.tp_re), dp_link=dp_link, pp_link=pp_link,
-        cp_link=n_mb * Ls * blk.cp_link,
+        cp_link=n_mb * Ls * blk.cp_link, ep_link=n_mb * Ls * blk.ep_link,
         weights=weights, grads=grads, optim_state=optim_state, activations=activations, reserved=reserved,
         hbm=hbm, offload_mem=offload_mem, offload_bw_need=offload_bw_need, n_mb=n_mb,
         model_flops=np.full_like(step, mf), hw_flops=hwf, mfu=mf / (step * n_gpus * peak),

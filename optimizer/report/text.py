@@ -29,7 +29,7 @@ def table(rows: list[list[str]], header: list[str] | None = None) -> str:
 TIME_PARTS = [
     ("forward", "fw"), ("backward", "bw"), ("recompute", "recompute"), ("embedding/LM head/loss", "head"),
     ("optimizer", "optimizer"), ("TP communication (exposed)", "tp_exposed"),
-    ("CP communication (exposed)", "cp_exposed"), ("PP communication (exposed)", "pp_exposed"),
+    ("CP communication (exposed)", "cp_exposed"), ("EP all-to-all (exposed)", "ep_exposed"), ("PP communication (exposed)", "pp_exposed"),
     ("DP communication (exposed)", "dp_exposed"), ("pipeline bubble", "bubble"),
     ("offload (exposed)", "offload_exposed"), ("overlap slowdown", "overlap_slowdown"),
 ]
@@ -49,7 +49,7 @@ def evaluation_dict(ev: Any) -> dict[str, Any]:
         "execution": ev.execution.model_dump(mode="json"),
         "step_time_s": r["step_time"],
         "time_s": {key: r[key] for _, key in TIME_PARTS},
-        "link_time_s": {"tp": r["tp_link"], "cp": r["cp_link"], "pp": r["pp_link"], "dp": r["dp_link"]},
+        "link_time_s": {"tp": r["tp_link"], "cp": r["cp_link"], "ep": r["ep_link"], "pp": r["pp_link"], "dp": r["dp_link"]},
         "memory_gib": {key: r[key] / GIB for _, key in MEM_PARTS} | {"total": r["hbm"] / GIB,
                                                                      "capacity": cap},
         "offload_memory_gib": r["offload_mem"] / GIB,
@@ -71,6 +71,8 @@ def render_evaluation(ev: Any) -> str:
     knobs = (f"tp={ex.tp} pp={ex.pp} dp={d['execution']['dp']} cp={ex.cp} vpp={ex.vpp} micro_batch={ex.micro_batch} "
              f"recompute={ex.recompute.value} sp={ex.sequence_parallel} zero={ex.zero} tp_overlap={ex.tp_overlap.value} "
              f"dp_overlap={ex.dp_overlap} attention={ex.attention.value} schedule={ex.schedule.value}")
+    if p.llm.moe is not None:
+        knobs += f" ep={ex.ep} etp={ex.etp or ex.tp}"
     out.append("execution: " + knobs)
     if ex.weight_offload or ex.activation_offload or ex.optimizer_offload:
         out.append(f"offload: weights={ex.weight_offload} activations={ex.activation_offload} "

@@ -2,12 +2,12 @@
 
 from .common import (AttentionKernel, Axis, MlpKind, Precision, ProcessingMode, Recompute, Schedule, TpComm,
                      TpOverlap)
-from .llm import LLM, MoE
+from .llm import LLM, MLA, MoE
 from .problem import Execution, Options, Problem, Training
 from .system import Calibration, Network, OffloadMemory, System
 
 __all__ = [
     "AttentionKernel", "Axis", "MlpKind", "Precision", "ProcessingMode", "Recompute", "Schedule", "TpComm",
-    "TpOverlap", "LLM", "MoE", "Execution", "Options", "Problem", "Training", "Calibration", "Network",
+    "TpOverlap", "LLM", "MLA", "MoE", "Execution", "Options", "Problem", "Training", "Calibration", "Network",
     "OffloadMemory", "System",
 ]

@@ -27,6 +27,19 @@ class MoE(Frozen):
         return self
 
 
+class MLA(Frozen):
+    """Multi-head latent attention (DeepSeek-V2/V3; DeepSeek-AI 2024, Sec. 2.1.1). Queries and keys/values
+    are projected down to low-rank latents (replicated over TP ranks, as in Megatron-Core) and back up to
+    `heads` heads; `head_dim` is the non-rotary query/key part of a head. Modelled exactly in parameter
+    counts and projection FLOPs; the attention core runs on heads with query/key size
+    head_dim + qk_rope_head_dim and value size v_head_dim (FLOPs at their mean per head)."""
+
+    q_lora_rank: int = Field(0, ge=0, description="Rank of the query latent (0 = queries not compressed).")
+    kv_lora_rank: PositiveInt = Field(description="Rank of the joint key/value latent.")
+    qk_rope_head_dim: PositiveInt = Field(description="Rotary (decoupled) part of each query/key head.")
+    v_head_dim: PositiveInt = Field(description="Size of one value head.")
+
+
 class LLM(Frozen):
     """A decoder-only transformer. Shapes as in the model's paper or config file."""
 
@@ -45,6 +58,7 @@ class LLM(Frozen):
     bias: bool = Field(False, description="Linear layers carry biases (GPT-2/3 style).")
     dropout: bool = Field(False, description="Dropout after attention scores, attention and MLP (GPT-3/Megatron recipe).")
     moe: MoE | None = Field(None, description="Mixture-of-experts settings; null for a dense model.")
+    mla: MLA | None = Field(None, description="Multi-head latent attention (DeepSeek); null = MHA/GQA/MQA.")
 
     @property
     def kv(self) -> int:
@@ -53,6 +67,14 @@ class LLM(Frozen):
     @property
     def dhead(self) -> int:
         return self.head_dim if self.head_dim is not None else self.hidden // self.heads
+
+    @property
+    def core_dim(self) -> float:
+        """Per-head size the attention core works on: head_dim, or for MLA the mean of the query/key
+        (head_dim + rope) and value sizes (QK^T and PV FLOPs are proportional to each)."""
+        if self.mla is None:
+            return float(self.dhead)
+        return (self.dhead + self.mla.qk_rope_head_dim + self.mla.v_head_dim) / 2.0
 
     @model_validator(mode="after")
     def _check(self) -> "LLM":

@@ -1,0 +1,201 @@
+"""Issue 6: mixtures of experts, MLA, expert parallelism. Parameter counts against the published totals,
+FLOPs and memory per GPU worked by hand for several tp/ep/etp splits, all-to-all placement."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from helpers import library_llm, library_system, problem_and_knobs
+from optimizer.model.hardware import Tiers, a2a_time, collective_time
+from optimizer.model.layer import block_cost
+from optimizer.model.params import count
+from optimizer.model.step import evaluate, make_ctx
+from optimizer.schema import Execution, Training
+
+# ----------------------------------------------------------------------------- published parameter totals
+# (file, published total, published active per token, relative tolerance). Sources in each YAML file.
+PUBLISHED = [
+    ("mixtral-8x7b", 46.7e9, 12.9e9, 0.005),  # Mixtral paper: 46.7B total, 12.9B active
+    ("mixtral-8x22b", 141e9, 39e9, 0.005),  # Mistral AI: 141B, 39B active
+    ("qwen3-235b-a22b", 235e9, 22e9, 0.01),  # Qwen3 report Table 2: 235B total, 22B activated
+    ("deepseek-v3", 671e9, 37e9, 0.015),  # DeepSeek-V3 report: 671B total, 37B activated
+]
+
+
+@pytest.mark.parametrize("name,total,active,rel", PUBLISHED)
+def test_moe_parameter_counts_match_published(name, total, active, rel):
+    c = count(library_llm(name))
+    assert c.total == pytest.approx(total, rel=rel)
+    assert c.active == pytest.approx(active, rel=rel)
+
+
+def test_grok1_total():
+    # xAI: 314B parameters; 8 experts of 3 x 6144 x 32768, 48/8 heads of 128, tied 131072 x 6144 embedding
+    assert count(library_llm("grok-1")).total == pytest.approx(314e9, rel=0.01)
+
+
+def test_mixtral_counts_exactly():
+    # per layer: attention 4096*(32+2*8)*128 + 32*128*4096 = 41,943,040; 8 experts of 3*4096*14336 =
+    # 176,160,768; router 4096*8; two RMSNorms 2*4096. Embedding and untied head 32000*4096 each; final norm.
+    layer = 41_943_040 + 8 * 176_160_768 + 32_768 + 8_192
+    assert count(library_llm("mixtral-8x7b")).total == 32 * layer + 2 * 131_072_000 + 4_096
+    active_layer = 41_943_040 + 2 * 176_160_768 + 32_768 + 8_192
+    assert count(library_llm("mixtral-8x7b")).active == 32 * active_layer + 2 * 131_072_000 + 4_096
+
+
+def test_deepseek_v3_mla_attention_parameters():
+    # MLA per layer: q_a 7168*1536 + q_norm 1536 + q_b 1536*128*192 + kv_a 7168*(512+64) + kv_norm 512
+    # + kv_b 512*128*(128+128) + o 128*128*7168 = 187,107,328
+    c = count(library_llm("deepseek-v3"))
+    mla = 7168 * 1536 + 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 + 512 * 128 * 256 + 128 * 128 * 7168
+    assert c.attention == mla == 187_107_328
+
+
+def test_llama405b_128k_is_the_405b_shape():
+    a, b = library_llm("llama3.1-405b"), library_llm("llama3.1-405b-128k")
+    assert count(a).total == count(b).total
+    assert b.seq_len == 131072
+
+
+# ----------------------------------------------------------------------------- FLOPs per token
+MIXTRAL = "mixtral-8x7b"
+H100 = "h100-sxm-80gb"
+
+
+def _mixtral(ex: Execution, num_gpus: int = 64, **train):
+    t = dict(global_batch=256, seq_len=4096, precision="bf16")
+    t.update(train)
+    return problem_and_knobs(library_llm(MIXTRAL), library_system(H100), num_gpus, Training(**t), ex)
+
+
+@pytest.mark.parametrize("tp,ep,etp", [(1, 1, 1), (1, 8, 1), (2, 4, 1), (2, 4, 2), (4, 2, 4), (8, 8, 1)])
+def test_moe_layer_forward_flops_per_token(tp, ep, etp):
+    """A Mixtral MoE layer runs, per token, 2 x (attention projections 41,943,040 + top-2 experts
+    2 x 176,160,768 + router 32,768) GEMM FLOPs forward, plus the causal flash core 2*a*s*d =
+    33,554,432 at s = 4096: 822,149,120 whatever the split (each GPU does 1/tp of a sequence's)."""
+    p, k = _mixtral(Execution(tp=tp, pp=1, ep=ep, etp=etp, sequence_parallel=tp > 1, micro_batch=1))
+    b = block_cost(make_ctx(p), k, moe=True)
+    per_token = float(b.hw_flops_fw[0]) * tp / 4096
+    assert per_token == pytest.approx(2 * (41_943_040 + 2 * 176_160_768 + 32_768) + 33_554_432, rel=1e-12)
+
+
+def test_capacity_factor_scales_expert_work():
+    from optimizer.schema import LLM
+
+    base = library_llm(MIXTRAL)
+    padded = LLM.model_validate({**base.model_dump(), "moe": {**base.moe.model_dump(), "capacity_factor": 1.25}})
+    ex = Execution(tp=1, ep=8, micro_batch=1)
+    t = Training(global_batch=256, seq_len=4096, precision="bf16")
+    p0, k0 = problem_and_knobs(base, library_system(H100), 64, t, ex)
+    p1, k1 = problem_and_knobs(padded, library_system(H100), 64, t, ex)
+    f0 = float(block_cost(make_ctx(p0), k0, moe=True).hw_flops_fw[0])
+    f1 = float(block_cost(make_ctx(p1), k1, moe=True).hw_flops_fw[0])
+    assert f1 - f0 == pytest.approx(0.25 * 2 * 4096 * 2 * 176_160_768, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- memory per GPU, by hand
+# Mixtral 8x7B on 64 GPUs, pp = 4 (8 layers a stage); the worst stage is the last (LM head + final norm).
+# attention per rank: (32/tp + 2*max(8/tp, 1))*128*4096 + (32/tp)*128*4096; router 32,768 and norms
+# 8,192 replicated; routed experts 8/ep experts of 176,160,768/etp (never divided by tp); head 131,072,000/tp.
+HAND = {  # (tp, ep, etp): parameters held by one GPU of the last stage
+    (1, 8, 1): 8 * (41_943_040 + 8_192 + 32_768 + 176_160_768) + 131_072_000 + 4_096,  # 1,876,234,240
+    (2, 4, 1): 8 * (20_971_520 + 8_192 + 32_768 + 2 * 176_160_768) + 65_536_000 + 4_096,  # 3,052,212,224
+    (2, 4, 2): 8 * (20_971_520 + 8_192 + 32_768 + 176_160_768) + 65_536_000 + 4_096,  # 1,642,926,080
+    (4, 2, 4): 8 * (10_485_760 + 8_192 + 32_768 + 176_160_768) + 32_768_000 + 4_096,  # 1,526,272,000
+}
+
+
+@pytest.mark.parametrize("split", list(HAND))
+def test_moe_weights_per_gpu_by_hand(split):
+    tp, ep, etp = split
+    p, k = _mixtral(Execution(tp=tp, pp=4, ep=ep, etp=etp, sequence_parallel=tp > 1, zero=0))
+    r = evaluate(p, k)
+    assert float(r.weights[0]) == pytest.approx(2.0 * HAND[split], rel=1e-12)  # bf16 weights
+    assert float(r.grads[0]) == pytest.approx(4.0 * HAND[split], rel=1e-12)  # fp32 main grads
+    assert float(r.optim_state[0]) == pytest.approx(12.0 * HAND[split], rel=1e-12)  # fp32 master, m, v
+
+
+def test_routed_experts_shard_by_ep_times_etp_not_by_tp():
+    # the known bug of other estimators: dividing routed experts by tp. Here tp = 2 in both, and only
+    # etp changes what a GPU holds; the difference is 8 layers x 2 experts x 176,160,768 / 2.
+    pa, ka = _mixtral(Execution(tp=2, pp=4, ep=4, etp=1, sequence_parallel=True))
+    pb, kb = _mixtral(Execution(tp=2, pp=4, ep=4, etp=2, sequence_parallel=True))
+    wa, wb = float(evaluate(pa, ka).weights[0]), float(evaluate(pb, kb).weights[0])
+    assert wa - wb == pytest.approx(2.0 * 8 * 176_160_768, rel=1e-12)
+
+
+def test_zero_shards_experts_over_the_expert_data_parallel_group():
+    """tp 2, pp 4, dp 8, ep 4, etp 1: dense parameters are sharded over dp*cp = 8, routed experts over
+    edp = tp*cp*dp/(ep*etp) = 4. Last stage: experts 8 x 2 x 176,160,768 = 2,818,572,288; the rest
+    3,052,212,224 - 2,818,572,288 = 233,639,936."""
+    ex_, ne = 2_818_572_288, 233_639_936
+    p, k = _mixtral(Execution(tp=2, pp=4, ep=4, etp=1, sequence_parallel=True, zero=1))
+    r = evaluate(p, k)
+    assert float(r.optim_state[0]) == pytest.approx(12.0 * (ne / 8 + ex_ / 4), rel=1e-12)
+    assert float(r.grads[0]) == pytest.approx(4.0 * (ne + ex_), rel=1e-12)
+    p, k = _mixtral(Execution(tp=2, pp=4, ep=4, etp=1, sequence_parallel=True, zero=2))
+    r = evaluate(p, k)
+    assert float(r.grads[0]) == pytest.approx(4.0 * (ne / 8 + ex_ / 4), rel=1e-12)
+
+
+def test_dense_layers_of_a_partly_moe_model():
+    # DeepSeek-V3: 3 dense layers (18432-wide SwiGLU) and 58 MoE layers. At pp = 1 one GPU holds all 61.
+    llm = library_llm("deepseek-v3")
+    p, k = problem_and_knobs(llm, library_system("h800-sxm-80gb"), 2048,
+                             Training(global_batch=2048, precision="bf16"), Execution(tp=1, pp=1, ep=64, zero=0))
+    r = evaluate(p, k)
+    mla, norms = 187_107_328, 2 * 7168
+    dense_mlp = 3 * 7168 * 18432
+    expert = 3 * 7168 * 2048
+    moe_local = 7168 * 256 + expert + 256 // 64 * expert  # router + shared + 4 routed experts
+    held = 61 * (mla + norms) + 3 * dense_mlp + 58 * moe_local + 2 * 129280 * 7168 + 7168
+    assert float(r.weights[0]) == pytest.approx(2.0 * held, rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- all-to-all and its tier
+def test_all_to_all_within_a_node_is_the_ring_formula():
+    tiers = Tiers.of(library_system(H100))
+    s = 1e9
+    assert float(a2a_time(s, 8, 0, tiers)) == pytest.approx(float(collective_time("a2a", s, 8, 0, tiers)))
+
+
+def test_all_to_all_across_two_nodes_splits_nvlink_and_infiniband():
+    """16 ranks on two 8-GPU nodes: 8/16 of the bytes cross InfiniBand (50 GB/s x 0.85), 7/16 stay on
+    NVLink (450 GB/s x 0.75), both at once; plus 15 steps of the InfiniBand latency (8 us)."""
+    tiers = Tiers.of(library_system(H100))
+    s = 1e9
+    want = max(0.5 * s / (50e9 * 0.85), 7 / 16 * s / (450e9 * 0.75)) + 15 * 8e-6
+    assert float(a2a_time(s, 16, 1, tiers)) == pytest.approx(want, rel=1e-12)
+    # with an expert-TP stride of 2, only 4 EP peers share a node: 12/16 cross
+    want2 = 12 / 16 * s / (50e9 * 0.85) + 15 * 8e-6
+    assert float(a2a_time(s, 16, 1, tiers, stride=2)) == pytest.approx(want2, rel=1e-12)
+
+
+def test_ep_group_spilling_over_the_node_costs_more():
+    # etp*ep = 8 stays on NVLink; etp*ep = 16 crosses InfiniBand
+    p, k = _mixtral(Execution(tp=2, pp=1, ep=4, etp=2, sequence_parallel=True, micro_batch=1))
+    q, m = _mixtral(Execution(tp=2, pp=1, ep=8, etp=2, sequence_parallel=True, micro_batch=1))
+    assert int(k.tier_ep[0]) == 0 and int(m.tier_ep[0]) == 1
+    assert float(evaluate(q, m).ep_exposed[0]) > 2 * float(evaluate(p, k).ep_exposed[0])
+
+
+def test_dense_model_has_no_ep_traffic():
+    p, k = problem_and_knobs(library_llm("llama3.1-8b"), library_system(H100), 8,
+                             Training(global_batch=64, precision="bf16"), Execution(tp=2))
+    assert float(evaluate(p, k).ep_exposed[0]) == 0.0
+
+
+# ----------------------------------------------------------------------------- FP8
+def test_fp8_halves_gemm_time_of_large_layers_and_keeps_master_copies():
+    pb, kb = _mixtral(Execution(tp=1, pp=4, ep=8, zero=1), precision="bf16")
+    pf, kf = _mixtral(Execution(tp=1, pp=4, ep=8, zero=1), precision="fp8")
+    rb, rf = evaluate(pb, kb), evaluate(pf, kf)
+    # same state bytes (bf16 weights, fp32 grads, fp32 master + moments): FP8 copies are transient
+    assert float(rf.weights[0] + rf.grads[0] + rf.optim_state[0]) == pytest.approx(
+        float(rb.weights[0] + rb.grads[0] + rb.optim_state[0]), rel=1e-12)
+    # GEMM inputs kept for the weight gradients are 1 byte: fewer stored activations
+    assert float(rf.activations[0]) < float(rb.activations[0])
+    # faster, but less than 2x: attention, element-wise ops and communication stay 16-bit
+    assert 1.0 < float(rb.step_time[0] / rf.step_time[0]) < 2.0
+    assert np.all(np.isfinite(rf.step_time))
