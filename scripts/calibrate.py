@@ -9,7 +9,9 @@ Parameters (physical, shared by every run on the GPU; nothing is keyed on a run 
 - `attention_efficiency` of fused (flash) attention, only with --params naming it (it needs several
   flash runs to be identifiable; otherwise the file's prior stays);
 - one factor scaling the HBM efficiency prior `hbm_efficiency` (memory-bound kernels);
-- the efficiency of network tier 0 (NVLink) and tier 1 (InfiniBand/RoCE).
+- the efficiency of network tier 0 (NVLink) and tier 1 (InfiniBand/RoCE);
+- `fp8_scale`, the factor on the GEMM efficiency of FP8 GEMMs (`matrix_efficiency_scale.fp8`), fitted on
+  FP8 runs only (``--params fp8_scale --precision fp8``) after the 16-bit tables.
 The objective is the weighted mean |error| of the predicted step times plus a quarter of the largest
 one; tier-A runs (all core fields known) weigh 1, tier B 0.1, tier C 0.05.
 With --write the system file's values and its `calibration` block are updated in place (comments on
@@ -59,6 +61,8 @@ def with_params(base: System, x: dict) -> System:
         d["attention_efficiency"] = float(x["attention_efficiency"])
     if "hbm_scale" in x:
         d["hbm_efficiency"] = hbm_table(x["hbm_scale"])
+    if "fp8_scale" in x:
+        d["matrix_efficiency_scale"] = {**d.get("matrix_efficiency_scale", {}), "fp8": float(x["fp8_scale"])}
     for i, key in enumerate(("net0_eff", "net1_eff")):
         if key in x:
             d["networks"][i]["efficiency"] = float(x[key])
@@ -73,13 +77,17 @@ def main() -> int:
     ap.add_argument("--transfer", nargs="*", default=[], metavar="SYSTEM",
                     help="copy --gpu's fitted efficiency tables into these system files (same GPU die)")
     ap.add_argument("--params", default="e1,e2,e3,hbm_scale,net0_eff,net1_eff")
+    ap.add_argument("--precision", help="fit on the runs of this precision only (e.g. fp8 with --params fp8_scale)")
+    ap.add_argument("--tier", help="fit on runs of these tiers only (e.g. A)")
     args = ap.parse_args()
     from scipy.optimize import minimize  # script-only dependency
 
     if args.transfer:
         return transfer(args.gpu, args.transfer)
     doc = load_runs(args.runs)
-    runs = [r for r in doc.data if r["hardware"]["gpu"] == args.gpu]
+    runs = [r for r in doc.data if r["hardware"]["gpu"] == args.gpu
+            and (args.precision is None or r["parallel"].get("precision") == args.precision)
+            and (args.tier is None or r.get("tier") in args.tier)]
     path = find_in_library("system", args.gpu)
     base = validate_model(System, read_yaml(path))
     mapped = [map_run(r, {base.name: base}) for r in runs]
@@ -88,10 +96,10 @@ def main() -> int:
     tg = [run_target(r, m.problem)[0] for r, m in keep]
     uses_flash = any(m.problem.execution.attention.value == "flash" for _, m in keep)
     names = [n for n in args.params.split(",") if n != "attention_efficiency" or uses_flash]
-    x0 = {"e1": 0.5, "e2": 0.7, "e3": 0.85, "hbm_scale": 1.0, "net0_eff": base.networks[0].efficiency,
+    x0 = {"e1": 0.5, "e2": 0.7, "e3": 0.85, "hbm_scale": 1.0, "fp8_scale": 0.8, "net0_eff": base.networks[0].efficiency,
           "net1_eff": base.networks[-1].efficiency, "attention_efficiency": base.attention_efficiency}
-    lo = {"hbm_scale": 0.5, "e1": 0.05, "e2": 0.05, "e3": 0.05, "net0_eff": 0.3, "net1_eff": 0.3, "attention_efficiency": 0.2}
-    hi = {"hbm_scale": 1.09, "e1": 0.99, "e2": 0.99, "e3": 0.99, "net0_eff": 0.85, "net1_eff": 0.92, "attention_efficiency": 0.95}
+    lo = {"fp8_scale": 0.3, "hbm_scale": 0.5, "e1": 0.05, "e2": 0.05, "e3": 0.05, "net0_eff": 0.3, "net1_eff": 0.3, "attention_efficiency": 0.2}
+    hi = {"fp8_scale": 1.0, "hbm_scale": 1.09, "e1": 0.99, "e2": 0.99, "e3": 0.99, "net0_eff": 0.85, "net1_eff": 0.92, "attention_efficiency": 0.95}
     # network bounds: NCCL all-reduce bus bandwidth reaches ~75-85% of NVLink and ~85-92% of IB line rate
 
     def errors(vec):
@@ -149,6 +157,10 @@ def write(path: Path, x: dict, run_ids: list[str]) -> None:
         lines = _replace_block(lines, "hbm_efficiency", [
             f"hbm_efficiency: {t}  # {note}: prior {HBM_PRIOR} x {x['hbm_scale']:.4f}"])
         fitted.append("hbm_efficiency")
+    if "fp8_scale" in x:
+        lines = _replace_block(lines, "matrix_efficiency_scale", [
+            f"matrix_efficiency_scale: {{fp8: {x['fp8_scale']:.4f}}}  # {note} (FP8 runs only)"])
+        fitted.append("matrix_efficiency_scale")
     if "attention_efficiency" in x:
         lines = _replace_block(lines, "attention_efficiency",
                                [f"attention_efficiency: {x['attention_efficiency']:.4f}  # {note}"])
@@ -162,6 +174,11 @@ def write(path: Path, x: dict, run_ids: list[str]) -> None:
             indent = lines[i][: lines[i].index("efficiency")]
             lines[i] = f"{indent}efficiency: {x[key]:.4f}  # {note}"
             fitted.append(f"networks[{idx}].efficiency")
+    # a partial fit (some parameters) keeps the runs and fields fitted before
+    old = validate_model(System, read_yaml(path)).calibration if "e1" not in x else None
+    if old is not None:
+        run_ids = list(dict.fromkeys(old.runs + run_ids))
+        fitted = list(dict.fromkeys(old.fitted + fitted))
     cal = (["calibration:", "  runs:"] + [f"    - {r}" for r in run_ids]
            + ["  fitted: [" + ", ".join(f"'{f}'" for f in fitted) + "]",
               '  note: "fitted by scripts/calibrate.py (one parameter set for this GPU type, shared by every run on '
@@ -190,12 +207,16 @@ def transfer(src: str, targets: list[str]) -> int:
     for t in targets:
         path = find_in_library("system", t)
         lines = path.read_text().splitlines()
-        for key in ("matrix_efficiency", "hbm_efficiency"):
+        for key in ("matrix_efficiency", "matrix_efficiency_scale", "hbm_efficiency"):
             b = block(key)
             if b and "calibrated" in b[0]:
                 head = re.sub(r"#.*", f"# transferred from {src} (same GPU die; fitted there, see its calibration)",
                               b[0])
-                lines = _replace_block(lines, key, [head] + b[1:])
+                if not any(line.startswith(key + ":") for line in lines):  # new key: after matrix_efficiency
+                    at = next(i for i, line in enumerate(lines) if line.startswith("attention_efficiency"))
+                    lines = lines[:at] + [head] + b[1:] + lines[at:]
+                else:
+                    lines = _replace_block(lines, key, [head] + b[1:])
         path.write_text("\n".join(lines) + "\n")
         print(f"wrote {path}")
     return 0

@@ -45,7 +45,9 @@ class Hardware:
         if self.precision not in s.matrix_tflops:
             have = ", ".join(str(p) for p in s.matrix_tflops)
             raise ValueError(f"system {s.name} has no {self.precision} matrix peak (has: {have})")
-        object.__setattr__(self, "_mt", _table(s.matrix_efficiency))
+        xs, ys = _table(s.matrix_efficiency)
+        scale = float(s.matrix_efficiency_scale.get(self.precision, 1.0))
+        object.__setattr__(self, "_mt", (xs, np.minimum(ys * scale, 1.0)))
         object.__setattr__(self, "_vt", _table(s.vector_efficiency))
         object.__setattr__(self, "_ht", _table(s.hbm_efficiency))
 

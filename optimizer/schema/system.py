@@ -74,6 +74,10 @@ class System(Frozen):
         description="Dense tensor-core peak per datatype, TFLOP/s (no sparsity).")
     matrix_efficiency: EfficiencyTable = Field(
         description="Achieved fraction of matrix peak by GEMM size: [[GFLOP, eff], ...], log10-interpolated.")
+    matrix_efficiency_scale: dict[Precision, float] = Field(
+        default_factory=dict, description="Factor on matrix_efficiency for GEMMs in one precision, e.g. "
+        "{fp8: 0.8}: FP8 GEMMs reach a smaller fraction of their doubled peak than 16-bit ones of theirs "
+        "(power and clock limits, scaling epilogues). Missing precisions: 1. Calibrated per GPU type.")
     sm_count: PositiveInt | None = Field(
         None, description="Streaming multiprocessors (compute units) per GPU, datasheet; with gemm_tile it models "
         "wave quantization: a GEMM of W output tiles runs ceil(W/sm_count) waves. null = not modelled.")
