@@ -97,7 +97,7 @@ OTHER_KNOBS = {"fused_layers": "fused", "attention": "flash", "sp_ag_redo": "sp_
 def knob_grid(fixed: dict, n: int, **cols) -> Knobs:
     """n candidates: the given columns, the variant's knobs (`fixed`: scalars or arrays of n), everything else
     at its neutral value."""
-    base = dict(tp=1, pp=1, dp=1, cp=1, ep=1, vpp=1, mb=1, recompute=0, sp=0, tp_overlap=0, dp_overlap=0, zero=0,
+    base = dict(tp=1, pp=1, dp=1, cp=1, ep=1, pp_el=0, vpp=1, mb=1, recompute=0, sp=0, tp_overlap=0, dp_overlap=0, zero=0,
                 tier_tp=0, tier_cp=0, tier_ep=0, tier_dp=0, tier_pp=0)
     base.update({short: fixed[short] for short in OTHER_KNOBS.values()})
     base.update(cols)

@@ -184,6 +184,13 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
         out.assumptions.append("micro_batch null: chosen by the model (fastest that fits)")
     else:
         fixed["micro_batch"] = par["micro_batch"]
+    vpp_known = par.get("vpp") or 1
+    L = m["layers"]
+    if par["pp"] > 1 and L % (par["pp"] * vpp_known) and (L + 2) % (par["pp"] * vpp_known) == 0:
+        fixed["pp_embedding_loss"] = True
+        out.assumptions.append(f"layers {L} not divisible by pp*vpp = {par['pp'] * vpp_known} but layers + 2 are: "
+                               "the embedding and the loss take a pipeline layer slot each (Megatron-Core "
+                               "account_for_embedding/loss_in_pipeline_split)")
     if par.get("vpp") is None:
         fixed["vpp"] = 1
         if par["pp"] > 1:

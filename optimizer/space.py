@@ -273,7 +273,7 @@ def build_space(problem: Problem) -> Space:
     tp, pp, dp, cp, vpp, mb, t_tp, t_cp, t_dp, t_pp, ep, etp, t_ep = (M[:, i] for i in range(13))
     (rec, sp, ov, zero, dpo, woff, aoff, ooff, fused, flash, pprsag, gpipe, redo) = (M[:, 13 + i] for i in range(13))
     k = Knobs(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, mb=mb, recompute=rec, sp=sp, rs_ag=sp,
-              sp_redo=redo, tp_overlap=ov, pp_rs_ag=pprsag, dp_overlap=dpo, zero=zero, fused=fused, flash=flash,
+              sp_redo=redo, tp_overlap=ov, pp_rs_ag=pprsag, pp_el=0 * tp, dp_overlap=dpo, zero=zero, fused=fused, flash=flash,
               gpipe=gpipe, w_off=woff, a_off=aoff, o_off=ooff, tier_tp=t_tp, tier_cp=t_cp,
               tier_ep=t_ep, tier_dp=t_dp, tier_pp=t_pp)
     assert k.size == c.size

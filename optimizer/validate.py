@@ -45,8 +45,12 @@ def execution_errors(problem: "Problem", ex: "Execution | None" = None) -> list[
     if llm.ffn % ex.tp:
         out.append(("execution.tp", f"ffn ({llm.ffn}) not divisible by tp ({ex.tp})"))
     # no rule on vocab % tp: Megatron pads the vocabulary to a multiple of tp
-    if llm.layers % (ex.pp * ex.vpp):
-        out.append(("execution.pp", f"layers ({llm.layers}) not divisible by pp*vpp ({ex.pp}*{ex.vpp})"))
+    slots = llm.layers + (2 if ex.pp_embedding_loss else 0)
+    if ex.pp_embedding_loss and ex.pp == 1:
+        out.append(("execution.pp_embedding_loss", "the embedding/loss pipeline split needs pp > 1"))
+    elif slots % (ex.pp * ex.vpp):
+        what = f"layers + 2 ({slots})" if ex.pp_embedding_loss else f"layers ({llm.layers})"
+        out.append(("execution.pp", f"{what} not divisible by pp*vpp ({ex.pp}*{ex.vpp})"))
     if ex.vpp > 1 and ex.pp == 1:
         out.append(("execution.vpp", "interleaving (vpp > 1) needs pp > 1"))
     B = p.training.global_batch

@@ -33,6 +33,7 @@ class Knobs:
     sp_redo: np.ndarray  # redo the SP all-gather in backward instead of storing it
     tp_overlap: np.ndarray  # 0 none, 1 pipe, 2 ring
     pp_rs_ag: np.ndarray  # scatter-gather p2p
+    pp_el: np.ndarray  # embedding and loss take a layer slot each in the pipeline split
     dp_overlap: np.ndarray
     zero: np.ndarray  # 0..3
     fused: np.ndarray
@@ -118,6 +119,7 @@ def from_execution(ex: Execution, system: System, num_gpus: int) -> Knobs:
         tp=ex.tp, pp=ex.pp, dp=dp, cp=ex.cp, ep=ex.ep, etp=ex.etp or ex.tp, vpp=ex.vpp, mb=ex.micro_batch,
         recompute=RECOMPUTE.index(ex.recompute), sp=int(ex.sequence_parallel), rs_ag=int(rs_ag),
         sp_redo=int(ex.sp_ag_redo), tp_overlap=TP_OVERLAP.index(ex.tp_overlap), pp_rs_ag=int(ex.pp_rs_ag),
+        pp_el=int(ex.pp_embedding_loss),
         dp_overlap=int(ex.dp_overlap), zero=ex.zero, fused=int(ex.fused_layers),
         flash=int(ex.attention == AttentionKernel.FLASH), gpipe=int(ex.schedule == Schedule.GPIPE),
         w_off=int(ex.weight_offload), a_off=int(ex.activation_offload), o_off=int(ex.optimizer_offload),
@@ -135,7 +137,8 @@ def to_execution(k: Knobs, system: System, i: int = 0) -> Execution:
         micro_batch=r["mb"], schedule=Schedule.GPIPE if r["gpipe"] else Schedule.ONE_F_ONE_B,
         recompute=RECOMPUTE[r["recompute"]], sequence_parallel=bool(r["sp"]),
         tp_comm=TpComm.RS_AG if r["rs_ag"] else TpComm.ALLREDUCE, sp_ag_redo=bool(r["sp_redo"]),
-        tp_overlap=TP_OVERLAP[r["tp_overlap"]], pp_rs_ag=bool(r["pp_rs_ag"]), dp_overlap=bool(r["dp_overlap"]),
+        tp_overlap=TP_OVERLAP[r["tp_overlap"]], pp_rs_ag=bool(r["pp_rs_ag"]), pp_embedding_loss=bool(r["pp_el"]),
+        dp_overlap=bool(r["dp_overlap"]),
         zero=r["zero"], fused_layers=bool(r["fused"]),
         attention=AttentionKernel.FLASH if r["flash"] else AttentionKernel.STANDARD,
         weight_offload=bool(r["w_off"]), activation_offload=bool(r["a_off"]), optimizer_offload=bool(r["o_off"]),

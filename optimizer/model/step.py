@@ -5,7 +5,8 @@ loss; Narayanan et al. 2021, Sec. 2.2):
 
     T = n_mb * (Ls * tau + head) + bubble + p2p + dp_exposed + optimizer + offload_exposed
 
-with Ls = L/pp layers per stage, tau the per-layer per-micro-batch time of `layer.block_cost` (compute,
+with Ls = L/pp layers per stage ((L+2)/pp on a middle stage when the embedding and loss take a layer
+slot each, Megatron-Core's account_for_embedding/loss_in_pipeline_split), tau the per-layer per-micro-batch time of `layer.block_cost` (compute,
 recompute and exposed TP/CP traffic), n_mb = B/(dp*b) micro-batches and, for 1F1B with vpp virtual
 stages (interleaving), bubble = (pp-1)/vpp * Ls * tau.
 
@@ -155,7 +156,8 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     h, V = llm.hidden, llm.vocab
     e = ctx.e
     n_mb = B / (dp * mb)
-    Ls = L / pp
+    el = (k.pp_el.astype(bool) & (pp > 1)).astype(float)  # embedding and loss take a layer slot each
+    Ls = (L + 2.0 * el) / pp  # transformer layers of the busiest stage (a middle one when el)
     T = mb * s / cp
     sp = k.sp.astype(bool)
 
@@ -180,6 +182,8 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     # ------------------------------------------------------------ pipeline
     tau = blk.total
     stage = Ls * tau
+    # with el the first/last stage trade one layer for the embedding / LM head and loss
+    head = np.where(el > 0, np.maximum(head - tau, 0.0), head)
     pipe = n_mb * (stage + head)
     gp = k.gpipe.astype(bool)
     bubble = np.where(pp > 1, (pp - 1.0) / vpp * stage, 0.0)
@@ -201,14 +205,17 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     P_emb = V * h / tp
     P_head = V * h / tp  # tied embeddings keep a copy on the last stage when pp > 1
     tied = llm.tied_embeddings
-    P_first = Ls * P_layer + P_emb + np.where(pp > 1, 0.0, 0.0 if tied else P_head)
+    P_first = (Ls - el) * P_layer + P_emb + np.where(pp > 1, 0.0, 0.0 if tied else P_head)
     final_norm = h * (2 if llm.bias else 1)
     P_first = P_first + np.where(pp > 1, 0.0, final_norm)
-    P_last = Ls * P_layer + np.where(pp > 1, P_head, 0.0) + final_norm
-    P_stage = np.maximum(P_first, P_last)  # the stage that bounds DP traffic and the optimizer
+    P_last = (Ls - el) * P_layer + np.where(pp > 1, P_head, 0.0) + final_norm
+    P_edge = np.maximum(P_first, P_last)
+    P_mid = Ls * P_layer  # a middle stage (more layers than the edges when el)
+    P_stage = np.maximum(P_edge, P_mid)  # the stage that bounds DP traffic and the optimizer
     # routed-expert weights are reduced and sharded over the expert-data-parallel group
     # edp = tp*cp*dp/(ep*etp) (Megatron-Core), everything else over dp*cp
-    P_ex = Ls * P_ex_layer
+    L_stage = np.where(P_mid >= P_edge, Ls, Ls - el)  # transformer layers of the stage that holds the most
+    P_ex = L_stage * P_ex_layer
     P_ne = P_stage - P_ex
 
     # ------------------------------------------------------------ data-parallel traffic and overlap
@@ -265,7 +272,7 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     w_off, a_off = k.w_off.astype(bool), k.a_off.astype(bool)
     two_layers = 2.0 * P_layer
     weights_full = np.where(z == 3, sharded(True) * wb + two_layers * wb, P_stage * wb)
-    weights = np.where(w_off, two_layers * wb + (P_stage - Ls * P_layer) * wb, weights_full)
+    weights = np.where(w_off, two_layers * wb + (P_stage - L_stage * P_layer) * wb, weights_full)
     grads_full = sharded(z >= 2) * gb
     grads = np.where(o_off, P_layer * gb, grads_full)
     optim_full = sharded(z >= 1) * ob

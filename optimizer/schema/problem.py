@@ -45,6 +45,10 @@ class Execution(Frozen):
     sp_ag_redo: bool = Field(True, description="With SP: redo the all-gather in backward instead of storing "
                              "its output (Korthikanti 2022, 'TP redo for SP').")
     tp_overlap: TpOverlap = Field(TpOverlap.NONE, description="TP communication overlap: none, pipe, ring.")
+    pp_embedding_loss: bool = Field(
+        False, description="The embedding and the loss each take one layer slot of the pipeline split "
+        "(Megatron-Core account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split): "
+        "layers + 2 divide by pp*vpp, the first and last stages hold one transformer layer less.")
     pp_rs_ag: bool = Field(True, description="PP p2p sends 1/tp of the activation and all-gathers it over the "
                            "TP group (scatter-gather, Narayanan 2021).")
     dp_overlap: bool = Field(True, description="Overlap gradient reduction (and parameter gathering) with compute.")
