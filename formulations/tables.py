@@ -152,7 +152,8 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
     nVar = len(allv)
     fixed_cols = {k: np.array([v[k] for v in allv], dtype=np.int64) for k in OTHER_KNOBS.values()}
 
-    lay = {n: np.array([lt[i] for lt in c.layouts]) for i, n in enumerate(("tp", "pp", "cp", "dp", "ep", "etp"))}
+    lay = {n: np.array([lt[i] for lt in c.layouts])
+           for i, n in enumerate(("tp", "pp", "cp", "dp", "ep", "etp", "pp_el"))}
     for ax in ("tp", "cp", "dp", "pp", "ep"):
         lay[f"tier_{ax}"] = np.array([t[ax] for t in c.tiers])
 
@@ -179,9 +180,10 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
 
     # ---------------------------------------------------------------- per layout (variant-independent)
     L0: dict[str, np.ndarray] = {}
-    L0["A1"] = (B * Lyr) // (lay["dp"] * lay["pp"])  # n_mb * Ls * mb
+    slots = Lyr + 2 * lay["pp_el"]  # layer slots of the pipeline split (embedding and loss take one each)
+    L0["A1"] = (B * slots) // (lay["dp"] * lay["pp"])  # n_mb * Ls * mb
     L0["A2"] = B // lay["dp"]  # n_mb * mb
-    L0["Ls"] = Lyr // lay["pp"]
+    L0["Ls"] = slots // lay["pp"]
     L0["pm2"] = 2 * (lay["pp"] - 1)
     L0["tpcp"] = np.array([tpcp_index[tuple(int(x) for x in key)]
                            for key in zip(lay["tp"], lay["cp"], lay["ep"], lay["etp"])])
@@ -189,6 +191,7 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
     edp = lay["tp"] * lay["cp"] * lay["dp"] // (lay["ep"] * lay["etp"])
     L0["dpg1"] = ((lay["dp"] * lay["cp"] == 1) & (edp == 1)).astype(np.int64)
     L0["ppgt1"] = (lay["pp"] > 1).astype(np.int64)
+    L0["hc"] = L0["ppgt1"] + lay["pp_el"]  # head column: pp = 1; pp > 1; pp > 1 with embedding/loss slots
     # ---------------------------------------------------------------- per layout, per variant
     r = run(nL, **lay)
     Lv: list[dict[str, np.ndarray]] = [dict(L0) for _ in range(nVar)]
@@ -213,8 +216,9 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
     pp2 = np.repeat(lay["pp"], nV)
     dp2 = np.repeat(lay["dp"], nV)
     v2 = np.tile(np.array(vals["vpp"]), nL)
-    okv = (Lyr % (pp2 * v2)) == 0
-    lc = np.where(okv, Lyr // (pp2 * v2), 0)
+    sl2 = np.repeat(slots, nV)
+    okv = (sl2 % (pp2 * v2)) == 0
+    lc = np.where(okv, sl2 // (pp2 * v2), 0)
     LV = {"v": v2, "Lc": lc, "Wm": lc * (1 + (v2 - 1) * pp2), "E": np.where(pp2 > 1, 2 * B * v2 // dp2, 0),
           "Bf": lc * (pp2 - 1), "inflv": lc * (pp2 * (v2 + 1) - 1)}
     ppm = np.repeat(lay["pp"], nM)
@@ -222,7 +226,8 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
     m2 = np.tile(np.array(vals["mb"]), nL)
     okm = (B % (dpm * m2)) == 0
     nmb = np.where(okm, B // (dpm * m2), 0)
-    LM = {"nmb": nmb, "NL": nmb * (Lyr // ppm), "infl1": (Lyr // ppm) * np.minimum(nmb, ppm)}
+    slm = np.repeat(slots, nM)
+    LM = {"nmb": nmb, "NL": nmb * (slm // ppm), "infl1": (slm // ppm) * np.minimum(nmb, ppm)}
     legal_all = np.stack([c.triples[:, 0], np.searchsorted(vals["vpp"], c.triples[:, 1]),
                           np.searchsorted(vals["mb"], c.triples[:, 2])], axis=1)
 
@@ -242,6 +247,7 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
                 tier_ep=tier_of_grp["ep"])
     rb = run(nB, **cols, pp=1)
     rps = {tpp: run(nB, **cols, pp=2, tier_pp=tpp) for tpp in tiers_pp}
+    rpe = run(nB, **cols, pp=2, pp_el=1, tier_pp=tiers_pp[0]) if lay["pp_el"].any() else None
     cap = int(np.floor(capacity_bytes(problem) / KIB))
     off_cap = int(np.floor(problem.system.offload.capacity_gib * 2.0**30 / KIB))
     out = []
@@ -254,8 +260,10 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
         BETA["stored"], BETA["working"] = kib_up(rb["stored"][j]), kib_up(rb["working"][j])
         BETA["embout"], BETA["logits"] = kib_up(rb["emb_out"][j]), kib_up(rb["logits"][j])
         BETA["offx_mb"] = t_int(rb["off_layer"][j] / mb_b)
-        head = np.zeros((nB, 2), dtype=np.int64)
+        head = np.zeros((nB, 3), dtype=np.int64)
         head[:, 0] = t_int(rb["head"][j] / mb_b)
+        if rpe is not None:
+            head[:, 2] = t_int(rpe["head"][j] / mb_b)
         p2p_mb = np.zeros((nB, nT), dtype=np.int64)
         p2p = np.zeros((nB, nT), dtype=np.int64)
         for tpp, rp in rps.items():

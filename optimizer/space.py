@@ -26,7 +26,7 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-SEARCHABLE = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "recompute", "sequence_parallel", "tp_overlap",
+SEARCHABLE = ("tp", "pp", "dp", "cp", "ep", "etp", "pp_embedding_loss", "vpp", "micro_batch", "recompute", "sequence_parallel", "tp_overlap",
               "zero", "dp_overlap", "weight_offload", "activation_offload", "optimizer_offload", "fused_layers",
               "attention", "pp_rs_ag", "schedule", "sp_ag_redo")
 
@@ -76,13 +76,15 @@ def knob_domains(problem: Problem) -> dict[str, list]:
     dom: dict[str, list] = {
         "tp": [t for t in divisors(n) if llm.heads % t == 0 and llm.ffn % t == 0
                and (llm.kv % t == 0 or t % llm.kv == 0)],
-        "pp": [q for q in divisors(llm.layers) if q <= n],
+        "pp": [q for q in divisors(n) if llm.layers % q == 0 or (q > 1 and (llm.layers + 2) % q == 0)],
         "cp": [c for c in divisors(n) if seq % (2 * c) == 0 and c <= 32] if seq >= 2 else [1],
         "dp": [d for d in divisors(p.training.global_batch) if d <= n] if p.options.allow_idle_gpus else [],
         # MoE: experts split over ep ranks, each expert's matrices over etp ranks (dense: ep 1, etp = tp)
         "ep": [e for e in divisors(llm.moe.experts) if e <= n] if llm.moe else [1],
         "etp": [t for t in divisors(n) if llm.moe.expert_ffn % t == 0] if llm.moe else [],
-        "vpp": divisors(llm.layers),
+        # pipeline split with the embedding and loss as layer slots (only with pp > 1)
+        "pp_embedding_loss": BOOL,
+        "vpp": sorted(set(divisors(llm.layers)) | set(divisors(llm.layers + 2))),
         "micro_batch": divisors(p.training.global_batch),
         "recompute": list(RECOMPUTE),
         "sequence_parallel": BOOL,
@@ -156,7 +158,7 @@ class Compact:
     triples. Every candidate is one legal triple times one value of each remaining knob (`other`)."""
 
     domains: dict[str, list]
-    layouts: list[tuple[int, int, int, int, int, int]]  # (tp, pp, cp, dp, ep, etp)
+    layouts: list[tuple[int, int, int, int, int, int, int]]  # (tp, pp, cp, dp, ep, etp, pp_el)
     tiers: list[dict[str, int]]  # per layout: tier of tp, cp, dp, pp, ep
     triples: np.ndarray  # rows (layout index, vpp, micro_batch)
     other: list[list[tuple[str, list[int]]]]  # per layout: coded values of every other knob
@@ -226,7 +228,11 @@ def compact_space(problem: Problem) -> Compact:
                     ok &= net.size % prod == 0
             if not ok:
                 continue
-            for ep, etp in moe_splits(p, dom, tp, cp, dp):
+            els = [0] if pp == 1 else [int(x) for x in dom["pp_embedding_loss"]]
+            for (ep, etp), el in product(moe_splits(p, dom, tp, cp, dp), els):
+                slots = llm.layers + 2 * el
+                if slots % pp:
+                    continue
                 edp = tp * cp * dp // (ep * etp)
                 key = (tp == 1, dp * cp == 1 and edp == 1, pp == 1)
                 if key not in per_cache:
@@ -234,7 +240,7 @@ def compact_space(problem: Problem) -> Compact:
                                                    llm.moe is not None)
                 per = per_cache[key]
                 n_other = int(np.prod([len(v) for _, v in per]))
-                okv = (llm.layers % (pp * V) == 0) & ~((V > 1) & (pp == 1))
+                okv = (slots % (pp * V) == 0) & ~((V > 1) & (pp == 1))
                 okm = B % (dp * M) == 0
                 nmb = np.where(okm, B // (dp * M), 1)
                 ok2 = okv[:, None] & okm[None, :] & ~((V[:, None] > 1) & ((nmb % pp) != 0)[None, :])
@@ -244,7 +250,7 @@ def compact_space(problem: Problem) -> Compact:
                     continue
                 li = len(layouts)
                 triples.append(np.stack([np.full(n_trip, li), V[vi], M[mi]], axis=1))
-                layouts.append((tp, pp, cp, dp, ep, etp))
+                layouts.append((tp, pp, cp, dp, ep, etp, el))
                 tiers.append(dict(tr, ep=_tier(sizes, ep * etp) if ep > 1 else 0))
                 others.append(per)
                 size += n_trip * n_other
@@ -260,20 +266,20 @@ def build_space(problem: Problem) -> Space:
     for li, v, b in c.triples.tolist():
         by_layout.setdefault(li, []).append((v, b))
     for li, vb in by_layout.items():
-        tp, pp, cp, dp, ep, etp = c.layouts[li]
+        tp, pp, cp, dp, ep, etp, el = c.layouts[li]
         rest = np.array(list(product(*[vals for _, vals in c.other[li]])), dtype=np.int64)
         tr = c.tiers[li]
         for v, b in vb:
             head = np.tile(np.array([tp, pp, dp, cp, v, b, tr["tp"], tr["cp"], tr["dp"], tr["pp"], ep, etp,
-                                     tr["ep"]], dtype=np.int64), (len(rest), 1))
+                                     tr["ep"], el], dtype=np.int64), (len(rest), 1))
             rows.append(np.concatenate([head, rest], axis=1))
     if not rows:
         return Space(Knobs.from_dict({f: [] for f in Knobs.__dataclass_fields__}))
     M = np.concatenate(rows, axis=0)
-    tp, pp, dp, cp, vpp, mb, t_tp, t_cp, t_dp, t_pp, ep, etp, t_ep = (M[:, i] for i in range(13))
-    (rec, sp, ov, zero, dpo, woff, aoff, ooff, fused, flash, pprsag, gpipe, redo) = (M[:, 13 + i] for i in range(13))
+    tp, pp, dp, cp, vpp, mb, t_tp, t_cp, t_dp, t_pp, ep, etp, t_ep, el = (M[:, i] for i in range(14))
+    (rec, sp, ov, zero, dpo, woff, aoff, ooff, fused, flash, pprsag, gpipe, redo) = (M[:, 14 + i] for i in range(13))
     k = Knobs(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, mb=mb, recompute=rec, sp=sp, rs_ag=sp,
-              sp_redo=redo, tp_overlap=ov, pp_rs_ag=pprsag, pp_el=0 * tp, dp_overlap=dpo, zero=zero, fused=fused, flash=flash,
+              sp_redo=redo, tp_overlap=ov, pp_rs_ag=pprsag, pp_el=el, dp_overlap=dpo, zero=zero, fused=fused, flash=flash,
               gpipe=gpipe, w_off=woff, a_off=aoff, o_off=ooff, tier_tp=t_tp, tier_cp=t_cp,
               tier_ep=t_ep, tier_dp=t_dp, tier_pp=t_pp)
     assert k.size == c.size

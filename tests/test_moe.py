@@ -199,3 +199,32 @@ def test_fp8_halves_gemm_time_of_large_layers_and_keeps_master_copies():
     # faster, but less than 2x: attention, element-wise ops and communication stay 16-bit
     assert 1.0 < float(rb.step_time[0] / rf.step_time[0]) < 2.0
     assert np.all(np.isfinite(rf.step_time))
+
+
+# ----------------------------------------------------------------------------- uneven pipeline split
+def test_embedding_and_loss_as_layer_slots_by_hand():
+    """Llama 3.1 405B (126 layers), pp = 16 with the embedding and loss as layer slots: 128/16 = 8 slots a
+    stage; a middle stage holds 8 layers, the first 7 + the embedding (128256 x 16384 / tp), the last
+    7 + the LM head + final norm. Layer at tp = 8: (16 + 2*1)*128*16384 + 16*128*16384 + 3*16384*53248/8
+    + 2*16384."""
+    llm = library_llm("llama3.1-405b")
+    ex = Execution(tp=8, pp=16, pp_embedding_loss=True, sequence_parallel=True, zero=0)
+    p, k = problem_and_knobs(llm, library_system(H100), 1024, Training(global_batch=512, precision="bf16"), ex)
+    layer = (16 + 2) * 128 * 16384 + 16 * 128 * 16384 + 3 * 16384 * 53248 // 8 + 2 * 16384
+    emb = 128256 * 16384 // 8
+    held = max(8 * layer, 7 * layer + emb + 16384)
+    assert float(evaluate(p, k).weights[0]) == pytest.approx(2.0 * held, rel=1e-12)
+
+
+def test_embedding_loss_split_needs_a_pipeline():
+    from optimizer.validate import execution_errors
+
+    llm = library_llm("llama3.1-8b")
+    p, _ = problem_and_knobs(llm, library_system(H100), 8, Training(global_batch=64),
+                             Execution(tp=8, pp_embedding_loss=False))
+    bad = Execution(tp=8, pp=1, pp_embedding_loss=True)
+    assert any(f == "execution.pp_embedding_loss" for f, _ in execution_errors(p, bad))
+    odd = Execution(tp=1, pp=8, vpp=1, pp_embedding_loss=False)  # 32 layers: fine without slots
+    assert not execution_errors(p, odd)
+    odd_el = Execution(tp=1, pp=8, pp_embedding_loss=True)  # 34 slots do not divide by 8
+    assert any("layers + 2" in m for _, m in execution_errors(p, odd_el))

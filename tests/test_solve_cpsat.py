@@ -56,6 +56,21 @@ num_gpus: 8
 training: {global_batch: 32, precision: bf16}
 search: {cp: 1}
 """,
+    "embedding-loss-slots-16gpu": """
+llm: {name: e, hidden: 2048, ffn: 8192, layers: 14, heads: 16, seq_len: 2048, vocab: 128000}
+system: a100-sxm-80gb
+num_gpus: 16
+training: {global_batch: 64}
+search: {pp: [4, 8], cp: 1}
+""",
+    "moe-ep-etp-16gpu": """
+llm: {name: m, hidden: 2048, ffn: 4096, layers: 8, heads: 16, kv_heads: 4, seq_len: 2048, vocab: 32000,
+      mlp: swiglu, moe: {experts: 16, top_k: 2, expert_ffn: 1408, shared_experts: 1}}
+system: h100-sxm-80gb
+num_gpus: 16
+training: {global_batch: 64, precision: fp8}
+search: {cp: [1, 2]}
+""",
 }
 CASES = {**SMALL, **ORACLE}
 
@@ -96,8 +111,8 @@ def test_bounds_never_exceed_the_pairs_objective(tmp_path):
     space = build_space(p).knobs
     r = evaluate(p, space)
     ok = feasible(p, space, r)
-    lay = {(int(a), int(b), int(c), int(d)): i for i, (a, b, c, d) in
-           enumerate(zip(T.lay["tp"], T.lay["pp"], T.lay["cp"], T.lay["dp"]))}
+    axes = ("tp", "pp", "cp", "dp", "ep", "etp", "pp_el")
+    lay = {tuple(int(x) for x in key): i for i, key in enumerate(zip(*[T.lay[a] for a in axes]))}
     lb = {}
     for j in range(len(P)):
         key = (int(P.l[j]), T.v_vals[P.vi[j]], T.mb_vals[P.mi[j]], T.rec_vals[P.ri[j]], T.sp_vals[P.si[j]],
@@ -105,7 +120,7 @@ def test_bounds_never_exceed_the_pairs_objective(tmp_path):
         lb[key] = P.lb[j] / 1e9
     checked = 0
     for i in np.nonzero(ok)[0]:
-        li = lay[(int(space.tp[i]), int(space.pp[i]), int(space.cp[i]), int(space.dp[i]))]
+        li = lay[tuple(int(getattr(space, a)[i]) for a in axes)]
         key = (li, int(space.vpp[i]), int(space.mb[i]), int(space.recompute[i]), int(space.sp[i]),
                int(space.tp_overlap[i]))
         assert key in lb, "a fitting candidate's pair was dropped as unable to fit"
@@ -312,3 +327,18 @@ def test_tokens_per_gpu_prefers_efficiency_over_speed(tmp_path):
     n = lambda pl: pl.evaluation.execution.tp * pl.evaluation.execution.pp * pl.evaluation.execution.dp  # noqa: E731
     assert eff.objective_s >= fast.objective_s * (1 - 1e-9)
     assert n(eff) * eff.objective_s <= n(fast) * fast.objective_s * (1 + 1e-9)
+
+
+def test_embedding_loss_slots_open_pipelines_the_layers_do_not_divide(tmp_path):
+    """14 layers: pp = 8 is legal only with the embedding and the loss as layer slots (16 = 8 x 2)."""
+    p = load_text(tmp_path, "el", SMALL["embedding-loss-slots-16gpu"].replace("pp: [4, 8]", "pp: 8"))
+    ex = solve_cpsat(p).plans[0].evaluation.execution
+    assert ex.pp == 8 and ex.pp_embedding_loss
+
+
+def test_moe_plan_splits_experts_legally(tmp_path):
+    p = load_text(tmp_path, "moe", SMALL["moe-ep-etp-16gpu"])
+    ex = solve_cpsat(p).plans[0].evaluation.execution
+    etp = ex.etp or ex.tp
+    assert 16 % ex.ep == 0 and ex.tp % etp == 0 and (ex.tp * ex.cp * ex.dp) % (ex.ep * etp) == 0
+    assert ex.tp == 1 or ex.sequence_parallel  # Megatron-Core: MoE with TP needs SP

@@ -142,14 +142,17 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     tp, pp, dp, cp, vpp, mb = (x.astype(float) for x in (k.tp, k.pp, k.dp, k.cp, k.vpp, k.mb))
     moe = llm.moe is not None
     blk_d: BlockCost = block_cost(ctx, k)
-    if moe:  # the worst stage: its share of MoE layers (time and memory); the whole model (HFU)
+    if moe:
+        # per-layer time and activations: the model-wide share of MoE layers (a stage of a model whose few
+        # dense layers come first is modelled at the mean; this keeps tau independent of pp, as the
+        # solver's tables need); weights: the stage holding the most MoE layers (below)
         blk_m = block_cost(ctx, k, moe=True)
         w_stage = moe_layers_on_stage(llm, pp) / (llm.layers / pp)
         n_moe = llm.moe.moe_layers if llm.moe.moe_layers is not None else llm.layers
-        blk = blk_d.mix(blk_m, w_stage)
-        blk_all = blk_d.mix(blk_m, n_moe / llm.layers)
+        blk = blk_d.mix(blk_m, n_moe / llm.layers)
     else:
-        blk = blk_all = blk_d
+        blk = blk_d
+    blk_all = blk
     B = float(ctx.global_batch)
     s = float(ctx.seq_len)
     L = float(llm.layers)
