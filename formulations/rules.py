@@ -6,7 +6,10 @@ assumptions are shrunk (deletion filter) to a minimal conflicting set of groups:
 
     rules.gpus        tp*pp*dp*cp = num_gpus (<= with allow_idle_gpus)
     rules.tp_split    tp divides heads and ffn; kv_heads divisible by tp or tp by kv_heads
-    rules.layers      pp*vpp divides the layers (and vpp = 1 without a pipeline)
+    rules.layers      pp*vpp divides the layers, or layers + 2 with the embedding/loss split (and vpp = 1
+                      without a pipeline)
+    rules.experts     MoE: ep divides the experts, etp divides tp and expert_ffn, ep*etp divides tp*cp*dp;
+                      dense: ep = 1, etp = tp
     rules.batch       dp*micro_batch divides the global batch
     rules.interleave  interleaving: micro-batches (B/(dp*micro_batch)) a multiple of pp
     rules.sequence    2*cp divides the sequence (load-balanced causal attention)
@@ -24,13 +27,14 @@ from optimizer.space import divisors
 TEXT = {
     "rules.gpus": "tp*pp*dp*cp must {eq} the {n} GPUs",
     "rules.tp_split": "tp must divide the {heads} heads and the ffn ({ffn}), and split the {kv} K/V heads",
-    "rules.layers": "pp*vpp must divide the {layers} layers",
+    "rules.layers": "pp*vpp must divide the {layers} layers (or layers + 2 with pp_embedding_loss)",
+    "rules.experts": "{experts}",
     "rules.batch": "dp*micro_batch must divide the global batch {batch}",
     "rules.interleave": "an interleaved schedule (vpp > 1) needs the micro-batch count to be a multiple of pp",
     "rules.sequence": "2*cp must divide the sequence length {seq}",
     "rules.tiers": "parallel groups must tile the network tiers marked must_fill",
 }
-KNOBS = ("tp", "pp", "dp", "cp", "vpp", "micro_batch")
+KNOBS = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "ep", "etp", "pp_embedding_loss")
 
 
 def describe(problem: Problem, group: str, fixed: dict[str, list]) -> str:
@@ -41,7 +45,11 @@ def describe(problem: Problem, group: str, fixed: dict[str, list]) -> str:
     eq = "be at most" if problem.options.allow_idle_gpus else "equal"
     if problem.options.gpu_multiple > 1:
         eq = f"be a multiple of {problem.options.gpu_multiple} and {eq}"
-    return TEXT[group].format(eq=eq, n=problem.num_gpus,
+    mo = llm.moe
+    experts = (f"ep must divide the {mo.experts} experts, etp must divide tp and the expert ffn ({mo.expert_ffn}), "
+               "and ep*etp the tp*cp*dp ranks of a pipeline stage" if mo else
+               "a dense model has no expert parallelism (ep = 1, etp = tp)")
+    return TEXT[group].format(eq=eq, n=problem.num_gpus, experts=experts,
                               heads=llm.heads, ffn=llm.ffn, kv=llm.kv, layers=llm.layers,
                               batch=problem.training.global_batch, seq=problem.seq_len)
 
@@ -51,11 +59,12 @@ def build(problem: Problem, fixed: dict[str, list], skip: frozenset[str] = froze
     llm, n, B = problem.llm, problem.num_gpus, problem.training.global_batch
     L, S = llm.layers, problem.seq_len
     m = cp_model.CpModel()
-    hi = {"tp": n, "pp": max(n, L), "dp": n, "cp": n, "vpp": L, "micro_batch": B}
+    hi = {"tp": n, "pp": max(n, L), "dp": n, "cp": n, "vpp": L + 2, "micro_batch": B, "ep": n, "etp": n,
+          "pp_embedding_loss": 1}
     for k, vals in fixed.items():
         if k in hi:
             hi[k] = max(hi[k], *[int(v) for v in vals])
-    v = {k: m.NewIntVar(1, hi[k], k) for k in KNOBS}
+    v = {k: m.NewIntVar(0 if k == "pp_embedding_loss" else 1, hi[k], k) for k in KNOBS}
     lit: dict[str, cp_model.IntVar] = {}
 
     def group(name: str):
@@ -77,8 +86,27 @@ def build(problem: Problem, fixed: dict[str, list], skip: frozenset[str] = froze
              and (llm.kv % t == 0 or t % llm.kv == 0)]
     m.AddLinearExpressionInDomain(v["tp"], cp_model.Domain.FromValues(ok_tp)).OnlyEnforceIf(g)
     g = group("rules.layers")
-    m.AddAllowedAssignments([v["pp"], v["vpp"]], [(p, q) for p in range(1, hi["pp"] + 1) for q in divisors(L)
-                                                  if L % (p * q) == 0 and (q == 1 or p > 1)]).OnlyEnforceIf(g)
+    m.AddAllowedAssignments([v["pp"], v["vpp"], v["pp_embedding_loss"]], [
+        (p, q, e) for p in range(1, hi["pp"] + 1) for e in (0, 1) for q in divisors(L + 2 * e)
+        if (L + 2 * e) % (p * q) == 0 and (q == 1 or p > 1) and (e == 0 or p > 1)]).OnlyEnforceIf(g)
+    g = group("rules.experts")
+    mo = llm.moe
+    if mo is None:
+        m.Add(v["ep"] == 1).OnlyEnforceIf(g)
+        m.Add(v["etp"] == v["tp"]).OnlyEnforceIf(g)
+    else:
+        m.AddLinearExpressionInDomain(v["ep"], cp_model.Domain.FromValues(
+            [e for e in range(1, hi["ep"] + 1) if mo.experts % e == 0])).OnlyEnforceIf(g)
+        m.AddAllowedAssignments([v["tp"], v["etp"]], [(t, e) for t in range(1, hi["tp"] + 1) for e in divisors(t)
+                                                      if mo.expert_ffn % e == 0]).OnlyEnforceIf(g)
+        tcd = m.NewIntVar(1, n ** 3, "tp*cp*dp")
+        tc = m.NewIntVar(1, n ** 2, "tp*cp")
+        m.AddMultiplicationEquality(tc, [v["tp"], v["cp"]])
+        m.AddMultiplicationEquality(tcd, [tc, v["dp"]])
+        ee = m.NewIntVar(1, n * n, "ep*etp")
+        q = m.NewIntVar(1, n ** 3, "edp")
+        m.AddMultiplicationEquality(ee, [v["ep"], v["etp"]])
+        m.AddMultiplicationEquality(tcd, [ee, q]).OnlyEnforceIf(g)
     g = group("rules.batch")
     pairs = [(d, b_) for d in range(1, hi["dp"] + 1) if B % d == 0 for b_ in divisors(B // d)]
     m.AddAllowedAssignments([v["dp"], v["micro_batch"]], pairs).OnlyEnforceIf(g)

@@ -23,7 +23,8 @@ from .schema import Problem
 GIB = 2.0**30
 EXEC_TO_SEARCH = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "recompute", "sequence_parallel", "tp_overlap",
                   "zero", "dp_overlap", "weight_offload", "activation_offload", "optimizer_offload",
-                  "fused_layers", "attention", "pp_rs_ag", "schedule", "sp_ag_redo")
+                  "fused_layers", "attention", "pp_rs_ag", "schedule", "sp_ag_redo", "ep", "etp",
+                  "pp_embedding_loss")
 
 
 @dataclass
@@ -68,7 +69,8 @@ def fixed_knobs(problem: Problem, written: dict | None) -> dict[str, list]:
 
 
 def with_fixed(problem: Problem, fixed: dict[str, list], **changes) -> Problem:
-    search = dict(problem.search or {})
+    # single values and lists of `search` are fixed knobs (`fixed_knobs`): one left out of `fixed` is released
+    search = {k: r for k, r in (problem.search or {}).items() if isinstance(r, dict) or k in fixed}
     for k, vals in fixed.items():
         search[k] = vals if len(vals) != 1 else vals[0]
     return problem.model_copy(update={"search": search, **changes})

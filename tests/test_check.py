@@ -138,3 +138,24 @@ def test_cli_exit_codes_and_json(tmp_path, capsys):
     bad.write_text("llm: gpt3-175b\nsystem: h100-sxm-80gb\nnum_gpus: 0\ntraining: {global_batch: 8}\n")
     assert main(["check", str(bad)]) == 2
     assert "num_gpus" in capsys.readouterr().err
+
+
+MOE = """
+llm: {name: moe, hidden: 1024, ffn: 2048, layers: 8, heads: 16, seq_len: 2048, vocab: 32000, mlp: swiglu,
+      moe: {experts: 8, top_k: 2, expert_ffn: 2048}}
+system: a100-sxm-80gb
+num_gpus: 16
+training: {global_batch: 64}
+"""
+
+
+@pytest.mark.parametrize("where", ["execution: {ep: 3}", "search: {ep: 16}"])
+def test_expert_parallel_degree_that_cannot_split_the_experts(tmp_path, where):
+    """ep = 3 or 16 cannot divide 8 experts: the conflict is rules.experts with the fixed ep, and releasing
+    ep fits (whether it was fixed in the execution or in search)."""
+    path = tmp_path / "moe.yaml"
+    path.write_text(MOE + where + "\n")
+    r = check(*load_problem_doc(path))
+    assert not r.fits
+    assert {g for g, _ in r.conflicts} == {"rules.experts", "fixed.ep"}
+    assert any(x.kind == "release" and x.value == "ep" and x.fits for x in r.relaxations)
