@@ -152,7 +152,6 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
         blk = blk_d.mix(blk_m, n_moe / llm.layers)
     else:
         blk = blk_d
-    blk_all = blk
     B = float(ctx.global_batch)
     s = float(ctx.seq_len)
     L = float(llm.layers)
@@ -323,7 +322,7 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     mf = model_flops_per_token(llm, int(s)) * tokens
     n_gpus = tp * pp * dp * cp
     peak = hw.matrix_peak
-    hw_layer = blk_all.hw_flops_fw + blk_all.hw_flops_bw + blk_all.hw_flops_re
+    hw_layer = blk.hw_flops_fw + blk.hw_flops_bw + blk.hw_flops_re
     hwf = (hw_layer * L * (B / mb) * tp * cp) + 6.0 * V * h * tokens  # per step, whole job
     return StepResult(
         fw=n_mb * Ls * blk.fw, bw=n_mb * Ls * blk.bw, recompute=n_mb * Ls * blk.re, optimizer=optimizer,
