@@ -238,8 +238,8 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
     tiers_pp = sorted(set(int(x) for x in lay["tier_pp"]))
     ti, mi, ri, si, oi = (a.reshape(-1) for a in np.indices(shape))
     grp = np.array(tpcp, dtype=np.int64)[ti]
-    first_l = {x: int(L0["tpcp"].tolist().index(i)) for i, x in enumerate(tpcp)}
-    tier_of_grp = {ax: np.array([lay[f"tier_{ax}"][first_l[tpcp[i]]] for i in ti]) for ax in ("tp", "cp", "ep")}
+    _, first = np.unique(L0["tpcp"], return_index=True)  # a layout of each block group (its tiers are the group's)
+    tier_of_grp = {ax: lay[f"tier_{ax}"][first][ti] for ax in ("tp", "cp", "ep")}
     mb_b = np.array(vals["mb"])[mi]
     cols = dict(tp=grp[:, 0], cp=grp[:, 1], ep=grp[:, 2], etp=grp[:, 3], mb=mb_b,
                 recompute=np.array(vals["recompute"])[ri], sp=np.array(vals["sp"])[si],

@@ -19,14 +19,9 @@ from typing import Any
 
 from .errors import Infeasible
 from .schema import Problem
+from .space import SEARCHABLE
 
 GIB = 2.0**30
-EXEC_TO_SEARCH = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "recompute", "sequence_parallel", "tp_overlap",
-                  "zero", "dp_overlap", "weight_offload", "activation_offload", "optimizer_offload",
-                  "fused_layers", "attention", "pp_rs_ag", "schedule", "sp_ag_redo", "ep", "etp",
-                  "pp_embedding_loss")
-
-
 @dataclass
 class Relaxation:
     kind: str  # hbm | gpus | global_batch | seq_len | release | offload
@@ -58,7 +53,7 @@ def fixed_knobs(problem: Problem, written: dict | None) -> dict[str, list]:
     out: dict[str, list] = {}
     ex = problem.execution
     for k in (written or {}):
-        if k in EXEC_TO_SEARCH:
+        if k in SEARCHABLE:  # a written execution key that the search space has
             out[k] = [_val(getattr(ex, k))]
     for k, rule in (problem.search or {}).items():
         if isinstance(rule, dict):

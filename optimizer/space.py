@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ProblemError
-from .model.knobs import RECOMPUTE, TP_OVERLAP, Knobs
+from .model.knobs import RECOMPUTE, TP_OVERLAP, Knobs, innermost_tier
 from .schema import Problem
 
 BOOL = [False, True]
@@ -128,18 +128,14 @@ def _tiers_vec(sizes: list[int], degs: dict[str, np.ndarray]) -> dict[str, np.nd
     return out
 
 
-def _tier(sizes: list[int], span: int) -> int:
-    return next((i for i, s in enumerate(sizes) if s >= span), len(sizes) - 1)
-
-
 def _tiers_one(sizes: list[int], tp: int, cp: int, dp: int, pp: int, ep: int = 1, etp: int = 1) -> dict[str, int]:
     """`_tiers_vec` for one layout; the EP group spans etp*ep consecutive ranks (Megatron-Core expert order
     etp, ep, edp, pp)."""
     cum, out = 1, {}
     for ax, d in (("tp", tp), ("cp", cp), ("dp", dp), ("pp", pp)):
         cum *= d
-        out[ax] = _tier(sizes, cum) if d > 1 else 0
-    out["ep"] = _tier(sizes, ep * etp) if ep > 1 else 0
+        out[ax] = innermost_tier(sizes, cum) if d > 1 else 0
+    out["ep"] = innermost_tier(sizes, ep * etp) if ep > 1 else 0
     return out
 
 
@@ -173,7 +169,7 @@ _CODE = {"recompute": lambda v: RECOMPUTE.index(v), "tp_overlap": lambda v: TP_O
          "schedule": lambda v: int(str(getattr(v, "value", v)) == "gpipe")}
 
 
-def _other_values(dom: dict[str, list], tp: int, pp: int, dpcp: int, moe: bool = False) -> list[tuple[str, list[int]]]:
+def _other_values(dom: dict[str, list], tp: int, pp: int, no_dp: bool, moe: bool = False) -> list[tuple[str, list[int]]]:
     """Coded values of every other knob for a layout (only tp == 1, no data-parallel group, pp == 1 and,
     for MoE, tp > 1 matter)."""
     per = []
@@ -185,9 +181,9 @@ def _other_values(dom: dict[str, list], tp: int, pp: int, dpcp: int, moe: bool =
             vals = [v for v in vals if v] or vals  # Megatron-Core: MoE with TP requires SP
         if name == "tp_overlap" and tp == 1:
             vals = [v for v in vals if str(getattr(v, "value", v)) == "none"] or vals[:1]
-        if name == "zero" and dpcp == 1:
+        if name == "zero" and no_dp:
             vals = [0]  # no data-parallel group: nothing to shard
-        if name == "dp_overlap" and dpcp == 1:
+        if name == "dp_overlap" and no_dp:
             vals = [True] if True in vals else vals[:1]  # no data-parallel traffic: the flag is moot
         if name == "pp_rs_ag" and (pp == 1 or tp == 1):
             vals = vals[:1]
@@ -236,8 +232,7 @@ def compact_space(problem: Problem) -> Compact:
                 edp = tp * cp * dp // (ep * etp)
                 key = (tp == 1, dp * cp == 1 and edp == 1, pp == 1)
                 if key not in per_cache:
-                    per_cache[key] = _other_values(dom, tp, pp, dp * cp if edp == 1 else max(dp * cp, edp),
-                                                   llm.moe is not None)
+                    per_cache[key] = _other_values(dom, tp, pp, key[1], llm.moe is not None)
                 per = per_cache[key]
                 n_other = int(np.prod([len(v) for _, v in per]))
                 okv = (slots % (pp * V) == 0) & ~((V > 1) & (pp == 1))
@@ -251,7 +246,7 @@ def compact_space(problem: Problem) -> Compact:
                 li = len(layouts)
                 triples.append(np.stack([np.full(n_trip, li), V[vi], M[mi]], axis=1))
                 layouts.append((tp, pp, cp, dp, ep, etp, el))
-                tiers.append(dict(tr, ep=_tier(sizes, ep * etp) if ep > 1 else 0))
+                tiers.append(dict(tr, ep=innermost_tier(sizes, ep * etp) if ep > 1 else 0))
                 others.append(per)
                 size += n_trip * n_other
     tri = np.concatenate(triples) if triples else np.zeros((0, 3), dtype=np.int64)

@@ -78,6 +78,11 @@ class Knobs:
         return cls(**{f.name: np.atleast_1d(np.asarray(d[f.name], dtype=np.int64)) for f in fields(cls)})
 
 
+def innermost_tier(sizes: list[int], span: int) -> int:
+    """Index of the innermost tier whose domain holds `span` consecutive ranks (the outermost when none does)."""
+    return next((i for i, s in enumerate(sizes) if s >= span), len(sizes) - 1)
+
+
 def default_tiers(system: System, degrees: dict[str, int]) -> dict[str, int]:
     """Megatron rank order (tp, cp, dp, pp, innermost first): each axis goes on the innermost tier whose
     domain holds the product of its own and all inner degrees. MoE layers reuse the same ranks in the
@@ -89,8 +94,7 @@ def default_tiers(system: System, degrees: dict[str, int]) -> dict[str, int]:
     for ax in AXES_ORDER:
         d = int(degrees.get(ax, 1))
         span = cum * d if ax != "ep" else int(degrees.get("etp") or degrees.get("tp", 1)) * d
-        tier = next((i for i, s in enumerate(sizes) if s >= span), len(sizes) - 1)
-        out[ax] = tier if d > 1 else 0
+        out[ax] = innermost_tier(sizes, span) if d > 1 else 0
         if ax != "ep":
             cum *= d
     return out

@@ -72,7 +72,7 @@ def count(llm: LLM) -> ParamCounts:
         total = L * per_layer + emb + head + final_norm
         return ParamCounts(attn, mlp, norms, per_layer, emb, head, total, total, total - emb - head)
     m = llm.moe
-    n_moe = m.moe_layers if m.moe_layers is not None else L
+    n_moe = llm.moe_layer_count
     expert = k * h * m.expert_ffn
     moe_mlp = (m.experts + m.shared_experts) * expert + h * m.experts  # + router
     moe_active = (m.top_k + m.shared_experts) * expert + h * m.experts

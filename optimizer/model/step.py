@@ -28,7 +28,7 @@ from ..schema import Precision, Problem
 from .hardware import Hardware, Tiers, collective_time, tier_of
 from .knobs import Knobs
 from .layer import BlockCost, Ctx, block_cost, kv_per_rank
-from .params import attention_params, count, model_flops_per_token
+from .params import attention_params, count, mlp_matrices, model_flops_per_token
 
 GIB = 2.0**30
 
@@ -91,20 +91,26 @@ class StepResult:
                               else getattr(self, f.name)) for f in fields(self) if f.name != "terms"}
 
 
+def _attention_norm_params(llm, tp):
+    """Attention and norm weights of one layer on one of `tp` ranks (column-parallel biases split, the
+    row-parallel output bias replicated)."""
+    attn = sum(attention_params(llm, tp))
+    if llm.bias:
+        attn = attn + (llm.heads / tp + 2 * kv_per_rank(llm, tp)) * llm.dhead + llm.hidden
+    return attn + count(llm).norms
+
+
+def _mlp_params(llm, f, tp):
+    """A dense MLP of width f on one of `tp` ranks (with biases: the up bias split, the down bias (h)
+    replicated)."""
+    k, h = mlp_matrices(llm), llm.hidden
+    return k * h * f / tp + ((f * (k - 1)) / tp + h if llm.bias else 0.0)
+
+
 def layer_params_per_gpu(ctx: Ctx, k: Knobs):
     """Weights of one dense layer held by one GPU (TP-sharded matrices, replicated norms)."""
-    llm = ctx.llm
     tp = k.tp.astype(float)
-    pc = count(llm)
-    h, a, d = llm.hidden, llm.heads, llm.dhead
-    kvr = kv_per_rank(llm, tp)
-    attn = sum(attention_params(llm, tp))
-    if llm.bias:  # column-parallel biases are split, the row-parallel output bias is replicated
-        attn = attn + (a / tp + 2 * kvr) * d + h
-    mlp = pc.mlp / tp
-    if llm.bias:  # the down projection's output bias (h) is replicated, not split
-        mlp = mlp + h * (1.0 - 1.0 / tp)
-    return attn + mlp + pc.norms
+    return _attention_norm_params(ctx.llm, tp) + _mlp_params(ctx.llm, ctx.llm.ffn, tp)
 
 
 def moe_layer_params_per_gpu(ctx: Ctx, k: Knobs):
@@ -112,27 +118,18 @@ def moe_layer_params_per_gpu(ctx: Ctx, k: Knobs):
     norms as a dense layer, the router (h x E, replicated), shared experts TP-sharded; the E routed experts
     split over ep ranks, each expert's matrices over etp ranks (Megatron-Core expert parallelism;
     routed experts are *not* divided by tp)."""
-    llm = ctx.llm
-    mo = llm.moe
+    llm, mo = ctx.llm, ctx.llm.moe
     tp = k.tp.astype(float)
-    pc = count(llm)
-    h = llm.hidden
-    kmat = 3 if llm.mlp.gated else 2
-    dense = layer_params_per_gpu(ctx, k) - pc.mlp / tp
-    if llm.bias:
-        dense = dense - h * (1.0 - 1.0 / tp)
-    non_expert = dense + h * mo.experts + kmat * h * mo.shared_experts * mo.expert_ffn / tp
-    expert = mo.experts / k.ep.astype(float) * kmat * h * mo.expert_ffn / k.etp.astype(float)
+    non_expert = (_attention_norm_params(llm, tp) + llm.hidden * mo.experts
+                  + _mlp_params(llm, mo.shared_experts * mo.expert_ffn, tp))
+    expert = mo.experts / k.ep.astype(float) * mlp_matrices(llm) * llm.hidden * mo.expert_ffn / k.etp.astype(float)
     return non_expert, expert
 
 
 def moe_layers_on_stage(llm, pp):
     """MoE layers on the pipeline stage that holds the most of them: min(L/pp, moe_layers) (a model whose
     first layers are dense, as DeepSeek-V3, puts them on the first stage)."""
-    if llm.moe is None:
-        return np.zeros_like(np.asarray(pp, dtype=float))
-    n = llm.moe.moe_layers if llm.moe.moe_layers is not None else llm.layers
-    return np.minimum(llm.layers / np.asarray(pp, dtype=float), float(n))
+    return np.minimum(llm.layers / np.asarray(pp, dtype=float), float(llm.moe_layer_count))
 
 
 def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
@@ -148,8 +145,7 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
         # solver's tables need); weights: the stage holding the most MoE layers (below)
         blk_m = block_cost(ctx, k, moe=True)
         w_stage = moe_layers_on_stage(llm, pp) / (llm.layers / pp)
-        n_moe = llm.moe.moe_layers if llm.moe.moe_layers is not None else llm.layers
-        blk = blk_d.mix(blk_m, n_moe / llm.layers)
+        blk = blk_d.mix(blk_m, llm.moe_layer_count / llm.layers)
     else:
         blk = blk_d
     B = float(ctx.global_batch)

@@ -69,6 +69,13 @@ class LLM(Frozen):
         return self.head_dim if self.head_dim is not None else self.hidden // self.heads
 
     @property
+    def moe_layer_count(self) -> int:
+        """Layers whose MLP is a mixture of experts (0 for a dense model)."""
+        if self.moe is None:
+            return 0
+        return self.moe.moe_layers if self.moe.moe_layers is not None else self.layers
+
+    @property
     def core_dim(self) -> float:
         """Per-head size the attention core works on: head_dim, or for MLA the mean of the query/key
         (head_dim + rope) and value sizes (QK^T and PV FLOPs are proportional to each)."""
