@@ -110,10 +110,10 @@ def triple_cols(T: Tables, tri: np.ndarray):
     l, mi = tri[:, 0], tri[:, 2]
     g = T.L["tpcp"][l] * nM + mi
     mins = {n: gmin(BE[n])[:, 0] for n in ("tau_mb", "tau", "stored", "working", "embout", "logits", "offx_mb")}
-    head = gmin(BE["head_mb"], 3)
+    head = gmin(BE["head_mb"], 3 * nT)
     p2pm, p2p = gmin(BE["p2p_mb"], nT), gmin(BE["p2p"], nT)
     tpp = T.lay["tier_pp"][l]
-    got = {"head_mb": head[g, T.L["hc"][l]], "p2p_mb": p2pm[g, tpp], "p2p": p2p[g, tpp]}
+    got = {"head_mb": head[g, T.L["hc"][l] * nT + tpp], "p2p_mb": p2pm[g, tpp], "p2p": p2p[g, tpp]}
     return lambda name: got[name] if name in got else mins[name][g]
 
 

@@ -8,8 +8,10 @@ What a pair does not decide is left to the solver: the ZeRO stage z, DP overlap 
 and the state memory. Columns (integers; time in TIME_UNIT, memory in KiB, usage rounded up):
 
     pipe_layers = n_mb*Ls*tau      = A1[l]*tau_mb[beta]       (Narayanan 2021, Sec. 2.2)
-    pipe_head   = n_mb*head        = A2[l]*head_mb[beta, hc] (hc: pp = 1; pp > 1; pp > 1 with the embedding
-                                   and loss as layer slots, where the head hides behind the layer it replaces)
+    pipe_head   = n_mb*head        = A2[l]*head_mb[beta, hc, tier_pp] (hc: pp = 1; pp > 1; pp > 1 with the
+                                   embedding and loss as layer slots, where the head hides behind the layer it
+                                   replaces); with pp > 1 the edge stage's extra work hides one p2p exchange
+                                   per micro-batch: head_mb = max(head - t_p2p, 0)/mb
     bubble      = (pp-1)/vpp*Ls*tau = Bf[lv]*tau[beta]
     p2p_steady  = 2*n_mb*vpp*t_p2p = E[lv]*p2p_mb[beta, tier_pp];  p2p_fill = 2(pp-1)*t_p2p
     offload     = n_mb*Ls*exposed weight/activation streaming per layer = A1[l]*offx_mb[beta]
@@ -118,7 +120,7 @@ def pair_columns(T: Tables, l, vi, mi, ri, si, oi) -> dict[str, np.ndarray]:
     """Every term of the given pairs (arrays of indices)."""
     b = block_index(T, l, mi, ri, si, oi)
     nT = len(T.problem.system.networks)
-    at = {"head_mb": 3 * b + T.L["hc"][l], "p2p_mb": nT * b + T.lay["tier_pp"][l]}
+    at = {"head_mb": (3 * b + T.L["hc"][l]) * nT + T.lay["tier_pp"][l], "p2p_mb": nT * b + T.lay["tier_pp"][l]}
     at["p2p"] = at["p2p_mb"]
 
     def col(name):

@@ -247,7 +247,7 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
                 tier_ep=tier_of_grp["ep"])
     rb = run(nB, **cols, pp=1)
     rps = {tpp: run(nB, **cols, pp=2, tier_pp=tpp) for tpp in tiers_pp}
-    rpe = run(nB, **cols, pp=2, pp_el=1, tier_pp=tiers_pp[0]) if lay["pp_el"].any() else None
+    rpe = {tpp: run(nB, **cols, pp=2, pp_el=1, tier_pp=tpp) for tpp in tiers_pp} if lay["pp_el"].any() else None
     cap = int(np.floor(capacity_bytes(problem) / KIB))
     off_cap = int(np.floor(problem.system.offload.capacity_gib * 2.0**30 / KIB))
     out = []
@@ -260,14 +260,16 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
         BETA["stored"], BETA["working"] = kib_up(rb["stored"][j]), kib_up(rb["working"][j])
         BETA["embout"], BETA["logits"] = kib_up(rb["emb_out"][j]), kib_up(rb["logits"][j])
         BETA["offx_mb"] = t_int(rb["off_layer"][j] / mb_b)
-        head = np.zeros((nB, 3), dtype=np.int64)
-        head[:, 0] = t_int(rb["head"][j] / mb_b)
-        if rpe is not None:
-            head[:, 2] = t_int(rpe["head"][j] / mb_b)
+        # head column (hc) x PP tier: the edge stage's extra work per micro-batch less the p2p exchange it
+        # hides (one of the 2*vpp per micro-batch; `optimizer.model.step`): max(head - t_p2p, 0) when pp > 1
+        head = np.zeros((nB, 3, nT), dtype=np.int64)
+        head[:, 0, :] = t_int(rb["head"][j] / mb_b)[:, None]
         p2p_mb = np.zeros((nB, nT), dtype=np.int64)
         p2p = np.zeros((nB, nT), dtype=np.int64)
         for tpp, rp in rps.items():
-            head[:, 1] = t_int(rp["head"][j] / mb_b)
+            head[:, 1, tpp] = t_int(np.maximum(rp["head"][j] - rp["t_p2p"][j], 0.0) / mb_b)
+            if rpe is not None:
+                head[:, 2, tpp] = t_int(np.maximum(rpe[tpp]["head"][j] - rpe[tpp]["t_p2p"][j], 0.0) / mb_b)
             p2p_mb[:, tpp] = t_int(rp["t_p2p"][j] / mb_b)
             p2p[:, tpp] = t_int(rp["t_p2p"][j])
         BETA["head_mb"], BETA["p2p_mb"], BETA["p2p"] = head.reshape(-1), p2p_mb.reshape(-1), p2p.reshape(-1)

@@ -183,3 +183,34 @@ def test_pipe_overlap_hides_tp_traffic_at_tp2():
     execs = [Execution(tp=2, tp_overlap=o) for o in ("none", "pipe")]
     none, pipe = evaluate(p, _knobs(p, execs)).tp_exposed
     assert pipe < none
+
+
+def test_edge_stage_hides_one_p2p_exchange_per_micro_batch():
+    # 1F1B steady state: a middle stage exchanges with two neighbours per chunk (2*vpp waits per
+    # micro-batch), the last stage with one for its last chunk, so its extra work (LM head, loss) hides
+    # one exchange: p2p = 2*(n_mb*vpp + pp-1)*t_p2p - n_mb*min(t_p2p, head)
+    p = _problem("h100-sxm-80gb", "llama3.1-8b")  # 64 GPUs: tp 2 x pp 4 x dp 8 -> 16 micro-batches
+    execs = [Execution(tp=2, pp=4, vpp=v) for v in (1, 2)]
+    r = evaluate(p, _knobs(p, execs))
+    n_mb, pp = 128 / 8, 4
+    t_p2p = float(r.pp_exposed[1] - r.pp_exposed[0]) / (2 * n_mb)  # the second chunk adds 2 exchanges per mb
+    head = float(r.head[0]) / n_mb
+    assert 0 < t_p2p < head  # an 8B model's LM head (128K vocab) outlasts an NVLink/IB activation send
+    assert float(r.pp_exposed[0]) == pytest.approx(2 * (n_mb + pp - 1) * t_p2p - n_mb * t_p2p, rel=1e-9)
+
+
+def test_edge_work_shorter_than_the_exchange_is_fully_hidden():
+    # on a very slow PP link the middle stages' waits set the period: the LM head then costs nothing in the
+    # steady state: edge work + exposed p2p is the exchanges alone, whatever the vocabulary
+    base = library_system("h100-sxm-80gb")
+    nets = [n.model_copy(update={"bandwidth_gbps": 0.05}) if i == 1 else n for i, n in enumerate(base.networks)]
+    slow = base.model_copy(update={"networks": nets})
+    llm = library_llm("llama3.1-8b")
+    times = []
+    for vocab in (32_000, 128_256):
+        p = Problem(llm=llm.model_copy(update={"vocab": vocab}), system=slow, num_gpus=NUM_GPUS,
+                    training=Training(global_batch=128), execution=Execution())
+        r = evaluate(p, _knobs(p, [Execution(tp=8, pp=8)]))  # pp stages on separate nodes: PP over the slow link
+        times.append(float(r.head[0] + r.pp_exposed[0]))
+        assert float(r.head[0]) > 0
+    assert times[0] == pytest.approx(times[1], rel=1e-9)

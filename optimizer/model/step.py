@@ -8,7 +8,9 @@ loss; Narayanan et al. 2021, Sec. 2.2):
 with Ls = L/pp layers per stage ((L+2)/pp on a middle stage when the embedding and loss take a layer
 slot each, Megatron-Core's account_for_embedding/loss_in_pipeline_split), tau the per-layer per-micro-batch time of `layer.block_cost` (compute,
 recompute and exposed TP/CP traffic), n_mb = B/(dp*b) micro-batches and, for 1F1B with vpp virtual
-stages (interleaving), bubble = (pp-1)/vpp * Ls * tau.
+stages (interleaving), bubble = (pp-1)/vpp * Ls * tau; p2p = 2*(n_mb*vpp + pp-1)*t_p2p less, per
+micro-batch, the min(t_p2p, head) that the edge stage's extra work hides (the steady-state cycle of
+1F1B: a middle stage waits on two neighbours per chunk, the edge stage on one).
 
 Data-parallel gradient traffic (over dp*cp ranks) is a ring all-reduce, or with ZeRO >= 1 a
 reduce-scatter of gradients plus an all-gather of parameters; ZeRO-2 reduces at every micro-batch and
@@ -185,13 +187,18 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     pipe = n_mb * (stage + head)
     gp = k.gpipe.astype(bool)
     bubble = np.where(pp > 1, (pp - 1.0) / vpp * stage, 0.0)
-    # p2p: one activation per micro-batch per chunk boundary, forward and backward (exposed)
+    # p2p: one activation per micro-batch per chunk boundary, forward and backward. In the 1F1B steady
+    # state a middle stage exchanges with both neighbours per chunk (2*vpp exchanges per micro-batch, each
+    # a rendezvous on the critical path), while an edge stage has one neighbour for its edge chunk:
+    # its cycle is stage + head + (2*vpp-1)*t_p2p against a middle stage's stage + 2*vpp*t_p2p, so the
+    # period is stage + 2*vpp*t_p2p + max(head - t_p2p, 0): the edge's extra work hides one exchange.
+    # Fill and drain cross pp-1 boundaries each way.
     scatter = sp | k.pp_rs_ag.astype(bool)
     msg = np.where(scatter, M / tp, M)
     t_p2p = collective_time("p2p", msg, 2.0, k.tier_pp, tiers) + \
         np.where(k.pp_rs_ag.astype(bool) & ~sp, collective_time("ag", M, tp, k.tier_tp, tiers), 0.0)
     pp_link = np.where(pp > 1, 2.0 * n_mb * vpp * t_p2p, 0.0)
-    pp_exposed = np.where(pp > 1, 2.0 * (n_mb * vpp + pp - 1.0) * t_p2p, 0.0)
+    pp_exposed = np.where(pp > 1, 2.0 * (n_mb * vpp + pp - 1.0) * t_p2p - n_mb * np.minimum(t_p2p, head), 0.0)
 
     # ------------------------------------------------------------ parameters per GPU (worst stage)
     P_layer = layer_params_per_gpu(ctx, k)
