@@ -12,8 +12,15 @@ Parameters (physical, shared by every run on the GPU; nothing is keyed on a run 
 - the efficiency of network tier 0 (NVLink) and tier 1 (InfiniBand/RoCE);
 - `fp8_scale`, the factor on the GEMM efficiency of FP8 GEMMs (`matrix_efficiency_scale.fp8`), fitted on
   FP8 runs only (``--params fp8_scale --precision fp8``) after the 16-bit tables.
-The objective is the weighted mean |error| of the predicted step times plus a quarter of the largest
-one; tier-A runs (all core fields known) weigh 1, tier B 0.1, tier C 0.05.
+The objective is the weighted mean |error| of the predicted step times (the MAPE that `paraplan
+validate` scores; ``--max-weight W`` adds W times the largest |error|); tier-A runs (all core fields
+known) weigh 1, tier B 0.1, tier C 0.05. Nelder-Mead starts from fixed priors, so a re-run reproduces a
+file's values. ``--loo`` also prints each run's leave-one-out error (fitted on the other runs). On the 21
+A100 runs: plain MAPE fits Korthikanti Table 5 to max 2.3% (held out: mean 2.7%, max 5.1%) and all 21
+to 2.95% (held out 3.67%, tier-weighted 3.83%); with --max-weight 0.25 (the earlier objective) Table 5
+fits to max 6.0% (held out: mean 2.9%, max 6.2%) and all 21 to 2.85% (held out 3.25%, weighted 3.56%).
+Held out, llm-foundry's MPT-7B run is 11-13% fast with either: the minimax term only bent the fit
+towards it in-sample.
 With --write the system file's values and its `calibration` block are updated in place (comments on
 datasheet values are kept; fitted lines get a comment naming the runs).
 """
@@ -79,6 +86,9 @@ def main() -> int:
     ap.add_argument("--params", default="e1,e2,e3,hbm_scale,net0_eff,net1_eff")
     ap.add_argument("--precision", help="fit on the runs of this precision only (e.g. fp8 with --params fp8_scale)")
     ap.add_argument("--tier", help="fit on runs of these tiers only (e.g. A)")
+    ap.add_argument("--loo", action="store_true", help="also print each run's leave-one-out error")
+    ap.add_argument("--max-weight", type=float, default=0.0,
+                    help="add this times the largest |error| to the objective (a minimax term; 0: plain MAPE)")
     args = ap.parse_args()
     from scipy.optimize import minimize  # script-only dependency
 
@@ -96,17 +106,19 @@ def main() -> int:
     tg = [run_target(r, m.problem)[0] for r, m in keep]
     uses_flash = any(m.problem.execution.attention.value == "flash" for _, m in keep)
     names = [n for n in args.params.split(",") if n != "attention_efficiency" or uses_flash]
-    x0 = {"e1": 0.5, "e2": 0.7, "e3": 0.85, "hbm_scale": 1.0, "fp8_scale": 0.8, "net0_eff": base.networks[0].efficiency,
-          "net1_eff": base.networks[-1].efficiency, "attention_efficiency": base.attention_efficiency}
+    x0 = {"e1": 0.5, "e2": 0.7, "e3": 0.85, "hbm_scale": 1.0, "fp8_scale": 0.8, "net0_eff": 0.75,
+          "net1_eff": 0.85, "attention_efficiency": 0.6}  # fixed start (the uncalibrated files' priors): a re-run
+    # on an already calibrated file reproduces its values
     lo = {"fp8_scale": 0.3, "hbm_scale": 0.5, "e1": 0.05, "e2": 0.05, "e3": 0.05, "net0_eff": 0.3, "net1_eff": 0.3, "attention_efficiency": 0.2}
     hi = {"fp8_scale": 1.0, "hbm_scale": 1.09, "e1": 0.99, "e2": 0.99, "e3": 0.99, "net0_eff": 0.85, "net1_eff": 0.92, "attention_efficiency": 0.95}
     # network bounds: NCCL all-reduce bus bandwidth reaches ~75-85% of NVLink and ~85-92% of IB line rate
 
-    def errors(vec):
+    def errors(vec, idx=None):
         x = {n: float(np.clip(v, lo[n], hi[n])) for n, v in zip(names, vec)}
         sysm = with_params(base, x)
         errs = []
-        for (r, m), t in zip(keep, tg):
+        for i in range(len(keep)) if idx is None else idx:
+            (r, m), t = keep[i], tg[i]
             p = m.problem.model_copy(update={"system": sysm})
             m2 = type(m)(run=m.run, problem=p, free=m.free, assumptions=m.assumptions)
             pred = predict(m2)
@@ -115,18 +127,27 @@ def main() -> int:
 
     w = np.array([{"A": 1.0, "B": 0.1}.get(r.get("tier"), 0.05) for r, _ in keep])
 
-    def objective(vec):
-        e, _ = errors(vec)
-        return float(np.sum(w * np.abs(e)) / np.sum(w) + 0.25 * np.max(np.abs(e)))
+    def fit(idx):
+        def objective(vec):
+            e, _ = errors(vec, idx)
+            return float(np.sum(w[idx] * np.abs(e)) / np.sum(w[idx]) + args.max_weight * np.max(np.abs(e)))
 
-    start = [x0[n] for n in names]
-    res = minimize(objective, start, method="Nelder-Mead", options={"maxiter": 400, "xatol": 1e-3, "fatol": 1e-3})
-    e, x = errors(res.x)
-    for (r, _), err in zip(keep, e):
-        print(f"  {r['id']:48s} {err:+6.2f}%")
+        start = [x0[n] for n in names]
+        return minimize(objective, start, method="Nelder-Mead",
+                        options={"maxiter": 400, "xatol": 1e-3, "fatol": 1e-3}).x
+
+    e, x = errors(fit(list(range(len(keep)))))
+    held = None
+    if args.loo:
+        held = np.array([errors(fit([j for j in range(len(keep)) if j != i]), [i])[0][0] for i in range(len(keep))])
+    for i, ((r, _), err) in enumerate(zip(keep, e)):
+        print(f"  {r['id']:48s} {err:+6.2f}%" + (f"   held out {held[i]:+6.2f}%" if held is not None else ""))
     print(f"{args.gpu}: MAPE {np.mean(np.abs(e)):.2f}%  max {np.max(np.abs(e)):.2f}%  params {x}")
+    if held is not None:
+        print(f"leave-one-out: MAPE {np.mean(np.abs(held)):.2f}% (tier-weighted {np.sum(w * np.abs(held)) / np.sum(w):.2f}%)"
+              f"  max {np.max(np.abs(held)):.2f}%")
     if args.write:
-        write(path, x, [r["id"] for r, _ in keep])
+        write(path, x, [r["id"] for r, _ in keep], args.runs)
     return 0
 
 
@@ -142,7 +163,7 @@ def _replace_block(lines: list[str], key: str, new: list[str]) -> list[str]:
     return lines + new
 
 
-def write(path: Path, x: dict, run_ids: list[str]) -> None:
+def write(path: Path, x: dict, run_ids: list[str], runs_file: str) -> None:
     lines = path.read_text().splitlines()
     note = f"calibrated by scripts/calibrate.py on {len(run_ids)} runs (see calibration.runs)"
     fitted = []
@@ -159,7 +180,7 @@ def write(path: Path, x: dict, run_ids: list[str]) -> None:
         fitted.append("hbm_efficiency")
     if "fp8_scale" in x:
         lines = _replace_block(lines, "matrix_efficiency_scale", [
-            f"matrix_efficiency_scale: {{fp8: {x['fp8_scale']:.4f}}}  # {note} (FP8 runs only)"])
+            f"matrix_efficiency_scale: {{fp8: {x['fp8_scale']:.4f}}}  # {note} of {runs_file} (FP8 runs only)"])
         fitted.append("matrix_efficiency_scale")
     if "attention_efficiency" in x:
         lines = _replace_block(lines, "attention_efficiency",

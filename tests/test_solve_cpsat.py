@@ -140,7 +140,8 @@ def test_pair_columns_compose_like_the_model(tmp_path):
     k = knobs_of_pairs(T, P, np.zeros(len(P), dtype=int), np.zeros(len(P), dtype=int))
     t = evaluate(p, k).terms
     model_pipe = (t["pipe"] + t["bubble"] + t["pp_exposed"]) * 1e9
-    assert np.allclose(cols["pipe"], model_pipe, rtol=1e-6, atol=64)
+    # per-micro-batch columns are whole ns, multiplied by up to n_mb*mb: a few hundred ns of rounding
+    assert np.allclose(cols["pipe"], model_pipe, rtol=1e-6, atol=256)
 
 
 @pytest.mark.parametrize("name", ["open-kernels-schedule-16gpu", "offload-13b-8gpu-16gib"])
