@@ -16,22 +16,22 @@ plan i is optimal among what remains.
 from __future__ import annotations
 
 import time as _time
+from dataclasses import dataclass, field
 
 import numpy as np
 from ortools.sat.python import cp_model
 
-from optimizer.errors import Infeasible
-from optimizer.evaluate import evaluate_execution
-from optimizer.model.knobs import to_execution
-from optimizer.objective import BIG_S, describe, gpu_time_cap, gpus_used, target
+from optimizer.errors import Infeasible, Reason, TimeLimit, VerificationError
+from optimizer.model.knobs import Knobs
+from optimizer.objective import BIG_S, gpu_time_cap, target
 from optimizer.schema import Problem
-from optimizer.solve import Plan, SolveResult, verify
+from optimizer.schema.problem import Objective
 from optimizer.space import compact_space
 
 from . import choice as choice_mod
 from . import memory as memory_mod
 from . import time as time_mod
-from .bounds import NONE, Presolved, knobs_of_pairs, presolve
+from .bounds import NONE, Pairs, Presolved, knobs_of_pairs, presolve
 from .common import new_int, product
 from .tables import TIME_UNIT, Tables, build_all
 
@@ -110,39 +110,79 @@ def objective_score(T: Tables, m: cp_model.CpModel, ch, obj):
     return int(BIG_S * TIME_UNIT) * n + obj
 
 
+@dataclass
+class Outcome:
+    """What the CP-SAT formulation returns: assignments as knobs (extraction to plans, verification and
+    reports are `optimizer.solve`'s), the solver's objective per plan, status and bound."""
+
+    status: str  # optimal | feasible
+    knobs: list[Knobs]  # one candidate per plan, best first
+    objectives_s: list[float | None]  # the solver's step time per plan (None: the model's own incumbent)
+    candidates: int
+    bound_s: float | None
+    gap: float | None
+    notes: list[str] = field(default_factory=list)
+
+
+def no_plan_reason(problem: Problem) -> Reason:
+    """Memory or target: does anything fit once the objective's targets are dropped (one presolve)?"""
+    if problem.step_time_target_s() is None and problem.gpu_seconds_per_step_cap() is None:
+        return Reason.MEMORY
+    free = problem.model_copy(update={"objective": Objective()})
+    pre = presolve(build_all(free, compact_space(free)), 1)
+    return Reason.TARGET if len(pre.pairs) else Reason.MEMORY
+
+
+def _infeasible(problem: Problem, size: int) -> Infeasible:
+    reason = no_plan_reason(problem)
+    what = ("is within memory and meets the objective's target" if reason == Reason.TARGET else
+            "is within memory")
+    return Infeasible(f"nothing fits: none of {size:,} candidates {what} (run `paraplan check` for why and what "
+                      "would fit)", reason=reason)
+
+
 def solve_cpsat(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: float | None = None,
-                params: dict | None = None) -> SolveResult:
+                params: dict | None = None) -> Outcome:
     t0 = t0 if t0 is not None else _time.perf_counter()
     c = compact_space(problem)
     if c.size == 0:
         raise Infeasible("no legal plan: no (tp, pp, dp, vpp, micro-batch) satisfies the integer rules "
-                         "(run `paraplan check` for why)", reason="rules")
+                         "(run `paraplan check` for why)", reason=Reason.RULES)
     Ts = build_all(problem, c)
     T = Ts[0]  # layouts, value lists and capacities are shared by the variants
     pre = presolve(Ts, top)
     if len(pre.pairs) == 0:
-        has_target = problem.step_time_target_s() is not None or problem.gpu_seconds_per_step_cap() is not None
-        what = "is within memory and meets the objective's targets" if has_target else "is within memory"
-        raise Infeasible(f"nothing fits: none of {c.size:,} candidates {what} "
-                         "(run `paraplan check` for why and what would fit)")
+        raise _infeasible(problem, c.size)
     m, ch, mem, tv = define_model(T, pre, pre.incumbent.hint)
     err = m.Validate()
-    if err:  # pragma: no cover - a formulation bug, reported loudly
-        raise RuntimeError(f"invalid CP-SAT model: {err}")
+    if err:  # a formulation bug, reported loudly
+        raise VerificationError(f"invalid CP-SAT model: {err}")
     solver = cp_model.CpSolver()
     set_params(solver, {**SOLVER_PARAMS, **(params or {})})
-    plans: list[Plan] = []
+    knobs: list[Knobs] = []
+    objs: list[float | None] = []
     status_name, bound, gap = "optimal", None, None
     goal = problem.objective.goal.value
     for i in range(top):
         solver.parameters.max_time_in_seconds = max(0.1, time_limit_s - (_time.perf_counter() - t0))
         st = solver.Solve(m)
         if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            if i == 0:
-                if st == cp_model.INFEASIBLE:
-                    raise Infeasible(f"nothing fits: none of {c.size:,} candidates is within memory "
-                                     "(run `paraplan check` for why and what would fit)")
-                raise Infeasible(f"no plan found within {time_limit_s:g} s ({solver.StatusName(st)})")
+            if i > 0:
+                break
+            if st == cp_model.INFEASIBLE:
+                raise _infeasible(problem, c.size)
+            if pre.incumbent.hint is None:
+                raise TimeLimit(f"no plan found within {time_limit_s:g} s ({solver.StatusName(st)}): not a proof "
+                                "that nothing fits; raise --time-limit")
+            # the presolve's incumbent is a plan the model evaluated: answer with it and the bound
+            h = pre.incumbent.hint
+            P = Pairs(*(np.array([h[n]]) for n in ("l", "vi", "mi", "ri", "si", "oi")), np.zeros(1, dtype=np.int64),
+                      np.array([h["var"]]))
+            knobs.append(knobs_of_pairs(Ts, P, np.array([h["zi"]]), np.array([h["di"]])))
+            objs.append(None)
+            lb = int(pre.pairs.slb.min())
+            status_name, gap = "feasible", None
+            bound = lb / TIME_UNIT if goal == "step_time" else None
             break
         if i == 0:
             sc_best, sc_bound = solver.ObjectiveValue(), solver.BestObjectiveBound()
@@ -151,19 +191,17 @@ def solve_cpsat(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: 
             if st != cp_model.OPTIMAL:
                 status_name = "feasible"
         a = ch.extract(solver)
-        obj = solver.Value(tv.objective) / TIME_UNIT
-        k = knobs_of_pairs(Ts, pre.pairs.take(np.array([a["pair"]])), np.array([a["zi"]]), np.array([a["di"]]))
-        ev = evaluate_execution(problem, to_execution(k, problem.system))
-        verify(problem, ev, obj)
-        plans.append(Plan(ev, obj))
+        objs.append(solver.Value(tv.objective) / TIME_UNIT)
+        knobs.append(knobs_of_pairs(Ts, pre.pairs.take(np.array([a["pair"]])), np.array([a["zi"]]),
+                                    np.array([a["di"]])))
         m.AddForbiddenAssignments(ch.key(), [[a["pair"], a["zi"], a["di"]]])
     inc = pre.incumbent
-    n0 = gpus_used(plans[0].evaluation.execution)
     var = f" in {len(Ts)} variants (kernels, schedule, offload)" if len(Ts) > 1 else ""
-    notes = [describe(problem, n0, plans[0].objective_s),
-             f"presolve: {pre.n_triples_kept:,} of {pre.n_triples:,} (layout, vpp, micro-batch) triples{var} "
+    notes = [f"presolve: {pre.n_triples_kept:,} of {pre.n_triples:,} (layout, vpp, micro-batch) triples{var} "
              f"within the incumbent's bound ({inc.evaluated:,} plans evaluated); of their {pre.n_pairs_fit:,} "
              f"(triple, block) pairs that fit, {len(pre.pairs):,} kept",
              f"CP-SAT model: {len(m.Proto().variables)} variables, {len(m.Proto().constraints)} constraints"]
-    return SolveResult("cpsat", status_name, plans, c.size, None, _time.perf_counter() - t0, bound_s=bound,
-                       gap=gap, notes=notes)
+    if objs and objs[0] is None:
+        notes.append(f"time limit of {time_limit_s:g} s reached: the plan is the presolve's best evaluated plan, "
+                     "not proven optimal")
+    return Outcome(status_name, knobs, objs, c.size, bound, gap, notes)

@@ -1,38 +1,37 @@
 """The integer rules as named constraint groups guarded by literals, for explanations (`paraplan check`).
 
-Variables tp, pp, dp, cp, vpp, micro_batch over wide ranges; each group below is enforced by its own
-literal, the solver is asked to satisfy all of them under assumptions, and on infeasibility its sufficient
-assumptions are shrunk (deletion filter) to a minimal conflicting set of groups:
+The rules themselves live in `optimizer.layout` (`rule_masks`, one vectorised predicate per group); this
+module only tabulates them over each knob's candidate values and posts each group as a table constraint
+enforced by its own literal. The solver is asked to satisfy all groups under assumptions, and on
+infeasibility its sufficient assumptions are shrunk (deletion filter) to a minimal conflicting set:
 
-    rules.gpus        tp*pp*dp*cp = num_gpus (<= with allow_idle_gpus)
-    rules.tp_split    tp divides heads and ffn; kv_heads divisible by tp or tp by kv_heads
-    rules.layers      pp*vpp divides the layers, or layers + 2 with the embedding/loss split (and vpp = 1
-                      without a pipeline)
-    rules.experts     MoE: ep divides the experts, etp divides tp and expert_ffn, ep*etp divides tp*cp*dp;
-                      dense: ep = 1, etp = tp
-    rules.batch       dp*micro_batch divides the global batch
-    rules.interleave  interleaving: micro-batches (B/(dp*micro_batch)) a multiple of pp
-    rules.sequence    2*cp divides the sequence (load-balanced causal attention)
-    rules.tiers       groups tile the network tiers marked must_fill
-    fixed.<knob>      a knob fixed or restricted by the problem (execution or search)
+    rules.gpus, rules.tp_split, rules.layers, rules.experts, rules.batch, rules.interleave,
+    rules.context, network.must_fill     the groups of `optimizer.layout.Group`
+    caps.cp                              the search's default cap on cp (`optimizer.layout.Caps`)
+    fixed.<knob>                         a knob fixed or restricted by the problem (execution or search)
+
+Each knob ranges over the union of the values any single group allows (divisors of the GPU count, of the
+heads, layers, batch, sequence, experts) and the fixed values, so that no group is hidden in a domain.
 """
 
 from __future__ import annotations
 
+import numpy as np
 from ortools.sat.python import cp_model
 
+from optimizer.layout import CAPS, Group, divisors, rule_masks
 from optimizer.schema import Problem
-from optimizer.space import divisors
 
 TEXT = {
-    "rules.gpus": "tp*pp*dp*cp must {eq} the {n} GPUs",
-    "rules.tp_split": "tp must divide the {heads} heads and the ffn ({ffn}), and split the {kv} K/V heads",
-    "rules.layers": "pp*vpp must divide the {layers} layers (or layers + 2 with pp_embedding_loss)",
-    "rules.experts": "{experts}",
-    "rules.batch": "dp*micro_batch must divide the global batch {batch}",
-    "rules.interleave": "an interleaved schedule (vpp > 1) needs the micro-batch count to be a multiple of pp",
-    "rules.sequence": "2*cp must divide the sequence length {seq}",
-    "rules.tiers": "parallel groups must tile the network tiers marked must_fill",
+    Group.GPUS: "tp*pp*dp*cp must {eq} the {n} GPUs",
+    Group.TP_SPLIT: "tp must divide the {heads} heads and the ffn ({ffn}), and split the {kv} K/V heads",
+    Group.LAYERS: "pp*vpp must divide the {layers} layers (or layers + 2 with pp_embedding_loss)",
+    Group.EXPERTS: "{experts}",
+    Group.BATCH: "dp*micro_batch must divide the global batch {batch}",
+    Group.INTERLEAVE: "an interleaved schedule (vpp > 1) needs the micro-batch count to be a multiple of pp",
+    Group.CONTEXT: "2*cp must divide the sequence length {seq}",
+    Group.MUST_FILL: "parallel groups must tile the network tiers marked must_fill",
+    Group.CAP_CP: "cp is capped at {cap} by default (name cp in `search` to lift the cap)",
 }
 KNOBS = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "ep", "etp", "pp_embedding_loss")
 
@@ -49,99 +48,107 @@ def describe(problem: Problem, group: str, fixed: dict[str, list]) -> str:
     experts = (f"ep must divide the {mo.experts} experts, etp must divide tp and the expert ffn ({mo.expert_ffn}), "
                "and ep*etp the tp*cp*dp ranks of a pipeline stage" if mo else
                "a dense model has no expert parallelism (ep = 1, etp = tp)")
-    return TEXT[group].format(eq=eq, n=problem.num_gpus, experts=experts,
-                              heads=llm.heads, ffn=llm.ffn, kv=llm.kv, layers=llm.layers,
-                              batch=problem.training.global_batch, seq=problem.seq_len)
+    return TEXT[Group(group)].format(eq=eq, n=problem.num_gpus, experts=experts,
+                                     heads=llm.heads, ffn=llm.ffn, kv=llm.kv, layers=llm.layers,
+                                     batch=problem.training.global_batch, seq=problem.seq_len,
+                                     cap=CAPS.cp_limit(problem))
+
+
+def domains(problem: Problem, fixed: dict[str, list]) -> dict[str, list[int]]:
+    """Candidate values of each knob: what any one group allows, plus the fixed values."""
+    llm, n, B, S, L = problem.llm, problem.num_gpus, problem.training.global_batch, problem.seq_len, problem.llm.layers
+
+    def upto(*sets):
+        return {v for s in sets for v in s if v <= n}
+
+    dn = divisors(n)
+    dom = {"tp": upto(dn, divisors(llm.heads)), "pp": upto(dn, divisors(L), divisors(L + 2)),
+           "cp": upto(dn, divisors(max(S // 2, 1))), "dp": upto(dn, divisors(B)),
+           "vpp": set(divisors(L)) | set(divisors(L + 2)), "micro_batch": set(divisors(B)),
+           "ep": upto(dn, divisors(llm.moe.experts)) if llm.moe else {1},
+           "etp": upto(dn, divisors(llm.heads), divisors(llm.moe.expert_ffn) if llm.moe else []),
+           "pp_embedding_loss": {0, 1}}
+    for k, vals in fixed.items():
+        if k in dom:
+            dom[k] |= {int(v) for v in vals}
+    return {k: sorted(v) for k, v in dom.items()}
+
+
+def _table(problem: Problem, dom: dict[str, list[int]], names: tuple[str, ...], group: Group, **const):
+    """Rows of `names`' values (cartesian product of their domains) that `group` accepts."""
+    grids = np.meshgrid(*(np.array(dom[k], dtype=np.int64) for k in names), indexing="ij")
+    cols = {k: g.reshape(-1) for k, g in zip(names, grids)}
+    arg = {"tp": 1, "pp": 1, "dp": 1, "cp": 1} | const | cols
+    ok = rule_masks(problem, arg["tp"], arg["pp"], arg["dp"], arg["cp"], arg.get("vpp", 1), arg.get("micro_batch", 1),
+                    arg.get("ep", 1), arg.get("etp"), arg.get("pp_embedding_loss", 0))[group]
+    ok = np.broadcast_to(ok, cols[names[0]].shape)
+    return [tuple(int(cols[k][i]) for k in names) for i in np.nonzero(ok)[0]]
 
 
 def build(problem: Problem, fixed: dict[str, list], skip: frozenset[str] = frozenset()):
     """(model, {group: literal}, {knob: var}) for the rules and the fixed knobs."""
-    llm, n, B = problem.llm, problem.num_gpus, problem.training.global_batch
-    L, S = llm.layers, problem.seq_len
+    llm, n = problem.llm, problem.num_gpus
+    dom = domains(problem, fixed)
     m = cp_model.CpModel()
-    hi = {"tp": n, "pp": max(n, L), "dp": n, "cp": n, "vpp": L + 2, "micro_batch": B, "ep": n, "etp": n,
-          "pp_embedding_loss": 1}
-    for k, vals in fixed.items():
-        if k in hi:
-            hi[k] = max(hi[k], *[int(v) for v in vals])
-    v = {k: m.NewIntVar(0 if k == "pp_embedding_loss" else 1, hi[k], k) for k in KNOBS}
+    v = {k: m.NewIntVarFromDomain(cp_model.Domain.FromValues(dom[k]), k) for k in KNOBS}
     lit: dict[str, cp_model.IntVar] = {}
 
     def group(name: str):
-        lit[name] = m.NewBoolVar(name)
-        return lit[name]
+        lit[str(name)] = m.NewBoolVar(str(name))
+        return lit[str(name)]
 
-    g = group("rules.gpus")
-    a, b = m.NewIntVar(1, n * max(n, L), "tp*pp"), m.NewIntVar(1, n * n * max(n, L), "tp*pp*cp")
-    tot = m.NewIntVar(1, n ** 3 * max(n, L), "tp*pp*cp*dp")
+    def allowed(names, g, **const):
+        m.AddAllowedAssignments([v[k] for k in names], _table(problem, dom, names, g, **const)).OnlyEnforceIf(
+            group(g))
+
+    # rules.gpus: the product of the degrees (vectorised check of the full 4-axis grid would be large)
+    hi = {k: max(dom[k]) for k in ("tp", "pp", "cp", "dp")}
+    a = m.NewIntVar(1, hi["tp"] * hi["pp"], "tp*pp")
+    b = m.NewIntVar(1, hi["tp"] * hi["pp"] * hi["cp"], "tp*pp*cp")
+    tot = m.NewIntVar(1, hi["tp"] * hi["pp"] * hi["cp"] * hi["dp"], "tp*pp*cp*dp")
     m.AddMultiplicationEquality(a, [v["tp"], v["pp"]])
     m.AddMultiplicationEquality(b, [a, v["cp"]])
     m.AddMultiplicationEquality(tot, [b, v["dp"]])
+    g = group(Group.GPUS)
     (m.Add(tot <= n) if problem.options.allow_idle_gpus else m.Add(tot == n)).OnlyEnforceIf(g)
     k = problem.options.gpu_multiple
     if k > 1:
-        m.Add(tot == k * m.NewIntVar(1, n // k + 1, "nodes")).OnlyEnforceIf(g)
-    g = group("rules.tp_split")
-    ok_tp = [t for t in range(1, hi["tp"] + 1) if llm.heads % t == 0 and llm.ffn % t == 0
-             and (llm.kv % t == 0 or t % llm.kv == 0)]
-    m.AddLinearExpressionInDomain(v["tp"], cp_model.Domain.FromValues(ok_tp)).OnlyEnforceIf(g)
-    g = group("rules.layers")
-    m.AddAllowedAssignments([v["pp"], v["vpp"], v["pp_embedding_loss"]], [
-        (p, q, e) for p in range(1, hi["pp"] + 1) for e in (0, 1) for q in divisors(L + 2 * e)
-        if (L + 2 * e) % (p * q) == 0 and (q == 1 or p > 1) and (e == 0 or p > 1)]).OnlyEnforceIf(g)
-    g = group("rules.experts")
-    mo = llm.moe
-    if mo is None:
+        m.Add(tot == k * m.NewIntVar(0, hi["tp"] * hi["pp"] * hi["cp"] * hi["dp"] // k + 1, "nodes")).OnlyEnforceIf(g)
+    m.AddLinearExpressionInDomain(v["tp"], cp_model.Domain.FromValues(
+        [r[0] for r in _table(problem, dom, ("tp",), Group.TP_SPLIT)] or [0])).OnlyEnforceIf(group(Group.TP_SPLIT))
+    allowed(("pp", "vpp", "pp_embedding_loss"), Group.LAYERS)
+    if llm.moe is None:
+        g = group(Group.EXPERTS)
         m.Add(v["ep"] == 1).OnlyEnforceIf(g)
         m.Add(v["etp"] == v["tp"]).OnlyEnforceIf(g)
     else:
+        g = group(Group.EXPERTS)
+        m.AddAllowedAssignments([v["tp"], v["etp"]], [(t, e) for t in dom["tp"] for e in dom["etp"]
+                                                      if t % e == 0 and llm.moe.expert_ffn % e == 0]).OnlyEnforceIf(g)
         m.AddLinearExpressionInDomain(v["ep"], cp_model.Domain.FromValues(
-            [e for e in range(1, hi["ep"] + 1) if mo.experts % e == 0])).OnlyEnforceIf(g)
-        m.AddAllowedAssignments([v["tp"], v["etp"]], [(t, e) for t in range(1, hi["tp"] + 1) for e in divisors(t)
-                                                      if mo.expert_ffn % e == 0]).OnlyEnforceIf(g)
-        tcd = m.NewIntVar(1, n ** 3, "tp*cp*dp")
-        tc = m.NewIntVar(1, n ** 2, "tp*cp")
+            [e for e in dom["ep"] if llm.moe.experts % e == 0] or [0])).OnlyEnforceIf(g)
+        tc = m.NewIntVar(1, hi["tp"] * hi["cp"], "tp*cp")
+        tcd = m.NewIntVar(1, hi["tp"] * hi["cp"] * hi["dp"], "tp*cp*dp")
         m.AddMultiplicationEquality(tc, [v["tp"], v["cp"]])
         m.AddMultiplicationEquality(tcd, [tc, v["dp"]])
-        ee = m.NewIntVar(1, n * n, "ep*etp")
-        q = m.NewIntVar(1, n ** 3, "edp")
+        ee = m.NewIntVar(1, max(dom["ep"]) * max(dom["etp"]), "ep*etp")
+        q = m.NewIntVar(1, hi["tp"] * hi["cp"] * hi["dp"], "edp")
         m.AddMultiplicationEquality(ee, [v["ep"], v["etp"]])
         m.AddMultiplicationEquality(tcd, [ee, q]).OnlyEnforceIf(g)
-    g = group("rules.batch")
-    pairs = [(d, b_) for d in range(1, hi["dp"] + 1) if B % d == 0 for b_ in divisors(B // d)]
-    m.AddAllowedAssignments([v["dp"], v["micro_batch"]], pairs).OnlyEnforceIf(g)
-    g = group("rules.interleave")
+    allowed(("dp", "micro_batch"), Group.BATCH)
+    # rules.interleave: only binds when vpp > 1 (a table over (dp, micro_batch, pp) under that literal)
     v1 = m.NewBoolVar("vpp==1")
     m.Add(v["vpp"] == 1).OnlyEnforceIf(v1)
     m.Add(v["vpp"] > 1).OnlyEnforceIf(v1.Not())
-    trip = [(d, b_, p) for d, b_ in pairs for p in divisors(L) if (B // (d * b_)) % p == 0]
-    m.AddAllowedAssignments([v["dp"], v["micro_batch"], v["pp"]], trip).OnlyEnforceIf([g, v1.Not()])
-    g = group("rules.sequence")
-    m.AddLinearExpressionInDomain(v["cp"], cp_model.Domain.FromValues(
-        [c for c in range(1, hi["cp"] + 1) if S % (2 * c) == 0 or c == 1])).OnlyEnforceIf(g)
-    nets = problem.system.networks
-    if any(net.must_fill for net in nets):
-        from optimizer.space import _tiers_one
-
-        g = group("rules.tiers")
-        rows = []
-        for tp in divisors(n):
-            for cp in divisors(n):
-                for pp in divisors(n):
-                    for dp in divisors(n):
-                        if tp * cp * pp * dp > n:
-                            continue
-                        tr = _tiers_one([x.size for x in nets], tp, cp, dp, pp)
-                        good = True
-                        for i, net in enumerate(nets):
-                            if net.must_fill:
-                                prod = 1
-                                for ax, d in (("tp", tp), ("cp", cp), ("dp", dp), ("pp", pp)):
-                                    prod *= d if tr[ax] <= i else 1
-                                good &= net.size % prod == 0
-                        if good:
-                            rows.append((tp, cp, pp, dp))
-        m.AddAllowedAssignments([v["tp"], v["cp"], v["pp"], v["dp"]], rows).OnlyEnforceIf(g)
+    g = group(Group.INTERLEAVE)
+    rows = _table(problem, dom, ("dp", "micro_batch", "pp"), Group.INTERLEAVE, vpp=2)
+    m.AddAllowedAssignments([v["dp"], v["micro_batch"], v["pp"]], rows).OnlyEnforceIf([g, v1.Not()])
+    allowed(("cp",), Group.CONTEXT)
+    cap = CAPS.cp_limit(problem)
+    if (problem.search or {}).get("cp") is None and max(dom["cp"]) > cap:
+        m.Add(v["cp"] <= cap).OnlyEnforceIf(group(Group.CAP_CP))
+    if any(net.must_fill for net in problem.system.networks):
+        allowed(("tp", "cp", "pp", "dp"), Group.MUST_FILL)
     for k, vals in fixed.items():
         if k in v:
             g = group(f"fixed.{k}")

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import Infeasible
+from .errors import Infeasible, Reason
 from .schema import Problem
 from .space import SEARCHABLE
 
@@ -115,9 +115,11 @@ def check(problem: Problem, written_execution: dict | None = None, offload_gib: 
         out.plan = solve(p, "cpsat")
         out.fits = True
     except Infeasible as e:
-        if e.reason == "rules":
+        if e.reason == Reason.RULES:
             _explain_rules(p, fixed, out)
             _relax_rules(problem, p, fixed, out)
+        elif e.reason == Reason.TARGET:
+            _explain_target(p, fixed, out)
         else:
             _explain_memory(p, out)
             _relax_memory(problem, p, fixed, out, offload_gib, offload_gbps)
@@ -125,12 +127,31 @@ def check(problem: Problem, written_execution: dict | None = None, offload_gib: 
     return out
 
 
+# ---------------------------------------------------------------------------------------------- target
+def _explain_target(p: Problem, fixed: dict[str, list], out: CheckResult) -> None:
+    """Plans fit in memory but none meets the objective's target: name the target, and the best the space
+    can do without it (a solve with the target dropped)."""
+    from .schema.problem import Objective
+
+    o = p.objective
+    what = (f"max_step_time_s = {o.max_step_time_s:g} s" if o.max_step_time_s is not None else
+            f"max_days = {o.max_days:g} (a step time of {p.step_time_target_s():.4g} s)" if o.max_days is not None
+            else f"max_gpu_hours = {o.max_gpu_hours:g}")
+    free = with_fixed(p, fixed, objective=Objective())
+    best = _step(free)
+    tail = f"; the fastest plan that fits takes {best:.4g} s per step" if best is not None else ""
+    out.conflicts = [("objective.target", f"no plan that fits meets the objective's target ({what}){tail}")]
+    out.explanation.append(out.conflicts[0][1])
+    if best is not None:
+        out.relaxations.append(Relaxation("target", f"a step-time target of at least {best:.4g} s", best, True, best))
+
+
 # ---------------------------------------------------------------------------------------------- rules
 def _explain_rules(p: Problem, fixed: dict[str, list], out: CheckResult) -> None:
     from formulations import rules
 
     core = rules.conflict(p, fixed)
-    if core is None:  # pragma: no cover - the space applies a rule the explanation model lacks
+    if core is None:  # the rule groups hold together: a search restriction of another knob left no value
         out.explanation.append("no legal plan: the integer rules of the space leave no (tp, pp, dp, cp, vpp, "
                                "micro_batch)")
         return

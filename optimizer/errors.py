@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 
 class ParaplanError(Exception):
     """Base class of every error the CLI reports in one line and a non-zero exit."""
@@ -34,18 +36,33 @@ class ProblemErrors(ParaplanError):
         super().__init__("\n".join(str(e) for e in errors))
 
 
+class Reason(StrEnum):
+    """Why no plan was given, the same set from every solve path (CP-SAT, enumeration, check)."""
+
+    RULES = "rules"  # no candidate satisfies the integer rules (optimizer.layout)
+    MEMORY = "memory"  # none fits in memory (HBM, offload memory)
+    TARGET = "target"  # some fit, none meets the objective's target (step time, days, GPU-hours)
+    TIME_LIMIT = "time_limit"  # the solver's time limit passed before any plan was found
+
+
 class Infeasible(ParaplanError):
-    """Nothing in the modelled space fits (exit 3). `reason`: "rules" when no candidate satisfies the integer
-    rules, "memory" when none fits in memory, "target" when none meets the objective's target."""
+    """Nothing in the modelled space fits (exit 3), proven. `reason`: a `Reason` (rules, memory or target)."""
 
     exit_code = 3
 
-    def __init__(self, msg: str, reason: str = "memory"):
+    def __init__(self, msg: str, reason: "Reason | str"):
         super().__init__(msg)
-        self.reason = reason
+        self.reason = Reason(reason)
+
+
+class TimeLimit(ParaplanError):
+    """The time limit passed before any plan was found (exit 4): not a proof that nothing fits."""
+
+    exit_code = 4
+    reason = Reason.TIME_LIMIT
 
 
 class VerificationError(ParaplanError):
-    """The solver and the analytical model disagree: a bug, reported loudly (exit 4)."""
+    """The solver and the analytical model disagree: a bug, reported loudly (exit 5)."""
 
-    exit_code = 4
+    exit_code = 5

@@ -8,13 +8,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from .errors import Infeasible, VerificationError
+import numpy as np
+
+from .errors import Infeasible, Reason, VerificationError
 from .evaluate import Evaluation, evaluate_execution
 from .model.knobs import to_execution
 from .schema import Problem
 from .space import build_space
 
 REL_TOL = 1e-3  # solver objective vs re-evaluated step time
+ABS_TOL_S = 1e-9  # ... or one solver time unit (1 ns), for sub-ns steps
 
 
 @dataclass
@@ -37,45 +40,51 @@ class SolveResult:
 
 
 def verify(problem: Problem, ev: Evaluation, objective_s: float) -> None:
-    """Re-evaluate with the model: objective within 0.1% and every capacity holds, or fail loudly."""
+    """Re-evaluate with the model: objective within 0.1% (or 1 ns, the solver's time unit) and every
+    capacity holds, or fail loudly."""
     t = ev.result["step_time"]
-    if abs(t - objective_s) > REL_TOL * t:
+    if abs(t - objective_s) > max(REL_TOL * t, ABS_TOL_S):
         raise VerificationError(f"solver objective {objective_s:.6g} s disagrees with the model's {t:.6g} s "
                                 f"for {ev.execution.model_dump(mode='json')}")
     if not ev.fits:
         raise VerificationError(f"plan does not fit in memory when re-evaluated: {ev.result['hbm'] / 2**30:.2f} GiB")
 
 
+def _plans(problem: Problem, knobs: list, objectives: list) -> list[Plan]:
+    """Extract and verify: each candidate as an `Execution`, re-evaluated by the model."""
+    plans = []
+    for k, obj in zip(knobs, objectives):
+        ev = evaluate_execution(problem, to_execution(k, problem.system))
+        obj = ev.result["step_time"] if obj is None else obj
+        verify(problem, ev, obj)
+        plans.append(Plan(ev, obj))
+    return plans
+
+
 def solve(problem: Problem, method: str = "cpsat", top: int = 1, time_limit_s: float = 60.0,
           params: dict | None = None) -> SolveResult:
+    from .objective import describe, gpus_used
+
     t0 = time.perf_counter()
     if method == "cpsat":
         from formulations.model import solve_cpsat
-        from formulations.tables import Unsupported
 
-        try:
-            return solve_cpsat(problem, top=top, time_limit_s=time_limit_s, t0=t0, params=params)
-        except Unsupported as e:  # solved exactly all the same, by the oracle, and said so
-            r = solve(problem, "enumerate", top=top)
-            r.notes.append(f"CP-SAT formulation does not cover this problem ({e}); solved by enumeration")
-            return r
+        o = solve_cpsat(problem, top=top, time_limit_s=time_limit_s, t0=t0, params=params)
+        plans = _plans(problem, o.knobs, o.objectives_s)
+        notes = [describe(problem, gpus_used(plans[0].evaluation.execution), plans[0].objective_s)] + o.notes
+        return SolveResult("cpsat", o.status, plans, o.candidates, None, time.perf_counter() - t0,
+                           bound_s=o.bound_s, gap=o.gap, notes=notes)
     if method == "enumerate":
         from .enumerate import enumerate_best
 
         r = enumerate_best(problem, build_space(problem), top=top)
         if len(r.step_time_s) == 0:
+            reason = Reason.RULES if r.n_candidates == 0 else Reason.TARGET if r.n_feasible else Reason.MEMORY
             what = "meets the objective's target" if r.n_feasible else "is within memory"
             raise Infeasible(f"nothing fits: none of {r.n_candidates:,} candidates {what} "
-                             "(run `paraplan check` for why and what would fit)",
-                             reason="rules" if r.n_candidates == 0 else "target" if r.n_feasible else "memory")
-        plans = []
-        for i in range(len(r.step_time_s)):
-            ex = to_execution(r.knobs, problem.system, i)
-            ev = evaluate_execution(problem, ex)
-            verify(problem, ev, float(r.step_time_s[i]))
-            plans.append(Plan(ev, float(r.step_time_s[i])))
-        from .objective import describe, gpus_used
-
+                             "(run `paraplan check` for why and what would fit)", reason=reason)
+        plans = _plans(problem, [r.knobs.take(np.array([i])) for i in range(len(r.step_time_s))],
+                       [float(x) for x in r.step_time_s])
         note = describe(problem, gpus_used(plans[0].evaluation.execution), plans[0].objective_s)
         step_goal = problem.objective.goal.value == "step_time"
         return SolveResult("enumerate", "optimal", plans, r.n_candidates, r.n_feasible,

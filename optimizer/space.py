@@ -16,14 +16,11 @@ from typing import Any
 import numpy as np
 
 from .errors import ProblemError
-from .model.knobs import RECOMPUTE, TP_OVERLAP, Knobs, innermost_tier
+from .layout import Group, axis_values, capped, divisors, placement, rule_masks
+from .model.knobs import RECOMPUTE, TP_OVERLAP, Knobs
 from .schema import Problem
 
 BOOL = [False, True]
-
-
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 SEARCHABLE = ("tp", "pp", "dp", "cp", "ep", "etp", "pp_embedding_loss", "vpp", "micro_batch", "recompute", "sequence_parallel", "tp_overlap",
@@ -72,20 +69,17 @@ def knob_domains(problem: Problem) -> dict[str, list]:
         raise ProblemError("<problem>", None, "search", f"unknown knob(s) {sorted(bad)} (searchable: "
                            f"{', '.join(SEARCHABLE)})")
     off = sysm.offload.capacity_gib > 0
-    seq = p.seq_len
+    ints = {k: capped(p, k, axis_values(p, k)) for k in ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "micro_batch")}
     dom: dict[str, list] = {
-        "tp": [t for t in divisors(n) if llm.heads % t == 0 and llm.ffn % t == 0
-               and (llm.kv % t == 0 or t % llm.kv == 0)],
-        "pp": [q for q in divisors(n) if llm.layers % q == 0 or (q > 1 and (llm.layers + 2) % q == 0)],
-        "cp": [c for c in divisors(n) if seq % (2 * c) == 0 and c <= 32] if seq >= 2 else [1],
-        "dp": [d for d in divisors(p.training.global_batch) if d <= n] if p.options.allow_idle_gpus else [],
+        "tp": ints["tp"], "pp": ints["pp"], "cp": ints["cp"],
+        # dp follows from the GPU count unless idle GPUs are allowed
+        "dp": ints["dp"] if p.options.allow_idle_gpus else [],
         # MoE: experts split over ep ranks, each expert's matrices over etp ranks (dense: ep 1, etp = tp)
-        "ep": [e for e in divisors(llm.moe.experts) if e <= n] if llm.moe else [1],
-        "etp": [t for t in divisors(n) if llm.moe.expert_ffn % t == 0] if llm.moe else [],
+        "ep": ints["ep"], "etp": ints["etp"],
         # pipeline split with the embedding and loss as layer slots (only with pp > 1)
         "pp_embedding_loss": BOOL,
-        "vpp": sorted(set(divisors(llm.layers)) | set(divisors(llm.layers + 2))),
-        "micro_batch": divisors(p.training.global_batch),
+        "vpp": ints["vpp"],
+        "micro_batch": ints["micro_batch"],
         "recompute": list(RECOMPUTE),
         "sequence_parallel": BOOL,
         "tp_overlap": list(TP_OVERLAP),
@@ -100,8 +94,6 @@ def knob_domains(problem: Problem) -> dict[str, list]:
         "schedule": ["1f1b"],
         "sp_ag_redo": [True],
     }
-    if llm.moe is None:
-        dom["cp"] = [c for c in dom["cp"] if c <= 8 or seq >= 32768]
     for name, rule in search.items():
         if name in ("fused_layers", "attention", "pp_rs_ag", "schedule", "sp_ag_redo") and rule is not None:
             full = {"fused_layers": BOOL, "attention": ["flash", "standard"], "pp_rs_ag": BOOL,
@@ -114,38 +106,16 @@ def knob_domains(problem: Problem) -> dict[str, list]:
     return dom
 
 
-def _tiers_vec(sizes: list[int], degs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Vectorised `knobs.default_tiers`: Megatron order tp, cp, dp, pp (ep drawn from tp x cp x dp)."""
-    cum = np.ones_like(degs["tp"])
-    out = {}
-    sz = np.asarray(sizes)
-    for ax in ("tp", "cp", "dp", "pp"):
-        span = cum * degs[ax]
-        tier = np.argmax(sz[None, :] >= span[:, None], axis=1)
-        tier = np.where(sz[-1] >= span, tier, len(sizes) - 1)
-        out[ax] = np.where(degs[ax] > 1, tier, 0)
-        cum = span
-    return out
-
-
-def _tiers_one(sizes: list[int], tp: int, cp: int, dp: int, pp: int, ep: int = 1, etp: int = 1) -> dict[str, int]:
-    """`_tiers_vec` for one layout; the EP group spans etp*ep consecutive ranks (Megatron-Core expert order
-    etp, ep, edp, pp)."""
-    cum, out = 1, {}
-    for ax, d in (("tp", tp), ("cp", cp), ("dp", dp), ("pp", pp)):
-        cum *= d
-        out[ax] = innermost_tier(sizes, cum) if d > 1 else 0
-    out["ep"] = innermost_tier(sizes, ep * etp) if ep > 1 else 0
-    return out
-
-
 def moe_splits(problem: Problem, dom: dict[str, list], tp: int, cp: int, dp: int) -> list[tuple[int, int]]:
-    """Legal (ep, etp) of a layout: ep divides the experts, etp divides tp and the expert ffn, and the
-    expert-model-parallel group ep*etp divides the tp*cp*dp ranks of a stage (Megatron-Core MoE parallel
-    folding; with etp = tp this is ep | dp*cp). Dense models: (1, tp)."""
+    """Legal (ep, etp) of a layout under `layout`'s rules.experts (dense models: (1, tp))."""
     if problem.llm.moe is None:
         return [(1, tp)]
-    return [(e, t) for t in dom["etp"] if tp % t == 0 for e in dom["ep"] if (tp * cp * dp) % (e * t) == 0]
+    cand = [(e, t) for t in dom["etp"] for e in dom["ep"]]
+    if not cand:
+        return []
+    ep, etp = (np.array(x) for x in zip(*cand))
+    ok = rule_masks(problem, tp, 1, dp, cp, ep=ep, etp=etp)[Group.EXPERTS]
+    return [c for c, good in zip(cand, ok.tolist()) if good]
 
 
 @dataclass
@@ -193,6 +163,28 @@ def _other_values(dom: dict[str, list], tp: int, pp: int, no_dp: bool, moe: bool
     return per
 
 
+def _layouts(p: Problem, dom: dict[str, list]) -> list[tuple[int, int, int, int]]:
+    """(tp, pp, cp, dp) of the domains under rules.gpus, dp | global batch, and network.must_fill
+    (`layout.rule_masks`); dp is the rest of the GPU count unless idle GPUs are allowed."""
+    n, B = p.num_gpus, p.training.global_batch
+    tp, pp, cp = (a.reshape(-1) for a in np.meshgrid(*(np.array(dom[k], dtype=np.int64) for k in ("tp", "pp", "cp")),
+                                                      indexing="ij"))
+    keep = tp * pp * cp <= n
+    tp, pp, cp = tp[keep], pp[keep], cp[keep]
+    if p.options.allow_idle_gpus:
+        D = np.array(dom["dp"], dtype=np.int64)
+        i, j = np.nonzero(tp[:, None] * pp[:, None] * cp[:, None] * D[None, :] <= n)
+        tp, pp, cp, dp = tp[i], pp[i], cp[i], D[j]
+    else:
+        dp = n // (tp * pp * cp)
+        if (p.search or {}).get("dp") is not None:
+            keep = np.isin(dp, np.array(dom["dp"], dtype=np.int64))
+            tp, pp, cp, dp = tp[keep], pp[keep], cp[keep], dp[keep]
+    r = rule_masks(p, tp, pp, dp, cp)
+    ok = r[Group.GPUS] & (B % dp == 0) & r[Group.MUST_FILL]
+    return list(zip(tp[ok].tolist(), pp[ok].tolist(), cp[ok].tolist(), dp[ok].tolist()))
+
+
 def compact_space(problem: Problem) -> Compact:
     p, llm = problem, problem.llm
     per_cache: dict[tuple[bool, bool, bool], list] = {}
@@ -202,53 +194,29 @@ def compact_space(problem: Problem) -> Compact:
     layouts, tiers, others, triples = [], [], [], []
     V, M = np.array(dom["vpp"], dtype=np.int64), np.array(dom["micro_batch"], dtype=np.int64)
     size = 0
-    for tp, pp, cp in product(dom["tp"], dom["pp"], dom["cp"]):
-        if tp * pp * cp > n:
-            continue
-        dps = [n // (tp * pp * cp)] if not p.options.allow_idle_gpus else \
-            [d for d in dom["dp"] if tp * pp * cp * d <= n]
-        if not p.options.allow_idle_gpus and tp * pp * cp * dps[0] != n:
-            continue
-        for dp in dps:
-            if (p.search or {}).get("dp") is not None and dp not in dom["dp"]:
+    for tp, pp, cp, dp in _layouts(p, dom):
+        els = [0] if pp == 1 else [int(x) for x in dom["pp_embedding_loss"]]
+        for (ep, etp), el in product(moe_splits(p, dom, tp, cp, dp), els):
+            if not rule_masks(p, tp, pp, dp, cp, ep=ep, etp=etp, el=el)[Group.LAYERS]:
+                continue  # no vpp at all: the layer slots do not split over pp
+            edp = tp * cp * dp // (ep * etp)
+            key = (tp == 1, dp * cp == 1 and edp == 1, pp == 1)
+            if key not in per_cache:
+                per_cache[key] = _other_values(dom, tp, pp, key[1], llm.moe is not None)
+            per = per_cache[key]
+            n_other = int(np.prod([len(v) for _, v in per]))
+            r = rule_masks(p, tp, pp, dp, cp, vpp=V[:, None], mb=M[None, :], ep=ep, etp=etp, el=el)
+            ok2 = r[Group.LAYERS] & r[Group.BATCH] & r[Group.INTERLEAVE]
+            vi, mi = np.nonzero(ok2)
+            n_trip = len(vi)
+            if n_trip == 0:
                 continue
-            if B % dp or (tp * pp * cp * dp) % p.options.gpu_multiple:
-                continue
-            tr = _tiers_one(sizes, tp, cp, dp, pp)
-            ok = True
-            for i, net in enumerate(p.system.networks):
-                if net.must_fill:
-                    prod = 1
-                    for ax, d in (("tp", tp), ("cp", cp), ("dp", dp), ("pp", pp)):
-                        prod *= d if tr[ax] <= i else 1
-                    ok &= net.size % prod == 0
-            if not ok:
-                continue
-            els = [0] if pp == 1 else [int(x) for x in dom["pp_embedding_loss"]]
-            for (ep, etp), el in product(moe_splits(p, dom, tp, cp, dp), els):
-                slots = llm.layers + 2 * el
-                if slots % pp:
-                    continue
-                edp = tp * cp * dp // (ep * etp)
-                key = (tp == 1, dp * cp == 1 and edp == 1, pp == 1)
-                if key not in per_cache:
-                    per_cache[key] = _other_values(dom, tp, pp, key[1], llm.moe is not None)
-                per = per_cache[key]
-                n_other = int(np.prod([len(v) for _, v in per]))
-                okv = (slots % (pp * V) == 0) & ~((V > 1) & (pp == 1))
-                okm = B % (dp * M) == 0
-                nmb = np.where(okm, B // (dp * M), 1)
-                ok2 = okv[:, None] & okm[None, :] & ~((V[:, None] > 1) & ((nmb % pp) != 0)[None, :])
-                vi, mi = np.nonzero(ok2)
-                n_trip = len(vi)
-                if n_trip == 0:
-                    continue
-                li = len(layouts)
-                triples.append(np.stack([np.full(n_trip, li), V[vi], M[mi]], axis=1))
-                layouts.append((tp, pp, cp, dp, ep, etp, el))
-                tiers.append(dict(tr, ep=innermost_tier(sizes, ep * etp) if ep > 1 else 0))
-                others.append(per)
-                size += n_trip * n_other
+            li = len(layouts)
+            triples.append(np.stack([np.full(n_trip, li), V[vi], M[mi]], axis=1))
+            layouts.append((tp, pp, cp, dp, ep, etp, el))
+            tiers.append(placement(sizes, tp, cp, dp, pp, ep, etp))
+            others.append(per)
+            size += n_trip * n_other
     tri = np.concatenate(triples) if triples else np.zeros((0, 3), dtype=np.int64)
     return Compact(dom, layouts, tiers, tri, others, size)
 

@@ -17,8 +17,12 @@ if TYPE_CHECKING:
 
 
 def execution_errors(problem: "Problem", ex: "Execution | None" = None) -> list[tuple[str, str]]:
-    """(field path, message) for every rule the execution breaks."""
-    from .model.knobs import default_tiers, tier_index
+    """(field path, message) for every rule the execution breaks: `optimizer.layout`'s rule groups on this
+    one execution, worded on the user's fields, plus the knob rules a layout does not cover (sequence
+    parallelism with all-reduce, offload without offload memory, a precision the system lacks, explicit
+    placement)."""
+    from .layout import Group, placement, rule_masks, tier_spans
+    from .model.knobs import tier_index
 
     p = problem
     ex = ex or p.execution
@@ -30,79 +34,81 @@ def execution_errors(problem: "Problem", ex: "Execution | None" = None) -> list[
     if dp < 1:
         out.append(("execution.tp", f"tp*pp*cp = {ex.tp * ex.pp * ex.cp} exceeds num_gpus = {n}"))
         return out
-    if used > n:
-        out.append(("execution.dp", f"tp*pp*dp*cp = {used} exceeds num_gpus = {n}"))
-    elif used < n and not p.options.allow_idle_gpus:
-        out.append(("execution.dp" if ex.dp is not None else "execution.tp",
-                    f"tp*pp*dp*cp = {used} leaves {n - used} of {n} GPUs idle (set options.allow_idle_gpus)"))
-    if used % p.options.gpu_multiple:
-        out.append(("execution.dp", f"tp*pp*dp*cp = {used} is not a multiple of options.gpu_multiple = "
-                    f"{p.options.gpu_multiple}"))
-    if llm.heads % ex.tp:
-        out.append(("execution.tp", f"heads ({llm.heads}) not divisible by tp ({ex.tp})"))
-    if llm.kv % ex.tp and ex.tp % llm.kv:
-        out.append(("execution.tp", f"kv_heads ({llm.kv}) and tp ({ex.tp}): neither divides the other"))
-    if llm.ffn % ex.tp:
-        out.append(("execution.tp", f"ffn ({llm.ffn}) not divisible by tp ({ex.tp})"))
+    etp = ex.etp or ex.tp
+    el = int(ex.pp_embedding_loss)
+    ok = {g: bool(v) for g, v in rule_masks(p, ex.tp, ex.pp, dp, ex.cp, ex.vpp, ex.micro_batch, ex.ep, etp,
+                                              el).items()}
+    if not ok[Group.GPUS]:
+        if used > n:
+            out.append(("execution.dp", f"tp*pp*dp*cp = {used} exceeds num_gpus = {n}"))
+        elif used < n and not p.options.allow_idle_gpus:
+            out.append(("execution.dp" if ex.dp is not None else "execution.tp",
+                        f"tp*pp*dp*cp = {used} leaves {n - used} of {n} GPUs idle (set options.allow_idle_gpus)"))
+        if used % p.options.gpu_multiple:
+            out.append(("execution.dp", f"tp*pp*dp*cp = {used} is not a multiple of options.gpu_multiple = "
+                        f"{p.options.gpu_multiple}"))
+    if not ok[Group.TP_SPLIT]:
+        if llm.heads % ex.tp:
+            out.append(("execution.tp", f"heads ({llm.heads}) not divisible by tp ({ex.tp})"))
+        if llm.kv % ex.tp and ex.tp % llm.kv:
+            out.append(("execution.tp", f"kv_heads ({llm.kv}) and tp ({ex.tp}): neither divides the other"))
+        if llm.ffn % ex.tp:
+            out.append(("execution.tp", f"ffn ({llm.ffn}) not divisible by tp ({ex.tp})"))
     # no rule on vocab % tp: Megatron pads the vocabulary to a multiple of tp
-    slots = llm.layers + (2 if ex.pp_embedding_loss else 0)
-    if ex.pp_embedding_loss and ex.pp == 1:
-        out.append(("execution.pp_embedding_loss", "the embedding/loss pipeline split needs pp > 1"))
-    elif slots % (ex.pp * ex.vpp):
-        what = f"layers + 2 ({slots})" if ex.pp_embedding_loss else f"layers ({llm.layers})"
-        out.append(("execution.pp", f"{what} not divisible by pp*vpp ({ex.pp}*{ex.vpp})"))
-    if ex.vpp > 1 and ex.pp == 1:
-        out.append(("execution.vpp", "interleaving (vpp > 1) needs pp > 1"))
+    if not ok[Group.LAYERS]:
+        slots = llm.layers + 2 * el
+        if ex.pp_embedding_loss and ex.pp == 1:
+            out.append(("execution.pp_embedding_loss", "the embedding/loss pipeline split needs pp > 1"))
+        elif ex.vpp > 1 and ex.pp == 1:
+            out.append(("execution.vpp", "interleaving (vpp > 1) needs pp > 1"))
+        else:
+            what = f"layers + 2 ({slots})" if ex.pp_embedding_loss else f"layers ({llm.layers})"
+            out.append(("execution.pp", f"{what} not divisible by pp*vpp ({ex.pp}*{ex.vpp})"))
     B = p.training.global_batch
-    if B % (dp * ex.micro_batch):
+    if not ok[Group.BATCH]:
         out.append(("training.global_batch",
                     f"global batch {B} not divisible by dp*micro_batch = {dp}*{ex.micro_batch}"))
-    else:
+    elif not ok[Group.INTERLEAVE]:
         n_mb = B // (dp * ex.micro_batch)
-        if ex.vpp > 1 and n_mb % ex.pp:
-            out.append(("execution.vpp", f"interleaved schedule needs micro-batches ({n_mb}) divisible by pp ({ex.pp})"))
-    if ex.cp > 1 and p.seq_len % (2 * ex.cp):
+        out.append(("execution.vpp", f"interleaved schedule needs micro-batches ({n_mb}) divisible by pp ({ex.pp})"))
+    if not ok[Group.CONTEXT]:
         out.append(("execution.cp", f"seq_len {p.seq_len} not divisible by 2*cp = {2 * ex.cp} (load-balanced causal)"))
-    if ex.sequence_parallel and ex.tp_comm is not None and ex.tp_comm.value == "allreduce":
-        out.append(("execution.tp_comm", "sequence parallelism needs tp_comm rs_ag"))
-    etp = ex.etp or ex.tp
-    if llm.moe is None:
-        if ex.ep > 1:
-            out.append(("execution.ep", "expert parallelism needs an MoE model"))
-        if ex.etp is not None and ex.etp != ex.tp:
-            out.append(("execution.etp", "expert tensor parallelism needs an MoE model"))
-    else:
-        if llm.moe.experts % ex.ep:
+    if not ok[Group.EXPERTS]:
+        if llm.moe is None:
+            if ex.ep > 1:
+                out.append(("execution.ep", "expert parallelism needs an MoE model"))
+            if etp != ex.tp:
+                out.append(("execution.etp", "expert tensor parallelism needs an MoE model"))
+        elif llm.moe.experts % ex.ep:
             out.append(("execution.ep", f"experts ({llm.moe.experts}) not divisible by ep ({ex.ep})"))
-        if ex.tp % etp:
+        elif ex.tp % etp:
             out.append(("execution.etp", f"etp ({etp}) must divide tp ({ex.tp})"))
         elif llm.moe.expert_ffn % etp:
             out.append(("execution.etp", f"expert_ffn ({llm.moe.expert_ffn}) not divisible by etp ({etp})"))
-        elif (ex.tp * ex.cp * dp) % (ex.ep * etp):
+        else:
             out.append(("execution.ep", f"ep*etp ({ex.ep}*{etp}) must divide the tp*cp*dp = {ex.tp * ex.cp * dp} "
                         "ranks of a pipeline stage (Megatron-Core expert groups)"))
+    if ex.sequence_parallel and ex.tp_comm is not None and ex.tp_comm.value == "allreduce":
+        out.append(("execution.tp_comm", "sequence parallelism needs tp_comm rs_ag"))
     if (ex.weight_offload or ex.activation_offload or ex.optimizer_offload) and sysm.offload.capacity_gib <= 0:
         out.append(("execution.weight_offload", "offload needs system.offload.capacity_gib > 0"))
     if p.training.precision not in sysm.matrix_tflops:
         out.append(("training.precision", f"system {sysm.name} has no {p.training.precision.value} matrix peak"))
     # network placement: nested tiers hold the product of the degrees placed on them and below
-    degrees = {"tp": ex.tp, "cp": ex.cp, "dp": dp, "pp": ex.pp}
+    sizes = [x.size for x in sysm.networks]
     try:
-        tiers = default_tiers(sysm, {**degrees, "ep": ex.ep})
+        tiers = placement(sizes, ex.tp, ex.cp, dp, ex.pp, ex.ep, etp)
         for ax, v in (ex.placement or {}).items():
             tiers[ax] = tier_index(sysm, v)
     except ValueError as e:
         out.append(("execution.placement", str(e)))
         return out
-    for i, net in enumerate(sysm.networks):
-        prod = 1
-        for ax, d in degrees.items():
-            if tiers[ax] <= i:
-                prod *= d
-        if prod > net.size:
-            out.append(("execution.placement", f"axes on tier '{net.name}' and below span {prod} GPUs > its size {net.size}"))
-        if net.must_fill and net.size % prod:
-            out.append(("execution.placement", f"tier '{net.name}' must be filled: {prod} does not divide {net.size}"))
+    for net, span in zip(sysm.networks, tier_spans(sizes, tiers, ex.tp, ex.cp, dp, ex.pp)):
+        span = int(span)
+        if span > net.size:
+            out.append(("execution.placement", f"axes on tier '{net.name}' and below span {span} GPUs > its size {net.size}"))
+        if net.must_fill and net.size % span:
+            out.append(("execution.placement", f"tier '{net.name}' must be filled: {span} does not divide {net.size}"))
     return out
 
 

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from formulations.bounds import presolve
-from formulations.model import solve_cpsat
 from formulations.pairs import pair_columns
 from formulations.tables import build_tables
 from optimizer.enumerate import feasible
@@ -73,6 +72,7 @@ search: {cp: [1, 2]}
 """,
 }
 CASES = {**SMALL, **ORACLE}
+
 
 
 def load_text(tmp_path, name: str, text: str):
@@ -208,8 +208,8 @@ def tiny(tmp_path, heads=16, hbm=80, gpus=8, batch=16, extra=""):
 
 def test_memory_hbm_infeasible_and_feasible(tmp_path):
     with pytest.raises(Infeasible, match="nothing fits"):
-        solve_cpsat(tiny(tmp_path, hbm=0.05))
-    r = solve_cpsat(tiny(tmp_path, hbm=80))
+        solve(tiny(tmp_path, hbm=0.05))
+    r = solve(tiny(tmp_path, hbm=80))
     assert r.plans[0].evaluation.fits
 
 
@@ -220,15 +220,15 @@ def test_memory_headroom_is_capacity(tmp_path):
     space = build_space(p).knobs
     need_gib = float(evaluate(p, space).hbm.min()) / 2**30
     spare = 80 - need_gib
-    assert solve_cpsat(tiny(tmp_path, extra=f"options: {{memory_headroom_gib: {spare - 0.01}}}")).plans
+    assert solve(tiny(tmp_path, extra=f"options: {{memory_headroom_gib: {spare - 0.01}}}")).plans
     with pytest.raises(Infeasible):
-        solve_cpsat(tiny(tmp_path, extra=f"options: {{memory_headroom_gib: {spare + 0.01}}}"))
+        solve(tiny(tmp_path, extra=f"options: {{memory_headroom_gib: {spare + 0.01}}}"))
 
 
 def test_tp_divides_heads(tmp_path):
     p = tiny(tmp_path, heads=8, gpus=12, batch=12, extra="search: {pp: 1, cp: 1}")
     assert set(np.unique(build_space(p).knobs.tp)) == {1, 2, 4}  # 3, 6, 12 divide 12 GPUs, not 8 heads
-    r = solve_cpsat(p)
+    r = solve(p)
     ex = r.plans[0].evaluation.execution
     assert 8 % ex.tp == 0 and ex.tp * ex.dp == 12
 
@@ -236,22 +236,22 @@ def test_tp_divides_heads(tmp_path):
 def test_batch_divisibility_forces_the_split(tmp_path):
     # batch 7 on 8 GPUs with tp, pp fixed at 1: no dp in {8} divides 7 -> nothing is legal
     with pytest.raises(Infeasible):
-        solve_cpsat(tiny(tmp_path, batch=7, extra="search: {tp: 1, pp: 1, cp: 1}"))
+        solve(tiny(tmp_path, batch=7, extra="search: {tp: 1, pp: 1, cp: 1}"))
     # with tp free the plan must use tp*pp = 8 (dp = 1) since only dp = 1 or 7 divides 7
-    ex = solve_cpsat(tiny(tmp_path, batch=7, extra="search: {cp: 1}")).plans[0].evaluation.execution
+    ex = solve(tiny(tmp_path, batch=7, extra="search: {cp: 1}")).plans[0].evaluation.execution
     assert 7 % (ex.dp * ex.micro_batch) == 0 and ex.dp == 1
 
 
 def test_idle_gpus_allowed_or_not(tmp_path):
     with pytest.raises(Infeasible):  # 7 GPUs, 8 layers, 16 heads, batch 16: only 7-way dp, which fails
-        solve_cpsat(tiny(tmp_path, gpus=7, extra="search: {cp: 1}"))
-    r = solve_cpsat(tiny(tmp_path, gpus=7, extra="options: {allow_idle_gpus: true}\nsearch: {cp: 1}"))
+        solve(tiny(tmp_path, gpus=7, extra="search: {cp: 1}"))
+    r = solve(tiny(tmp_path, gpus=7, extra="options: {allow_idle_gpus: true}\nsearch: {cp: 1}"))
     ex = r.plans[0].evaluation.execution
     assert ex.tp * ex.pp * ex.dp * ex.cp <= 7
 
 
 def test_interleaving_needs_micro_batches(tmp_path):
-    r = solve_cpsat(tiny(tmp_path, extra="search: {pp: 2, vpp: 2, tp: 1, cp: 1}"))
+    r = solve(tiny(tmp_path, extra="search: {pp: 2, vpp: 2, tp: 1, cp: 1}"))
     ex = r.plans[0].evaluation.execution
     assert (16 // (ex.dp * ex.micro_batch)) % ex.pp == 0
 
@@ -277,7 +277,7 @@ search: {{cp: 1, pp: 1}}
     k = build_space(p).knobs
     assert 3 not in set(int(x) for x in np.unique(k.tp))
     assert {1, 2, 4} <= set(int(x) for x in np.unique(k.tp))
-    ex = solve_cpsat(p).plans[0].evaluation.execution
+    ex = solve(p).plans[0].evaluation.execution
     assert ex.tp != 3
 
 
@@ -333,13 +333,13 @@ def test_tokens_per_gpu_prefers_efficiency_over_speed(tmp_path):
 def test_embedding_loss_slots_open_pipelines_the_layers_do_not_divide(tmp_path):
     """14 layers: pp = 8 is legal only with the embedding and the loss as layer slots (16 = 8 x 2)."""
     p = load_text(tmp_path, "el", SMALL["embedding-loss-slots-16gpu"].replace("pp: [4, 8]", "pp: 8"))
-    ex = solve_cpsat(p).plans[0].evaluation.execution
+    ex = solve(p).plans[0].evaluation.execution
     assert ex.pp == 8 and ex.pp_embedding_loss
 
 
 def test_moe_plan_splits_experts_legally(tmp_path):
     p = load_text(tmp_path, "moe", SMALL["moe-ep-etp-16gpu"])
-    ex = solve_cpsat(p).plans[0].evaluation.execution
+    ex = solve(p).plans[0].evaluation.execution
     etp = ex.etp or ex.tp
     assert 16 % ex.ep == 0 and ex.tp % etp == 0 and (ex.tp * ex.cp * ex.dp) % (ex.ep * etp) == 0
     assert ex.tp == 1 or ex.sequence_parallel  # Megatron-Core: MoE with TP needs SP

@@ -14,7 +14,6 @@ from ..schema import AttentionKernel, Execution, Recompute, Schedule, System, Tp
 
 RECOMPUTE = [Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL]  # code = index
 TP_OVERLAP = [TpOverlap.NONE, TpOverlap.PIPE, TpOverlap.RING]
-AXES_ORDER = ("tp", "cp", "ep", "dp", "pp")  # Megatron rank order, innermost first
 
 
 @dataclass(frozen=True)
@@ -78,26 +77,13 @@ class Knobs:
         return cls(**{f.name: np.atleast_1d(np.asarray(d[f.name], dtype=np.int64)) for f in fields(cls)})
 
 
-def innermost_tier(sizes: list[int], span: int) -> int:
-    """Index of the innermost tier whose domain holds `span` consecutive ranks (the outermost when none does)."""
-    return next((i for i, s in enumerate(sizes) if s >= span), len(sizes) - 1)
-
-
 def default_tiers(system: System, degrees: dict[str, int]) -> dict[str, int]:
-    """Megatron rank order (tp, cp, dp, pp, innermost first): each axis goes on the innermost tier whose
-    domain holds the product of its own and all inner degrees. MoE layers reuse the same ranks in the
-    order etp, ep, edp, pp (Megatron-Core): the EP group spans etp*ep consecutive ranks, drawn from the
-    tp x cp x dp ranks, so it does not add to the product."""
-    sizes = [n.size for n in system.networks]
-    out: dict[str, int] = {}
-    cum = 1
-    for ax in AXES_ORDER:
-        d = int(degrees.get(ax, 1))
-        span = cum * d if ax != "ep" else int(degrees.get("etp") or degrees.get("tp", 1)) * d
-        out[ax] = innermost_tier(sizes, span) if d > 1 else 0
-        if ax != "ep":
-            cum *= d
-    return out
+    """Tier of each axis of one layout by `optimizer.layout.placement` (Megatron rank order)."""
+    from ..layout import placement
+
+    g = {ax: int(degrees.get(ax, 1)) for ax in ("tp", "cp", "dp", "pp", "ep")}
+    etp = int(degrees.get("etp") or g["tp"])
+    return placement([n.size for n in system.networks], g["tp"], g["cp"], g["dp"], g["pp"], g["ep"], etp)
 
 
 def tier_index(system: System, value: str | int) -> int:

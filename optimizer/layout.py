@@ -1,0 +1,257 @@
+"""Where the legality of a parallel layout lives: the integer rules and the placement on network tiers.
+
+Everything that decides whether a plan is *legal* (not whether it fits in memory: that is the model's
+`optimizer.model.capacity`) is written here once and called by every other stage: `validate` (messages
+on the user's execution), `space` (the solver's candidate domains and legal triples), the CP-SAT
+explanation model of `paraplan check` (`formulations.rules`) and the ZeRO rule of the formulation.
+
+Parallel axes (`Axis`, Megatron-Core rank order, innermost first):
+
+    tp   tensor parallelism: each layer's matrices split over tp ranks (Shoeybi et al. 2019)
+    cp   context parallelism: the sequence split over cp ranks, K/V exchanged in a ring
+    ep   expert parallelism (MoE): the experts split over ep ranks, drawn from tp x cp x dp
+    dp   data parallelism: replicas of the model (ZeRO shards state over them)
+    pp   pipeline parallelism: layers split into pp stages (vpp chunks each when interleaved)
+
+Rule groups (`Group`), each a vectorised predicate over candidate arrays (`rule_masks`):
+
+    rules.gpus        tp*pp*dp*cp equals the GPU count (at most, with options.allow_idle_gpus), and is a
+                      multiple of options.gpu_multiple
+    rules.tp_split    tp divides the heads and the ffn; the K/V heads divisible by tp or tp by them
+    rules.layers      pp*vpp divides the layers (layers + 2 when the embedding and the loss take a
+                      pipeline slot each, Megatron-Core account_for_embedding/loss_in_pipeline_split);
+                      vpp > 1 and that split need pp > 1
+    rules.interleave  interleaved 1F1B (vpp > 1): the micro-batch count is a multiple of pp
+    rules.batch       dp*micro_batch divides the global batch
+    rules.context     2*cp divides the sequence (load-balanced causal attention)
+    rules.experts     MoE: ep divides the experts, etp divides tp and the expert ffn, ep*etp divides
+                      the tp*cp*dp ranks of a stage (Megatron-Core parallel folding); dense: ep = 1, etp = tp
+    network.must_fill the axes placed on a tier marked must_fill tile it
+    caps.cp           a default cap of the search (`Caps`), lifted by naming cp in `search`
+
+With idle GPUs allowed, every layout of at most num_gpus GPUs that satisfies the other rules is legal:
+no axis is restricted to the divisors of the GPU count. Domains are built from divisors of the model's
+sizes (found by factorisation), never by scanning up to a number's value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .schema import Problem
+
+
+class Axis(StrEnum):
+    """Parallel axes, innermost first in Megatron-Core's rank order (see the module docstring)."""
+
+    TP = "tp"
+    CP = "cp"
+    EP = "ep"
+    DP = "dp"
+    PP = "pp"
+
+
+class Group(StrEnum):
+    """Named rule groups: the words `validate`, `check` and the solver share (module docstring)."""
+
+    GPUS = "rules.gpus"
+    TP_SPLIT = "rules.tp_split"
+    LAYERS = "rules.layers"
+    INTERLEAVE = "rules.interleave"
+    BATCH = "rules.batch"
+    CONTEXT = "rules.context"
+    EXPERTS = "rules.experts"
+    MUST_FILL = "network.must_fill"
+    CAP_CP = "caps.cp"
+
+
+@dataclass(frozen=True)
+class Caps:
+    """Default caps of the search space: they keep the space small where larger values never win in the
+    model, and are lifted for an axis that `search` names (`search: {cp: 64}` or `{cp: {max: 64}}`).
+
+    cp_max: context-parallel degree at most 32 (the K/V ring's latency and the per-rank attention tiles
+        shrink below any benefit; published runs use cp <= 32).
+    dense_cp_max / dense_cp_long_seq: a dense model uses cp <= 8 unless the sequence has at least 32768
+        tokens (below that, Megatron-Core recipes use cp <= 2-4 on dense models).
+    """
+
+    cp_max: int = 32
+    dense_cp_max: int = 8
+    dense_cp_long_seq: int = 32768
+
+    def cp_limit(self, problem: "Problem") -> int:
+        if problem.llm.moe is None and problem.seq_len < self.dense_cp_long_seq:
+            return min(self.cp_max, self.dense_cp_max)
+        return self.cp_max
+
+
+CAPS = Caps()
+
+
+# --------------------------------------------------------------------------------------------- divisors
+@lru_cache(maxsize=4096)
+def _divisors(n: int) -> tuple[int, ...]:
+    f, m, p = {}, n, 2
+    while p * p <= m:  # trial division by primes up to sqrt(n): O(sqrt(n)) at worst, fast for n < 2^62
+        while m % p == 0:
+            f[p] = f.get(p, 0) + 1
+            m //= p
+        p += 1 if p == 2 else 2
+        if p > 1_000_000:  # a huge prime factor: the remaining cofactor is treated as prime
+            break
+    if m > 1:
+        f[m] = f.get(m, 0) + 1
+    out = [1]
+    for q, e in f.items():
+        out = [d * q**i for d in out for i in range(e + 1)]
+    return tuple(sorted(out))
+
+
+def divisors(n: int) -> list[int]:
+    """Divisors of n in increasing order (by factorisation; n >= 1)."""
+    n = int(n)
+    return list(_divisors(n)) if n >= 1 else []
+
+
+def _upto(vals, n: int) -> list[int]:
+    return sorted({int(v) for v in vals if 1 <= v <= n})
+
+
+# --------------------------------------------------------------------------------------------- domains
+def axis_values(problem: "Problem", knob: str) -> list[int]:
+    """Values of an integer knob that its own rules allow (before caps, `search` and cross-knob rules):
+    tp divides the heads (and the ffn, the K/V split), pp divides the layers or layers + 2, cp splits the
+    sequence, dp divides the batch, ep divides the experts, etp the expert ffn; every degree is at most
+    the GPU count, and a divisor of it unless idle GPUs are allowed."""
+    p, llm = problem, problem.llm
+    n, B, S = p.num_gpus, p.training.global_batch, p.seq_len
+    idle = p.options.allow_idle_gpus
+
+    def deg(vals):
+        vals = _upto(vals, n)
+        return vals if idle else [v for v in vals if n % v == 0]
+
+    if knob == "tp":
+        return deg(t for t in divisors(llm.heads) if llm.ffn % t == 0 and (llm.kv % t == 0 or t % llm.kv == 0))
+    if knob == "pp":
+        return deg(set(divisors(llm.layers)) | {q for q in divisors(llm.layers + 2) if q > 1})
+    if knob == "cp":
+        return deg(divisors(S // 2)) if S >= 2 else [1]
+    if knob == "dp":
+        return deg(divisors(B))
+    if knob == "ep":
+        return _upto(divisors(llm.moe.experts), n) if llm.moe else [1]
+    if knob == "etp":
+        return deg(divisors(llm.moe.expert_ffn)) if llm.moe else []
+    if knob == "vpp":
+        return sorted(set(divisors(llm.layers)) | set(divisors(llm.layers + 2)))
+    if knob == "micro_batch":
+        return divisors(B)
+    raise KeyError(knob)
+
+
+def capped(problem: "Problem", knob: str, values: list[int]) -> list[int]:
+    """`values` within the default caps (`CAPS`), unless `search` names the knob (then it is lifted)."""
+    if knob == "cp" and (problem.search or {}).get("cp") is None:
+        lim = CAPS.cp_limit(problem)
+        return [v for v in values if v <= lim]
+    return values
+
+
+# --------------------------------------------------------------------------------------------- placement
+def innermost_tier(sizes, span):
+    """Index of the innermost tier whose domain holds `span` consecutive ranks (the outermost when none
+    does); vectorised over `span`."""
+    sz = np.asarray(sizes)
+    span = np.asarray(span)
+    fits = sz.reshape((1,) * span.ndim + (-1,)) >= span[..., None]
+    out = np.where(fits.any(axis=-1), fits.argmax(axis=-1), len(sizes) - 1)
+    return int(out) if out.ndim == 0 else out
+
+
+def placement(sizes, tp, cp, dp, pp, ep=1, etp=None) -> dict[str, np.ndarray | int]:
+    """Default tier of each axis (Megatron rank order tp, cp, dp, pp, innermost first): the innermost tier
+    whose domain holds the product of the axis' degree and all inner ones; an axis of degree 1 sits on
+    tier 0. MoE layers reuse the same ranks in the order etp, ep, edp, pp (Megatron-Core): the EP group
+    spans etp*ep consecutive ranks and does not add to the product. Vectorised; scalars in, ints out."""
+    etp = tp if etp is None else etp
+    out, cum = {}, 1
+    for ax, d in (("tp", tp), ("cp", cp), ("dp", dp), ("pp", pp)):
+        cum = np.asarray(cum) * np.asarray(d)
+        out[ax] = np.where(np.asarray(d) > 1, innermost_tier(sizes, cum), 0)
+    out["ep"] = np.where(np.asarray(ep) > 1, innermost_tier(sizes, np.asarray(ep) * np.asarray(etp)), 0)
+    return {k: (int(v) if np.ndim(v) == 0 else v) for k, v in out.items()}
+
+
+def tier_spans(sizes, tiers: dict, tp, cp, dp, pp) -> list:
+    """Per tier i: the product of the degrees of the axes placed on tier i or an inner one (the GPUs a
+    group on that tier spans)."""
+    spans = []
+    for i in range(len(sizes)):
+        prod = 1
+        for ax, d in (("tp", tp), ("cp", cp), ("dp", dp), ("pp", pp)):
+            prod = prod * np.where(np.asarray(tiers[ax]) <= i, np.asarray(d), 1)
+        spans.append(prod)
+    return spans
+
+
+def must_fill_ok(networks, tiers: dict, tp, cp, dp, pp):
+    """network.must_fill: the groups placed on a must-fill tier tile it (its size a multiple of their span)."""
+    ok = np.ones(np.broadcast(np.asarray(tp), np.asarray(pp), np.asarray(dp), np.asarray(cp)).shape, dtype=bool)
+    spans = tier_spans([x.size for x in networks], tiers, tp, cp, dp, pp)
+    for net, span in zip(networks, spans):
+        if net.must_fill:
+            ok = ok & (net.size % span == 0)
+    return ok
+
+
+# --------------------------------------------------------------------------------------------- rules
+def rule_masks(problem: "Problem", tp, pp, dp, cp, vpp=1, mb=1, ep=1, etp=None, el=0) -> dict[Group, np.ndarray]:
+    """Each rule group's verdict (True: satisfied) on candidate arrays (broadcast together)."""
+    p, llm = problem, problem.llm
+    tp, pp, dp, cp, vpp, mb, ep, el = (np.asarray(x, dtype=np.int64) for x in (tp, pp, dp, cp, vpp, mb, ep, el))
+    etp = tp if etp is None else np.asarray(etp, dtype=np.int64)
+    n, B, S, L = p.num_gpus, p.training.global_batch, p.seq_len, llm.layers
+    used = tp * pp * dp * cp
+    gpus = (used <= n) if p.options.allow_idle_gpus else (used == n)
+    gpus = gpus & (used % p.options.gpu_multiple == 0)
+    tp_split = (llm.heads % tp == 0) & (llm.ffn % tp == 0) & ((llm.kv % tp == 0) | (tp % llm.kv == 0))
+    el_b = el.astype(bool)
+    slots = L + 2 * el
+    layers = (slots % (pp * vpp) == 0) & ~((vpp > 1) & (pp == 1)) & ~(el_b & (pp == 1))
+    batch = B % (dp * mb) == 0
+    n_mb = np.where(batch, B // np.maximum(dp * mb, 1), 0)
+    interleave = (vpp == 1) | (n_mb % pp == 0)
+    context = (cp == 1) | (S % (2 * cp) == 0)
+    mo = llm.moe
+    if mo is None:
+        experts = (ep == 1) & (etp == tp)
+    else:
+        experts = ((mo.experts % ep == 0) & (tp % etp == 0) & (mo.expert_ffn % etp == 0)
+                   & ((tp * cp * dp) % (ep * etp) == 0))
+    tiers = placement([x.size for x in p.system.networks], tp, cp, dp, pp, ep, etp)
+    fill = must_fill_ok(p.system.networks, tiers, tp, cp, dp, pp)
+    return {Group.GPUS: gpus, Group.TP_SPLIT: tp_split, Group.LAYERS: layers, Group.INTERLEAVE: interleave,
+            Group.BATCH: batch, Group.CONTEXT: context, Group.EXPERTS: experts, Group.MUST_FILL: fill}
+
+
+def legal(problem: "Problem", **knobs) -> np.ndarray:
+    """True where every rule group holds (`rule_masks`)."""
+    masks = rule_masks(problem, **knobs)
+    out = None
+    for m in masks.values():
+        out = m if out is None else out & m
+    return out
+
+
+def zero_legal(z, dp_group_is_one) -> np.ndarray:
+    """A ZeRO stage above 0 needs a data-parallel group to shard over (dp*cp > 1, or, MoE, an
+    expert-data-parallel one): without one, only z = 0 is legal."""
+    return (np.asarray(dp_group_is_one) == 0) | (np.asarray(z) == 0)

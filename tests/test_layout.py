@@ -1,0 +1,175 @@
+"""`optimizer.layout`: the one place where a layout's legality lives, and the wrong answers it fixed.
+
+Each of the four cases below gave a wrong answer while the rules lived in four places (validate, space,
+the explanation model, the ZeRO rule): the space and the explanation disagreed on the embedding/loss
+split, caps of the space could not be lifted, idle GPUs did not make every smaller layout legal, and a
+missed step-time target was explained as memory.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from formulations import rules
+from optimizer.check import check
+from optimizer.layout import CAPS, Group, divisors, legal, placement, rule_masks
+from optimizer.loader import load_problem_doc
+from optimizer.solve import solve
+from optimizer.space import compact_space
+
+TINY14 = ("{name: t14, hidden: 1024, ffn: 4096, layers: 14, heads: 16, seq_len: 1024, vocab: 32000}")
+
+
+def write(tmp_path, text, name="p.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_divisors_by_factorisation():
+    assert divisors(1) == [1]
+    assert divisors(96) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 96]
+    assert divisors(2**40) == [2**i for i in range(41)]  # no scan up to the value
+    big = 2**31 - 1  # a Mersenne prime
+    assert divisors(big) == [1, big]
+    for n in range(1, 400):
+        assert divisors(n) == [d for d in range(1, n + 1) if n % d == 0]
+
+
+def test_embedding_loss_split_is_legal_in_space_and_explanation(tmp_path):
+    """14 layers at pp 8, vpp 2: only 14 + 2 = 16 slots split 8*2 ways. The space holds such plans, and the
+    explanation model (what `check` uses) agrees: no conflict (it used to name rules.interleave)."""
+    path = write(tmp_path, f"llm: {TINY14}\nsystem: a100-sxm-80gb\nnum_gpus: 16\n"
+                           "training: {global_batch: 32}\nsearch: {pp: 8, vpp: 2}\n")
+    p, written = load_problem_doc(path)
+    c = compact_space(p)
+    assert c.size > 0
+    assert {lay[6] for lay in c.layouts} == {1}  # all of them with the embedding/loss slots
+    # pp = 8, vpp = 2 without the split cannot hold 14 layers; with it, it can
+    assert not legal(p, tp=1, pp=8, dp=2, cp=1, vpp=2, mb=1, el=0)
+    assert legal(p, tp=1, pp=8, dp=2, cp=1, vpp=2, mb=1, el=1)
+    assert rules.conflict(p, {"pp": [8], "vpp": [2]}) is None
+    r = check(p, written)
+    assert r.fits and r.plan.plans[0].evaluation.execution.pp_embedding_loss
+
+
+def test_default_cp_cap_is_named_and_search_lifts_it(tmp_path):
+    """Llama 3.1 8B at 16K tokens: the default caps keep a dense model at cp <= 8 below 32K tokens;
+    `search: {cp: 16}` lifts the cap (the space used to be empty), and with the cap in force `check`
+    names it."""
+    base = ("llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 64\n"
+            "training: {global_batch: 64, seq_len: 16384}\n")
+    p, _ = load_problem_doc(write(tmp_path, base + "search: {cp: 16}\n"))
+    c = compact_space(p)
+    assert c.size > 0 and {lay[2] for lay in c.layouts} == {16}
+    plan = solve(p).plans[0].evaluation.execution
+    assert plan.cp == 16
+    # the cap: 8 for a dense model below 32K tokens, 32 otherwise
+    assert CAPS.cp_limit(p) == 8
+    p2, _ = load_problem_doc(write(tmp_path, base, "capped.yaml"))
+    assert max(lay[2] for lay in compact_space(p2).layouts) <= 8
+    # cp written in the execution is the user's own value: `check` fixes it, which lifts the cap too
+    p3, written = load_problem_doc(write(tmp_path, base + "execution: {cp: 16, tp: 1, pp: 1}\n", "fixed.yaml"))
+    r = check(p3, written)
+    assert r.fits and r.plan.plans[0].evaluation.execution.cp == 16
+    # on 16 GPUs with tp, pp and dp fixed to 1 only cp = 16 is left: the cap is the named conflict
+    p4, written = load_problem_doc(write(tmp_path, base.replace("num_gpus: 64", "num_gpus: 16")
+                                         + "search: {tp: 1, pp: 1, dp: 1}\n", "cap.yaml"))
+    assert compact_space(p4).size == 0
+    r = check(p4, written)
+    assert not r.fits
+    assert "caps.cp" in {g for g, _ in r.conflicts}
+    assert any("capped at 8" in t for _, t in r.conflicts)
+
+
+IDLE = """
+llm: llama3.1-70b
+system: h100-sxm-80gb
+num_gpus: {n}
+training: {{global_batch: 640}}
+options: {{allow_idle_gpus: true}}
+objective: {{goal: tokens_per_gpu}}
+"""
+
+
+def test_idle_gpus_make_every_smaller_layout_legal(tmp_path):
+    """With idle GPUs allowed, more GPUs can never make the optimum worse: every layout legal on 1000 GPUs
+    is legal on 1500 (pp = 8 does not divide 1500 and used to drop out of the space, as in the issue's
+    Qwen3-235B case, which made 1500 GPUs worse than 1000)."""
+    p1, _ = load_problem_doc(write(tmp_path, IDLE.format(n=1000), "a.yaml"))
+    p2, _ = load_problem_doc(write(tmp_path, IDLE.format(n=1500), "b.yaml"))
+    l1 = {lay for lay in compact_space(p1).layouts}
+    l2 = {lay for lay in compact_space(p2).layouts}
+    assert l1 <= l2
+    assert any(lay[1] == 8 for lay in l2) and 1500 % 8 != 0
+    r1, r2 = solve(p1), solve(p2)
+
+    def gpu_seconds(r):  # the objective of tokens_per_gpu: GPUs used x step time
+        ex = r.plans[0].evaluation.execution
+        return ex.tp * ex.pp * ex.dp * ex.cp * r.plans[0].objective_s
+
+    assert gpu_seconds(r2) <= gpu_seconds(r1) * (1 + 1e-9)
+
+
+def test_missed_target_is_named_as_a_target(tmp_path):
+    """A problem whose plans all fit in memory but none meets the step-time target: solve's reason and
+    check's explanation name the target (it used to be explained as an HBM conflict)."""
+    from optimizer.errors import Infeasible
+
+    text = ("llm: gpt3-175b\nsystem: h100-sxm-80gb\nnum_gpus: 1024\ntraining: {global_batch: 1536}\n"
+            "objective: {goal: step_time, max_step_time_s: 0.5}\n")
+    p, written = load_problem_doc(write(tmp_path, text))
+    with pytest.raises(Infeasible) as e:
+        solve(p)
+    assert e.value.reason == "target"
+    with pytest.raises(Infeasible) as e2:
+        solve(p, "enumerate")
+    assert e2.value.reason == "target"
+    r = check(p, written)
+    assert not r.fits
+    groups = {g for g, _ in r.conflicts}
+    assert groups == {"objective.target"}
+    assert "0.5" in r.conflicts[0][1] and "memory" not in r.conflicts[0][1].lower()
+
+
+def test_placement_and_must_fill_vectorised_equal_scalar():
+    sizes = [4, 64, 4096]
+    tp, cp, dp, pp = (np.array(x) for x in ([1, 2, 4, 8], [1, 1, 2, 2], [8, 2, 4, 16], [2, 4, 8, 1]))
+    vec = placement(sizes, tp, cp, dp, pp)
+    for i in range(4):
+        one = placement(sizes, int(tp[i]), int(cp[i]), int(dp[i]), int(pp[i]))
+        assert {k: int(v[i]) for k, v in vec.items()} == one
+    # tp 8 does not fit a 4-GPU tier: next tier (64)
+    assert placement(sizes, 8, 1, 1, 1)["tp"] == 1
+
+
+def test_each_rule_group_binds_alone(tmp_path):
+    """One tiny problem (12 layers, 16 heads, batch 32, 1024 tokens, 16 GPUs); per group a plan that
+    breaks that group and no other."""
+    path = write(tmp_path, "llm: {name: m, hidden: 1024, ffn: 4096, layers: 12, heads: 16, seq_len: 1024, "
+                           "vocab: 32000}\nsystem: a100-sxm-80gb\nnum_gpus: 16\ntraining: {global_batch: 32}\n")
+    p, _ = load_problem_doc(path)
+    ok = dict(tp=2, pp=2, dp=4, cp=1, vpp=1, mb=1)
+    cases = {
+        Group.GPUS: dict(dp=2),                             # 2*2*2 = 8 of 16 GPUs
+        Group.TP_SPLIT: dict(tp=16, pp=1, dp=1),            # 16 heads over tp 16: legal (control below)
+        Group.LAYERS: dict(pp=8, dp=1),                     # 12 layers over 8 stages
+        Group.BATCH: dict(mb=3),                            # 4*3 does not divide 32
+        Group.INTERLEAVE: dict(pp=4, vpp=3, dp=2, tp=2, mb=16),  # 1 micro-batch, not a multiple of pp 4
+        Group.CONTEXT: dict(cp=4, dp=1, tp=2, pp=2, mb=1),  # 2*4 = 8 divides 1024: legal (control below)
+    }
+    for g in (Group.GPUS, Group.LAYERS, Group.BATCH, Group.INTERLEAVE):
+        bad = [k for k, v in rule_masks(p, **(ok | cases[g])).items() if not bool(v)]
+        assert bad == [g], (g, bad)
+    assert all(bool(v) for v in rule_masks(p, **(ok | cases[Group.CONTEXT])).values())
+    assert all(bool(v) for v in rule_masks(p, **(ok | cases[Group.TP_SPLIT])).values())
+    # a 1000-token sequence does not split over 2*cp = 6 ranks (and 3*4 = 12 of 16 GPUs: rules.gpus too)
+    p2, _ = load_problem_doc(write(tmp_path, path.read_text().replace("seq_len: 1024", "seq_len: 1000"), "q.yaml"))
+    r = rule_masks(p2, **(ok | dict(cp=3, dp=1, tp=1, pp=4, mb=1)))
+    assert {k for k, v in r.items() if not bool(v)} == {Group.CONTEXT, Group.GPUS}
+    r = rule_masks(p, **(ok | dict(tp=32, pp=1, dp=1, cp=1)))  # tp 32 > 16 heads, on 32 GPUs
+    assert {k for k, v in r.items() if not bool(v)} == {Group.TP_SPLIT, Group.GPUS}
+    # experts: a dense model has none
+    r = rule_masks(p, **ok, ep=2)
+    assert [k for k, v in r.items() if not bool(v)] == [Group.EXPERTS]
