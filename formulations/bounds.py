@@ -250,5 +250,9 @@ def incumbent(Ts: Tables | list[Tables], sel: Pairs, top: int = 1) -> Incumbent:
                 oi=int(rep.oi[i]), var=int(rep.var[i]), zi=int(z[i]), di=int(d[i]))
     if len(good) < top:
         return Incumbent(np.iinfo(np.int64).max, hint, len(t))
-    ub = float(t[good[top - 1]]) * TIME_UNIT
-    return Incumbent(int(np.ceil(ub * (1 + UB_SLACK))) + 1, hint, len(t))
+    j = int(good[top - 1])
+    # the slack is on the step time (the integer objective rounds it), not on the score: a relative slack on
+    # GPUs x BIG + T (fewest_gpus) would span seconds of step time and prune nothing
+    step_ub = np.ceil(float(res.step_time[j]) * TIME_UNIT * (1 + UB_SLACK)) + 1
+    ub = score(T.problem, np.array([int(T.gpus(rep.l[j:j + 1])[0])]), np.array([step_ub]), unit=TIME_UNIT)
+    return Incumbent(int(np.ceil(float(ub[0]))), hint, len(t))
