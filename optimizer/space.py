@@ -106,18 +106,6 @@ def knob_domains(problem: Problem) -> dict[str, list]:
     return dom
 
 
-def moe_splits(problem: Problem, dom: dict[str, list], tp: int, cp: int, dp: int) -> list[tuple[int, int]]:
-    """Legal (ep, etp) of a layout under `layout`'s rules.experts (dense models: (1, tp))."""
-    if problem.llm.moe is None:
-        return [(1, tp)]
-    cand = [(e, t) for t in dom["etp"] for e in dom["ep"]]
-    if not cand:
-        return []
-    ep, etp = (np.array(x) for x in zip(*cand))
-    ok = rule_masks(problem, tp, 1, dp, cp, ep=ep, etp=etp)[Group.EXPERTS]
-    return [c for c, good in zip(cand, ok.tolist()) if good]
-
-
 @dataclass
 class Compact:
     """The space without its cartesian product: layouts, domains and the legal (layout, vpp, micro-batch)
@@ -185,38 +173,61 @@ def _layouts(p: Problem, dom: dict[str, list]) -> list[tuple[int, int, int, int]
     return list(zip(tp[ok].tolist(), pp[ok].tolist(), cp[ok].tolist(), dp[ok].tolist()))
 
 
+def _expand(p: Problem, dom: dict[str, list], lay: np.ndarray) -> np.ndarray:
+    """Rows (tp, pp, cp, dp, ep, etp, el) of every layout with each legal (ep, etp) split (`layout`'s
+    rules.experts; dense: (1, tp)) and embedding/loss split (el only with pp > 1, when the search allows it)."""
+    tp, pp, cp, dp = lay.T
+    if p.llm.moe is None:
+        rows = np.stack([tp, pp, cp, dp, np.ones_like(tp), tp], axis=1)
+    else:
+        split = np.array([(e, t) for t in dom["etp"] for e in dom["ep"]], dtype=np.int64).reshape(-1, 2)
+        i, j = np.repeat(np.arange(len(lay)), len(split)), np.tile(np.arange(len(split)), len(lay))
+        ok = rule_masks(p, tp[i], pp[i], dp[i], cp[i], ep=split[j, 0], etp=split[j, 1])[Group.EXPERTS]
+        i, j = i[ok], j[ok]
+        rows = np.concatenate([lay[i][:, :4], split[j]], axis=1)
+    out = []
+    for el in sorted({int(x) for x in dom["pp_embedding_loss"]}):
+        sel = rows[rows[:, 1] > 1] if el else rows
+        out.append(np.concatenate([sel, np.full((len(sel), 1), el, dtype=np.int64)], axis=1))
+    if 0 not in {int(x) for x in dom["pp_embedding_loss"]}:  # without a pipeline there is no split to make
+        sel = rows[rows[:, 1] == 1]
+        out.append(np.concatenate([sel, np.zeros((len(sel), 1), dtype=np.int64)], axis=1))
+    return np.concatenate(out) if out else np.zeros((0, 7), dtype=np.int64)
+
+
 def compact_space(problem: Problem) -> Compact:
+    """Legal layouts and (layout, vpp, micro-batch) triples, every rule from `optimizer.layout` evaluated on
+    whole arrays at once."""
     p, llm = problem, problem.llm
     per_cache: dict[tuple[bool, bool, bool], list] = {}
-    n, B = p.num_gpus, p.training.global_batch
     dom = knob_domains(p)
     sizes = [net.size for net in p.system.networks]
-    layouts, tiers, others, triples = [], [], [], []
     V, M = np.array(dom["vpp"], dtype=np.int64), np.array(dom["micro_batch"], dtype=np.int64)
+    lay = np.array(_layouts(p, dom), dtype=np.int64).reshape(-1, 4)
+    X = _expand(p, dom, lay)
+    tp, pp, cp, dp, ep, etp, el = (X[:, i] for i in range(7))
+    # the vpp x micro-batch grid of every row in one call
+    r = rule_masks(p, tp[:, None, None], pp[:, None, None], dp[:, None, None], cp[:, None, None],
+                   vpp=V[None, :, None], mb=M[None, None, :], ep=ep[:, None, None], etp=etp[:, None, None],
+                   el=el[:, None, None])
+    ok = np.broadcast_to(r[Group.LAYERS] & r[Group.BATCH] & r[Group.INTERLEAVE], (len(X), len(V), len(M)))
+    tiers_all = placement(sizes, tp, cp, dp, pp, ep, etp)
+    layouts, tiers, others, triples = [], [], [], []
     size = 0
-    for tp, pp, cp, dp in _layouts(p, dom):
-        els = [0] if pp == 1 else [int(x) for x in dom["pp_embedding_loss"]]
-        for (ep, etp), el in product(moe_splits(p, dom, tp, cp, dp), els):
-            if not rule_masks(p, tp, pp, dp, cp, ep=ep, etp=etp, el=el)[Group.LAYERS]:
-                continue  # no vpp at all: the layer slots do not split over pp
-            edp = tp * cp * dp // (ep * etp)
-            key = (tp == 1, dp * cp == 1 and edp == 1, pp == 1)
-            if key not in per_cache:
-                per_cache[key] = _other_values(dom, tp, pp, key[1], llm.moe is not None)
-            per = per_cache[key]
-            n_other = int(np.prod([len(v) for _, v in per]))
-            r = rule_masks(p, tp, pp, dp, cp, vpp=V[:, None], mb=M[None, :], ep=ep, etp=etp, el=el)
-            ok2 = r[Group.LAYERS] & r[Group.BATCH] & r[Group.INTERLEAVE]
-            vi, mi = np.nonzero(ok2)
-            n_trip = len(vi)
-            if n_trip == 0:
-                continue
-            li = len(layouts)
-            triples.append(np.stack([np.full(n_trip, li), V[vi], M[mi]], axis=1))
-            layouts.append((tp, pp, cp, dp, ep, etp, el))
-            tiers.append(placement(sizes, tp, cp, dp, pp, ep, etp))
-            others.append(per)
-            size += n_trip * n_other
+    for x in np.nonzero(ok.any(axis=(1, 2)))[0].tolist():
+        t_, p_, c_, d_, e_, et_, el_ = (int(v) for v in X[x])
+        edp = t_ * c_ * d_ // (e_ * et_)
+        key = (t_ == 1, d_ * c_ == 1 and edp == 1, p_ == 1)
+        if key not in per_cache:
+            per_cache[key] = _other_values(dom, t_, p_, key[1], llm.moe is not None)
+        per = per_cache[key]
+        vi, mi = np.nonzero(ok[x])
+        li = len(layouts)
+        triples.append(np.stack([np.full(len(vi), li), V[vi], M[mi]], axis=1))
+        layouts.append((t_, p_, c_, d_, e_, et_, el_))
+        tiers.append({k: int(v[x]) for k, v in tiers_all.items()})
+        others.append(per)
+        size += len(vi) * int(np.prod([len(v) for _, v in per]))
     tri = np.concatenate(triples) if triples else np.zeros((0, 3), dtype=np.int64)
     return Compact(dom, layouts, tiers, tri, others, size)
 
