@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.enumerate import feasible
+from optimizer.model.capacity import feasible
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate
 from optimizer.objective import score

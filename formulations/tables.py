@@ -24,7 +24,7 @@ from itertools import product
 
 import numpy as np
 
-from optimizer.enumerate import capacity_bytes
+from optimizer.model.capacity import capacity_bytes
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate, make_ctx
 from optimizer.schema import Problem

@@ -198,7 +198,7 @@ def _explain_memory(p: Problem, out: CheckResult):
     """The memory conflict; returns the smallest-memory plan (formulations.fit.MinMemory)."""
     from formulations.fit import min_memory
 
-    from .enumerate import capacity_bytes
+    from .model.capacity import capacity_bytes
     from .evaluate import evaluate_execution
     from .model.knobs import to_execution
 

@@ -10,23 +10,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .model.capacity import feasible
 from .model.knobs import Knobs
 from .objective import score
-from .model.step import GIB, StepResult, evaluate, make_ctx
+from .model.step import evaluate, make_ctx
 from .schema import Problem
 from .space import Space, build_space
-
-
-def capacity_bytes(problem: Problem) -> float:
-    return (problem.system.hbm_gib - problem.options.memory_headroom_gib) * GIB
-
-
-def feasible(problem: Problem, k: Knobs, res: StepResult) -> np.ndarray:
-    """Capacity rules shared by every solve method: HBM (minus headroom) and offload memory."""
-    off = problem.system.offload
-    ok = res.hbm <= capacity_bytes(problem)
-    ok &= res.offload_mem <= off.capacity_gib * GIB
-    return ok
 
 
 @dataclass

@@ -31,7 +31,7 @@ from .model.hardware import Tiers, collective_time
 from .model.params import count
 from .model.step import make_ctx
 from .schema.procure import Pricing, ProcureProblem
-from .procure import Group, Purchase, TypeRow, best_of_type, node_limit, purchase_of, rank_key
+from .purchase import Group, Purchase, TypeRow, best_of_type, node_limit, purchase_of, rank_key
 
 SHARES = 16  # the batch split is searched over multiples of B/SHARES
 PARTNERS = 3  # next-best node types tried as the partner of the anchor

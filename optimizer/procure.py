@@ -18,65 +18,14 @@ Heterogeneous mixes (`procure.heterogeneous: data`, two node types): `optimizer.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 
-from .errors import Infeasible
-from .objective import BIG_S, gpus_used
-from .schema import Options, Problem
+from .objective import BIG_S
+from .purchase import (Group, Purchase, TypeRow, best_of_type, node_limit, purchase_of, rank_key,  # noqa: F401
+                       sub_problem)
 from .schema.problem import Goal, Objective
-from .schema.procure import NodeType, Pricing, ProcureGoal, ProcureProblem
-
-
-@dataclass
-class Group:
-    """Nodes of one type and the plan they run (a homogeneous purchase is one group)."""
-
-    node_type: NodeType
-    nodes: int
-    gpus_used: int
-    global_batch: int  # sequences per step this group processes
-    step_time_s: float
-    plan: object  # optimizer.solve.Plan
-    solve: object = None  # optimizer.solve.SolveResult
-
-
-@dataclass
-class Purchase:
-    groups: list[Group]
-    step_time_s: float  # the job's step time (slowest group + cross-type sync)
-    tokens_per_s: float
-    cost_usd: float  # capex: nodes x price; rental: the whole training run
-    power_kw: float | None
-    days_to_train: float | None
-    sync_s: float = 0.0  # cross-type gradient synchronisation (heterogeneous mixes)
-
-    @property
-    def nodes(self) -> int:
-        return sum(g.nodes for g in self.groups)
-
-    @property
-    def gpus(self) -> int:
-        return sum(g.nodes * g.node_type.gpus_per_node for g in self.groups)
-
-    def tokens_per_s_per_musd(self) -> float:
-        return self.tokens_per_s / (self.cost_usd / 1e6) if self.cost_usd > 0 else math.inf
-
-    def label(self) -> str:
-        return " + ".join(f"{g.nodes} x {g.node_type.name}" for g in self.groups)
-
-
-@dataclass
-class TypeRow:
-    """What one node type offers: its bound and the best purchase of it (None: nothing fits)."""
-
-    node_type: NodeType
-    max_nodes: int
-    bound_by: str  # budget | power | availability | procure.max_nodes
-    purchase: Purchase | None
-    candidates: int
-    status: str  # optimal | infeasible | feasible
+from .schema.procure import Pricing, ProcureGoal, ProcureProblem
 
 
 @dataclass
@@ -93,96 +42,6 @@ class ProcureResult:
 
 
 # ---------------------------------------------------------------------------------------------- prepare
-def node_limit(pp: ProcureProblem, t: NodeType, budget_usd: float | None = None) -> tuple[int, str]:
-    """The most nodes of type t the budget (capex), power cap and availability allow, and which binds."""
-    pr = pp.procure
-    budget = pr.budget_usd if budget_usd is None else budget_usd
-    lim = [(pr.max_nodes, "procure.max_nodes")]
-    if t.max_nodes is not None:
-        lim.append((t.max_nodes, "availability"))
-    if pr.pricing == Pricing.CAPEX and budget is not None and t.node_usd:
-        lim.append((int(math.floor(budget / t.node_usd + 1e-9)), "budget"))
-    if pr.power_kw is not None:
-        lim.append((int(math.floor(pr.power_kw / t.power_kw + 1e-9)), "power"))
-    n, why = min(lim, key=lambda x: x[0])
-    return n, why
-
-
-def sub_problem(pp: ProcureProblem, t: NodeType, nodes: int, global_batch: int | None = None,
-                budget_usd: float | None = None, goal: ProcureGoal | None = None,
-                objective: Objective | None = None) -> Problem:
-    """The solve problem of node type t with at most `nodes` nodes (whole nodes used, idle GPUs allowed);
-    its objective follows the procurement goal unless `objective` is given."""
-    pr = pp.procure
-    goal = goal or pr.goal
-    budget = pr.budget_usd if budget_usd is None else budget_usd
-    tr = pp.training if global_batch is None else pp.training.model_copy(update={"global_batch": global_batch})
-    g = t.gpus_per_node
-    obj: dict = {}
-    if goal in (ProcureGoal.THROUGHPUT, ProcureGoal.TIME_TO_TRAIN):
-        obj["goal"] = Goal.STEP_TIME
-    elif goal == ProcureGoal.COST:
-        obj["goal"] = Goal.FEWEST_GPUS if pr.pricing == Pricing.CAPEX else Goal.TOKENS_PER_GPU
-        obj["max_days"] = pr.deadline_days
-    else:
-        obj["goal"] = Goal.TOKENS_PER_GPU
-    if pr.pricing == Pricing.RENTAL and budget is not None and pp.training.tokens:
-        obj["max_gpu_hours"] = budget / t.rent_usd_per_gpu_hour
-    opts = Options(memory_headroom_gib=pp.options.memory_headroom_gib, allow_idle_gpus=True, gpu_multiple=g)
-    return Problem(name=f"{pp.name or 'procure'}@{t.name}", llm=pp.llm, system=t.system, num_gpus=nodes * g,
-                   training=tr, search=pp.search, options=opts, objective=objective or Objective(**obj))
-
-
-def purchase_of(pp: ProcureProblem, groups: list[Group], step_s: float, sync_s: float = 0.0) -> Purchase:
-    B, S = pp.training.global_batch, pp.training.seq_len or pp.llm.seq_len
-    steps = pp.training.tokens / (B * S) if pp.training.tokens else None
-    if pp.procure.pricing == Pricing.CAPEX:
-        cost = sum(g.nodes * g.node_type.node_usd for g in groups)
-    else:
-        hours = (steps or 0.0) * step_s / 3600.0
-        cost = sum(g.nodes * g.node_type.gpus_per_node * g.node_type.rent_usd_per_gpu_hour for g in groups) * hours
-    power = None if any(g.node_type.power_kw is None for g in groups) else \
-        sum(g.nodes * g.node_type.power_kw for g in groups)
-    return Purchase(groups, step_s, B * S / step_s, cost, power, None if steps is None else steps * step_s / 86400,
-                    sync_s)
-
-
-def rank_key(pp: ProcureProblem, p: Purchase) -> tuple[float, float]:
-    """Smaller is better, under the procurement goal (ties: cheaper, then faster)."""
-    goal = pp.procure.goal
-    if goal in (ProcureGoal.THROUGHPUT, ProcureGoal.TIME_TO_TRAIN):
-        return (p.step_time_s, p.cost_usd)
-    if goal == ProcureGoal.COST:
-        return (p.cost_usd, p.step_time_s)
-    if pp.procure.pricing == Pricing.RENTAL:  # tokens/s per ($ per hour)
-        rate = sum(g.nodes * g.node_type.gpus_per_node * g.node_type.rent_usd_per_gpu_hour for g in p.groups)
-        return (-p.tokens_per_s / rate, p.step_time_s)
-    return (-p.tokens_per_s / p.cost_usd, p.step_time_s)
-
-
-# ---------------------------------------------------------------------------------------------- solve
-def best_of_type(pp: ProcureProblem, t: NodeType, nodes: int, global_batch: int | None = None,
-                 budget_usd: float | None = None, goal: ProcureGoal | None = None,
-                 time_limit_s: float = 60.0, objective: Objective | None = None) -> tuple[Group | None, int, str]:
-    """The proven-best group of type t with at most `nodes` nodes (None: nothing fits), the space size and
-    the status."""
-    from .solve import solve
-
-    if nodes < 1:
-        return None, 0, "infeasible"
-    q = sub_problem(pp, t, nodes, global_batch, budget_usd, goal, objective)
-    try:
-        r = solve(q, "cpsat", time_limit_s=time_limit_s)
-    except Infeasible:
-        from .space import compact_space
-
-        return None, compact_space(q).size, "infeasible"
-    plan = r.plans[0]
-    used = gpus_used(plan.evaluation.execution)
-    return (Group(t, math.ceil(used / t.gpus_per_node), used, q.training.global_batch, plan.objective_s, plan, r),
-            r.candidates, r.status)
-
-
 def procure(pp: ProcureProblem, pareto: bool = False, time_limit_s: float = 60.0) -> ProcureResult:
     t0 = time.perf_counter()
     rows: list[TypeRow] = []

@@ -255,7 +255,7 @@ class Prediction:
 def predict(mapped: Mapped) -> Prediction:
     """Evaluate the run's configuration; free knobs are chosen as the fastest setting that fits."""
     from .model.knobs import from_execution
-    from .enumerate import feasible
+    from .model.capacity import feasible
     from .model.step import evaluate, make_ctx
     from .validate import execution_errors
 

@@ -61,7 +61,7 @@ class Space:
 
 def knob_domains(problem: Problem) -> dict[str, list]:
     """Values each knob may take before the cross-knob rules (divisibility, memory)."""
-    p, llm, sysm = problem, problem.llm, problem.system
+    p, sysm = problem, problem.system
     n = p.num_gpus
     search = p.search or {}
     bad = set(search) - set(SEARCHABLE)

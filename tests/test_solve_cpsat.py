@@ -8,7 +8,7 @@ import pytest
 from formulations.bounds import presolve
 from formulations.pairs import pair_columns
 from formulations.tables import build_tables
-from optimizer.enumerate import feasible
+from optimizer.model.capacity import feasible
 from optimizer.errors import Infeasible
 from optimizer.loader import load_problem
 from optimizer.model.step import evaluate

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from optimizer.cli import main
-from optimizer.enumerate import enumerate_best, feasible
+from optimizer.enumerate import enumerate_best
+from optimizer.model.capacity import feasible
 from optimizer.model.knobs import from_execution, to_execution
 from optimizer.model.step import evaluate
 from optimizer.space import build_space
