@@ -28,9 +28,6 @@ class MemoryVars:
     enforce: cp_model.IntVar  # the literal guarding memory.hbm (for explanations)
     enforce_offload: cp_model.IntVar | None = None  # ... memory.offload (None: nothing is offloaded)
 
-    def extract(self, solver: cp_model.CpSolver) -> dict[str, int]:
-        return {"state_kib": int(solver.Value(self.state))}
-
 
 def build(T: Tables, m: cp_model.CpModel, c: ChoiceVars) -> MemoryVars:
     enforce = m.NewBoolVar("memory.hbm")

@@ -5,7 +5,7 @@
     pre     = presolve(tables, top)                          # bounds: fit + incumbent pruning, hint
     choice  = choice.build(tables, m, pre)                   # decisions + integer rules (pair table)
     memory  = memory.build(tables, m, choice)                # memory.hbm
-    time    = time.build(tables, m, choice)                  # objective: the model's step time
+    time    = step_time.build(tables, m, choice)                # objective: the model's step time
     m.Minimize(time.objective)
 
 Every solution is extracted into an `Execution`, re-evaluated by the analytical model and verified
@@ -15,7 +15,7 @@ plan i is optimal among what remains.
 
 from __future__ import annotations
 
-import time as _time
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,7 +30,7 @@ from optimizer.space import compact_space
 
 from . import choice as choice_mod
 from . import memory as memory_mod
-from . import time as time_mod
+from . import step_time as time_mod
 from .bounds import NONE, Pairs, Presolved, knobs_of_pairs, presolve
 from .common import new_int, product
 from .tables import TIME_UNIT, Tables, build_all
@@ -143,7 +143,7 @@ def _infeasible(problem: Problem, size: int) -> Infeasible:
 
 def solve_cpsat(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: float | None = None,
                 params: dict | None = None) -> Outcome:
-    t0 = t0 if t0 is not None else _time.perf_counter()
+    t0 = t0 if t0 is not None else time.perf_counter()
     c = compact_space(problem)
     if c.size == 0:
         raise Infeasible("no legal plan: no (tp, pp, dp, vpp, micro-batch) satisfies the integer rules "
@@ -164,7 +164,7 @@ def solve_cpsat(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: 
     status_name, bound, gap = "optimal", None, None
     goal = problem.objective.goal.value
     for i in range(top):
-        solver.parameters.max_time_in_seconds = max(0.1, time_limit_s - (_time.perf_counter() - t0))
+        solver.parameters.max_time_in_seconds = max(0.1, time_limit_s - (time.perf_counter() - t0))
         st = solver.Solve(m)
         if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             if i > 0:

@@ -1,7 +1,7 @@
 """Per-pair terms: the step-time and memory terms of each (triple, block) pair, composed once from the
 factor tables of `formulations.tables` (which the analytical model fills) with the same sums, products and
 maxima as `optimizer.model.step`. Both the bounds (`formulations.bounds`) and the CP-SAT model
-(`formulations.time`, `formulations.memory`) read these columns, so the composition exists once here.
+(`formulations.step_time`, `formulations.memory`) read these columns, so the composition exists once here.
 
 A pair is a legal (layout, vpp, micro-batch) triple with one block setting (recompute, SP, TP overlap).
 What a pair does not decide is left to the solver: the ZeRO stage z, DP overlap on/off, hence the DP time

@@ -12,7 +12,7 @@ The knobs in `OTHER_KNOBS` (kernels, p2p, schedule, SP redo, offload flags) chan
 combination the space allows is a *variant* with its own tables (`build_all`), all filled by the same
 model calls (the variant knobs are extra columns of each grid).
 Each table is read from `evaluate(...).terms` on a small grid of candidates, so the numbers are the
-model's own; `formulations.time` combines them with the same sums, products and maxima as
+model's own; `formulations.step_time` combines them with the same sums, products and maxima as
 `optimizer.model.step`. Units: time in `TIME_UNIT` = 1 ns, memory in KiB (usage rounded up, capacity
 rounded down: a plan the solver accepts never exceeds a capacity of the exact model).
 """
@@ -40,10 +40,6 @@ def t_int(x) -> np.ndarray:
 
 def kib_up(x) -> np.ndarray:
     return np.ceil(np.asarray(x, dtype=float) / KIB - 1e-9).astype(np.int64)
-
-
-class Unsupported(Exception):
-    """The problem is outside what the CP-SAT formulation covers (an empty space)."""
 
 
 @dataclass
@@ -83,9 +79,6 @@ class Tables:
     @property
     def nM(self) -> int:
         return len(self.mb_vals)
-
-    def beta_shape(self) -> tuple[int, ...]:
-        return (len(self.tpcp), self.nM, len(self.rec_vals), len(self.sp_vals), len(self.ov_vals))
 
 
 OTHER_KNOBS = {"fused_layers": "fused", "attention": "flash", "sp_ag_redo": "sp_redo", "pp_rs_ag": "pp_rs_ag",
@@ -129,7 +122,7 @@ def build_tables(problem: Problem, c: Compact) -> Tables:
     """The tables of a space with a single variant (tests and tools; the solver uses `build_all`)."""
     Ts = build_all(problem, c)
     if len(Ts) != 1:
-        raise Unsupported(f"{len(Ts)} variants: use build_all")
+        raise ValueError(f"{len(Ts)} variants: use build_all")
     return Ts[0]
 
 
@@ -137,7 +130,7 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
     """The tables of every variant of the space that has legal triples, filled in one pass: each call to the
     model evaluates the grid of every variant at once (the variant knobs as columns)."""
     if c.size == 0:
-        raise Unsupported("empty space")
+        raise ValueError("empty space: solve_cpsat answers it before building tables")
     union = _union(c)
     # which variants each layout admits (the space narrows some knobs per layout: no p2p without pp, ...)
     allv = variants(c)

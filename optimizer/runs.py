@@ -24,6 +24,8 @@ state are resolved by stated, documented assumptions, reported per run:
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 import re
 from dataclasses import dataclass, field
 from itertools import product
@@ -237,7 +239,7 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     try:
         out.problem = Problem(name=run["id"], llm=llm, system=system, num_gpus=hwr["num_gpus"], training=training,
                               execution=Execution(**{k: v for k, v in fixed.items()}))
-    except Exception as e:  # noqa: BLE001 - a record the schema cannot express
+    except (ValidationError, ValueError, TypeError) as e:  # a record the schema cannot express
         out.skip = f"cannot express as a problem: {e}"
         return out
     out.free = free

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from optimizer.cli import main
+from optimizer.errors import Infeasible
 from optimizer.loader import load_procure
 from optimizer.procure import best_of_type, procure, sub_problem
 from optimizer.solve import solve
@@ -51,7 +52,7 @@ def step_on(pp, type_name: str, nodes: int) -> float | None:
     q = q.model_copy(update={"options": q.options.model_copy(update={"allow_idle_gpus": False})})
     try:
         return solve(q, "cpsat").plans[0].objective_s
-    except Exception:
+    except Infeasible:
         return None
 
 

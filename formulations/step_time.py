@@ -24,9 +24,6 @@ class TimeVars:
     terms: dict[str, cp_model.IntVar]
     objective: cp_model.LinearExpr
 
-    def extract(self, solver: cp_model.CpSolver) -> dict[str, int]:
-        return {k: int(solver.Value(v)) for k, v in self.terms.items()}
-
 
 def build(T: Tables, m: cp_model.CpModel, c: ChoiceVars) -> TimeVars:
     terms = {k: c.col(k) for k in PIPE}
