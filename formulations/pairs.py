@@ -1,7 +1,8 @@
-"""Per-pair terms: the step-time and memory terms of each (triple, block) pair, composed once from the
-factor tables of `formulations.tables` (which the analytical model fills) with the same sums, products and
-maxima as `optimizer.model.step`. Both the bounds (`formulations.bounds`) and the CP-SAT model
-(`formulations.step_time`, `formulations.memory`) read these columns, so the composition exists once here.
+"""Per-pair terms: the step-time and memory terms of each (triple, block) pair: the factor tables of
+`formulations.tables` (which the analytical model fills) composed by the model's own functions
+(`optimizer.model.compose`: pipeline, DP links and exposure per ZeRO stage, activations), called here on
+integers (ns, KiB) as `optimizer.model.step` calls them on floats. Both the bounds (`formulations.bounds`)
+and the CP-SAT model (`formulations.step_time`, `formulations.memory`) read these columns.
 
 A pair is a legal (layout, vpp, micro-batch) triple with one block setting (recompute, SP, TP overlap).
 What a pair does not decide is left to the solver: the ZeRO stage z, DP overlap on/off, hence the DP time
@@ -31,10 +32,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from optimizer.model.compose import activations, dp_exposed, dp_links, pipeline
+
 from .tables import Tables
 
 Q = 10_000  # fixed-point scale of the processor-usage fractions
-PIPE = ("pipe_layers", "pipe_head", "bubble", "p2p_steady", "p2p_fill", "offload")
 
 
 def zero_legal(z, dpg1) -> np.ndarray:
@@ -69,25 +71,17 @@ def compose(T: Tables, l, vi, mi, col) -> dict[str, np.ndarray]:
     over a triple's block settings, which makes every term a lower bound since all are monotone)."""
     lv, lm = l * T.nV + vi, l * T.nM + mi
     Lt, LV, LM = T.L, T.LV, T.LM
-    out = dict(pipe_layers=Lt["A1"][l] * col("tau_mb"), pipe_head=Lt["A2"][l] * col("head_mb"),
-               bubble=LV["Bf"][lv] * col("tau"), p2p_steady=LV["E"][lv] * col("p2p_mb"),
-               p2p_fill=Lt["pm2"][l] * col("p2p"), offload=Lt["A1"][l] * col("offx_mb"))
-    out["pipe"] = sum(out[k] for k in PIPE)
-    v1 = np.array(T.v_vals)[vi] == 1
-    if T.fixed["gpipe"]:  # GPipe keeps every micro-batch's activations until the backward starts
-        infl = LM["NL"][lm]
-    else:
-        infl = np.where(v1, LM["infl1"][lm], np.minimum(LV["inflv"][lv], LM["NL"][lm]))
-    st, wk = col("stored"), col("working")
-    a_off = bool(T.fixed["a_off"])  # activation offload keeps two layers' worth in HBM
-    first = (2 if a_off else infl) * st + wk + col("embout")
-    last = (2 if a_off else Lt["Ls"][l]) * st + wk + col("logits")
-    out["act"] = np.where(Lt["ppgt1"][l] == 1, np.maximum(first, last), first + col("logits")) + Lt["reserved"][l]
-    out["offact"] = (infl - 2) * st if a_off else np.zeros(len(l), dtype=np.int64)
+    out = pipeline(Lt["A1"][l], Lt["A2"][l], LV["Bf"][lv], LV["E"][lv], Lt["pm2"][l], col("tau_mb"), col("head_mb"),
+                   col("tau"), col("p2p_mb"), col("p2p"), col("offx_mb"))
+    acts = activations(LV["inflv"][lv], LM["infl1"][lm], LM["NL"][lm], Lt["Ls"][l], np.array(T.v_vals)[vi],
+                       T.lay["pp"][l], bool(T.fixed["gpipe"]), bool(T.fixed["a_off"]), col("stored"), col("working"),
+                       col("embout"), col("logits"))
+    out["act"] = acts["act"] + Lt["reserved"][l]
+    out["offact"] = acts["offact"]
     out["pu"] = np.rint(np.array(T.pu_tiers)[T.lay["tier_dp"][l]] * Q).astype(np.int64)
-    nmb = LM["nmb"][lm]
-    AR, RS, AG, F = Lt["AR"][l], Lt["RS"][l], Lt["AG"][l], Lt["F"][l]
-    out["link0"], out["link1"], out["link2"], out["link3"] = AR, RS + AG, nmb * RS + AG, nmb * F
+    links = dp_links(Lt["AR"][l], Lt["RS"][l], Lt["AG"][l], Lt["F"][l], LM["nmb"][lm])
+    for z in range(4):
+        out[f"link{z}"] = links[z]
     for z in T.z_vals:
         out[f"opt{z}"], out[f"wgo{z}"], out[f"off{z}"] = Lt[f"opt{z}"][l], Lt[f"wgo{z}"][l], Lt[f"off{z}"][l]
     out["dpg1"] = Lt["dpg1"][l]
@@ -103,13 +97,8 @@ def exposures(T: Tables, l, vi, mi, col, out: dict[str, np.ndarray]) -> None:
     t_cb, W = LV["Lc"][lv] * bwt, LV["Wm"][lv] * bwt
     Lfw, NL = Lt["Ls"][l] * fwt, LM["NL"][lm]
     nmb = LM["nmb"][lm]
-    zero = np.zeros(len(l), dtype=np.int64)
-    e0 = np.maximum.reduce([zero, Lt["ARb"][l], LV["ARv"][lv] - t_cb, Lt["AR"][l] - W])
-    eg = np.maximum.reduce([zero, Lt["RSb"][l], LV["RSv"][lv] - t_cb, Lt["RS"][l] - W])
-    ea = np.maximum.reduce([zero, Lt["AGb"][l], Lt["AG"][l] - Lfw])
-    eg2 = np.maximum.reduce([zero, nmb * Lt["RSb"][l], nmb * Lt["RS"][l] - NL * bwt])
-    e3 = np.maximum.reduce([zero, nmb * Lt["Fb"][l], nmb * Lt["F"][l] - NL * fbt])
-    exp = {0: e0, 1: eg + ea, 2: eg2 + ea, 3: e3}
+    exp = dp_exposed(Lt["AR"][l], Lt["RS"][l], Lt["AG"][l], Lt["F"][l], Lt["ARb"][l], Lt["RSb"][l], Lt["AGb"][l],
+                     Lt["Fb"][l], LV["ARv"][lv], LV["RSv"][lv], t_cb, W, Lfw, nmb, NL, bwt, fbt)
     pu = out["pu"]
     for z in T.z_vals:
         out[f"exp{z}"] = exp[z]

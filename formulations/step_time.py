@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from .choice import ChoiceVars
-from .pairs import PIPE, Q
+from optimizer.model.compose import PIPE
+
+from .pairs import Q
 from .tables import Tables
 
 

@@ -25,6 +25,7 @@ from itertools import product
 import numpy as np
 
 from optimizer.model.capacity import capacity_bytes
+from optimizer.model.compose import edge_head, fsdp_traffic, layout_factors, mb_factors, vpp_factors
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate, make_ctx
 from optimizer.schema import Problem
@@ -174,10 +175,7 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
     # ---------------------------------------------------------------- per layout (variant-independent)
     L0: dict[str, np.ndarray] = {}
     slots = Lyr + 2 * lay["pp_el"]  # layer slots of the pipeline split (embedding and loss take one each)
-    L0["A1"] = (B * slots) // (lay["dp"] * lay["pp"])  # n_mb * Ls * mb
-    L0["A2"] = B // lay["dp"]  # n_mb * mb
-    L0["Ls"] = slots // lay["pp"]
-    L0["pm2"] = 2 * (lay["pp"] - 1)
+    L0.update(layout_factors(B, slots, lay["dp"], lay["pp"]))  # A1, A2, Ls, pm2 (optimizer.model.compose)
     L0["tpcp"] = np.array([tpcp_index[tuple(int(x) for x in key)]
                            for key in zip(lay["tp"], lay["cp"], lay["ep"], lay["etp"])])
     L0["tp1"] = (lay["tp"] == 1).astype(np.int64)
@@ -193,8 +191,8 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
         Lt = Lv[j]
         Lt["AR"], Lt["RS"], Lt["AG"] = t_int(r["AR"][j]), t_int(r["RS"][j]), t_int(r["AG"][j])
         Lt["ARb"], Lt["RSb"], Lt["AGb"] = (t_int(r[x][j] * bkt[j]) for x in ("AR", "RS", "AG"))
-        Lt["F"] = t_int(2.0 * r["AG"][j] + r["RS"][j])
-        Lt["Fb"] = t_int((2.0 * r["AG"][j] + r["RS"][j]) * bkt[j])
+        Lt["F"] = t_int(fsdp_traffic(r["AG"][j], r["RS"][j]))
+        Lt["Fb"] = t_int(fsdp_traffic(r["AG"][j], r["RS"][j]) * bkt[j])
         Lt["reserved"] = kib_up(r["reserved"][j])
     for z in vals["zero"]:
         rz = run(nL, **lay, zero=z)
@@ -210,17 +208,13 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
     dp2 = np.repeat(lay["dp"], nV)
     v2 = np.tile(np.array(vals["vpp"]), nL)
     sl2 = np.repeat(slots, nV)
-    okv = (sl2 % (pp2 * v2)) == 0
-    lc = np.where(okv, sl2 // (pp2 * v2), 0)
-    LV = {"v": v2, "Lc": lc, "Wm": lc * (1 + (v2 - 1) * pp2), "E": np.where(pp2 > 1, 2 * B * v2 // dp2, 0),
-          "Bf": lc * (pp2 - 1), "inflv": lc * (pp2 * (v2 + 1) - 1)}
+    okv = (sl2 % (pp2 * v2)) == 0  # rows of illegal (layout, vpp) are zero (never read by a legal triple)
+    LV = {"v": v2} | {k: np.where(okv, x, 0) for k, x in vpp_factors(B, sl2, dp2, pp2, v2).items()}
     ppm = np.repeat(lay["pp"], nM)
     dpm = np.repeat(lay["dp"], nM)
     m2 = np.tile(np.array(vals["mb"]), nL)
     okm = (B % (dpm * m2)) == 0
-    nmb = np.where(okm, B // (dpm * m2), 0)
-    slm = np.repeat(slots, nM)
-    LM = {"nmb": nmb, "NL": nmb * (slm // ppm), "infl1": (slm // ppm) * np.minimum(nmb, ppm)}
+    LM = {k: np.where(okm, x, 0) for k, x in mb_factors(B, np.repeat(slots, nM), dpm, ppm, m2).items()}
     legal_all = np.stack([c.triples[:, 0], np.searchsorted(vals["vpp"], c.triples[:, 1]),
                           np.searchsorted(vals["mb"], c.triples[:, 2])], axis=1)
 
@@ -260,9 +254,9 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
         p2p_mb = np.zeros((nB, nT), dtype=np.int64)
         p2p = np.zeros((nB, nT), dtype=np.int64)
         for tpp, rp in rps.items():
-            head[:, 1, tpp] = t_int(np.maximum(rp["head"][j] - rp["t_p2p"][j], 0.0) / mb_b)
+            head[:, 1, tpp] = t_int(edge_head(rp["head"][j], rp["t_p2p"][j], 2) / mb_b)
             if rpe is not None:
-                head[:, 2, tpp] = t_int(np.maximum(rpe[tpp]["head"][j] - rpe[tpp]["t_p2p"][j], 0.0) / mb_b)
+                head[:, 2, tpp] = t_int(edge_head(rpe[tpp]["head"][j], rpe[tpp]["t_p2p"][j], 2) / mb_b)
             p2p_mb[:, tpp] = t_int(rp["t_p2p"][j] / mb_b)
             p2p[:, tpp] = t_int(rp["t_p2p"][j])
         BETA["head_mb"], BETA["p2p_mb"], BETA["p2p"] = head.reshape(-1), p2p_mb.reshape(-1), p2p.reshape(-1)

@@ -29,6 +29,9 @@ import numpy as np
 from ..schema import Precision, Problem
 from .hardware import Hardware, Tiers, collective_time, tier_of
 from .knobs import Knobs
+from .compose import activations as compose_activations
+from .compose import dp_exposed as dp_exposed_by_zero
+from .compose import dp_links, edge_head, fsdp_traffic, layout_factors, mb_factors, pipeline, vpp_factors
 from .layer import BlockCost, Ctx, block_cost, kv_per_rank
 from .params import attention_params, count, mlp_matrices, model_flops_per_token
 
@@ -179,14 +182,14 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     first_stage_extra = emb_fw + emb_bw + emb_comm
     head = np.where(pp > 1, np.maximum(last_stage_extra, first_stage_extra), last_stage_extra + first_stage_extra)
 
-    # ------------------------------------------------------------ pipeline
+    # ------------------------------------------------------------ pipeline (composed in `compose.pipeline`)
     tau = blk.total
-    stage = Ls * tau
     # with el the first/last stage trade one layer for the embedding / LM head and loss
     head = np.where(el > 0, np.maximum(head - tau, 0.0), head)
-    pipe = n_mb * (stage + head)
     gp = k.gpipe.astype(bool)
-    bubble = np.where(pp > 1, (pp - 1.0) / vpp * stage, 0.0)
+    slots = L + 2.0 * el
+    f_l, f_v, f_m = (layout_factors(B, slots, dp, pp), vpp_factors(B, slots, dp, pp, vpp),
+                     mb_factors(B, slots, dp, pp, mb))
     # p2p: one activation per micro-batch per chunk boundary, forward and backward. In the 1F1B steady
     # state a middle stage exchanges with both neighbours per chunk (2*vpp exchanges per micro-batch, each
     # a rendezvous on the critical path), while an edge stage has one neighbour for its edge chunk:
@@ -198,7 +201,6 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     t_p2p = collective_time("p2p", msg, 2.0, k.tier_pp, tiers) + \
         np.where(k.pp_rs_ag.astype(bool) & ~sp, collective_time("ag", M, tp, k.tier_tp, tiers), 0.0)
     pp_link = np.where(pp > 1, 2.0 * n_mb * vpp * t_p2p, 0.0)
-    pp_exposed = np.where(pp > 1, 2.0 * (n_mb * vpp + pp - 1.0) * t_p2p - n_mb * np.minimum(t_p2p, head), 0.0)
 
     # ------------------------------------------------------------ parameters per GPU (worst stage)
     P_layer = layer_params_per_gpu(ctx, k)
@@ -243,22 +245,16 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     def sharded(shard):
         """Parameters of the stage held per GPU when `shard` (ZeRO) divides them over their DP groups."""
         return np.where(shard, P_ne / dpg + P_ex / edp, P_stage)
-    grad_sync = np.select([z == 0, z == 1, z == 2], [AR, RS, n_mb * RS], default=0.0)
-    gather = np.where((z == 1) | (z == 2), AG, 0.0)
-    fsdp = np.where(z == 3, n_mb * (2.0 * AG + RS), 0.0)
-    dp_link = grad_sync + gather + fsdp
+    F = fsdp_traffic(AG, RS)
+    links = dp_links(AR, RS, AG, F, n_mb)
+    dp_link = np.select([z == 0, z == 1, z == 2, z == 3], [links[0], links[1], links[2], links[3]])
     ov = k.dp_overlap.astype(bool)
     bucket = 1.0 / np.maximum(Ls, 1.0)
-    t_cb = Ls / vpp * blk.bw_total  # backward of one chunk for one micro-batch
-    window = t_cb * (1.0 + (vpp - 1.0) * pp)
-    per_mb_grad = np.where(z == 2, RS, 0.0)
-    grad_exp_ov = np.where(
-        z == 2, n_mb * np.maximum(per_mb_grad * bucket, per_mb_grad - Ls * blk.bw_total),
-        np.maximum.reduce([grad_sync * bucket, grad_sync / vpp - t_cb, grad_sync - window]))
-    gather_exp_ov = np.maximum(gather * bucket, gather - Ls * blk.fw_total)
-    fsdp_mb = 2.0 * AG + RS
-    fsdp_exp_ov = n_mb * np.maximum(fsdp_mb * bucket, fsdp_mb - Ls * (blk.fw_total + blk.bw_total))
-    dp_exp_ov = np.where(z == 3, fsdp_exp_ov, grad_exp_ov + gather_exp_ov)
+    t_cb = f_v["Lc"] * blk.bw_total  # backward of one chunk for one micro-batch
+    window = f_v["Wm"] * blk.bw_total
+    exp = dp_exposed_by_zero(AR, RS, AG, F, AR * bucket, RS * bucket, AG * bucket, F * bucket, AR / vpp, RS / vpp, t_cb,
+                     window, Ls * blk.fw_total, n_mb, f_m["NL"], blk.bw_total, blk.fw_total + blk.bw_total)
+    dp_exp_ov = np.select([z == 0, z == 1, z == 2, z == 3], [exp[0], exp[1], exp[2], exp[3]])
     has_dp = (dpg > 1) | (edp > 1)  # a data-parallel group (or, MoE, an expert-data-parallel one)
     dp_exposed = np.where(has_dp, np.where(ov, dp_exp_ov, dp_link), 0.0)
     dp_slow = np.where(ov & has_dp, tiers.processor_usage[k.tier_dp] * (dp_link - dp_exposed), 0.0)
@@ -282,21 +278,17 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     grads = np.where(o_off, P_layer * gb, grads_full)
     optim_full = sharded(z >= 1) * ob
     optim_state = np.where(o_off, 0.0, optim_full)
-    # activations in flight on the first stage (Korthikanti 2022, Sec. 4.2.3; Megatron warm-up depth)
-    inflight_1f1b = np.where(vpp > 1, Ls * (pp * (1.0 + 1.0 / vpp) - 1.0 / vpp), Ls * np.minimum(n_mb, pp))
-    inflight = np.minimum(np.where(gp, n_mb * Ls, inflight_1f1b), n_mb * Ls)
     rec = k.recompute
     # recompute rebuilds, for one layer at a time, what the forward did not keep
     working = np.where(rec == 2, blk.act_full, np.where(rec == 1, blk.act_full - blk.act_stored, 0.0))
-    act_first = np.where(a_off, 2.0 * blk.act_stored, inflight * blk.act_stored) + working + 2.0 * T * h * e
     logits = T * V / tp * (e + 4.0)
-    act_last = np.where(a_off, 2.0 * blk.act_stored, Ls * blk.act_stored) + working + logits
-    act_pp1 = act_first + logits
-    activations = np.where(pp > 1, np.maximum(act_first, act_last), act_pp1)
+    acts = compose_activations(f_v["inflv"], f_m["infl1"], f_m["NL"], Ls, vpp, pp, gp, a_off, blk.act_stored,
+                               working, 2.0 * T * h * e, logits)
+    inflight, activations = acts["inflight"], acts["act"]
     reserved = np.full_like(activations, problem.system.reserved_gib * GIB)
     hbm = weights + grads + optim_state + activations + reserved
     off_state = np.where(w_off, weights_full - weights, 0.0) + np.where(o_off, grads_full - grads + optim_full, 0.0)
-    offload_mem = off_state + np.where(a_off, inflight * blk.act_stored - 2.0 * blk.act_stored, 0.0)
+    offload_mem = off_state + acts["offact"]
 
     # ------------------------------------------------------------ offload transfers per layer per micro-batch
     wl = P_layer * wb
@@ -304,12 +296,18 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     x_fw = np.where(w_off, wl, 0.0) + np.where(a_off, al, 0.0)
     x_bw = np.where(w_off, wl, 0.0) + np.where(a_off, al, 0.0)
     off_exp_layer = np.maximum(x_fw / off_bw - blk.fw_total, 0.0) + np.maximum(x_bw / off_bw - blk.bw_total, 0.0)
-    offload_exposed = n_mb * Ls * off_exp_layer
     need = np.maximum(x_fw / np.maximum(blk.fw_total, 1e-12), x_bw / np.maximum(blk.bw_total, 1e-12))
     offload_bw_need = np.where(w_off | a_off, need, 0.0) / max(off.efficiency, 1e-9)
 
     # ------------------------------------------------------------ total
-    step = pipe + bubble + pp_exposed + dp_exposed + dp_slow + optimizer + offload_exposed
+    head_mb = edge_head(head, t_p2p, pp) / mb
+    pl = pipeline(f_l["A1"], f_l["A2"], f_v["Bf"], f_v["E"], f_l["pm2"], tau / mb, head_mb, tau, t_p2p / mb,
+                  np.where(pp > 1, t_p2p, 0.0), off_exp_layer / mb)
+    step = pl["pipe"] + dp_exposed + dp_slow + optimizer
+    # the report's parts: layers + head per micro-batch, bubble, p2p less what the edge stage's head hides
+    pipe = n_mb * (Ls * tau + head)
+    bubble, offload_exposed = pl["bubble"], pl["offload"]
+    pp_exposed = pl["p2p_steady"] + pl["p2p_fill"] - np.where(pp > 1, n_mb * np.minimum(t_p2p, head), 0.0)
     terms = dict(
         pipe=pipe, bubble=bubble, pp_exposed=pp_exposed, optimizer=optimizer, offload_exposed=offload_exposed,
         AR=AR, RS=RS, AG=AG, n_mb=n_mb, bucket=bucket, t_cb=t_cb, window=window, vpp=vpp, dpg=dpg,

@@ -1,0 +1,121 @@
+"""The training step composed from its factors: written once, for floats and for integers.
+
+`optimizer.model.step.evaluate` calls these functions with float arrays (seconds, bytes); the CP-SAT tables
+(`formulations.tables`, `formulations.pairs`) call the same functions with integer arrays (time in ns,
+memory in KiB, counts exact), so the solver's objective is the model's composition by construction.
+
+Factors, by what they depend on (B global batch, S layer slots = layers (+ 2 with the embedding/loss
+split), dp, pp, vpp, mb the micro-batch; Ls = S/pp layers of the busiest stage; Narayanan et al. 2021):
+
+    layout   A1 = B*S/(dp*pp)       sequences x layers of a stage per step   (n_mb * mb * Ls)
+             A2 = B/dp              sequences per replica per step            (n_mb * mb)
+             Ls = S/pp;  pm2 = 2*(pp-1)  p2p exchanges of pipeline fill and drain
+    vpp      Lc = S/(pp*vpp)        layers per chunk
+             Wm = Lc*(1+(vpp-1)*pp) the DP overlap window in chunk-layer backwards (Calculon's window)
+             E  = 2*B*vpp/dp        steady-state p2p exchanges x mb (pp > 1)
+             Bf = Lc*(pp-1)         the 1F1B bubble in layer times: (pp-1)/vpp * Ls
+             inflv = Lc*(pp*(vpp+1)-1)  layers in flight, interleaved (Korthikanti et al. 2022, 4.2.3)
+    mb       nmb = B/(dp*mb);  NL = nmb*Ls;  infl1 = Ls*min(nmb, pp)  layers in flight, 1F1B
+    block    per-micro-batch terms of one layer (tau, its forward/backward parts, head, p2p, stored and
+             working activations) from `optimizer.model.layer`, divided by mb where a factor carries mb.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _div(a, b):
+    """a / b: exact floor division on integers (the factors divide exactly on legal plans), else true."""
+    a, b = np.asarray(a), np.asarray(b)
+    if np.issubdtype(a.dtype, np.integer) and np.issubdtype(b.dtype, np.integer):
+        return a // b
+    return a / b
+
+
+def layout_factors(B, slots, dp, pp) -> dict:
+    """A1, A2, Ls, pm2 (module docstring)."""
+    return {"A1": _div(B * slots, dp * pp), "A2": _div(B, dp), "Ls": _div(slots, pp), "pm2": 2 * (pp - 1)}
+
+
+def vpp_factors(B, slots, dp, pp, vpp) -> dict:
+    """Lc, Wm, E, Bf, inflv (module docstring)."""
+    lc = _div(slots, pp * vpp)
+    return {"Lc": lc, "Wm": lc * (1 + (vpp - 1) * pp), "E": np.where(pp > 1, _div(2 * B * vpp, dp), 0),
+            "Bf": lc * (pp - 1), "inflv": lc * (pp * (vpp + 1) - 1)}
+
+
+def mb_factors(B, slots, dp, pp, mb) -> dict:
+    """nmb, NL, infl1 (module docstring)."""
+    nmb = _div(B, dp * mb)
+    ls = _div(slots, pp)
+    return {"nmb": nmb, "NL": nmb * ls, "infl1": ls * np.minimum(nmb, pp)}
+
+
+def edge_head(head, t_p2p, pp):
+    """The LM head and loss (per micro-batch) that the edge stage adds to the steady state: with a pipeline
+    its extra work hides one of the 2*vpp p2p exchanges per micro-batch (a middle stage waits on two
+    neighbours per chunk, the edge stage on one): max(head - t_p2p, 0); without one, all of it."""
+    return np.where(pp > 1, np.maximum(head - t_p2p, 0 * head), head)
+
+
+def fsdp_traffic(AG, RS):
+    """ZeRO-3 (FSDP) traffic per micro-batch: parameters gathered in forward and backward, gradients
+    reduce-scattered: 2*AG + RS."""
+    return 2 * AG + RS
+
+
+PIPE = ("pipe_layers", "pipe_head", "bubble", "p2p_steady", "p2p_fill", "offload")
+
+
+def pipeline(A1, A2, Bf, E, pm2, tau_mb, head_mb, tau, p2p_mb, p2p, offx_mb) -> dict:
+    """The pipeline's share of the step on its busiest stage:
+
+        pipe_layers = n_mb*Ls*tau           = A1 * tau/mb
+        pipe_head   = n_mb*max(head - t_p2p, 0) with pp > 1 (the edge stage's LM head and loss hide one p2p
+                      exchange per micro-batch), n_mb*head without a pipeline = A2 * head_mb
+        bubble      = (pp-1)/vpp*Ls*tau     = Bf * tau
+        p2p_steady  = 2*n_mb*vpp*t_p2p      = E * t_p2p/mb;   p2p_fill = 2*(pp-1)*t_p2p
+        offload     = n_mb*Ls*(exposed weight/activation streaming per layer) = A1 * offx/mb
+    and their sum `pipe`."""
+    out = {"pipe_layers": A1 * tau_mb, "pipe_head": A2 * head_mb, "bubble": Bf * tau, "p2p_steady": E * p2p_mb,
+           "p2p_fill": pm2 * p2p, "offload": A1 * offx_mb}
+    out["pipe"] = sum(out[k] for k in PIPE)
+    return out
+
+
+def dp_links(AR, RS, AG, F, nmb) -> dict:
+    """DP traffic per ZeRO stage on its link: all-reduce (0); reduce-scatter + all-gather (1); a reduce-scatter
+    per micro-batch + all-gather (2); FSDP's gather in forward and backward and reduce-scatter per
+    micro-batch, F = 2*AG + RS (3)."""
+    return {0: AR, 1: RS + AG, 2: nmb * RS + AG, 3: nmb * F}
+
+
+def dp_exposed(AR, RS, AG, F, ARb, RSb, AGb, Fb, ARv, RSv, t_cb, W, Lfw, nmb, NL, bwt, fbt) -> dict:
+    """Exposed DP traffic per ZeRO stage with overlap: the gradient reduction hides behind the backward of
+    the last micro-batch (and, interleaved, the other chunks' cool-down: the window W), the gather behind
+    the first forward (Lfw), one bucket (a layer: the *b arguments) always exposed; ZeRO-2/3 per micro-batch.
+    *v: traffic / vpp; t_cb: backward of a chunk; NL: layers x micro-batches; bwt, fbt: one layer's
+    backward, forward + backward."""
+    zero = 0 * AR
+    e0 = np.maximum.reduce([zero + ARb, ARv - t_cb, AR - W])
+    eg = np.maximum.reduce([zero + RSb, RSv - t_cb, RS - W])
+    ea = np.maximum(zero + AGb, AG - Lfw)
+    eg2 = np.maximum(nmb * RSb, nmb * RS - NL * bwt)
+    e3 = np.maximum(nmb * Fb, nmb * F - NL * fbt)
+    return {0: np.maximum(e0, 0), 1: np.maximum(eg, 0) + np.maximum(ea, 0), 2: np.maximum(eg2, 0) + np.maximum(ea, 0),
+            3: np.maximum(e3, 0)}
+
+
+def activations(inflv, infl1, NL, Ls, vpp, pp, gpipe, a_off, stored, working, emb_out, logits) -> dict:
+    """Activation memory of the worst pipeline stage (Korthikanti et al. 2022): the first stage keeps the
+    layers in flight (1F1B: Ls*min(n_mb, pp); interleaved: inflv; GPipe: every micro-batch) plus the working
+    set of recompute and the embedding output; the last keeps Ls layers and the logits; activation offload
+    keeps two layers in HBM and moves the rest (`offact`) to offload memory."""
+    inflight = np.minimum(np.where(gpipe, NL, np.where(vpp > 1, inflv, infl1)), NL)
+    held = np.where(a_off, 2, inflight)
+    first = held * stored + working + emb_out
+    last = np.where(a_off, 2, Ls) * stored + working + logits
+    act = np.where(pp > 1, np.maximum(first, last), first + logits)
+    offact = np.where(a_off, (inflight - 2) * stored, 0 * stored)
+    return {"act": act, "offact": offact, "inflight": inflight}

@@ -1,0 +1,53 @@
+"""`optimizer.model.compose`: the step's composition, one function for floats (the model) and integers (the
+CP-SAT tables), checked on hand-worked factors and for the same answer in both number types."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from optimizer.model.compose import (activations, dp_exposed, dp_links, edge_head, layout_factors, mb_factors,
+                                     pipeline, vpp_factors)
+
+
+def test_factors_worked_by_hand():
+    """B = 8 sequences, 12 layer slots, dp 2, pp 2, vpp 3, micro-batch 1."""
+    B, S, dp, pp, v, mb = 8, 12, 2, 2, 3, 1
+    assert layout_factors(B, S, dp, pp) == {"A1": 24, "A2": 4, "Ls": 6, "pm2": 2}  # 4 mb x 6 layers
+    f = vpp_factors(B, S, dp, pp, v)
+    # chunks of 2 layers; window 2*(1 + 2*2) = 10; 2*4*3 = 24 exchanges; bubble 2*(2-1) = 2 layer times;
+    # in flight: 6*(2*(1+1/3) - 1/3) = 14 layers
+    assert {k: int(x) for k, x in f.items()} == {"Lc": 2, "Wm": 10, "E": 24, "Bf": 2, "inflv": 14}
+    assert {k: int(x) for k, x in mb_factors(B, S, dp, pp, mb).items()} == {"nmb": 4, "NL": 24, "infl1": 12}
+
+
+def test_same_answer_on_floats_and_integers():
+    rng = np.random.default_rng(0)
+    ints = {k: rng.integers(1, 10**6, size=50) for k in
+            ("tau_mb", "head_mb", "tau", "p2p_mb", "p2p", "offx_mb", "AR", "RS", "AG", "t_cb", "W", "Lfw", "bwt")}
+    fl = {k: v.astype(float) for k, v in ints.items()}
+    for d in (ints, fl):
+        d["pipe"] = pipeline(24, 4, 2, 24, 2, d["tau_mb"], d["head_mb"], d["tau"], d["p2p_mb"], d["p2p"],
+                             d["offx_mb"])["pipe"]
+        d["links"] = dp_links(d["AR"], d["RS"], d["AG"], 2 * d["AG"] + d["RS"], 4)
+        d["exp"] = dp_exposed(d["AR"], d["RS"], d["AG"], 2 * d["AG"] + d["RS"], d["AR"] // 6, d["RS"] // 6,
+                              d["AG"] // 6, (2 * d["AG"] + d["RS"]) // 6, d["AR"] // 3, d["RS"] // 3, d["t_cb"],
+                              d["W"], d["Lfw"], 4, 24, d["bwt"], 2 * d["bwt"])
+    assert ints["pipe"].dtype == np.int64 and np.array_equal(ints["pipe"], fl["pipe"])
+    for z in range(4):
+        assert np.array_equal(ints["links"][z], fl["links"][z])
+        assert ints["exp"][z].dtype == np.int64 and np.array_equal(ints["exp"][z], fl["exp"][z])
+        assert np.all(ints["exp"][z] >= 0) and np.all(ints["exp"][z] <= ints["links"][z])
+
+
+def test_edge_head_hides_one_exchange():
+    assert edge_head(5.0, 2.0, 4) == 3.0 and edge_head(1.0, 2.0, 4) == 0.0 and edge_head(5.0, 2.0, 1) == 5.0
+
+
+def test_activations_gpipe_interleaved_offload():
+    # 6 layers per stage, 4 micro-batches (24 layer-micro-batches), pp 2; interleaved: 14 layers in flight
+    kw = dict(inflv=14, infl1=12, NL=24, Ls=6, pp=2, stored=10, working=3, emb_out=1, logits=7)
+    assert activations(vpp=1, gpipe=False, a_off=False, **kw)["act"] == max(12 * 10 + 3 + 1, 6 * 10 + 3 + 7)
+    assert activations(vpp=3, gpipe=False, a_off=False, **kw)["inflight"] == 14
+    assert activations(vpp=1, gpipe=True, a_off=False, **kw)["inflight"] == 24
+    off = activations(vpp=1, gpipe=False, a_off=True, **kw)
+    assert off["act"] == max(2 * 10 + 3 + 1, 2 * 10 + 3 + 7) and off["offact"] == (12 - 2) * 10
