@@ -210,8 +210,8 @@ def knobs_of_pairs(Ts: Tables | list[Tables], P: Pairs, z: np.ndarray, d: np.nda
         by_var[t.var] = [t.fixed[k] for k in T.fixed]
     fixed = {k: by_var[P.var, i] for i, k in enumerate(T.fixed)}
     lay = {k: v[P.l] for k, v in T.lay.items()}
-    return knob_grid(fixed, len(P), **lay, vpp=np.array(T.v_vals)[P.vi], mb=np.array(T.mb_vals)[P.mi],
-                     recompute=np.array(T.rec_vals)[P.ri], sp=np.array(T.sp_vals)[P.si],
+    return knob_grid(fixed, len(P), **lay, vpp=np.array(T.v_vals)[P.vi], micro_batch=np.array(T.mb_vals)[P.mi],
+                     recompute=np.array(T.rec_vals)[P.ri], sequence_parallel=np.array(T.sp_vals)[P.si],
                      tp_overlap=np.array(T.ov_vals)[P.oi], zero=np.array(T.z_vals)[z],
                      dp_overlap=np.array(T.dpo_vals)[d])
 

@@ -74,7 +74,7 @@ def compose(T: Tables, l, vi, mi, col) -> dict[str, np.ndarray]:
     out = pipeline(Lt["A1"][l], Lt["A2"][l], LV["Bf"][lv], LV["E"][lv], Lt["pm2"][l], col("tau_mb"), col("head_mb"),
                    col("tau"), col("p2p_mb"), col("p2p"), col("offx_mb"))
     acts = activations(LV["inflv"][lv], LM["infl1"][lm], LM["NL"][lm], Lt["Ls"][l], np.array(T.v_vals)[vi],
-                       T.lay["pp"][l], bool(T.fixed["gpipe"]), bool(T.fixed["a_off"]), col("stored"), col("working"),
+                       T.lay["pp"][l], bool(T.fixed["schedule"]), bool(T.fixed["activation_offload"]), col("stored"), col("working"),
                        col("embout"), col("logits"))
     out["act"] = acts["act"] + Lt["reserved"][l]
     out["offact"] = acts["offact"]

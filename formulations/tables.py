@@ -15,6 +15,26 @@ Each table is read from `evaluate(...).terms` on a small grid of candidates, so 
 model's own; `formulations.step_time` combines them with the same sums, products and maxima as
 `optimizer.model.step`. Units: time in `TIME_UNIT` = 1 ns, memory in KiB (usage rounded up, capacity
 rounded down: a plan the solver accepts never exceeds a capacity of the exact model).
+
+Columns (the composition factors are defined in `optimizer.model.compose`):
+
+    per layout (L)      A1 [sequences x layers], A2 [sequences], Ls [layers], pm2 [exchanges]: layout factors
+                        tpcp [index]: the block group (tp, cp, ep, etp); tp1, ppgt1, dpg1 [0/1]: tp == 1,
+                        pp > 1, no (expert-)data-parallel group; hc [0..2]: head column (pp = 1; pp > 1;
+                        pp > 1 with embedding/loss slots)
+                        AR, RS, AG [ns]: the stage's DP all-reduce, reduce-scatter, all-gather; F [ns]: FSDP
+                        traffic per micro-batch (2 AG + RS); ARb, RSb, AGb, Fb [ns]: one bucket (a layer) of each
+                        opt{z} [ns]: optimizer step, wgo{z} / off{z} [KiB]: state in HBM / offload memory, per
+                        ZeRO stage z; reserved [KiB]: runtime reserve
+    per (layout, vpp)   Lc [layers], Wm [layer backwards], E [exchanges x sequences], Bf [layer times],
+                        inflv [layers]: vpp factors; ARv, RSv [ns]: AR and RS over vpp
+    per (layout, mb)    nmb [micro-batches], NL [layers x micro-batches], infl1 [layers]: micro-batch factors
+    per block (BETA)    tau [ns]: one layer, one micro-batch; tau_mb [ns/sequence]: tau / mb; fwt, bwt, fbt
+                        [ns]: its forward, backward, both; head_mb [ns/sequence] per (head column, PP tier):
+                        the edge stage's head less the p2p it hides, / mb; p2p [ns] and p2p_mb [ns/sequence]
+                        per PP tier: one exchange; offx_mb [ns/sequence]: exposed offload streaming of a
+                        layer; stored, working, embout, logits [KiB]: activations of a layer kept, rebuilt
+                        by recompute, the embedding output and the logits
 """
 
 from __future__ import annotations
@@ -82,20 +102,19 @@ class Tables:
         return len(self.mb_vals)
 
 
-OTHER_KNOBS = {"fused_layers": "fused", "attention": "flash", "sp_ag_redo": "sp_redo", "pp_rs_ag": "pp_rs_ag",
-               "schedule": "gpipe", "weight_offload": "w_off", "activation_offload": "a_off",
-               "optimizer_offload": "o_off"}
+OTHER_KNOBS = ("fused_layers", "attention", "sp_ag_redo", "pp_rs_ag", "schedule", "weight_offload",
+               "activation_offload", "optimizer_offload")
 """Knobs that set a *variant* (one set of tables each): kernels, p2p, schedule and offload flags."""
 
 
 def knob_grid(fixed: dict, n: int, **cols) -> Knobs:
     """n candidates: the given columns, the variant's knobs (`fixed`: scalars or arrays of n), everything else
     at its neutral value."""
-    base = dict(tp=1, pp=1, dp=1, cp=1, ep=1, pp_el=0, vpp=1, mb=1, recompute=0, sp=0, tp_overlap=0, dp_overlap=0, zero=0,
+    base = dict(tp=1, pp=1, dp=1, cp=1, ep=1, pp_embedding_loss=0, vpp=1, micro_batch=1, recompute=0, sequence_parallel=0, tp_overlap=0, dp_overlap=0, zero=0,
                 tier_tp=0, tier_cp=0, tier_ep=0, tier_dp=0, tier_pp=0)
-    base.update({short: fixed[short] for short in OTHER_KNOBS.values()})
+    base.update({name: fixed[name] for name in OTHER_KNOBS})
     base.update(cols)
-    base["rs_ag"] = base["sp"]
+    base["tp_comm"] = base["sequence_parallel"]
     base.setdefault("etp", base["tp"])
     return Knobs(**{k: np.broadcast_to(np.asarray(v, dtype=np.int64), (n,)).copy() for k, v in base.items()})
 
@@ -116,7 +135,7 @@ def _union(c: Compact) -> dict[str, set[int]]:
 def variants(c: Compact) -> list[dict[str, int]]:
     """Every combination of the values the space gives the variant knobs (`OTHER_KNOBS`), as codes."""
     union = _union(c)
-    return [dict(zip(OTHER_KNOBS.values(), combo)) for combo in product(*[sorted(union[n]) for n in OTHER_KNOBS])]
+    return [dict(zip(OTHER_KNOBS, combo)) for combo in product(*[sorted(union[n]) for n in OTHER_KNOBS])]
 
 
 def build_tables(problem: Problem, c: Compact) -> Tables:
@@ -138,16 +157,16 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
     nL = len(c.layouts)
     admits = np.zeros((len(allv), nL), dtype=bool)
     for li in range(nL):
-        per = {OTHER_KNOBS[n]: set(vs) for n, vs in c.other[li] if n in OTHER_KNOBS}
+        per = {n: set(vs) for n, vs in c.other[li] if n in OTHER_KNOBS}
         for vi_, v in enumerate(allv):
             admits[vi_, li] = all(v[k] in per[k] for k in v)
     keep_v = [i for i in range(len(allv)) if admits[i].any()]
     allv, admits = [allv[i] for i in keep_v], admits[keep_v]
     nVar = len(allv)
-    fixed_cols = {k: np.array([v[k] for v in allv], dtype=np.int64) for k in OTHER_KNOBS.values()}
+    fixed_cols = {k: np.array([v[k] for v in allv], dtype=np.int64) for k in OTHER_KNOBS}
 
     lay = {n: np.array([lt[i] for lt in c.layouts])
-           for i, n in enumerate(("tp", "pp", "cp", "dp", "ep", "etp", "pp_el"))}
+           for i, n in enumerate(("tp", "pp", "cp", "dp", "ep", "etp", "pp_embedding_loss"))}
     for ax in ("tp", "cp", "dp", "pp", "ep"):
         lay[f"tier_{ax}"] = np.array([t[ax] for t in c.tiers])
 
@@ -174,7 +193,7 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
 
     # ---------------------------------------------------------------- per layout (variant-independent)
     L0: dict[str, np.ndarray] = {}
-    slots = Lyr + 2 * lay["pp_el"]  # layer slots of the pipeline split (embedding and loss take one each)
+    slots = Lyr + 2 * lay["pp_embedding_loss"]  # layer slots of the pipeline split (embedding and loss take one each)
     L0.update(layout_factors(B, slots, lay["dp"], lay["pp"]))  # A1, A2, Ls, pm2 (optimizer.model.compose)
     L0["tpcp"] = np.array([tpcp_index[tuple(int(x) for x in key)]
                            for key in zip(lay["tp"], lay["cp"], lay["ep"], lay["etp"])])
@@ -182,7 +201,7 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
     edp = lay["tp"] * lay["cp"] * lay["dp"] // (lay["ep"] * lay["etp"])
     L0["dpg1"] = ((lay["dp"] * lay["cp"] == 1) & (edp == 1)).astype(np.int64)
     L0["ppgt1"] = (lay["pp"] > 1).astype(np.int64)
-    L0["hc"] = L0["ppgt1"] + lay["pp_el"]  # head column: pp = 1; pp > 1; pp > 1 with embedding/loss slots
+    L0["hc"] = L0["ppgt1"] + lay["pp_embedding_loss"]  # head column: pp = 1; pp > 1; pp > 1 with embedding/loss slots
     # ---------------------------------------------------------------- per layout, per variant
     r = run(nL, **lay)
     Lv: list[dict[str, np.ndarray]] = [dict(L0) for _ in range(nVar)]
@@ -228,13 +247,13 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
     _, first = np.unique(L0["tpcp"], return_index=True)  # a layout of each block group (its tiers are the group's)
     tier_of_grp = {ax: lay[f"tier_{ax}"][first][ti] for ax in ("tp", "cp", "ep")}
     mb_b = np.array(vals["mb"])[mi]
-    cols = dict(tp=grp[:, 0], cp=grp[:, 1], ep=grp[:, 2], etp=grp[:, 3], mb=mb_b,
-                recompute=np.array(vals["recompute"])[ri], sp=np.array(vals["sp"])[si],
+    cols = dict(tp=grp[:, 0], cp=grp[:, 1], ep=grp[:, 2], etp=grp[:, 3], micro_batch=mb_b,
+                recompute=np.array(vals["recompute"])[ri], sequence_parallel=np.array(vals["sp"])[si],
                 tp_overlap=np.array(vals["tp_overlap"])[oi], tier_tp=tier_of_grp["tp"], tier_cp=tier_of_grp["cp"],
                 tier_ep=tier_of_grp["ep"])
     rb = run(nB, **cols, pp=1)
     rps = {tpp: run(nB, **cols, pp=2, tier_pp=tpp) for tpp in tiers_pp}
-    rpe = {tpp: run(nB, **cols, pp=2, pp_el=1, tier_pp=tpp) for tpp in tiers_pp} if lay["pp_el"].any() else None
+    rpe = {tpp: run(nB, **cols, pp=2, pp_embedding_loss=1, tier_pp=tpp) for tpp in tiers_pp} if lay["pp_embedding_loss"].any() else None
     cap = int(np.floor(capacity_bytes(problem) / KIB))
     off_cap = int(np.floor(problem.system.offload.capacity_gib * 2.0**30 / KIB))
     out = []

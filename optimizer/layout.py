@@ -213,10 +213,12 @@ def must_fill_ok(networks, tiers: dict, tp, cp, dp, pp):
 
 
 # --------------------------------------------------------------------------------------------- rules
-def rule_masks(problem: "Problem", tp, pp, dp, cp, vpp=1, mb=1, ep=1, etp=None, el=0) -> dict[Group, np.ndarray]:
+def rule_masks(problem: "Problem", tp, pp, dp, cp, vpp=1, micro_batch=1, ep=1, etp=None,
+               pp_embedding_loss=0) -> dict[Group, np.ndarray]:
     """Each rule group's verdict (True: satisfied) on candidate arrays (broadcast together)."""
     p, llm = problem, problem.llm
-    tp, pp, dp, cp, vpp, mb, ep, el = (np.asarray(x, dtype=np.int64) for x in (tp, pp, dp, cp, vpp, mb, ep, el))
+    tp, pp, dp, cp, vpp, mb, ep, el = (np.asarray(x, dtype=np.int64)
+                                        for x in (tp, pp, dp, cp, vpp, micro_batch, ep, pp_embedding_loss))
     etp = tp if etp is None else np.asarray(etp, dtype=np.int64)
     n, B, S, L = p.num_gpus, p.training.global_batch, p.seq_len, llm.layers
     used = tp * pp * dp * cp

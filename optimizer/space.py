@@ -112,7 +112,7 @@ class Compact:
     triples. Every candidate is one legal triple times one value of each remaining knob (`other`)."""
 
     domains: dict[str, list]
-    layouts: list[tuple[int, int, int, int, int, int, int]]  # (tp, pp, cp, dp, ep, etp, pp_el)
+    layouts: list[tuple[int, int, int, int, int, int, int]]  # (tp, pp, cp, dp, ep, etp, pp_embedding_loss)
     tiers: list[dict[str, int]]  # per layout: tier of tp, cp, dp, pp, ep
     triples: np.ndarray  # rows (layout index, vpp, micro_batch)
     other: list[list[tuple[str, list[int]]]]  # per layout: coded values of every other knob
@@ -208,8 +208,8 @@ def compact_space(problem: Problem) -> Compact:
     tp, pp, cp, dp, ep, etp, el = (X[:, i] for i in range(7))
     # the vpp x micro-batch grid of every row in one call
     r = rule_masks(p, tp[:, None, None], pp[:, None, None], dp[:, None, None], cp[:, None, None],
-                   vpp=V[None, :, None], mb=M[None, None, :], ep=ep[:, None, None], etp=etp[:, None, None],
-                   el=el[:, None, None])
+                   vpp=V[None, :, None], micro_batch=M[None, None, :], ep=ep[:, None, None], etp=etp[:, None, None],
+                   pp_embedding_loss=el[:, None, None])
     ok = np.broadcast_to(r[Group.LAYERS] & r[Group.BATCH] & r[Group.INTERLEAVE], (len(X), len(V), len(M)))
     tiers_all = placement(sizes, tp, cp, dp, pp, ep, etp)
     layouts, tiers, others, triples = [], [], [], []
@@ -252,9 +252,9 @@ def build_space(problem: Problem) -> Space:
     M = np.concatenate(rows, axis=0)
     tp, pp, dp, cp, vpp, mb, t_tp, t_cp, t_dp, t_pp, ep, etp, t_ep, el = (M[:, i] for i in range(14))
     (rec, sp, ov, zero, dpo, woff, aoff, ooff, fused, flash, pprsag, gpipe, redo) = (M[:, 14 + i] for i in range(13))
-    k = Knobs(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, mb=mb, recompute=rec, sp=sp, rs_ag=sp,
-              sp_redo=redo, tp_overlap=ov, pp_rs_ag=pprsag, pp_el=el, dp_overlap=dpo, zero=zero, fused=fused, flash=flash,
-              gpipe=gpipe, w_off=woff, a_off=aoff, o_off=ooff, tier_tp=t_tp, tier_cp=t_cp,
+    k = Knobs(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, micro_batch=mb, recompute=rec, sequence_parallel=sp, tp_comm=sp,
+              sp_ag_redo=redo, tp_overlap=ov, pp_rs_ag=pprsag, pp_embedding_loss=el, dp_overlap=dpo, zero=zero, fused_layers=fused, attention=flash,
+              schedule=gpipe, weight_offload=woff, activation_offload=aoff, optimizer_offload=ooff, tier_tp=t_tp, tier_cp=t_cp,
               tier_ep=t_ep, tier_dp=t_dp, tier_pp=t_pp)
     assert k.size == c.size
     return Space(k)

@@ -37,10 +37,10 @@ def grid(n: int, rng: np.random.Generator) -> Knobs:
     cp = np.ones(n, dtype=np.int64)
     dp = 1024 // (tp * pp)
     return Knobs(tp=tp, pp=pp, dp=dp, cp=cp, ep=np.ones(n, np.int64), etp=tp, vpp=pick([1, 2, 3, 4]),
-                 mb=pick([1, 2, 4]), recompute=pick([0, 1, 2]), sp=pick([0, 1]), rs_ag=pick([0, 1]),
-                 sp_redo=pick([0, 1]), tp_overlap=pick([0, 1, 2]), pp_rs_ag=pick([0, 1]), pp_el=np.zeros(n, np.int64), dp_overlap=pick([0, 1]),
-                 zero=pick([0, 1, 2, 3]), fused=pick([0, 1]), flash=pick([0, 1]), gpipe=pick([0, 1]),
-                 w_off=np.zeros(n, np.int64), a_off=np.zeros(n, np.int64), o_off=np.zeros(n, np.int64),
+                 micro_batch=pick([1, 2, 4]), recompute=pick([0, 1, 2]), sequence_parallel=pick([0, 1]), tp_comm=pick([0, 1]),
+                 sp_ag_redo=pick([0, 1]), tp_overlap=pick([0, 1, 2]), pp_rs_ag=pick([0, 1]), pp_embedding_loss=np.zeros(n, np.int64), dp_overlap=pick([0, 1]),
+                 zero=pick([0, 1, 2, 3]), fused_layers=pick([0, 1]), attention=pick([0, 1]), schedule=pick([0, 1]),
+                 weight_offload=np.zeros(n, np.int64), activation_offload=np.zeros(n, np.int64), optimizer_offload=np.zeros(n, np.int64),
                  tier_tp=np.zeros(n, np.int64), tier_cp=np.zeros(n, np.int64), tier_ep=np.zeros(n, np.int64),
                  tier_dp=np.ones(n, np.int64), tier_pp=np.ones(n, np.int64))
 

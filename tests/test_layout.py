@@ -47,8 +47,8 @@ def test_embedding_loss_split_is_legal_in_space_and_explanation(tmp_path):
     assert c.size > 0
     assert {lay[6] for lay in c.layouts} == {1}  # all of them with the embedding/loss slots
     # pp = 8, vpp = 2 without the split cannot hold 14 layers; with it, it can
-    assert not legal(p, tp=1, pp=8, dp=2, cp=1, vpp=2, mb=1, el=0)
-    assert legal(p, tp=1, pp=8, dp=2, cp=1, vpp=2, mb=1, el=1)
+    assert not legal(p, tp=1, pp=8, dp=2, cp=1, vpp=2, micro_batch=1, pp_embedding_loss=0)
+    assert legal(p, tp=1, pp=8, dp=2, cp=1, vpp=2, micro_batch=1, pp_embedding_loss=1)
     assert rules.conflict(p, {"pp": [8], "vpp": [2]}) is None
     r = check(p, written)
     assert r.fits and r.plan.plans[0].evaluation.execution.pp_embedding_loss
@@ -150,14 +150,14 @@ def test_each_rule_group_binds_alone(tmp_path):
     path = write(tmp_path, "llm: {name: m, hidden: 1024, ffn: 4096, layers: 12, heads: 16, seq_len: 1024, "
                            "vocab: 32000}\nsystem: a100-sxm-80gb\nnum_gpus: 16\ntraining: {global_batch: 32}\n")
     p, _ = load_problem_doc(path)
-    ok = dict(tp=2, pp=2, dp=4, cp=1, vpp=1, mb=1)
+    ok = dict(tp=2, pp=2, dp=4, cp=1, vpp=1, micro_batch=1)
     cases = {
         Group.GPUS: dict(dp=2),                             # 2*2*2 = 8 of 16 GPUs
         Group.TP_SPLIT: dict(tp=16, pp=1, dp=1),            # 16 heads over tp 16: legal (control below)
         Group.LAYERS: dict(pp=8, dp=1),                     # 12 layers over 8 stages
-        Group.BATCH: dict(mb=3),                            # 4*3 does not divide 32
-        Group.INTERLEAVE: dict(pp=4, vpp=3, dp=2, tp=2, mb=16),  # 1 micro-batch, not a multiple of pp 4
-        Group.CONTEXT: dict(cp=4, dp=1, tp=2, pp=2, mb=1),  # 2*4 = 8 divides 1024: legal (control below)
+        Group.BATCH: dict(micro_batch=3),                            # 4*3 does not divide 32
+        Group.INTERLEAVE: dict(pp=4, vpp=3, dp=2, tp=2, micro_batch=16),  # 1 micro-batch, not a multiple of pp 4
+        Group.CONTEXT: dict(cp=4, dp=1, tp=2, pp=2, micro_batch=1),  # 2*4 = 8 divides 1024: legal (control below)
     }
     for g in (Group.GPUS, Group.LAYERS, Group.BATCH, Group.INTERLEAVE):
         bad = [k for k, v in rule_masks(p, **(ok | cases[g])).items() if not bool(v)]
@@ -166,7 +166,7 @@ def test_each_rule_group_binds_alone(tmp_path):
     assert all(bool(v) for v in rule_masks(p, **(ok | cases[Group.TP_SPLIT])).values())
     # a 1000-token sequence does not split over 2*cp = 6 ranks (and 3*4 = 12 of 16 GPUs: rules.gpus too)
     p2, _ = load_problem_doc(write(tmp_path, path.read_text().replace("seq_len: 1024", "seq_len: 1000"), "q.yaml"))
-    r = rule_masks(p2, **(ok | dict(cp=3, dp=1, tp=1, pp=4, mb=1)))
+    r = rule_masks(p2, **(ok | dict(cp=3, dp=1, tp=1, pp=4, micro_batch=1)))
     assert {k for k, v in r.items() if not bool(v)} == {Group.CONTEXT, Group.GPUS}
     r = rule_masks(p, **(ok | dict(tp=32, pp=1, dp=1, cp=1)))  # tp 32 > 16 heads, on 32 GPUs
     assert {k for k, v in r.items() if not bool(v)} == {Group.TP_SPLIT, Group.GPUS}

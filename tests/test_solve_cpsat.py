@@ -111,7 +111,7 @@ def test_bounds_never_exceed_the_pairs_objective(tmp_path):
     space = build_space(p).knobs
     r = evaluate(p, space)
     ok = feasible(p, space, r)
-    axes = ("tp", "pp", "cp", "dp", "ep", "etp", "pp_el")
+    axes = ("tp", "pp", "cp", "dp", "ep", "etp", "pp_embedding_loss")
     lay = {tuple(int(x) for x in key): i for i, key in enumerate(zip(*[T.lay[a] for a in axes]))}
     lb = {}
     for j in range(len(P)):
@@ -121,7 +121,7 @@ def test_bounds_never_exceed_the_pairs_objective(tmp_path):
     checked = 0
     for i in np.nonzero(ok)[0]:
         li = lay[tuple(int(getattr(space, a)[i]) for a in axes)]
-        key = (li, int(space.vpp[i]), int(space.mb[i]), int(space.recompute[i]), int(space.sp[i]),
+        key = (li, int(space.vpp[i]), int(space.micro_batch[i]), int(space.recompute[i]), int(space.sequence_parallel[i]),
                int(space.tp_overlap[i]))
         assert key in lb, "a fitting candidate's pair was dropped as unable to fit"
         assert lb[key] <= r.step_time[i] * (1 + 1e-6)

@@ -41,11 +41,11 @@ def test_space_obeys_integer_rules(tmp_path):
     assert np.all(k.tp * k.pp * k.dp * k.cp == 8)
     assert np.all(16 % k.tp == 0)  # heads
     # layers (+ 2 with the embedding and loss as layer slots, only with a pipeline) divisible by pp*vpp
-    assert np.all((8 + 2 * k.pp_el) % (k.pp * k.vpp) == 0)
-    assert np.all((k.pp_el == 0) | (k.pp > 1))
-    assert np.any(k.pp_el == 1) and np.any((k.pp_el == 1) & (8 % (k.pp * k.vpp) != 0))
-    assert np.all(16 % (k.dp * k.mb) == 0)  # global batch divisible by dp*micro_batch
-    n_mb = 16 // (k.dp * k.mb)
+    assert np.all((8 + 2 * k.pp_embedding_loss) % (k.pp * k.vpp) == 0)
+    assert np.all((k.pp_embedding_loss == 0) | (k.pp > 1))
+    assert np.any(k.pp_embedding_loss == 1) and np.any((k.pp_embedding_loss == 1) & (8 % (k.pp * k.vpp) != 0))
+    assert np.all(16 % (k.dp * k.micro_batch) == 0)  # global batch divisible by dp*micro_batch
+    n_mb = 16 // (k.dp * k.micro_batch)
     assert np.all((k.vpp == 1) | (n_mb % k.pp == 0))
 
 

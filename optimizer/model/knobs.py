@@ -1,7 +1,7 @@
 """Knobs of a parallel execution as numpy arrays, so that the model evaluates many candidates at once.
 
-Every field is an integer array (booleans as 0/1, enums as their code below); all fields broadcast
-together. A single execution is an array of length 1.
+Every field is an integer array named as the `Execution` knob it codes (booleans as 0/1, enums as their
+code below); all fields broadcast together. A single execution is an array of length 1.
 """
 
 from __future__ import annotations
@@ -25,23 +25,23 @@ class Knobs:
     ep: np.ndarray
     etp: np.ndarray
     vpp: np.ndarray
-    mb: np.ndarray  # micro-batch, sequences
-    recompute: np.ndarray  # 0 none, 1 selective, 2 full
-    sp: np.ndarray  # sequence parallel (implies reduce-scatter + all-gather TP collectives)
-    rs_ag: np.ndarray  # TP collective is RS+AG instead of AR
-    sp_redo: np.ndarray  # redo the SP all-gather in backward instead of storing it
-    tp_overlap: np.ndarray  # 0 none, 1 pipe, 2 ring
-    pp_rs_ag: np.ndarray  # scatter-gather p2p
-    pp_el: np.ndarray  # embedding and loss take a layer slot each in the pipeline split
-    dp_overlap: np.ndarray
+    micro_batch: np.ndarray  # sequences
+    recompute: np.ndarray  # code: index in RECOMPUTE (0 none, 1 selective, 2 full)
+    sequence_parallel: np.ndarray  # 0/1 (implies reduce-scatter + all-gather TP collectives)
+    tp_comm: np.ndarray  # code: 0 all-reduce, 1 reduce-scatter + all-gather
+    sp_ag_redo: np.ndarray  # 0/1: redo the SP all-gather in backward instead of storing it
+    tp_overlap: np.ndarray  # code: index in TP_OVERLAP (0 none, 1 pipe, 2 ring)
+    pp_rs_ag: np.ndarray  # 0/1: scatter-gather p2p
+    pp_embedding_loss: np.ndarray  # 0/1: embedding and loss take a layer slot each in the pipeline split
+    dp_overlap: np.ndarray  # 0/1
     zero: np.ndarray  # 0..3
-    fused: np.ndarray
-    flash: np.ndarray
-    gpipe: np.ndarray  # 1 = GPipe schedule, 0 = 1F1B
-    w_off: np.ndarray
-    a_off: np.ndarray
-    o_off: np.ndarray
-    tier_tp: np.ndarray
+    fused_layers: np.ndarray  # 0/1
+    attention: np.ndarray  # code: 0 standard, 1 flash
+    schedule: np.ndarray  # code: 0 1F1B, 1 GPipe
+    weight_offload: np.ndarray  # 0/1
+    activation_offload: np.ndarray  # 0/1
+    optimizer_offload: np.ndarray  # 0/1
+    tier_tp: np.ndarray  # network tier index of each axis (optimizer.layout.placement)
     tier_cp: np.ndarray
     tier_ep: np.ndarray
     tier_dp: np.ndarray
@@ -106,13 +106,13 @@ def from_execution(ex: Execution, system: System, num_gpus: int) -> Knobs:
         tiers[ax] = tier_index(system, v)
     rs_ag = ex.sequence_parallel if ex.tp_comm is None else ex.tp_comm == TpComm.RS_AG
     d = dict(
-        tp=ex.tp, pp=ex.pp, dp=dp, cp=ex.cp, ep=ex.ep, etp=ex.etp or ex.tp, vpp=ex.vpp, mb=ex.micro_batch,
-        recompute=RECOMPUTE.index(ex.recompute), sp=int(ex.sequence_parallel), rs_ag=int(rs_ag),
-        sp_redo=int(ex.sp_ag_redo), tp_overlap=TP_OVERLAP.index(ex.tp_overlap), pp_rs_ag=int(ex.pp_rs_ag),
-        pp_el=int(ex.pp_embedding_loss),
-        dp_overlap=int(ex.dp_overlap), zero=ex.zero, fused=int(ex.fused_layers),
-        flash=int(ex.attention == AttentionKernel.FLASH), gpipe=int(ex.schedule == Schedule.GPIPE),
-        w_off=int(ex.weight_offload), a_off=int(ex.activation_offload), o_off=int(ex.optimizer_offload),
+        tp=ex.tp, pp=ex.pp, dp=dp, cp=ex.cp, ep=ex.ep, etp=ex.etp or ex.tp, vpp=ex.vpp, micro_batch=ex.micro_batch,
+        recompute=RECOMPUTE.index(ex.recompute), sequence_parallel=int(ex.sequence_parallel), tp_comm=int(rs_ag),
+        sp_ag_redo=int(ex.sp_ag_redo), tp_overlap=TP_OVERLAP.index(ex.tp_overlap), pp_rs_ag=int(ex.pp_rs_ag),
+        pp_embedding_loss=int(ex.pp_embedding_loss),
+        dp_overlap=int(ex.dp_overlap), zero=ex.zero, fused_layers=int(ex.fused_layers),
+        attention=int(ex.attention == AttentionKernel.FLASH), schedule=int(ex.schedule == Schedule.GPIPE),
+        weight_offload=int(ex.weight_offload), activation_offload=int(ex.activation_offload), optimizer_offload=int(ex.optimizer_offload),
         tier_tp=tiers["tp"], tier_cp=tiers["cp"], tier_ep=tiers["ep"], tier_dp=tiers["dp"], tier_pp=tiers["pp"],
     )
     return Knobs.from_dict(d)
@@ -124,13 +124,13 @@ def to_execution(k: Knobs, system: System, i: int = 0) -> Execution:
     names = [n.name for n in system.networks]
     return Execution(
         tp=r["tp"], pp=r["pp"], dp=r["dp"], cp=r["cp"], ep=r["ep"], etp=r["etp"], vpp=r["vpp"],
-        micro_batch=r["mb"], schedule=Schedule.GPIPE if r["gpipe"] else Schedule.ONE_F_ONE_B,
-        recompute=RECOMPUTE[r["recompute"]], sequence_parallel=bool(r["sp"]),
-        tp_comm=TpComm.RS_AG if r["rs_ag"] else TpComm.ALLREDUCE, sp_ag_redo=bool(r["sp_redo"]),
-        tp_overlap=TP_OVERLAP[r["tp_overlap"]], pp_rs_ag=bool(r["pp_rs_ag"]), pp_embedding_loss=bool(r["pp_el"]),
+        micro_batch=r["micro_batch"], schedule=Schedule.GPIPE if r["schedule"] else Schedule.ONE_F_ONE_B,
+        recompute=RECOMPUTE[r["recompute"]], sequence_parallel=bool(r["sequence_parallel"]),
+        tp_comm=TpComm.RS_AG if r["tp_comm"] else TpComm.ALLREDUCE, sp_ag_redo=bool(r["sp_ag_redo"]),
+        tp_overlap=TP_OVERLAP[r["tp_overlap"]], pp_rs_ag=bool(r["pp_rs_ag"]), pp_embedding_loss=bool(r["pp_embedding_loss"]),
         dp_overlap=bool(r["dp_overlap"]),
-        zero=r["zero"], fused_layers=bool(r["fused"]),
-        attention=AttentionKernel.FLASH if r["flash"] else AttentionKernel.STANDARD,
-        weight_offload=bool(r["w_off"]), activation_offload=bool(r["a_off"]), optimizer_offload=bool(r["o_off"]),
+        zero=r["zero"], fused_layers=bool(r["fused_layers"]),
+        attention=AttentionKernel.FLASH if r["attention"] else AttentionKernel.STANDARD,
+        weight_offload=bool(r["weight_offload"]), activation_offload=bool(r["activation_offload"]), optimizer_offload=bool(r["optimizer_offload"]),
         placement={ax: names[r[f"tier_{ax}"]] for ax in ("tp", "cp", "ep", "dp", "pp")},
     )

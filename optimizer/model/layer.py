@@ -145,12 +145,12 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     f = llm.ffn if mo is None else mo.shared_experts * mo.expert_ffn
     tp = k.tp.astype(float)
     cp = k.cp.astype(float)
-    b = k.mb.astype(float)
+    b = k.micro_batch.astype(float)
     s = float(ctx.seq_len)
     T = b * s / cp  # tokens of the micro-batch on this rank
-    sp = k.sp.astype(bool)
-    fused = k.fused.astype(bool)
-    flash = k.flash.astype(bool)
+    sp = k.sequence_parallel.astype(bool)
+    fused = k.fused_layers.astype(bool)
+    flash = k.attention.astype(bool)
     rec = k.recompute
     e, gi = ctx.e, ctx.gemm_in
     ge = gi if ctx.precision == Precision.FP8 else e  # bytes of GEMM inputs kept for wgrad (FP8: 1)
@@ -302,11 +302,11 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     ar = collective_time("ar", M, tp, k.tier_tp, ctx.tiers)
     ag = collective_time("ag", M, tp, k.tier_tp, ctx.tiers)
     rs = collective_time("rs", M, tp, k.tier_tp, ctx.tiers)
-    rs_ag = k.rs_ag.astype(bool)
+    rs_ag = k.tp_comm.astype(bool)
     one = np.where(rs_ag, ag + rs, ar)  # one column+row pair (attention or MLP)
     pairs = 2.0 if f > 0 else 1.0  # an MoE layer without shared experts has no TP-sharded MLP
     tp_fw = pairs * one
-    redo = sp & k.sp_redo.astype(bool) & (rec != 2)
+    redo = sp & k.sp_ag_redo.astype(bool) & (rec != 2)
     tp_bw = pairs * one + np.where(redo, pairs * ag, 0.0)
     tp_re = np.where(rec == 2, tp_fw, 0.0)
     ov = k.tp_overlap
@@ -338,7 +338,7 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
 
     # ---------------------------------------------------------------- stored activations (bytes)
     split_n = np.where(sp, 1.0 / tp, 1.0)  # norm/dropout region
-    gemm_in_rep = np.where(sp & k.sp_redo.astype(bool), 1.0 / tp, 1.0)  # QKV/up input: SP-sharded if re-gathered
+    gemm_in_rep = np.where(sp & k.sp_ag_redo.astype(bool), 1.0 / tp, 1.0)  # QKV/up input: SP-sharded if re-gathered
     dmask = 1.0 if drop else 0.0
     norms = 2.0 * e * T * h * split_n
     qkv_in = ge * T * h * gemm_in_rep

@@ -141,7 +141,7 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     """Step time and memory of every candidate in `k` (the single source of truth)."""
     ctx = ctx or make_ctx(problem)
     llm, hw, tiers = ctx.llm, ctx.hw, ctx.tiers
-    tp, pp, dp, cp, vpp, mb = (x.astype(float) for x in (k.tp, k.pp, k.dp, k.cp, k.vpp, k.mb))
+    tp, pp, dp, cp, vpp, mb = (x.astype(float) for x in (k.tp, k.pp, k.dp, k.cp, k.vpp, k.micro_batch))
     moe = llm.moe is not None
     blk_d: BlockCost = block_cost(ctx, k)
     if moe:
@@ -159,10 +159,10 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     h, V = llm.hidden, llm.vocab
     e = ctx.e
     n_mb = B / (dp * mb)
-    el = (k.pp_el.astype(bool) & (pp > 1)).astype(float)  # embedding and loss take a layer slot each
+    el = (k.pp_embedding_loss.astype(bool) & (pp > 1)).astype(float)  # embedding and loss take a layer slot each
     Ls = (L + 2.0 * el) / pp  # transformer layers of the busiest stage (a middle one when el)
     T = mb * s / cp
-    sp = k.sp.astype(bool)
+    sp = k.sequence_parallel.astype(bool)
 
     # ------------------------------------------------------------ embedding, LM head, loss (per micro-batch)
     emb_fw = hw.mem_time(2.0 * T * h * e)
@@ -186,7 +186,7 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     tau = blk.total
     # with el the first/last stage trade one layer for the embedding / LM head and loss
     head = np.where(el > 0, np.maximum(head - tau, 0.0), head)
-    gp = k.gpipe.astype(bool)
+    gp = k.schedule.astype(bool)
     slots = L + 2.0 * el
     f_l, f_v, f_m = (layout_factors(B, slots, dp, pp), vpp_factors(B, slots, dp, pp, vpp),
                      mb_factors(B, slots, dp, pp, mb))
@@ -264,13 +264,13 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     adam_bytes = P_upd * (gb + 2.0 * ob + wb)  # read grad, read+write fp32 state, write 16-bit weight
     off = problem.system.offload
     off_bw = max(off.bandwidth_gbps * 1e9 * off.efficiency, 1.0)
-    o_off = k.o_off.astype(bool)
+    o_off = k.optimizer_offload.astype(bool)
     opt_gpu = hw.vector(12.0 * P_upd, adam_bytes, fp32=True)
     opt_off = (P_upd * (gb + 2.0 * ob + wb)) / off_bw  # stream state over the offload link
     optimizer = np.where(o_off, np.maximum(opt_gpu, opt_off), opt_gpu)
 
     # ------------------------------------------------------------ memory per GPU (bytes)
-    w_off, a_off = k.w_off.astype(bool), k.a_off.astype(bool)
+    w_off, a_off = k.weight_offload.astype(bool), k.activation_offload.astype(bool)
     two_layers = 2.0 * P_layer
     weights_full = np.where(z == 3, sharded(True) * wb + two_layers * wb, P_stage * wb)
     weights = np.where(w_off, two_layers * wb + (P_stage - L_stage * P_layer) * wb, weights_full)
