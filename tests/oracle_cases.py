@@ -82,6 +82,26 @@ training: {global_batch: 1792}
 options: {allow_idle_gpus: true}
 search: {cp: 1, vpp: {max: 4}}
 """,
+    # the other objectives, where the presolve's incumbent was weak (GPUs x time) or its slack spanned
+    # seconds (GPUs x 10^5 s + time): CP-SAT timed out or took 18 s per solve
+    "llama70b-upto1000xh100-tokens-per-gpu": """
+llm: llama3.1-70b
+system: h100-sxm-80gb
+num_gpus: 1000
+training: {global_batch: 640}
+options: {allow_idle_gpus: true}
+search: {cp: 1, vpp: {max: 2}}
+objective: {goal: tokens_per_gpu}
+""",
+    "22b-upto512xh100-fewest-gpus": """
+llm: megatron-22b
+system: h100-sxm-80gb
+num_gpus: 512
+training: {global_batch: 512}
+options: {allow_idle_gpus: true, gpu_multiple: 8}
+search: {cp: 1, vpp: {max: 2}}
+objective: {goal: fewest_gpus, max_step_time_s: 4.0}
+""",
     "gpt3-1024xh100": """
 llm: gpt3-175b
 system: h100-sxm-80gb
