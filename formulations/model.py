@@ -33,7 +33,7 @@ from . import memory as memory_mod
 from . import step_time as time_mod
 from .bounds import NONE, Pairs, Presolved, knobs_of_pairs, presolve
 from .common import new_int, product
-from .tables import TIME_UNIT, Tables, build_all
+from .tables import TIME_UNIT, Tables, build_all, restrict
 
 # solver parameters as data (`paraplan solve --sat-params`). One worker: on two cores it is the fastest and
 # deterministic. Keep CP-SAT's presolve on: with cp_model_presolve=False, ortools 9.15 returned OPTIMAL with
@@ -142,17 +142,24 @@ def _infeasible(problem: Problem, size: int) -> Infeasible:
 
 
 def solve_cpsat(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: float | None = None,
-                params: dict | None = None) -> Outcome:
+                params: dict | None = None, tables: list[Tables] | None = None) -> Outcome:
+    """`tables`: those of the same problem with more GPUs and idle GPUs allowed (`tables.restrict`), to solve
+    many GPU limits of one problem (procurement) without filling tables again."""
     t0 = t0 if t0 is not None else time.perf_counter()
-    c = compact_space(problem)
-    if c.size == 0:
+    if tables is not None:
+        Ts, size = restrict(tables, problem)
+        Ts = [T for T in Ts if len(T.legal_lvm)]
+    else:
+        c = compact_space(problem)
+        size = c.size
+        Ts = build_all(problem, c) if size else []
+    if size == 0 or not Ts:
         raise Infeasible("no legal plan: no (tp, pp, dp, vpp, micro-batch) satisfies the integer rules "
                          "(run `paraplan check` for why)", reason=Reason.RULES)
-    Ts = build_all(problem, c)
     T = Ts[0]  # layouts, value lists and capacities are shared by the variants
     pre = presolve(Ts, top)
     if len(pre.pairs) == 0:
-        raise _infeasible(problem, c.size)
+        raise _infeasible(problem, size)
     m, ch, mem, tv = define_model(T, pre, pre.incumbent.hint)
     err = m.Validate()
     if err:  # a formulation bug, reported loudly
@@ -170,7 +177,7 @@ def solve_cpsat(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: 
             if i > 0:
                 break
             if st == cp_model.INFEASIBLE:
-                raise _infeasible(problem, c.size)
+                raise _infeasible(problem, size)
             if pre.incumbent.hint is None:
                 raise TimeLimit(f"no plan found within {time_limit_s:g} s ({solver.StatusName(st)}): not a proof "
                                 "that nothing fits; raise --time-limit")
@@ -204,4 +211,4 @@ def solve_cpsat(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: 
     if objs and objs[0] is None:
         notes.append(f"time limit of {time_limit_s:g} s reached: the plan is the presolve's best evaluated plan, "
                      "not proven optimal")
-    return Outcome(status_name, knobs, objs, c.size, bound, gap, notes)
+    return Outcome(status_name, knobs, objs, size, bound, gap, notes)

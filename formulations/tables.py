@@ -39,7 +39,7 @@ Columns (the composition factors are defined in `optimizer.model.compose`):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import product
 
 import numpy as np
@@ -88,6 +88,7 @@ class Tables:
     pu_tiers: list[float] = field(default_factory=list)
     off_cap_kib: int = 0  # offload memory per GPU, KiB (rounded down)
     var: int = 0  # index of the variant among `build_all`'s
+    cand_per_layout: np.ndarray | None = None  # candidates of the space per layout (sizes of subsets)
 
     def gpus(self, l: np.ndarray) -> np.ndarray:
         """GPUs used by layouts l: tp*pp*dp*cp."""
@@ -144,6 +145,16 @@ def build_tables(problem: Problem, c: Compact) -> Tables:
     if len(Ts) != 1:
         raise ValueError(f"{len(Ts)} variants: use build_all")
     return Ts[0]
+
+
+def restrict(Ts: list[Tables], problem: Problem) -> tuple[list[Tables], int]:
+    """The tables of `problem` from those of the same problem with more GPUs and idle GPUs allowed (the same
+    LLM, system, batch, search and options): a larger GPU count's space holds every smaller layout, so the
+    subset is the rows of layouts within problem.num_gpus. Returns the tables and the subset's size."""
+    T0 = Ts[0]
+    keep_l = T0.gpus(np.arange(len(T0.lay["tp"]))) <= problem.num_gpus
+    out = [replace(T, problem=problem, legal_lvm=T.legal_lvm[keep_l[T.legal_lvm[:, 0]]]) for T in Ts]
+    return out, int(T0.cand_per_layout[keep_l].sum())
 
 
 def build_all(problem: Problem, c: Compact) -> list[Tables]:
@@ -256,6 +267,8 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
     rpe = {tpp: run(nB, **cols, pp=2, pp_embedding_loss=1, tier_pp=tpp) for tpp in tiers_pp} if lay["pp_embedding_loss"].any() else None
     cap = int(np.floor(capacity_bytes(problem) / KIB))
     off_cap = int(np.floor(problem.system.offload.capacity_gib * 2.0**30 / KIB))
+    n_other = np.array([int(np.prod([len(vs) for _, vs in per])) for per in c.other], dtype=np.int64)
+    cand = np.bincount(c.triples[:, 0], minlength=nL) * n_other
     out = []
     for j, v in enumerate(allv):
         BETA: dict[str, np.ndarray] = {}
@@ -284,5 +297,5 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
         legal = legal_all[admits[j][legal_all[:, 0]]]
         out.append(Tables(problem, lay, Lt, vals["vpp"], vals["mb"], vals["recompute"], vals["sp"],
                           vals["tp_overlap"], vals["zero"], vals["dp_overlap"], tpcp, LVj, LM, BETA, legal, cap,
-                          c.size, dict(v), pu_tiers, off_cap, j))
+                          c.size, dict(v), pu_tiers, off_cap, j, cand))
     return out

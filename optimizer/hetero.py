@@ -55,7 +55,8 @@ def _remaining(pp: ProcureProblem, anchor: TypeRow, nodes_a: int) -> float | Non
     return pr.budget_usd
 
 
-def best_mix(pp: ProcureProblem, rows: list[TypeRow], time_limit_s: float = 60.0) -> tuple[Purchase | None, int]:
+def best_mix(pp: ProcureProblem, rows: list[TypeRow], time_limit_s: float = 60.0,
+             cache=None) -> tuple[Purchase | None, int]:
     """The best two-type mix of the family above (None: no mix fits), and how many mixes were evaluated."""
     fits = [r for r in rows if r.purchase is not None]
     if len(fits) < 1 or len(rows) < 2:
@@ -68,7 +69,7 @@ def best_mix(pp: ProcureProblem, rows: list[TypeRow], time_limit_s: float = 60.0
         """The proven-best group (a rental budget caps each group's GPU-hours; the mix's bill is checked below)."""
         key = (t.name, nodes, batch)
         if key not in memo:
-            memo[key] = best_of_type(pp, t, nodes, global_batch=batch, time_limit_s=time_limit_s)[0]
+            memo[key] = best_of_type(pp, t, nodes, global_batch=batch, time_limit_s=time_limit_s, cache=cache)[0]
         return memo[key]
 
     best, n_eval, pruned = None, 0, 0

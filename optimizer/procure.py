@@ -22,8 +22,8 @@ import time
 from dataclasses import dataclass, field
 
 from .objective import BIG_S
-from .purchase import (Group, Purchase, TypeRow, best_of_type, node_limit, purchase_of, rank_key,  # noqa: F401
-                       sub_problem)
+from .purchase import (Group, Purchase, TablesCache, TypeRow, best_of_type, node_limit, purchase_of,  # noqa: F401
+                       rank_key, sub_problem)
 from .schema.problem import Goal, Objective
 from .schema.procure import Pricing, ProcureGoal, ProcureProblem
 
@@ -45,9 +45,10 @@ class ProcureResult:
 def procure(pp: ProcureProblem, pareto: bool = False, time_limit_s: float = 60.0) -> ProcureResult:
     t0 = time.perf_counter()
     rows: list[TypeRow] = []
+    cache = TablesCache()  # each type's tables at its node limit serve every smaller purchase of it
     for t in pp.catalog.node_types:
         n, why = node_limit(pp, t)
-        grp, size, status = best_of_type(pp, t, n, time_limit_s=time_limit_s)
+        grp, size, status = best_of_type(pp, t, n, time_limit_s=time_limit_s, cache=cache)
         pur = purchase_of(pp, [grp], grp.step_time_s) if grp else None
         rows.append(TypeRow(t, n, why, pur, size, status))
     cands = [r.purchase for r in rows if r.purchase is not None]
@@ -55,7 +56,7 @@ def procure(pp: ProcureProblem, pareto: bool = False, time_limit_s: float = 60.0
     if pp.procure.max_types >= 2 and pp.procure.heterogeneous.value == "data":
         from .hetero import best_mix
 
-        mix, n_mix = best_mix(pp, rows, time_limit_s=time_limit_s)
+        mix, n_mix = best_mix(pp, rows, time_limit_s=time_limit_s, cache=cache)
         res.mixes_considered = n_mix
         if mix is not None:
             cands.append(mix)
@@ -64,22 +65,26 @@ def procure(pp: ProcureProblem, pareto: bool = False, time_limit_s: float = 60.0
         statuses = {r.status for r in rows if r.purchase is not None}
         res.status = "optimal" if statuses <= {"optimal"} else "feasible"
     if pareto:
-        res.pareto = pareto_front(pp, time_limit_s=time_limit_s)
+        res.pareto = pareto_front(pp, time_limit_s=time_limit_s, cache=cache)
     res.seconds = time.perf_counter() - t0
     return res
 
 
-def pareto_front(pp: ProcureProblem, points: int = 10, time_limit_s: float = 60.0) -> list[Purchase]:
+def pareto_front(pp: ProcureProblem, points: int = 10, time_limit_s: float = 60.0,
+                 cache: TablesCache | None = None) -> list[Purchase]:
     """Cost against time to train: for budgets from the cheapest purchase that fits to the problem's budget,
     the fastest purchase within each (each a proven optimum for its budget), dominated points removed."""
     types = pp.catalog.node_types
     # the cheapest purchase that fits at all (any speed): fewest GPUs per type
     cheapest = []
     fewest = Objective(goal=Goal.FEWEST_GPUS, max_step_time_s=0.99 * BIG_S)  # any speed
+    min_nodes: dict[str, int] = {}
+    cache = cache if cache is not None else TablesCache()
     for t in types:
-        g, _, _ = best_of_type(pp, t, node_limit(pp, t)[0], objective=fewest, time_limit_s=time_limit_s)
+        g, _, _ = best_of_type(pp, t, node_limit(pp, t)[0], objective=fewest, time_limit_s=time_limit_s, cache=cache)
         if g is not None:
             cheapest.append(purchase_of(pp, [g], g.step_time_s))
+            min_nodes[t.name] = g.nodes
     if not cheapest:
         return []
     lo = min(p.cost_usd for p in cheapest)
@@ -89,13 +94,26 @@ def pareto_front(pp: ProcureProblem, points: int = 10, time_limit_s: float = 60.
     budgets = sorted({lo * (hi / lo) ** (i / max(1, points - 1)) for i in range(points)}) if hi > lo else [lo]
     found: list[Purchase] = list(cheapest)
     fast_goal = ProcureGoal.TIME_TO_TRAIN if pp.training.tokens else ProcureGoal.THROUGHPUT
-    for b in budgets:
+    # Budgets from the largest down. A type's optimum under a larger budget that is also within a smaller one
+    # (its nodes and its cost) is that budget's optimum too (the smaller budget's purchases are a subset), so
+    # it is reused without a solve; a type whose fewest fitting nodes exceed the budget is skipped.
+    solved: dict[str, list[Group]] = {t.name: [] for t in types}
+    for b in sorted(budgets, reverse=True):
         best = None
         for t in types:
+            if t.name not in min_nodes:
+                continue  # nothing of this type fits at any count
             n, _ = node_limit(pp, t, budget_usd=b * (1 + 1e-9))
-            grp, _, _ = best_of_type(pp, t, n, budget_usd=b * (1 + 1e-9), goal=fast_goal, time_limit_s=time_limit_s)
-            if grp is None:
+            if n < min_nodes[t.name]:
                 continue
+            grp = next((g for g in solved[t.name] if g.nodes <= n
+                        and purchase_of(pp, [g], g.step_time_s).cost_usd <= b * (1 + 1e-9)), None)
+            if grp is None:
+                grp, _, _ = best_of_type(pp, t, n, budget_usd=b * (1 + 1e-9), goal=fast_goal,
+                                         time_limit_s=time_limit_s, cache=cache)
+                if grp is None:
+                    continue
+                solved[t.name].append(grp)
             p = purchase_of(pp, [grp], grp.step_time_s)
             if best is None or (p.step_time_s, p.cost_usd) < (best.step_time_s, best.cost_usd):
                 best = p

@@ -136,18 +136,45 @@ def rank_key(pp: ProcureProblem, p: Purchase) -> tuple[float, float]:
 
 
 # ---------------------------------------------------------------------------------------------- solve
+class TablesCache:
+    """The CP-SAT tables of each (node type, global batch) at the most nodes asked so far: a smaller purchase
+    of the same type is a subset of that space (idle GPUs allowed), solved without filling tables again."""
+
+    def __init__(self):
+        self.by_key: dict[tuple[str, int], tuple[int, list]] = {}
+
+    def get(self, q: Problem, t: NodeType):
+        from formulations.tables import build_all
+
+        from .space import compact_space
+
+        key = (t.name, q.training.global_batch)
+        hit = self.by_key.get(key)
+        if hit is None or hit[0] < q.num_gpus:
+            c = compact_space(q)
+            if c.size == 0:
+                return None
+            hit = (q.num_gpus, build_all(q, c))
+            self.by_key[key] = hit
+        return hit[1]
+
+
 def best_of_type(pp: ProcureProblem, t: NodeType, nodes: int, global_batch: int | None = None,
                  budget_usd: float | None = None, goal: ProcureGoal | None = None,
-                 time_limit_s: float = 60.0, objective: Objective | None = None) -> tuple[Group | None, int, str]:
+                 time_limit_s: float = 60.0, objective: Objective | None = None,
+                 cache: TablesCache | None = None) -> tuple[Group | None, int, str]:
     """The proven-best group of type t with at most `nodes` nodes (None: nothing fits), the space size and
-    the status."""
+    the status. `cache`: reuse tables across calls (Pareto fronts, mixes)."""
     from .solve import solve
 
     if nodes < 1:
         return None, 0, "infeasible"
     q = sub_problem(pp, t, nodes, global_batch, budget_usd, goal, objective)
     try:
-        r = solve(q, "cpsat", time_limit_s=time_limit_s)
+        tables = cache.get(q, t) if cache is not None else None
+        if cache is not None and tables is None:
+            return None, 0, "infeasible"
+        r = solve(q, "cpsat", time_limit_s=time_limit_s, tables=tables)
     except Infeasible:
         from .space import compact_space
 

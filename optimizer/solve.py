@@ -62,14 +62,16 @@ def _plans(problem: Problem, knobs: list, objectives: list) -> list[Plan]:
 
 
 def solve(problem: Problem, method: str = "cpsat", top: int = 1, time_limit_s: float = 60.0,
-          params: dict | None = None) -> SolveResult:
+          params: dict | None = None, tables=None) -> SolveResult:
+    """The best plans of the problem. `tables` (CP-SAT): tables built for the same problem with more GPUs
+    and idle GPUs allowed, reused for this GPU limit (`formulations.tables.restrict`)."""
     from .objective import describe, gpus_used
 
     t0 = time.perf_counter()
     if method == "cpsat":
         from formulations.model import solve_cpsat
 
-        o = solve_cpsat(problem, top=top, time_limit_s=time_limit_s, t0=t0, params=params)
+        o = solve_cpsat(problem, top=top, time_limit_s=time_limit_s, t0=t0, params=params, tables=tables)
         plans = _plans(problem, o.knobs, o.objectives_s)
         notes = [describe(problem, gpus_used(plans[0].evaluation.execution), plans[0].objective_s)] + o.notes
         return SolveResult("cpsat", o.status, plans, o.candidates, None, time.perf_counter() - t0,

@@ -199,3 +199,19 @@ def test_catalog_variants_expand(tmp_path):
     assert len(cat.node_types) == 16
     t = next(t for t in cat.node_types if t.name == "h100-20g-ddr512")
     assert t.system.hbm_gib == 20 and t.system.offload.capacity_gib == 512 and t.price_usd == 260000
+
+
+def test_tables_of_a_larger_purchase_serve_a_smaller_one(tmp_path):
+    """formulations.tables.restrict: the tables filled for 6 nodes, restricted to 2 and 4, give the same proven
+    optimum and space size as solving those purchases from scratch."""
+    from optimizer.purchase import TablesCache
+
+    pp = load_procure(write(tmp_path, "{goal: throughput, budget_usd: 2.0e+6}"))
+    cache = TablesCache()
+    for t in pp.catalog.node_types:
+        best_of_type(pp, t, 6, cache=cache)
+        for n in (2, 4):
+            g1, size1, st1 = best_of_type(pp, t, n, cache=cache)
+            g0, size0, st0 = best_of_type(pp, t, n)
+            assert st1 == st0 == "optimal" and size1 == size0
+            assert g1.step_time_s == pytest.approx(g0.step_time_s, rel=1e-9) and g1.gpus_used == g0.gpus_used
