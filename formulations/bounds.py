@@ -182,22 +182,33 @@ def presolve(Ts: Tables | list[Tables], top: int = 1, n_triples: int = 96) -> Pr
 
 
 def refine(Ts: list[Tables], P: Pairs, cols: dict[str, np.ndarray], inc: "Incumbent", top: int,
-           keep_at_most: int = 512, batch: int = 4096, rounds: int = 4):
-    """While more than `keep_at_most` pairs survive, evaluate the `batch` pairs of smallest exact bound with
-    the model (every ZeRO stage and DP overlap): a better incumbent prunes again. The triple-level incumbent
-    is weak where the score multiplies GPUs by time (tokens_per_gpu) or idle GPUs widen the space; a few
-    thousand model evaluations cost far less than a CP-SAT proof over tens of thousands of pairs."""
+           keep_at_most: int = 64, batch: int = 4096, rounds: int = 4):
+    """While more than `keep_at_most` pairs survive, evaluate the `batch` pairs of smallest bound with the
+    model (every ZeRO stage and DP overlap): their bound becomes their exact score (less the integer
+    objective's rounding slack), and a better incumbent prunes the rest again. The triple-level incumbent is
+    weak where the score multiplies GPUs by time (tokens_per_gpu) or idle GPUs widen the space, and the
+    column bounds are loose where the DP exposure depends on the ZeRO stage; a few thousand model
+    evaluations cost far less than a CP-SAT proof over thousands of pairs, which then proves the optimum
+    among the few pairs left."""
+    done = np.zeros(len(P), dtype=bool)
     for _ in range(rounds):
-        if len(P) <= keep_at_most:
+        todo = np.nonzero(~done)[0]
+        if len(P) <= keep_at_most or len(todo) == 0:
             break
-        k = min(len(P), batch)
-        best = np.argpartition(P.slb, k - 1)[:k] if k < len(P) else np.arange(len(P))
+        k = min(len(todo), batch)
+        best = todo[np.argpartition(P.slb[todo], k - 1)[:k]] if k < len(todo) else todo
         better = incumbent(Ts, P.take(best), top)
-        if better.hint is None or better.ub >= inc.ub:
-            break
-        inc = Incumbent(better.ub, better.hint, inc.evaluated + better.evaluated)
-        keep = np.nonzero(P.slb <= inc.ub)[0]
-        P, cols = P.take(keep), {c: v[keep] for c, v in cols.items()}
+        slb = P.slb.copy()
+        slb[best] = np.maximum(slb[best], better.pair_lb)
+        done[best] = True
+        if better.hint is not None and better.ub < inc.ub:
+            inc = Incumbent(better.ub, better.hint, inc.evaluated + better.evaluated)
+        else:
+            inc = Incumbent(inc.ub, inc.hint, inc.evaluated + better.evaluated)
+        keep = np.nonzero(slb <= inc.ub)[0]
+        P = P.take(keep)
+        P.slb = slb[keep]
+        cols, done = {c: v[keep] for c, v in cols.items()}, done[keep]
     return P, cols, inc
 
 
@@ -221,6 +232,7 @@ class Incumbent:
     ub: int  # score in TIME_UNIT; pairs with score LB > ub are pruned (huge: nothing evaluated fits)
     hint: dict[str, int] | None  # the best incumbent as indices of the CP-SAT decision variables
     evaluated: int
+    pair_lb: np.ndarray | None = None  # per evaluated pair: its exact score less the rounding slack (NONE: none fits)
 
 
 def incumbent(Ts: Tables | list[Tables], sel: Pairs, top: int = 1) -> Incumbent:
@@ -237,22 +249,30 @@ def incumbent(Ts: Tables | list[Tables], sel: Pairs, top: int = 1) -> Incumbent:
     # as the space: ZeRO only with a data-parallel group, and the (moot) DP overlap flag on without one
     legal = zero_legal(np.array(T.z_vals)[z], dpg1) & ((dpg1 == 0) | (np.array(T.dpo_vals)[d] == 1)
                                                        | (1 not in T.dpo_vals))
+    pos = np.repeat(np.arange(len(sel)), nz * nd)[legal]
     rep, z, d = rep.take(np.nonzero(legal)[0]), z[legal], d[legal]
     k = knobs_of_pairs(Ts, rep, z, d)
     res = evaluate(T.problem, k)
-    t = np.where(feasible(T.problem, k, res), score(T.problem, T.gpus(rep.l), res.step_time), np.inf)
+    fits = feasible(T.problem, k, res)
+    t = np.where(fits, score(T.problem, T.gpus(rep.l), res.step_time), np.inf)
+    # each evaluated pair's exact score (its best ZeRO stage and overlap) less the rounding slack of the
+    # integer objective, on the step time: a lower bound as tight as the model
+    lo_step = np.floor(res.step_time * TIME_UNIT * (1 - UB_SLACK)).astype(np.int64) - 1
+    lb = np.where(fits, score(T.problem, T.gpus(rep.l), lo_step, unit=TIME_UNIT, missed=NONE), NONE).astype(np.int64)
+    pair_lb = np.full(len(sel), NONE, dtype=np.int64)
+    np.minimum.at(pair_lb, pos, lb)
     order = np.argsort(t, kind="stable")
     good = order[np.isfinite(t[order])]
     if len(good) == 0:
-        return Incumbent(np.iinfo(np.int64).max, None, len(t))
+        return Incumbent(np.iinfo(np.int64).max, None, len(t), pair_lb)
     i = int(good[0])
     hint = dict(l=int(rep.l[i]), vi=int(rep.vi[i]), mi=int(rep.mi[i]), ri=int(rep.ri[i]), si=int(rep.si[i]),
                 oi=int(rep.oi[i]), var=int(rep.var[i]), zi=int(z[i]), di=int(d[i]))
     if len(good) < top:
-        return Incumbent(np.iinfo(np.int64).max, hint, len(t))
+        return Incumbent(np.iinfo(np.int64).max, hint, len(t), pair_lb)
     j = int(good[top - 1])
     # the slack is on the step time (the integer objective rounds it), not on the score: a relative slack on
     # GPUs x BIG + T (fewest_gpus) would span seconds of step time and prune nothing
     step_ub = np.ceil(float(res.step_time[j]) * TIME_UNIT * (1 + UB_SLACK)) + 1
     ub = score(T.problem, np.array([int(T.gpus(rep.l[j:j + 1])[0])]), np.array([step_ub]), unit=TIME_UNIT)
-    return Incumbent(int(np.ceil(float(ub[0]))), hint, len(t))
+    return Incumbent(int(np.ceil(float(ub[0]))), hint, len(t), pair_lb)

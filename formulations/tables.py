@@ -149,11 +149,15 @@ def build_tables(problem: Problem, c: Compact) -> Tables:
 
 def restrict(Ts: list[Tables], problem: Problem) -> tuple[list[Tables], int]:
     """The tables of `problem` from those of the same problem with more GPUs and idle GPUs allowed (the same
-    LLM, system, batch, search and options): a larger GPU count's space holds every smaller layout, so the
-    subset is the rows of layouts within problem.num_gpus. Returns the tables and the subset's size."""
+    LLM, batch, search and options, and a system that differs at most in its memory capacities, which enter
+    no table: only the capacity rows): a larger GPU count's space holds every smaller layout, so the subset
+    is the rows of layouts within problem.num_gpus. Returns the tables and the subset's size."""
     T0 = Ts[0]
     keep_l = T0.gpus(np.arange(len(T0.lay["tp"]))) <= problem.num_gpus
-    out = [replace(T, problem=problem, legal_lvm=T.legal_lvm[keep_l[T.legal_lvm[:, 0]]]) for T in Ts]
+    cap = int(np.floor(capacity_bytes(problem) / KIB))
+    off_cap = int(np.floor(problem.system.offload.capacity_gib * 2.0**30 / KIB))
+    out = [replace(T, problem=problem, legal_lvm=T.legal_lvm[keep_l[T.legal_lvm[:, 0]]], cap_kib=cap,
+                   off_cap_kib=off_cap) for T in Ts]
     return out, int(T0.cand_per_layout[keep_l].sum())
 
 

@@ -45,10 +45,13 @@ class ProcureResult:
 def procure(pp: ProcureProblem, pareto: bool = False, time_limit_s: float = 60.0) -> ProcureResult:
     t0 = time.perf_counter()
     rows: list[TypeRow] = []
-    cache = TablesCache()  # each type's tables at its node limit serve every smaller purchase of it
+    cache = TablesCache()  # tables at the most GPUs serve every smaller purchase of the same node system
+    limits = {t.name: node_limit(pp, t) for t in pp.catalog.node_types}
+    solved = {}
+    for t in sorted(pp.catalog.node_types, key=lambda t: -limits[t.name][0] * t.gpus_per_node):
+        solved[t.name] = best_of_type(pp, t, limits[t.name][0], time_limit_s=time_limit_s, cache=cache)
     for t in pp.catalog.node_types:
-        n, why = node_limit(pp, t)
-        grp, size, status = best_of_type(pp, t, n, time_limit_s=time_limit_s, cache=cache)
+        (n, why), (grp, size, status) = limits[t.name], solved[t.name]
         pur = purchase_of(pp, [grp], grp.step_time_s) if grp else None
         rows.append(TypeRow(t, n, why, pur, size, status))
     cands = [r.purchase for r in rows if r.purchase is not None]

@@ -8,6 +8,7 @@ Per node type t with g GPUs per node, price c_t per node (price_usd + extra_usd)
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
@@ -137,8 +138,10 @@ def rank_key(pp: ProcureProblem, p: Purchase) -> tuple[float, float]:
 
 # ---------------------------------------------------------------------------------------------- solve
 class TablesCache:
-    """The CP-SAT tables of each (node type, global batch) at the most nodes asked so far: a smaller purchase
-    of the same type is a subset of that space (idle GPUs allowed), solved without filling tables again."""
+    """The CP-SAT tables of each node system and global batch at the most GPUs asked so far: a smaller
+    purchase is a subset of that space (idle GPUs allowed), and node types that differ only in HBM or offload
+    capacity (Study 5's variants) share tables (capacities enter only the capacity rows), so each is solved
+    without filling tables again."""
 
     def __init__(self):
         self.by_key: dict[tuple[str, int], tuple[int, list]] = {}
@@ -148,7 +151,11 @@ class TablesCache:
 
         from .space import compact_space
 
-        key = (t.name, q.training.global_batch)
+        sysd = q.system.model_dump(mode="json", exclude={"name", "hbm_gib", "calibration"})
+        off = sysd.get("offload") or {}
+        sysd["offload"] = {k: v for k, v in off.items() if k != "capacity_gib"} | {
+            "present": (off.get("capacity_gib") or 0) > 0}
+        key = (json.dumps(sysd, sort_keys=True), q.training.global_batch)
         hit = self.by_key.get(key)
         if hit is None or hit[0] < q.num_gpus:
             c = compact_space(q)
