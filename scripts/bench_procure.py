@@ -4,7 +4,8 @@
 
 Cases: the 8-node-type catalog problems/catalogs/gpus-2025.yaml (A100 40/80, H100 80 (and with 512 GiB of
 host offload memory), H100 96, H200, B200, MI300X) under a $40M budget with heterogeneous mixes allowed, and
-the 16 Study 5 node variants for GPT-3 175B. Prints the size of the space searched (candidates of every
+the 16 Study 5 node variants for GPT-3 175B, and the first with its Pareto front of cost against time
+(10 budgets, each point a proven optimum). Prints the size of the space searched (candidates of every
 per-type sub-problem) and the solve time, one run each (whole procure call, after imports).
 """
 
@@ -22,9 +23,10 @@ sys.path.insert(0, str(ROOT))
 from optimizer.loader import load_procure  # noqa: E402
 from optimizer.procure import procure  # noqa: E402
 
-CASES = {
-    "gpt3-175b-40musd-8types-mix": "problems/studies/procure/gpt3-175b-40musd-mix.yaml",
-    "study5-175b-16variants": "problems/studies/procure/study5-175b.yaml",
+CASES = {  # name: (problem, with the Pareto front)
+    "gpt3-175b-40musd-8types-mix": ("problems/studies/procure/gpt3-175b-40musd-mix.yaml", False),
+    "study5-175b-16variants": ("problems/studies/procure/study5-175b.yaml", False),
+    "gpt3-175b-40musd-8types-pareto": ("problems/studies/procure/gpt3-175b-40musd-mix.yaml", True),
 }
 
 
@@ -33,14 +35,14 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     out = []
-    for name, path in CASES.items():
+    for name, (path, pareto) in CASES.items():
         pp = load_procure(ROOT / path)
         t0 = time.perf_counter()
-        r = procure(pp)
+        r = procure(pp, pareto=pareto)
         dt = time.perf_counter() - t0
         out.append({"name": name, "space": r.candidates, "solve_s": round(dt, 3), "status": r.status,
                     "node_types": len(pp.catalog.node_types), "best": r.best.label() if r.best else None,
-                    "mixes": r.mixes_considered})
+                    "mixes": r.mixes_considered, "pareto_points": len(r.pareto or [])})
     if a.json:
         print(json.dumps({"cases": out}, indent=2))
         return 0
