@@ -42,6 +42,7 @@ class CheckResult:
     min_hbm_gib: float | None = None
     relaxations: list[Relaxation] = field(default_factory=list)
     seconds: float = 0.0
+    freed: dict[str, tuple] = field(default_factory=dict)  # knob: (chosen, default) for knobs the problem left free
 
 
 def _val(v):
@@ -60,6 +61,24 @@ def fixed_knobs(problem: Problem, written: dict | None) -> dict[str, list]:
             continue  # ranges stay search restrictions, not fixed values
         vals = [_val(x) for x in (rule if isinstance(rule, list) else [rule])]
         out[k] = [x for x in out[k] if x in vals] if k in out else vals
+    return out
+
+
+def freed_knobs(problem: Problem, fixed: dict[str, list], ex) -> dict[str, tuple]:
+    """Searchable knobs the problem did not fix whose chosen value differs from the execution default:
+    (chosen, default), so a "fits" never hides a knob the solver moved (cp, say) that the user did not write."""
+    from .schema import Execution
+
+    default = Execution()
+    out = {}
+    for k in SEARCHABLE:
+        if k in fixed or k == "dp":
+            continue
+        got, dflt = _val(getattr(ex, k)), _val(getattr(default, k))
+        if k == "etp":
+            dflt = dflt if dflt is not None else ex.tp
+        if got != dflt:
+            out[k] = (got, dflt)
     return out
 
 
@@ -114,6 +133,7 @@ def check(problem: Problem, written_execution: dict | None = None, offload_gib: 
     try:
         out.plan = solve(p, "cpsat")
         out.fits = True
+        out.freed = freed_knobs(problem, fixed, out.plan.plans[0].evaluation.execution)
     except Infeasible as e:
         if e.reason == Reason.RULES:
             _explain_rules(p, fixed, out)
@@ -368,6 +388,7 @@ def result_dict(r: CheckResult) -> dict:
         used = res["hbm"] / GIB
         d["plan"] = {"execution": ev.execution.model_dump(mode="json"), "step_time_s": res["step_time"],
                      "status": r.plan.status}
+        d["freed"] = {k: {"chosen": v[0], "default": v[1]} for k, v in r.freed.items()}
         d["memory"] = {"hbm": {"used_gib": round(used, 3), "capacity_gib": cap,
                                "margin_gib": round(cap - used, 3), "margin_pct": round(100 * (cap - used) / cap, 2)}}
         if r.problem.system.offload.capacity_gib > 0:
@@ -395,6 +416,9 @@ def render(r: CheckResult) -> str:
         lines.append(f"FITS. Fastest plan that fits ({pl['status']}): step time {pl['step_time_s']:.4g} s")
         lines.append("  " + " ".join(f"{k}={ex[k]}" for k in ("tp", "pp", "dp", "cp", "vpp", "micro_batch",
                                                               "recompute", "sequence_parallel", "zero")))
+        if r.freed:
+            lines.append("  knobs the problem left free, chosen by the solver (default in brackets): "
+                         + ", ".join(f"{k}={v[0]} [{v[1]}]" for k, v in r.freed.items()))
         for tier, m in mem.items():
             lines.append(f"  {tier}: {m['used_gib']:.2f} of {m['capacity_gib']:g} GiB per GPU, margin "
                          f"{m['margin_gib']:.2f} GiB ({m['margin_pct']:.1f}%)")

@@ -159,3 +159,30 @@ def test_expert_parallel_degree_that_cannot_split_the_experts(tmp_path, where):
     assert not r.fits
     assert {g for g, _ in r.conflicts} == {"rules.experts", "fixed.ep"}
     assert any(x.kind == "release" and x.value == "ep" and x.fits for x in r.relaxations)
+
+
+def test_fits_reports_the_knobs_it_freed(tmp_path, capsys):
+    """The file fixes tp and pp only: the fastest plan that fits moves other knobs (dp, micro-batch, ZeRO...);
+    every one moved from its default is reported with its default, and none of the fixed ones."""
+    path, r = run(tmp_path, extra="execution: {tp: 2, pp: 2}")
+    assert r.fits
+    ex = r.plan.plans[0].evaluation.execution
+    assert ex.tp == 2 and ex.pp == 2
+    assert "tp" not in r.freed and "pp" not in r.freed and "dp" not in r.freed
+    from optimizer.schema import Execution
+
+    default = Execution()
+    for k in ("micro_batch", "zero", "recompute", "sequence_parallel", "cp", "vpp"):
+        chosen = getattr(ex, k)
+        chosen = chosen.value if hasattr(chosen, "value") else chosen
+        dflt = getattr(default, k)
+        dflt = dflt.value if hasattr(dflt, "value") else dflt
+        assert (k in r.freed) == (chosen != dflt)
+        if k in r.freed:
+            assert r.freed[k] == (chosen, dflt)
+    assert r.freed  # the 1.3B model on 8 GPUs is not fastest at every default
+    assert main(["check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "left free, chosen by the solver" in out
+    for k, (c, d) in r.freed.items():
+        assert f"{k}={c} [{d}]" in out
