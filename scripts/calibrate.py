@@ -209,9 +209,17 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str) -> None:
     print(f"wrote {path}")
 
 
+TRANSFERABLE = ("matrix_efficiency", "matrix_efficiency_scale", "hbm_efficiency")
+PRIOR_NOTE = "# prior, not calibrated (to be calibrated)"
+
+
 def transfer(src: str, targets: list[str]) -> int:
-    """Copy the fitted efficiency tables of `src` into same-die systems (datasheet peaks stay theirs)."""
-    src_lines = find_in_library("system", src).read_text().splitlines()
+    """Copy the *fitted* efficiency tables of `src` (those its `calibration.fitted` lists) into same-die systems
+    (datasheet peaks stay theirs); a table `src` holds as a prior is not copied, and a target line that claimed
+    a transfer of it gets its prior label back. Each target's `calibration` block names what it copied."""
+    src_path = find_in_library("system", src)
+    src_lines = src_path.read_text().splitlines()
+    fitted = set(validate_model(System, read_yaml(src_path)).calibration.fitted)
 
     def block(key: str) -> list[str]:
         out = []
@@ -228,9 +236,10 @@ def transfer(src: str, targets: list[str]) -> int:
     for t in targets:
         path = find_in_library("system", t)
         lines = path.read_text().splitlines()
-        for key in ("matrix_efficiency", "matrix_efficiency_scale", "hbm_efficiency"):
+        copied = []
+        for key in TRANSFERABLE:
             b = block(key)
-            if b and "calibrated" in b[0]:
+            if b and key in fitted:
                 head = re.sub(r"#.*", f"# transferred from {src} (same GPU die; fitted there, see its calibration)",
                               b[0])
                 if not any(line.startswith(key + ":") for line in lines):  # new key: after matrix_efficiency
@@ -238,8 +247,20 @@ def transfer(src: str, targets: list[str]) -> int:
                     lines = lines[:at] + [head] + b[1:] + lines[at:]
                 else:
                     lines = _replace_block(lines, key, [head] + b[1:])
+                copied.append(key)
+            else:  # not fitted at the source: the target keeps its own value, labelled as what it is
+                lines = [re.sub(r"#\s*transferred from.*", PRIOR_NOTE, line) if line.startswith(key + ":") else line
+                         for line in lines]
+        own = validate_model(System, read_yaml(path)).calibration
+        cal = (["calibration:", "  runs:" + ("" if own.runs else " []")] + [f"    - {r}" for r in own.runs]
+               + ["  fitted: [" + ", ".join(f"'{f}'" for f in own.fitted) + "]",
+                  f"  transferred_from: {src}" if copied else "  transferred_from: null",
+                  "  transferred: [" + ", ".join(f"'{f}'" for f in copied) + "]",
+                  f'  note: "{", ".join(copied) or "nothing"} copied from {src} by scripts/calibrate.py --transfer '
+                  '(same GPU die; fitted there on its runs); every other value is a datasheet value or a prior"'])
+        lines = _replace_block(lines, "calibration", cal)
         path.write_text("\n".join(lines) + "\n")
-        print(f"wrote {path}")
+        print(f"wrote {path}: copied {', '.join(copied) or 'nothing'}")
     return 0
 
 

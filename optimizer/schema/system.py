@@ -56,6 +56,9 @@ class Calibration(Frozen):
     runs: list[str] = Field(default_factory=list, description="Ids of the calibration runs used (shared schema).")
     fitted: list[str] = Field(default_factory=list, description="Field names whose values were calibrated.")
     note: str | None = Field(None, description="How the fit was made; anything not fitted is a datasheet value.")
+    transferred_from: str | None = Field(None, description="System (same GPU die) whose fitted values this file "
+                                         "copies (scripts/calibrate.py --transfer); None: none copied.")
+    transferred: list[str] = Field(default_factory=list, description="Field names copied from transferred_from.")
 
 
 class System(Frozen):
