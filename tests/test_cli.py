@@ -173,3 +173,30 @@ def test_validate_rejects_a_non_list(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"error: {path}:1: ")
     assert "Traceback" not in err
+
+
+def test_emit_megatron_with_embedding_loss_slots_is_one_bash_command(tmp_path, capsys):
+    """126 layers at pp 8 need the embedding/loss slots: 128 slots, vpp 2 -> 8 per virtual stage, with
+    Megatron's account-for flags; notes (ZeRO-3, offload) come after the command, never inside it."""
+    import re
+    import subprocess
+
+    path = tmp_path / "p.yaml"
+    path.write_text("llm: llama3.1-405b\nsystem: h100-sxm-80gb\nnum_gpus: 1024\ntraining: {global_batch: 512}\n"
+                    "search: {tp: 8, pp: 8, vpp: 2, cp: 1, pp_embedding_loss: true, zero: 3}\n")
+    assert main(["solve", str(path), "--emit", "megatron"]) == 0
+    out = capsys.readouterr().out
+    block = out.split("Megatron-LM arguments:\n", 1)[1]
+    cmd_lines = []
+    for line in block.splitlines():
+        cmd_lines.append(line)
+        if not line.endswith("\\"):
+            break
+    cmd = "\n".join(cmd_lines)
+    assert "#" not in cmd
+    assert "--num-layers-per-virtual-pipeline-stage 8" in cmd and "--num-layers 126" in cmd
+    assert "--account-for-embedding-in-pipeline-split" in cmd and "--account-for-loss-in-pipeline-split" in cmd
+    assert re.search(r"^# ZeRO-2/3 have no Megatron-LM flag", block, re.M)
+    script = tmp_path / "run.sh"
+    script.write_text("pretrain_gpt.py " + cmd.strip() + "\n")
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
