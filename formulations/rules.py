@@ -145,7 +145,7 @@ def build(problem: Problem, fixed: dict[str, list], skip: frozenset[str] = froze
     m.AddAllowedAssignments([v["dp"], v["micro_batch"], v["pp"]], rows).OnlyEnforceIf([g, v1.Not()])
     allowed(("cp",), Group.CONTEXT)
     cap = CAPS.cp_limit(problem)
-    if (problem.search or {}).get("cp") is None and max(dom["cp"]) > cap:
+    if problem.search_rules().get("cp") is None and max(dom["cp"]) > cap:
         m.Add(v["cp"] <= cap).OnlyEnforceIf(group(Group.CAP_CP))
     if any(net.must_fill for net in problem.system.networks):
         allowed(("tp", "cp", "pp", "dp"), Group.MUST_FILL)

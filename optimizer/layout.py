@@ -159,7 +159,7 @@ def axis_values(problem: "Problem", knob: str) -> list[int]:
 
 def capped(problem: "Problem", knob: str, values: list[int]) -> list[int]:
     """`values` within the default caps (`CAPS`), unless `search` names the knob (then it is lifted)."""
-    if knob == "cp" and (problem.search or {}).get("cp") is None:
+    if knob == "cp" and problem.search_rules().get("cp") is None:
         lim = CAPS.cp_limit(problem)
         return [v for v in values if v <= lim]
     return values

@@ -223,19 +223,46 @@ _MESSAGES = {
     "string_type": "must be a string",
     "dict_type": "must be a mapping",
     "list_type": "must be a list",
+    "model_type": "must be a mapping",
+    "model_attributes_type": "must be a mapping",
     "too_short": "needs at least {min_length} item(s)",
 }
 
 
-def pydantic_errors(exc: Any, doc: Sourced, prefix: Loc = ()) -> ProblemErrors:
-    """Turn a pydantic ValidationError into file:line:field errors."""
-    out: list[ProblemError] = []
-    for err in exc.errors(include_url=False):
-        loc = prefix + tuple(x for x in err["loc"] if not (isinstance(x, str) and x.startswith("function-")))
-        # pydantic puts tuple/union member names in loc; keep only keys that exist in the data
-        clean: list[str | int] = []
-        for x in loc:
+def _data_path(data: Any, loc: tuple) -> tuple[list, bool]:
+    """The part of a pydantic error location that names keys and indices of `data` (pydantic also puts
+    union members and validator names, such as 'int' or 'list[int]', in it), and whether any was dropped."""
+    clean, node, dropped = [], data, False
+    for x in loc:
+        if isinstance(node, dict) and x in node:
             clean.append(x)
+            node = node[x]
+        elif isinstance(node, list) and isinstance(x, int) and 0 <= x < len(node):
+            clean.append(x)
+            node = node[x]
+        elif isinstance(node, (dict, list)) and not clean and not isinstance(x, str):
+            clean.append(x)
+        elif isinstance(node, dict) and isinstance(x, str) and "[" not in x and x not in _UNION_TAGS:
+            clean.append(x)  # a key the data lacks (a missing or unknown field): keep it, it names the field
+            node = None
+        else:
+            dropped = True
+    return clean, dropped
+
+
+_UNION_TAGS = {"int", "bool", "str", "float", "Range", "list", "dict", "none", "is-instance", "nullable"}
+
+
+def pydantic_errors(exc: Any, doc: Sourced, prefix: Loc = (), data: Any = None) -> ProblemErrors:
+    """Turn a pydantic ValidationError into file:line:field errors: one per field, the messages of a union's
+    alternatives joined."""
+    out: list[ProblemError] = []
+    merged: dict[tuple, int] = {}
+    data = doc.data if data is None else data
+    for err in exc.errors(include_url=False):
+        raw = tuple(x for x in err["loc"] if not (isinstance(x, str) and x.startswith("function-")))
+        path, union = _data_path(data, raw)
+        clean: list[str | int] = list(prefix) + path
         kind = err["type"]
         ctx = err.get("ctx") or {}
         if kind in _MESSAGES:
@@ -253,8 +280,15 @@ def pydantic_errors(exc: Any, doc: Sourced, prefix: Loc = ()) -> ProblemErrors:
             msg = f"unknown key '{clean[-1]}'" if clean else msg
         file, line = doc.locate(tuple(clean))
         fieldpath = ".".join(str(x) for x in clean) or None
+        key = tuple(clean)
+        if union and key in merged:  # another alternative of the same union: one error, both messages
+            prev = out[merged[key]]
+            if msg not in prev.message:
+                out[merged[key]] = ProblemError(file, line, fieldpath, f"{prev.message}; or {msg}")
+            continue
+        merged[key] = len(out)
         out.append(ProblemError(file, line, fieldpath, msg))
-    return ProblemErrors(out) if len(out) != 1 else ProblemErrors(out)
+    return ProblemErrors(out)
 
 
 def validate_model(model: Any, doc: Sourced, data: Any = None, prefix: Loc = ()) -> Any:
@@ -263,7 +297,7 @@ def validate_model(model: Any, doc: Sourced, data: Any = None, prefix: Loc = ())
     try:
         return model.model_validate(doc.data if data is None else data)
     except ValidationError as e:
-        raise pydantic_errors(e, doc, prefix) from None
+        raise pydantic_errors(e, doc, prefix, data) from None
 
 
 # --------------------------------------------------------------------------------------------- problems

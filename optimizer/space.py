@@ -18,14 +18,12 @@ import numpy as np
 from .errors import ProblemError
 from .layout import Group, axis_values, capped, divisors, placement, rule_masks
 from .model.knobs import RECOMPUTE, TP_OVERLAP, Knobs
-from .schema import Problem
+from .schema import Problem, Search
 
 BOOL = [False, True]
 
 
-SEARCHABLE = ("tp", "pp", "dp", "cp", "ep", "etp", "pp_embedding_loss", "vpp", "micro_batch", "recompute", "sequence_parallel", "tp_overlap",
-              "zero", "dp_overlap", "weight_offload", "activation_offload", "optimizer_offload", "fused_layers",
-              "attention", "pp_rs_ag", "schedule", "sp_ag_redo")
+SEARCHABLE = tuple(Search.model_fields)  # the knobs `search` may restrict (one list: the schema's)
 
 
 def _restrict(name: str, values: list, rule: Any) -> list:
@@ -63,7 +61,7 @@ def knob_domains(problem: Problem) -> dict[str, list]:
     """Values each knob may take before the cross-knob rules (divisibility, memory)."""
     p, sysm = problem, problem.system
     n = p.num_gpus
-    search = p.search or {}
+    search = p.search_rules()
     bad = set(search) - set(SEARCHABLE)
     if bad:
         raise ProblemError("<problem>", None, "search", f"unknown knob(s) {sorted(bad)} (searchable: "
@@ -165,7 +163,7 @@ def _layouts(p: Problem, dom: dict[str, list]) -> list[tuple[int, int, int, int]
         tp, pp, cp, dp = tp[i], pp[i], cp[i], D[j]
     else:
         dp = n // (tp * pp * cp)
-        if (p.search or {}).get("dp") is not None:
+        if p.search_rules().get("dp") is not None:
             keep = np.isin(dp, np.array(dom["dp"], dtype=np.int64))
             tp, pp, cp, dp = tp[keep], pp[keep], cp[keep], dp[keep]
     r = rule_masks(p, tp, pp, dp, cp)

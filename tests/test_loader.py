@@ -283,3 +283,29 @@ def test_default_problem_loads():
     p = load_problem(ROOT / "problems" / "default.yaml")
     assert p.llm == library_llm(p.llm.name)
     assert p.system == library_system(p.system.name)
+
+
+@pytest.mark.parametrize("search, line, field, words", [
+    ("search:\n  tpp: 4\n", 7, "search.tpp", "unknown key 'tpp'"),
+    ("search:\n  vpp: {maxx: 4}\n", 7, "search.vpp.maxx", "unknown key 'maxx'"),
+    ("search:\n  tp: '8'\n", 7, "search.tp", "must be an integer; or must be a list; or must be a mapping"),
+    ("search:\n  recompute: [none, partial]\n", 7, "search.recompute", "must be one of none, selective or full"),
+])
+def test_search_errors_carry_file_line_field(tmp_path, capsys, search, line, field, words):
+    """`search` is a typed schema: its errors name the file, the line and the field like every other field
+    (they used to print `<problem>`), for solve as for evaluate."""
+    path = _write(tmp_path, textwrap.dedent(VALID).lstrip("\n") + search)
+    rc = main(["solve", path])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err and "<problem>" not in err
+    assert f"error: {path}:{line}: {field}: {words}" in err.splitlines()
+
+
+def test_typed_search_restricts_the_space(tmp_path):
+    from optimizer.space import knob_domains
+
+    p = load_problem(_write(tmp_path, textwrap.dedent(VALID).lstrip("\n") + "search:\n  tp: [2, 4]\n  vpp: {max: 2}\n  recompute: full\n"
+                                               "  sequence_parallel: true\n", name="ok.yaml"))
+    dom = knob_domains(p)
+    assert dom["tp"] == [2, 4] and max(dom["vpp"]) <= 2 and dom["sequence_parallel"] == [True]
+    assert [r.value for r in dom["recompute"]] == ["full"]

@@ -3,11 +3,11 @@
 from .common import (AttentionKernel, Axis, MlpKind, Precision, ProcessingMode, Recompute, Schedule, TpComm,
                      TpOverlap)
 from .llm import LLM, MLA, MoE
-from .problem import Execution, Options, Problem, Training
+from .problem import Execution, Options, Problem, Range, Search, Training
 from .system import Calibration, Network, OffloadMemory, System
 
 __all__ = [
     "AttentionKernel", "Axis", "MlpKind", "Precision", "ProcessingMode", "Recompute", "Schedule", "TpComm",
-    "TpOverlap", "LLM", "MLA", "MoE", "Execution", "Options", "Problem", "Training", "Calibration", "Network",
+    "TpOverlap", "LLM", "MLA", "MoE", "Execution", "Options", "Problem", "Range", "Search", "Training", "Calibration", "Network",
     "OffloadMemory", "System",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, StrictBool, StrictInt, model_validator
 
 from .common import AttentionKernel, Frozen, Precision, Recompute, Schedule, TpComm, TpOverlap
 from .llm import LLM
@@ -110,6 +110,59 @@ class Objective(Frozen):
         return self
 
 
+class Range(Frozen):
+    """A range restriction of an integer knob: min <= value <= max (and one of `in` when given)."""
+
+    min: StrictInt | None = Field(None, ge=0, description="Smallest value allowed.")
+    max: StrictInt | None = Field(None, ge=0, description="Largest value allowed.")
+    in_: list[StrictInt] | None = Field(None, alias="in", description="Values allowed (with min/max: all must hold).")
+
+
+IntRule = StrictInt | list[StrictInt] | Range
+BoolRule = StrictBool | list[StrictBool]
+
+
+class Search(Frozen):
+    """Restrictions of the knob space that `solve` searches: per knob a value (`tp: 8`), a list
+    (`tp: [4, 8]`) or, for integers, a range (`vpp: {max: 4}`). A knob left out takes every legal value (fused
+    kernels, flash attention, scatter-gather p2p, 1F1B and the SP all-gather redo stay fixed unless named).
+    Naming a knob also lifts its default cap (`optimizer.layout.Caps`)."""
+
+    tp: IntRule | None = Field(None, description="Tensor-parallel degrees.")
+    pp: IntRule | None = Field(None, description="Pipeline-parallel degrees.")
+    dp: IntRule | None = Field(None, description="Data-parallel degrees.")
+    cp: IntRule | None = Field(None, description="Context-parallel degrees.")
+    ep: IntRule | None = Field(None, description="Expert-parallel degrees (MoE).")
+    etp: IntRule | None = Field(None, description="Expert tensor-parallel degrees (MoE).")
+    vpp: IntRule | None = Field(None, description="Virtual pipeline stages per rank.")
+    micro_batch: IntRule | None = Field(None, description="Micro-batch sizes, sequences.")
+    zero: IntRule | None = Field(None, description="ZeRO stages (0-3).")
+    pp_embedding_loss: BoolRule | None = Field(None, description="Embedding and loss as pipeline layer slots.")
+    sequence_parallel: BoolRule | None = Field(None, description="Sequence parallelism.")
+    dp_overlap: BoolRule | None = Field(None, description="Overlap of DP traffic with compute.")
+    weight_offload: BoolRule | None = Field(None, description="Weight offload (needs offload memory).")
+    activation_offload: BoolRule | None = Field(None, description="Activation offload (needs offload memory).")
+    optimizer_offload: BoolRule | None = Field(None, description="Optimizer-state offload (needs offload memory).")
+    fused_layers: BoolRule | None = Field(None, description="Fused element-wise kernels (fixed on unless named).")
+    pp_rs_ag: BoolRule | None = Field(None, description="Scatter-gather p2p (fixed on unless named).")
+    sp_ag_redo: BoolRule | None = Field(None, description="Redo the SP all-gather in backward (fixed on unless named).")
+    recompute: Recompute | list[Recompute] | None = Field(None, description="none | selective | full.")
+    tp_overlap: TpOverlap | list[TpOverlap] | None = Field(None, description="none | pipe | ring.")
+    attention: AttentionKernel | list[AttentionKernel] | None = Field(None, description="flash | standard "
+                                                                          "(fixed flash unless named).")
+    schedule: Schedule | list[Schedule] | None = Field(None, description="1f1b | gpipe (fixed 1F1B unless named).")
+
+    def rules(self) -> dict:
+        """{knob: value | list | {min, max, in}} of the knobs named (the form `optimizer.space` reads)."""
+        out = {}
+        for k in type(self).model_fields:
+            v = getattr(self, k)
+            if v is None:
+                continue
+            out[k] = v.model_dump(by_alias=True, exclude_none=True) if isinstance(v, Range) else v
+        return out
+
+
 class Problem(Frozen):
     """A planning problem: train `llm` with `training` on `num_gpus` GPUs of `system`."""
 
@@ -121,7 +174,7 @@ class Problem(Frozen):
     num_gpus: PositiveInt = Field(description="GPUs available.")
     training: Training = Field(description="Batch, precision, tokens.")
     execution: Execution = Field(default_factory=Execution, description="Knobs for `evaluate`.")
-    search: dict | None = Field(None, description="Restrictions of the knob space for `solve` (see README).")
+    search: Search | None = Field(None, description="Restrictions of the knob space for `solve`.")
     options: Options = Field(default_factory=Options, description="Headroom, idle GPUs.")
     objective: Objective = Field(default_factory=Objective, description="What `solve` optimises.")
 
@@ -131,6 +184,13 @@ class Problem(Frozen):
                 not self.training.tokens:
             raise ValueError("objective.max_days and objective.max_gpu_hours need training.tokens")
         return self
+
+    def search_rules(self) -> dict:
+        """The `search` restrictions as {knob: rule} (a problem changed in code may hold a plain dict)."""
+        s = self.search
+        if s is None:
+            return {}
+        return dict(s) if isinstance(s, dict) else s.rules()
 
     def steps_to_train(self) -> float | None:
         """Optimizer steps to train training.tokens (None without tokens)."""

@@ -11,7 +11,7 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_
 
 from .common import Frozen
 from .llm import LLM
-from .problem import Options, Training
+from .problem import Options, Search, Training
 from .system import Network, System
 
 
@@ -115,7 +115,7 @@ class ProcureProblem(Frozen):
     catalog: Catalog = Field(description="Node types on offer: a name in problems/catalogs/, or inline.")
     training: Training = Field(description="Batch, precision, tokens to train.")
     procure: Procure = Field(default_factory=Procure, description="Budget, limits and objective.")
-    search: dict | None = Field(None, description="Restrictions of the knob space, as in `solve`.")
+    search: Search | None = Field(None, description="Restrictions of the knob space, as in `solve`.")
     options: Options = Field(default_factory=Options, description="Memory headroom (idle GPUs and whole nodes "
                              "are set by procure).")
 
