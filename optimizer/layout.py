@@ -5,7 +5,7 @@ Everything that decides whether a plan is *legal* (not whether it fits in memory
 on the user's execution), `space` (the solver's candidate domains and legal triples), the CP-SAT
 explanation model of `paraplan check` (`formulations.rules`) and the ZeRO rule of the formulation.
 
-Parallel axes (`Axis`, Megatron-Core rank order, innermost first):
+Parallel axes (`optimizer.schema.Axis` has the glossary), in Megatron-Core's rank order, innermost first:
 
     tp   tensor parallelism: each layer's matrices split over tp ranks (Shoeybi et al. 2019)
     cp   context parallelism: the sequence split over cp ranks, K/V exchanged in a ring
@@ -45,16 +45,6 @@ import numpy as np
 
 if TYPE_CHECKING:
     from .schema import Problem
-
-
-class Axis(StrEnum):
-    """Parallel axes, innermost first in Megatron-Core's rank order (see the module docstring)."""
-
-    TP = "tp"
-    CP = "cp"
-    EP = "ep"
-    DP = "dp"
-    PP = "pp"
 
 
 class Group(StrEnum):
