@@ -9,6 +9,7 @@ both: ``problems/x.yaml:14: system.hbm_gib: must be > 0``.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,16 +57,37 @@ def _display(path: Path) -> str:
     return str(path) if rel.startswith("..") else rel
 
 
+MAX_FILE_BYTES = 4 * 2**20  # a problem, catalog or run file is kilobytes; more is not one
+MAX_DEPTH = 32  # nesting of mappings and lists
+MAX_VALUES = 200_000  # keys, items and scalars after alias expansion (an alias bomb expands to billions)
+_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("map", "seq", "str", "int", "float", "bool", "null", "timestamp")}
+
+
 def read_yaml(path: str | os.PathLike) -> Sourced:
-    """Parse one YAML file, keeping the line of every key and list item."""
-    p = Path(path)
-    name = _display(p)
+    """Parse one YAML file, keeping the line of every key and list item. Any bytes get a one-line error:
+    too large, binary, not UTF-8, too deep, too many values, an unsupported tag."""
     try:
-        text = p.read_text(encoding="utf-8")
+        p = Path(path)
+        name = _display(p)
+    except (TypeError, ValueError) as e:
+        raise ProblemError(str(path)[:200], None, None, f"not a file name: {e}") from None
+    try:
+        size = p.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ProblemError(name, None, None, f"file too large ({size / 2**20:.1f} MiB; at most "
+                               f"{MAX_FILE_BYTES // 2**20} MiB)")
+        raw = p.read_bytes()
     except FileNotFoundError:
         raise ProblemError(name, None, None, "no such file") from None
-    except OSError as e:
-        raise ProblemError(name, None, None, f"cannot read: {e.strerror}") from None
+    except (OSError, ValueError) as e:
+        raise ProblemError(name, None, None, f"cannot read: {getattr(e, 'strerror', None) or e}") from None
+    if b"\0" in raw:
+        raise ProblemError(name, raw[: raw.index(b"\0")].count(b"\n") + 1, None, "binary file (NUL byte), not YAML")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ProblemError(name, raw[: e.start].count(b"\n") + 1, None,
+                           f"not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
     return parse_yaml(text, name)
 
 
@@ -77,6 +99,10 @@ def parse_yaml(text: str, name: str = "<input>") -> Sourced:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else None
         raise ProblemError(name, line, None, f"YAML syntax: {e.problem or e}") from None
+    except yaml.YAMLError as e:
+        raise ProblemError(name, None, None, f"YAML: {e}") from None
+    except RecursionError:
+        raise ProblemError(name, None, None, f"nested too deeply (at most {MAX_DEPTH} levels)") from None
     finally:
         loader.dispose()
     where: dict[Loc, tuple[str, int]] = {}
@@ -84,11 +110,27 @@ def parse_yaml(text: str, name: str = "<input>") -> Sourced:
         return Sourced(None, where, name)
     where[()] = (name, node.start_mark.line + 1)
     constructor = yaml.SafeLoader("")
+    count = [0]
 
-    def walk(n: yaml.Node, loc: Loc) -> Any:
+    def fail(n: yaml.Node, loc: Loc, msg: str):
+        raise ProblemError(name, n.start_mark.line + 1, ".".join(map(str, loc)) or None, msg)
+
+    def walk(n: yaml.Node, loc: Loc, path: tuple = ()) -> Any:
+        count[0] += 1
+        if count[0] > MAX_VALUES:
+            fail(n, loc, f"more than {MAX_VALUES:,} values (aliases expanding without bound?)")
+        if len(loc) > MAX_DEPTH:
+            fail(n, loc, f"nested too deeply (at most {MAX_DEPTH} levels)")
+        if id(n) in path:
+            fail(n, loc, "an alias refers to itself (recursive YAML)")
+        if n.tag not in _TAGS:
+            fail(n, loc, f"unsupported YAML tag '{n.tag}' (plain mappings, lists, strings and numbers only)")
+        path = path + (id(n),)
         if isinstance(n, yaml.MappingNode):
             out: dict[Any, Any] = {}
             for k, v in n.value:
+                if not isinstance(k, yaml.ScalarNode) or k.tag not in _TAGS:
+                    fail(k, loc, "keys must be plain strings")
                 key = constructor.construct_object(k, deep=True)
                 if not isinstance(key, (str, int)):
                     raise ProblemError(name, k.start_mark.line + 1, ".".join(map(str, loc)) or None,
@@ -97,18 +139,20 @@ def parse_yaml(text: str, name: str = "<input>") -> Sourced:
                     raise ProblemError(name, k.start_mark.line + 1, ".".join(map(str, loc + (key,))),
                                        "duplicate key")
                 where[loc + (key,)] = (name, k.start_mark.line + 1)
-                out[key] = walk(v, loc + (key,))
+                out[key] = walk(v, loc + (key,), path)
             return out
         if isinstance(n, yaml.SequenceNode):
             items = []
             for i, v in enumerate(n.value):
                 where[loc + (i,)] = (name, v.start_mark.line + 1)
-                items.append(walk(v, loc + (i,)))
+                items.append(walk(v, loc + (i,), path))
             return items
+        if isinstance(n, yaml.ScalarNode) and n.tag.endswith((":int", ":float")) and len(n.value) > 64:
+            fail(n, loc, f"number with {len(n.value)} characters (at most 64)")
         try:
             return constructor.construct_object(n, deep=True)
-        except yaml.YAMLError as e:
-            raise ProblemError(name, n.start_mark.line + 1, ".".join(map(str, loc)), str(e)) from None
+        except (yaml.YAMLError, ValueError, OverflowError) as e:
+            fail(n, loc, f"invalid value: {str(e).splitlines()[0]}")
 
     return Sourced(walk(node, ()), where, name)
 
@@ -141,12 +185,21 @@ def library_dirs(near: Path | None = None) -> list[Path]:
     return dirs
 
 
+LIBRARY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
+
+
 def find_in_library(kind: str, name: str, near: Path | None = None) -> Path | None:
+    """The library file of a name (None: none, or not a library name: letters, digits, '.', '_', '+', '-')."""
+    if not isinstance(name, str) or not LIBRARY_NAME.match(name):
+        return None
     sub = KINDS[kind]
     for d in library_dirs(near):
         cand = d / sub / f"{name}.yaml"
-        if cand.is_file():
-            return cand
+        try:
+            if cand.is_file():
+                return cand
+        except (OSError, ValueError):
+            continue
     return None
 
 
@@ -181,15 +234,20 @@ def resolve_ref(doc: Sourced, loc: Loc, kind: str, near: Path | None) -> None:
         return  # inline definition, validated as is
     file, line = doc.locate(loc)
     if value.endswith((".yaml", ".yml")):
-        path = (near / value) if near is not None else Path(value)
-        if not path.is_file():
-            raise ProblemError(file, line, ".".join(map(str, loc)), f"file not found: {value}")
+        try:
+            path = (near / value) if near is not None else Path(value)
+            ok = path.is_file()
+        except (OSError, ValueError):
+            ok = False
+        if not ok:
+            raise ProblemError(file, line, ".".join(map(str, loc)), f"file not found: {value[:200]}")
     else:
         found = find_in_library(kind, value, near)
         if found is None:
             names = ", ".join(available(kind, near)) or "none found"
-            raise ProblemError(file, line, ".".join(map(str, loc)),
-                               f"unknown {kind} '{value}' (known: {names})")
+            what = (f"unknown {kind} '{value}'" if LIBRARY_NAME.match(value) else
+                    f"'{value[:60]}' is not a library name (letters, digits, '.', '_', '+', '-') nor a .yaml path")
+            raise ProblemError(file, line, ".".join(map(str, loc)), f"{what} (known: {names})")
         path = found
     sub = read_yaml(path)
     if not isinstance(sub.data, dict):
@@ -207,10 +265,11 @@ def resolve_ref(doc: Sourced, loc: Loc, kind: str, near: Path | None) -> None:
 
 # --------------------------------------------------------------------------------------------- errors
 _MESSAGES = {
-    "greater_than": "must be > {gt:g}",
-    "greater_than_equal": "must be >= {ge:g}",
-    "less_than": "must be < {lt:g}",
-    "less_than_equal": "must be <= {le:g}",
+    "greater_than": "must be > {gt}",
+    "greater_than_equal": "must be >= {ge}",
+    "less_than": "must be < {lt}",
+    "less_than_equal": "must be <= {le} (the largest physically meaningful value)",
+    "finite_number": "must be a finite number",
     "extra_forbidden": "unknown key",
     "missing": "required field is missing",
     "int_type": "must be an integer",
@@ -227,6 +286,15 @@ _MESSAGES = {
     "model_attributes_type": "must be a mapping",
     "too_short": "needs at least {min_length} item(s)",
 }
+
+
+def _num(v: Any) -> Any:
+    """A bound as a person writes it: 16,777,216 and 64, not 1.67772e+07 and 64.0."""
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e12:
+        v = int(v)
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10000:
+        return f"{v:,}"
+    return f"{v:g}" if isinstance(v, float) else v
 
 
 def _data_path(data: Any, loc: tuple) -> tuple[list, bool]:
@@ -267,7 +335,7 @@ def pydantic_errors(exc: Any, doc: Sourced, prefix: Loc = (), data: Any = None) 
         ctx = err.get("ctx") or {}
         if kind in _MESSAGES:
             try:
-                msg = _MESSAGES[kind].format(**ctx)
+                msg = _MESSAGES[kind].format(**{k: _num(v) for k, v in ctx.items()})
             except (KeyError, IndexError):
                 msg = err["msg"]
         elif kind == "enum":
@@ -317,10 +385,11 @@ def load_problem(path: str | os.PathLike, require_execution: bool = False):
     """Load and validate a problem file (stages load + validate). The execution's integer rules are checked
     when the file writes an `execution` or the caller needs one (`evaluate`); `solve` searches knobs."""
     from .schema import Problem
-    from .validate import check_problem
+    from .validate import check_problem, precision_errors, raise_errors
 
     doc = load_document(path)
     problem = validate_model(Problem, doc)
+    raise_errors(precision_errors(problem.system, problem.training.precision), doc)
     if require_execution or "execution" in doc.data:
         check_problem(problem, doc)
     return problem
@@ -330,8 +399,11 @@ def load_problem_doc(path: str | os.PathLike):
     """The problem without its execution rules checked, and the execution keys the file writes (`check`)."""
     from .schema import Problem
 
+    from .validate import precision_errors, raise_errors
+
     doc = load_document(path)
     problem = validate_model(Problem, doc)
+    raise_errors(precision_errors(problem.system, problem.training.precision), doc)
     written = doc.data.get("execution") if isinstance(doc.data.get("execution"), dict) else None
     return problem, written
 
@@ -419,5 +491,10 @@ def load_procure_document(path: str | os.PathLike) -> Sourced:
 def load_procure(path: str | os.PathLike):
     """Load and validate a procurement problem (`paraplan procure`)."""
     from .schema.procure import ProcureProblem
+    from .validate import precision_errors, raise_errors
 
-    return validate_model(ProcureProblem, load_procure_document(path))
+    doc = load_procure_document(path)
+    pp = validate_model(ProcureProblem, doc)
+    raise_errors([e for i, t in enumerate(pp.catalog.node_types)
+                  for e in precision_errors(t.system, pp.training.precision, f"catalog.node_types.{i}.system")], doc)
+    return pp

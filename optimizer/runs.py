@@ -286,7 +286,26 @@ def predict(mapped: Mapped) -> Prediction:
 
 
 def load_runs(path: str) -> Sourced:
+    """A runs file, every record checked against the run schema (`optimizer.schema.run`: unknown keys and
+    wrong types are file:line:field errors); the records come back with every key present."""
+    from .errors import ProblemErrors
+    from .loader import validate_model
+    from .schema.run import Run
+
     doc = read_yaml(path)
     if not isinstance(doc.data, list):
         raise ProblemError(doc.file, 1, None, "a runs file is a YAML list of run records")
+    records, errors = [], []
+    for i, rec in enumerate(doc.data):
+        try:
+            records.append(validate_model(Run, doc, rec, prefix=(i,)).model_dump(mode="json"))
+        except ProblemErrors as e:
+            errors += e.errors
+    if errors:
+        raise ProblemErrors(errors)
+    ids = [r["id"] for r in records]
+    dup = sorted({x for x in ids if ids.count(x) > 1})
+    if dup:
+        raise ProblemError(doc.file, None, "id", f"duplicate run ids: {', '.join(dup)}")
+    doc.data = records
     return doc

@@ -112,6 +112,26 @@ def execution_errors(problem: "Problem", ex: "Execution | None" = None) -> list[
     return out
 
 
+def precision_errors(system, precision, field: str = "training.precision") -> list[tuple[str, str]]:
+    """The training precision needs the system's matrix peak in it."""
+    if precision in system.matrix_tflops:
+        return []
+    have = ", ".join(str(getattr(p, "value", p)) for p in system.matrix_tflops) or "none"
+    return [(field, f"system {system.name} has no {precision.value} matrix peak (it has: {have})")]
+
+
+def raise_errors(errs: list[tuple[str, str]], doc: "Sourced | None") -> None:
+    """Raise (field path, message) pairs as file:line:field errors (nothing when empty)."""
+    if not errs:
+        return
+    out = []
+    for fieldpath, msg in errs:
+        loc = tuple(int(x) if x.isdigit() else x for x in fieldpath.split("."))
+        file, line = doc.locate(loc) if doc is not None else ("<problem>", None)
+        out.append(ProblemError(file, line, fieldpath, msg))
+    raise ProblemErrors(out)
+
+
 def check_problem(problem: "Problem", doc: "Sourced | None" = None) -> None:
     """Raise file:line:field errors for every broken rule of the problem's execution."""
     errs = execution_errors(problem)

@@ -3,14 +3,26 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, Strict
 
 
 class Frozen(BaseModel):
-    """Base of every schema: immutable, unknown keys rejected."""
+    """Base of every schema: immutable, unknown keys rejected, numbers finite."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, allow_inf_nan=False)
+
+
+# Numbers in problem files: strict (``tp: "8"`` and ``true`` are not numbers) and bounded by what is
+# physically meaningful, so that nothing downstream overflows or loops over a value.
+MAX_COUNT = 2**24  # GPUs, sequences, tokens per sequence, layer widths: 16.7M is beyond any machine or model
+MAX_AMOUNT = 1.0e15  # USD, tokens, kW, GiB, GB/s, TFLOP/s, seconds, days: above any real quantity
+Int = Annotated[int, Strict(), Field(le=MAX_COUNT)]
+PositiveInt = Annotated[int, Strict(), Field(gt=0, le=MAX_COUNT)]
+Float = Annotated[float, Strict(), Field(le=MAX_AMOUNT)]
+PositiveFloat = Annotated[float, Strict(), Field(gt=0, le=MAX_AMOUNT)]
+NonNegativeFloat = Annotated[float, Strict(), Field(ge=0, le=MAX_AMOUNT)]
 
 
 class Axis(StrEnum):

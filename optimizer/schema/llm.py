@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, model_validator
 
-from .common import Frozen, MlpKind
+from .common import Float, Frozen, Int, MlpKind, PositiveInt
 
 
 class MoE(Frozen):
     """Mixture of experts in the MLP of (some) layers."""
 
-    experts: PositiveInt = Field(description="Routed experts per MoE layer.")
+    experts: PositiveInt = Field(le=65536, description="Routed experts per MoE layer (at most 65,536).")
     top_k: PositiveInt = Field(description="Routed experts each token is sent to.")
     expert_ffn: PositiveInt = Field(description="Intermediate size of one routed expert (gated size for gated MLPs).")
-    shared_experts: int = Field(0, ge=0, description="Always-active shared experts, each of size expert_ffn.")
+    shared_experts: Int = Field(0, ge=0, description="Always-active shared experts, each of size expert_ffn.")
     moe_layers: PositiveInt | None = Field(
         None, description="Number of layers whose MLP is MoE (the rest are dense with `ffn`); null = all.")
-    capacity_factor: float = Field(
-        1.0, gt=0, description="Tokens an expert receives relative to a perfectly balanced router "
+    capacity_factor: Float = Field(
+        1.0, gt=0, le=64, description="Tokens an expert receives relative to a perfectly balanced router "
         "(load imbalance of the busiest expert); scales expert compute and dispatch volume.")
 
     @model_validator(mode="after")
@@ -34,7 +34,7 @@ class MLA(Frozen):
     counts and projection FLOPs; the attention core runs on heads with query/key size
     head_dim + qk_rope_head_dim and value size v_head_dim (FLOPs at their mean per head)."""
 
-    q_lora_rank: int = Field(0, ge=0, description="Rank of the query latent (0 = queries not compressed).")
+    q_lora_rank: Int = Field(0, ge=0, description="Rank of the query latent (0 = queries not compressed).")
     kv_lora_rank: PositiveInt = Field(description="Rank of the joint key/value latent.")
     qk_rope_head_dim: PositiveInt = Field(description="Rotary (decoupled) part of each query/key head.")
     v_head_dim: PositiveInt = Field(description="Size of one value head.")
@@ -47,8 +47,8 @@ class LLM(Frozen):
     source: str | None = Field(None, description="Where the shape comes from (paper, config file).")
     hidden: PositiveInt = Field(description="Model width h.")
     ffn: PositiveInt = Field(description="MLP intermediate size (for gated MLPs the gated size, e.g. 14336).")
-    layers: PositiveInt = Field(description="Transformer blocks L.")
-    heads: PositiveInt = Field(description="Query attention heads a.")
+    layers: PositiveInt = Field(le=100_000, description="Transformer blocks L (at most 100,000).")
+    heads: PositiveInt = Field(le=65536, description="Query attention heads a (at most 65,536).")
     kv_heads: PositiveInt | None = Field(None, description="K/V heads g (GQA when < heads, MQA when 1); null = heads.")
     head_dim: PositiveInt | None = Field(None, description="Size of one head; null = hidden / heads.")
     seq_len: PositiveInt = Field(description="Training sequence length s (tokens).")

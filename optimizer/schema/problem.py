@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import Field, PositiveFloat, PositiveInt, StrictBool, StrictInt, model_validator
+from pydantic import Field, StrictBool, StrictInt, model_validator
 
-from .common import AttentionKernel, Frozen, Precision, Recompute, Schedule, TpComm, TpOverlap
+from .common import AttentionKernel, Float, Frozen, Int, PositiveFloat, PositiveInt, Precision, Recompute, Schedule, TpComm, TpOverlap
 from .llm import LLM
 from .system import System
 
@@ -52,7 +52,7 @@ class Execution(Frozen):
     pp_rs_ag: bool = Field(True, description="PP p2p sends 1/tp of the activation and all-gathers it over the "
                            "TP group (scatter-gather, Narayanan 2021).")
     dp_overlap: bool = Field(True, description="Overlap gradient reduction (and parameter gathering) with compute.")
-    zero: int = Field(0, ge=0, le=3, description="ZeRO stage: 0 none, 1 optimizer sharding (distributed "
+    zero: Int = Field(0, ge=0, le=3, description="ZeRO stage: 0 none, 1 optimizer sharding (distributed "
                       "optimizer), 2 + gradients, 3 + weights (FSDP full shard).")
     fused_layers: bool = Field(True, description="Fused element-wise kernels (bias-GeLU, bias-dropout-add, "
                                "softmax, norms): one memory pass instead of several.")
@@ -76,7 +76,7 @@ class Execution(Frozen):
 class Options(Frozen):
     """Problem-wide options."""
 
-    memory_headroom_gib: float = Field(0.0, ge=0, description="HBM kept free on every GPU, GiB.")
+    memory_headroom_gib: Float = Field(0.0, ge=0, description="HBM kept free on every GPU, GiB.")
     allow_idle_gpus: bool = Field(False, description="Allow tp*pp*dp*cp < num_gpus.")
     gpu_multiple: PositiveInt = Field(1, description="GPUs used (tp*pp*dp*cp) must be a multiple of this, e.g. "
                                       "whole nodes when hardware is bought (`procure`).")

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, model_validator
 
-from .common import Frozen
+from .common import Frozen, NonNegativeFloat, PositiveFloat, PositiveInt
 from .llm import LLM
 from .problem import Options, Search, Training
 from .system import Network, System

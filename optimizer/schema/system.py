@@ -6,9 +6,9 @@ Units are in the field names: ``*_tflops`` dense peak in 10^12 FLOP/s, ``*_gbps`
 
 from __future__ import annotations
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from .common import Frozen, Precision, ProcessingMode
+from .common import Float, Frozen, NonNegativeFloat, PositiveFloat, PositiveInt, Precision, ProcessingMode
 
 EfficiencyTable = list[tuple[float, float]]
 
@@ -35,8 +35,8 @@ class Network(Frozen):
     size: PositiveInt = Field(description="GPUs one domain of this tier spans (8 for an NVLink node).")
     bandwidth_gbps: PositiveFloat = Field(description="Per-GPU unidirectional injection bandwidth, GB/s.")
     latency_us: NonNegativeFloat = Field(description="Per-step latency of a collective (one ring hop), microseconds.")
-    efficiency: float = Field(gt=0, le=1, description="Achieved fraction of bandwidth_gbps for large collectives.")
-    processor_usage: float = Field(
+    efficiency: Float = Field(gt=0, le=1, description="Achieved fraction of bandwidth_gbps for large collectives.")
+    processor_usage: Float = Field(
         0.0, ge=0, lt=1, description="Fraction of compute a collective overlapped with compute steals (SMs used by NCCL).")
     must_fill: bool = Field(False, description="Groups placed on this tier must tile its domain exactly "
                             "(tier size divisible by the product of the degrees placed on it).")
@@ -47,7 +47,7 @@ class OffloadMemory(Frozen):
 
     capacity_gib: NonNegativeFloat = Field(0.0, description="Offload capacity per GPU, GiB (0 = none).")
     bandwidth_gbps: NonNegativeFloat = Field(0.0, description="Per-GPU bandwidth to offload memory, GB/s, each way.")
-    efficiency: float = Field(0.8, gt=0, le=1, description="Achieved fraction of bandwidth_gbps.")
+    efficiency: Float = Field(0.8, gt=0, le=1, description="Achieved fraction of bandwidth_gbps.")
 
 
 class Calibration(Frozen):
@@ -87,7 +87,7 @@ class System(Frozen):
     gemm_tile: tuple[PositiveInt, PositiveInt] = Field(
         (256, 128), description="Output tile (rows, columns) of one thread block of the library's large GEMM "
         "kernels (cuBLAS/CUTLASS 256x128 on Ampere/Hopper).")
-    attention_efficiency: float = Field(
+    attention_efficiency: Float = Field(
         0.6, gt=0, le=1, description="Achieved fraction of matrix peak inside a fused (flash) attention kernel.")
     vector_tflops: dict[Precision, PositiveFloat] = Field(
         description="Non-tensor-core (CUDA core) peak per datatype, TFLOP/s.")
