@@ -99,7 +99,7 @@ def test_validate_json_shape(tmp_path, capsys, calibration_file):
         path.write_text(yaml.safe_dump([ok, tpu, bad], sort_keys=False), encoding="utf-8")
         assert main(["validate", str(path), "--json"]) == 2
         out, err = capsys.readouterr()
-        assert out == "" and f"bad.yaml:" in err and f": {field}: " in err and "Traceback" not in err
+        assert out == "" and "bad.yaml:" in err and f": {field}: " in err and "Traceback" not in err
 
     path = tmp_path / "runs.yaml"
     path.write_text(yaml.safe_dump([ok, tpu], sort_keys=False), encoding="utf-8")
