@@ -182,7 +182,7 @@ def presolve(Ts: Tables | list[Tables], top: int = 1, n_triples: int = 96) -> Pr
 
 
 def refine(Ts: list[Tables], P: Pairs, cols: dict[str, np.ndarray], inc: "Incumbent", top: int,
-           keep_at_most: int = 64, batch: int = 4096, rounds: int = 4):
+           keep_at_most: int = 64, batch: int = 8192, rounds: int = 32):
     """While more than `keep_at_most` pairs survive, evaluate the `batch` pairs of smallest bound with the
     model (every ZeRO stage and DP overlap): their bound becomes their exact score (less the integer
     objective's rounding slack), and a better incumbent prunes the rest again. The triple-level incumbent is

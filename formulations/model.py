@@ -45,6 +45,22 @@ SOLVER_PARAMS = {"num_workers": 1, "random_seed": 0, "log_search_progress": Fals
                  "cp_model_probing_level": 0, "symmetry_level": 0, "linearization_level": 0}
 
 
+def check_params(params: dict) -> None:
+    """Every key a CP-SAT parameter, every value of its type (`--sat-params`), or a ProblemError naming it."""
+    from ortools.sat import sat_parameters_pb2
+
+    from optimizer.errors import ProblemError
+
+    fields = sat_parameters_pb2.SatParameters.DESCRIPTOR.fields_by_name
+    for k, v in params.items():
+        if k not in fields:
+            raise ProblemError("--sat-params", None, k, "unknown CP-SAT parameter (see ortools' sat_parameters.proto)")
+        try:
+            set_params(cp_model.CpSolver(), {k: v})
+        except (TypeError, ValueError, AttributeError) as e:
+            raise ProblemError("--sat-params", None, k, f"bad value {v!r}: {e}") from None
+
+
 def set_params(solver: cp_model.CpSolver, params: dict) -> None:
     """Solver parameters by name; enum values by their name (``search_branching: FIXED_SEARCH``)."""
     for k, v in params.items():

@@ -7,7 +7,11 @@
     paraplan check PROBLEM.yaml [--json]        does it fit, why not, what would
     paraplan procure PROBLEM.yaml [--pareto] [--json] [--plot FILE.png]
                                                 what hardware to buy or rent, with its plan
-    paraplan schema                             JSON Schema of the problem format
+    paraplan schema [--kind K]                  JSON Schema of problem, procure, catalog, system, llm or run files
+
+Exit codes, one meaning each: 0 an answer; 2 bad input (file:line:field, or a bad flag); 3 proven that
+nothing fits; 4 the time limit passed before any plan was found (not a proof); 5 an internal disagreement
+between the solver and the model (a bug); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -17,8 +21,73 @@ import json
 import sys
 
 
+def _finite(obj):
+    """JSON has no Infinity or NaN: they become null."""
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):  # numpy scalars
+        return _finite(obj.item())
+    return obj
+
+
 def _print_json(obj) -> None:
-    print(json.dumps(obj, indent=2, default=float))
+    print(json.dumps(_finite(obj), indent=2, allow_nan=False, default=str))
+
+
+def _top(text: str) -> int:
+    """--top: a whole number of plans, 1 to 1000."""
+    try:
+        k = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 1 <= k <= 1000:
+        raise argparse.ArgumentTypeError(f"{k} is outside 1..1000")
+    return k
+
+
+def _seconds(text: str) -> float:
+    """--time-limit: seconds, more than 0 and at most a day."""
+    try:
+        s = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0 < s <= 86400:
+        raise argparse.ArgumentTypeError(f"{text} is outside (0, 86400] s")
+    return s
+
+
+def _amount(text: str) -> float:
+    """A positive, finite quantity (GiB, GB/s)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < v <= 1e9:
+        raise argparse.ArgumentTypeError(f"{text} is outside (0, 1e9]")
+    return v
+
+
+def _check_plot(path: str | None) -> None:
+    """--plot is checked before any work: matplotlib installed, the folder there, a .png name."""
+    from .errors import ProblemError
+
+    if not path:
+        return
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ProblemError("--plot", None, None, "needs matplotlib: pip install 'paraplan[plot]'") from None
+    import os
+
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ProblemError("--plot", None, None, f"folder {folder} does not exist")
+    if not path.lower().endswith(".png"):
+        raise ProblemError("--plot", None, None, f"{path}: the plot is a PNG file (name it *.png)")
 
 
 def cmd_evaluate(args) -> int:
@@ -49,19 +118,28 @@ def cmd_validate(args) -> int:
 
 def cmd_solve(args) -> int:
     from .loader import load_problem
+    from .errors import Infeasible, ProblemError, TimeLimit
     from .solve import render, result_dict, solve
 
-    from .errors import ProblemError
-
-    problem = load_problem(args.problem)
     params = None
     if args.sat_params:
+        from formulations.model import check_params
+
         try:
             params = json.loads(args.sat_params)
-            assert isinstance(params, dict)
-        except (ValueError, AssertionError):
-            raise ProblemError("--sat-params", None, None, "expected a JSON object of CP-SAT parameters") from None
-    r = solve(problem, method=args.method, top=args.top, time_limit_s=args.time_limit, params=params)
+        except ValueError:
+            params = None
+        if not isinstance(params, dict):
+            raise ProblemError("--sat-params", None, None, "expected a JSON object of CP-SAT parameters")
+        check_params(params)
+    problem = load_problem(args.problem)
+    try:
+        r = solve(problem, method=args.method, top=args.top, time_limit_s=args.time_limit, params=params)
+    except (Infeasible, TimeLimit) as e:
+        if args.json:
+            _print_json({"status": "infeasible" if isinstance(e, Infeasible) else "time_limit",
+                         "reason": str(e.reason), "message": str(e), "plans": []})
+        raise
     if args.json:
         _print_json(result_dict(problem, r))
     else:
@@ -86,6 +164,7 @@ def cmd_procure(args) -> int:
     from .loader import load_procure
     from .procure import plot_pareto, procure, render, result_dict
 
+    _check_plot(args.plot)
     pp = load_procure(args.problem)
     r = procure(pp, pareto=args.pareto or bool(args.plot), time_limit_s=args.time_limit)
     if args.plot:
@@ -100,15 +179,22 @@ def cmd_procure(args) -> int:
 
 
 def cmd_schema(args) -> int:
-    from .schema import Problem
+    from .schema import LLM, Problem, System
+    from .schema.procure import Catalog, ProcureProblem
+    from .schema.run import Run
 
-    _print_json(Problem.model_json_schema())
+    model = {"problem": Problem, "procure": ProcureProblem, "catalog": Catalog, "system": System, "llm": LLM,
+             "run": Run}[args.kind]
+    _print_json(model.model_json_schema())
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="paraplan", description="Plan LLM training: fastest parallel execution, "
                                  "feasibility, hardware procurement (CP-SAT over an analytical model).")
+    from . import __version__
+
+    ap.add_argument("--version", action="version", version=f"paraplan {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("evaluate", help="step time and memory of the problem's execution")
     p.add_argument("problem")
@@ -120,8 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_validate)
     p = sub.add_parser("solve", help="the fastest execution of the problem (exit 3 when nothing fits)")
     p.add_argument("problem")
-    p.add_argument("--top", type=int, default=1, help="K distinct plans, best first")
-    p.add_argument("--time-limit", type=float, default=60.0, help="solver time limit, s")
+    p.add_argument("--top", type=_top, default=1, help="K distinct plans, best first (1..1000)")
+    p.add_argument("--time-limit", type=_seconds, default=60.0, help="solver time limit, s")
     p.add_argument("--method", choices=["cpsat", "enumerate"], default="cpsat",
                    help="cpsat (proven optimum, default) or enumerate (the exhaustive oracle)")
     p.add_argument("--sat-params", metavar="JSON", help='CP-SAT parameters, e.g. \'{"num_workers": 2}\'')
@@ -131,17 +217,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="does it fit? why not, and what smallest change would (exit 3: does not fit)")
     p.add_argument("problem")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--offload-gib", type=float, default=512.0, help="offload memory to try when nothing fits")
-    p.add_argument("--offload-gbps", type=float, default=64.0, help="its bandwidth, GB/s (PCIe 5 x16: 64)")
+    p.add_argument("--offload-gib", type=_amount, default=512.0, help="offload memory to try when nothing fits")
+    p.add_argument("--offload-gbps", type=_amount, default=64.0, help="its bandwidth, GB/s (PCIe 5 x16: 64)")
     p.set_defaults(func=cmd_check)
     p = sub.add_parser("procure", help="what hardware to buy or rent, and its plan (exit 3: nothing fits)")
     p.add_argument("problem")
     p.add_argument("--pareto", action="store_true", help="also the front of cost against time to train")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", metavar="FILE.png", help="plot the Pareto front (implies --pareto)")
-    p.add_argument("--time-limit", type=float, default=60.0, help="solver time limit per solve, s")
+    p.add_argument("--time-limit", type=_seconds, default=60.0, help="solver time limit per solve, s")
     p.set_defaults(func=cmd_procure)
-    p = sub.add_parser("schema", help="print the JSON Schema of problem files")
+    p = sub.add_parser("schema", help="print the JSON Schema of an input format")
+    p.add_argument("--kind", choices=["problem", "procure", "catalog", "system", "llm", "run"], default="problem",
+                   help="which file format (default: problem)")
     p.set_defaults(func=cmd_schema)
     return ap
 

@@ -91,7 +91,30 @@ def read_yaml(path: str | os.PathLike) -> Sourced:
     return parse_yaml(text, name)
 
 
+def _check_depth(text: str, name: str) -> None:
+    """Nesting depth from the parser's events (no recursion, unlike composing), so a deeply nested file gets
+    a line, not a RecursionError."""
+    depth = 0
+    try:
+        for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise ProblemError(name, ev.start_mark.line + 1, None,
+                                       f"nested too deeply (at most {MAX_DEPTH} levels)")
+            elif isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+    except yaml.MarkedYAMLError:
+        return  # composing reports syntax errors with their line
+
+
 def parse_yaml(text: str, name: str = "<input>") -> Sourced:
+    try:
+        yaml.reader.Reader(text)  # printable characters only
+    except yaml.reader.ReaderError as e:
+        raise ProblemError(name, text[: e.position].count("\n") + 1, None,
+                           f"character #x{e.character:04x} is not allowed in YAML") from None
+    _check_depth(text, name)
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from .errors import Infeasible
 from .objective import gpus_used
 from .schema import Options, Problem
+from .schema.common import MAX_COUNT
 from .schema.problem import Goal, Objective
 from .schema.procure import NodeType, Pricing, ProcureGoal, ProcureProblem
 
@@ -73,7 +74,7 @@ def node_limit(pp: ProcureProblem, t: NodeType, budget_usd: float | None = None)
     """The most nodes of type t the budget (capex), power cap and availability allow, and which binds."""
     pr = pp.procure
     budget = pr.budget_usd if budget_usd is None else budget_usd
-    lim = [(pr.max_nodes, "procure.max_nodes")]
+    lim = [(pr.max_nodes, "procure.max_nodes"), (MAX_COUNT // t.gpus_per_node, "the largest GPU count modelled")]
     if t.max_nodes is not None:
         lim.append((t.max_nodes, "availability"))
     if pr.pricing == Pricing.CAPEX and budget is not None and t.node_usd:

@@ -17,6 +17,7 @@ from .schema import Problem
 from .space import build_space
 
 REL_TOL = 1e-3  # solver objective vs re-evaluated step time
+ENUMERATE_MAX = 40_000_000  # candidates the enumerator materialises (~0.3 KB each: ~12 GB at most)
 ABS_TOL_S = 1e-9  # ... or one solver time unit (1 ns), for sub-ns steps
 
 
@@ -73,12 +74,18 @@ def solve(problem: Problem, method: str = "cpsat", top: int = 1, time_limit_s: f
 
         o = solve_cpsat(problem, top=top, time_limit_s=time_limit_s, t0=t0, params=params, tables=tables)
         plans = _plans(problem, o.knobs, o.objectives_s)
-        notes = [describe(problem, gpus_used(plans[0].evaluation.execution), plans[0].objective_s)] + o.notes
+        notes = [describe(problem, gpus_used(plans[0].evaluation.execution), plans[0].evaluation.result["step_time"])] + o.notes
         return SolveResult("cpsat", o.status, plans, o.candidates, None, time.perf_counter() - t0,
                            bound_s=o.bound_s, gap=o.gap, notes=notes)
     if method == "enumerate":
         from .enumerate import enumerate_best
+        from .errors import ProblemError
+        from .space import compact_space
 
+        size = compact_space(problem).size
+        if size > ENUMERATE_MAX:
+            raise ProblemError("--method", None, None, f"enumerate walks all {size:,} candidates, more than the "
+                               f"{ENUMERATE_MAX:,} it holds in memory; use cpsat (the default)")
         r = enumerate_best(problem, build_space(problem), top=top)
         if len(r.step_time_s) == 0:
             reason = Reason.RULES if r.n_candidates == 0 else Reason.TARGET if r.n_feasible else Reason.MEMORY
@@ -87,7 +94,7 @@ def solve(problem: Problem, method: str = "cpsat", top: int = 1, time_limit_s: f
                              "(run `paraplan check` for why and what would fit)", reason=reason)
         plans = _plans(problem, [r.knobs.take(np.array([i])) for i in range(len(r.step_time_s))],
                        [float(x) for x in r.step_time_s])
-        note = describe(problem, gpus_used(plans[0].evaluation.execution), plans[0].objective_s)
+        note = describe(problem, gpus_used(plans[0].evaluation.execution), plans[0].evaluation.result["step_time"])
         step_goal = problem.objective.goal.value == "step_time"
         return SolveResult("enumerate", "optimal", plans, r.n_candidates, r.n_feasible,
                            time.perf_counter() - t0, bound_s=float(r.step_time_s[0]) if step_goal else None,

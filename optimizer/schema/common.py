@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, Strict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict
 
 
 class Frozen(BaseModel):
@@ -18,11 +18,26 @@ class Frozen(BaseModel):
 # physically meaningful, so that nothing downstream overflows or loops over a value.
 MAX_COUNT = 2**24  # GPUs, sequences, tokens per sequence, layer widths: 16.7M is beyond any machine or model
 MAX_AMOUNT = 1.0e15  # USD, tokens, kW, GiB, GB/s, TFLOP/s, seconds, days: above any real quantity
-Int = Annotated[int, Strict(), Field(le=MAX_COUNT)]
-PositiveInt = Annotated[int, Strict(), Field(gt=0, le=MAX_COUNT)]
-Float = Annotated[float, Strict(), Field(le=MAX_AMOUNT)]
-PositiveFloat = Annotated[float, Strict(), Field(gt=0, le=MAX_AMOUNT)]
-NonNegativeFloat = Annotated[float, Strict(), Field(ge=0, le=MAX_AMOUNT)]
+# (the caps are validators, not `le`: a field's own tighter `Field(le=...)` must keep applying)
+
+
+def _count(v: int) -> int:
+    if abs(v) > MAX_COUNT:
+        raise ValueError(f"must be <= {MAX_COUNT:,} in size (the largest physically meaningful count)")
+    return v
+
+
+def _amount(v: float) -> float:
+    if abs(v) > MAX_AMOUNT:
+        raise ValueError(f"must be <= {MAX_AMOUNT:g} in size (the largest physically meaningful amount)")
+    return v
+
+
+Int = Annotated[int, Strict(), AfterValidator(_count)]
+PositiveInt = Annotated[int, Strict(), Field(gt=0), AfterValidator(_count)]
+Float = Annotated[float, Strict(), AfterValidator(_amount)]
+PositiveFloat = Annotated[float, Strict(), Field(gt=0), AfterValidator(_amount)]
+NonNegativeFloat = Annotated[float, Strict(), Field(ge=0), AfterValidator(_amount)]
 
 
 class Axis(StrEnum):
