@@ -1,0 +1,36 @@
+"""Fuzz: mutated shipped problems and hostile files through the CLI (in-process), about 30-60 s on 2 cores.
+
+Asserts, for every case: no traceback (exit 0, 2, 3 or 4), no hang (an alarm of 30 s), and every input
+error naming file:line. `scripts/fuzz_problems.py N` runs the same cases in bulk and counts them.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fuzzing import mutate, run_case, seeds
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="uses SIGALRM")
+
+SEEDS = seeds()
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), which=st.integers(0, 10**6), cmd=st.integers(0, 3))
+def test_no_traceback_no_hang_every_error_located(tmp_path, seed, which, cmd):
+    path, command = SEEDS[which % len(SEEDS)]
+    if command == "solve":
+        command = ("solve", "check", "evaluate", "solve")[cmd]
+    case = mutate(random.Random(seed), path, command)
+    out = run_case(case, tmp_path, limit_s=30)
+    assert out.kind == "ok", f"{out.kind} on {command} {case.source} [{case.what}]: {out.detail}"
+
+
+def test_seeds_cover_every_command():
+    assert {c for _, c in SEEDS} >= {"solve", "procure", "validate"}
