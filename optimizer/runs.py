@@ -32,14 +32,9 @@ from typing import Any
 import numpy as np
 
 from .errors import ProblemError
-from .loader import Sourced, find_in_library, read_yaml, validate_model
+from .loader import Sourced, available, find_in_library, read_yaml, validate_model
 from .schema import LLM, Execution, MoE, Problem, System, Training
 
-GPU_SYSTEM = {  # calibration-schema gpu -> system file
-    "a100-sxm-40gb": "a100-sxm-40gb", "a100-sxm-80gb": "a100-sxm-80gb", "h100-sxm-80gb": "h100-sxm-80gb",
-    "h100-sxm-96gb": "h100-sxm-96gb", "h800-sxm-80gb": "h800-sxm-80gb", "v100-sxm-16gb": "v100-sxm-16gb",
-    "v100-sxm-32gb": "v100-sxm-32gb",
-}
 MAX_FREE_MICRO_BATCH = 4  # an unstated micro-batch is chosen among 1..4 (Megatron recipes use 1-4)
 ZERO = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
 # First year a feature was in public Megatron-LM releases (Korthikanti 2022; Megatron-Core 2023).
@@ -60,6 +55,18 @@ class Mapped:
     free: dict[str, list] = field(default_factory=dict)
     assumptions: list[str] = field(default_factory=list)
     skip: str | None = None
+
+
+def gpu_systems() -> dict[str, str]:
+    """Calibration-schema GPU name -> system file name, read from the ``gpu:`` field of every system file
+    in the library (first file, in name order, wins when several share a GPU)."""
+    out: dict[str, str] = {}
+    for name in available("system"):
+        doc = read_yaml(find_in_library("system", name))
+        gpu = doc.data.get("gpu") if isinstance(doc.data, dict) else None
+        if isinstance(gpu, str):
+            out.setdefault(gpu, name)
+    return out
 
 
 def run_year(run: dict) -> int | None:
@@ -138,9 +145,10 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     out = Mapped(run)
     hwr, par, m = run["hardware"], run["parallel"], run["model"]
     gpu = hwr["gpu"]
-    sysname = GPU_SYSTEM.get(gpu)
-    if sysname is None or find_in_library("system", sysname) is None:
-        out.skip = f"no system file for gpu '{gpu}'"
+    known = gpu_systems()
+    sysname = known.get(gpu)
+    if sysname is None:
+        out.skip = f"no system file for gpu '{gpu}' (known: {', '.join(sorted(known))})"
         return out
     if systems is not None and sysname in systems:
         system = systems[sysname]

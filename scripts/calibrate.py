@@ -209,9 +209,23 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str) -> None:
     print(f"wrote {path}")
 
 
-def transfer(src: str, targets: list[str]) -> int:
-    """Copy the fitted efficiency tables of `src` into same-die systems (datasheet peaks stay theirs)."""
-    src_lines = find_in_library("system", src).read_text().splitlines()
+def _is_fitted(line: str) -> bool:
+    """True when the line's comment says the value was fitted here by this script ('calibrated by'),
+    not 'prior, not calibrated' nor itself a transfer."""
+    comment = line.split("#", 1)[1] if "#" in line else ""
+    return comment.strip().startswith("calibrated by")
+
+
+def transfer(src: str, targets: list[str], library: Path | None = None) -> int:
+    """Copy the fitted efficiency tables of `src` into same-die systems (datasheet peaks stay theirs) and
+    rewrite each target's `calibration:` block (transferred_from, the source's runs, the fields copied).
+    Only values `src` actually fitted are copied; a prior in `src` is never labelled as fitted."""
+    src_path = find_in_library("system", src, library)
+    if src_path is None:
+        print(f"no system file '{src}'", file=sys.stderr)
+        return 2
+    src_lines = src_path.read_text().splitlines()
+    src_cal = validate_model(System, read_yaml(src_path)).calibration
 
     def block(key: str) -> list[str]:
         out = []
@@ -226,20 +240,35 @@ def transfer(src: str, targets: list[str]) -> int:
         return out
 
     for t in targets:
-        path = find_in_library("system", t)
+        path = find_in_library("system", t, library)
+        if path is None:
+            print(f"no system file '{t}'", file=sys.stderr)
+            return 2
         lines = path.read_text().splitlines()
-        for key in ("matrix_efficiency", "matrix_efficiency_scale", "hbm_efficiency"):
+        copied = []
+        for key in ("matrix_efficiency", "matrix_efficiency_scale", "hbm_efficiency", "attention_efficiency"):
             b = block(key)
-            if b and "calibrated" in b[0]:
-                head = re.sub(r"#.*", f"# transferred from {src} (same GPU die; fitted there, see its calibration)",
-                              b[0])
-                if not any(line.startswith(key + ":") for line in lines):  # new key: after matrix_efficiency
-                    at = next(i for i, line in enumerate(lines) if line.startswith("attention_efficiency"))
-                    lines = lines[:at] + [head] + b[1:] + lines[at:]
-                else:
-                    lines = _replace_block(lines, key, [head] + b[1:])
+            if not (b and _is_fitted(b[0])):
+                for i, line in enumerate(lines):  # an earlier transfer's wrong label on a prior: put it right
+                    if line.startswith(key + ":") and "# transferred from" in line:
+                        lines[i] = re.sub(r"#.*", f"# prior, not calibrated (not fitted on {src} either)", line)
+                continue
+            head = re.sub(r"#.*", f"# transferred from {src} (same GPU die; fitted there, see its calibration)",
+                          b[0])
+            if not any(line.startswith(key + ":") for line in lines):  # new key: after matrix_efficiency
+                at = next(i for i, line in enumerate(lines) if line.startswith("attention_efficiency"))
+                lines = lines[:at] + [head] + b[1:] + lines[at:]
+            else:
+                lines = _replace_block(lines, key, [head] + b[1:])
+            copied.append(key)
+        cal = (["calibration:", f"  transferred_from: {src}", "  runs:" + ("" if src_cal.runs else " []")]
+               + [f"    - {r}" for r in src_cal.runs]
+               + ["  fitted: [" + ", ".join(f"'{f}'" for f in copied) + "]",
+                  f'  note: "transferred from {src} by scripts/calibrate.py --transfer (same GPU die): the fitted '
+                  f'fields listed were fitted on the runs of {src}; every other value is a datasheet value or a prior"'])
+        lines = _replace_block(lines, "calibration", cal)
         path.write_text("\n".join(lines) + "\n")
-        print(f"wrote {path}")
+        print(f"wrote {path} (copied: {', '.join(copied) or 'nothing fitted in ' + src})")
     return 0
 
 

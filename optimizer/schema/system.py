@@ -56,6 +56,24 @@ class Calibration(Frozen):
     runs: list[str] = Field(default_factory=list, description="Ids of the calibration runs used (shared schema).")
     fitted: list[str] = Field(default_factory=list, description="Field names whose values were calibrated.")
     note: str | None = Field(None, description="How the fit was made; anything not fitted is a datasheet value.")
+    transferred_from: str | None = Field(
+        None, description="System whose fitted values were copied here (same GPU die); runs are that system's.")
+
+    def status(self) -> str:
+        """One word: 'calibrated' (fitted on runs of this GPU type), 'transferred' (copied from a same-die
+        system fitted on its runs) or 'prior' (datasheet values and uncalibrated efficiency priors)."""
+        if self.transferred_from:
+            return "transferred"
+        return "calibrated" if self.fitted and self.runs else "prior"
+
+    def summary(self) -> str:
+        """One line for reports: status, source system and number of runs."""
+        st = self.status()
+        if st == "transferred":
+            return f"transferred from {self.transferred_from} ({len(self.runs)} runs there)"
+        if st == "calibrated":
+            return f"calibrated on {len(self.runs)} runs"
+        return "prior only (not calibrated on any run)"
 
 
 class System(Frozen):
