@@ -60,6 +60,9 @@ def hbm_table(scale: float) -> list[list[float]]:
     return [[mb, round(min(eff * scale, 0.98), 4)] for mb, eff in HBM_PRIOR]
 
 
+SCALED = ("fp8", "mxfp8", "nvfp4")  # precisions with a fitted factor on matrix_efficiency (`<prec>_scale`)
+
+
 def with_params(base: System, x: dict) -> System:
     d = base.model_dump(mode="json")
     if "e1" in x:
@@ -68,8 +71,9 @@ def with_params(base: System, x: dict) -> System:
         d["attention_efficiency"] = float(x["attention_efficiency"])
     if "hbm_scale" in x:
         d["hbm_efficiency"] = hbm_table(x["hbm_scale"])
-    if "fp8_scale" in x:
-        d["matrix_efficiency_scale"] = {**d.get("matrix_efficiency_scale", {}), "fp8": float(x["fp8_scale"])}
+    for prec in SCALED:
+        if f"{prec}_scale" in x:
+            d["matrix_efficiency_scale"] = {**d.get("matrix_efficiency_scale", {}), prec: float(x[f"{prec}_scale"])}
     for i, key in enumerate(("net0_eff", "net1_eff")):
         if key in x:
             d["networks"][i]["efficiency"] = float(x[key])
@@ -106,11 +110,11 @@ def main() -> int:
     tg = [run_target(r, m.problem)[0] for r, m in keep]
     uses_flash = any(m.problem.execution.attention.value == "flash" for _, m in keep)
     names = [n for n in args.params.split(",") if n != "attention_efficiency" or uses_flash]
-    x0 = {"e1": 0.5, "e2": 0.7, "e3": 0.85, "hbm_scale": 1.0, "fp8_scale": 0.8, "net0_eff": 0.75,
+    x0 = {"e1": 0.5, "e2": 0.7, "e3": 0.85, "hbm_scale": 1.0, "fp8_scale": 0.8, "mxfp8_scale": 0.8, "nvfp4_scale": 0.8, "net0_eff": 0.75,
           "net1_eff": 0.85, "attention_efficiency": 0.6}  # fixed start (the uncalibrated files' priors): a re-run
     # on an already calibrated file reproduces its values
-    lo = {"fp8_scale": 0.3, "hbm_scale": 0.5, "e1": 0.05, "e2": 0.05, "e3": 0.05, "net0_eff": 0.3, "net1_eff": 0.3, "attention_efficiency": 0.2}
-    hi = {"fp8_scale": 1.0, "hbm_scale": 1.09, "e1": 0.99, "e2": 0.99, "e3": 0.99, "net0_eff": 0.85, "net1_eff": 0.92, "attention_efficiency": 0.95}
+    lo = {"fp8_scale": 0.3, "mxfp8_scale": 0.3, "nvfp4_scale": 0.2, "hbm_scale": 0.5, "e1": 0.05, "e2": 0.05, "e3": 0.05, "net0_eff": 0.3, "net1_eff": 0.3, "attention_efficiency": 0.2}
+    hi = {"fp8_scale": 1.0, "mxfp8_scale": 1.0, "nvfp4_scale": 1.0, "hbm_scale": 1.09, "e1": 0.99, "e2": 0.99, "e3": 0.99, "net0_eff": 0.85, "net1_eff": 0.92, "attention_efficiency": 0.95}
     # network bounds: NCCL all-reduce bus bandwidth reaches ~75-85% of NVLink and ~85-92% of IB line rate
 
     def errors(vec, idx=None):
@@ -178,9 +182,13 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str) -> None:
         lines = _replace_block(lines, "hbm_efficiency", [
             f"hbm_efficiency: {t}  # {note}: prior {HBM_PRIOR} x {x['hbm_scale']:.4f}"])
         fitted.append("hbm_efficiency")
-    if "fp8_scale" in x:
+    scales = {p: x[f"{p}_scale"] for p in SCALED if f"{p}_scale" in x}
+    if scales:
+        old_scale = validate_model(System, read_yaml(path)).matrix_efficiency_scale
+        merged = {**{str(k): v for k, v in old_scale.items()}, **scales}
+        body = ", ".join(f"{p}: {v:.4f}" for p, v in merged.items())
         lines = _replace_block(lines, "matrix_efficiency_scale", [
-            f"matrix_efficiency_scale: {{fp8: {x['fp8_scale']:.4f}}}  # {note} of {runs_file} (FP8 runs only)"])
+            f"matrix_efficiency_scale: {{{body}}}  # {note} of {runs_file} (each factor on its precision's runs)"])
         fitted.append("matrix_efficiency_scale")
     if "attention_efficiency" in x:
         lines = _replace_block(lines, "attention_efficiency",
