@@ -187,6 +187,9 @@ def procure(pp: ProcureProblem, pareto: bool = False, time_limit_s: float = 60.0
     t0 = time.perf_counter()
     rows: list[TypeRow] = []
     for t in pp.catalog.node_types:
+        if pp.procure.calibrated_only and t.system.calibration.status() == "prior":
+            rows.append(TypeRow(t, 0, "calibrated_only", None, 0, "excluded"))
+            continue
         n, why = node_limit(pp, t)
         grp, size, status = best_of_type(pp, t, n, time_limit_s=time_limit_s)
         pur = purchase_of(pp, [grp], grp.step_time_s) if grp else None
@@ -270,7 +273,8 @@ def result_dict(r: ProcureResult) -> dict:
         "power_cap_kw": pr.power_kw, "status": r.status, "solve_time_s": r.seconds, "candidates": r.candidates,
         "best": None if r.best is None else _purchase_dict(r.best),
         "node_types": [{"node_type": x.node_type.name, "max_nodes": x.max_nodes, "bound_by": x.bound_by,
-                        "status": x.status, "candidates": x.candidates,
+                        "status": x.status, "calibration": x.node_type.system.calibration.status(),
+                        "calibration_detail": x.node_type.system.calibration.summary(), "candidates": x.candidates,
                         "best": None if x.purchase is None else {k: v for k, v in _purchase_dict(x.purchase).items()
                                                                  if k != "groups"}} for x in r.rows],
         "mixes_considered": r.mixes_considered,
@@ -296,17 +300,21 @@ def render(r: ProcureResult) -> str:
            f"{r.candidates:,} candidates searched; {r.status}; {r.seconds:.2f} s"]
     out.append("")
     out.append(f"{'node type':28s} {'limit':>16s} {'nodes':>6s} {'GPUs':>6s} {'cost':>10s} {'step s':>8s} "
-               f"{'tokens/s':>11s} {'tok/s/$M':>9s} {'days':>7s}")
+               f"{'tokens/s':>11s} {'tok/s/$M':>9s} {'days':>7s}  calibration")
     for x in r.rows:
         head = f"{x.node_type.name:28s} {str(x.max_nodes) + ' (' + x.bound_by[:6] + ')':>16s}"
+        cal = x.node_type.system.calibration.status()
+        if x.status == "excluded":
+            out.append(f"{head}  excluded: prior-only system (procure.calibrated_only)")
+            continue
         if x.purchase is None:
-            out.append(f"{head}  nothing fits")
+            out.append(f"{head}  nothing fits  [{cal}]")
             continue
         p = x.purchase
         days = f"{p.days_to_train:7.1f}" if p.days_to_train is not None else "      -"
         out.append(f"{head} {p.nodes:6d} {p.groups[0].gpus_used:6d} "
                    f"{_money(p.cost_usd):>10s} {p.step_time_s:8.3f} {p.tokens_per_s:11,.0f} "
-                   f"{p.tokens_per_s_per_musd():9,.0f} {days}")
+                   f"{p.tokens_per_s_per_musd():9,.0f} {days}  [{cal}]")
     if r.mixes_considered:
         out.append(f"heterogeneous mixes evaluated: {r.mixes_considered}")
     out.append("")
@@ -315,6 +323,11 @@ def render(r: ProcureResult) -> str:
                    "(run `paraplan check` on a node type for why)")
         return "\n".join(out)
     b = r.best
+    prior = sorted({g.node_type.name for g in b.groups if g.node_type.system.calibration.status() == "prior"})
+    if prior:
+        out.append(f"WARNING: the best purchase uses prior-only node type(s) {', '.join(prior)}: their "
+                   "efficiencies are uncalibrated priors, so this ranking is a guess (procure.calibrated_only: true "
+                   "excludes them)")
     out.append(f"BEST: {b.label()} = {b.gpus} GPUs, cost {_money(b.cost_usd)}"
                + (f", power {b.power_kw:,.0f} kW" if b.power_kw is not None else "")
                + f"; step {b.step_time_s:.3f} s, {b.tokens_per_s:,.0f} tokens/s"

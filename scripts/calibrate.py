@@ -37,6 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from optimizer.errors import ProblemError  # noqa: E402
 from optimizer.loader import find_in_library, read_yaml, validate_model  # noqa: E402
 from optimizer.runs import load_runs, map_run, predict, run_target  # noqa: E402
 from optimizer.schema import System  # noqa: E402
@@ -107,6 +108,14 @@ def main() -> int:
     mapped = [map_run(r, {base.name: base}) for r in runs]
     keep = [(r, m) for r, m in zip(runs, mapped) if not m.skip]
     keep = [(r, m) for r, m in keep if run_target(r, m.problem)[0] is not None]
+    scorable = []
+    for r, m in keep:  # a run the model cannot lay out is reported and left out of the fit, never hidden
+        try:
+            predict(m)
+            scorable.append((r, m))
+        except ProblemError as exc:
+            print(f"  {r['id']:48s} not fitted: {exc}")
+    keep = scorable
     tg = [run_target(r, m.problem)[0] for r, m in keep]
     uses_flash = any(m.problem.execution.attention.value == "flash" for _, m in keep)
     names = [n for n in args.params.split(",") if n != "attention_efficiency" or uses_flash]
