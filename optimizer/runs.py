@@ -296,3 +296,32 @@ def load_runs(path: str) -> Sourced:
     if not isinstance(doc.data, list):
         raise ProblemError(doc.file, 1, None, "a runs file is a YAML list of run records")
     return doc
+
+
+def precision_orders(runs: list[dict]) -> list[tuple[tuple, list[str], list[str]]]:
+    """For each (model, GPU, GPU count) with runs in several precisions: the precisions ordered fastest
+    first by measured throughput (tokens per step / target step time, tokens/s) and by the model's prediction.
+    The model is keyed on the run id's prefix up to the GPU name (the schema has no model-name field)."""
+    groups: dict[tuple, list[tuple[str, float, float]]] = {}
+    for r in runs:
+        m = map_run(r)
+        if m.skip:
+            continue
+        try:
+            pred = predict(m).result["step_time"]
+        except ProblemError:
+            continue
+        target = run_target(r, m.problem)[0]
+        if target is None:
+            continue
+        gpu = r["hardware"]["gpu"]
+        model = r["id"].split(f"-{gpu.split('-')[0]}")[0]
+        key = (model, gpu, r["hardware"]["num_gpus"])
+        tokens = r["parallel"]["global_batch"] * r["model"]["seq_len"]
+        groups.setdefault(key, []).append((f"{r['parallel']['precision']}", tokens / target, tokens / pred))
+    out = []
+    for key, v in groups.items():
+        if len({x[0] for x in v}) < 2:
+            continue
+        out.append((key, [x[0] for x in sorted(v, key=lambda x: -x[1])], [x[0] for x in sorted(v, key=lambda x: -x[2])]))
+    return out

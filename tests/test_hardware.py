@@ -125,3 +125,55 @@ def test_calibrate_transfer_writes_transferred_from(tmp_path, monkeypatch):
     text = target.read_text()
     assert "transferred from h100-sxm-80gb" in text
     assert "hbm_efficiency" in text and "not calibrated" in text.split("hbm_efficiency", 1)[1].splitlines()[0]
+
+
+RUNS_2025 = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "public_runs_2025.yaml"
+
+
+@pytest.mark.skipif(not RUNS_2025.is_file(), reason="calibration data not present")
+def test_model_orders_precisions_as_measured():
+    """MXFP8/NVFP4 runs are scored and the model orders each (model, GPU)'s precisions as the published
+    throughputs do: NVFP4 fastest, then FP8 (per-tensor), then MXFP8 on Llama 3 70B (GB200, GB300).
+    Count at the time of writing: 3 of 4 groups (Llama 3.1 405B on GB300 swaps FP8 and MXFP8)."""
+    from optimizer.runs import load_runs, precision_orders
+
+    orders = precision_orders(load_runs(str(RUNS_2025)).data)
+    assert len(orders) == 4  # llama3-70b and llama3.1-405b, each on GB200 and GB300, in fp8/mxfp8/nvfp4
+    assert all(set(measured) == {"fp8", "mxfp8", "nvfp4"} for _, measured, _ in orders)
+    llama70 = [(m, p) for key, m, p in orders if key[0] == "bridge2604-llama3-70b"]
+    assert len(llama70) == 2 and all(m == p for m, p in llama70)
+    assert sum(m == p for _, m, p in orders) >= 3
+
+
+PROCURE = """name: p
+llm: {name: tiny, hidden: 2048, ffn: 8192, layers: 16, heads: 16, seq_len: 2048, vocab: 32000}
+training: {global_batch: 64, precision: bf16}
+procure: {goal: throughput, budget_usd: 1.0e+6, max_nodes: 2, calibrated_only: CAL}
+catalog:
+  name: test
+  node_types:
+    - {name: h100, system: h100-sxm-80gb, price_usd: 300000}
+    - {name: mi300x, system: mi300x, price_usd: 100000}
+"""
+
+
+def test_procure_flags_and_can_exclude_prior_only_types(tmp_path):
+    """MI300X (prior efficiencies, cheaper) wins silently on main; now the answer says it is prior-only,
+    and procure.calibrated_only: true leaves only the calibrated H100."""
+    from optimizer.loader import load_procure
+    from optimizer.procure import procure, render, result_dict
+
+    results = {}
+    for cal in ("false", "true"):
+        path = tmp_path / f"p-{cal}.yaml"
+        path.write_text(PROCURE.replace("CAL", cal))
+        results[cal] = procure(load_procure(path), time_limit_s=20)
+    loose, strict = results["false"], results["true"]
+    assert {t["node_type"]: t["calibration"] for t in result_dict(loose)["node_types"]} == \
+        {"h100": "calibrated", "mi300x": "prior"}
+    text = render(loose)
+    assert "[prior]" in text and "[calibrated]" in text
+    if any(g.node_type.name == "mi300x" for g in loose.best.groups):
+        assert "WARNING: the best purchase uses prior-only node type(s) mi300x" in text
+    assert all(g.node_type.name == "h100" for g in strict.best.groups)
+    assert "excluded: prior-only system" in render(strict)
