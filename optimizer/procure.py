@@ -49,8 +49,13 @@ def procure(pp: ProcureProblem, pareto: bool = False, time_limit_s: float = 60.0
     limits = {t.name: node_limit(pp, t) for t in pp.catalog.node_types}
     solved = {}
     for t in sorted(pp.catalog.node_types, key=lambda t: -limits[t.name][0] * t.gpus_per_node):
+        if pp.procure.calibrated_only and t.system.calibration.status() == "prior":
+            continue
         solved[t.name] = best_of_type(pp, t, limits[t.name][0], time_limit_s=time_limit_s, cache=cache)
     for t in pp.catalog.node_types:
+        if pp.procure.calibrated_only and t.system.calibration.status() == "prior":
+            rows.append(TypeRow(t, 0, "calibrated_only", None, 0, "excluded"))
+            continue
         (n, why), (grp, size, status) = limits[t.name], solved[t.name]
         pur = purchase_of(pp, [grp], grp.step_time_s) if grp else None
         rows.append(TypeRow(t, n, why, pur, size, status))
@@ -77,7 +82,8 @@ def pareto_front(pp: ProcureProblem, points: int = 10, time_limit_s: float = 60.
                  cache: TablesCache | None = None) -> list[Purchase]:
     """Cost against time to train: for budgets from the cheapest purchase that fits to the problem's budget,
     the fastest purchase within each (each a proven optimum for its budget), dominated points removed."""
-    types = pp.catalog.node_types
+    types = [t for t in pp.catalog.node_types
+             if not (pp.procure.calibrated_only and t.system.calibration.status() == "prior")]
     # the cheapest purchase that fits at all (any speed): fewest GPUs per type
     cheapest = []
     fewest = Objective(goal=Goal.FEWEST_GPUS, max_step_time_s=0.99 * BIG_S)  # any speed
@@ -150,7 +156,8 @@ def result_dict(r: ProcureResult) -> dict:
         "power_cap_kw": pr.power_kw, "status": r.status, "solve_time_s": r.seconds, "candidates": r.candidates,
         "best": None if r.best is None else _purchase_dict(r.best),
         "node_types": [{"node_type": x.node_type.name, "max_nodes": x.max_nodes, "bound_by": x.bound_by,
-                        "status": x.status, "candidates": x.candidates,
+                        "status": x.status, "calibration": x.node_type.system.calibration.status(),
+                        "calibration_detail": x.node_type.system.calibration.summary(), "candidates": x.candidates,
                         "best": None if x.purchase is None else {k: v for k, v in _purchase_dict(x.purchase).items()
                                                                  if k != "groups"}} for x in r.rows],
         "mixes_considered": r.mixes_considered,
@@ -176,17 +183,21 @@ def render(r: ProcureResult) -> str:
            f"{r.candidates:,} candidates searched; {r.status}; {r.seconds:.2f} s"]
     out.append("")
     out.append(f"{'node type':28s} {'limit':>16s} {'nodes':>6s} {'GPUs':>6s} {'cost':>10s} {'step s':>8s} "
-               f"{'tokens/s':>11s} {'tok/s/$M':>9s} {'days':>7s}")
+               f"{'tokens/s':>11s} {'tok/s/$M':>9s} {'days':>7s}  calibration")
     for x in r.rows:
         head = f"{x.node_type.name:28s} {str(x.max_nodes) + ' (' + x.bound_by[:6] + ')':>16s}"
+        cal = x.node_type.system.calibration.status()
+        if x.status == "excluded":
+            out.append(f"{head}  excluded: prior-only system (procure.calibrated_only)")
+            continue
         if x.purchase is None:
-            out.append(f"{head}  nothing fits")
+            out.append(f"{head}  nothing fits  [{cal}]")
             continue
         p = x.purchase
         days = f"{p.days_to_train:7.1f}" if p.days_to_train is not None else "      -"
         out.append(f"{head} {p.nodes:6d} {p.groups[0].gpus_used:6d} "
                    f"{_money(p.cost_usd):>10s} {p.step_time_s:8.3f} {p.tokens_per_s:11,.0f} "
-                   f"{p.tokens_per_s_per_musd():9,.0f} {days}")
+                   f"{p.tokens_per_s_per_musd():9,.0f} {days}  [{cal}]")
     if r.mixes_considered:
         out.append(f"heterogeneous mixes evaluated: {r.mixes_considered}")
     out.append("")
@@ -195,6 +206,11 @@ def render(r: ProcureResult) -> str:
                    "(run `paraplan check` on a node type for why)")
         return "\n".join(out)
     b = r.best
+    prior = sorted({g.node_type.name for g in b.groups if g.node_type.system.calibration.status() == "prior"})
+    if prior:
+        out.append(f"WARNING: the best purchase uses prior-only node type(s) {', '.join(prior)}: their "
+                   "efficiencies are uncalibrated priors, so this ranking is a guess (procure.calibrated_only: true "
+                   "excludes them)")
     out.append(f"BEST: {b.label()} = {b.gpus} GPUs, cost {_money(b.cost_usd)}"
                + (f", power {b.power_kw:,.0f} kW" if b.power_kw is not None else "")
                + f"; step {b.step_time_s:.3f} s, {b.tokens_per_s:,.0f} tokens/s"

@@ -34,14 +34,9 @@ from typing import Any
 import numpy as np
 
 from .errors import ProblemError
-from .loader import Sourced, find_in_library, read_yaml, validate_model
+from .loader import Sourced, available, find_in_library, read_yaml, validate_model
 from .schema import LLM, Execution, MoE, Problem, System, Training
 
-GPU_SYSTEM = {  # calibration-schema gpu -> system file
-    "a100-sxm-40gb": "a100-sxm-40gb", "a100-sxm-80gb": "a100-sxm-80gb", "h100-sxm-80gb": "h100-sxm-80gb",
-    "h100-sxm-96gb": "h100-sxm-96gb", "h800-sxm-80gb": "h800-sxm-80gb", "v100-sxm-16gb": "v100-sxm-16gb",
-    "v100-sxm-32gb": "v100-sxm-32gb",
-}
 MAX_FREE_MICRO_BATCH = 4  # an unstated micro-batch is chosen among 1..4 (Megatron recipes use 1-4)
 ZERO = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
 # First year a feature was in public Megatron-LM releases (Korthikanti 2022; Megatron-Core 2023).
@@ -62,6 +57,18 @@ class Mapped:
     free: dict[str, list] = field(default_factory=dict)
     assumptions: list[str] = field(default_factory=list)
     skip: str | None = None
+
+
+def gpu_systems() -> dict[str, str]:
+    """Calibration-schema GPU name -> system file name, read from the ``gpu:`` field of every system file
+    in the library (first file, in name order, wins when several share a GPU)."""
+    out: dict[str, str] = {}
+    for name in available("system"):
+        doc = read_yaml(find_in_library("system", name))
+        gpu = doc.data.get("gpu") if isinstance(doc.data, dict) else None
+        if isinstance(gpu, str):
+            out.setdefault(gpu, name)
+    return out
 
 
 def run_year(run: dict) -> int | None:
@@ -140,9 +147,10 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     out = Mapped(run)
     hwr, par, m = run["hardware"], run["parallel"], run["model"]
     gpu = hwr["gpu"]
-    sysname = GPU_SYSTEM.get(gpu)
-    if sysname is None or find_in_library("system", sysname) is None:
-        out.skip = f"no system file for gpu '{gpu}'"
+    known = gpu_systems()
+    sysname = known.get(gpu)
+    if sysname is None:
+        out.skip = f"no system file for gpu '{gpu}' (known: {', '.join(sorted(known))})"
         return out
     if systems is not None and sysname in systems:
         system = systems[sysname]
@@ -309,3 +317,32 @@ def load_runs(path: str) -> Sourced:
         raise ProblemError(doc.file, None, "id", f"duplicate run ids: {', '.join(dup)}")
     doc.data = records
     return doc
+
+
+def precision_orders(runs: list[dict]) -> list[tuple[tuple, list[str], list[str]]]:
+    """For each (model, GPU, GPU count) with runs in several precisions: the precisions ordered fastest
+    first by measured throughput (tokens per step / target step time, tokens/s) and by the model's prediction.
+    The model is keyed on the run id's prefix up to the GPU name (the schema has no model-name field)."""
+    groups: dict[tuple, list[tuple[str, float, float]]] = {}
+    for r in runs:
+        m = map_run(r)
+        if m.skip:
+            continue
+        try:
+            pred = predict(m).result["step_time"]
+        except ProblemError:
+            continue
+        target = run_target(r, m.problem)[0]
+        if target is None:
+            continue
+        gpu = r["hardware"]["gpu"]
+        model = r["id"].split(f"-{gpu.split('-')[0]}")[0]
+        key = (model, gpu, r["hardware"]["num_gpus"])
+        tokens = r["parallel"]["global_batch"] * r["model"]["seq_len"]
+        groups.setdefault(key, []).append((f"{r['parallel']['precision']}", tokens / target, tokens / pred))
+    out = []
+    for key, v in groups.items():
+        if len({x[0] for x in v}) < 2:
+            continue
+        out.append((key, [x[0] for x in sorted(v, key=lambda x: -x[1])], [x[0] for x in sorted(v, key=lambda x: -x[2])]))
+    return out

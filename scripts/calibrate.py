@@ -37,6 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from optimizer.errors import ProblemError  # noqa: E402
 from optimizer.loader import find_in_library, read_yaml, validate_model  # noqa: E402
 from optimizer.runs import load_runs, map_run, predict, run_target  # noqa: E402
 from optimizer.schema import System  # noqa: E402
@@ -60,6 +61,9 @@ def hbm_table(scale: float) -> list[list[float]]:
     return [[mb, round(min(eff * scale, 0.98), 4)] for mb, eff in HBM_PRIOR]
 
 
+SCALED = ("fp8", "mxfp8", "nvfp4")  # precisions with a fitted factor on matrix_efficiency (`<prec>_scale`)
+
+
 def with_params(base: System, x: dict) -> System:
     d = base.model_dump(mode="json")
     if "e1" in x:
@@ -68,8 +72,9 @@ def with_params(base: System, x: dict) -> System:
         d["attention_efficiency"] = float(x["attention_efficiency"])
     if "hbm_scale" in x:
         d["hbm_efficiency"] = hbm_table(x["hbm_scale"])
-    if "fp8_scale" in x:
-        d["matrix_efficiency_scale"] = {**d.get("matrix_efficiency_scale", {}), "fp8": float(x["fp8_scale"])}
+    for prec in SCALED:
+        if f"{prec}_scale" in x:
+            d["matrix_efficiency_scale"] = {**d.get("matrix_efficiency_scale", {}), prec: float(x[f"{prec}_scale"])}
     for i, key in enumerate(("net0_eff", "net1_eff")):
         if key in x:
             d["networks"][i]["efficiency"] = float(x[key])
@@ -103,14 +108,22 @@ def main() -> int:
     mapped = [map_run(r, {base.name: base}) for r in runs]
     keep = [(r, m) for r, m in zip(runs, mapped) if not m.skip]
     keep = [(r, m) for r, m in keep if run_target(r, m.problem)[0] is not None]
+    scorable = []
+    for r, m in keep:  # a run the model cannot lay out is reported and left out of the fit, never hidden
+        try:
+            predict(m)
+            scorable.append((r, m))
+        except ProblemError as exc:
+            print(f"  {r['id']:48s} not fitted: {exc}")
+    keep = scorable
     tg = [run_target(r, m.problem)[0] for r, m in keep]
     uses_flash = any(m.problem.execution.attention.value == "flash" for _, m in keep)
     names = [n for n in args.params.split(",") if n != "attention_efficiency" or uses_flash]
-    x0 = {"e1": 0.5, "e2": 0.7, "e3": 0.85, "hbm_scale": 1.0, "fp8_scale": 0.8, "net0_eff": 0.75,
+    x0 = {"e1": 0.5, "e2": 0.7, "e3": 0.85, "hbm_scale": 1.0, "fp8_scale": 0.8, "mxfp8_scale": 0.8, "nvfp4_scale": 0.8, "net0_eff": 0.75,
           "net1_eff": 0.85, "attention_efficiency": 0.6}  # fixed start (the uncalibrated files' priors): a re-run
     # on an already calibrated file reproduces its values
-    lo = {"fp8_scale": 0.3, "hbm_scale": 0.5, "e1": 0.05, "e2": 0.05, "e3": 0.05, "net0_eff": 0.3, "net1_eff": 0.3, "attention_efficiency": 0.2}
-    hi = {"fp8_scale": 1.0, "hbm_scale": 1.09, "e1": 0.99, "e2": 0.99, "e3": 0.99, "net0_eff": 0.85, "net1_eff": 0.92, "attention_efficiency": 0.95}
+    lo = {"fp8_scale": 0.3, "mxfp8_scale": 0.3, "nvfp4_scale": 0.2, "hbm_scale": 0.5, "e1": 0.05, "e2": 0.05, "e3": 0.05, "net0_eff": 0.3, "net1_eff": 0.3, "attention_efficiency": 0.2}
+    hi = {"fp8_scale": 1.0, "mxfp8_scale": 1.0, "nvfp4_scale": 1.0, "hbm_scale": 1.09, "e1": 0.99, "e2": 0.99, "e3": 0.99, "net0_eff": 0.85, "net1_eff": 0.92, "attention_efficiency": 0.95}
     # network bounds: NCCL all-reduce bus bandwidth reaches ~75-85% of NVLink and ~85-92% of IB line rate
 
     def errors(vec, idx=None):
@@ -118,7 +131,7 @@ def main() -> int:
         sysm = with_params(base, x)
         errs = []
         for i in range(len(keep)) if idx is None else idx:
-            (_, m), t = keep[i], tg[i]
+            (r, m), t = keep[i], tg[i]
             p = m.problem.model_copy(update={"system": sysm})
             m2 = type(m)(run=m.run, problem=p, free=m.free, assumptions=m.assumptions)
             pred = predict(m2)
@@ -178,9 +191,13 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str) -> None:
         lines = _replace_block(lines, "hbm_efficiency", [
             f"hbm_efficiency: {t}  # {note}: prior {HBM_PRIOR} x {x['hbm_scale']:.4f}"])
         fitted.append("hbm_efficiency")
-    if "fp8_scale" in x:
+    scales = {p: x[f"{p}_scale"] for p in SCALED if f"{p}_scale" in x}
+    if scales:
+        old_scale = validate_model(System, read_yaml(path)).matrix_efficiency_scale
+        merged = {**{str(k): v for k, v in old_scale.items()}, **scales}
+        body = ", ".join(f"{p}: {v:.4f}" for p, v in merged.items())
         lines = _replace_block(lines, "matrix_efficiency_scale", [
-            f"matrix_efficiency_scale: {{fp8: {x['fp8_scale']:.4f}}}  # {note} of {runs_file} (FP8 runs only)"])
+            f"matrix_efficiency_scale: {{{body}}}  # {note} of {runs_file} (each factor on its precision's runs)"])
         fitted.append("matrix_efficiency_scale")
     if "attention_efficiency" in x:
         lines = _replace_block(lines, "attention_efficiency",
@@ -209,17 +226,23 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str) -> None:
     print(f"wrote {path}")
 
 
-TRANSFERABLE = ("matrix_efficiency", "matrix_efficiency_scale", "hbm_efficiency")
-PRIOR_NOTE = "# prior, not calibrated (to be calibrated)"
+def _is_fitted(line: str) -> bool:
+    """True when the line's comment says the value was fitted here by this script ('calibrated by'),
+    not 'prior, not calibrated' nor itself a transfer."""
+    comment = line.split("#", 1)[1] if "#" in line else ""
+    return comment.strip().startswith("calibrated by")
 
 
-def transfer(src: str, targets: list[str]) -> int:
-    """Copy the *fitted* efficiency tables of `src` (those its `calibration.fitted` lists) into same-die systems
-    (datasheet peaks stay theirs); a table `src` holds as a prior is not copied, and a target line that claimed
-    a transfer of it gets its prior label back. Each target's `calibration` block names what it copied."""
-    src_path = find_in_library("system", src)
+def transfer(src: str, targets: list[str], library: Path | None = None) -> int:
+    """Copy the fitted efficiency tables of `src` into same-die systems (datasheet peaks stay theirs) and
+    rewrite each target's `calibration:` block (transferred_from, the source's runs, the fields copied).
+    Only values `src` actually fitted are copied; a prior in `src` is never labelled as fitted."""
+    src_path = find_in_library("system", src, library)
+    if src_path is None:
+        print(f"no system file '{src}'", file=sys.stderr)
+        return 2
     src_lines = src_path.read_text().splitlines()
-    fitted = set(validate_model(System, read_yaml(src_path)).calibration.fitted)
+    src_cal = validate_model(System, read_yaml(src_path)).calibration
 
     def block(key: str) -> list[str]:
         out = []
@@ -234,33 +257,35 @@ def transfer(src: str, targets: list[str]) -> int:
         return out
 
     for t in targets:
-        path = find_in_library("system", t)
+        path = find_in_library("system", t, library)
+        if path is None:
+            print(f"no system file '{t}'", file=sys.stderr)
+            return 2
         lines = path.read_text().splitlines()
         copied = []
-        for key in TRANSFERABLE:
+        for key in ("matrix_efficiency", "matrix_efficiency_scale", "hbm_efficiency", "attention_efficiency"):
             b = block(key)
-            if b and key in fitted:
-                head = re.sub(r"#.*", f"# transferred from {src} (same GPU die; fitted there, see its calibration)",
-                              b[0])
-                if not any(line.startswith(key + ":") for line in lines):  # new key: after matrix_efficiency
-                    at = next(i for i, line in enumerate(lines) if line.startswith("attention_efficiency"))
-                    lines = lines[:at] + [head] + b[1:] + lines[at:]
-                else:
-                    lines = _replace_block(lines, key, [head] + b[1:])
-                copied.append(key)
-            else:  # not fitted at the source: the target keeps its own value, labelled as what it is
-                lines = [re.sub(r"#\s*transferred from.*", PRIOR_NOTE, line) if line.startswith(key + ":") else line
-                         for line in lines]
-        own = validate_model(System, read_yaml(path)).calibration
-        cal = (["calibration:", "  runs:" + ("" if own.runs else " []")] + [f"    - {r}" for r in own.runs]
-               + ["  fitted: [" + ", ".join(f"'{f}'" for f in own.fitted) + "]",
-                  f"  transferred_from: {src}" if copied else "  transferred_from: null",
-                  "  transferred: [" + ", ".join(f"'{f}'" for f in copied) + "]",
-                  f'  note: "{", ".join(copied) or "nothing"} copied from {src} by scripts/calibrate.py --transfer '
-                  '(same GPU die; fitted there on its runs); every other value is a datasheet value or a prior"'])
+            if not (b and _is_fitted(b[0])):
+                for i, line in enumerate(lines):  # an earlier transfer's wrong label on a prior: put it right
+                    if line.startswith(key + ":") and "# transferred from" in line:
+                        lines[i] = re.sub(r"#.*", f"# prior, not calibrated (not fitted on {src} either)", line)
+                continue
+            head = re.sub(r"#.*", f"# transferred from {src} (same GPU die; fitted there, see its calibration)",
+                          b[0])
+            if not any(line.startswith(key + ":") for line in lines):  # new key: after matrix_efficiency
+                at = next(i for i, line in enumerate(lines) if line.startswith("attention_efficiency"))
+                lines = lines[:at] + [head] + b[1:] + lines[at:]
+            else:
+                lines = _replace_block(lines, key, [head] + b[1:])
+            copied.append(key)
+        cal = (["calibration:", f"  transferred_from: {src}", "  runs:" + ("" if src_cal.runs else " []")]
+               + [f"    - {r}" for r in src_cal.runs]
+               + ["  fitted: [" + ", ".join(f"'{f}'" for f in copied) + "]",
+                  f'  note: "transferred from {src} by scripts/calibrate.py --transfer (same GPU die): the fitted '
+                  f'fields listed were fitted on the runs of {src}; every other value is a datasheet value or a prior"'])
         lines = _replace_block(lines, "calibration", cal)
         path.write_text("\n".join(lines) + "\n")
-        print(f"wrote {path}: copied {', '.join(copied) or 'nothing'}")
+        print(f"wrote {path} (copied: {', '.join(copied) or 'nothing fitted in ' + src})")
     return 0
 
 

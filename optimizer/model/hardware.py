@@ -17,7 +17,14 @@ import numpy as np
 
 from ..schema import Precision, ProcessingMode, System
 
-BYTES = {Precision.FP8: 1, Precision.BF16: 2, Precision.FP16: 2, Precision.FP32: 4}
+# Bytes per GEMM-operand element, block scales included: MXFP8 1 byte + one 1-byte E8M0 scale per 32 elements
+# (OCP Microscaling Formats spec v1.0); NVFP4 half a byte + one 1-byte E4M3 scale per 16 elements (NVIDIA
+# Blackwell / Transformer Engine NVFP4 recipe; the per-tensor FP32 scale is negligible).
+BYTES = {Precision.FP8: 1.0, Precision.MXFP8: 1.0 + 1.0 / 32, Precision.NVFP4: 0.5 + 1.0 / 16,
+         Precision.BF16: 2, Precision.FP16: 2, Precision.FP32: 4}
+# Precisions whose GEMM operands are quantised from 16-bit activations by cast kernels (Transformer Engine);
+# attention, element-wise ops and activations between ops stay 16-bit.
+QUANTIZED = frozenset({Precision.FP8, Precision.MXFP8, Precision.NVFP4})
 
 
 def _table(points) -> tuple[np.ndarray, np.ndarray]:
@@ -60,13 +67,13 @@ class Hardware:
     @property
     def attention_peak(self) -> float:
         """FLOP/s available to attention (flash attention runs in 16 bit even in FP8 recipes)."""
-        p = Precision.BF16 if self.precision == Precision.FP8 else self.precision
+        p = Precision.BF16 if self.precision in QUANTIZED else self.precision
         tf = self.system.matrix_tflops.get(p, self.system.matrix_tflops[self.precision])
         return tf * 1e12
 
     @property
     def vector_peak(self) -> float:
-        p = Precision.BF16 if self.precision == Precision.FP8 else self.precision
+        p = Precision.BF16 if self.precision in QUANTIZED else self.precision
         v = self.system.vector_tflops
         tf = v.get(p) or v.get(Precision.FP32)
         return float(tf) * 1e12

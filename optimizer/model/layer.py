@@ -33,7 +33,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from ..schema import LLM, MlpKind, Precision
-from .hardware import BYTES, Hardware, Tiers, a2a_time, collective_time, tier_of
+from .hardware import BYTES, QUANTIZED, Hardware, Tiers, a2a_time, collective_time, tier_of
 from .knobs import Knobs
 from .params import attention_params
 
@@ -57,8 +57,8 @@ class Ctx:
         return 2 if self.precision != Precision.FP32 else 4
 
     @property
-    def gemm_in(self) -> int:
-        """Bytes of a GEMM operand (1 in FP8)."""
+    def gemm_in(self) -> float:
+        """Bytes of a GEMM operand (1 in FP8; 1 + 1/32 in MXFP8, 0.5 + 1/16 in NVFP4 with block scales)."""
         return BYTES[self.precision]
 
     @property
@@ -153,7 +153,7 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     flash = k.attention.astype(bool)
     rec = k.recompute
     e, gi = ctx.e, ctx.gemm_in
-    ge = gi if ctx.precision == Precision.FP8 else e  # bytes of GEMM inputs kept for wgrad (FP8: 1)
+    ge = gi if ctx.precision in QUANTIZED else e  # bytes of GEMM inputs kept for wgrad (FP8: 1)
     kvr = kv_per_rank(llm, tp)
     ah = a / tp  # q heads per rank
     Tn = np.where(sp, T / tp, T)  # tokens seen by norms / dropouts
@@ -280,14 +280,15 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     # Every FP8 GEMM operand is cast from 16 bit (read e, write 1 byte, amax): forward, the activations
     # entering each GEMM unless the producing kernel writes FP8 itself (fused norm / activation: only the
     # attention output is cast); backward, the output gradient of every GEMM. Weights are cast once a step.
-    if ctx.precision == Precision.FP8:
+    # MXFP8 / NVFP4: the same casts, writing gemm_in bytes per element (block scales included).
+    if ctx.precision in QUANTIZED:
         n_in = T * out_p / h + np.where(fused, 0.0, T * h + (T * h if f > 0 else 0.0) + T * f / tp)
         n_go = T * (qkv_p / h + h) + (T * (up_n + h) if f > 0 else 0.0)
         if mo is not None:
             n_in = n_in + R * h + np.where(fused, 0.0, R * fe_r)
             n_go = n_go + R * (up_e + h)
-        ew_fw = ew_fw + _elementwise(hw, n_in, 2.0, e + 1.0, 1.0)
-        ew_bw = ew_bw + _elementwise(hw, n_go, 2.0, e + 1.0, 1.0)
+        ew_fw = ew_fw + _elementwise(hw, n_in, 2.0, e + gi, 1.0)
+        ew_bw = ew_bw + _elementwise(hw, n_go, 2.0, e + gi, 1.0)
 
     fw = gemm_fw + attn_fw + ew_fw
     bw = gemm_bw + attn_bw + ew_bw

@@ -67,6 +67,8 @@ class Precision(StrEnum):
     BF16 = "bf16"
     FP16 = "fp16"
     FP8 = "fp8"
+    MXFP8 = "mxfp8"  # OCP microscaling FP8 (E4M3 values, one E8M0 scale per 32 elements; Blackwell, MI355X)
+    NVFP4 = "nvfp4"  # NVIDIA FP4 (E2M1 values, one E4M3 scale per 16 elements + a per-tensor FP32 scale; Blackwell)
     FP32 = "fp32"
 
 

@@ -96,6 +96,8 @@ class Procure(Frozen):
                                          "none or data (DP replicas on different types).")
     max_nodes: PositiveInt = Field(4096, description="Upper bound on nodes of one type when nothing else "
                                    "bounds them (no budget, power cap or availability).")
+    calibrated_only: bool = Field(False, description="Exclude node types whose system is prior-only (efficiencies "
+                                  "neither calibrated on published runs nor transferred from a same-die system).")
 
     @model_validator(mode="after")
     def _check(self) -> "Procure":

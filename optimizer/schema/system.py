@@ -6,9 +6,9 @@ Units are in the field names: ``*_tflops`` dense peak in 10^12 FLOP/s, ``*_gbps`
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator, model_validator
 
-from .common import Float, Frozen, NonNegativeFloat, PositiveFloat, PositiveInt, Precision, ProcessingMode
+from .common import Frozen, Precision, ProcessingMode
 
 EfficiencyTable = list[tuple[float, float]]
 
@@ -35,8 +35,8 @@ class Network(Frozen):
     size: PositiveInt = Field(description="GPUs one domain of this tier spans (8 for an NVLink node).")
     bandwidth_gbps: PositiveFloat = Field(description="Per-GPU unidirectional injection bandwidth, GB/s.")
     latency_us: NonNegativeFloat = Field(description="Per-step latency of a collective (one ring hop), microseconds.")
-    efficiency: Float = Field(gt=0, le=1, description="Achieved fraction of bandwidth_gbps for large collectives.")
-    processor_usage: Float = Field(
+    efficiency: float = Field(gt=0, le=1, description="Achieved fraction of bandwidth_gbps for large collectives.")
+    processor_usage: float = Field(
         0.0, ge=0, lt=1, description="Fraction of compute a collective overlapped with compute steals (SMs used by NCCL).")
     must_fill: bool = Field(False, description="Groups placed on this tier must tile its domain exactly "
                             "(tier size divisible by the product of the degrees placed on it).")
@@ -47,7 +47,7 @@ class OffloadMemory(Frozen):
 
     capacity_gib: NonNegativeFloat = Field(0.0, description="Offload capacity per GPU, GiB (0 = none).")
     bandwidth_gbps: NonNegativeFloat = Field(0.0, description="Per-GPU bandwidth to offload memory, GB/s, each way.")
-    efficiency: Float = Field(0.8, gt=0, le=1, description="Achieved fraction of bandwidth_gbps.")
+    efficiency: float = Field(0.8, gt=0, le=1, description="Achieved fraction of bandwidth_gbps.")
 
 
 class Calibration(Frozen):
@@ -56,9 +56,24 @@ class Calibration(Frozen):
     runs: list[str] = Field(default_factory=list, description="Ids of the calibration runs used (shared schema).")
     fitted: list[str] = Field(default_factory=list, description="Field names whose values were calibrated.")
     note: str | None = Field(None, description="How the fit was made; anything not fitted is a datasheet value.")
-    transferred_from: str | None = Field(None, description="System (same GPU die) whose fitted values this file "
-                                         "copies (scripts/calibrate.py --transfer); None: none copied.")
-    transferred: list[str] = Field(default_factory=list, description="Field names copied from transferred_from.")
+    transferred_from: str | None = Field(
+        None, description="System whose fitted values were copied here (same GPU die); runs are that system's.")
+
+    def status(self) -> str:
+        """One word: 'calibrated' (fitted on runs of this GPU type), 'transferred' (copied from a same-die
+        system fitted on its runs) or 'prior' (datasheet values and uncalibrated efficiency priors)."""
+        if self.transferred_from:
+            return "transferred"
+        return "calibrated" if self.fitted and self.runs else "prior"
+
+    def summary(self) -> str:
+        """One line for reports: status, source system and number of runs."""
+        st = self.status()
+        if st == "transferred":
+            return f"transferred from {self.transferred_from} ({len(self.runs)} runs there)"
+        if st == "calibrated":
+            return f"calibrated on {len(self.runs)} runs"
+        return "prior only (not calibrated on any run)"
 
 
 class System(Frozen):
@@ -87,7 +102,7 @@ class System(Frozen):
     gemm_tile: tuple[PositiveInt, PositiveInt] = Field(
         (256, 128), description="Output tile (rows, columns) of one thread block of the library's large GEMM "
         "kernels (cuBLAS/CUTLASS 256x128 on Ampere/Hopper).")
-    attention_efficiency: Float = Field(
+    attention_efficiency: float = Field(
         0.6, gt=0, le=1, description="Achieved fraction of matrix peak inside a fused (flash) attention kernel.")
     vector_tflops: dict[Precision, PositiveFloat] = Field(
         description="Non-tensor-core (CUDA core) peak per datatype, TFLOP/s.")
