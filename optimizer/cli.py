@@ -61,7 +61,13 @@ def cmd_solve(args) -> int:
             assert isinstance(params, dict)
         except (ValueError, AssertionError):
             raise ProblemError("--sat-params", None, None, "expected a JSON object of CP-SAT parameters") from None
-    r = solve(problem, method=args.method, top=args.top, time_limit_s=args.time_limit, params=params)
+    for path in (args.write_lp, args.write_mps):
+        if path:  # the MILP of the same kept pairs (formulations.pyomo_model), for any solver
+            from formulations.pyomo_model import write_model
+
+            write_model(problem, path)
+    r = solve(problem, method=args.method, top=args.top, time_limit_s=args.time_limit, params=params,
+              backend=args.backend, solver=args.solver)
     if args.json:
         _print_json(result_dict(problem, r))
     else:
@@ -127,6 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sat-params", metavar="JSON", help='CP-SAT parameters, e.g. \'{"num_workers": 2}\'')
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--emit", choices=["megatron"], help="also print the plan as launcher arguments")
+    p.add_argument("--backend", choices=["cpsat", "pyomo"], default="cpsat",
+                   help="cpsat (default) or pyomo (the same kept pairs as a MILP)")
+    p.add_argument("--solver", choices=["highs", "gurobi", "cplex", "cbc", "scip", "glpk"], default="highs",
+                   help="MILP solver of --backend pyomo (default highs, via highspy)")
+    p.add_argument("--write-lp", metavar="FILE", help="also write the MILP in LP format")
+    p.add_argument("--write-mps", metavar="FILE", help="also write the MILP in MPS format")
     p.set_defaults(func=cmd_solve)
     p = sub.add_parser("check", help="does it fit? why not, and what smallest change would (exit 3: does not fit)")
     p.add_argument("problem")

@@ -47,8 +47,12 @@ def verify(problem: Problem, ev: Evaluation, objective_s: float) -> None:
 
 
 def solve(problem: Problem, method: str = "cpsat", top: int = 1, time_limit_s: float = 60.0,
-          params: dict | None = None) -> SolveResult:
+          params: dict | None = None, backend: str = "cpsat", solver: str = "highs") -> SolveResult:
     t0 = time.perf_counter()
+    if backend == "pyomo" and method == "cpsat":  # the same kept pairs as a MILP (formulations.pyomo_model)
+        from formulations.pyomo_model import solve_pyomo
+
+        return solve_pyomo(problem, top=top, time_limit_s=time_limit_s, t0=t0, solver=solver)
     if method == "cpsat":
         from formulations.model import solve_cpsat
         from formulations.tables import Unsupported
