@@ -113,24 +113,36 @@ def build_pyomo(problem: Problem, T, pre):
     return m, C
 
 
-def _solver(name: str, time_limit_s: float):
+def _solver(name: str):
     import pyomo.environ as pyo
 
     if name not in SOLVERS:
         raise ProblemError("--solver", None, None, f"unknown solver {name!r} (one of {', '.join(SOLVERS)})")
-    if name == "highs":  # highspy through Pyomo's APPSI interface: no external binary
-        from pyomo.contrib.appsi.solvers import Highs
-
-        s = Highs()
-        s.config.time_limit = time_limit_s
-        s.config.mip_gap = 0.0
-        s.config.load_solution = False
-        s.highs_options = {"mip_abs_gap": 0.0, "threads": 1, "random_seed": 0}
-        return s
+    if name == "highs":
+        return None  # formulations.highs_worker
     s = pyo.SolverFactory(name)
     if not s.available(exception_flag=False):
         raise ProblemError("--solver", None, None, f"solver {name!r} is not available on this machine")
     return s
+
+
+def run_highs(m, time_limit_s: float) -> dict:
+    """Solve the Pyomo model with HiGHS in a worker process (formulations.highs_worker: highspy and ortools
+    cannot share a process). Returns {status, objective, bound, values: {name: value}}."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        path = str(Path(d) / "model.mps")
+        m.write(path, format="mps", io_options={"symbolic_solver_labels": True})
+        out = subprocess.run([sys.executable, "-m", "formulations.highs_worker", path, str(max(0.1, time_limit_s))],
+                             capture_output=True, text=True, cwd=str(Path(__file__).resolve().parent.parent))
+    if out.returncode != 0:  # pragma: no cover - the worker failed to load highspy
+        raise RuntimeError(f"HiGHS worker failed: {out.stderr.strip()[-500:]}")
+    return json.loads(out.stdout)
 
 
 def write_model(problem: Problem, path: str) -> None:
@@ -145,7 +157,6 @@ def write_model(problem: Problem, path: str) -> None:
 def solve_pyomo(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: float | None = None,
                 solver: str = "highs") -> SolveResult:
     import pyomo.environ as pyo
-    from pyomo.opt import TerminationCondition as TC
 
     t0 = t0 if t0 is not None else _time.perf_counter()
     c = compact_space(problem)
@@ -159,34 +170,38 @@ def solve_pyomo(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: 
         raise Infeasible(f"nothing fits: none of {c.size:,} candidates is within memory "
                          "(run `paraplan check` for why and what would fit)")
     m, C = build_pyomo(problem, T, pre)
-    s = _solver(solver, time_limit_s)
+    s = _solver(solver)
     plans: list[Plan] = []
     status_name, bound, gap = "optimal", None, None
     goal = problem.objective.goal.value
     for i in range(top):
-        res = s.solve(m) if solver == "highs" else s.solve(m, load_solutions=False)
-        tc = res.termination_condition if solver == "highs" else res.solver.termination_condition
-        ok_opt = str(tc).lower().endswith("optimal")
-        if not ok_opt:
-            has = getattr(res, "best_feasible_objective", None) is not None if solver == "highs" else \
-                len(res.solution) > 0
-            if not has:
-                if i == 0:
-                    raise Infeasible(f"nothing fits: none of {c.size:,} candidates is within memory "
-                                     f"({solver}: {tc})")
-                break
+        left = time_limit_s - (_time.perf_counter() - t0)
+        if s is None:
+            r = run_highs(m, left)
+            ok_opt, has = r["status"] == "Optimal", r["objective"] is not None
+            tc = r["status"]
+        else:
+            res = s.solve(m, load_solutions=False, timelimit=max(1, int(left)))
+            tc = res.solver.termination_condition
+            ok_opt, has = str(tc) == "optimal", len(res.solution) > 0
+        if not has:
             if i == 0:
-                status_name = "feasible"
-        if solver == "highs":
-            res.solution_loader.load_vars()
-            best = res.best_feasible_objective
-            bnd = res.best_objective_bound
+                if str(tc).lower() == "infeasible":
+                    raise Infeasible(f"nothing fits: none of {c.size:,} candidates is within memory "
+                                     "(run `paraplan check` for why and what would fit)")
+                raise Infeasible(f"no plan found within {time_limit_s:g} s ({solver}: {tc})")
+            break
+        if s is None:
+            best, bnd = r["objective"], r["bound"]
+            sel = [j for j in m.C if r["values"].get(f"w({j})", 0.0) > 0.5][0]
         else:
             m.solutions.load_from(res)
             best = pyo.value(m.obj)
             bnd = best if ok_opt else None
-        sel = [j for j in m.C if pyo.value(m.w[j]) > 0.5][0]
+            sel = [j for j in m.C if pyo.value(m.w[j]) > 0.5][0]
         if i == 0:
+            if not ok_opt:
+                status_name = "feasible"
             if bnd is not None and best:
                 gap = max(0.0, (best - bnd) / best)
             if goal == "step_time" and bnd is not None:
