@@ -137,12 +137,15 @@ def run_highs(m, time_limit_s: float) -> dict:
 
     with tempfile.TemporaryDirectory() as d:
         path = str(Path(d) / "model.mps")
-        m.write(path, format="mps", io_options={"symbolic_solver_labels": True})
+        _, sid = m.write(path, format="mps", io_options={"symbolic_solver_labels": True})
+        smap = m.solutions.symbol_map[sid]
         out = subprocess.run([sys.executable, "-m", "formulations.highs_worker", path, str(max(0.1, time_limit_s))],
                              capture_output=True, text=True, cwd=str(Path(__file__).resolve().parent.parent))
     if out.returncode != 0:  # pragma: no cover - the worker failed to load highspy
         raise RuntimeError(f"HiGHS worker failed: {out.stderr.strip()[-500:]}")
-    return json.loads(out.stdout)
+    r = json.loads(out.stdout)
+    r["by_name"] = {smap.bySymbol[n].name: v for n, v in r["values"].items() if n in smap.bySymbol}
+    return r
 
 
 def write_model(problem: Problem, path: str) -> None:

@@ -105,6 +105,23 @@ def cmd_procure(args) -> int:
     return 0 if r.best is not None else 3
 
 
+def cmd_fleet(args) -> int:
+    from .fleet import fleet, plot_gantt, render, result_dict
+    from .loader import load_fleet
+
+    fp = load_fleet(args.problem)
+    r = fleet(fp, time_limit_s=args.time_limit)
+    if args.plot and r.status != "infeasible":
+        plot_gantt(fp, r, args.plot)
+    if args.json:
+        _print_json(result_dict(r))
+    else:
+        print(render(fp, r))
+        if args.plot and r.status != "infeasible":
+            print(f"plot: {args.plot}")
+    return 0 if r.status != "infeasible" else 3
+
+
 def cmd_schema(args) -> int:
     from .schema import Problem
 
@@ -153,6 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE.png", help="plot the Pareto front (implies --pareto)")
     p.add_argument("--time-limit", type=float, default=60.0, help="solver time limit per solve, s")
     p.set_defaults(func=cmd_procure)
+    p = sub.add_parser("fleet", help="nodes to buy per period and a schedule for many training jobs (exit 3: infeasible)")
+    p.add_argument("problem")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--plot", metavar="FILE.png", help="draw the schedule as a Gantt chart")
+    p.add_argument("--time-limit", type=float, default=60.0, help="time limit of each solve, s")
+    p.set_defaults(func=cmd_fleet)
     p = sub.add_parser("schema", help="print the JSON Schema of problem files")
     p.set_defaults(func=cmd_schema)
     return ap
