@@ -93,6 +93,11 @@ def throughput_table(fp: FleetProblem, time_limit_s: float = 60.0) -> list[Rate]
     return out
 
 
+def token_scale(fp: FleetProblem) -> float:
+    """Tokens per unit in the MILP's rows: the largest job's tokens are 1000 units (well-scaled rows)."""
+    return max(j.training.tokens for j in fp.jobs) / 1e3
+
+
 def build_portfolio(fp: FleetProblem, rates: list[Rate], budget_usd: float | None = "default",
                     deadlines: dict[str, int] | None = None, goal: FleetGoal | None = None):
     """The Pyomo model of the portfolio (see the module docstring)."""
@@ -132,7 +137,7 @@ def build_portfolio(fp: FleetProblem, rates: list[Rate], budget_usd: float | Non
     m.cost = pyo.Expression(expr=cost)
     if budget is not None:
         m.budget = pyo.Constraint(expr=cost <= budget)
-    scale = 1e9  # tokens in billions in the rows
+    scale = token_scale(fp)
     if goal == FleetGoal.COST:
         m.tokens = pyo.ConstraintList()
         for jn, j in jobs.items():
@@ -207,7 +212,7 @@ def explain(fp: FleetProblem, rates: list[Rate], time_limit_s: float) -> list[st
     if r["objective"] is None:
         return ["no allocation at all: no job fits on any node type at any size of sizes_nodes"]
     for j in fp.jobs:
-        done = r["by_name"].get(f"done[{j.name}]", 0.0) * 1e9
+        done = r["by_name"].get(f"done[{j.name}]", 0.0) * token_scale(fp)
         short = j.training.tokens - done
         if short > 1e-6 * j.training.tokens:
             later = None
