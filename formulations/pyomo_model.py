@@ -95,7 +95,7 @@ def build_pyomo(problem: Problem, T, pre):
     idx = np.nonzero(keep)[0]
     m.C = pyo.Set(initialize=range(len(idx)), ordered=True)
     m.w = pyo.Var(m.C, domain=pyo.Binary)
-    f = lambda a: {i: float(a[idx[i]]) for i in range(len(idx))}  # noqa: E731
+    f = lambda a: {i: float(a[idx[i]]) for i in range(len(idx))}
     step, hbm, off, scv, ng = f(C["step"]), f(C["hbm"]), f(C["off"]), f(sc), f(C["n"])
     m.one = pyo.Constraint(expr=sum(m.w[i] for i in m.C) == 1)
     m.memory_hbm = pyo.Constraint(expr=sum(hbm[i] * m.w[i] for i in m.C) <= float(T.cap_kib))
@@ -153,6 +153,9 @@ def write_model(problem: Problem, path: str) -> None:
     c = compact_space(problem)
     Ts = build_all(problem, c)
     pre = presolve(Ts, 1)
+    if len(pre.pairs) == 0:
+        raise Infeasible(f"nothing fits: none of {c.size:,} candidates is within memory, so there is no MILP to "
+                         "write (run `paraplan check` for why)")
     m, _ = build_pyomo(problem, Ts[0], pre)
     m.write(path, io_options={"symbolic_solver_labels": True})
 

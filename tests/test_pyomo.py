@@ -9,12 +9,11 @@ import subprocess
 import sys
 
 import pytest
+from oracle_cases import CASES as ORACLE
+from test_solve_cpsat import SMALL
 
 from optimizer.loader import load_problem
 from optimizer.solve import solve
-
-from oracle_cases import CASES as ORACLE
-from test_solve_cpsat import SMALL
 
 
 def load_text(tmp_path, name: str, text: str):

@@ -33,7 +33,7 @@ class FleetJob(Frozen):
     search: dict | None = Field(None, description="Restrictions of the knob space, as in `solve`.")
 
     @model_validator(mode="after")
-    def _tokens(self) -> "FleetJob":
+    def _tokens(self) -> FleetJob:
         if not self.training.tokens:
             raise ValueError("a fleet job needs training.tokens")
         return self
@@ -52,7 +52,7 @@ class Fleet(Frozen):
                                            "runs on one node type at one of these sizes in a period.")
 
     @model_validator(mode="after")
-    def _check(self) -> "Fleet":
+    def _check(self) -> Fleet:
         if self.goal == FleetGoal.TOKENS and self.budget_usd is None:
             raise ValueError("goal tokens needs budget_usd")
         if len(set(self.sizes_nodes)) != len(self.sizes_nodes):
@@ -73,7 +73,7 @@ class FleetProblem(Frozen):
     options: Options = Field(default_factory=Options, description="Memory headroom.")
 
     @model_validator(mode="after")
-    def _check(self) -> "FleetProblem":
+    def _check(self) -> FleetProblem:
         names = [t.name for t in self.catalog.node_types]
         for t in self.types or []:
             if t not in names:
