@@ -133,8 +133,14 @@ def cmd_solve(args) -> int:
             raise ProblemError("--sat-params", None, None, "expected a JSON object of CP-SAT parameters")
         check_params(params)
     problem = load_problem(args.problem)
+    for path in (args.write_lp, args.write_mps):
+        if path:  # the MILP of the same kept pairs (formulations.pyomo_model), for any solver
+            from formulations.pyomo_model import write_model
+
+            write_model(problem, path)
     try:
-        r = solve(problem, method=args.method, top=args.top, time_limit_s=args.time_limit, params=params)
+        r = solve(problem, method=args.method, top=args.top, time_limit_s=args.time_limit, params=params,
+                  backend=args.backend, solver=args.solver)
     except (Infeasible, TimeLimit) as e:
         if args.json:
             _print_json({"status": "infeasible" if isinstance(e, Infeasible) else "time_limit",
@@ -178,13 +184,33 @@ def cmd_procure(args) -> int:
     return 0 if r.best is not None else 3
 
 
+def cmd_fleet(args) -> int:
+    from .fleet import fleet, plot_gantt, render, result_dict
+    from .loader import load_fleet
+
+    _check_plot(args.plot)
+    fp = load_fleet(args.problem)
+    r = fleet(fp, time_limit_s=args.time_limit)
+    if args.plot and r.status != "infeasible":
+        plot_gantt(fp, r, args.plot)
+    if args.json:
+        _print_json(result_dict(r))
+    else:
+        print(render(fp, r))
+        if args.plot and r.status != "infeasible":
+            print(f"plot: {args.plot}")
+    return 0 if r.status != "infeasible" else 3
+
+
 def cmd_schema(args) -> int:
     from .schema import LLM, Problem, System
     from .schema.procure import Catalog, ProcureProblem
     from .schema.run import Run
 
+    from .schema.fleet import FleetProblem
+
     model = {"problem": Problem, "procure": ProcureProblem, "catalog": Catalog, "system": System, "llm": LLM,
-             "run": Run}[args.kind]
+             "run": Run, "fleet": FleetProblem}[args.kind]
     _print_json(model.model_json_schema())
     return 0
 
@@ -213,6 +239,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sat-params", metavar="JSON", help='CP-SAT parameters, e.g. \'{"num_workers": 2}\'')
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--emit", choices=["megatron"], help="also print the plan as launcher arguments")
+    p.add_argument("--backend", choices=["cpsat", "pyomo"], default="cpsat",
+                   help="cpsat (default) or pyomo (the same kept pairs as a MILP)")
+    p.add_argument("--solver", choices=["highs", "gurobi", "cplex", "cbc", "scip", "glpk"], default="highs",
+                   help="MILP solver of --backend pyomo (default highs, via highspy)")
+    p.add_argument("--write-lp", metavar="FILE", help="also write the MILP in LP format")
+    p.add_argument("--write-mps", metavar="FILE", help="also write the MILP in MPS format")
     p.set_defaults(func=cmd_solve)
     p = sub.add_parser("check", help="does it fit? why not, and what smallest change would (exit 3: does not fit)")
     p.add_argument("problem")
@@ -227,9 +259,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE.png", help="plot the Pareto front (implies --pareto)")
     p.add_argument("--time-limit", type=_seconds, default=60.0, help="solver time limit per solve, s")
     p.set_defaults(func=cmd_procure)
+    p = sub.add_parser("fleet", help="nodes to buy per period and a schedule for many training jobs (exit 3: infeasible)")
+    p.add_argument("problem")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--plot", metavar="FILE.png", help="draw the schedule as a Gantt chart")
+    p.add_argument("--time-limit", type=_seconds, default=60.0, help="time limit of each solve, s")
+    p.set_defaults(func=cmd_fleet)
     p = sub.add_parser("schema", help="print the JSON Schema of an input format")
-    p.add_argument("--kind", choices=["problem", "procure", "catalog", "system", "llm", "run"], default="problem",
-                   help="which file format (default: problem)")
+    p.add_argument("--kind", choices=["problem", "procure", "catalog", "system", "llm", "run", "fleet"],
+                   default="problem", help="which file format (default: problem)")
     p.set_defaults(func=cmd_schema)
     return ap
 

@@ -521,3 +521,19 @@ def load_procure(path: str | os.PathLike):
     raise_errors([e for i, t in enumerate(pp.catalog.node_types)
                   for e in precision_errors(t.system, pp.training.precision, f"catalog.node_types.{i}.system")], doc)
     return pp
+
+
+# --------------------------------------------------------------------------------------------- fleet
+def load_fleet(path: str | os.PathLike):
+    """Load and validate a fleet problem (`paraplan fleet`): the catalog, every node type's system and every
+    job's llm are resolved like procurement's."""
+    from .schema.fleet import FleetProblem
+
+    doc = load_procure_document(path)
+    near = Path(path).parent
+    jobs = doc.data.get("jobs")
+    if isinstance(jobs, list):
+        for i, j in enumerate(jobs):
+            if isinstance(j, dict) and "llm" in j:
+                resolve_ref(doc, ("jobs", i, "llm"), "llm", near)
+    return validate_model(FleetProblem, doc)

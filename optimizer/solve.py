@@ -63,19 +63,26 @@ def _plans(problem: Problem, knobs: list, objectives: list) -> list[Plan]:
 
 
 def solve(problem: Problem, method: str = "cpsat", top: int = 1, time_limit_s: float = 60.0,
-          params: dict | None = None, tables=None) -> SolveResult:
-    """The best plans of the problem. `tables` (CP-SAT): tables built for the same problem with more GPUs
-    and idle GPUs allowed, reused for this GPU limit (`formulations.tables.restrict`)."""
+          params: dict | None = None, tables=None, backend: str = "cpsat", solver: str = "highs") -> SolveResult:
+    """The best plans of the problem. `backend` cpsat (default) or pyomo (the same kept pairs as a MILP,
+    `formulations.pyomo_model`, with `solver`); `tables` (CP-SAT): tables built for the same problem with
+    more GPUs and idle GPUs allowed, reused for this GPU limit (`formulations.tables.restrict`)."""
     from .objective import describe, gpus_used
 
     t0 = time.perf_counter()
     if method == "cpsat":
-        from formulations.model import solve_cpsat
+        if backend == "pyomo":  # the same kept pairs as a MILP (formulations.pyomo_model)
+            from formulations.pyomo_model import solve_pyomo
 
-        o = solve_cpsat(problem, top=top, time_limit_s=time_limit_s, t0=t0, params=params, tables=tables)
+            o = solve_pyomo(problem, top=top, time_limit_s=time_limit_s, t0=t0, solver=solver)
+        else:
+            from formulations.model import solve_cpsat
+
+            o = solve_cpsat(problem, top=top, time_limit_s=time_limit_s, t0=t0, params=params, tables=tables)
         plans = _plans(problem, o.knobs, o.objectives_s)
-        notes = [describe(problem, gpus_used(plans[0].evaluation.execution), plans[0].evaluation.result["step_time"])] + o.notes
-        return SolveResult("cpsat", o.status, plans, o.candidates, None, time.perf_counter() - t0,
+        first = plans[0].evaluation
+        notes = [describe(problem, gpus_used(first.execution), first.result["step_time"])] + o.notes
+        return SolveResult(backend, o.status, plans, o.candidates, None, time.perf_counter() - t0,
                            bound_s=o.bound_s, gap=o.gap, notes=notes)
     if method == "enumerate":
         from .enumerate import enumerate_best

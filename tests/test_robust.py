@@ -222,7 +222,7 @@ def test_version(capsys):
     assert capsys.readouterr().out.strip() == f"paraplan {__version__}"
 
 
-@pytest.mark.parametrize("kind", ["problem", "procure", "catalog", "system", "llm", "run"])
+@pytest.mark.parametrize("kind", ["problem", "procure", "catalog", "system", "llm", "run", "fleet"])
 def test_schema_kinds(capsys, kind):
     assert main(["schema", "--kind", kind]) == 0
     d = json.loads(capsys.readouterr().out)

@@ -1,0 +1,285 @@
+"""`paraplan fleet`: procurement for a portfolio of training jobs over a horizon of periods.
+
+Two stages:
+1. Throughput table. For every (job, node type, size in nodes of `fleet.sizes_nodes`) the CP-SAT planner
+   (`optimizer.solve`, goal step_time, whole nodes, idle GPUs allowed) proves the fastest step; the job then
+   trains rate = global_batch x seq_len / step_time tokens/s, i.e. rate x period_days x 86400 tokens per period.
+   Sizes where nothing fits are left out.
+2. Portfolio MILP (Pyomo, HiGHS through highspy in a worker process, formulations.pyomo_model.run_highs):
+
+    buy[t,q]   >= 0 integer      nodes of type t bought at the start of period q (kept to the horizon's end)
+    x[j,t,s,q] binary            job j runs on s nodes of type t during period q
+    sum_{t,s} x[j,t,s,q] <= 1                        a job runs on one allocation per period
+    sum_{j,s} s x[j,t,s,q] <= sum_{q'<=q} buy[t,q']  nodes in use <= nodes owned
+    sum_{q'<=q} buy[t,q'] <= max_nodes[t]            availability
+    sum_t power[t] sum_{q'<=q} buy[t,q'] <= power_kw power cap
+    cost = sum_{t,q} node_usd[t] buy[t,q]            capex (price_usd + extra_usd per node)
+  goal cost:   sum_{t,s,q<=deadline_j} tok[j,t,s] x[j,t,s,q] >= tokens_j; minimise cost (ties: fewer node-periods)
+  goal tokens: cost <= budget; done_j <= tokens_j, done_j <= sum_{t,s,q} tok x; maximise sum_j weight_j done_j
+
+A job that finishes early in a period holds its nodes to the period's end (periods are the planning grain).
+Infeasible: the budget's shortfall (min cost without the budget, less the budget), and per job the tokens its
+deadline leaves untrained when every other limit is dropped to what the catalog allows, and the latest-period
+extension that would train them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from .errors import Infeasible
+from .schema import Options, Problem
+from .schema.fleet import FleetGoal, FleetProblem
+from .schema.problem import Objective
+
+SECONDS_PER_DAY = 86400.0
+
+
+@dataclass
+class Rate:
+    job: str
+    node_type: str
+    nodes: int
+    gpus_used: int
+    step_time_s: float
+    tokens_per_s: float
+    tokens_per_period: float
+    status: str  # optimal | feasible
+
+
+@dataclass
+class FleetResult:
+    status: str  # optimal | feasible | infeasible
+    goal: str
+    cost_usd: float | None
+    buy: dict[str, list[int]]  # type -> nodes bought per period
+    schedule: list[dict]  # {job, period, node_type, nodes, tokens}
+    trained: dict[str, float]  # job -> tokens trained (within its deadline for goal cost)
+    rates: list[Rate]
+    seconds: float
+    explanation: list[str] = field(default_factory=list)
+    bound: float | None = None
+
+
+def sub_problem(fp: FleetProblem, job, t, nodes: int) -> Problem:
+    """The solve problem of job on `nodes` nodes of type t (whole nodes used, idle GPUs allowed)."""
+    opts = Options(memory_headroom_gib=fp.options.memory_headroom_gib, allow_idle_gpus=True,
+                   gpu_multiple=t.gpus_per_node)
+    return Problem(name=f"{job.name}@{t.name}x{nodes}", llm=job.llm, system=t.system,
+                   num_gpus=nodes * t.gpus_per_node, training=job.training, search=job.search, options=opts,
+                   objective=Objective(goal="step_time"))
+
+
+def throughput_table(fp: FleetProblem, time_limit_s: float = 60.0) -> list[Rate]:
+    from .objective import gpus_used
+    from .solve import solve
+
+    out = []
+    for job in fp.jobs:
+        S = job.training.seq_len or job.llm.seq_len
+        for t in fp.node_types:
+            for s in sorted(fp.fleet.sizes_nodes):
+                if t.max_nodes is not None and s > t.max_nodes:
+                    continue
+                try:
+                    r = solve(sub_problem(fp, job, t, s), "cpsat", time_limit_s=time_limit_s)
+                except Infeasible:
+                    continue
+                st = r.plans[0].objective_s
+                tps = job.training.global_batch * S / st
+                out.append(Rate(job.name, t.name, s, gpus_used(r.plans[0].evaluation.execution), st, tps,
+                                tps * fp.fleet.period_days * SECONDS_PER_DAY, r.status))
+    return out
+
+
+def token_scale(fp: FleetProblem) -> float:
+    """Tokens per unit in the MILP's rows: the largest job's tokens are 1000 units (well-scaled rows)."""
+    return max(j.training.tokens for j in fp.jobs) / 1e3
+
+
+def build_portfolio(fp: FleetProblem, rates: list[Rate], budget_usd: float | None = "default",
+                    deadlines: dict[str, int] | None = None, goal: FleetGoal | None = None):
+    """The Pyomo model of the portfolio (see the module docstring)."""
+    import pyomo.environ as pyo
+
+    goal = goal or fp.fleet.goal
+    budget = fp.fleet.budget_usd if budget_usd == "default" else budget_usd
+    P = fp.fleet.periods
+    types = {t.name: t for t in fp.node_types}
+    jobs = {j.name: j for j in fp.jobs}
+    dl = {j.name: (deadlines or {}).get(j.name, j.deadline_period or P) for j in fp.jobs}
+    m = pyo.ConcreteModel(name=fp.name or "fleet")
+    Q = list(range(1, P + 1))
+    X = [(i, q) for i, r in enumerate(rates) for q in Q]
+    m.buy = pyo.Var(list(types), Q, domain=pyo.NonNegativeIntegers)
+    m.x = pyo.Var(X, domain=pyo.Binary)
+    owned = {(t, q): sum(m.buy[t, k] for k in Q if k <= q) for t in types for q in Q}
+    m.one = pyo.ConstraintList()
+    m.cap = pyo.ConstraintList()
+    for jn in jobs:
+        for q in Q:
+            xs = [m.x[i, q] for i, r in enumerate(rates) if r.job == jn]
+            if xs:
+                m.one.add(sum(xs) <= 1)
+    for t, nt in types.items():
+        for q in Q:
+            use = [r.nodes * m.x[i, q] for i, r in enumerate(rates) if r.node_type == t]
+            if use:
+                m.cap.add(sum(use) <= owned[t, q])
+            if nt.max_nodes is not None:
+                m.cap.add(owned[t, q] <= nt.max_nodes)
+    if fp.fleet.power_kw is not None:
+        m.power = pyo.ConstraintList()
+        for q in Q:
+            m.power.add(sum(types[t].power_kw * owned[t, q] for t in types) <= fp.fleet.power_kw)
+    cost = sum(types[t].node_usd * m.buy[t, q] for t in types for q in Q)
+    m.cost = pyo.Expression(expr=cost)
+    if budget is not None:
+        m.budget = pyo.Constraint(expr=cost <= budget)
+    scale = token_scale(fp)
+    if goal == FleetGoal.COST:
+        m.tokens = pyo.ConstraintList()
+        for jn, j in jobs.items():
+            tr = [r.tokens_per_period / scale * m.x[i, q] for i, r in enumerate(rates) if r.job == jn
+                  for q in Q if q <= dl[jn]]
+            m.tokens.add((sum(tr) if tr else 0) >= j.training.tokens / scale)
+        # ties between equal-cost purchases: fewer node-periods in use (an epsilon far below $1)
+        eps = 1e-6 / max(1, sum(r.nodes for r in rates) * P)
+        m.obj = pyo.Objective(expr=cost + eps * sum(r.nodes * m.x[i, q] for (i, q) in X
+                                                      for r in [rates[i]]), sense=pyo.minimize)
+    else:
+        m.done = pyo.Var(list(jobs), domain=pyo.NonNegativeReals)
+        m.tokens = pyo.ConstraintList()
+        for jn, j in jobs.items():
+            tr = [r.tokens_per_period / scale * m.x[i, q] for i, r in enumerate(rates) if r.job == jn
+                  for q in Q if q <= dl[jn]]
+            m.tokens.add(m.done[jn] <= j.training.tokens / scale)
+            m.tokens.add(m.done[jn] <= (sum(tr) if tr else 0))
+        m.obj = pyo.Objective(expr=sum(j.weight * m.done[jn] for jn, j in jobs.items()), sense=pyo.maximize)
+    return m, X, dl
+
+
+def solve_portfolio(fp: FleetProblem, rates: list[Rate], time_limit_s: float = 60.0, **kw):
+    from formulations.pyomo_model import run_highs
+
+    m, X, dl = build_portfolio(fp, rates, **kw)
+    r = run_highs(m, time_limit_s)
+    return m, X, dl, r
+
+
+def fleet(fp: FleetProblem, time_limit_s: float = 60.0, rates: list[Rate] | None = None) -> FleetResult:
+    t0 = time.perf_counter()
+    rates = throughput_table(fp, time_limit_s) if rates is None else rates
+    m, X, dl, r = solve_portfolio(fp, rates, time_limit_s)
+    P = fp.fleet.periods
+    if r["objective"] is None:
+        return FleetResult("infeasible", fp.fleet.goal.value, None, {}, [], {}, rates, time.perf_counter() - t0,
+                           explain(fp, rates, time_limit_s))
+    v = r["by_name"]
+    buy = {t.name: [int(round(v.get(f"buy[{t.name},{q}]", 0.0))) for q in range(1, P + 1)] for t in fp.node_types}
+    sched, trained = [], {j.name: 0.0 for j in fp.jobs}
+    for (i, q) in X:
+        if v.get(f"x[{i},{q}]", 0.0) > 0.5:
+            rt = rates[i]
+            sched.append({"job": rt.job, "period": q, "node_type": rt.node_type, "nodes": rt.nodes,
+                          "gpus_used": rt.gpus_used, "step_time_s": rt.step_time_s,
+                          "tokens": rt.tokens_per_period})
+            if q <= dl[rt.job]:
+                trained[rt.job] += rt.tokens_per_period
+    sched.sort(key=lambda d: (d["job"], d["period"]))
+    types = {t.name: t for t in fp.node_types}
+    cost = sum(types[t].node_usd * n for t, ns in buy.items() for n in ns)
+    status = "optimal" if r["status"] == "Optimal" else "feasible"
+    return FleetResult(status, fp.fleet.goal.value, cost, buy, sched, trained, rates, time.perf_counter() - t0,
+                       bound=r["bound"])
+
+
+def explain(fp: FleetProblem, rates: list[Rate], time_limit_s: float) -> list[str]:
+    """Why the portfolio is infeasible: the budget's shortfall, or per job the tokens its deadline leaves
+    untrained and how many periods later it would have to end."""
+    out = []
+    P = fp.fleet.periods
+    if fp.fleet.goal == FleetGoal.COST and fp.fleet.budget_usd is not None:
+        _, _, _, r = solve_portfolio(fp, rates, time_limit_s, budget_usd=None)
+        if r["objective"] is not None:
+            need = r["objective"]
+            out.append(f"budget binds: the deadlines need ${need:,.0f}, ${need - fp.fleet.budget_usd:,.0f} more "
+                       f"than the budget of ${fp.fleet.budget_usd:,.0f}")
+            return out
+    # deadlines bind: most tokens each job can train by its deadline with the others' needs kept
+    _, _, dl, r = solve_portfolio(fp, rates, time_limit_s, budget_usd=None, goal=FleetGoal.TOKENS)
+    if r["objective"] is None:
+        return ["no allocation at all: no job fits on any node type at any size of sizes_nodes"]
+    for j in fp.jobs:
+        done = r["by_name"].get(f"done[{j.name}]", 0.0) * token_scale(fp)
+        short = j.training.tokens - done
+        if short > 1e-6 * j.training.tokens:
+            later = None
+            for d in range(dl[j.name] + 1, P + 1):
+                _, _, _, r2 = solve_portfolio(fp, rates, time_limit_s, budget_usd=None,
+                                              deadlines={j.name: d})
+                if r2["objective"] is not None:
+                    later = d
+                    break
+            what = f"; a deadline at the end of period {later} would do" if later else \
+                "; no deadline within the horizon would do (more availability, power or larger sizes)"
+            out.append(f"deadline of {j.name} (period {dl[j.name]}) binds: {short / 1e9:,.1f}B of "
+                       f"{j.training.tokens / 1e9:,.1f}B tokens cannot be trained in time{what}")
+    return out or ["infeasible (limits interact: no single deadline or the budget explains it)"]
+
+
+def result_dict(r: FleetResult) -> dict:
+    return {"status": r.status, "goal": r.goal, "cost_usd": r.cost_usd, "solve_time_s": r.seconds,
+            "buy_nodes": r.buy, "schedule": r.schedule, "trained_tokens": r.trained,
+            "throughput_table": [vars(x) for x in r.rates], "explanation": r.explanation}
+
+
+def render(fp: FleetProblem, r: FleetResult) -> str:
+    out = [f"paraplan fleet: {r.status} (goal {r.goal}); {len(r.rates)} (job, type, size) plans proven by "
+           f"CP-SAT; solved in {r.seconds:.2f} s"]
+    if r.status == "infeasible":
+        out += [f"  {e}" for e in r.explanation]
+        return "\n".join(out)
+    out.append(f"cost ${r.cost_usd:,.0f}" + (f" of a ${fp.fleet.budget_usd:,.0f} budget" if fp.fleet.budget_usd
+                                              else ""))
+    out.append("")
+    out.append("purchase (nodes bought at the start of each period):")
+    out.append(f"  {'type':18}" + "".join(f"{'P' + str(q):>7}" for q in range(1, fp.fleet.periods + 1)))
+    for t, ns in r.buy.items():
+        if any(ns):
+            out.append(f"  {t:18}" + "".join(f"{n:>7}" for n in ns))
+    out += ["", "schedule:", f"  {'job':16} {'period':>6} {'type':18} {'nodes':>6} {'step s':>8} {'tokens (B)':>11}"]
+    for s in r.schedule:
+        out.append(f"  {s['job']:16} {s['period']:>6} {s['node_type']:18} {s['nodes']:>6} {s['step_time_s']:8.3f} "
+                   f"{s['tokens'] / 1e9:11.1f}")
+    out += ["", "trained by the deadline (B tokens):"]
+    for j in fp.jobs:
+        out.append(f"  {j.name:16} {r.trained[j.name] / 1e9:10.1f} of {j.training.tokens / 1e9:,.1f}")
+    return "\n".join(out)
+
+
+def plot_gantt(fp: FleetProblem, r: FleetResult, path: str) -> None:
+    """Gantt chart: one row per job, one bar per period it runs, labelled with type x nodes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    jobs = [j.name for j in fp.jobs]
+    colors = {t.name: f"C{i}" for i, t in enumerate(fp.node_types)}
+    fig, ax = plt.subplots(figsize=(2 + 1.6 * fp.fleet.periods, 1 + 0.6 * len(jobs)))
+    for s in r.schedule:
+        y = jobs.index(s["job"])
+        ax.barh(y, 1.0, left=s["period"] - 1, color=colors[s["node_type"]], edgecolor="black")
+        ax.text(s["period"] - 0.5, y, f"{s['node_type']}\nx{s['nodes']}", ha="center", va="center", fontsize=7)
+    for j in fp.jobs:
+        if j.deadline_period:
+            ax.plot([j.deadline_period] * 2, [jobs.index(j.name) - 0.45, jobs.index(j.name) + 0.45], "r-")
+    ax.set_yticks(range(len(jobs)), jobs)
+    ax.set_xticks(range(fp.fleet.periods + 1))
+    ax.set_xlabel(f"period ({fp.fleet.period_days:g} days); red: deadline")
+    ax.set_title(f"{fp.name or 'fleet'}: cost ${(r.cost_usd or 0) / 1e6:,.1f}M")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

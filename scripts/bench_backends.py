@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""CP-SAT against the Pyomo MILP solved by HiGHS (issue 17), side by side in one run.
+
+    python scripts/bench_backends.py [--json] [--case NAME ...]
+
+Cases: the bench cases of scripts/bench_solve.py (problems/studies/solve/). Per case, one run of each
+backend after a warm-up (space, tables, presolve, model build and solve included, the problem file already
+loaded; for pyomo also writing the MPS file and the HiGHS worker process, formulations/highs_worker.py), and
+whether the optima agree within 0.1%. JSON: {"cases": [{"name", "cpsat_s", "pyomo_s", "same_optimum"}]}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from optimizer.loader import load_problem
+from optimizer.solve import solve
+
+CASES = ["gpt3-175b-1024xh100", "gpt3-175b-4096xa100", "gpt3-175b-upto6144xa100"]
+
+
+def run_case(name: str) -> dict:
+    p = load_problem(ROOT / "problems" / "studies" / "solve" / f"{name}.yaml")
+    solve(p, "cpsat")  # warm imports
+    solve(p, backend="pyomo")
+    t0 = time.perf_counter()
+    c = solve(p, "cpsat")
+    tc = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    h = solve(p, backend="pyomo")
+    th = time.perf_counter() - t0
+    same = abs(c.plans[0].objective_s - h.plans[0].objective_s) <= 1e-3 * c.plans[0].objective_s
+    return {"name": name, "cpsat_s": round(tc, 4), "pyomo_s": round(th, 4), "same_optimum": bool(same),
+            "cpsat_status": c.status, "pyomo_status": h.status, "step_time_s": round(c.plans[0].objective_s, 6),
+            "pyomo_step_time_s": round(h.plans[0].objective_s, 6)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--case", nargs="*", default=CASES)
+    a = ap.parse_args()
+    rows = [run_case(n) for n in a.case]
+    if a.json:
+        print(json.dumps({"cases": rows}, indent=1))
+        return 0
+    print(f"{'case':28} {'CP-SAT s':>9} {'Pyomo/HiGHS s':>14}  same optimum")
+    for r in rows:
+        print(f"{r['name']:28} {r['cpsat_s']:9.3f} {r['pyomo_s']:14.3f}  "
+              f"{'yes' if r['same_optimum'] else 'NO'} ({r['step_time_s']:.4f} s; {r['cpsat_status']}/{r['pyomo_status']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
