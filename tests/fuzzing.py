@@ -11,6 +11,7 @@ hang, or an error without a line.
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import random
 import re
@@ -145,7 +146,7 @@ def mutate(rng: random.Random, path: Path, command: str) -> Case:
         op = rng.random()
         try:
             if op < 0.6:
-                v = rng.choice(HOSTILE)
+                v = copy.deepcopy(rng.choice(HOSTILE))
                 _set(data, p, v)
                 what.append(f"{'.'.join(map(str, p))} = {str(v)[:30]!r}")
             elif op < 0.75:
@@ -157,7 +158,7 @@ def mutate(rng: random.Random, path: Path, command: str) -> Case:
                 for k in parent:
                     node = node[k]
                 if isinstance(node, dict):
-                    node[rng.choice(["typo_key", "tpp", "hbm_gb", "precison", "x"])] = rng.choice(HOSTILE)
+                    node[rng.choice(["typo_key", "tpp", "hbm_gb", "precison", "x"])] = copy.deepcopy(rng.choice(HOSTILE))
                     what.append(f"unknown key under {'.'.join(map(str, parent)) or 'top'}")
             else:
                 node = data
