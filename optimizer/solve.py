@@ -109,63 +109,6 @@ def solve(problem: Problem, method: str = "cpsat", top: int = 1, time_limit_s: f
     raise ValueError(f"unknown method {method}")
 
 
-def megatron_args(problem: Problem, ev: Evaluation) -> tuple[list[str], list[str]]:
-    """Megatron-LM command-line arguments of a plan (Megatron-Core names, 2024), and notes on what has no
-    argument (printed as comments after the command, never inside it)."""
-    ex, llm, tr = ev.execution, problem.llm, problem.training
-    notes: list[str] = []
-    a = [f"--tensor-model-parallel-size {ex.tp}", f"--pipeline-model-parallel-size {ex.pp}"]
-    slots = llm.layers + (2 if ex.pp_embedding_loss else 0)  # the embedding and the loss take a slot each
-    if ex.pp_embedding_loss:
-        a += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
-    if ex.vpp > 1:
-        a.append(f"--num-layers-per-virtual-pipeline-stage {slots // (ex.pp * ex.vpp)}")
-    if ex.cp > 1:
-        a.append(f"--context-parallel-size {ex.cp}")
-    a += [f"--micro-batch-size {ex.micro_batch}", f"--global-batch-size {tr.global_batch}",
-          f"--num-layers {llm.layers}", f"--hidden-size {llm.hidden}", f"--ffn-hidden-size {llm.ffn}",
-          f"--num-attention-heads {llm.heads}", f"--seq-length {problem.seq_len}",
-          f"--max-position-embeddings {problem.seq_len}"]
-    if llm.kv != llm.heads:
-        a += ["--group-query-attention", f"--num-query-groups {llm.kv}"]
-    if llm.mlp.value == "swiglu":
-        a.append("--swiglu")
-    if llm.mlp.value == "squared_relu":
-        a.append("--squared-relu")
-    if not llm.bias:
-        a.append("--disable-bias-linear")
-    if tr.precision.value in ("bf16", "fp8"):
-        a.append("--bf16")
-    if tr.precision.value == "fp16":
-        a.append("--fp16")
-    if tr.precision.value == "fp8":
-        a.append("--fp8-format hybrid")
-    if ex.sequence_parallel:
-        a.append("--sequence-parallel")
-    if ex.recompute.value == "selective":
-        a.append("--recompute-granularity selective")
-    elif ex.recompute.value == "full":
-        a += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
-    if ex.zero >= 1:
-        a.append("--use-distributed-optimizer")
-    if ex.zero >= 2:
-        notes.append("ZeRO-2/3 have no Megatron-LM flag: use Megatron FSDP or torch FSDP for this plan")
-    if ex.dp_overlap:
-        a.append("--overlap-grad-reduce")
-        if ex.zero >= 1:
-            a.append("--overlap-param-gather")
-    if ex.tp_overlap.value != "none":
-        a.append("--tp-comm-overlap")
-    if ex.attention.value == "flash":
-        a.append("--use-flash-attn")
-    if ex.weight_offload or ex.activation_offload or ex.optimizer_offload:
-        notes.append("offload: " + ", ".join(n for n, on in (("weights", ex.weight_offload),
-                     ("activations", ex.activation_offload), ("optimizer", ex.optimizer_offload)) if on))
-        if ex.optimizer_offload:
-            a += ["--optimizer-cpu-offload"]
-    return a, notes
-
-
 def result_dict(problem: Problem, r: SolveResult) -> dict:
     from .report.text import evaluation_dict
 
@@ -189,8 +132,9 @@ def render(problem: Problem, r: SolveResult, emit: str | None = None) -> str:
         out += ["", f"=== plan {i + 1} of {len(r.plans)}: step time {p.evaluation.result['step_time']:.4f} s ==="]
         out.append(render_evaluation(p.evaluation))
         if emit == "megatron":
-            args, notes = megatron_args(problem, p.evaluation)
-            out += ["", "Megatron-LM arguments:", "  " + " \\\n  ".join(args)] + [f"# {n}" for n in notes]
+            from .export import emit as export_emit
+
+            out += ["", "Megatron-LM command:", export_emit("megatron", problem, p.evaluation.execution)]
     for n in r.notes:
         out.append(f"note: {n}")
     return "\n".join(out)

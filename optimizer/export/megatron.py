@@ -1,0 +1,96 @@
+"""Megatron-LM (Megatron-Core) command line of a plan.
+
+Argument names are those declared in Megatron-LM's ``megatron/training/arguments.py``.
+The output is one bash command (``torchrun pretrain_gpt.py`` with continued lines); anything
+that has no Megatron flag is written as comment lines *before* the command, never inside it.
+"""
+from __future__ import annotations
+
+import shlex
+
+
+def args(problem, ex) -> tuple[list[str], list[str]]:
+    """(arguments, notes) for the plan ``ex`` (a resolved Execution) of ``problem``."""
+    llm, tr = problem.llm, problem.training
+    notes: list[str] = []
+    a = [f"--tensor-model-parallel-size {ex.tp}", f"--pipeline-model-parallel-size {ex.pp}"]
+    if ex.vpp > 1:
+        a.append(f"--virtual-pipeline-model-parallel-size {ex.vpp}")
+    if ex.pp > 1 and ex.pp_embedding_loss:
+        # Layer count stays the model's; Megatron counts the embedding and loss as pipeline slots.
+        a += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
+    if ex.cp > 1:
+        a.append(f"--context-parallel-size {ex.cp}")
+    a += [f"--micro-batch-size {ex.micro_batch}", f"--global-batch-size {tr.global_batch}",
+          f"--num-layers {llm.layers}", f"--hidden-size {llm.hidden}", f"--ffn-hidden-size {llm.ffn}",
+          f"--num-attention-heads {llm.heads}", f"--seq-length {problem.seq_len}",
+          f"--max-position-embeddings {problem.seq_len}"]
+    if llm.head_dim is not None and llm.head_dim * llm.heads != llm.hidden:
+        a.append(f"--kv-channels {llm.head_dim}")
+    kv = llm.kv_heads or llm.heads
+    if kv != llm.heads:
+        a += ["--group-query-attention", f"--num-query-groups {kv}"]
+    mlp = llm.mlp.value
+    if mlp in ("swiglu", "geglu"):
+        # Llama-style: gated MLP, RMSNorm, rotary positions.
+        a += ["--swiglu", "--normalization RMSNorm", "--position-embedding-type rope"]
+        if mlp == "geglu":
+            notes.append("GeGLU: Megatron has no flag; --swiglu gives the same shapes")
+    elif mlp == "squared_relu":
+        a.append("--squared-relu")
+    if not llm.tied_embeddings:
+        a.append("--untie-embeddings-and-output-weights")
+    if not llm.bias:
+        a.append("--disable-bias-linear")
+    if llm.moe is not None:
+        m = llm.moe
+        a += [f"--num-experts {m.experts}", f"--moe-router-topk {m.top_k}",
+              f"--moe-ffn-hidden-size {m.expert_ffn}", f"--expert-model-parallel-size {ex.ep}",
+              f"--expert-tensor-parallel-size {ex.etp or ex.tp}"]
+        if m.shared_experts:
+            a.append(f"--moe-shared-expert-intermediate-size {m.shared_experts * m.expert_ffn}")
+    if llm.mla is not None:
+        ml = llm.mla
+        a += ["--multi-latent-attention", f"--kv-lora-rank {ml.kv_lora_rank}",
+              f"--qk-pos-emb-head-dim {ml.qk_rope_head_dim}", f"--v-head-dim {ml.v_head_dim}"]
+        if ml.q_lora_rank:
+            a.append(f"--q-lora-rank {ml.q_lora_rank}")
+    prec = tr.precision.value
+    if prec in ("bf16", "fp8"):
+        a.append("--bf16")
+    if prec == "fp16":
+        a.append("--fp16")
+    if prec == "fp8":
+        a.append("--fp8-format hybrid")
+    if ex.sequence_parallel:
+        a.append("--sequence-parallel")
+    if ex.recompute.value == "selective":
+        a.append("--recompute-granularity selective")
+    elif ex.recompute.value == "full":
+        a += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
+    if ex.zero >= 1:
+        a.append("--use-distributed-optimizer")
+    if ex.zero >= 2:
+        notes.append(f"ZeRO-{ex.zero} has no Megatron-LM flag: use Megatron FSDP or torch FSDP for this plan")
+    if ex.dp_overlap:
+        a.append("--overlap-grad-reduce")
+        if ex.zero >= 1:
+            a.append("--overlap-param-gather")
+    if ex.tp_overlap.value != "none":
+        a.append("--tp-comm-overlap")
+    if ex.attention.value == "flash":
+        a.append("--use-flash-attn")
+    if ex.optimizer_offload:
+        a.append("--optimizer-cpu-offload")
+    if ex.weight_offload or ex.activation_offload:
+        notes.append("weight/activation offload has no Megatron-LM flag")
+    return a, notes
+
+
+def emit(problem, ex) -> str:
+    """A bash command running Megatron-LM's pretrain_gpt.py with the plan's arguments."""
+    a, notes = args(problem, ex)
+    head = [f"# {n}" for n in notes]
+    cmd = "torchrun --nproc-per-node 8 pretrain_gpt.py \\\n  " + " \\\n  ".join(
+        " ".join(shlex.quote(w) for w in x.split()) for x in a)
+    return "\n".join(head + [cmd]) + "\n"
