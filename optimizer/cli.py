@@ -34,6 +34,15 @@ def _finite(obj):
     return obj
 
 
+EMIT = ["megatron", "nemo", "torchtitan", "deepspeed"]
+
+
+def _emitted(target, problem, execution) -> dict:
+    from .export import emit
+
+    return {"emit": {"target": target, "text": emit(target, problem, execution)}} if target else {}
+
+
 def _print_json(obj) -> None:
     print(json.dumps(_finite(obj), indent=2, allow_nan=False, default=str))
 
@@ -98,9 +107,13 @@ def cmd_evaluate(args) -> int:
     problem = load_problem(args.problem, require_execution=True)
     ev = evaluate_execution(problem)
     if args.json:
-        _print_json(as_json(ev))
+        _print_json(as_json(ev) | _emitted(args.emit, problem, ev.execution))
     else:
         print(render_evaluation(ev))
+        if args.emit:
+            from .export import block
+
+            print("\n" + block(args.emit, problem, ev.execution), end="")
     return 0
 
 
@@ -147,7 +160,7 @@ def cmd_solve(args) -> int:
                          "reason": str(e.reason), "message": str(e), "plans": []})
         raise
     if args.json:
-        _print_json(result_dict(problem, r))
+        _print_json(result_dict(problem, r) | _emitted(args.emit, problem, r.plans[0].evaluation.execution))
     else:
         print(render(problem, r, emit=args.emit))
     return 0
@@ -159,10 +172,15 @@ def cmd_check(args) -> int:
 
     problem, written = load_problem_doc(args.problem)
     r = check(problem, written, offload_gib=args.offload_gib, offload_gbps=args.offload_gbps)
+    ex = r.plan.plans[0].evaluation.execution if r.fits else None
     if args.json:
-        _print_json(result_dict(r))
+        _print_json(result_dict(r) | (_emitted(args.emit, problem, ex) if ex is not None else {}))
     else:
         print(render(r))
+        if args.emit and ex is not None:
+            from .export import block
+
+            print("\n" + block(args.emit, problem, ex), end="")
     return 0 if r.fits else 3
 
 
@@ -225,6 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("evaluate", help="step time and memory of the problem's execution")
     p.add_argument("problem")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--emit", choices=EMIT, help="also print the execution for a training framework")
     p.set_defaults(func=cmd_evaluate)
     p = sub.add_parser("validate", help="predict published runs (calibration schema) and score the model")
     p.add_argument("runs")
@@ -238,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cpsat (proven optimum, default) or enumerate (the exhaustive oracle)")
     p.add_argument("--sat-params", metavar="JSON", help='CP-SAT parameters, e.g. \'{"num_workers": 2}\'')
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--emit", choices=["megatron"], help="also print the plan as launcher arguments")
+    p.add_argument("--emit", choices=EMIT, help="also print the plan for a training framework")
     p.add_argument("--backend", choices=["cpsat", "pyomo"], default="cpsat",
                    help="cpsat (default) or pyomo (the same kept pairs as a MILP)")
     p.add_argument("--solver", choices=["highs", "gurobi", "cplex", "cbc", "scip", "glpk"], default="highs",
@@ -249,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="does it fit? why not, and what smallest change would (exit 3: does not fit)")
     p.add_argument("problem")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--emit", choices=EMIT, help="when it fits, also print the plan for a training framework")
     p.add_argument("--offload-gib", type=_amount, default=512.0, help="offload memory to try when nothing fits")
     p.add_argument("--offload-gbps", type=_amount, default=64.0, help="its bandwidth, GB/s (PCIe 5 x16: 64)")
     p.set_defaults(func=cmd_check)

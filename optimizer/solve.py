@@ -131,10 +131,10 @@ def render(problem: Problem, r: SolveResult, emit: str | None = None) -> str:
     for i, p in enumerate(r.plans):
         out += ["", f"=== plan {i + 1} of {len(r.plans)}: step time {p.evaluation.result['step_time']:.4f} s ==="]
         out.append(render_evaluation(p.evaluation))
-        if emit == "megatron":
-            from .export import emit as export_emit
+        if emit:
+            from .export import block
 
-            out += ["", "Megatron-LM command:", export_emit("megatron", problem, p.evaluation.execution)]
+            out += ["", block(emit, problem, p.evaluation.execution)]
     for n in r.notes:
         out.append(f"note: {n}")
     return "\n".join(out)

@@ -19,7 +19,8 @@ VALUED = ["--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--v
           "--kv-channels", "--num-query-groups", "--normalization", "--position-embedding-type", "--num-experts",
           "--moe-router-topk", "--moe-ffn-hidden-size", "--expert-model-parallel-size",
           "--expert-tensor-parallel-size", "--moe-shared-expert-intermediate-size", "--kv-lora-rank",
-          "--qk-pos-emb-head-dim", "--v-head-dim", "--q-lora-rank", "--fp8-format", "--recompute-granularity",
+          "--qk-pos-emb-head-dim", "--v-head-dim", "--q-lora-rank", "--fp8-format", "--fp8-recipe", "--fp4-format",
+          "--fp4-recipe", "--recompute-granularity",
           "--recompute-method", "--recompute-num-layers"]
 SWITCHES = ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
             "--group-query-attention", "--swiglu", "--squared-relu", "--untie-embeddings-and-output-weights",
@@ -76,3 +77,95 @@ def test_moe_flags():
 def test_unknown_target():
     with pytest.raises(ValueError):
         emit("nope", None, None)
+
+
+def _plan(tmp_path, text):
+    from optimizer.loader import load_problem
+    from optimizer.solve import solve
+
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    p = load_problem(path)
+    return p, solve(p).plans[0].evaluation.execution
+
+
+MIXTRAL = ("llm: mixtral-8x7b\nsystem: h100-sxm-80gb\nnum_gpus: 64\ntraining: {global_batch: 256}\n"
+           "search: {tp: 2, pp: 2, vpp: 2, ep: 8, recompute: full, zero: 1}\n")
+
+
+class Recipe:
+    """Stands in for a NeMo 2 recipe: attribute paths spring into being and record the assignments."""
+
+    def __init__(self, path=""):
+        object.__setattr__(self, "_path", path)
+        object.__setattr__(self, "_set", {})
+
+    def __getattr__(self, name):
+        child = Recipe(f"{self._path}.{name}".lstrip("."))
+        object.__setattr__(child, "_set", self._set)
+        object.__setattr__(self, name, child)
+        return child
+
+    def __setattr__(self, name, value):
+        self._set[f"{self._path}.{name}".lstrip(".")] = value
+
+
+def test_nemo_overrides_are_python_assigning_the_plan(tmp_path):
+    p, ex = _plan(tmp_path, MIXTRAL)
+    code = emit("nemo", p, ex)
+    recipe = Recipe()
+    exec(compile(code, "nemo_overrides", "exec"), {"recipe": recipe})
+    got = recipe._set
+    assert got["trainer.strategy.tensor_model_parallel_size"] == ex.tp == 2
+    assert got["trainer.strategy.pipeline_model_parallel_size"] == ex.pp == 2
+    assert got["trainer.strategy.virtual_pipeline_model_parallel_size"] == 2
+    assert got["trainer.strategy.expert_model_parallel_size"] == 8
+    assert got["data.global_batch_size"] == 256 and got["data.micro_batch_size"] == ex.micro_batch
+    assert got["model.config.recompute_granularity"] == "full" and got["optim.config.use_distributed_optimizer"]
+    assert got["trainer.num_nodes"] * got["trainer.devices"] == 64
+
+
+def test_torchtitan_toml_degrees_cover_the_gpus(tmp_path):
+    import tomllib
+
+    p, ex = _plan(tmp_path, MIXTRAL)
+    t = tomllib.loads(emit("torchtitan", p, ex))
+    par, tr = t["parallelism"], t["training"]
+    gpus = (par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"] * par["tensor_parallel_degree"]
+            * par["context_parallel_degree"] * par["pipeline_parallel_degree"])
+    assert gpus == 64
+    assert par["pipeline_parallel_schedule"] == "Interleaved1F1B" and par["expert_parallel_degree"] == 8
+    dp = par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"]
+    assert tr["local_batch_size"] * dp == tr["global_batch_size"] == 256
+    assert t["activation_checkpoint"]["mode"] == "full"
+
+
+def test_deepspeed_json_batch_identity(tmp_path):
+    import json
+
+    p, ex = _plan(tmp_path, MIXTRAL)
+    d = json.loads(emit("deepspeed", p, ex))
+    assert d["train_batch_size"] == d["train_micro_batch_size_per_gpu"] * d["gradient_accumulation_steps"] * ex.dp
+    assert d["zero_optimization"]["stage"] == ex.zero == 1 and d["bf16"]["enabled"]
+    assert "activation_checkpointing" in d
+
+
+@pytest.mark.parametrize("command", ["solve", "evaluate", "check"])
+@pytest.mark.parametrize("target", ["megatron", "nemo", "torchtitan", "deepspeed"])
+def test_emit_on_every_command(tmp_path, capsys, command, target):
+    import json
+
+    from optimizer.cli import main
+
+    path = tmp_path / "p.yaml"
+    body = "llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 8\ntraining: {global_batch: 8}\n"
+    if command == "evaluate":
+        body += "execution: {tp: 2, pp: 1}\n"
+    path.write_text(body)
+    assert main([command, str(path), "--emit", target]) == 0
+    title = {"megatron": "Megatron-LM command:", "nemo": "NeMo 2 recipe overrides:",
+             "torchtitan": "torchtitan config:", "deepspeed": "DeepSpeed config:"}[target]
+    assert title in capsys.readouterr().out
+    assert main([command, str(path), "--emit", target, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["emit"]["target"] == target and d["emit"]["text"]

@@ -56,12 +56,16 @@ def args(problem, ex) -> tuple[list[str], list[str]]:
         if ml.q_lora_rank:
             a.append(f"--q-lora-rank {ml.q_lora_rank}")
     prec = tr.precision.value
-    if prec in ("bf16", "fp8"):
-        a.append("--bf16")
+    if prec in ("bf16", "fp8", "mxfp8", "nvfp4"):
+        a.append("--bf16")  # 16-bit master compute around the low-precision GEMMs
     if prec == "fp16":
         a.append("--fp16")
     if prec == "fp8":
         a.append("--fp8-format hybrid")
+    if prec == "mxfp8":
+        a += ["--fp8-format e4m3", "--fp8-recipe mxfp8"]  # Megatron-Core >= 0.13 (Blackwell block scaling)
+    if prec == "nvfp4":
+        a += ["--fp4-format e2m1", "--fp4-recipe nvfp4"]  # Megatron-Core >= 0.14 (Blackwell)
     if ex.sequence_parallel:
         a.append("--sequence-parallel")
     if ex.recompute.value == "selective":
@@ -91,6 +95,6 @@ def emit(problem, ex) -> str:
     """A bash command running Megatron-LM's pretrain_gpt.py with the plan's arguments."""
     a, notes = args(problem, ex)
     head = [f"# {n}" for n in notes]
-    cmd = "torchrun --nproc-per-node 8 pretrain_gpt.py \\\n  " + " \\\n  ".join(
+    cmd = f"torchrun --nproc-per-node {problem.system.gpus_per_node} pretrain_gpt.py \\\n  " + " \\\n  ".join(
         " ".join(shlex.quote(w) for w in x.split()) for x in a)
     return "\n".join(head + [cmd]) + "\n"

@@ -1,0 +1,60 @@
+"""NeMo 2 recipe overrides of a plan: Python assignments to a NeMo 2 pretraining recipe (`recipe =
+llm.<model>.pretrain_recipe(...)`), with the names of NeMo 2's MegatronStrategy, data module, model config
+and optimizer config (NeMo Framework user guide, "Batching" and "Parallelisms" of NeMo 2.0)."""
+
+from __future__ import annotations
+
+
+def _val(v):
+    return repr(v.value if hasattr(v, "value") else v)
+
+
+def overrides(problem, ex) -> list[tuple[str, object]]:
+    """(attribute path under `recipe`, value) for the plan `ex` of `problem`."""
+    tr, sysm = problem.training, problem.system
+    gpus = ex.tp * ex.pp * ex.cp * (ex.dp or 1)
+    out: list[tuple[str, object]] = [
+        ("trainer.num_nodes", -(-gpus // sysm.gpus_per_node)),
+        ("trainer.devices", min(sysm.gpus_per_node, gpus)),
+        ("trainer.strategy.tensor_model_parallel_size", ex.tp),
+        ("trainer.strategy.pipeline_model_parallel_size", ex.pp),
+        ("trainer.strategy.virtual_pipeline_model_parallel_size", ex.vpp if ex.vpp > 1 else None),
+        ("trainer.strategy.context_parallel_size", ex.cp),
+        ("trainer.strategy.sequence_parallel", bool(ex.sequence_parallel)),
+    ]
+    if problem.llm.moe is not None:
+        out += [("trainer.strategy.expert_model_parallel_size", ex.ep),
+                ("trainer.strategy.expert_tensor_parallel_size", ex.etp or ex.tp)]
+    if ex.pp > 1 and ex.pp_embedding_loss:
+        out += [("trainer.strategy.account_for_embedding_in_pipeline_split", True),
+                ("trainer.strategy.account_for_loss_in_pipeline_split", True)]
+    out += [("data.micro_batch_size", ex.micro_batch), ("data.global_batch_size", tr.global_batch),
+            ("data.seq_length", problem.seq_len), ("model.config.seq_length", problem.seq_len)]
+    rec = ex.recompute.value
+    out += [("model.config.recompute_granularity", None if rec == "none" else rec)]
+    if rec == "full":
+        out += [("model.config.recompute_method", "uniform"), ("model.config.recompute_num_layers", 1)]
+    out += [("optim.config.use_distributed_optimizer", ex.zero >= 1),
+            ("trainer.strategy.ddp.overlap_grad_reduce", bool(ex.dp_overlap)),
+            ("trainer.strategy.ddp.overlap_param_gather", bool(ex.dp_overlap and ex.zero >= 1))]
+    prec = tr.precision.value
+    if prec in ("fp8", "mxfp8", "nvfp4"):
+        out += [("trainer.plugins.fp8", "hybrid" if prec == "fp8" else "e4m3"),
+                ("trainer.plugins.fp8_recipe", {"fp8": "delayed", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}[prec])]
+    return out
+
+
+def notes(problem, ex) -> list[str]:
+    out = []
+    if ex.zero >= 2:
+        out.append(f"ZeRO-{ex.zero}: NeMo 2 uses Megatron FSDP for it (trainer.strategy.fsdp='megatron')")
+    if ex.weight_offload or ex.activation_offload or ex.optimizer_offload:
+        out.append("offload: set the strategy's offload options (not emitted)")
+    return out
+
+
+def emit(problem, ex) -> str:
+    """Python lines assigning the plan to `recipe` (a NeMo 2 pretraining recipe)."""
+    head = [f"# NeMo 2 recipe overrides for {problem.name or problem.llm.name} (paraplan plan):",
+            "# recipe = llm.<your model>.pretrain_recipe(...); then"] + [f"# {n}" for n in notes(problem, ex)]
+    return "\n".join(head + [f"recipe.{k} = {_val(v)}" for k, v in overrides(problem, ex)]) + "\n"
