@@ -168,7 +168,12 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     out.assumptions.append(
         f"{era}: {'FlashAttention' if flash else 'materialised (standard) attention'}, "
         f"{'dropout 0.1' if old else 'no dropout'}")
-    llm = _llm_of(run, year)
+    try:
+        llm = _llm_of(run, year)
+    except (ValidationError, ValueError) as e:  # a shape the LLM schema rejects (heads vs hidden, ...)
+        from .errors import ParaplanError
+
+        raise ParaplanError(f"run {run['id']}: its model is not a valid LLM: {str(e).splitlines()[-1].strip()}") from None
     prec = par.get("precision")
     if prec is None:
         prec = "fp16" if old else "bf16"

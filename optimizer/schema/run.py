@@ -8,7 +8,18 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .common import Frozen, NonNegativeFloat, PositiveFloat, PositiveInt
+from enum import StrEnum
+
+from .common import Frozen, MlpKind, NonNegativeFloat, PositiveFloat, PositiveInt, Precision, Recompute
+
+
+class Sharding(StrEnum):
+    """Optimizer sharding of a run: the distributed optimizer is zero1, FSDP full shard zero3."""
+
+    NONE = "none"
+    ZERO1 = "zero1"
+    ZERO2 = "zero2"
+    ZERO3 = "zero3"
 
 
 class RunMoE(Frozen):
@@ -33,7 +44,7 @@ class RunModel(Frozen):
     head_dim: PositiveInt | None = Field(None, description="Size of one head.")
     seq_len: PositiveInt = Field(description="Training sequence length, tokens.")
     vocab: PositiveInt | None = Field(None, description="Vocabulary size.")
-    mlp: str | None = Field(None, description="gelu | swiglu | geglu | squared_relu | relu.")
+    mlp: MlpKind | None = Field(None, description="gelu | swiglu | geglu | squared_relu | relu.")
     moe: RunMoE | None = Field(None, description="Mixture of experts, or null for a dense model.")
 
 
@@ -57,9 +68,9 @@ class RunParallel(Frozen):
     sequence_parallel: bool | None = Field(None, description="Sequence parallelism.")
     micro_batch: PositiveInt | None = Field(None, description="Sequences per micro-batch.")
     global_batch: PositiveInt = Field(description="Sequences per optimizer step.")
-    recompute: str | None = Field(None, description="none | selective | full.")
-    optimizer_sharding: str | None = Field(None, description="none | zero1 | zero2 | zero3.")
-    precision: str | None = Field(None, description="bf16 | fp16 | fp8 | mxfp8 | nvfp4 (null: 16-bit).")
+    recompute: Recompute | None = Field(None, description="none | selective | full.")
+    optimizer_sharding: Sharding | None = Field(None, description="none | zero1 | zero2 | zero3.")
+    precision: Precision | None = Field(None, description="bf16 | fp16 | fp8 | mxfp8 | nvfp4 (null: 16-bit).")
 
 
 class RunMeasured(Frozen):
