@@ -256,6 +256,14 @@ def resolve_ref(doc: Sourced, loc: Loc, kind: str, near: Path | None) -> None:
     if not isinstance(value, str):
         return  # inline definition, validated as is
     file, line = doc.locate(loc)
+    if kind == "llm" and value.endswith(".json"):  # a Hugging Face config.json (optimizer.hf_config)
+        from .hf_config import resolve as resolve_hf
+
+        tr = doc.data.get("training") if isinstance(doc.data, dict) else None
+        seq = tr.get("seq_len") if isinstance(tr, dict) and isinstance(tr.get("seq_len"), int) else None
+        data = resolve_hf(value, near, (file, line, ".".join(map(str, loc))), seq)
+        parent[loc[-1]] = _deep_merge(data, overrides) if overrides else data
+        return
     if value.endswith((".yaml", ".yml")):
         try:
             path = (near / value) if near is not None else Path(value)
