@@ -97,8 +97,10 @@ def _with_training(problem: Problem, fixed: dict[str, list], **update) -> Proble
 def _step(problem: Problem) -> float | None:
     """The fastest step time of a changed problem by `solve` (None: nothing fits). One solve answers both
     "does it fit" and "how fast then"."""
+    from .progress import tick
     from .solve import solve
 
+    tick()
     try:
         return solve(problem, "cpsat").plans[0].objective_s
     except Infeasible:
@@ -124,6 +126,13 @@ def _without(fixed: dict[str, list], *knobs: str) -> dict[str, list]:
 
 def check(problem: Problem, written_execution: dict | None = None, offload_gib: float = 512.0,
           offload_gbps: float = 64.0) -> CheckResult:
+    from .progress import progress
+
+    with progress("check: solves", None):
+        return _check(problem, written_execution, offload_gib, offload_gbps)
+
+
+def _check(problem: Problem, written_execution: dict | None, offload_gib: float, offload_gbps: float) -> CheckResult:
     t0 = time.perf_counter()
     fixed = fixed_knobs(problem, written_execution)
     p = with_fixed(problem, fixed)

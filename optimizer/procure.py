@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from .objective import BIG_S
+from .progress import progress
 from .purchase import (Group, Purchase, TablesCache, TypeRow, best_of_type, node_limit, purchase_of,  # noqa: F401
                        rank_key, sub_problem)
 from .schema.problem import Goal, Objective
@@ -48,10 +49,12 @@ def procure(pp: ProcureProblem, pareto: bool = False, time_limit_s: float = 60.0
     cache = TablesCache()  # tables at the most GPUs serve every smaller purchase of the same node system
     limits = {t.name: node_limit(pp, t) for t in pp.catalog.node_types}
     solved = {}
-    for t in sorted(pp.catalog.node_types, key=lambda t: -limits[t.name][0] * t.gpus_per_node):
-        if pp.procure.calibrated_only and t.system.calibration.status() == "prior":
-            continue
-        solved[t.name] = best_of_type(pp, t, limits[t.name][0], time_limit_s=time_limit_s, cache=cache)
+    with progress("procure: node types", len(pp.catalog.node_types)) as step:
+        for t in sorted(pp.catalog.node_types, key=lambda t: -limits[t.name][0] * t.gpus_per_node):
+            step()
+            if pp.procure.calibrated_only and t.system.calibration.status() == "prior":
+                continue
+            solved[t.name] = best_of_type(pp, t, limits[t.name][0], time_limit_s=time_limit_s, cache=cache)
     for t in pp.catalog.node_types:
         if pp.procure.calibrated_only and t.system.calibration.status() == "prior":
             rows.append(TypeRow(t, 0, "calibrated_only", None, 0, "excluded"))
@@ -107,32 +110,40 @@ def pareto_front(pp: ProcureProblem, points: int = 10, time_limit_s: float = 60.
     # (its nodes and its cost) is that budget's optimum too (the smaller budget's purchases are a subset), so
     # it is reused without a solve; a type whose fewest fitting nodes exceed the budget is skipped.
     solved: dict[str, list[Group]] = {t.name: [] for t in types}
-    for b in sorted(budgets, reverse=True):
-        best = None
-        for t in types:
-            if t.name not in min_nodes:
-                continue  # nothing of this type fits at any count
-            n, _ = node_limit(pp, t, budget_usd=b * (1 + 1e-9))
-            if n < min_nodes[t.name]:
-                continue
-            grp = next((g for g in solved[t.name] if g.nodes <= n
-                        and purchase_of(pp, [g], g.step_time_s).cost_usd <= b * (1 + 1e-9)), None)
-            if grp is None:
-                grp, _, _ = best_of_type(pp, t, n, budget_usd=b * (1 + 1e-9), goal=fast_goal,
-                                         time_limit_s=time_limit_s, cache=cache)
-                if grp is None:
-                    continue
-                solved[t.name].append(grp)
-            p = purchase_of(pp, [grp], grp.step_time_s)
-            if best is None or (p.step_time_s, p.cost_usd) < (best.step_time_s, best.cost_usd):
-                best = p
-        if best is not None:
-            found.append(best)
+    with progress("procure: Pareto budgets", len(budgets)) as step:
+        for b in sorted(budgets, reverse=True):
+            step()
+            _best_within(pp, types, b, min_nodes, solved, found, fast_goal, time_limit_s, cache)
     front: list[Purchase] = []
     for p in sorted(found, key=lambda p: (p.cost_usd, p.step_time_s)):
         if not front or p.step_time_s < front[-1].step_time_s * (1 - 1e-9):
             front.append(p)
     return front
+
+
+def _best_within(pp, types, b, min_nodes, solved, found, fast_goal, time_limit_s, cache) -> None:
+    """The fastest purchase within budget b (each type's proven optimum, reused from a larger budget when it
+    fits this one), appended to `found`."""
+    best = None
+    for t in types:
+        if t.name not in min_nodes:
+            continue  # nothing of this type fits at any count
+        n, _ = node_limit(pp, t, budget_usd=b * (1 + 1e-9))
+        if n < min_nodes[t.name]:
+            continue
+        grp = next((g for g in solved[t.name] if g.nodes <= n
+                    and purchase_of(pp, [g], g.step_time_s).cost_usd <= b * (1 + 1e-9)), None)
+        if grp is None:
+            grp, _, _ = best_of_type(pp, t, n, budget_usd=b * (1 + 1e-9), goal=fast_goal,
+                                     time_limit_s=time_limit_s, cache=cache)
+            if grp is None:
+                continue
+            solved[t.name].append(grp)
+        p = purchase_of(pp, [grp], grp.step_time_s)
+        if best is None or (p.step_time_s, p.cost_usd) < (best.step_time_s, best.cost_usd):
+            best = p
+    if best is not None:
+        found.append(best)
 
 
 # ---------------------------------------------------------------------------------------------- report

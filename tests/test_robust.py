@@ -227,3 +227,28 @@ def test_schema_kinds(capsys, kind):
     assert main(["schema", "--kind", kind]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["additionalProperties"] is False and d["properties"]
+
+
+def test_progress_on_a_terminal_only_and_quiet(monkeypatch, capsys):
+    """A bar with ETA on stderr when it is a terminal; nothing on a pipe or with --quiet."""
+    import io
+    import sys
+
+    from optimizer import progress
+
+    class TTY(io.StringIO):
+        def isatty(self):
+            return True
+
+    for quiet, tty, drawn in ((False, True, True), (True, True, False), (False, False, False)):
+        err = TTY() if tty else io.StringIO()
+        monkeypatch.setattr(sys, "stderr", err)
+        monkeypatch.setattr(progress, "QUIET", quiet)
+        with progress.progress("work", 3) as step:
+            step()
+            progress.tick()
+            step()
+        assert ("ETA" in err.getvalue() and "work" in err.getvalue()) == drawn
+    monkeypatch.setattr(progress, "QUIET", False)
+    assert main(["schema", "--quiet"]) == 0 and progress.QUIET
+    progress.QUIET = False
