@@ -43,6 +43,31 @@ def _emitted(target, problem, execution) -> dict:
     return {"emit": {"target": target, "text": emit(target, problem, execution)}} if target else {}
 
 
+def _write_output(args, text: str | None = None, obj=None, rows=None) -> bool:
+    """--output FILE: the answer as JSON (.json), CSV (.csv, one row per plan) or text (any other name);
+    False when no --output was given (the caller prints)."""
+    path = getattr(args, "output", None)
+    if not path:
+        return False
+    from .errors import ProblemError
+
+    if path.lower().endswith(".json"):
+        text = json.dumps(_finite(obj), indent=2, allow_nan=False, default=str) + "\n"
+    elif path.lower().endswith(".csv"):
+        from .report.table import to_csv
+
+        if rows is None:
+            raise ProblemError("--output", None, None, "this command has no plan rows to write as CSV")
+        text = to_csv(rows)
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text if text.endswith("\n") else text + "\n")
+    except OSError as e:
+        raise ProblemError("--output", None, None, f"cannot write {path}: {e.strerror}") from None
+    print(f"wrote {path}", file=sys.stderr)
+    return True
+
+
 def _print_json(obj) -> None:
     print(json.dumps(_finite(obj), indent=2, allow_nan=False, default=str))
 
@@ -106,6 +131,10 @@ def cmd_evaluate(args) -> int:
 
     problem = load_problem(args.problem, require_execution=True)
     ev = evaluate_execution(problem)
+    from .report.table import row
+
+    if _write_output(args, render_evaluation(ev), as_json(ev) | _emitted(args.emit, problem, ev.execution), [row(ev)]):
+        return 0
     if args.json:
         _print_json(as_json(ev) | _emitted(args.emit, problem, ev.execution))
     else:
@@ -159,6 +188,12 @@ def cmd_solve(args) -> int:
             _print_json({"status": "infeasible" if isinstance(e, Infeasible) else "time_limit",
                          "reason": str(e.reason), "message": str(e), "plans": []})
         raise
+    from .report.table import row
+
+    rows = [row(p.evaluation, plan=i + 1, objective_step_time_s=p.objective_s) for i, p in enumerate(r.plans)]
+    if _write_output(args, render(problem, r, emit=args.emit),
+                     result_dict(problem, r) | _emitted(args.emit, problem, r.plans[0].evaluation.execution), rows):
+        return 0
     if args.json:
         _print_json(result_dict(problem, r) | _emitted(args.emit, problem, r.plans[0].evaluation.execution))
     else:
@@ -246,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("problem")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--emit", choices=EMIT, help="also print the execution for a training framework")
+    p.add_argument("--output", "-o", metavar="FILE", help="write the answer to FILE: .json, .csv or text")
     p.set_defaults(func=cmd_evaluate)
     p = sub.add_parser("validate", parents=[common], help="predict published runs (calibration schema) and score the model")
     p.add_argument("runs")
@@ -260,6 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sat-params", metavar="JSON", help='CP-SAT parameters, e.g. \'{"num_workers": 2}\'')
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--emit", choices=EMIT, help="also print the plan for a training framework")
+    p.add_argument("--output", "-o", metavar="FILE", help="write the answer to FILE: .json, .csv (a row per plan) or text")
     p.add_argument("--backend", choices=["cpsat", "pyomo"], default="cpsat",
                    help="cpsat (default) or pyomo (the same kept pairs as a MILP)")
     p.add_argument("--solver", choices=["highs", "gurobi", "cplex", "cbc", "scip", "glpk"], default="highs",

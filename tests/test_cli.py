@@ -203,3 +203,26 @@ def test_emit_megatron_with_embedding_loss_slots_is_one_bash_command(tmp_path, c
     script = tmp_path / "run.sh"
     script.write_text(block + "\n")
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+
+
+def test_output_file_json_csv_text(tmp_path, capsys):
+    import csv
+
+    prob = "llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 8\ntraining: {global_batch: 8}\n"
+    path = tmp_path / "p.yaml"
+    path.write_text(prob)
+    out = tmp_path / "plans.csv"
+    assert main(["solve", str(path), "--top", "3", "--output", str(out)]) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert [r["plan"] for r in rows] == ["1", "2", "3"]
+    assert float(rows[0]["step_time_s"]) <= float(rows[1]["step_time_s"]) <= float(rows[2]["step_time_s"])
+    assert {"execution.tp", "time_s.bubble", "memory_gib.activations", "mfu", "hfu"} <= set(rows[0])
+    js = tmp_path / "plans.json"
+    assert main(["solve", str(path), "-o", str(js)]) == 0
+    assert json.loads(js.read_text())["status"] == "optimal"
+    txt = tmp_path / "plans.txt"
+    assert main(["solve", str(path), "-o", str(txt)]) == 0
+    assert "paraplan solve" in txt.read_text()
+    capsys.readouterr()
+    assert main(["solve", str(path), "-o", str(tmp_path / "no" / "x.csv")]) == 2
+    assert "cannot write" in capsys.readouterr().err
