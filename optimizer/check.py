@@ -398,6 +398,9 @@ def result_dict(r: CheckResult) -> dict:
         d["plan"] = {"execution": ev.execution.model_dump(mode="json"), "step_time_s": res["step_time"],
                      "status": r.plan.status}
         d["freed"] = {k: {"chosen": v[0], "default": v[1]} for k, v in r.freed.items()}
+        from .model.capacity import memory_margin_warning
+
+        d["memory_warning"] = memory_margin_warning(res["hbm"], r.problem)
         d["memory"] = {"hbm": {"used_gib": round(used, 3), "capacity_gib": cap,
                                "margin_gib": round(cap - used, 3), "margin_pct": round(100 * (cap - used) / cap, 2)}}
         if r.problem.system.offload.capacity_gib > 0:
@@ -431,6 +434,8 @@ def render(r: CheckResult) -> str:
         for tier, m in mem.items():
             lines.append(f"  {tier}: {m['used_gib']:.2f} of {m['capacity_gib']:g} GiB per GPU, margin "
                          f"{m['margin_gib']:.2f} GiB ({m['margin_pct']:.1f}%)")
+        if d.get("memory_warning"):
+            lines.append(f"  warning: {d['memory_warning']}")
     else:
         lines.append("DOES NOT FIT.")
         for e in r.explanation:

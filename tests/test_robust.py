@@ -252,3 +252,20 @@ def test_progress_on_a_terminal_only_and_quiet(monkeypatch, capsys):
     monkeypatch.setattr(progress, "QUIET", False)
     assert main(["schema", "--quiet"]) == 0 and progress.QUIET
     progress.QUIET = False
+
+
+def test_margin_warning_follows_the_memory_models_error(tmp_path):
+    """A plan whose HBM margin is below the memory model's stated error (MEMORY_ERROR_PCT of its use) gets a
+    warning naming the headroom to set; one with a wide margin does not."""
+    from optimizer.model.capacity import MEMORY_ERROR_PCT, memory_margin_warning
+    from optimizer.loader import load_problem
+
+    path = tmp_path / "p.yaml"
+    path.write_text(BASE)
+    p = load_problem(path)
+    gib = 2.0**30
+    tight = 80 * gib / (1 + MEMORY_ERROR_PCT / 100) + 0.5 * gib  # margin just under the error
+    loose = 80 * gib / (1 + MEMORY_ERROR_PCT / 100) - 0.5 * gib
+    w = memory_margin_warning(tight, p)
+    assert w and "memory_headroom_gib" in w and f"{MEMORY_ERROR_PCT:g}%" in w
+    assert memory_margin_warning(loose, p) is None

@@ -15,6 +15,25 @@ from .knobs import Knobs
 from .step import GIB, StepResult
 
 
+# The memory model's stated error: MAPE of predicted against measured peak memory on the published runs
+# that report it (`paraplan validate ../shared/calibration/public_runs.yaml`: 15.68%). A plan whose margin is
+# below it may not fit in practice; reports warn (`memory_margin_warning`).
+MEMORY_ERROR_PCT = 15.7
+
+
+def memory_margin_warning(used_bytes: float, problem: Problem) -> str | None:
+    """A warning when the plan's HBM margin (capacity less use, headroom included) is below the memory
+    model's stated error; None otherwise."""
+    cap = problem.system.hbm_gib * GIB
+    margin = cap - used_bytes
+    if margin >= MEMORY_ERROR_PCT / 100 * used_bytes:
+        return None
+    return (f"memory margin {margin / GIB:.1f} GiB ({100 * margin / cap:.1f}% of {problem.system.hbm_gib:g} GiB) is "
+            f"below the memory model's stated error (+-{MEMORY_ERROR_PCT:g}% of the use, peak-memory MAPE on published "
+            f"runs): set options.memory_headroom_gib to about {MEMORY_ERROR_PCT / 100 * used_bytes / GIB:.0f} GiB to "
+            "plan with that margin")
+
+
 def capacity_bytes(problem: Problem) -> float:
     """HBM per GPU a plan may use, bytes: the GPU's HBM less the problem's headroom."""
     return (problem.system.hbm_gib - problem.options.memory_headroom_gib) * GIB

@@ -103,10 +103,18 @@ def render_evaluation(ev: Any) -> str:
                    f"{d['offload_bandwidth_need_gbps']:.1f} GB/s")
     out += ["", f"MFU {100 * d['mfu']:.1f}%  HFU {100 * d['hfu']:.1f}%  "
             f"{d['tokens_per_s']:.0f} tokens/s  {d['samples_per_s']:.2f} samples/s  "
-            f"{d['micro_batches']:.0f} micro-batches"]
+            f"{d['micro_batches']:.0f} micro-batches",
+            "  (MFU: the model's FLOPs, 6 x active parameters + 12 L s a d attention per token with full attention "
+            "as published (PaLM, App. B), over peak; HFU: the FLOPs the kernels execute, recompute included and "
+            "causal flash attention at half the scores, so HFU < MFU when that half outweighs the recompute)"]
     if d["time_to_train_s"]:
         out.append(f"time to train {p.training.tokens:.3g} tokens: {d['time_to_train_s'] / 86400:.2f} days")
     out.append(f"fits in memory: {'yes' if d['fits'] else 'NO'}")
+    from ..model.capacity import memory_margin_warning
+
+    margin = memory_margin_warning(ev.result["hbm"], p) if d["fits"] else None
+    if margin:
+        out.append(f"warning: {margin}")
     for w in d["warnings"]:
         out.append(f"warning: {w}")
     return "\n".join(out)
