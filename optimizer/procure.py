@@ -244,25 +244,47 @@ def render(r: ProcureResult) -> str:
 
 
 def plot_pareto(r: ProcureResult, path: str) -> None:
-    """The Pareto front as a PNG (matplotlib, headless)."""
+    """The Pareto front as a PNG (matplotlib, headless): a colour and marker per node type (legend), log-log
+    axes (costs and days span decades), the chosen purchase circled, labels offset alternately so they do not
+    overlap."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     pts = r.pareto or []
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
+    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=130)
     tok = r.problem.training.tokens
     xs = [p.cost_usd / 1e6 for p in pts]
     ys = [p.days_to_train if tok else p.step_time_s for p in pts]
-    ax.step(xs, ys, where="post", color="tab:blue", alpha=0.5)
-    ax.scatter(xs, ys, color="tab:blue", zorder=3)
-    for p, x, y in zip(pts, xs, ys):
-        ax.annotate(p.label(), (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
-    ax.set_xlabel("cost, $M" + (" (rental, whole run)" if r.problem.procure.pricing == Pricing.RENTAL else ""))
+    ax.step(xs, ys, where="post", color="0.6", lw=1, zorder=1)
+    kinds = sorted({"+".join(g.node_type.name for g in p.groups) for p in pts})
+    cmap = plt.get_cmap("tab10")
+    markers = "osD^v<>pXh"
+    for j, kind in enumerate(kinds):
+        sel = [i for i, p in enumerate(pts) if "+".join(g.node_type.name for g in p.groups) == kind]
+        prior = any(g.node_type.system.calibration.status() == "prior" for g in pts[sel[0]].groups)
+        ax.scatter([xs[i] for i in sel], [ys[i] for i in sel], color=cmap(j % 10), marker=markers[j % len(markers)],
+                   s=36, zorder=3, label=kind + (" (prior only: uncalibrated)" if prior else ""))
+    for k, (p, x, y) in enumerate(zip(pts, xs, ys)):
+        n = sum(g.nodes for g in p.groups)
+        ax.annotate(f"{n} node{'s' if n > 1 else ''}", (x, y), fontsize=7, xytext=(6, 8 if k % 2 else -12), textcoords="offset points")
+    best = r.best
+    if best is not None:
+        bx = best.cost_usd / 1e6
+        by = best.days_to_train if tok else best.step_time_s
+        ax.scatter([bx], [by], s=220, facecolors="none", edgecolors="crimson", linewidths=2, zorder=4,
+                   label=f"chosen: {best.label()}")
+    if xs and max(xs) / max(min(xs), 1e-9) > 20:
+        ax.set_xscale("log")
+    if ys and max(ys) / max(min(ys), 1e-9) > 20:
+        ax.set_yscale("log")
+    ax.set_xlabel("cost, $M" + (" (rental, whole run)" if r.problem.procure.pricing == Pricing.RENTAL else " (capex)"))
     ax.set_ylabel("days to train" if tok else "step time, s")
-    ax.set_title(f"{r.problem.name or 'procure'}: cost against time to train", fontsize=9)
-    ax.grid(True, alpha=0.3)
+    ax.set_title(f"{r.problem.name or 'procure'}: cost against time to train (each point proven fastest "
+                 "within its budget)", fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, title="node type", title_fontsize=7, loc="upper right", frameon=True)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

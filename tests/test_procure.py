@@ -215,3 +215,27 @@ def test_tables_of_a_larger_purchase_serve_a_smaller_one(tmp_path):
             g0, size0, st0 = best_of_type(pp, t, n)
             assert st1 == st0 == "optimal" and size1 == size0
             assert g1.step_time_s == pytest.approx(g0.step_time_s, rel=1e-9) and g1.gpus_used == g0.gpus_used
+
+
+def test_pareto_plot_has_a_legend_by_type_and_the_choice(tmp_path, monkeypatch):
+    """The plot's legend names each node type on the front and the chosen purchase (matplotlib's own
+    objects, not pixels)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from optimizer.procure import plot_pareto
+
+    pp = load_procure(write(tmp_path, "{goal: throughput, budget_usd: 2.0e+6}"))
+    r = procure(pp, pareto=True)
+    captured = {}
+    monkeypatch.setattr(plt, "close", lambda fig: captured.setdefault("fig", fig))
+    png = tmp_path / "front.png"
+    plot_pareto(r, str(png))
+    assert png.stat().st_size > 1000
+    ax = captured["fig"].axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    kinds = {g.node_type.name for p in r.pareto for g in p.groups}
+    assert all(any(k in lab for lab in labels) for k in kinds)
+    assert any(lab.startswith("chosen: ") for lab in labels)
