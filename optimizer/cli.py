@@ -174,6 +174,7 @@ def cmd_solve(args) -> int:
         if not isinstance(params, dict):
             raise ProblemError("--sat-params", None, None, "expected a JSON object of CP-SAT parameters")
         check_params(params)
+    _check_plot(args.plot)
     problem = load_problem(args.problem)
     for path in (args.write_lp, args.write_mps):
         if path:  # the MILP of the same kept pairs (formulations.pyomo_model), for any solver
@@ -190,6 +191,12 @@ def cmd_solve(args) -> int:
         raise
     from .report.table import row
 
+    if args.plot:
+        from .report.plots import plot_breakdown
+
+        plot_breakdown([p.evaluation for p in r.plans], args.plot, f"{problem.name or 'solve'}: the {len(r.plans)} "
+                       "best plans, step time and memory by part")
+        print(f"plot: {args.plot}", file=sys.stderr)
     rows = [row(p.evaluation, plan=i + 1, objective_step_time_s=p.objective_s) for i, p in enumerate(r.plans)]
     if _write_output(args, render(problem, r, emit=args.emit),
                      result_dict(problem, r) | _emitted(args.emit, problem, r.plans[0].evaluation.execution), rows):
@@ -297,6 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--emit", choices=EMIT, help="also print the plan for a training framework")
     p.add_argument("--output", "-o", metavar="FILE", help="write the answer to FILE: .json, .csv (a row per plan) or text")
+    p.add_argument("--plot", metavar="FILE.png", help="draw each plan's step time and memory by part")
     p.add_argument("--backend", choices=["cpsat", "pyomo"], default="cpsat",
                    help="cpsat (default) or pyomo (the same kept pairs as a MILP)")
     p.add_argument("--solver", choices=["highs", "gurobi", "cplex", "cbc", "scip", "glpk"], default="highs",

@@ -193,10 +193,12 @@ def render(r: ProcureResult) -> str:
            + ", ".join(x for x in lim if x) + f"); {len(pp.catalog.node_types)} node types, "
            f"{r.candidates:,} candidates searched; {r.status}; {r.seconds:.2f} s"]
     out.append("")
-    out.append(f"{'node type':28s} {'limit':>16s} {'nodes':>6s} {'GPUs':>6s} {'cost':>10s} {'step s':>8s} "
+    lw = max([len(f"{x.max_nodes} ({x.bound_by})") for x in r.rows] + [5])
+    nw = max([len(x.node_type.name) for x in r.rows] + [9])
+    out.append(f"{'node type':{nw}s} {'limit':>{lw}s} {'nodes':>6s} {'GPUs':>6s} {'cost':>10s} {'step s':>8s} "
                f"{'tokens/s':>11s} {'tok/s/$M':>9s} {'days':>7s}  calibration")
     for x in r.rows:
-        head = f"{x.node_type.name:28s} {str(x.max_nodes) + ' (' + x.bound_by[:6] + ')':>16s}"
+        head = f"{x.node_type.name:{nw}s} {f'{x.max_nodes} ({x.bound_by})':>{lw}s}"
         cal = x.node_type.system.calibration.status()
         if x.status == "excluded":
             out.append(f"{head}  excluded: prior-only system (procure.calibrated_only)")

@@ -226,3 +226,22 @@ def test_output_file_json_csv_text(tmp_path, capsys):
     capsys.readouterr()
     assert main(["solve", str(path), "-o", str(tmp_path / "no" / "x.csv")]) == 2
     assert "cannot write" in capsys.readouterr().err
+
+
+def test_solve_plot_breakdown(tmp_path, capsys, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    captured = []
+    monkeypatch.setattr(plt, "close", lambda fig: captured.append(fig))
+    path = tmp_path / "p.yaml"
+    path.write_text("llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 8\ntraining: {global_batch: 8}\n")
+    png = tmp_path / "b.png"
+    assert main(["solve", str(path), "--top", "3", "--plot", str(png)]) == 0
+    assert png.stat().st_size > 1000
+    at, am = captured[0].axes
+    assert len(at.get_yticklabels()) == 3
+    assert {"forward", "backward"} <= {t.get_text() for t in at.get_legend().get_texts()}
+    assert {"weights", "activations"} <= {t.get_text() for t in am.get_legend().get_texts()}
