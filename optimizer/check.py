@@ -72,7 +72,7 @@ def freed_knobs(problem: Problem, fixed: dict[str, list], ex) -> dict[str, tuple
     default = Execution()
     out = {}
     for k in SEARCHABLE:
-        if k in fixed or k == "dp":
+        if k in fixed or k == "dp" or not hasattr(ex, k):
             continue
         got, dflt = _val(getattr(ex, k)), _val(getattr(default, k))
         if k == "etp":

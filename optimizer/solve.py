@@ -51,6 +51,53 @@ def verify(problem: Problem, ev: Evaluation, objective_s: float) -> None:
         raise VerificationError(f"plan does not fit in memory when re-evaluated: {ev.result['hbm'] / 2**30:.2f} GiB")
 
 
+def _precisions(problem: Problem) -> list | None:
+    """The precisions `search.precision` opens (None: only training.precision, the usual solve)."""
+    rule = problem.search_rules().get("precision")
+    if rule is None:
+        return None
+    vals = list(dict.fromkeys(rule if isinstance(rule, list) else [rule]))
+    return None if vals == [problem.training.precision] else vals
+
+
+def _solve_precisions(problem: Problem, precs: list, kw: dict) -> SolveResult:
+    """Precision as a decision: one solve per precision the system has a matrix peak for (each space is the
+    whole problem at that precision), the best by the objective's score; a proven optimum over the precisions
+    since each branch is proven (branching on the precision is exact)."""
+    from .objective import gpus_used, score
+
+    t0 = time.perf_counter()
+    search = {k: v for k, v in problem.search_rules().items() if k != "precision"}
+    best, best_score, notes, candidates, statuses = None, None, [], 0, set()
+    for pr in precs:
+        if pr not in problem.system.matrix_tflops:
+            notes.append(f"precision {pr.value}: {problem.system.name} has no {pr.value} matrix peak, not searched")
+            continue
+        q = problem.model_copy(update={"training": problem.training.model_copy(update={"precision": pr}),
+                                       "search": search or None})
+        try:
+            r = solve(q, **kw)
+        except Infeasible as e:
+            notes.append(f"precision {pr.value}: nothing fits ({e.reason})")
+            continue
+        candidates += r.candidates
+        statuses.add(r.status)
+        ev = r.plans[0].evaluation
+        sc = float(score(q, gpus_used(ev.execution), ev.result["step_time"]))
+        notes.append(f"precision {pr.value}: step time {ev.result['step_time']:.4g} s ({r.status})")
+        if best_score is None or sc < best_score:
+            best, best_score = r, sc
+    if best is None:
+        raise Infeasible("nothing fits at any precision searched: " + "; ".join(notes), reason=Reason.MEMORY)
+    chosen = best.plans[0].evaluation.problem.training.precision.value
+    best.notes = [f"precision searched over {', '.join(p.value for p in precs)}: {chosen} is fastest"] + notes + \
+        best.notes
+    best.candidates = candidates
+    best.status = "optimal" if statuses <= {"optimal"} else "feasible"
+    best.seconds = time.perf_counter() - t0
+    return best
+
+
 def _plans(problem: Problem, knobs: list, objectives: list) -> list[Plan]:
     """Extract and verify: each candidate as an `Execution`, re-evaluated by the model."""
     plans = []
@@ -69,6 +116,11 @@ def solve(problem: Problem, method: str = "cpsat", top: int = 1, time_limit_s: f
     more GPUs and idle GPUs allowed, reused for this GPU limit (`formulations.tables.restrict`)."""
     from .objective import describe, gpus_used
 
+    kw = dict(method=method, top=top, time_limit_s=time_limit_s, params=params, tables=tables, backend=backend,
+              solver=solver)
+    precs = _precisions(problem)
+    if precs is not None:
+        return _solve_precisions(problem, precs, kw)
     t0 = time.perf_counter()
     if method == "cpsat":
         if backend == "pyomo":  # the same kept pairs as a MILP (formulations.pyomo_model)

@@ -24,6 +24,7 @@ BOOL = [False, True]
 
 
 SEARCHABLE = tuple(Search.model_fields)  # the knobs `search` may restrict (one list: the schema's)
+PROBLEM_LEVEL = ("precision",)  # searched by `solve` over whole problems (one space each), not per candidate
 
 
 def _restrict(name: str, values: list, rule: Any) -> list:
@@ -93,6 +94,8 @@ def knob_domains(problem: Problem) -> dict[str, list]:
         "sp_ag_redo": [True],
     }
     for name, rule in search.items():
+        if name in PROBLEM_LEVEL:
+            continue
         if name in ("fused_layers", "attention", "pp_rs_ag", "schedule", "sp_ag_redo") and rule is not None:
             full = {"fused_layers": BOOL, "attention": ["flash", "standard"], "pp_rs_ag": BOOL,
                     "schedule": ["1f1b", "gpipe"], "sp_ag_redo": BOOL}[name]

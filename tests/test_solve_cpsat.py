@@ -350,3 +350,23 @@ def test_moe_plan_splits_experts_legally(tmp_path):
     etp = ex.etp or ex.tp
     assert 16 % ex.ep == 0 and ex.tp % etp == 0 and (ex.tp * ex.cp * ex.dp) % (ex.ep * etp) == 0
     assert ex.tp == 1 or ex.sequence_parallel  # Megatron-Core: MoE with TP needs SP
+
+
+def test_precision_is_a_decision_when_search_opens_it(tmp_path):
+    """search.precision [bf16, fp8, nvfp4] on H100: one proven solve per precision the system has a peak for
+    (no NVFP4 on Hopper), the fastest wins and equals solving that precision alone."""
+    base = ("llm: llama3.1-70b\nsystem: {sys}\nnum_gpus: 64\ntraining: {{global_batch: 128, precision: {prec}}}\n"
+            "{search}")
+    p = load_text(tmp_path, "open", base.format(sys="h100-sxm-80gb", prec="bf16",
+                                                search="search: {precision: [bf16, fp8, nvfp4]}\n"))
+    r = solve(p)
+    alone = {pr: solve(load_text(tmp_path, pr, base.format(sys="h100-sxm-80gb", prec=pr, search="")))
+             for pr in ("bf16", "fp8")}
+    best = min(alone, key=lambda k: alone[k].plans[0].objective_s)
+    assert r.plans[0].evaluation.problem.training.precision.value == best
+    assert r.plans[0].objective_s == pytest.approx(alone[best].plans[0].objective_s, rel=1e-9)
+    assert r.status == "optimal" and any("nvfp4" in n and "no nvfp4" in n for n in r.notes)
+    a100 = load_text(tmp_path, "a100", base.format(sys="a100-sxm-80gb", prec="bf16",
+                                                   search="search: {precision: [bf16, fp8]}\n"))
+    r2 = solve(a100)
+    assert r2.plans[0].evaluation.problem.training.precision.value == "bf16"

@@ -46,6 +46,7 @@ def evaluation_dict(ev: Any) -> dict[str, Any]:
         "llm": ev.problem.llm.name,
         "system": ev.problem.system.name,
         "num_gpus": ev.problem.num_gpus,
+        "precision": ev.problem.training.precision.value,
         "execution": ev.execution.model_dump(mode="json"),
         "step_time_s": r["step_time"],
         "time_s": {key: r[key] for _, key in TIME_PARTS},

@@ -151,6 +151,9 @@ class Search(Frozen):
     attention: AttentionKernel | list[AttentionKernel] | None = Field(None, description="flash | standard "
                                                                           "(fixed flash unless named).")
     schedule: Schedule | list[Schedule] | None = Field(None, description="1f1b | gpipe (fixed 1F1B unless named).")
+    precision: Precision | list[Precision] | None = Field(None, description="Training precisions to choose from "
+                                                          "(bf16, fp16, fp8, mxfp8, nvfp4; default: training.precision "
+                                                          "only): solve decides among those the system has a peak for.")
 
     def rules(self) -> dict:
         """{knob: value | list | {min, max, in}} of the knobs named (the form `optimizer.space` reads)."""
