@@ -198,7 +198,7 @@ def test_emit_megatron_with_embedding_loss_slots_is_one_bash_command(tmp_path, c
     assert all(x.endswith("\\") for x in command[:-1]) and not command[-1].endswith("\\")
     assert not any("#" in x for x in command)
     cmd = " ".join(command)
-    assert "--num-layers 126" in cmd and "--virtual-pipeline-model-parallel-size 2" in cmd
+    assert "--num-layers 126" in cmd and "--num-virtual-stages-per-pipeline-rank 2" in cmd
     assert "--account-for-embedding-in-pipeline-split" in cmd and "--account-for-loss-in-pipeline-split" in cmd
     script = tmp_path / "run.sh"
     script.write_text(block + "\n")

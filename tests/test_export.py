@@ -12,8 +12,9 @@ from optimizer.export import emit
 from optimizer.schema import Execution, Training
 from tests.helpers import library_llm, library_system, problem_and_knobs
 
-# Flags as declared in Megatron-LM megatron/training/arguments.py (value-taking ones, then switches).
-VALUED = ["--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--virtual-pipeline-model-parallel-size",
+# Flags as declared in Megatron-LM megatron/training/arguments.py (checked against the file of 2025-10-30,
+# commit bb216765de: every name below is declared there), value-taking ones, then switches.
+VALUED = ["--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--num-virtual-stages-per-pipeline-rank",
           "--context-parallel-size", "--micro-batch-size", "--global-batch-size", "--num-layers", "--hidden-size",
           "--ffn-hidden-size", "--num-attention-heads", "--seq-length", "--max-position-embeddings",
           "--kv-channels", "--num-query-groups", "--normalization", "--position-embedding-type", "--num-experts",
@@ -59,7 +60,7 @@ def test_llama_dense_gqa_flags():
     assert a.group_query_attention and a.num_query_groups == "8" and a.num_attention_heads == "64"
     assert a.swiglu and a.normalization == "RMSNorm" and a.position_embedding_type == "rope"
     assert a.untie_embeddings_and_output_weights and a.disable_bias_linear
-    assert a.virtual_pipeline_model_parallel_size == "2" and a.context_parallel_size == "2"
+    assert a.num_virtual_stages_per_pipeline_rank == "2" and a.context_parallel_size == "2"
     assert a.account_for_embedding_in_pipeline_split and a.account_for_loss_in_pipeline_split
     # ZeRO-2 note is a comment before the command, not inside the continued lines
     assert text.startswith("# ZeRO-2")

@@ -15,7 +15,7 @@ def args(problem, ex) -> tuple[list[str], list[str]]:
     notes: list[str] = []
     a = [f"--tensor-model-parallel-size {ex.tp}", f"--pipeline-model-parallel-size {ex.pp}"]
     if ex.vpp > 1:
-        a.append(f"--virtual-pipeline-model-parallel-size {ex.vpp}")
+        a.append(f"--num-virtual-stages-per-pipeline-rank {ex.vpp}")
     if ex.pp > 1 and ex.pp_embedding_loss:
         # Layer count stays the model's; Megatron counts the embedding and loss as pipeline slots.
         a += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
