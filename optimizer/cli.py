@@ -262,15 +262,39 @@ def cmd_fleet(args) -> int:
     return 0 if r.status != "infeasible" else 3
 
 
+def cmd_study(args) -> int:
+    from pathlib import Path
+
+    from .study import load_study, plot_study, run_study
+
+    if args.workers is not None and not 1 <= args.workers <= 1024:
+        from .errors import ProblemError
+
+        raise ProblemError("--workers", None, None, f"{args.workers} is outside 1..1024")
+    study, _, _ = load_study(args.study)
+    out = args.output or f"{Path(args.study).stem}.csv"
+    rows = run_study(args.study, out, workers=args.workers, ray_address=args.ray or None, use_ray=args.ray is not None)
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    print(f"paraplan study: {study.name or args.study}: {len(rows)} points ({', '.join(f'{v} {k}' for k, v in counts.items())}); "
+          f"wrote {out}")
+    if args.plot:
+        for f in plot_study(rows, study, args.plot):
+            print(f"plot: {f}")
+    return 0
+
+
 def cmd_schema(args) -> int:
     from .schema import LLM, Problem, System
     from .schema.procure import Catalog, ProcureProblem
     from .schema.run import Run
 
     from .schema.fleet import FleetProblem
+    from .schema.study import Study
 
     model = {"problem": Problem, "procure": ProcureProblem, "catalog": Catalog, "system": System, "llm": LLM,
-             "run": Run, "fleet": FleetProblem}[args.kind]
+             "run": Run, "fleet": FleetProblem, "study": Study}[args.kind]
     _print_json(model.model_json_schema())
     return 0
 
@@ -332,8 +356,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE.png", help="draw the schedule as a Gantt chart")
     p.add_argument("--time-limit", type=_seconds, default=60.0, help="time limit of each solve, s")
     p.set_defaults(func=cmd_fleet)
+    p = sub.add_parser("study", parents=[common], help="solve (or check) every point of axes over a base problem")
+    p.add_argument("study")
+    p.add_argument("--output", "-o", metavar="FILE.csv", help="the table (default: STUDY.csv here); a Parquet file "
+                   "beside it with pyarrow; resumes from FILE.csv.journal.jsonl")
+    p.add_argument("--workers", type=int, help="local processes (default: every core)")
+    p.add_argument("--ray", nargs="?", const="", metavar="ADDRESS", help="run on Ray (an existing cluster's address, "
+                   "or a local one without); needs pip install 'paraplan[ray]'")
+    p.add_argument("--plot", metavar="FOLDER", help="line, heatmap and breakdown PNGs in FOLDER")
+    p.set_defaults(func=cmd_study)
     p = sub.add_parser("schema", parents=[common], help="print the JSON Schema of an input format")
-    p.add_argument("--kind", choices=["problem", "procure", "catalog", "system", "llm", "run", "fleet"],
+    p.add_argument("--kind", choices=["problem", "procure", "catalog", "system", "llm", "run", "fleet", "study"],
                    default="problem", help="which file format (default: problem)")
     p.set_defaults(func=cmd_schema)
     return ap
