@@ -285,6 +285,24 @@ def cmd_study(args) -> int:
     return 0
 
 
+def cmd_whatif(args) -> int:
+    from .loader import load_problem
+    from .whatif import plot_tornado, render, whatif
+
+    _check_plot(args.plot)
+    problem = load_problem(args.problem)
+    r = whatif(problem, pct=args.pct, top=args.top, band=args.band)
+    if args.plot:
+        plot_tornado(r, args.plot)
+    if args.json:
+        _print_json(r)
+    else:
+        print(render(problem, r))
+        if args.plot:
+            print(f"plot: {args.plot}")
+    return 0
+
+
 def cmd_schema(args) -> int:
     from .schema import LLM, Problem, System
     from .schema.procure import Catalog, ProcureProblem
@@ -365,6 +383,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "or a local one without); needs pip install 'paraplan[ray]'")
     p.add_argument("--plot", metavar="FOLDER", help="line, heatmap and breakdown PNGs in FOLDER")
     p.set_defaults(func=cmd_study)
+    p = sub.add_parser("whatif", parents=[common], help="what +X% of each resource is worth; the robust plan")
+    p.add_argument("problem")
+    p.add_argument("--pct", type=_amount, default=20.0, help="how much more of each resource, %% (default 20)")
+    p.add_argument("--top", type=_top, default=10, help="plans compared for robustness (default 10)")
+    p.add_argument("--band", type=float, default=0.1, help="efficiency band, a fraction (default 0.1)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--plot", metavar="FILE.png", help="a tornado chart of the resources' value")
+    p.set_defaults(func=cmd_whatif)
     p = sub.add_parser("schema", parents=[common], help="print the JSON Schema of an input format")
     p.add_argument("--kind", choices=["problem", "procure", "catalog", "system", "llm", "run", "fleet", "study"],
                    default="problem", help="which file format (default: problem)")

@@ -1,0 +1,133 @@
+"""`paraplan whatif PROBLEM.yaml`: what +X% of each resource is worth, and the plan that is best in the worst
+case over the model's uncertainty.
+
+Resources (each a solve of the changed problem, the fastest plan re-optimised for it): HBM capacity, HBM
+bandwidth, matrix FLOP/s (every precision), each network tier's bandwidth, offload capacity and bandwidth
+(when the system has offload memory), GPUs (whole nodes). The value of a resource is the step time saved.
+
+Robustness: the K best nominal plans (`solve --top K`) evaluated under every corner of the efficiency bands
+(GEMM efficiency, HBM efficiency, network efficiency each scaled by 1 -/+ `band`); the plan whose worst corner
+is fastest is the robust choice among them, and the nominal optimum's regret is its worst corner against the
+robust plan's. (Among K plans, not a proof over the whole space.)
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from .errors import Infeasible
+from .schema import Problem
+
+
+@dataclass
+class Lever:
+    name: str
+    problem: Problem
+
+
+def _scale_table(table, f):
+    return [[x, min(1.0, y * f)] for x, y in table]
+
+
+def levers(problem: Problem, pct: float) -> list[Lever]:
+    """The changed problems, one per resource, each with +pct% of it."""
+    f = 1 + pct / 100
+    s = problem.system
+    out = [Lever(f"HBM capacity +{pct:g}%", problem.model_copy(update={"system": s.model_copy(update={"hbm_gib": s.hbm_gib * f})})),
+           Lever(f"HBM bandwidth +{pct:g}%", problem.model_copy(update={"system": s.model_copy(
+               update={"hbm_bandwidth_gbps": s.hbm_bandwidth_gbps * f})})),
+           Lever(f"matrix FLOP/s +{pct:g}%", problem.model_copy(update={"system": s.model_copy(
+               update={"matrix_tflops": {k: v * f for k, v in s.matrix_tflops.items()}})}))]
+    for i, net in enumerate(s.networks):
+        nets = list(s.networks)
+        nets[i] = net.model_copy(update={"bandwidth_gbps": net.bandwidth_gbps * f})
+        out.append(Lever(f"{net.name} bandwidth +{pct:g}%", problem.model_copy(
+            update={"system": s.model_copy(update={"networks": nets})})))
+    if s.offload.capacity_gib > 0:
+        for field, label in (("capacity_gib", "offload capacity"), ("bandwidth_gbps", "offload bandwidth")):
+            off = s.offload.model_copy(update={field: getattr(s.offload, field) * f})
+            out.append(Lever(f"{label} +{pct:g}%", problem.model_copy(update={"system": s.model_copy(update={"offload": off})})))
+    node = s.gpus_per_node
+    more = max(node, int(round(problem.num_gpus * f / node)) * node)
+    opts = problem.options.model_copy(update={"allow_idle_gpus": True})
+    out.append(Lever(f"GPUs +{pct:g}% ({more})", problem.model_copy(update={"num_gpus": more, "options": opts})))
+    return out
+
+
+def whatif(problem: Problem, pct: float = 20.0, top: int = 10, band: float = 0.1) -> dict:
+    """{"base_step_s", "levers": [{name, step_s, saved_s, saved_pct}], "robust": {...}} (see module docstring)."""
+    from .progress import progress
+    from .solve import solve
+
+    base = solve(problem, top=top)
+    t0 = base.plans[0].evaluation.result["step_time"]
+    rows = []
+    lv = levers(problem, pct)
+    with progress("whatif: resources", len(lv)) as step:
+        for lever in lv:
+            step()
+            try:
+                t = solve(lever.problem).plans[0].evaluation.result["step_time"]
+            except Infeasible:
+                t = None
+            rows.append({"name": lever.name, "step_s": t, "saved_s": None if t is None else t0 - t,
+                         "saved_pct": None if t is None else 100 * (t0 - t) / t0})
+    rows.sort(key=lambda r: -(r["saved_s"] or 0))
+    return {"base_step_s": t0, "pct": pct, "levers": rows, "robust": robust(problem, base, band)}
+
+
+def robust(problem: Problem, base, band: float) -> dict:
+    """Worst corner of the efficiency bands for each of the K best plans (module docstring)."""
+    from .evaluate import evaluate_execution
+
+    s = problem.system
+    corners = []
+    for g, h, n in itertools.product((1 - band, 1 + band), repeat=3):
+        nets = [x.model_copy(update={"efficiency": min(1.0, x.efficiency * n)}) for x in s.networks]
+        sysc = s.model_copy(update={"matrix_efficiency": _scale_table(s.matrix_efficiency, g),
+                                    "hbm_efficiency": _scale_table(s.hbm_efficiency, h), "networks": nets})
+        corners.append(problem.model_copy(update={"system": sysc}))
+    worst = []
+    for p in base.plans:
+        ts = [evaluate_execution(c, p.evaluation.execution).result["step_time"] for c in corners]
+        worst.append(max(ts))
+    i = min(range(len(worst)), key=worst.__getitem__)
+    ex = base.plans[i].evaluation.execution
+    return {"band": band, "plans": len(base.plans), "nominal_worst_s": worst[0], "robust_worst_s": worst[i],
+            "robust_plan": ex.model_dump(mode="json"), "robust_is_nominal": i == 0,
+            "regret_s": worst[0] - worst[i], "robust_nominal_s": base.plans[i].evaluation.result["step_time"]}
+
+
+def render(problem: Problem, r: dict) -> str:
+    out = [f"paraplan whatif: {problem.name or problem.llm.name}: fastest step {r['base_step_s']:.4g} s; each "
+           f"resource +{r['pct']:g}% (a solve each):"]
+    for x in r["levers"]:
+        v = "nothing fits" if x["step_s"] is None else f"{x['step_s']:.4g} s  saves {x['saved_pct']:5.1f}%"
+        out.append(f"  {x['name']:40s} {v}")
+    rb = r["robust"]
+    out.append(f"robustness over the {rb['plans']} best plans, efficiencies +-{100 * rb['band']:g}%: the optimum's worst "
+               f"case {rb['nominal_worst_s']:.4g} s; " + ("it is also the robust choice" if rb["robust_is_nominal"] else
+               f"robust choice worst case {rb['robust_worst_s']:.4g} s (nominal {rb['robust_nominal_s']:.4g} s), the "
+               f"optimum's regret {rb['regret_s']:.4g} s"))
+    return "\n".join(out)
+
+
+def plot_tornado(r: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [x for x in r["levers"] if x["saved_pct"] is not None][::-1]
+    fig, ax = plt.subplots(figsize=(7, 1.2 + 0.35 * len(rows)), dpi=130)
+    ax.barh([x["name"] for x in rows], [x["saved_pct"] for x in rows],
+            color=["tab:green" if x["saved_pct"] >= 0 else "tab:red" for x in rows])
+    ax.axvline(0, color="0.3", lw=0.8)
+    ax.set_xlabel(f"step time saved by +{r['pct']:g}% of the resource, %")
+    ax.tick_params(axis="y", labelsize=7)
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.set_title("what each resource is worth", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
