@@ -103,9 +103,13 @@ def build(problem: Problem, fixed: dict[str, list], skip: frozenset[str] = froze
 
     # rules.gpus: the product of the degrees (vectorised check of the full 4-axis grid would be large)
     hi = {k: max(dom[k]) for k in ("tp", "pp", "cp", "dp")}
-    a = m.NewIntVar(1, hi["tp"] * hi["pp"], "tp*pp")
-    b = m.NewIntVar(1, hi["tp"] * hi["pp"] * hi["cp"], "tp*pp*cp")
-    tot = m.NewIntVar(1, hi["tp"] * hi["pp"] * hi["cp"] * hi["dp"], "tp*pp*cp*dp")
+    cap = 2**40  # products past it break rules.gpus anyway (num_gpus <= 2^24); keeps CP-SAT's domains in int64
+
+    def up(x: int) -> int:
+        return min(x, cap)
+    a = m.NewIntVar(1, up(hi["tp"] * hi["pp"]), "tp*pp")
+    b = m.NewIntVar(1, up(hi["tp"] * hi["pp"] * hi["cp"]), "tp*pp*cp")
+    tot = m.NewIntVar(1, up(hi["tp"] * hi["pp"] * hi["cp"] * hi["dp"]), "tp*pp*cp*dp")
     m.AddMultiplicationEquality(a, [v["tp"], v["pp"]])
     m.AddMultiplicationEquality(b, [a, v["cp"]])
     m.AddMultiplicationEquality(tot, [b, v["dp"]])
@@ -113,7 +117,7 @@ def build(problem: Problem, fixed: dict[str, list], skip: frozenset[str] = froze
     (m.Add(tot <= n) if problem.options.allow_idle_gpus else m.Add(tot == n)).OnlyEnforceIf(g)
     k = problem.options.gpu_multiple
     if k > 1:
-        m.Add(tot == k * m.NewIntVar(0, hi["tp"] * hi["pp"] * hi["cp"] * hi["dp"] // k + 1, "nodes")).OnlyEnforceIf(g)
+        m.Add(tot == k * m.NewIntVar(0, up(hi["tp"] * hi["pp"] * hi["cp"] * hi["dp"]) // k + 1, "nodes")).OnlyEnforceIf(g)
     m.AddLinearExpressionInDomain(v["tp"], cp_model.Domain.FromValues(
         [r[0] for r in _table(problem, dom, ("tp",), Group.TP_SPLIT)] or [0])).OnlyEnforceIf(group(Group.TP_SPLIT))
     allowed(("pp", "vpp", "pp_embedding_loss"), Group.LAYERS)
@@ -127,12 +131,12 @@ def build(problem: Problem, fixed: dict[str, list], skip: frozenset[str] = froze
                                                       if t % e == 0 and llm.moe.expert_ffn % e == 0]).OnlyEnforceIf(g)
         m.AddLinearExpressionInDomain(v["ep"], cp_model.Domain.FromValues(
             [e for e in dom["ep"] if llm.moe.experts % e == 0] or [0])).OnlyEnforceIf(g)
-        tc = m.NewIntVar(1, hi["tp"] * hi["cp"], "tp*cp")
-        tcd = m.NewIntVar(1, hi["tp"] * hi["cp"] * hi["dp"], "tp*cp*dp")
+        tc = m.NewIntVar(1, up(hi["tp"] * hi["cp"]), "tp*cp")
+        tcd = m.NewIntVar(1, up(hi["tp"] * hi["cp"] * hi["dp"]), "tp*cp*dp")
         m.AddMultiplicationEquality(tc, [v["tp"], v["cp"]])
         m.AddMultiplicationEquality(tcd, [tc, v["dp"]])
-        ee = m.NewIntVar(1, max(dom["ep"]) * max(dom["etp"]), "ep*etp")
-        q = m.NewIntVar(1, hi["tp"] * hi["cp"] * hi["dp"], "edp")
+        ee = m.NewIntVar(1, up(max(dom["ep"]) * max(dom["etp"])), "ep*etp")
+        q = m.NewIntVar(1, up(hi["tp"] * hi["cp"] * hi["dp"]), "edp")
         m.AddMultiplicationEquality(ee, [v["ep"], v["etp"]])
         m.AddMultiplicationEquality(tcd, [ee, q]).OnlyEnforceIf(g)
     allowed(("dp", "micro_batch"), Group.BATCH)

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Benchmark of `paraplan study`: the 1,024-point sweep of GPT-3 175B on H100, 8 to 8192 GPUs in steps of 8.
+"""Benchmark of `paraplan study`: the 1,024-point sweep of GPT-3 175B on H100, 8 to 8192 GPUs in steps of 8
+(idle GPUs allowed, so every point is a full solve: the fastest plan on at most that many GPUs).
 
     python scripts/bench_study.py [--json] [--points 1024] [--ray-points 128]
 
@@ -25,12 +26,11 @@ sys.path.insert(0, str(ROOT))
 
 from optimizer.study import run_study  # noqa: E402
 
-BASE = ROOT / "problems/studies/solve/gpt3-175b-1024xh100.yaml"
-
-
 def study(folder: Path, last: int) -> Path:
     path = folder / f"sweep-{last}.yaml"
-    path.write_text(f"name: gpt3-175b-h100-sweep\nbase: {BASE}\naxes:\n  num_gpus: {{from: 8, to: {last}, step: 8}}\n")
+    path.write_text(f"name: gpt3-175b-h100-sweep\nbase:\n  llm: gpt3-175b\n  system: h100-sxm-80gb\n  num_gpus: 8\n"
+                    "  training: {global_batch: 1536}\n  options: {allow_idle_gpus: true}\n"
+                    f"axes:\n  num_gpus: {{from: 8, to: {last}, step: 8}}\n")
     return path
 
 
