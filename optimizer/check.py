@@ -235,7 +235,7 @@ def _explain_memory(p: Problem, out: CheckResult):
     cap = capacity_bytes(p) / GIB
     ev = evaluate_execution(p, to_execution(mm.knobs, p.system))
     need = ev.result["hbm"] / GIB
-    out.min_hbm_gib = need + p.options.memory_headroom_gib
+    out.min_hbm_gib = need + p.headroom_gib()
     ex = ev.execution
     plan = (f"tp={ex.tp} pp={ex.pp} dp={ex.dp} cp={ex.cp} vpp={ex.vpp} micro_batch={ex.micro_batch} "
             f"recompute={_val(ex.recompute)} sp={ex.sequence_parallel} zero={ex.zero}")
@@ -243,7 +243,7 @@ def _explain_memory(p: Problem, out: CheckResult):
         plan += f" ep={ex.ep} etp={ex.etp or ex.tp}"
     r = ev.result
     parts = ", ".join(f"{k} {r[k] / GIB:.1f}" for k in ("weights", "grads", "optim_state", "activations", "reserved"))
-    head = f" minus {p.options.memory_headroom_gib:g} GiB headroom" if p.options.memory_headroom_gib else ""
+    head = f" minus {p.headroom_gib():.1f} GiB headroom" if p.headroom_gib() else ""
     out.conflicts = [("memory.hbm", f"HBM: every plan needs at least {need:.1f} GiB per GPU (smallest: {plan}; "
                       f"{parts} GiB), the GPU has {p.system.hbm_gib:g} GiB{head} = {cap:.1f} GiB")]
     out.explanation.append(out.conflicts[0][1])
@@ -393,7 +393,7 @@ def result_dict(r: CheckResult) -> dict:
     if r.fits:
         ev = r.plan.plans[0].evaluation
         res = ev.result
-        cap = (r.problem.system.hbm_gib - r.problem.options.memory_headroom_gib)
+        cap = (r.problem.system.hbm_gib - r.problem.headroom_gib())
         used = res["hbm"] / GIB
         d["plan"] = {"execution": ev.execution.model_dump(mode="json"), "step_time_s": res["step_time"],
                      "status": r.plan.status}
@@ -432,7 +432,7 @@ def render(r: CheckResult) -> str:
             lines.append("  knobs the problem left free, chosen by the solver (default in brackets): "
                          + ", ".join(f"{k}={v[0]} [{v[1]}]" for k, v in r.freed.items()))
         for tier, m in mem.items():
-            lines.append(f"  {tier}: {m['used_gib']:.2f} of {m['capacity_gib']:g} GiB per GPU, margin "
+            lines.append(f"  {tier}: {m['used_gib']:.2f} of {m['capacity_gib']:.1f} GiB per GPU, margin "
                          f"{m['margin_gib']:.2f} GiB ({m['margin_pct']:.1f}%)")
         if d.get("memory_warning"):
             lines.append(f"  warning: {d['memory_warning']}")

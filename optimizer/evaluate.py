@@ -26,7 +26,7 @@ def evaluate_execution(problem: Problem, ex: Execution | None = None) -> Evaluat
     k = from_execution(ex, problem.system, problem.num_gpus)
     r = evaluate(problem, k).row()
     full_ex = to_execution(k, problem.system)
-    cap = (problem.system.hbm_gib - problem.options.memory_headroom_gib) * GIB
+    cap = (problem.system.hbm_gib - problem.headroom_gib()) * GIB
     fits = r["hbm"] <= cap
     warnings: list[str] = []
     nets = problem.system.networks

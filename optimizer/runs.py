@@ -35,7 +35,7 @@ import numpy as np
 
 from .errors import ProblemError
 from .loader import Sourced, available, find_in_library, read_yaml, validate_model
-from .schema import LLM, Execution, MoE, Problem, System, Training
+from .schema import Options, LLM, Execution, MoE, Problem, System, Training
 
 MAX_FREE_MICRO_BATCH = 4  # an unstated micro-batch is chosen among 1..4 (Megatron recipes use 1-4)
 ZERO = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
@@ -250,8 +250,10 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     training = Training(global_batch=B, precision=precision,
                         grad_precision="fp16" if precision == "fp16" else "fp32")
     try:
+        # a measured run ran: it fits if it fits the physical HBM (no planning headroom)
         out.problem = Problem(name=run["id"], llm=llm, system=system, num_gpus=hwr["num_gpus"], training=training,
-                              execution=Execution(**{k: v for k, v in fixed.items()}))
+                              execution=Execution(**{k: v for k, v in fixed.items()}),
+                              options=Options(memory_headroom_gib=0.0))
     except (ValidationError, ValueError, TypeError) as e:  # a record the schema cannot express
         out.skip = f"cannot express as a problem: {e}"
         return out

@@ -20,6 +20,7 @@ llm: {{name: m13, hidden: 2048, ffn: 8192, layers: 24, heads: 16, seq_len: 2048,
 system: {{base: a100-sxm-80gb, hbm_gib: {hbm}}}
 num_gpus: {gpus}
 training: {{global_batch: {batch}, grad_precision: bf16}}
+options: {{memory_headroom_gib: 0}}
 {extra}
 """
 

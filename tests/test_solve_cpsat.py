@@ -55,6 +55,7 @@ system: {base: h100-sxm-80gb, hbm_gib: 16, offload: {capacity_gib: 256, bandwidt
 num_gpus: 8
 training: {global_batch: 32, precision: bf16}
 search: {cp: 1}
+options: {memory_headroom_gib: 0}
 """,
     "embedding-loss-slots-16gpu": """
 llm: {name: e, hidden: 2048, ffn: 8192, layers: 14, heads: 16, seq_len: 2048, vocab: 128000}

@@ -15,10 +15,7 @@ from .knobs import Knobs
 from .step import GIB, StepResult
 
 
-# The memory model's stated error: MAPE of predicted against measured peak memory on the published runs
-# that report it (`paraplan validate ../shared/calibration/public_runs.yaml`: 15.68%). A plan whose margin is
-# below it may not fit in practice; reports warn (`memory_margin_warning`).
-MEMORY_ERROR_PCT = 15.7
+from ..schema.common import MEMORY_ERROR_PCT  # the memory model's stated error (reports warn below it)
 
 
 def memory_margin_warning(used_bytes: float, problem: Problem) -> str | None:
@@ -36,7 +33,7 @@ def memory_margin_warning(used_bytes: float, problem: Problem) -> str | None:
 
 def capacity_bytes(problem: Problem) -> float:
     """HBM per GPU a plan may use, bytes: the GPU's HBM less the problem's headroom."""
-    return (problem.system.hbm_gib - problem.options.memory_headroom_gib) * GIB
+    return (problem.system.hbm_gib - problem.headroom_gib()) * GIB
 
 
 def feasible(problem: Problem, k: Knobs, res: StepResult) -> np.ndarray:

@@ -6,7 +6,20 @@ from enum import StrEnum
 
 from pydantic import Field, StrictBool, StrictInt, model_validator
 
-from .common import AttentionKernel, Float, Frozen, Int, PositiveFloat, PositiveInt, Precision, Recompute, Schedule, TpComm, TpOverlap
+from .common import (
+    MEMORY_ERROR_PCT,
+    AttentionKernel,
+    Float,
+    Frozen,
+    Int,
+    PositiveFloat,
+    PositiveInt,
+    Precision,
+    Recompute,
+    Schedule,
+    TpComm,
+    TpOverlap,
+)
 from .llm import LLM
 from .system import System
 
@@ -76,7 +89,9 @@ class Execution(Frozen):
 class Options(Frozen):
     """Problem-wide options."""
 
-    memory_headroom_gib: Float = Field(0.0, ge=0, description="HBM kept free on every GPU, GiB.")
+    memory_headroom_gib: Float | None = Field(None, ge=0, description="HBM kept free on every GPU, GiB. Default "
+                                              "(null): the memory model's stated error, a margin of 15.7% of the "
+                                              "use at the limit (13.6% of the HBM); 0 plans to the last byte.")
     allow_idle_gpus: bool = Field(False, description="Allow tp*pp*dp*cp < num_gpus.")
     gpu_multiple: PositiveInt = Field(1, description="GPUs used (tp*pp*dp*cp) must be a multiple of this, e.g. "
                                       "whole nodes when hardware is bought (`procure`).")
@@ -187,6 +202,14 @@ class Problem(Frozen):
                 not self.training.tokens:
             raise ValueError("objective.max_days and objective.max_gpu_hours need training.tokens")
         return self
+
+    def headroom_gib(self) -> float:
+        """HBM kept free per GPU, GiB: options.memory_headroom_gib, by default the memory model's stated error
+        (`optimizer.model.capacity.MEMORY_ERROR_PCT` of the use at the limit)."""
+        h = self.options.memory_headroom_gib
+        if h is not None:
+            return h
+        return self.system.hbm_gib * (1 - 1 / (1 + MEMORY_ERROR_PCT / 100))
 
     def search_rules(self) -> dict:
         """The `search` restrictions as {knob: rule} (a problem changed in code may hold a plain dict)."""
