@@ -72,37 +72,23 @@ def _print_json(obj) -> None:
     print(json.dumps(_finite(obj), indent=2, allow_nan=False, default=str))
 
 
-def _top(text: str) -> int:
-    """--top: a whole number of plans, 1 to 1000."""
-    try:
-        k = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if not 1 <= k <= 1000:
-        raise argparse.ArgumentTypeError(f"{k} is outside 1..1000")
-    return k
+def _bounded(kind, lo: float, hi: float, what: str, lo_open: bool = False):
+    """An argparse type: a number of `kind` in [lo, hi] ((lo, hi] with lo_open), NaN refused."""
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not ((lo < v) if lo_open else (lo <= v)) or not v <= hi:
+            raise argparse.ArgumentTypeError(f"{text} is outside {'(' if lo_open else '['}{lo:g}, {hi:g}]"
+                                             if kind is float else f"{v} is outside {lo:g}..{hi:g}")
+        return v
+    return parse
 
 
-def _seconds(text: str) -> float:
-    """--time-limit: seconds, more than 0 and at most a day."""
-    try:
-        s = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not 0 < s <= 86400:
-        raise argparse.ArgumentTypeError(f"{text} is outside (0, 86400] s")
-    return s
-
-
-def _amount(text: str) -> float:
-    """A positive, finite quantity (GiB, GB/s)."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 < v <= 1e9:
-        raise argparse.ArgumentTypeError(f"{text} is outside (0, 1e9]")
-    return v
+_top = _bounded(int, 1, 1000, "a whole number")  # --top: plans
+_seconds = _bounded(float, 0, 86400, "seconds", lo_open=True)  # --time-limit: up to a day
+_amount = _bounded(float, 0, 1e9, "a number", lo_open=True)  # positive quantities (GiB, GB/s, %)
 
 
 def _check_plot(path: str | None) -> None:
