@@ -52,11 +52,12 @@ def main() -> int:
         # resume: kill a run once half its points are journaled, re-run, compare
         part, journal = tmp / "part.csv", tmp / "part.csv.journal.jsonl"
         proc = subprocess.Popen([sys.executable, "-m", "optimizer.cli", "study", str(s), "-o", str(part), "-q"],
-                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)  # its worker processes die with it
         while proc.poll() is None and (not journal.exists() or len(journal.read_text().splitlines()) < a.points // 2):
             time.sleep(0.2)
         if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         run_study(s, part)
         out["resume_identical"] = part.read_text() == (tmp / "full.csv").read_text()
