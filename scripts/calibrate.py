@@ -131,7 +131,7 @@ def main() -> int:
         sysm = with_params(base, x)
         errs = []
         for i in range(len(keep)) if idx is None else idx:
-            (r, m), t = keep[i], tg[i]
+            (_, m), t = keep[i], tg[i]
             p = m.problem.model_copy(update={"system": sysm})
             m2 = type(m)(run=m.run, problem=p, free=m.free, assumptions=m.assumptions)
             pred = predict(m2)
