@@ -68,6 +68,14 @@ def _write_output(args, text: str | None = None, obj=None, rows=None) -> bool:
     return True
 
 
+def _print_emit(target, problem, execution) -> None:
+    """--emit in text reports: the plan for the framework under its title (nothing without a plan)."""
+    if target and execution is not None:
+        from .export import block
+
+        print("\n" + block(target, problem, execution), end="")
+
+
 def _print_json(obj) -> None:
     print(json.dumps(_finite(obj), indent=2, allow_nan=False, default=str))
 
@@ -125,10 +133,7 @@ def cmd_evaluate(args) -> int:
         _print_json(as_json(ev) | _emitted(args.emit, problem, ev.execution))
     else:
         print(render_evaluation(ev))
-        if args.emit:
-            from .export import block
-
-            print("\n" + block(args.emit, problem, ev.execution), end="")
+        _print_emit(args.emit, problem, ev.execution)
     return 0
 
 
@@ -205,10 +210,7 @@ def cmd_check(args) -> int:
         _print_json(result_dict(r) | (_emitted(args.emit, problem, ex) if ex is not None else {}))
     else:
         print(render(r))
-        if args.emit and ex is not None:
-            from .export import block
-
-            print("\n" + block(args.emit, problem, ex), end="")
+        _print_emit(args.emit, problem, ex)
     return 0 if r.fits else 3
 
 

@@ -66,8 +66,7 @@ def to_llm(cfg: dict, name: str, seq_len: int | None = None) -> dict[str, Any]:
     if cfg.get("head_dim"):
         out["head_dim"] = int(cfg["head_dim"])
     act = str(cfg.get("hidden_act", "silu")).lower()
-    out["mlp"] = "swiglu" if act in ("silu", "swish") else "geglu" if "gelu" in act and mt.startswith("gemma") \
-        else "gelu" if "gelu" in act else "relu" if act == "relu" else "swiglu"
+    out["mlp"] = "gelu" if "gelu" in act else "relu" if act == "relu" else "swiglu"  # silu/swish: gated
     out["bias"] = mt == "gpt_neox"
     L = out["layers"]
     experts = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")
