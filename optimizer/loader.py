@@ -402,8 +402,11 @@ def validate_model(model: Any, doc: Sourced, data: Any = None, prefix: Loc = ())
 # --------------------------------------------------------------------------------------------- problems
 def load_document(path: str | os.PathLike) -> Sourced:
     """Read a problem file and resolve its references (llm, system; catalog for procurement)."""
-    doc = read_yaml(path)
-    near = Path(path).parent
+    return resolve_document(read_yaml(path), Path(path).parent)
+
+
+def resolve_document(doc: Sourced, near: Path) -> Sourced:
+    """Resolve a problem document's references (llm, system, catalog) relative to `near`."""
     if not isinstance(doc.data, dict):
         raise ProblemError(doc.file, 1, None, "a problem file must be a mapping")
     for kind in ("llm", "system", "catalog"):
@@ -412,15 +415,23 @@ def load_document(path: str | os.PathLike) -> Sourced:
     return doc
 
 
+def validate_problem(doc: Sourced):
+    """A resolved problem document as a `Problem`, with the checks every problem gets (precision)."""
+    from .schema import Problem
+    from .validate import precision_errors, raise_errors
+
+    problem = validate_model(Problem, doc)
+    raise_errors(precision_errors(problem.system, problem.training.precision), doc)
+    return problem
+
+
 def load_problem(path: str | os.PathLike, require_execution: bool = False):
     """Load and validate a problem file (stages load + validate). The execution's integer rules are checked
     when the file writes an `execution` or the caller needs one (`evaluate`); `solve` searches knobs."""
-    from .schema import Problem
-    from .validate import check_problem, precision_errors, raise_errors
+    from .validate import check_problem
 
     doc = load_document(path)
-    problem = validate_model(Problem, doc)
-    raise_errors(precision_errors(problem.system, problem.training.precision), doc)
+    problem = validate_problem(doc)
     if require_execution or "execution" in doc.data:
         check_problem(problem, doc)
     return problem
@@ -428,13 +439,10 @@ def load_problem(path: str | os.PathLike, require_execution: bool = False):
 
 def load_problem_doc(path: str | os.PathLike):
     """The problem without its execution rules checked, and the execution keys the file writes (`check`)."""
-    from .schema import Problem
 
-    from .validate import precision_errors, raise_errors
 
     doc = load_document(path)
-    problem = validate_model(Problem, doc)
-    raise_errors(precision_errors(problem.system, problem.training.precision), doc)
+    problem = validate_problem(doc)
     written = doc.data.get("execution") if isinstance(doc.data.get("execution"), dict) else None
     return problem, written
 

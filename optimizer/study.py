@@ -75,20 +75,12 @@ def _set(data: dict, path: str, value: Any) -> None:
 
 def point_problem(base, near: Path, axes: dict[str, Any]):
     """The problem of one point (resolved and validated like a file)."""
-    from .loader import Sourced, resolve_ref, validate_model
-    from .schema import Problem
-    from .validate import precision_errors, raise_errors
+    from .loader import Sourced, resolve_document, validate_problem
 
     data = copy.deepcopy(base.data)
     for k, v in axes.items():
         _set(data, k, v)
-    doc = Sourced(data, dict(base.where), base.file)
-    for kind in ("llm", "system"):
-        if kind in data:
-            resolve_ref(doc, (kind,), kind, near)
-    problem = validate_model(Problem, doc)
-    raise_errors(precision_errors(problem.system, problem.training.precision), doc)
-    return problem
+    return validate_problem(resolve_document(Sourced(data, dict(base.where), base.file), near))
 
 
 def run_point(args: tuple) -> dict[str, Any]:
