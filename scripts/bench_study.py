@@ -2,7 +2,7 @@
 """Benchmark of `paraplan study`: the 1,024-point sweep of GPT-3 175B on H100, 8 to 8192 GPUs in steps of 8
 (idle GPUs allowed, so every point is a full solve: the fastest plan on at most that many GPUs).
 
-    python scripts/bench_study.py [--json] [--points 1024] [--ray-points 128]
+    python scripts/bench_study.py [--json] [--points 1024] [--ray-points 256]
 
 Prints {"points", "seconds", "ray_speedup", "resume_identical"}: the sweep's wall time on local processes
 (every core), Ray with 2 workers against 1 on the first --ray-points points (same machine, one run each;
@@ -38,7 +38,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--points", type=int, default=1024)
-    ap.add_argument("--ray-points", type=int, default=128)
+    ap.add_argument("--ray-points", type=int, default=256)
     a = ap.parse_args()
     out = {}
     with tempfile.TemporaryDirectory() as tmp:

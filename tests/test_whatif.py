@@ -36,3 +36,25 @@ def test_cli_json_and_tornado(tmp_path, capsys):
     assert main(["whatif", str(path), "--json", "--plot", str(png), "--top", "3"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["levers"] and png.stat().st_size > 1000
+
+
+def test_robust_plan_is_best_worst_case_over_the_space(tmp_path):
+    """The robust plan is a solve at the all-low corner: its worst case is no worse than any of the K best
+    nominal plans' worst cases (each evaluated at all 8 corners), and the all-low corner is each plan's worst."""
+    import itertools
+
+    from optimizer.evaluate import evaluate_execution
+    from optimizer.solve import solve
+    from optimizer.whatif import _corner, robust
+
+    path = tmp_path / "p.yaml"
+    path.write_text(BASE)
+    problem = load_problem(path)
+    base = solve(problem, top=6)
+    rb = robust(problem, base, band=0.3)
+    assert rb["worst_corner_is_low"] and rb["status"] == "optimal"
+    corners = [_corner(problem, *c) for c in itertools.product((0.7, 1.3), repeat=3)]
+    for p in base.plans:
+        worst = max(evaluate_execution(c, p.evaluation.execution).result["step_time"] for c in corners)
+        assert rb["robust_worst_s"] <= worst * (1 + 1e-9)
+    assert abs(rb["regret_s"] - (rb["nominal_worst_s"] - rb["robust_worst_s"])) < 1e-12
