@@ -39,6 +39,7 @@ class ProcureResult:
     status: str
     pareto: list[Purchase] | None = None
     mixes_considered: int = 0
+    pipeline: object = None  # optimizer.pipeline_mix.PipelineChoice (heterogeneous: pipeline | all)
     notes: list[str] = field(default_factory=list)
 
 
@@ -64,7 +65,13 @@ def procure(pp: ProcureProblem, pareto: bool = False, time_limit_s: float = 60.0
         rows.append(TypeRow(t, n, why, pur, size, status))
     cands = [r.purchase for r in rows if r.purchase is not None]
     res = ProcureResult(pp, None, rows, sum(r.candidates for r in rows), 0.0, "infeasible")
-    if pp.procure.max_types >= 2 and pp.procure.heterogeneous.value == "data":
+    if pp.procure.max_types >= 2 and pp.procure.heterogeneous.value in ("pipeline", "all"):
+        from .pipeline_mix import procure_pipeline
+
+        res.pipeline = procure_pipeline(pp, rows, time_limit_s=time_limit_s)
+        if res.pipeline is not None:
+            cands.append(res.pipeline.purchase)
+    if pp.procure.max_types >= 2 and pp.procure.heterogeneous.value in ("data", "all"):
         from .hetero import best_mix
 
         mix, n_mix = best_mix(pp, rows, time_limit_s=time_limit_s, cache=cache)
@@ -74,6 +81,8 @@ def procure(pp: ProcureProblem, pareto: bool = False, time_limit_s: float = 60.0
     if cands:
         res.best = min(cands, key=lambda p: rank_key(pp, p))
         statuses = {r.status for r in rows if r.purchase is not None}
+        if res.pipeline is not None:
+            statuses.add(res.pipeline.solution.status)
         res.status = "optimal" if statuses <= {"optimal"} else "feasible"
     if pareto:
         res.pareto = pareto_front(pp, time_limit_s=time_limit_s, cache=cache)
@@ -156,7 +165,7 @@ def _purchase_dict(p: Purchase) -> dict:
         "tokens_per_s_per_musd": p.tokens_per_s_per_musd(), "sync_s": p.sync_s,
         "groups": [{"node_type": g.node_type.name, "nodes": g.nodes, "gpus_used": g.gpus_used,
                     "global_batch": g.global_batch, "step_time_s": g.step_time_s,
-                    "plan": evaluation_dict(g.plan.evaluation)} for g in p.groups],
+                    "plan": None if g.plan is None else evaluation_dict(g.plan.evaluation)} for g in p.groups],
     }
 
 
@@ -172,10 +181,35 @@ def result_dict(r: ProcureResult) -> dict:
                         "best": None if x.purchase is None else {k: v for k, v in _purchase_dict(x.purchase).items()
                                                                  if k != "groups"}} for x in r.rows],
         "mixes_considered": r.mixes_considered,
+        "pipeline": None if r.pipeline is None else _pipeline_dict(r.pipeline),
         "pareto": None if r.pareto is None else [{k: v for k, v in _purchase_dict(p).items() if k != "groups"}
                                                  for p in r.pareto],
         "notes": r.notes,
     }
+
+
+def _pipeline_dict(c) -> dict:
+    sol = c.solution
+    return {"label": c.purchase.label(), "plan": sol.plan.label(), "status": sol.status, "models": sol.models,
+            "solve_time_s": sol.seconds, "step_time_s": sol.result.step_time_s, "cost_usd": c.purchase.cost_usd,
+            "parts_s": sol.result.parts_s, "offered": c.offered, "verdict": c.verdict,
+            "groups": [{"node_type": g.node_type, "tp": g.tp, "stages": g.stages, "layers_per_stage": g.layers,
+                        "recompute": g.recompute.value, "gpus": n, "stage_time_s": t, "hbm_gib": h / 2**30,
+                        "capacity_gib": cap / 2**30, "reason": why}
+                       for g, n, t, h, cap, why in zip(sol.plan.groups, sol.result.gpus, sol.result.stage_time_s,
+                                                       sol.result.hbm_bytes, sol.result.capacity_bytes, c.reasons)],
+            "dp": sol.plan.dp, "micro_batch": sol.plan.micro_batch}
+
+
+def _render_pipeline(c) -> list[str]:
+    sol = c.solution
+    out = [f"pipelined mix ({', '.join(c.offered)} offered; {sol.models} CP-SAT models, {sol.status}, "
+           f"{sol.seconds:.1f} s): {c.purchase.label()}, cost {_money(c.purchase.cost_usd)}, step "
+           f"{sol.result.step_time_s:.3f} s; dp {sol.plan.dp}, micro-batch {sol.plan.micro_batch}; stages in "
+           "pipeline order:"]
+    out += [f"  {x}" for x in c.reasons]
+    out.append(f"  {c.verdict}")
+    return out
 
 
 def _money(x: float) -> str:
@@ -213,6 +247,10 @@ def render(r: ProcureResult) -> str:
                    f"{p.tokens_per_s_per_musd():9,.0f} {days}  [{cal}]")
     if r.mixes_considered:
         out.append(f"heterogeneous mixes evaluated: {r.mixes_considered}")
+    if r.pipeline is not None:
+        out += _render_pipeline(r.pipeline)
+    elif pr.heterogeneous.value in ("pipeline", "all") and pr.max_types >= 2:
+        out.append("pipelined mix: none fits within the limits")
     out.append("")
     if r.best is None:
         out.append("NOTHING FITS: no node type of the catalog trains the model within the limits "
@@ -231,6 +269,8 @@ def render(r: ProcureResult) -> str:
     if b.sync_s:
         out.append(f"  cross-type gradient sync {b.sync_s:.3f} s per step")
     for g in b.groups:
+        if g.plan is None:
+            continue  # a pipelined mix: its stages are listed above
         out += ["", f"=== {g.nodes} x {g.node_type.name} ({g.gpus_used} GPUs used, batch {g.global_batch}): "
                 f"step {g.step_time_s:.4f} s ==="]
         out.append(render_evaluation(g.plan.evaluation))

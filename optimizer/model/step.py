@@ -137,6 +137,19 @@ def moe_layers_on_stage(llm, pp):
     return np.minimum(llm.layers / np.asarray(pp, dtype=float), float(llm.moe_layer_count))
 
 
+def state_bytes(ctx: Ctx) -> tuple[float, float, float]:
+    """(weight, gradient, optimizer-state) bytes per parameter: the 16-bit compute copy (4 in FP32), the
+    gradient (fp32 main grads or 16-bit), Adam's two moments (8) plus the fp32 master copy (4) when kept."""
+    ob = 12.0 if ctx.master_weights and ctx.precision != Precision.FP32 else 8.0
+    return float(ctx.w_bytes), float(ctx.grad_bytes), ob
+
+
+def adam_time(hw: Hardware, P_upd, gb: float, ob: float, wb: float):
+    """The optimizer step on the GPU, memory-bound Adam over the P_upd parameters a GPU updates: read the
+    gradient, read and write the fp32 state, write the 16-bit weight (12 fp32 FLOP per parameter)."""
+    return hw.vector(12.0 * P_upd, P_upd * (gb + 2.0 * ob + wb), fp32=True)
+
+
 def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     """Step time and memory of every candidate in `k` (the single source of truth)."""
     ctx = ctx or make_ctx(problem)
@@ -228,8 +241,7 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     # ------------------------------------------------------------ data-parallel traffic and overlap
     dpg = dp * cp
     z = k.zero
-    wb, gb = float(ctx.w_bytes), float(ctx.grad_bytes)
-    ob = 12.0 if ctx.master_weights and ctx.precision != Precision.FP32 else 8.0
+    wb, gb, ob = state_bytes(ctx)
     RS = collective_time("rs", P_ne * gb, dpg, k.tier_dp, tiers)
     AR = collective_time("ar", P_ne * gb, dpg, k.tier_dp, tiers)
     AG = collective_time("ag", P_ne * wb, dpg, k.tier_dp, tiers)
@@ -261,11 +273,10 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
 
     # ------------------------------------------------------------ optimizer step (memory-bound Adam)
     P_upd = sharded(z >= 1)
-    adam_bytes = P_upd * (gb + 2.0 * ob + wb)  # read grad, read+write fp32 state, write 16-bit weight
     off = problem.system.offload
     off_bw = max(off.bandwidth_gbps * 1e9 * off.efficiency, 1.0)
     o_off = k.optimizer_offload.astype(bool)
-    opt_gpu = hw.vector(12.0 * P_upd, adam_bytes, fp32=True)
+    opt_gpu = adam_time(hw, P_upd, gb, ob, wb)
     opt_off = (P_upd * (gb + 2.0 * ob + wb)) / off_bw  # stream state over the offload link
     optimizer = np.where(o_off, np.maximum(opt_gpu, opt_off), opt_gpu)
 

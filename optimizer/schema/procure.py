@@ -78,6 +78,8 @@ class Heterogeneous(StrEnum):
 
     NONE = "none"
     DATA = "data"  # data-parallel replicas on different types, global batch split in proportion to speed
+    PIPELINE = "pipeline"  # pipeline stages on different types, uneven layers per stage (optimizer.pipeline_mix)
+    ALL = "all"  # both families
 
 
 class Procure(Frozen):
@@ -93,7 +95,8 @@ class Procure(Frozen):
                                                 "within this many days.")
     max_types: PositiveInt = Field(1, description="At most this many distinct node types in the purchase.")
     heterogeneous: Heterogeneous = Field(Heterogeneous.NONE, description="Mixes searched when max_types >= 2: "
-                                         "none or data (DP replicas on different types).")
+                                         "none, data (DP replicas on different types), pipeline (pipeline stages on different types, uneven "
+                                         "layer counts) or all.")
     max_nodes: PositiveInt = Field(4096, description="Upper bound on nodes of one type when nothing else "
                                    "bounds them (no budget, power cap or availability).")
     calibrated_only: bool = Field(False, description="Exclude node types whose system is prior-only (efficiencies "
