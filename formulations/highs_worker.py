@@ -14,6 +14,9 @@ import json
 import sys
 
 
+MARKER = "paraplan-highs-result: "
+
+
 def main(argv: list[str]) -> int:
     import highspy
 
@@ -33,7 +36,9 @@ def main(argv: list[str]) -> int:
         names = h.getLp().col_names_
         vals = h.getSolution().col_value
         out["values"] = {n: v for n, v in zip(names, vals) if abs(v) > 1e-9}
-    json.dump(out, sys.stdout)
+    # HiGHS may print a banner on stdout before output_flag takes effect (highspy >= 1.12): the result is
+    # the line after MARKER
+    sys.stdout.write("\n" + MARKER + json.dumps(out) + "\n")
     return 0
 
 

@@ -144,7 +144,12 @@ def run_highs(m, time_limit_s: float) -> dict:
                              capture_output=True, text=True, cwd=str(Path(__file__).resolve().parent.parent))
     if out.returncode != 0:  # pragma: no cover - the worker failed to load highspy
         raise RuntimeError(f"HiGHS worker failed: {out.stderr.strip()[-500:]}")
-    r = json.loads(out.stdout)
+    from .highs_worker import MARKER
+
+    line = next((x for x in reversed(out.stdout.splitlines()) if x.startswith(MARKER)), None)
+    if line is None:  # pragma: no cover - the worker died before printing its result
+        raise RuntimeError(f"HiGHS worker gave no result: {(out.stdout + out.stderr).strip()[-500:]}")
+    r = json.loads(line[len(MARKER):])
     r["by_name"] = {smap.bySymbol[n].name: v for n, v in r["values"].items() if n in smap.bySymbol}
     return r
 

@@ -27,6 +27,8 @@ CASES = {  # name: (problem, with the Pareto front)
     "gpt3-175b-40musd-8types-mix": ("problems/studies/procure/gpt3-175b-40musd-mix.yaml", False),
     "study5-175b-16variants": ("problems/studies/procure/study5-175b.yaml", False),
     "gpt3-175b-40musd-8types-pareto": ("problems/studies/procure/gpt3-175b-40musd-mix.yaml", True),
+    "llama70b-pipeline-mix-wins": ("problems/studies/procure/llama70b-pipeline-mix-wins.yaml", False),
+    "llama70b-pipeline-mix-loses": ("problems/studies/procure/llama70b-pipeline-mix-loses.yaml", False),
 }
 
 

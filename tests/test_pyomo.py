@@ -60,7 +60,9 @@ def test_cli_json_and_write_lp_mps(tmp_path):
     for f in (lp, mps):
         w = subprocess.run([sys.executable, "-m", "formulations.highs_worker", str(f), "30"], capture_output=True,
                            text=True, check=True)
-        r = json.loads(w.stdout)
+        from formulations.highs_worker import MARKER
+
+        r = json.loads(next(x for x in w.stdout.splitlines() if x.startswith(MARKER))[len(MARKER):])
         assert r["status"] == "Optimal"
         assert r["objective"] / TIME_UNIT == pytest.approx(c.plans[0].objective_s, rel=1e-9)
 
