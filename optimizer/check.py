@@ -389,7 +389,9 @@ def _relax_offload(problem: Problem, fixed: dict[str, list], out: CheckResult, o
 
 # ---------------------------------------------------------------------------------------------- report
 def result_dict(r: CheckResult) -> dict:
-    d: dict[str, Any] = {"problem": r.problem.name, "fits": r.fits, "fixed": r.fixed, "seconds": round(r.seconds, 3)}
+    cal = r.problem.system.calibration
+    d: dict[str, Any] = {"problem": r.problem.name, "fits": r.fits, "fixed": r.fixed, "seconds": round(r.seconds, 3),
+                         "calibration": cal.status(), "calibration_detail": cal.summary()}
     if r.fits:
         ev = r.plan.plans[0].evaluation
         res = ev.result
@@ -421,7 +423,9 @@ def render(r: CheckResult) -> str:
     d = result_dict(r)
     name = r.problem.name or "problem"
     fixed = ", ".join(f"{k}={v[0] if len(v) == 1 else v}" for k, v in r.fixed.items()) or "none"
-    lines = [f"paraplan check: {name}  (fixed knobs: {fixed})"]
+    from .report.text import calibration_line
+
+    lines = [f"paraplan check: {name}  (fixed knobs: {fixed})", calibration_line(r.problem.system)]
     if r.fits:
         pl, mem = d["plan"], d["memory"]
         ex = pl["execution"]
