@@ -177,6 +177,7 @@ def result_dict(r: ProcureResult) -> dict:
         "best": None if r.best is None else _purchase_dict(r.best),
         "node_types": [{"node_type": x.node_type.name, "max_nodes": x.max_nodes, "bound_by": x.bound_by,
                         "status": x.status, "calibration": x.node_type.system.calibration.status(),
+                        "step_time_band_pct": x.node_type.system.calibration.band_pct(),
                         "calibration_detail": x.node_type.system.calibration.summary(), "candidates": x.candidates,
                         "best": None if x.purchase is None else {k: v for k, v in _purchase_dict(x.purchase).items()
                                                                  if k != "groups"}} for x in r.rows],
@@ -212,6 +213,29 @@ def _render_pipeline(c) -> list[str]:
     return out
 
 
+def _within_bands(r: ProcureResult) -> str | None:
+    """When the runner-up node type's best purchase is within the stated step-time uncertainties of the best
+    (each type's `calibration.band_pct`), say so: the ranking between them is not settled by the model."""
+    from .purchase import rank_key
+
+    if r.best is None or len(r.best.groups) != 1 or r.problem.procure.goal.value not in ("throughput",
+                                                                                         "time_to_train"):
+        return None
+    best_t = r.best.groups[0].node_type
+    others = [x for x in r.rows if x.purchase is not None and x.node_type.name != best_t.name]
+    if not others:
+        return None
+    ru = min(others, key=lambda x: rank_key(r.problem, x.purchase))
+    b1, b2 = best_t.system.calibration.band_pct(), ru.node_type.system.calibration.band_pct()
+    if b1 is None or b2 is None:
+        return None
+    t1, t2 = r.best.step_time_s, ru.purchase.step_time_s
+    if t1 * (1 + b1 / 100) >= t2 * (1 - b2 / 100):
+        return (f"the runner-up, {ru.purchase.label()} (step {t2:.3f} s), is within the stated uncertainties "
+                f"(+-{b1:.0f}% and +-{b2:.0f}% on step time): the ranking of the two is not settled by the model")
+    return None
+
+
 def _money(x: float) -> str:
     return f"${x / 1e6:,.2f}M" if x >= 1e5 else f"${x:,.0f}"
 
@@ -230,10 +254,12 @@ def render(r: ProcureResult) -> str:
     lw = max([len(f"{x.max_nodes} ({x.bound_by})") for x in r.rows] + [5])
     nw = max([len(x.node_type.name) for x in r.rows] + [9])
     out.append(f"{'node type':{nw}s} {'limit':>{lw}s} {'nodes':>6s} {'GPUs':>6s} {'cost':>10s} {'step s':>8s} "
-               f"{'tokens/s':>11s} {'tok/s/$M':>9s} {'days':>7s}  calibration")
+               f"{'tokens/s':>11s} {'tok/s/$M':>9s} {'days':>7s}  calibration, step-time uncertainty")
     for x in r.rows:
         head = f"{x.node_type.name:{nw}s} {f'{x.max_nodes} ({x.bound_by})':>{lw}s}"
-        cal = x.node_type.system.calibration.status()
+        c = x.node_type.system.calibration
+        band = c.band_pct()
+        cal = c.status() + (f" +-{band:.0f}%" if band is not None else "")
         if x.status == "excluded":
             out.append(f"{head}  excluded: prior-only system (procure.calibrated_only)")
             continue
@@ -268,6 +294,9 @@ def render(r: ProcureResult) -> str:
                + (f", {b.days_to_train:.1f} days to train {pp.training.tokens:.3g} tokens" if b.days_to_train else ""))
     if b.sync_s:
         out.append(f"  cross-type gradient sync {b.sync_s:.3f} s per step")
+    close = _within_bands(r)
+    if close:
+        out.append(f"  note: {close}")
     for g in b.groups:
         if g.plan is None:
             continue  # a pipelined mix: its stages are listed above

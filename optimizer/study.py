@@ -17,6 +17,7 @@ import copy
 import itertools
 import json
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -83,9 +84,36 @@ def point_problem(base, near: Path, axes: dict[str, Any]):
     return validate_problem(resolve_document(Sourced(data, dict(base.where), base.file), near))
 
 
+_TABLES: dict[tuple, list] = {}  # per process: the CP-SAT tables of the study's largest GPU count (one key)
+
+
+def shared_tables(problem, most: int | None, run: str = ""):
+    """CP-SAT tables for `problem` built once per process at the study's largest GPU count `most` and reused
+    by every point that differs only in its GPU count (`formulations.tables.restrict`: with idle GPUs allowed
+    the larger space holds every smaller layout, so each point's solve is the same optimum on a subset).
+    None where that does not hold (no `most`, idle GPUs not allowed, a larger point). `run` names the study
+    run, so a warm Ray worker builds them again for a new run rather than keeping an earlier run's."""
+    if not most or not problem.options.allow_idle_gpus or problem.num_gpus > most:
+        return None
+    from formulations.tables import build_all
+
+    from .space import compact_space
+
+    key = (run, json.dumps(problem.model_dump(mode="json", exclude={"num_gpus", "name"}), sort_keys=True, default=str))
+    if key not in _TABLES:
+        big = problem.model_copy(update={"num_gpus": most})
+        c = compact_space(big)
+        if c.size == 0:
+            return None
+        _TABLES.clear()  # one base problem at a time: bounded memory
+        _TABLES[key] = build_all(big, c)
+    return _TABLES[key]
+
+
 def run_point(args: tuple) -> dict[str, Any]:
-    """One point: (index, axes, command, base, near, time limit) -> its row (never raises)."""
-    i, axes, command, base, near, limit = args
+    """One point: (index, axes, command, base, near, time limit, largest GPU count of the study or None, run
+    id) -> its row (never raises)."""
+    i, axes, command, base, near, limit, most, run = args
     row: dict[str, Any] = {"point": i} | {f"axis.{k}": (v if not isinstance(v, (dict, list)) else json.dumps(v))
                                          for k, v in axes.items()}
     try:
@@ -101,7 +129,7 @@ def run_point(args: tuple) -> dict[str, Any]:
         else:
             from .solve import solve
 
-            r = solve(problem, time_limit_s=limit)
+            r = solve(problem, time_limit_s=limit, tables=shared_tables(problem, most, run))
             row["status"] = r.status
             plan = r.plans[0]
         if plan is not None:
@@ -148,7 +176,10 @@ def run_study(path: str | Path, output: str | Path, workers: int | None = None, 
     pts = points(study)
     out = Path(output)
     journal = Journal(out.with_suffix(out.suffix + ".journal.jsonl"))
-    todo = [(i, p, study.command.value, base, near, study.time_limit_s) for i, p in enumerate(pts)
+    gpus = [p["num_gpus"] for p in pts if isinstance(p.get("num_gpus"), int)]
+    most = max(gpus) if gpus and len(gpus) == len(pts) else None  # a GPU-count sweep: tables shared per process
+    run = uuid.uuid4().hex
+    todo = [(i, p, study.command.value, base, near, study.time_limit_s, most, run) for i, p in enumerate(pts)
             if i not in journal.rows]
     with progress(f"study {study.name or Path(path).stem}: points", len(pts)) as step:
         step(len(pts) - len(todo))
@@ -181,7 +212,8 @@ def run_study(path: str | Path, output: str | Path, workers: int | None = None, 
 
 
 def _run_ray(todo: list, journal: Journal, step, address: str | None, workers: int | None) -> None:
-    """The points as Ray tasks on an existing cluster (`address`) or a local one of `workers` CPUs."""
+    """The points as Ray tasks on an existing cluster (`address`) or a local one of `workers` CPUs; on a
+    cluster that is already up, `workers` bounds the tasks in flight (the study uses that many CPUs of it)."""
     try:
         import ray
     except ImportError:
@@ -193,12 +225,17 @@ def _run_ray(todo: list, journal: Journal, step, address: str | None, workers: i
         started = True
     try:
         task = ray.remote(num_cpus=1)(run_point)
-        pending = [task.remote(t) for t in todo]
+        window = len(todo) if not workers else workers
+        queue = list(todo)
+        pending = [task.remote(t) for t in queue[:window]]
+        queue = queue[window:]
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             for d in done:
                 journal.add(ray.get(d))
                 step()
+                if queue:
+                    pending.append(task.remote(queue.pop(0)))
     finally:
         if started:
             ray.shutdown()

@@ -92,6 +92,9 @@ def main() -> int:
     ap.add_argument("--precision", help="fit on the runs of this precision only (e.g. fp8 with --params fp8_scale)")
     ap.add_argument("--tier", help="fit on runs of these tiers only (e.g. A)")
     ap.add_argument("--loo", action="store_true", help="also print each run's leave-one-out error")
+    ap.add_argument("--write-loo", action="store_true",
+                    help="with --loo: write only the leave-one-out MAPE into the system file's calibration block "
+                         "(calibration.loo_mape_pct, the stated uncertainty); fitted values are left as they are")
     ap.add_argument("--max-weight", type=float, default=0.0,
                     help="add this times the largest |error| to the objective (a minimax term; 0: plain MAPE)")
     args = ap.parse_args()
@@ -159,8 +162,11 @@ def main() -> int:
     if held is not None:
         print(f"leave-one-out: MAPE {np.mean(np.abs(held)):.2f}% (tier-weighted {np.sum(w * np.abs(held)) / np.sum(w):.2f}%)"
               f"  max {np.max(np.abs(held)):.2f}%")
+    if args.write_loo and held is not None:
+        write_loo(path, float(np.mean(np.abs(held))), len(held), args.params)
     if args.write:
-        write(path, x, [r["id"] for r, _ in keep], args.runs)
+        write(path, x, [r["id"] for r, _ in keep], args.runs,
+              None if held is None else float(np.mean(np.abs(held))))
     return 0
 
 
@@ -176,7 +182,7 @@ def _replace_block(lines: list[str], key: str, new: list[str]) -> list[str]:
     return lines + new
 
 
-def write(path: Path, x: dict, run_ids: list[str], runs_file: str) -> None:
+def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: float | None = None) -> None:
     lines = path.read_text().splitlines()
     note = f"calibrated by scripts/calibrate.py on {len(run_ids)} runs (see calibration.runs)"
     fitted = []
@@ -217,13 +223,30 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str) -> None:
     if old is not None:
         run_ids = list(dict.fromkeys(old.runs + run_ids))
         fitted = list(dict.fromkeys(old.fitted + fitted))
+        loo_pct = old.loo_mape_pct if loo_pct is None else loo_pct
     cal = (["calibration:", "  runs:"] + [f"    - {r}" for r in run_ids]
-           + ["  fitted: [" + ", ".join(f"'{f}'" for f in fitted) + "]",
+           + ["  fitted: [" + ", ".join(f"'{f}'" for f in fitted) + "]"]
+           + ([] if loo_pct is None else [f"  loo_mape_pct: {loo_pct:.2f}  # leave-one-out, scripts/calibrate.py --loo"])
+           + [
               '  note: "fitted by scripts/calibrate.py (one parameter set for this GPU type, shared by every run on '
               'it); every other value is a datasheet value or a documented prior"'])
     lines = _replace_block(lines, "calibration", cal)
     path.write_text("\n".join(lines) + "\n")
     print(f"wrote {path}")
+
+
+def write_loo(path: Path, loo_pct: float, n: int, params: str) -> None:
+    """Set `calibration.loo_mape_pct` in the system file, nothing else."""
+    lines = path.read_text().splitlines()
+    lines = [x for x in lines if not x.startswith("  loo_mape_pct:")]
+    at = next(i for i, x in enumerate(lines) if x.startswith("calibration:"))
+    j = at + 1
+    while j < len(lines) and (lines[j].startswith("  ") or not lines[j].strip()):
+        j += 1
+    lines.insert(j, f"  loo_mape_pct: {loo_pct:.2f}  # leave-one-out over {n} runs: scripts/calibrate.py --loo "
+                    f"--params {params} --write-loo")
+    path.write_text("\n".join(lines) + "\n")
+    print(f"wrote calibration.loo_mape_pct {loo_pct:.2f} into {path}")
 
 
 def _is_fitted(line: str) -> bool:
@@ -280,8 +303,9 @@ def transfer(src: str, targets: list[str], library: Path | None = None) -> int:
             copied.append(key)
         cal = (["calibration:", f"  transferred_from: {src}", "  runs:" + ("" if src_cal.runs else " []")]
                + [f"    - {r}" for r in src_cal.runs]
-               + ["  fitted: [" + ", ".join(f"'{f}'" for f in copied) + "]",
-                  f'  note: "transferred from {src} by scripts/calibrate.py --transfer (same GPU die): the fitted '
+               + ["  fitted: [" + ", ".join(f"'{f}'" for f in copied) + "]"]
+               + ([] if src_cal.loo_mape_pct is None else [f"  loo_mape_pct: {src_cal.loo_mape_pct:.2f}  # {src}'s"])
+               + [f'  note: "transferred from {src} by scripts/calibrate.py --transfer (same GPU die): the fitted '
                   f'fields listed were fitted on the runs of {src}; every other value is a datasheet value or a prior"'])
         lines = _replace_block(lines, "calibration", cal)
         path.write_text("\n".join(lines) + "\n")

@@ -50,6 +50,10 @@ class OffloadMemory(Frozen):
     efficiency: float = Field(0.8, gt=0, le=1, description="Achieved fraction of bandwidth_gbps.")
 
 
+PRIOR_BAND_PCT = 30.0  # a prior-only system's step-time uncertainty: the uncalibrated GEMM-efficiency prior
+# (0.85) against the values fitted on published H100/A100 runs (0.60-0.65) is ~30% off (issue 16's measurement)
+
+
 class Calibration(Frozen):
     """Which fitted values this file holds and on which published runs they were fitted."""
 
@@ -58,6 +62,10 @@ class Calibration(Frozen):
     note: str | None = Field(None, description="How the fit was made; anything not fitted is a datasheet value.")
     transferred_from: str | None = Field(
         None, description="System whose fitted values were copied here (same GPU die); runs are that system's.")
+    loo_mape_pct: NonNegativeFloat | None = Field(
+        None, description="Leave-one-out mean |error| of the predicted step time, %, on the runs of this GPU type "
+        "(each run predicted by a fit on the others: scripts/calibrate.py --loo --write): the stated uncertainty "
+        "of its step times. Transferred systems carry their source's. Null: not measured.")
 
     def status(self) -> str:
         """One word: 'calibrated' (fitted on runs of this GPU type), 'transferred' (copied from a same-die
@@ -66,14 +74,22 @@ class Calibration(Frozen):
             return "transferred"
         return "calibrated" if self.fitted and self.runs else "prior"
 
+    def band_pct(self) -> float | None:
+        """The step-time uncertainty, +-%: the leave-one-out error where measured; a prior-only system's
+        PRIOR_BAND_PCT; None when calibrated but its leave-one-out error was not measured."""
+        if self.loo_mape_pct is not None:
+            return self.loo_mape_pct
+        return PRIOR_BAND_PCT if self.status() == "prior" else None
+
     def summary(self) -> str:
-        """One line for reports: status, source system and number of runs."""
+        """One line for reports: status, source system, number of runs and the stated uncertainty."""
         st = self.status()
+        loo = "" if self.loo_mape_pct is None else f", leave-one-out step-time error {self.loo_mape_pct:.1f}%"
         if st == "transferred":
-            return f"transferred from {self.transferred_from} ({len(self.runs)} runs there)"
+            return f"transferred from {self.transferred_from} ({len(self.runs)} runs there{loo})"
         if st == "calibrated":
-            return f"calibrated on {len(self.runs)} runs"
-        return "prior only (not calibrated on any run)"
+            return f"calibrated on {len(self.runs)} runs{loo}"
+        return f"prior only (not calibrated on any run; step times uncertain by about +-{PRIOR_BAND_PCT:g}%)"
 
 
 class System(Frozen):
