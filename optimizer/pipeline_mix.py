@@ -42,6 +42,7 @@ class TypeOffer:
     max_nodes: int
     node_usd: float | None = None
     power_kw: float | None = None
+    unit_nodes: int = 1  # nodes sold together (a rack)
 
     @property
     def gpus_per_node(self) -> int:
@@ -120,7 +121,7 @@ def candidates(o: TypeOffer, g: int, G: int, d: int, b: int, jt: list, prune: bo
     else:
         need = te["fixed"] + np.minimum(n_mb, st + after) * te["a"]
     gpus = d * st * tp
-    nodes = -(-gpus // o.gpus_per_node)
+    nodes = -(-gpus // (o.gpus_per_node * o.unit_nodes)) * o.unit_nodes  # whole units (racks)
     keep = need <= cap
     jn = [collective_time("p2p", te["msg"], 2.0, 0, t) for t in jt]
     if prune and keep.any():
@@ -169,7 +170,8 @@ def _plan(offers, picks: list[tuple[int, dict, int]], d: int, b: int) -> MixPlan
 def _solution(offers, plan: MixPlan, status: str, models: int, t0: float, joining) -> MixSolution:
     by = {o.name: o for o in offers}
     res = evaluate_mix({o.name: o.problem for o in offers}, plan, joining)
-    nodes = {g.node_type: -(-g.gpus(plan.dp) // by[g.node_type].gpus_per_node) for g in plan.groups}
+    nodes = {g.node_type: -(-g.gpus(plan.dp) // (by[g.node_type].gpus_per_node * by[g.node_type].unit_nodes))
+             * by[g.node_type].unit_nodes for g in plan.groups}
     cost = None if any(by[n].node_usd is None for n in nodes) else sum(k * by[n].node_usd for n, k in nodes.items())
     power = None if any(by[n].power_kw is None for n in nodes) else sum(k * by[n].power_kw for n, k in nodes.items())
     return MixSolution(plan, res, status, models, time.perf_counter() - t0, nodes, cost, power)
@@ -354,7 +356,7 @@ def procure_pipeline(pp, rows, time_limit_s: float = 60.0) -> PipelineChoice | N
     if len(chosen) < 2 or pp.llm.moe is not None:
         return None
     offers = [TypeOffer(r.node_type.name, sub_problem(pp, r.node_type, r.max_nodes), r.max_nodes,
-                        r.node_type.node_usd, r.node_type.power_kw) for r in chosen]
+                        r.node_type.node_usd, r.node_type.power_kw, r.node_type.unit_nodes) for r in chosen]
     capex = pr.pricing == Pricing.CAPEX
     best = None
     sizes = [g for g in (2, 3) if g <= min(pr.max_types, len(offers))]

@@ -55,7 +55,10 @@ class Purchase:
         return self.tokens_per_s / (self.cost_usd / 1e6) if self.cost_usd > 0 else math.inf
 
     def label(self) -> str:
-        return " + ".join(f"{g.nodes} x {g.node_type.name}" for g in self.groups)
+        return " + ".join(f"{g.nodes} x {g.node_type.name}" + (f" ({g.nodes // g.node_type.unit_nodes} units of "
+                                                                 f"{g.node_type.unit_nodes})"
+                                                                 if g.node_type.unit_nodes > 1 else "")
+                          for g in self.groups)
 
 
 @dataclass
@@ -82,7 +85,7 @@ def node_limit(pp: ProcureProblem, t: NodeType, budget_usd: float | None = None)
     if pr.power_kw is not None:
         lim.append((int(math.floor(pr.power_kw / t.power_kw + 1e-9)), "power"))
     n, why = min(lim, key=lambda x: x[0])
-    return n, why
+    return n // t.unit_nodes * t.unit_nodes, why  # whole units (racks)
 
 
 def sub_problem(pp: ProcureProblem, t: NodeType, nodes: int, global_batch: int | None = None,
@@ -189,5 +192,5 @@ def best_of_type(pp: ProcureProblem, t: NodeType, nodes: int, global_batch: int 
         return None, compact_space(q).size, "infeasible"
     plan = r.plans[0]
     used = gpus_used(plan.evaluation.execution)
-    return (Group(t, math.ceil(used / t.gpus_per_node), used, q.training.global_batch, plan.objective_s, plan, r),
+    return (Group(t, t.bought(math.ceil(used / t.gpus_per_node)), used, q.training.global_batch, plan.objective_s, plan, r),
             r.candidates, r.status)

@@ -83,7 +83,7 @@ def with_params(base: System, x: dict) -> System:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("runs")
+    ap.add_argument("runs", nargs="+", help="one or more runs files (the GPU's runs are taken from all)")
     ap.add_argument("--gpu", required=True)
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--transfer", nargs="*", default=[], metavar="SYSTEM",
@@ -102,7 +102,9 @@ def main() -> int:
 
     if args.transfer:
         return transfer(args.gpu, args.transfer)
-    doc = load_runs(args.runs)
+    docs = [load_runs(f) for f in args.runs]
+    doc = docs[0]
+    doc.data = [r for d in docs for r in d.data]
     runs = [r for r in doc.data if r["hardware"]["gpu"] == args.gpu
             and (args.precision is None or r["parallel"].get("precision") == args.precision)
             and (args.tier is None or r.get("tier") in args.tier)]
@@ -165,7 +167,7 @@ def main() -> int:
     if args.write_loo and held is not None:
         write_loo(path, float(np.mean(np.abs(held))), len(held), args.params)
     if args.write:
-        write(path, x, [r["id"] for r, _ in keep], args.runs,
+        write(path, x, [r["id"] for r, _ in keep], " ".join(args.runs),
               None if held is None else float(np.mean(np.abs(held))))
     return 0
 

@@ -127,6 +127,31 @@ def test_calibrate_transfer_writes_transferred_from(tmp_path, monkeypatch):
     assert "hbm_efficiency" in text and "not calibrated" in text.split("hbm_efficiency", 1)[1].splitlines()[0]
 
 
+def test_calibrate_write_loo_sets_only_the_band_and_transfer_carries_it(tmp_path, monkeypatch):
+    import importlib.util
+
+    lib = tmp_path / "lib"
+    shutil.copytree(Path(find_in_library("system", "h100-sxm-80gb")).parent, lib / "systems")
+    monkeypatch.setenv("PARAPLAN_LIBRARY", str(lib))
+    spec = importlib.util.spec_from_file_location(
+        "calibrate", Path(__file__).resolve().parent.parent / "scripts" / "calibrate.py")
+    cal = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cal)
+    path = lib / "systems" / "h100-sxm-80gb.yaml"
+    before = validate_model(System, read_yaml(path))
+    cal.write_loo(path, 4.25, 8, "e1,e2,e3,fp8_scale")
+    cal.write_loo(path, 4.5, 8, "e1,e2,e3,fp8_scale")  # a re-run replaces the line
+    after = validate_model(System, read_yaml(path))
+    assert after.calibration.loo_mape_pct == 4.5 and after.calibration.band_pct() == 4.5
+    assert path.read_text().count("loo_mape_pct") == 1
+    assert after.model_dump(exclude={"calibration"}) == before.model_dump(exclude={"calibration"})
+    assert after.calibration.runs == before.calibration.runs
+    assert "leave-one-out step-time error 4.5%" in after.calibration.summary()
+    assert cal.transfer("h100-sxm-80gb", ["h200-sxm-141gb"], lib) == 0
+    h200 = validate_model(System, read_yaml(lib / "systems" / "h200-sxm-141gb.yaml"))
+    assert h200.calibration.loo_mape_pct == 4.5 and h200.calibration.status() == "transferred"
+
+
 RUNS_2025 = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "public_runs_2025.yaml"
 
 
@@ -172,8 +197,36 @@ def test_procure_flags_and_can_exclude_prior_only_types(tmp_path):
     assert {t["node_type"]: t["calibration"] for t in result_dict(loose)["node_types"]} == \
         {"h100": "calibrated", "mi300x": "prior"}
     text = render(loose)
-    assert "[prior]" in text and "[calibrated]" in text
+    assert "[prior +-30%]" in text and "[calibrated" in text  # a prior-only type's stated uncertainty
+    bands = {t["node_type"]: t["step_time_band_pct"] for t in result_dict(loose)["node_types"]}
+    from optimizer.schema.system import PRIOR_BAND_PCT
+
+    assert bands["mi300x"] == PRIOR_BAND_PCT
     assert [g.node_type.name for g in loose.best.groups] == ["mi300x"]  # cheaper, prior 0.85 efficiencies
     assert "WARNING: the best purchase uses prior-only node type(s) mi300x" in text
     assert all(g.node_type.name == "h100" for g in strict.best.groups)
     assert "excluded: prior-only system" in render(strict)
+
+
+def test_nvl72_racks_are_bought_whole_and_compared_with_nodes():
+    """catalogs/racks-2025.yaml: NVL72 types are sold in whole racks (unit_nodes 18 trays of 4 GPUs); every
+    purchase of them is a multiple of 18 trays, the limit is whole racks within the budget, and the racks are
+    ranked against 8-GPU nodes in one answer."""
+    from optimizer.loader import load_procure
+    from optimizer.procure import procure, render
+
+    root = Path(__file__).resolve().parents[1]
+    pp = load_procure(root / "problems/studies/procure/gpt3-175b-racks-vs-nodes.yaml")
+    r = procure(pp, time_limit_s=30)
+    rows = {x.node_type.name: x for x in r.rows}
+    for name in ("gb200-nvl72", "gb300-nvl72"):
+        t = rows[name].node_type
+        assert t.unit_nodes == 18 and t.gpus_per_node == 4
+        rack = 18 * (t.price_usd + t.extra_usd)
+        assert rows[name].max_nodes == 18 * int(pp.procure.budget_usd // rack)
+        p = rows[name].purchase
+        assert p is not None and p.nodes % 18 == 0 and p.cost_usd == p.nodes * t.node_usd
+        assert p.groups[0].gpus_used <= p.nodes * 4
+        assert f"({p.nodes // 18} units of 18)" in p.label()
+    assert rows["h100-80g"].node_type.unit_nodes == 1 and rows["h100-80g"].purchase is not None
+    assert r.best.label() in render(r)

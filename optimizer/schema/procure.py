@@ -27,10 +27,18 @@ class NodeType(Frozen):
     rent_usd_per_gpu_hour: PositiveFloat | None = Field(None, description="Rental price per GPU-hour, USD.")
     power_kw: PositiveFloat | None = Field(None, description="Power draw of one node under training load, kW.")
     max_nodes: PositiveInt | None = Field(None, description="Availability: the most nodes of this type on offer.")
+    unit_nodes: PositiveInt = Field(1, description="Nodes sold only together, as one unit: a rack-scale system "
+                                    "(GB200/GB300 NVL72: 18 compute trays of 4 GPUs, the node being the tray) is "
+                                    "bought in whole racks. Prices, power and max_nodes stay per node; a purchase is "
+                                    "a multiple of unit_nodes nodes, and a plan may leave GPUs of its last unit idle.")
 
     @property
     def gpus_per_node(self) -> int:
         return self.system.gpus_per_node
+
+    def bought(self, nodes_used: int) -> int:
+        """Nodes bought for a plan that uses `nodes_used` nodes: whole units."""
+        return -(-nodes_used // self.unit_nodes) * self.unit_nodes
 
     @property
     def node_usd(self) -> float | None:
