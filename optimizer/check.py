@@ -56,7 +56,7 @@ def fixed_knobs(problem: Problem, written: dict | None) -> dict[str, list]:
     for k in (written or {}):
         if k in SEARCHABLE:  # a written execution key that the search space has
             out[k] = [_val(getattr(ex, k))]
-    for k, rule in problem.search_rules().items():
+    for k, rule in problem.user_search_rules().items():  # the file's, not the stack's offer
         if isinstance(rule, dict):
             continue  # ranges stay search restrictions, not fixed values
         vals = [_val(x) for x in (rule if isinstance(rule, list) else [rule])]
@@ -84,7 +84,7 @@ def freed_knobs(problem: Problem, fixed: dict[str, list], ex) -> dict[str, tuple
 
 def with_fixed(problem: Problem, fixed: dict[str, list], **changes) -> Problem:
     # single values and lists of `search` are fixed knobs (`fixed_knobs`): one left out of `fixed` is released
-    search = {k: r for k, r in problem.search_rules().items() if isinstance(r, dict) or k in fixed}
+    search = {k: r for k, r in problem.user_search_rules().items() if isinstance(r, dict) or k in fixed}
     for k, vals in fixed.items():
         search[k] = vals if len(vals) != 1 else vals[0]
     return problem.model_copy(update={"search": search, **changes})

@@ -28,7 +28,9 @@ def evaluate_execution(problem: Problem, ex: Execution | None = None) -> Evaluat
     full_ex = to_execution(k, problem.system)
     cap = (problem.system.hbm_gib - problem.headroom_gib()) * GIB
     fits = r["hbm"] <= cap
-    warnings: list[str] = []
+    from .schema.stack import execution_warnings
+
+    warnings: list[str] = execution_warnings(problem.stack, full_ex)
     nets = problem.system.networks
     row = k.row()
     if row["tp"] > 1 and row["tier_tp"] > 0:

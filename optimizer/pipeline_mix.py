@@ -353,8 +353,8 @@ def procure_pipeline(pp, rows, time_limit_s: float = 60.0) -> PipelineChoice | N
 
     pr = pp.procure
     chosen = _offers(pp, rows)
-    if len(chosen) < 2 or pp.llm.moe is not None:
-        return None
+    if len(chosen) < 2 or pp.llm.moe is not None or pp.stack.value != "megatron-core":
+        return None  # the family's plans (ZeRO-1, SP) are Megatron-Core's
     offers = [TypeOffer(r.node_type.name, sub_problem(pp, r.node_type, r.max_nodes), r.max_nodes,
                         r.node_type.node_usd, r.node_type.power_kw, r.node_type.unit_nodes) for r in chosen]
     capex = pr.pricing == Pricing.CAPEX

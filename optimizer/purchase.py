@@ -110,7 +110,8 @@ def sub_problem(pp: ProcureProblem, t: NodeType, nodes: int, global_batch: int |
         obj["max_gpu_hours"] = budget / t.rent_usd_per_gpu_hour
     opts = Options(memory_headroom_gib=pp.options.memory_headroom_gib, allow_idle_gpus=True, gpu_multiple=g)
     return Problem(name=f"{pp.name or 'procure'}@{t.name}", llm=pp.llm, system=t.system, num_gpus=nodes * g,
-                   training=tr, search=pp.search, options=opts, objective=objective or Objective(**obj))
+                   training=tr, search=pp.search, options=opts, objective=objective or Objective(**obj),
+                   stack=pp.stack)
 
 
 def purchase_of(pp: ProcureProblem, groups: list[Group], step_s: float, sync_s: float = 0.0) -> Purchase:

@@ -142,6 +142,16 @@ def _llm_of(run: dict, year: int | None) -> LLM:
     )
 
 
+STACK_WORDS = (("torchtitan", "torchtitan"), ("llm-foundry", "fsdp"), ("composer", "fsdp"), ("deepspeed", "deepspeed"))
+
+
+def stack_of(run: dict) -> str:
+    """The run's software stack, read from its source and notes: torchtitan; llm-foundry or Composer (PyTorch
+    FSDP: `fsdp`); DeepSpeed; else megatron-core (Megatron-LM, NeMo, Megatron-Bridge)."""
+    txt = f"{run.get('source') or ''} {run.get('notes') or ''}".lower()
+    return next((stack for word, stack in STACK_WORDS if word in txt), "megatron-core")
+
+
 def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     """Turn one calibration record into a problem (or a reason to skip it)."""
     out = Mapped(run)
@@ -253,7 +263,7 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
         # a measured run ran: it fits if it fits the physical HBM (no planning headroom)
         out.problem = Problem(name=run["id"], llm=llm, system=system, num_gpus=hwr["num_gpus"], training=training,
                               execution=Execution(**{k: v for k, v in fixed.items()}),
-                              options=Options(memory_headroom_gib=0.0))
+                              options=Options(memory_headroom_gib=0.0), stack=stack_of(run))
     except (ValidationError, ValueError, TypeError) as e:  # a record the schema cannot express
         out.skip = f"cannot express as a problem: {e}"
         return out

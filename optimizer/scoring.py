@@ -33,6 +33,7 @@ def score_runs(path: str) -> dict[str, Any]:
             continue
         r = pred.result
         t_pred = r["step_time"]
+        row["stack"] = mapped.problem.stack.value
         row["predicted_step_time_s"] = t_pred
         row["predicted_peak_memory_gib"] = r["hbm"] / 2**30
         row["fits"] = pred.fits
@@ -59,5 +60,9 @@ def score_runs(path: str) -> dict[str, Any]:
         "memory_mape_pct": (sum(abs(100 * (r["predicted_peak_memory_gib"] - r["target_peak_memory_gib"])
                                     / r["target_peak_memory_gib"]) for r in mem) / len(mem)) if mem else None,
         "n_not_fitting": sum(1 for r in scored if r["fits"] is False),
+        "by_stack": {st: {"n": len(rs), "mape_pct": sum(abs(r["error_pct"]) for r in rs) / len(rs),
+                          "mean_signed_error_pct": sum(r["error_pct"] for r in rs) / len(rs)}
+                     for st in sorted({r.get("stack") for r in scored})
+                     for rs in [[r for r in scored if r.get("stack") == st]]},
     }
     return {"runs": rows, "summary": summary}

@@ -148,4 +148,7 @@ def render_validation(v: dict[str, Any]) -> str:
     out.append(f"runs {s['n_runs']}, scored {s['n_scored']}, not fitting {s['n_not_fitting']}")
     out.append(f"MAPE {f(s['mape_pct'])}  max |error| {f(s['max_abs_error_pct'])}  "
                f"memory MAPE {f(s['memory_mape_pct'])}")
+    for st, b in (s.get("by_stack") or {}).items():
+        out.append(f"  stack {st}: {b['n']} runs, MAPE {f(b['mape_pct'])}, mean signed error "
+                   f"{b['mean_signed_error_pct']:+.2f}%")
     return "\n".join(out)

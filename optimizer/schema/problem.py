@@ -6,6 +6,8 @@ from enum import StrEnum
 
 from pydantic import Field, StrictBool, StrictInt, model_validator
 
+from .stack import Stack
+
 from .common import (
     MEMORY_ERROR_PCT,
     AttentionKernel,
@@ -195,6 +197,10 @@ class Problem(Frozen):
     search: Search | None = Field(None, description="Restrictions of the knob space for `solve`.")
     options: Options = Field(default_factory=Options, description="Headroom, idle GPUs.")
     objective: Objective = Field(default_factory=Objective, description="What `solve` optimises.")
+    stack: Stack = Field(Stack.MEGATRON_CORE, description="Training framework the plan is for: megatron-core "
+                         "(default; also NeMo, Megatron-Bridge), torchtitan, fsdp (PyTorch FSDP via Composer / "
+                         "llm-foundry) or deepspeed; `solve`, `check` and `procure` search only the knobs it offers "
+                         "(optimizer.schema.stack).")
 
     @model_validator(mode="after")
     def _objective_needs_tokens(self):
@@ -211,12 +217,28 @@ class Problem(Frozen):
             return h
         return self.system.hbm_gib * (1 - 1 / (1 + MEMORY_ERROR_PCT / 100))
 
-    def search_rules(self) -> dict:
-        """The `search` restrictions as {knob: rule} (a problem changed in code may hold a plain dict)."""
+    @model_validator(mode="after")
+    def _stack_offers_search(self):
+        from .stack import unsupported
+
+        errs = unsupported(self.stack, self.user_search_rules())
+        if errs:
+            raise ValueError("; ".join(f"search.{k}: {m}" for k, m in errs))
+        return self
+
+    def user_search_rules(self) -> dict:
+        """The problem file's own `search` restrictions as {knob: rule} (a problem changed in code may hold a
+        plain dict)."""
         s = self.search
         if s is None:
             return {}
         return dict(s) if isinstance(s, dict) else s.rules()
+
+    def search_rules(self) -> dict:
+        """The knob space's restrictions: the file's `search` narrowed to what the stack offers."""
+        from .stack import restrict
+
+        return restrict(self.stack, self.user_search_rules())
 
     def steps_to_train(self) -> float | None:
         """Optimizer steps to train training.tokens (None without tokens)."""

@@ -12,6 +12,7 @@ from pydantic import Field, model_validator
 from .common import Frozen, NonNegativeFloat, PositiveFloat, PositiveInt
 from .llm import LLM
 from .problem import Options, Search, Training
+from .stack import Stack
 from .system import Network, System
 
 
@@ -129,6 +130,8 @@ class ProcureProblem(Frozen):
     training: Training = Field(description="Batch, precision, tokens to train.")
     procure: Procure = Field(default_factory=Procure, description="Budget, limits and objective.")
     search: Search | None = Field(None, description="Restrictions of the knob space, as in `solve`.")
+    stack: Stack = Field(Stack.MEGATRON_CORE, description="Training framework (as in a solve problem): only the "
+                         "knobs it offers are searched.")
     options: Options = Field(default_factory=Options, description="Memory headroom (idle GPUs and whole nodes "
                              "are set by procure).")
 

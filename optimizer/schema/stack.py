@@ -1,0 +1,112 @@
+"""Software stacks and the knobs each one offers (`problem.stack`).
+
+A stack profile restricts the knob space that `solve`, `check` and `procure` search to what that framework's
+current release can run; a user's `search` narrows it further. Knobs a profile does not name are offered as in
+Megatron-Core. What each profile offers, with its source:
+
+- megatron-core (Megatron-Core / NeMo / Megatron-Bridge; NVIDIA Megatron-LM docs, "parallelism guide"): every
+  knob modelled: TP with sequence parallelism and TP-communication overlap, PP with 1F1B and interleaving
+  (virtual stages) and the embedding/loss layer slots, scatter-gather p2p, CP, EP, the distributed optimizer
+  (ZeRO-1) and FSDP (ZeRO-3), selective and full recomputation, CPU offload.
+- torchtitan (pytorch/torchtitan README "Key features" and docs/fsdp.md): FSDP2 per-parameter sharding
+  (`reshard_after_forward` always: ZeRO-3; never: ZeRO-2-like, gathered weights kept for backward) or DDP
+  replication (ZeRO-0); no ZeRO-1 distributed optimizer; TP with sequence parallelism and async TP
+  (a collective-matmul decomposition: `ring`); PP with 1F1B, interleaved 1F1B and GPipe schedules, stages
+  split by modules (the embedding on the first stage, the output on the last: no layer slots), full
+  activations sent between stages (no scatter-gather); CP; selective and full activation checkpointing; no
+  CPU offload of weights, activations or optimizer state in the training recipes.
+- fsdp (PyTorch FSDP1 through MosaicML Composer / llm-foundry; Composer docs "FSDP": sharding_strategy
+  FULL_SHARD (ZeRO-3), SHARD_GRAD_OP (ZeRO-2), NO_SHARD (DDP); activation_checkpointing per block): data
+  parallelism only (no tensor, pipeline or context parallelism in llm-foundry's training configs), full or no
+  activation checkpointing, no TP overlap, no offload.
+- deepspeed (DeepSpeed docs "ZeRO" and "Pipeline Parallelism"): ZeRO stages 0-3 on the plain DeepSpeed engine,
+  full activation checkpointing; no tensor parallelism without Megatron-DeepSpeed (plan that as megatron-core),
+  and no pipeline here (DeepSpeed's PipelineModule runs only with ZeRO <= 1 and is not in this profile); no CP;
+  ZeRO-Offload/Infinity are not modelled.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from .common import Recompute, TpOverlap
+
+
+class Stack(StrEnum):
+    """The training framework a plan is for."""
+
+    MEGATRON_CORE = "megatron-core"
+    TORCHTITAN = "torchtitan"
+    FSDP = "fsdp"
+    DEEPSPEED = "deepspeed"
+
+
+NO_OFFLOAD = {"weight_offload": [False], "activation_offload": [False], "optimizer_offload": [False]}
+
+# knob -> values the stack offers (knobs not named: as Megatron-Core)
+PROFILES: dict[Stack, dict[str, list]] = {
+    Stack.MEGATRON_CORE: {},
+    Stack.TORCHTITAN: {"zero": [0, 2, 3], "pp_embedding_loss": [False], "pp_rs_ag": [False],
+                       "tp_overlap": [TpOverlap.NONE, TpOverlap.RING], **NO_OFFLOAD},
+    Stack.FSDP: {"tp": [1], "pp": [1], "vpp": [1], "cp": [1], "zero": [0, 2, 3], "sequence_parallel": [False],
+                 "recompute": [Recompute.NONE, Recompute.FULL], "tp_overlap": [TpOverlap.NONE],
+                 "pp_embedding_loss": [False], **NO_OFFLOAD},
+    Stack.DEEPSPEED: {"tp": [1], "pp": [1], "vpp": [1], "cp": [1], "zero": [0, 1, 2, 3], "sequence_parallel": [False],
+                      "recompute": [Recompute.NONE, Recompute.FULL], "tp_overlap": [TpOverlap.NONE],
+                      "pp_embedding_loss": [False], **NO_OFFLOAD},
+}
+INT_KNOBS = {"tp", "pp", "vpp", "cp", "zero", "dp", "ep", "etp", "micro_batch"}
+
+
+def offered(stack: Stack, knob: str) -> list | None:
+    """Values of `knob` the stack offers (None: every value the model has)."""
+    return PROFILES[Stack(stack)].get(knob)
+
+
+def restrict(stack: Stack, rules: dict) -> dict:
+    """The user's `search` rules ({knob: value | list | {min, max, in}}) narrowed to what the stack offers.
+    An integer knob the user left open becomes {"in": offered} (a range, so `check` does not report it as a
+    knob the file fixed); other knobs become the list offered."""
+    out = dict(rules)
+    for knob, allowed in PROFILES[Stack(stack)].items():
+        r = out.get(knob)
+        if r is None:
+            out[knob] = {"in": list(allowed)} if knob in INT_KNOBS else list(allowed)
+        elif isinstance(r, dict):
+            inn = r.get("in")
+            out[knob] = {**r, "in": [v for v in (allowed if inn is None else inn) if v in allowed]}
+        elif isinstance(r, list):
+            out[knob] = [v for v in r if v in allowed]
+        # a single value: checked at load time (`unsupported`)
+    return out
+
+
+def unsupported(stack: Stack, rules: dict) -> list[tuple[str, str]]:
+    """(knob, message) for each `search` rule that leaves no value the stack offers."""
+    errs = []
+    for knob, allowed in PROFILES[Stack(stack)].items():
+        r = rules.get(knob)
+        if r is None or isinstance(r, dict):
+            vals = None if r is None else r.get("in")
+            if vals is not None and not any(v in allowed for v in vals):
+                errs.append((knob, f"none of {vals} is offered by stack {Stack(stack).value} (it offers {allowed})"))
+            continue
+        vals = r if isinstance(r, list) else [r]
+        if not any(v in allowed for v in vals):
+            shown = [getattr(v, "value", v) for v in allowed]
+            errs.append((knob, f"{r if not isinstance(r, list) else vals} is not offered by stack "
+                               f"{Stack(stack).value} (it offers {shown})"))
+    return errs
+
+
+def execution_warnings(stack: Stack, ex) -> list[str]:
+    """Knobs of an execution (`evaluate`) that the stack does not offer."""
+    out = []
+    moot = {"pp_rs_ag": ex.pp == 1, "pp_embedding_loss": ex.pp == 1, "vpp": ex.pp == 1,
+            "sequence_parallel": ex.tp == 1, "tp_overlap": ex.tp == 1}  # knobs without effect in this layout
+    for knob, allowed in PROFILES[Stack(stack)].items():
+        v = getattr(ex, knob, None)
+        if v is not None and v not in allowed and not moot.get(knob, False):
+            out.append(f"{knob}={getattr(v, 'value', v)} is not offered by stack {Stack(stack).value} "
+                       f"(it offers {[getattr(a, 'value', a) for a in allowed]})")
+    return out

@@ -1,0 +1,102 @@
+"""Software stacks (`problem.stack`, `optimizer.schema.stack`): solve and check search only what the stack
+offers, a `search` rule outside it is a located input error, evaluate warns, runs carry their stack."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from optimizer.check import check, fixed_knobs
+from optimizer.cli import main
+from optimizer.errors import ProblemError, ProblemErrors
+from optimizer.evaluate import evaluate_execution
+from optimizer.loader import load_problem
+from optimizer.runs import stack_of
+from optimizer.schema import Execution, Recompute
+from optimizer.solve import solve
+
+BASE = "llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 16\ntraining: {global_batch: 64}\n"
+
+
+def _load(tmp_path, extra: str):
+    path = tmp_path / "p.yaml"
+    path.write_text(BASE + extra)
+    return load_problem(path)
+
+
+def test_default_stack_is_megatron_core_and_changes_nothing(tmp_path):
+    p = _load(tmp_path, "search: {tp: [2, 4]}\n")
+    assert p.stack.value == "megatron-core" and p.search_rules() == p.user_search_rules() == {"tp": [2, 4]}
+
+
+def test_fsdp_plans_are_data_parallel_with_its_sharding_and_checkpointing(tmp_path):
+    r = solve(_load(tmp_path, "stack: fsdp\n"), top=5)
+    assert len(r.plans) == 5
+    for plan in r.plans:
+        ex = plan.evaluation.execution
+        assert (ex.tp, ex.pp, ex.cp, ex.vpp) == (1, 1, 1, 1)
+        assert ex.zero in (0, 2, 3) and ex.recompute in (Recompute.NONE, Recompute.FULL)
+        assert not ex.sequence_parallel and not ex.weight_offload
+
+
+def test_torchtitan_has_no_zero1_and_no_layer_slots(tmp_path):
+    p = _load(tmp_path, "stack: torchtitan\nsearch: {pp: [2, 4]}\n")
+    r = solve(p, top=6)
+    mc = solve(p.model_copy(update={"stack": "megatron-core"}))
+    for plan in r.plans:
+        ex = plan.evaluation.execution
+        assert ex.zero != 1 and not ex.pp_embedding_loss and not ex.pp_rs_ag and ex.pp in (2, 4)
+    # a narrower space is never faster
+    assert r.plans[0].evaluation.result["step_time"] >= mc.plans[0].evaluation.result["step_time"] * (1 - 1e-9)
+
+
+def test_user_search_is_intersected_with_the_stack(tmp_path):
+    r = solve(_load(tmp_path, "stack: fsdp\nsearch: {zero: [1, 2]}\n"), top=3)
+    assert {p.evaluation.execution.zero for p in r.plans} == {2}
+
+
+def test_search_outside_the_stack_is_a_located_input_error(tmp_path, capsys):
+    with pytest.raises((ProblemError, ProblemErrors)) as e:
+        _load(tmp_path, "stack: fsdp\nsearch: {tp: 2}\n")
+    assert "search.tp" in str(e.value) and "fsdp" in str(e.value)
+    path = tmp_path / "q.yaml"
+    path.write_text(BASE + "stack: deepspeed\nsearch: {recompute: selective}\n")
+    assert main(["solve", str(path), "-q"]) == 2
+    assert "not offered by stack deepspeed" in capsys.readouterr().err
+
+
+def test_check_does_not_report_the_stack_as_fixed_knobs(tmp_path):
+    p = _load(tmp_path, "stack: fsdp\n")
+    assert fixed_knobs(p, None) == {}
+    r = check(p, None)
+    assert r.fits and r.plan.plans[0].evaluation.execution.tp == 1
+
+
+def test_evaluate_warns_about_knobs_the_stack_lacks(tmp_path):
+    p = _load(tmp_path, "stack: fsdp\n")
+    ev = evaluate_execution(p, Execution(tp=2, dp=8, sequence_parallel=True, zero=1))
+    text = " ".join(ev.warnings)
+    assert "tp=2 is not offered by stack fsdp" in text and "zero=1" in text
+    ev = evaluate_execution(p, Execution(dp=16, zero=3, recompute="full"))
+    assert not any("not offered" in w for w in ev.warnings)
+
+
+def test_runs_read_their_stack():
+    assert stack_of({"source": "pytorch/torchtitan benchmarks", "notes": None}) == "torchtitan"
+    assert stack_of({"source": "MosaicML llm-foundry", "notes": ""}) == "fsdp"
+    assert stack_of({"source": "x", "notes": "trained with DeepSpeed ZeRO-3"}) == "deepspeed"
+    assert stack_of({"source": "NVIDIA NeMo performance summary", "notes": ""}) == "megatron-core"
+
+
+RUNS = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "public_runs.yaml"
+
+
+@pytest.mark.skipif(not RUNS.is_file(), reason="calibration data not present")
+def test_validate_reports_error_per_stack():
+    from optimizer.scoring import score_runs
+
+    s = score_runs(str(RUNS))["summary"]
+    by = s["by_stack"]
+    assert "megatron-core" in by and sum(b["n"] for b in by.values()) == s["n_scored"]
+    assert set(by) >= {"torchtitan", "fsdp"}
