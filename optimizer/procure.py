@@ -18,6 +18,7 @@ Heterogeneous mixes (`procure.heterogeneous: data`, two node types): `optimizer.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -49,13 +50,13 @@ def procure(pp: ProcureProblem, pareto: bool = False, time_limit_s: float = 60.0
     rows: list[TypeRow] = []
     cache = TablesCache()  # tables at the most GPUs serve every smaller purchase of the same node system
     limits = {t.name: node_limit(pp, t) for t in pp.catalog.node_types}
+    todo = [t for t in sorted(pp.catalog.node_types, key=lambda t: -limits[t.name][0] * t.gpus_per_node)
+            if not (pp.procure.calibrated_only and t.system.calibration.status() == "prior")]
     solved = {}
-    with progress("procure: node types", len(pp.catalog.node_types)) as step:
-        for t in sorted(pp.catalog.node_types, key=lambda t: -limits[t.name][0] * t.gpus_per_node):
-            step()
-            if pp.procure.calibrated_only and t.system.calibration.status() == "prior":
-                continue
-            solved[t.name] = best_of_type(pp, t, limits[t.name][0], time_limit_s=time_limit_s, cache=cache)
+    with progress("procure: node types", len(todo)) as step:
+        for name, out in per_type(pp, todo, "best", {t.name: limits[t.name][0] for t in todo}, time_limit_s,
+                                  cache, step):
+            solved[name] = out
     for t in pp.catalog.node_types:
         if pp.procure.calibrated_only and t.system.calibration.status() == "prior":
             rows.append(TypeRow(t, 0, "calibrated_only", None, 0, "excluded"))
@@ -93,19 +94,21 @@ def procure(pp: ProcureProblem, pareto: bool = False, time_limit_s: float = 60.0
 def pareto_front(pp: ProcureProblem, points: int = 10, time_limit_s: float = 60.0,
                  cache: TablesCache | None = None) -> list[Purchase]:
     """Cost against time to train: for budgets from the cheapest purchase that fits to the problem's budget,
-    the fastest purchase within each (each a proven optimum for its budget), dominated points removed."""
+    the fastest purchase within each (each a proven optimum for its budget), dominated points removed.
+    Each node type's work (its cheapest fitting purchase, then its best within every budget) is independent
+    of the others' and runs in parallel over types (`per_type`)."""
     types = [t for t in pp.catalog.node_types
              if not (pp.procure.calibrated_only and t.system.calibration.status() == "prior")]
     # the cheapest purchase that fits at all (any speed): fewest GPUs per type
     cheapest = []
-    fewest = Objective(goal=Goal.FEWEST_GPUS, max_step_time_s=0.99 * BIG_S)  # any speed
     min_nodes: dict[str, int] = {}
     cache = cache if cache is not None else TablesCache()
-    for t in types:
-        g, _, _ = best_of_type(pp, t, node_limit(pp, t)[0], objective=fewest, time_limit_s=time_limit_s, cache=cache)
-        if g is not None:
-            cheapest.append(purchase_of(pp, [g], g.step_time_s))
-            min_nodes[t.name] = g.nodes
+    with progress("procure: Pareto, cheapest per type", len(types)) as step:
+        for name, g in per_type(pp, types, "fewest", {t.name: node_limit(pp, t)[0] for t in types}, time_limit_s,
+                                cache, step):
+            if g is not None:
+                cheapest.append(purchase_of(pp, [g], g.step_time_s))
+                min_nodes[name] = g.nodes
     if not cheapest:
         return []
     lo = min(p.cost_usd for p in cheapest)
@@ -114,15 +117,17 @@ def pareto_front(pp: ProcureProblem, points: int = 10, time_limit_s: float = 60.
         hi = max(lo, max(p.cost_usd for p in cheapest)) * 8
     budgets = sorted({lo * (hi / lo) ** (i / max(1, points - 1)) for i in range(points)}) if hi > lo else [lo]
     found: list[Purchase] = list(cheapest)
-    fast_goal = ProcureGoal.TIME_TO_TRAIN if pp.training.tokens else ProcureGoal.THROUGHPUT
-    # Budgets from the largest down. A type's optimum under a larger budget that is also within a smaller one
-    # (its nodes and its cost) is that budget's optimum too (the smaller budget's purchases are a subset), so
-    # it is reused without a solve; a type whose fewest fitting nodes exceed the budget is skipped.
-    solved: dict[str, list[Group]] = {t.name: [] for t in types}
-    with progress("procure: Pareto budgets", len(budgets)) as step:
-        for b in sorted(budgets, reverse=True):
-            step()
-            _best_within(pp, types, b, min_nodes, solved, found, fast_goal, time_limit_s, cache)
+    live = [t for t in types if t.name in min_nodes]
+    per_budget: dict[float, list[Group]] = {b: [] for b in budgets}
+    with progress("procure: Pareto budgets per type", len(live)) as step:
+        for name, groups in per_type(pp, live, "budgets", {t.name: (budgets, min_nodes[t.name]) for t in live},
+                                     time_limit_s, cache, step):
+            for b, g in groups:
+                per_budget[b].append(g)
+    for b in budgets:
+        cands = [purchase_of(pp, [g], g.step_time_s) for g in per_budget[b]]
+        if cands:
+            found.append(min(cands, key=lambda p: (p.step_time_s, p.cost_usd)))
     front: list[Purchase] = []
     for p in sorted(found, key=lambda p: (p.cost_usd, p.step_time_s)):
         if not front or p.step_time_s < front[-1].step_time_s * (1 - 1e-9):
@@ -130,29 +135,96 @@ def pareto_front(pp: ProcureProblem, points: int = 10, time_limit_s: float = 60.
     return front
 
 
-def _best_within(pp, types, b, min_nodes, solved, found, fast_goal, time_limit_s, cache) -> None:
-    """The fastest purchase within budget b (each type's proven optimum, reused from a larger budget when it
-    fits this one), appended to `found`."""
-    best = None
-    for t in types:
-        if t.name not in min_nodes:
-            continue  # nothing of this type fits at any count
+def type_within_budgets(pp, t, budgets, min_nodes: int, time_limit_s, cache) -> list[tuple[float, Group]]:
+    """Type t's fastest purchase within each budget, from the largest budget down: an optimum under a larger
+    budget that is also within a smaller one (its nodes and its cost) is that budget's optimum too (the
+    smaller budget's purchases are a subset), so it is reused without a solve; a budget below the type's
+    fewest fitting nodes is skipped."""
+    fast_goal = ProcureGoal.TIME_TO_TRAIN if pp.training.tokens else ProcureGoal.THROUGHPUT
+    solved: list[Group] = []
+    out = []
+    for b in sorted(budgets, reverse=True):
         n, _ = node_limit(pp, t, budget_usd=b * (1 + 1e-9))
-        if n < min_nodes[t.name]:
+        if n < min_nodes:
             continue
-        grp = next((g for g in solved[t.name] if g.nodes <= n
+        grp = next((g for g in solved if g.nodes <= n
                     and purchase_of(pp, [g], g.step_time_s).cost_usd <= b * (1 + 1e-9)), None)
         if grp is None:
             grp, _, _ = best_of_type(pp, t, n, budget_usd=b * (1 + 1e-9), goal=fast_goal,
                                      time_limit_s=time_limit_s, cache=cache)
             if grp is None:
                 continue
-            solved[t.name].append(grp)
-        p = purchase_of(pp, [grp], grp.step_time_s)
-        if best is None or (p.step_time_s, p.cost_usd) < (best.step_time_s, best.cost_usd):
-            best = p
-    if best is not None:
-        found.append(best)
+            solved.append(grp)
+        out.append((b, grp))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- parallel
+_WORKER_CACHE: TablesCache | None = None
+
+
+def _job(kind: str, pp: ProcureProblem, t, arg, time_limit_s: float, cache: TablesCache):
+    if kind == "best":
+        return best_of_type(pp, t, arg, time_limit_s=time_limit_s, cache=cache)
+    if kind == "fewest":
+        fewest = Objective(goal=Goal.FEWEST_GPUS, max_step_time_s=0.99 * BIG_S)  # any speed
+        return best_of_type(pp, t, arg, objective=fewest, time_limit_s=time_limit_s, cache=cache)[0]
+    budgets, min_nodes = arg
+    return type_within_budgets(pp, t, budgets, min_nodes, time_limit_s, cache)
+
+
+def _chunk(args):
+    """A worker's share: its types in order, with one tables cache for the process (types that differ only in
+    memory capacities share tables, so they are given to the same worker)."""
+    global _WORKER_CACHE
+    kind, pp, types, args_by_name, time_limit_s = args
+    _WORKER_CACHE = _WORKER_CACHE or TablesCache()
+    return [(t.name, _job(kind, pp, t, args_by_name[t.name], time_limit_s, _WORKER_CACHE)) for t in types]
+
+
+def workers_for(n: int) -> int:
+    """Processes for n independent node types: PARAPLAN_WORKERS, else every core, at most n."""
+    w = int(os.environ.get("PARAPLAN_WORKERS") or 0) or os.cpu_count() or 1
+    return max(1, min(w, n))
+
+
+def per_type(pp: ProcureProblem, types: list, kind: str, args_by_name: dict, time_limit_s: float,
+             cache: TablesCache, step=None):
+    """(type name, result) of `kind` for every type, in parallel over types on `workers_for` processes (one
+    chunk of types per process, types sharing tables in the same chunk); serial, with `cache`, on one core."""
+    w = workers_for(len(types))
+    if w == 1:
+        for t in types:
+            out = _job(kind, pp, t, args_by_name[t.name], time_limit_s, cache)
+            if step:
+                step()
+            yield t.name, out
+        return
+    import json
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    def key(t):  # types whose tables are shared (TablesCache's key, less the capacities)
+        d = t.system.model_dump(mode="json", exclude={"name", "hbm_gib", "calibration"})
+        d["offload"] = {k: v for k, v in (d.get("offload") or {}).items() if k != "capacity_gib"}
+        return json.dumps(d, sort_keys=True)
+    by_key: dict[str, list] = {}
+    for t in types:
+        by_key.setdefault(key(t), []).append(t)
+    chunks: list[list] = [[] for _ in range(w)]
+    for grp in sorted(by_key.values(), key=len, reverse=True):  # whole groups while they balance, else split
+        if len(grp) > len(types) / w:
+            for i, t in enumerate(grp):
+                chunks[i % w].append(t)
+        else:
+            min(chunks, key=len).extend(grp)
+    with ProcessPoolExecutor(max_workers=w) as ex:
+        futs = [ex.submit(_chunk, (kind, pp, c, {t.name: args_by_name[t.name] for t in c}, time_limit_s))
+                for c in chunks if c]
+        for f in as_completed(futs):
+            for name, out in f.result():
+                if step:
+                    step()
+                yield name, out
 
 
 # ---------------------------------------------------------------------------------------------- report
