@@ -204,7 +204,7 @@ def must_fill_ok(networks, tiers: dict, tp, cp, dp, pp):
 
 # --------------------------------------------------------------------------------------------- rules
 def rule_masks(problem: "Problem", tp, pp, dp, cp, vpp=1, micro_batch=1, ep=1, etp=None,
-               pp_embedding_loss=0) -> dict[Group, np.ndarray]:
+               pp_embedding_loss=0, pp_uneven=0) -> dict[Group, np.ndarray]:
     """Each rule group's verdict (True: satisfied) on candidate arrays (broadcast together)."""
     p, llm = problem, problem.llm
     tp, pp, dp, cp, vpp, mb, ep, el = (np.asarray(x, dtype=np.int64)
@@ -217,7 +217,8 @@ def rule_masks(problem: "Problem", tp, pp, dp, cp, vpp=1, micro_batch=1, ep=1, e
     tp_split = (llm.heads % tp == 0) & (llm.ffn % tp == 0) & ((llm.kv % tp == 0) | (tp % llm.kv == 0))
     el_b = el.astype(bool)
     slots = L + 2 * el
-    layers = (slots % (pp * vpp) == 0) & ~((vpp > 1) & (pp == 1)) & ~(el_b & (pp == 1))
+    split = (slots % (pp * vpp) == 0) | (np.asarray(pp_uneven, dtype=bool) & (pp > 1) & (slots >= pp * vpp))
+    layers = split & ~((vpp > 1) & (pp == 1)) & ~(el_b & (pp == 1))
     batch = B % (dp * mb) == 0
     n_mb = np.where(batch, B // np.maximum(dp * mb, 1), 0)
     interleave = (vpp == 1) | (n_mb % pp == 0)

@@ -216,6 +216,11 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
         out.assumptions.append(f"layers {L} not divisible by pp*vpp = {par['pp'] * vpp_known} but layers + 2 are: "
                                "the embedding and the loss take a pipeline layer slot each (Megatron-Core "
                                "account_for_embedding/loss_in_pipeline_split)")
+    elif par["pp"] > 1 and L % (par["pp"] * vpp_known) and (L + 2) % (par["pp"] * vpp_known):
+        fixed["pp_uneven"] = True
+        out.assumptions.append(f"neither layers {L} nor layers + 2 divide by pp*vpp = {par['pp'] * vpp_known}: a "
+                               "custom pipeline layout (Megatron-Core pipeline_model_parallel_layout); the model "
+                               f"times and sizes the busiest chunk, ceil({L} / {par['pp'] * vpp_known}) layers")
     if par.get("vpp") is None:
         fixed["vpp"] = 1
         if par["pp"] > 1:

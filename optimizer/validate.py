@@ -37,7 +37,7 @@ def execution_errors(problem: "Problem", ex: "Execution | None" = None) -> list[
     etp = ex.etp or ex.tp
     el = int(ex.pp_embedding_loss)
     ok = {g: bool(v) for g, v in rule_masks(p, ex.tp, ex.pp, dp, ex.cp, ex.vpp, ex.micro_batch, ex.ep, etp,
-                                              el).items()}
+                                              el, int(ex.pp_uneven)).items()}
     if not ok[Group.GPUS]:
         if used > n:
             out.append(("execution.dp", f"tp*pp*dp*cp = {used} exceeds num_gpus = {n}"))

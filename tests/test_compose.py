@@ -51,3 +51,33 @@ def test_activations_gpipe_interleaved_offload():
     assert activations(vpp=1, gpipe=True, a_off=False, **kw)["inflight"] == 24
     off = activations(vpp=1, gpipe=False, a_off=True, **kw)
     assert off["act"] == max(2 * 10 + 3 + 1, 2 * 10 + 3 + 7) and off["offact"] == (12 - 2) * 10
+
+
+def test_uneven_pipeline_is_timed_by_its_busiest_stage(tmp_path):
+    """pp_uneven (a custom layout, e.g. DeepSeek-V3's 61 layers over 16 chunks): the step is that of the even
+    split whose every stage holds the busiest stage's ceil(L / pp) layers; without it the split is an error."""
+    import pytest
+
+    from optimizer.evaluate import evaluate_execution
+    from optimizer.loader import load_problem
+    from optimizer.schema import Execution
+    from optimizer.validate import execution_errors
+
+    def problem(layers: int):
+        path = tmp_path / f"p{layers}.yaml"
+        path.write_text(f"llm: {{base: gpt3-175b, layers: {layers}}}\nsystem: h100-sxm-80gb\nnum_gpus: 320\n"
+                        "training: {global_batch: 320}\noptions: {memory_headroom_gib: 0}\n")
+        return load_problem(path)
+
+    ex = dict(tp=8, pp=5, micro_batch=1, recompute="full", sequence_parallel=True, zero=1)
+    p96, p100 = problem(96), problem(100)
+    assert any(f == "execution.pp" for f, _ in execution_errors(p96, Execution(**ex)))
+    assert not execution_errors(p96, Execution(**ex, pp_uneven=True))
+    uneven = evaluate_execution(p96, Execution(**ex, pp_uneven=True)).result
+    even = evaluate_execution(p100, Execution(**ex)).result
+    assert uneven["step_time"] == pytest.approx(even["step_time"], rel=1e-12)
+    assert uneven["hbm"] == pytest.approx(even["hbm"], rel=1e-12)
+    # on a split that divides, pp_uneven changes nothing
+    ex8 = dict(ex, pp=8)
+    a = evaluate_execution(p96, Execution(**ex8, pp_uneven=True)).result["step_time"]
+    assert a == evaluate_execution(p96, Execution(**ex8)).result["step_time"]

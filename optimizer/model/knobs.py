@@ -6,7 +6,7 @@ code below); all fields broadcast together. A single execution is an array of le
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -46,6 +46,7 @@ class Knobs:
     tier_ep: np.ndarray
     tier_dp: np.ndarray
     tier_pp: np.ndarray
+    pp_uneven: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # 0/1: ceil layers/stage
 
     @property
     def size(self) -> int:
@@ -114,6 +115,7 @@ def from_execution(ex: Execution, system: System, num_gpus: int) -> Knobs:
         attention=int(ex.attention == AttentionKernel.FLASH), schedule=int(ex.schedule == Schedule.GPIPE),
         weight_offload=int(ex.weight_offload), activation_offload=int(ex.activation_offload), optimizer_offload=int(ex.optimizer_offload),
         tier_tp=tiers["tp"], tier_cp=tiers["cp"], tier_ep=tiers["ep"], tier_dp=tiers["dp"], tier_pp=tiers["pp"],
+        pp_uneven=int(ex.pp_uneven),
     )
     return Knobs.from_dict(d)
 
@@ -133,4 +135,5 @@ def to_execution(k: Knobs, system: System, i: int = 0) -> Execution:
         attention=AttentionKernel.FLASH if r["attention"] else AttentionKernel.STANDARD,
         weight_offload=bool(r["weight_offload"]), activation_offload=bool(r["activation_offload"]), optimizer_offload=bool(r["optimizer_offload"]),
         placement={ax: names[r[f"tier_{ax}"]] for ax in ("tp", "cp", "ep", "dp", "pp")},
+        pp_uneven=bool(r["pp_uneven"]),
     )

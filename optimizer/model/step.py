@@ -173,7 +173,12 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     e = ctx.e
     n_mb = B / (dp * mb)
     el = (k.pp_embedding_loss.astype(bool) & (pp > 1)).astype(float)  # embedding and loss take a layer slot each
-    Ls = (L + 2.0 * el) / pp  # transformer layers of the busiest stage (a middle one when el)
+    # layer slots of the split: with pp_uneven (a custom layout) padded to the busiest chunk's ceil, so that every
+    # per-stage factor below is the busiest stage's
+    slots = L + 2.0 * el
+    uneven = k.pp_uneven.astype(bool) & (pp > 1)
+    slots = np.where(uneven, np.ceil(slots / (pp * vpp)) * pp * vpp, slots)
+    Ls = slots / pp  # transformer layers of the busiest stage (a middle one when el)
     T = mb * s / cp
     sp = k.sequence_parallel.astype(bool)
 
@@ -200,7 +205,6 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     # with el the first/last stage trade one layer for the embedding / LM head and loss
     head = np.where(el > 0, np.maximum(head - tau, 0.0), head)
     gp = k.schedule.astype(bool)
-    slots = L + 2.0 * el
     f_l, f_v, f_m = (layout_factors(B, slots, dp, pp), vpp_factors(B, slots, dp, pp, vpp),
                      mb_factors(B, slots, dp, pp, mb))
     # p2p: one activation per micro-batch per chunk boundary, forward and backward. In the 1F1B steady

@@ -64,6 +64,11 @@ class Execution(Frozen):
         False, description="The embedding and the loss each take one layer slot of the pipeline split "
         "(Megatron-Core account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split): "
         "layers + 2 divide by pp*vpp, the first and last stages hold one transformer layer less.")
+    pp_uneven: bool = Field(
+        False, description="Layers need not divide the pipeline: a custom split (Megatron-Core's "
+        "pipeline_model_parallel_layout, or first/last-stage layer counts) puts ceil(slots / (pp*vpp)) layers "
+        "on the busiest chunk, and the model times and sizes that stage. For `evaluate` and published runs; "
+        "`solve` keeps even splits.")
     pp_rs_ag: bool = Field(True, description="PP p2p sends 1/tp of the activation and all-gathers it over the "
                            "TP group (scatter-gather, Narayanan 2021).")
     dp_overlap: bool = Field(True, description="Overlap gradient reduction (and parameter gathering) with compute.")
