@@ -165,7 +165,7 @@ def main() -> int:
         print(f"leave-one-out: MAPE {np.mean(np.abs(held)):.2f}% (tier-weighted {np.sum(w * np.abs(held)) / np.sum(w):.2f}%)"
               f"  max {np.max(np.abs(held)):.2f}%")
     if args.write_loo and held is not None:
-        write_loo(path, float(np.mean(np.abs(held))), len(held), args.params)
+        write_loo(path, float(np.mean(np.abs(held))), len(held), args.params, args.runs)
     if args.write:
         write(path, x, [r["id"] for r, _ in keep], " ".join(args.runs),
               None if held is None else float(np.mean(np.abs(held))))
@@ -237,7 +237,7 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: floa
     print(f"wrote {path}")
 
 
-def write_loo(path: Path, loo_pct: float, n: int, params: str) -> None:
+def write_loo(path: Path, loo_pct: float, n: int, params: str, runs: list[str] | None = None) -> None:
     """Set `calibration.loo_mape_pct` in the system file, nothing else."""
     lines = path.read_text().splitlines()
     lines = [x for x in lines if not x.startswith("  loo_mape_pct:")]
@@ -245,8 +245,9 @@ def write_loo(path: Path, loo_pct: float, n: int, params: str) -> None:
     j = at + 1
     while j < len(lines) and (lines[j].startswith("  ") or not lines[j].strip()):
         j += 1
-    lines.insert(j, f"  loo_mape_pct: {loo_pct:.2f}  # leave-one-out over {n} runs: scripts/calibrate.py --loo "
-                    f"--params {params} --write-loo")
+    files = " ".join(Path(r).name for r in runs or [])
+    lines.insert(j, f"  loo_mape_pct: {loo_pct:.2f}  # leave-one-out over {n} runs: scripts/calibrate.py {files} "
+                    f"--loo --params {params} --write-loo".replace("  --loo", " --loo"))
     path.write_text("\n".join(lines) + "\n")
     print(f"wrote calibration.loo_mape_pct {loo_pct:.2f} into {path}")
 
