@@ -262,8 +262,14 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
         else:
             free["tp_overlap"] = ["none", "ring"]
             out.assumptions.append("TP communication overlap: chosen by the model")
-    training = Training(global_batch=B, precision=precision,
-                        grad_precision="fp16" if precision == "fp16" else "fp32")
+    grad = "fp16" if precision == "fp16" else "fp32"
+    if "performance summary" in str(run.get("source") or "").lower() and precision != "fp16":
+        # NeMo's scripts/performance and Megatron-Bridge's performance configs set grad_reduce_in_fp32 = False:
+        # gradients are accumulated and reduce-scattered in bf16 (the tables these runs come from)
+        grad = "bf16"
+        out.assumptions.append("gradients reduced in bf16: the NeMo / Megatron-Bridge performance recipes set "
+                               "grad_reduce_in_fp32 = False")
+    training = Training(global_batch=B, precision=precision, grad_precision=grad)
     try:
         # a measured run ran: it fits if it fits the physical HBM (no planning headroom)
         out.problem = Problem(name=run["id"], llm=llm, system=system, num_gpus=hwr["num_gpus"], training=training,
