@@ -48,3 +48,23 @@ def test_stated_step_time_wins():
     r = record({"step_time_s": 3.0, "mfu": 0.5})
     m = map_run(r, {"a100-sxm-80gb": library_system("a100-sxm-80gb")})
     assert run_target(r, m.problem) == (3.0, None)
+
+
+def test_performance_summary_runs_reduce_gradients_in_bf16():
+    """NeMo / Megatron-Bridge performance recipes set grad_reduce_in_fp32 = False; other sources keep fp32."""
+    systems = {"a100-sxm-80gb": library_system("a100-sxm-80gb")}
+    r = record({"step_time_s": 1.0})
+    r["parallel"]["precision"] = "bf16"
+    plain = map_run(r, systems)
+    perf = map_run(r | {"source": "NVIDIA NeMo Framework user guide, performance summary"}, systems)
+    assert plain.problem.training.grad_precision.value == "fp32"
+    assert perf.problem.training.grad_precision.value == "bf16"
+    assert any("grad_reduce_in_fp32" in a for a in perf.assumptions)
+
+
+def test_custom_pipeline_layout_maps_onto_pp_uneven():
+    r = record({"step_time_s": 1.0})
+    r["model"]["layers"] = 7  # neither 7 nor 9 divides by pp 2 * vpp 2
+    r["parallel"] |= {"tp": 1, "pp": 2, "dp": 4, "vpp": 2}
+    m = map_run(r, {"a100-sxm-80gb": library_system("a100-sxm-80gb")})
+    assert m.problem.execution.pp_uneven and any("custom pipeline layout" in a for a in m.assumptions)
