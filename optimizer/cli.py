@@ -38,9 +38,10 @@ EMIT = ["megatron", "nemo", "torchtitan", "deepspeed"]
 
 
 def _emitted(target, problem, execution) -> dict:
-    from .export import emit
+    from .export import emit, stack_warnings
 
-    return {"emit": {"target": target, "text": emit(target, problem, execution)}} if target else {}
+    return {"emit": {"target": target, "text": emit(target, problem, execution),
+                     "warnings": stack_warnings(target, execution)}} if target else {}
 
 
 def _write_output(args, text: str | None = None, obj=None, rows=None) -> bool:

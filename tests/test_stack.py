@@ -100,3 +100,18 @@ def test_validate_reports_error_per_stack():
     by = s["by_stack"]
     assert "megatron-core" in by and sum(b["n"] for b in by.values()) == s["n_scored"]
     assert set(by) >= {"torchtitan", "fsdp"}
+
+
+def test_emit_names_knobs_the_target_framework_lacks(tmp_path, capsys):
+    """A Megatron-Core plan emitted for torchtitan says which knobs torchtitan lacks; a plan solved with
+    stack: torchtitan emits without such warnings."""
+    import json
+
+    path = tmp_path / "p.yaml"
+    path.write_text(BASE + "search: {zero: 1}\n")
+    assert main(["solve", str(path), "-q", "--json", "--emit", "torchtitan"]) == 0
+    warn = json.loads(capsys.readouterr().out)["emit"]["warnings"]
+    assert any(w.startswith("zero=1 is not offered by stack torchtitan") for w in warn)
+    path.write_text(BASE + "stack: torchtitan\n")
+    assert main(["solve", str(path), "-q", "--emit", "torchtitan"]) == 0
+    assert "# warning:" not in capsys.readouterr().out

@@ -17,6 +17,20 @@ def emit(target: str, problem, execution) -> str:
     return EMITTERS[target](problem, execution)
 
 
+STACK_OF = {"megatron": "megatron-core", "nemo": "megatron-core", "torchtitan": "torchtitan", "deepspeed": "deepspeed"}
+
+
+def stack_warnings(target: str, execution) -> list[str]:
+    """Knobs of the plan that the target framework does not offer (`optimizer.schema.stack`)."""
+    from ..schema.stack import execution_warnings
+
+    return execution_warnings(STACK_OF[target], execution)
+
+
 def block(target: str, problem, execution) -> str:
-    """The export under its title, as the reports print it."""
-    return f"{TITLES[target]}:\n{emit(target, problem, execution)}"
+    """The export under its title, as the reports print it; knobs the target lacks are named above it (solve
+    with `stack:` set to the target's framework to search only what it runs)."""
+    warn = stack_warnings(target, execution)
+    head = "".join(f"# warning: {w}; solve with `stack: {STACK_OF[target]}` to search only what it runs\n"
+                   for w in warn)
+    return f"{TITLES[target]}:\n{head}{emit(target, problem, execution)}"
