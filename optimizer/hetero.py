@@ -56,8 +56,10 @@ def _remaining(pp: ProcureProblem, anchor: TypeRow, nodes_a: int) -> float | Non
 
 
 def best_mix(pp: ProcureProblem, rows: list[TypeRow], time_limit_s: float = 60.0,
-             cache=None) -> tuple[Purchase | None, int]:
-    """The best two-type mix of the family above (None: no mix fits), and how many mixes were evaluated."""
+             cache=None, solve_group=None) -> tuple[Purchase | None, int]:
+    """The best two-type mix of the family above (None: no mix fits), and how many mixes were evaluated.
+    `solve_group(type, nodes, batch)`: how a group is solved (procure's worker pool, where each type's tables
+    are); default `best_of_type` here with `cache`."""
     fits = [r for r in rows if r.purchase is not None]
     if len(fits) < 1 or len(rows) < 2:
         return None, 0
@@ -69,7 +71,8 @@ def best_mix(pp: ProcureProblem, rows: list[TypeRow], time_limit_s: float = 60.0
         """The proven-best group (a rental budget caps each group's GPU-hours; the mix's bill is checked below)."""
         key = (t.name, nodes, batch)
         if key not in memo:
-            memo[key] = best_of_type(pp, t, nodes, global_batch=batch, time_limit_s=time_limit_s, cache=cache)[0]
+            memo[key] = (solve_group(t, nodes, batch) if solve_group else
+                         best_of_type(pp, t, nodes, global_batch=batch, time_limit_s=time_limit_s, cache=cache))[0]
         return memo[key]
 
     best, n_eval, pruned = None, 0, 0

@@ -47,15 +47,20 @@ class ProcureResult:
 # ---------------------------------------------------------------------------------------------- prepare
 def procure(pp: ProcureProblem, pareto: bool = False, time_limit_s: float = 60.0) -> ProcureResult:
     t0 = time.perf_counter()
-    rows: list[TypeRow] = []
     cache = TablesCache()  # tables at the most GPUs serve every smaller purchase of the same node system
     limits = {t.name: node_limit(pp, t) for t in pp.catalog.node_types}
     todo = [t for t in sorted(pp.catalog.node_types, key=lambda t: -limits[t.name][0] * t.gpus_per_node)
             if not (pp.procure.calibrated_only and t.system.calibration.status() == "prior")]
+    with TypePool(todo) as pool:
+        return _procure(pp, pareto, time_limit_s, t0, cache, limits, todo, pool)
+
+
+def _procure(pp, pareto, time_limit_s, t0, cache, limits, todo, pool) -> ProcureResult:
+    rows: list[TypeRow] = []
     solved = {}
     with progress("procure: node types", len(todo)) as step:
         for name, out in per_type(pp, todo, "best", {t.name: limits[t.name][0] for t in todo}, time_limit_s,
-                                  cache, step):
+                                  cache, step, pool):
             solved[name] = out
     for t in pp.catalog.node_types:
         if pp.procure.calibrated_only and t.system.calibration.status() == "prior":
@@ -75,7 +80,8 @@ def procure(pp: ProcureProblem, pareto: bool = False, time_limit_s: float = 60.0
     if pp.procure.max_types >= 2 and pp.procure.heterogeneous.value in ("data", "all"):
         from .hetero import best_mix
 
-        mix, n_mix = best_mix(pp, rows, time_limit_s=time_limit_s, cache=cache)
+        mix, n_mix = best_mix(pp, rows, time_limit_s=time_limit_s, cache=cache,
+                              solve_group=lambda t, n, b: pool.run("group", pp, t, (n, b), time_limit_s, cache))
         res.mixes_considered = n_mix
         if mix is not None:
             cands.append(mix)
@@ -86,13 +92,13 @@ def procure(pp: ProcureProblem, pareto: bool = False, time_limit_s: float = 60.0
             statuses.add(res.pipeline.solution.status)
         res.status = "optimal" if statuses <= {"optimal"} else "feasible"
     if pareto:
-        res.pareto = pareto_front(pp, time_limit_s=time_limit_s, cache=cache)
+        res.pareto = pareto_front(pp, time_limit_s=time_limit_s, cache=cache, pool=pool)
     res.seconds = time.perf_counter() - t0
     return res
 
 
 def pareto_front(pp: ProcureProblem, points: int = 10, time_limit_s: float = 60.0,
-                 cache: TablesCache | None = None) -> list[Purchase]:
+                 cache: TablesCache | None = None, pool: TypePool | None = None) -> list[Purchase]:
     """Cost against time to train: for budgets from the cheapest purchase that fits to the problem's budget,
     the fastest purchase within each (each a proven optimum for its budget), dominated points removed.
     Each node type's work (its cheapest fitting purchase, then its best within every budget) is independent
@@ -105,7 +111,7 @@ def pareto_front(pp: ProcureProblem, points: int = 10, time_limit_s: float = 60.
     cache = cache if cache is not None else TablesCache()
     with progress("procure: Pareto, cheapest per type", len(types)) as step:
         for name, g in per_type(pp, types, "fewest", {t.name: node_limit(pp, t)[0] for t in types}, time_limit_s,
-                                cache, step):
+                                cache, step, pool):
             if g is not None:
                 cheapest.append(purchase_of(pp, [g], g.step_time_s))
                 min_nodes[name] = g.nodes
@@ -121,7 +127,7 @@ def pareto_front(pp: ProcureProblem, points: int = 10, time_limit_s: float = 60.
     per_budget: dict[float, list[Group]] = {b: [] for b in budgets}
     with progress("procure: Pareto budgets per type", len(live)) as step:
         for name, groups in per_type(pp, live, "budgets", {t.name: (budgets, min_nodes[t.name]) for t in live},
-                                     time_limit_s, cache, step):
+                                     time_limit_s, cache, step, pool):
             for b, g in groups:
                 per_budget[b].append(g)
     for b in budgets:
@@ -166,6 +172,9 @@ _WORKER_CACHE: TablesCache | None = None
 def _job(kind: str, pp: ProcureProblem, t, arg, time_limit_s: float, cache: TablesCache):
     if kind == "best":
         return best_of_type(pp, t, arg, time_limit_s=time_limit_s, cache=cache)
+    if kind == "group":  # (nodes, global batch): a DP mix's group
+        nodes, batch = arg
+        return best_of_type(pp, t, nodes, global_batch=batch, time_limit_s=time_limit_s, cache=cache)
     if kind == "fewest":
         fewest = Objective(goal=Goal.FEWEST_GPUS, max_step_time_s=0.99 * BIG_S)  # any speed
         return best_of_type(pp, t, arg, objective=fewest, time_limit_s=time_limit_s, cache=cache)[0]
@@ -188,43 +197,87 @@ def workers_for(n: int) -> int:
     return max(1, min(w, n))
 
 
+def _table_key(t) -> str:
+    """Types whose CP-SAT tables are shared (TablesCache's key, less the capacities)."""
+    import json
+
+    d = t.system.model_dump(mode="json", exclude={"name", "hbm_gib", "calibration"})
+    d["offload"] = {k: v for k, v in (d.get("offload") or {}).items() if k != "capacity_gib"}
+    return json.dumps(d, sort_keys=True)
+
+
+class TypePool:
+    """Worker processes for per-type work, each node type pinned to one worker for the whole procurement, so
+    the tables a worker filled for a type serve it in every later phase (best purchase, cheapest fit, Pareto
+    budgets); types that share tables go to the same worker. One worker (or PARAPLAN_WORKERS=1): serial, in
+    this process, with the caller's cache."""
+
+    def __init__(self, types: list):
+        self.w = workers_for(len(types))
+        self.home: dict[str, int] = {}
+        self.ex: list = []
+        if self.w == 1:
+            return
+        from concurrent.futures import ProcessPoolExecutor
+
+        by_key: dict[str, list] = {}
+        for t in types:
+            by_key.setdefault(_table_key(t), []).append(t)
+        load = [0] * self.w
+        for grp in sorted(by_key.values(), key=len, reverse=True):  # whole groups while they balance, else split
+            if len(grp) > len(types) / self.w:
+                for t in grp:
+                    k = load.index(min(load))
+                    self.home[t.name] = k
+                    load[k] += 1
+            else:
+                k = load.index(min(load))
+                for t in grp:
+                    self.home[t.name] = k
+                load[k] += len(grp)
+        self.ex = [ProcessPoolExecutor(max_workers=1) for _ in range(self.w)]
+
+    def run(self, kind: str, pp: ProcureProblem, t, arg, time_limit_s: float, cache: TablesCache):
+        """One job on the type's own worker (its tables are there), or here when serial."""
+        if self.w == 1 or t.name not in self.home:
+            return _job(kind, pp, t, arg, time_limit_s, cache)
+        return self.ex[self.home[t.name]].submit(_chunk, (kind, pp, [t], {t.name: arg}, time_limit_s)).result()[0][1]
+
+    def close(self) -> None:
+        for e in self.ex:
+            e.shutdown()
+        self.ex = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 def per_type(pp: ProcureProblem, types: list, kind: str, args_by_name: dict, time_limit_s: float,
-             cache: TablesCache, step=None):
-    """(type name, result) of `kind` for every type, in parallel over types on `workers_for` processes (one
-    chunk of types per process, types sharing tables in the same chunk); serial, with `cache`, on one core."""
-    w = workers_for(len(types))
-    if w == 1:
+             cache: TablesCache, step=None, pool: TypePool | None = None):
+    """(type name, result) of `kind` for every type: on the pool's workers (each type on its own worker), or
+    serially with `cache`."""
+    if pool is None or pool.w == 1:
         for t in types:
             out = _job(kind, pp, t, args_by_name[t.name], time_limit_s, cache)
             if step:
                 step()
             yield t.name, out
         return
-    import json
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import as_completed
 
-    def key(t):  # types whose tables are shared (TablesCache's key, less the capacities)
-        d = t.system.model_dump(mode="json", exclude={"name", "hbm_gib", "calibration"})
-        d["offload"] = {k: v for k, v in (d.get("offload") or {}).items() if k != "capacity_gib"}
-        return json.dumps(d, sort_keys=True)
-    by_key: dict[str, list] = {}
+    chunks: dict[int, list] = {}
     for t in types:
-        by_key.setdefault(key(t), []).append(t)
-    chunks: list[list] = [[] for _ in range(w)]
-    for grp in sorted(by_key.values(), key=len, reverse=True):  # whole groups while they balance, else split
-        if len(grp) > len(types) / w:
-            for i, t in enumerate(grp):
-                chunks[i % w].append(t)
-        else:
-            min(chunks, key=len).extend(grp)
-    with ProcessPoolExecutor(max_workers=w) as ex:
-        futs = [ex.submit(_chunk, (kind, pp, c, {t.name: args_by_name[t.name] for t in c}, time_limit_s))
-                for c in chunks if c]
-        for f in as_completed(futs):
-            for name, out in f.result():
-                if step:
-                    step()
-                yield name, out
+        chunks.setdefault(pool.home[t.name], []).append(t)
+    futs = [pool.ex[k].submit(_chunk, (kind, pp, c, {t.name: args_by_name[t.name] for t in c}, time_limit_s))
+            for k, c in chunks.items()]
+    for f in as_completed(futs):
+        for name, out in f.result():
+            if step:
+                step()
+            yield name, out
 
 
 # ---------------------------------------------------------------------------------------------- report
