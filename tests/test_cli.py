@@ -73,7 +73,8 @@ def test_schema_is_json_with_problem_properties(capsys):
 # ------------------------------------------------------------------------------ validate
 RUN_KEYS = {"id", "status", "reason", "predicted_step_time_s", "target_step_time_s", "error_pct",
             "predicted_peak_memory_gib", "target_peak_memory_gib", "fits", "assumptions"}
-SUMMARY_KEYS = {"n_runs", "n_scored", "mape_pct", "max_abs_error_pct", "memory_mape_pct", "n_not_fitting"}
+SUMMARY_KEYS = {"n_runs", "n_scored", "mape_pct", "max_abs_error_pct", "memory_mape_pct", "n_not_fitting",
+                "by_stack"}
 
 
 def _records(calibration_file, *ids):
@@ -134,6 +135,8 @@ def test_validate_json_shape(tmp_path, capsys, calibration_file):
     assert s["max_abs_error_pct"] == pytest.approx(abs(r_ok["error_pct"]), rel=1e-12)
     assert s["memory_mape_pct"] is None
     assert s["n_not_fitting"] == (0 if r_ok["fits"] else 1)
+    assert s["by_stack"] == {"megatron-core": {"n": 1, "mape_pct": pytest.approx(abs(r_ok["error_pct"])),
+                                               "mean_signed_error_pct": pytest.approx(r_ok["error_pct"])}}
 
 
 def test_validate_target_rules_and_memory(tmp_path, capsys, calibration_file):
