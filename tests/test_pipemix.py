@@ -123,6 +123,12 @@ def test_shipped_example_wins_with_reason():
     assert r.pipeline.solution.result.fits and len(r.pipeline.solution.plan.groups) == 2
     text = render(r)
     assert "no single node type trains the model" in text and "memory:" in text
+    from optimizer.procure import result_dict
+
+    d = result_dict(r)["pipeline"]
+    assert d["status"] == "optimal" and len(d["groups"]) == 2
+    assert sum(g["stages"] * g["layers_per_stage"] for g in d["groups"]) == 80
+    assert all(g["hbm_gib"] <= g["capacity_gib"] and g["reason"] for g in d["groups"])
 
 
 def test_shipped_example_loses_with_reason():

@@ -115,3 +115,16 @@ def test_emit_names_knobs_the_target_framework_lacks(tmp_path, capsys):
     path.write_text(BASE + "stack: torchtitan\n")
     assert main(["solve", str(path), "-q", "--emit", "torchtitan"]) == 0
     assert "# warning:" not in capsys.readouterr().out
+
+
+def test_written_execution_outside_the_stack_is_an_input_error(tmp_path, capsys):
+    """`check` fixes written knobs: one the stack lacks is refused with its field (no plan the stack cannot
+    run is ever reported as fitting); in code, a single search value the stack lacks leaves no value."""
+    from optimizer.schema.stack import restrict
+
+    path = tmp_path / "p.yaml"
+    path.write_text(BASE + "stack: fsdp\nexecution: {tp: 2, zero: 1}\n")
+    assert main(["check", str(path), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "execution.tp: 2 is not offered by stack fsdp" in err and "execution.zero" in err
+    assert restrict("fsdp", {"tp": 2})["tp"] == [] and restrict("fsdp", {"tp": 1})["tp"] == 1

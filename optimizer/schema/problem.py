@@ -224,11 +224,12 @@ class Problem(Frozen):
 
     @model_validator(mode="after")
     def _stack_offers_search(self):
-        from .stack import unsupported
+        from .stack import unsupported, written_unsupported
 
-        errs = unsupported(self.stack, self.user_search_rules())
+        errs = [(f"search.{k}", m) for k, m in unsupported(self.stack, self.user_search_rules())]
+        errs += [(f"execution.{k}", m) for k, m in written_unsupported(self.stack, self.execution)]
         if errs:
-            raise ValueError("; ".join(f"search.{k}: {m}" for k, m in errs))
+            raise ValueError("; ".join(f"{k}: {m}" for k, m in errs))
         return self
 
     def user_search_rules(self) -> dict:

@@ -66,7 +66,7 @@ def offered(stack: Stack, knob: str) -> list | None:
 def restrict(stack: Stack, rules: dict) -> dict:
     """The user's `search` rules ({knob: value | list | {min, max, in}}) narrowed to what the stack offers.
     An integer knob the user left open becomes {"in": offered} (a range, so `check` does not report it as a
-    knob the file fixed); other knobs become the list offered."""
+    knob the file fixed); other knobs become the list offered; a single value the stack lacks leaves none."""
     out = dict(rules)
     for knob, allowed in PROFILES[Stack(stack)].items():
         r = out.get(knob)
@@ -77,7 +77,8 @@ def restrict(stack: Stack, rules: dict) -> dict:
             out[knob] = {**r, "in": [v for v in (allowed if inn is None else inn) if v in allowed]}
         elif isinstance(r, list):
             out[knob] = [v for v in r if v in allowed]
-        # a single value: checked at load time (`unsupported`)
+        elif r not in allowed:  # a single value (a file's is refused at load time: `unsupported`)
+            out[knob] = []
     return out
 
 
@@ -97,6 +98,20 @@ def unsupported(stack: Stack, rules: dict) -> list[tuple[str, str]]:
             errs.append((knob, f"{r if not isinstance(r, list) else vals} is not offered by stack "
                                f"{Stack(stack).value} (it offers {shown})"))
     return errs
+
+
+def written_unsupported(stack: Stack, ex) -> list[tuple[str, str]]:
+    """(knob, message) for each knob written in the execution (not left at its default) that the stack does
+    not offer: a plan for that stack cannot use it."""
+    allowed_by = PROFILES[Stack(stack)]
+    out = []
+    for knob in sorted(ex.model_fields_set & set(allowed_by)):
+        v = getattr(ex, knob)
+        if v not in allowed_by[knob]:
+            shown = [getattr(a, "value", a) for a in allowed_by[knob]]
+            out.append((knob, f"{getattr(v, 'value', v)} is not offered by stack {Stack(stack).value} (it offers "
+                              f"{shown})"))
+    return out
 
 
 def execution_warnings(stack: Stack, ex) -> list[str]:
