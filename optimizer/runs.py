@@ -119,7 +119,9 @@ def run_target(run: dict, problem: Problem) -> tuple[float | None, str | None]:
     flops, conv = convention_flops(run, problem.llm)
     n = run["hardware"]["num_gpus"]
     if meas.get("mfu"):
-        peak = problem.system.matrix_tflops[problem.training.precision] * 1e12
+        from .schema.common import peak_precision
+
+        peak = problem.system.matrix_tflops[peak_precision(problem.training.precision)] * 1e12
         return (flops / (n * peak * meas["mfu"]),
                 f"target from MFU {meas['mfu']} with the run's convention ({conv}) and {peak / 1e12:g} TF peak")
     return (flops / (n * meas["tflops_per_gpu"] * 1e12),

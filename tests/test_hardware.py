@@ -85,7 +85,7 @@ def test_microscaled_operand_bytes_hand_worked():
     assert BYTES[Precision.MXFP8] == pytest.approx(33 / 32)
     # NVFP4: 16 elements take 8 bytes + 1 E4M3 scale byte = 9/16 bytes each
     assert BYTES[Precision.NVFP4] == pytest.approx(9 / 16)
-    assert {Precision.FP8, Precision.MXFP8, Precision.NVFP4} == set(QUANTIZED)
+    assert {Precision.FP8, Precision.FP8_CURRENT, Precision.FP8_BLOCK, Precision.MXFP8, Precision.NVFP4} == set(QUANTIZED)
 
 
 def test_microscaled_peaks_and_16_bit_attention():
@@ -230,3 +230,30 @@ def test_nvl72_racks_are_bought_whole_and_compared_with_nodes():
         assert f"({p.nodes // 18} units of 18)" in p.label()
     assert rows["h100-80g"].node_type.unit_nodes == 1 and rows["h100-80g"].purchase is not None
     assert r.best.label() in render(r)
+
+
+def test_fp8_scaling_recipes():
+    """FP8 recipes run at the FP8 peak; block scaling stores one FP32 scale per 128 elements; current scaling
+    reads each cast tensor twice (amax, then cast), so it is the slowest of the three at equal GEMMs; each is
+    emitted as its framework's recipe."""
+    from optimizer.evaluate import evaluate_execution
+    from optimizer.export import emit
+    from optimizer.schema import Execution, Problem, Training
+    from optimizer.loader import load_named
+    from optimizer.schema import LLM
+
+    h100 = system("h100-sxm-80gb")
+    assert Hardware(h100, Precision.FP8_BLOCK).matrix_peak == Hardware(h100, Precision.FP8).matrix_peak
+    assert BYTES[Precision.FP8_BLOCK] == pytest.approx(1 + 4 / 128) and BYTES[Precision.FP8_CURRENT] == 1.0
+    llm = load_named("llm", "llama3.1-8b", LLM)
+    ex = Execution(tp=2, dp=4, micro_batch=1, sequence_parallel=True, zero=1)
+    t = {}
+    for p in ("fp8", "fp8_current", "fp8_block"):
+        prob = Problem(llm=llm, system=h100, num_gpus=8, training=Training(global_batch=32, precision=p))
+        t[p] = evaluate_execution(prob, ex).result["step_time"]
+        text = emit("megatron", prob, ex)
+        if p == "fp8_current":
+            assert "--fp8-recipe tensorwise" in text
+        if p == "fp8_block":
+            assert "--fp8-recipe blockwise" in text
+    assert t["fp8"] < t["fp8_block"] < t["fp8_current"]

@@ -128,3 +128,15 @@ def test_written_execution_outside_the_stack_is_an_input_error(tmp_path, capsys)
     err = capsys.readouterr().err
     assert "execution.tp: 2 is not offered by stack fsdp" in err and "execution.zero" in err
     assert restrict("fsdp", {"tp": 2})["tp"] == [] and restrict("fsdp", {"tp": 1})["tp"] == 1
+
+
+def test_stack_limits_precisions(tmp_path, capsys):
+    """torchtitan trains FP8 with torchao's tensorwise (current) scaling, not TE's delayed scaling: a search
+    over precisions keeps only what it offers; a training precision it lacks is refused."""
+    r = solve(_load(tmp_path, "stack: torchtitan\nsearch: {precision: [bf16, fp8, fp8_current]}\n"))
+    assert r.plans[0].evaluation.problem.training.precision.value == "fp8_current"
+    assert not any("precision fp8:" in n for n in r.notes)
+    path = tmp_path / "q.yaml"
+    path.write_text(BASE.replace("global_batch: 64}", "global_batch: 64, precision: fp8}") + "stack: torchtitan\n")
+    assert main(["solve", str(path), "-q"]) == 2
+    assert "training.precision: fp8 is not offered by stack torchtitan" in capsys.readouterr().err

@@ -56,12 +56,16 @@ def args(problem, ex) -> tuple[list[str], list[str]]:
         if ml.q_lora_rank:
             a.append(f"--q-lora-rank {ml.q_lora_rank}")
     prec = tr.precision.value
-    if prec in ("bf16", "fp8", "mxfp8", "nvfp4"):
+    if prec in ("bf16", "fp8", "fp8_current", "fp8_block", "mxfp8", "nvfp4"):
         a.append("--bf16")  # 16-bit master compute around the low-precision GEMMs
     if prec == "fp16":
         a.append("--fp16")
     if prec == "fp8":
-        a.append("--fp8-format hybrid")
+        a.append("--fp8-format hybrid")  # delayed scaling (the default recipe)
+    if prec == "fp8_current":
+        a += ["--fp8-format hybrid", "--fp8-recipe tensorwise"]  # per-tensor current scaling
+    if prec == "fp8_block":
+        a += ["--fp8-format e4m3", "--fp8-recipe blockwise"]  # 1x128 / 128x128 block scaling
     if prec == "mxfp8":
         a += ["--fp8-format e4m3", "--fp8-recipe mxfp8"]  # Megatron-Core >= 0.13 (Blackwell block scaling)
     if prec == "nvfp4":

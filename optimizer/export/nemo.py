@@ -38,9 +38,10 @@ def overrides(problem, ex) -> list[tuple[str, object]]:
             ("trainer.strategy.ddp.overlap_grad_reduce", bool(ex.dp_overlap)),
             ("trainer.strategy.ddp.overlap_param_gather", bool(ex.dp_overlap and ex.zero >= 1))]
     prec = tr.precision.value
-    if prec in ("fp8", "mxfp8", "nvfp4"):
-        out += [("trainer.plugins.fp8", "hybrid" if prec == "fp8" else "e4m3"),
-                ("trainer.plugins.fp8_recipe", {"fp8": "delayed", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}[prec])]
+    if prec in ("fp8", "fp8_current", "fp8_block", "mxfp8", "nvfp4"):
+        out += [("trainer.plugins.fp8", "hybrid" if prec in ("fp8", "fp8_current") else "e4m3"),
+                ("trainer.plugins.fp8_recipe", {"fp8": "delayed", "fp8_current": "tensorwise", "fp8_block": "blockwise",
+                                                "mxfp8": "mxfp8", "nvfp4": "nvfp4"}[prec])]
     return out
 
 

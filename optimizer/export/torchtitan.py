@@ -34,8 +34,8 @@ def tables(problem, ex) -> dict[str, dict]:
                 "mixed_precision_param": "bfloat16" if tr.precision.value != "fp16" else "float16"}
     ac = {"mode": ex.recompute.value}
     out = {"parallelism": par, "training": training, "activation_checkpoint": ac}
-    if tr.precision.value == "fp8":
-        out["float8"] = {"enable_fsdp_float8_all_gather": ex.zero >= 1}
+    if tr.precision.value in ("fp8", "fp8_current"):  # torchao Float8 training: tensorwise (current) scaling
+        out["float8"] = {"enable_fsdp_float8_all_gather": ex.zero >= 1, "recipe_name": "tensorwise"}
     return out
 
 

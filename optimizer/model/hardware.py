@@ -16,15 +16,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..schema import Precision, ProcessingMode, System
+from ..schema.common import peak_precision
 
 # Bytes per GEMM-operand element, block scales included: MXFP8 1 byte + one 1-byte E8M0 scale per 32 elements
 # (OCP Microscaling Formats spec v1.0); NVFP4 half a byte + one 1-byte E4M3 scale per 16 elements (NVIDIA
 # Blackwell / Transformer Engine NVFP4 recipe; the per-tensor FP32 scale is negligible).
-BYTES = {Precision.FP8: 1.0, Precision.MXFP8: 1.0 + 1.0 / 32, Precision.NVFP4: 0.5 + 1.0 / 16,
+BYTES = {Precision.FP8: 1.0, Precision.FP8_CURRENT: 1.0, Precision.FP8_BLOCK: 1.0 + 4.0 / 128,
+         Precision.MXFP8: 1.0 + 1.0 / 32, Precision.NVFP4: 0.5 + 1.0 / 16,
          Precision.BF16: 2, Precision.FP16: 2, Precision.FP32: 4}
+# FP8 block scaling keeps one FP32 scale per 128 elements (1x128 tiles); current scaling reads each tensor once
+# more for its amax before the cast (two passes; delayed scaling uses the amax history: one)
+CAST_READS = {Precision.FP8_CURRENT: 2.0}
 # Precisions whose GEMM operands are quantised from 16-bit activations by cast kernels (Transformer Engine);
 # attention, element-wise ops and activations between ops stay 16-bit.
-QUANTIZED = frozenset({Precision.FP8, Precision.MXFP8, Precision.NVFP4})
+QUANTIZED = frozenset({Precision.FP8, Precision.FP8_CURRENT, Precision.FP8_BLOCK, Precision.MXFP8, Precision.NVFP4})
 
 
 def _table(points) -> tuple[np.ndarray, np.ndarray]:
@@ -49,11 +54,13 @@ class Hardware:
 
     def __post_init__(self) -> None:
         s = self.system
-        if self.precision not in s.matrix_tflops:
+        if peak_precision(self.precision) not in s.matrix_tflops:
             have = ", ".join(str(p) for p in s.matrix_tflops)
             raise ValueError(f"system {s.name} has no {self.precision} matrix peak (has: {have})")
         xs, ys = _table(s.matrix_efficiency)
-        scale = float(s.matrix_efficiency_scale.get(self.precision, 1.0))
+        # a recipe without its own factor runs its GEMMs as the datatype whose peak it uses
+        scale = float(s.matrix_efficiency_scale.get(
+            self.precision, s.matrix_efficiency_scale.get(peak_precision(self.precision), 1.0)))
         object.__setattr__(self, "_mt", (xs, np.minimum(ys * scale, 1.0)))
         object.__setattr__(self, "_vt", _table(s.vector_efficiency))
         object.__setattr__(self, "_ht", _table(s.hbm_efficiency))
@@ -62,13 +69,13 @@ class Hardware:
     @property
     def matrix_peak(self) -> float:
         """FLOP/s of the matrix unit in the training precision."""
-        return self.system.matrix_tflops[self.precision] * 1e12
+        return self.system.matrix_tflops[peak_precision(self.precision)] * 1e12
 
     @property
     def attention_peak(self) -> float:
         """FLOP/s available to attention (flash attention runs in 16 bit even in FP8 recipes)."""
         p = Precision.BF16 if self.precision in QUANTIZED else self.precision
-        tf = self.system.matrix_tflops.get(p, self.system.matrix_tflops[self.precision])
+        tf = self.system.matrix_tflops.get(p, self.system.matrix_tflops[peak_precision(self.precision)])
         return tf * 1e12
 
     @property

@@ -71,10 +71,22 @@ class Precision(StrEnum):
 
     BF16 = "bf16"
     FP16 = "fp16"
-    FP8 = "fp8"
+    FP8 = "fp8"  # FP8 with delayed (per-tensor, amax-history) scaling: Transformer Engine DelayedScaling
+    FP8_CURRENT = "fp8_current"  # FP8, per-tensor current scaling (TE Float8CurrentScaling; torchao tensorwise)
+    FP8_BLOCK = "fp8_block"  # FP8, block scaling: 1x128 activation and 128x128 weight blocks, FP32 scales
+    # (TE Float8BlockScaling, DeepSeek-V3's recipe; Hopper and later)
     MXFP8 = "mxfp8"  # OCP microscaling FP8 (E4M3 values, one E8M0 scale per 32 elements; Blackwell, MI355X)
     NVFP4 = "nvfp4"  # NVIDIA FP4 (E2M1 values, one E4M3 scale per 16 elements + a per-tensor FP32 scale; Blackwell)
     FP32 = "fp32"
+
+
+# precisions computed at another's matrix peak: the FP8 scaling recipes use the FP8 tensor cores
+PEAK_OF = {Precision.FP8_CURRENT: Precision.FP8, Precision.FP8_BLOCK: Precision.FP8}
+
+
+def peak_precision(p: Precision) -> Precision:
+    """The datatype whose matrix peak `p` runs at (`matrix_tflops` key)."""
+    return PEAK_OF.get(Precision(p), Precision(p))
 
 
 class MlpKind(StrEnum):

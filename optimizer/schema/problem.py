@@ -224,10 +224,13 @@ class Problem(Frozen):
 
     @model_validator(mode="after")
     def _stack_offers_search(self):
-        from .stack import unsupported, written_unsupported
+        from .stack import precision_unsupported, unsupported, written_unsupported
 
         errs = [(f"search.{k}", m) for k, m in unsupported(self.stack, self.user_search_rules())]
         errs += [(f"execution.{k}", m) for k, m in written_unsupported(self.stack, self.execution)]
+        why = precision_unsupported(self.stack, self.training.precision)
+        if why and "precision" not in self.user_search_rules():
+            errs.append(("training.precision", why))
         if errs:
             raise ValueError("; ".join(f"{k}: {m}" for k, m in errs))
         return self

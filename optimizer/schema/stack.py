@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from .common import Recompute, TpOverlap
+from .common import Precision, Recompute, TpOverlap
 
 
 class Stack(StrEnum):
@@ -47,13 +47,18 @@ NO_OFFLOAD = {"weight_offload": [False], "activation_offload": [False], "optimiz
 PROFILES: dict[Stack, dict[str, list]] = {
     Stack.MEGATRON_CORE: {},
     Stack.TORCHTITAN: {"zero": [0, 2, 3], "pp_embedding_loss": [False], "pp_rs_ag": [False],
-                       "tp_overlap": [TpOverlap.NONE, TpOverlap.RING], **NO_OFFLOAD},
+                       "tp_overlap": [TpOverlap.NONE, TpOverlap.RING], **NO_OFFLOAD,
+                       # torchao Float8 (tensorwise = current scaling) and MXFP8 (docs/float8.md, docs/mxfp8.md)
+                       "precision": [Precision.BF16, Precision.FP32, Precision.FP8_CURRENT, Precision.MXFP8]},
     Stack.FSDP: {"tp": [1], "pp": [1], "vpp": [1], "cp": [1], "zero": [0, 2, 3], "sequence_parallel": [False],
                  "recompute": [Recompute.NONE, Recompute.FULL], "tp_overlap": [TpOverlap.NONE],
-                 "pp_embedding_loss": [False], **NO_OFFLOAD},
+                 "pp_embedding_loss": [False], **NO_OFFLOAD,
+                 # llm-foundry: bf16/fp16 AMP, FP8 through Transformer Engine (delayed scaling)
+                 "precision": [Precision.BF16, Precision.FP16, Precision.FP32, Precision.FP8]},
     Stack.DEEPSPEED: {"tp": [1], "pp": [1], "vpp": [1], "cp": [1], "zero": [0, 1, 2, 3], "sequence_parallel": [False],
                       "recompute": [Recompute.NONE, Recompute.FULL], "tp_overlap": [TpOverlap.NONE],
-                      "pp_embedding_loss": [False], **NO_OFFLOAD},
+                      "pp_embedding_loss": [False], **NO_OFFLOAD,
+                      "precision": [Precision.BF16, Precision.FP16, Precision.FP32]},
 }
 INT_KNOBS = {"tp", "pp", "vpp", "cp", "zero", "dp", "ep", "etp", "micro_batch"}
 
@@ -70,6 +75,8 @@ def restrict(stack: Stack, rules: dict) -> dict:
     out = dict(rules)
     for knob, allowed in PROFILES[Stack(stack)].items():
         r = out.get(knob)
+        if r is None and knob == "precision":
+            continue  # the training precision stays fixed unless `search` opens it (checked at load time)
         if r is None:
             out[knob] = {"in": list(allowed)} if knob in INT_KNOBS else list(allowed)
         elif isinstance(r, dict):
@@ -114,13 +121,22 @@ def written_unsupported(stack: Stack, ex) -> list[tuple[str, str]]:
     return out
 
 
+def precision_unsupported(stack: Stack, precision) -> str | None:
+    """Why the stack cannot train in `precision` (None: it can)."""
+    allowed = PROFILES[Stack(stack)].get("precision")
+    if allowed is None or precision in allowed:
+        return None
+    return (f"{getattr(precision, 'value', precision)} is not offered by stack {Stack(stack).value} (it offers "
+            f"{[a.value for a in allowed]})")
+
+
 def execution_warnings(stack: Stack, ex) -> list[str]:
     """Knobs of an execution (`evaluate`) that the stack does not offer."""
     out = []
     moot = {"pp_rs_ag": ex.pp == 1, "pp_embedding_loss": ex.pp == 1, "vpp": ex.pp == 1,
             "sequence_parallel": ex.tp == 1, "tp_overlap": ex.tp == 1}  # knobs without effect in this layout
     for knob, allowed in PROFILES[Stack(stack)].items():
-        v = getattr(ex, knob, None)
+        v = getattr(ex, knob, None) if knob != "precision" else None
         if v is not None and v not in allowed and not moot.get(knob, False):
             out.append(f"{knob}={getattr(v, 'value', v)} is not offered by stack {Stack(stack).value} "
                        f"(it offers {[getattr(a, 'value', a) for a in allowed]})")
