@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""The model's kernels against a real GPU's microbenchmarks (issue 15's size-aware kernels).
+
+    python scripts/bench_kernels.py [--json] [--measurements FILE] [--system h100-sxm-80gb]
+
+Times every measured op with the model's own functions (`optimizer.model.hardware.Hardware`, the same calls
+`optimizer.model.layer` makes) on the system file, and prints per class the count, the median |error| and the
+mean signed error (model / measured - 1), and the worst case:
+- gemm: BF16 and FP8 GEMMs at layer shapes and squares (`Hardware.gemm`, FP8 operands 1 byte);
+- attention: causal flash attention forward+backward (`Hardware.attention_kernel`, the layer's flops and bytes:
+  4 b h s^2 d / 2 forward, 2.5x that backward);
+- elementwise: add, gelu, layer/RMS norm, dropout with the measured bytes (`Hardware.vector`);
+- block: whole pre-norm blocks, forward + backward, at tp 1 (`optimizer.model.layer.block_cost`).
+The default file is ../shared/measurements/h100-sxm-80gb-microbench.json (beside the project); targets of the
+issue: attention and GEMM median |error| <= 15%, block <= 7%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from optimizer.loader import load_named  # noqa: E402
+from optimizer.model.hardware import Hardware  # noqa: E402
+from optimizer.schema import LLM, Execution, Precision, Problem, System, Training  # noqa: E402
+
+DEFAULT = ROOT.parent / "shared" / "measurements" / "h100-sxm-80gb-microbench.json"
+FLOPS_PER = {"add": 1.0, "gelu": 8.0, "layernorm": 8.0, "rmsnorm": 5.0, "dropout": 2.0}
+
+
+def gemm_errors(data: dict, system: System) -> list[tuple[str, float]]:
+    out = []
+    for g in data["gemm"]:
+        prec = Precision.FP8 if g["dtype"] == "fp8" else Precision.BF16
+        hw = Hardware(system, prec)
+        t = float(hw.gemm(g["m"], g["n"], g["k"], in_bytes=1 if prec == Precision.FP8 else 2, out_bytes=2))
+        out.append((f"{g['dtype']} {g['m']}x{g['n']}x{g['k']} ({g.get('model')}, {g.get('op')})", t / g["s"] - 1))
+    return out
+
+
+def attention_errors(data: dict, system: System) -> list[tuple[str, float]]:
+    hw = Hardware(system, Precision.BF16)
+    out = []
+    for a in data["attn"]:
+        b, s, h, kv, d = a["b"], a["s"], a["heads"], a["kv_heads"], a["head_dim"]
+        fl = 4.0 * b * h * s * s * d * 0.5
+        nbytes = 2.0 * b * s * d * (2.0 * h + 2.0 * kv) + 4.0 * b * h * s
+        t = float(hw.attention_kernel(fl, nbytes) + hw.attention_kernel(2.5 * fl, 2.5 * nbytes))
+        out.append((f"b{b} s{s} heads {h}/{kv}", t / a["fwbw_s"] - 1))
+    return out
+
+
+def elementwise_errors(data: dict, system: System) -> list[tuple[str, float]]:
+    hw = Hardware(system, Precision.BF16)
+    out = []
+    for e in data["elem"]:
+        n = e["tokens"] * e["hidden"]
+        for op, m in e["ops"].items():
+            t = float(hw.vector(n * FLOPS_PER.get(op, 2.0), m["bytes"]))
+            out.append((f"{op} {e['tokens']}x{e['hidden']}", t / m["s"] - 1))
+    return out
+
+
+def block_errors(data: dict, system: System) -> list[tuple[str, float]]:
+    from optimizer.model.knobs import from_execution
+    from optimizer.model.layer import block_cost
+    from optimizer.model.step import make_ctx
+
+    out = []
+    for r in data["layer"]:
+        try:
+            llm = load_named("llm", r["model"], LLM)
+        except Exception:  # a model not in the library: its shape from the record
+            llm = LLM(name=r["model"], hidden=r["hidden"], ffn=r["ffn"], layers=max(r["layers"], 1), heads=r["heads"],
+                      kv_heads=r["kv_heads"], head_dim=r["head_dim"], seq_len=r["seq"], vocab=32000,
+                      mlp="swiglu" if r["gated"] else "gelu")
+        llm = llm.model_copy(update={"dropout": False})
+        p = Problem(llm=llm, system=system, num_gpus=1, training=Training(global_batch=r["micro_batch"],
+                                                                          seq_len=r["seq"]))
+        ex = Execution(micro_batch=r["micro_batch"], fused_layers=bool(r["compiled"]))
+        k = from_execution(ex, system, 1)
+        blk = block_cost(make_ctx(p), k)
+        t = float(np.asarray(blk.fw_total + blk.bw_total).reshape(-1)[0])
+        out.append((f"{r['model']} mb{r['micro_batch']} s{r['seq']} {'compiled' if r['compiled'] else 'eager'}",
+                    t / r["per_layer_s"] - 1))
+    return out
+
+
+def summary(rows: list[tuple[str, float]]) -> dict:
+    e = np.array([x for _, x in rows])
+    worst = max(rows, key=lambda r: abs(r[1]))
+    return {"n": len(rows), "median_abs_error_pct": round(100 * float(np.median(np.abs(e))), 1),
+            "mean_signed_error_pct": round(100 * float(np.mean(e)), 1),
+            "worst": {"op": worst[0], "error_pct": round(100 * worst[1], 1)}}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--measurements", default=str(DEFAULT))
+    ap.add_argument("--system", default="h100-sxm-80gb")
+    a = ap.parse_args()
+    path = Path(a.measurements)
+    if not path.is_file():
+        print(f"no measurements at {path} (see ../shared/measurements/README.md)", file=sys.stderr)
+        return 2
+    data = json.loads(path.read_text())
+    system = load_named("system", a.system, System)
+    out = {"system": system.name, "measurements": path.name,
+           "gemm": summary(gemm_errors(data, system)), "attention": summary(attention_errors(data, system)),
+           "elementwise": summary(elementwise_errors(data, system)), "block": summary(block_errors(data, system))}
+    if a.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(f"model ({system.name}) against {path.name}: median |error|, mean signed error, worst")
+        for k in ("gemm", "attention", "elementwise", "block"):
+            s = out[k]
+            print(f"  {k:12s} n={s['n']:4d}  median |err| {s['median_abs_error_pct']:6.1f}%  mean {s['mean_signed_error_pct']:+6.1f}%"
+                  f"  worst {s['worst']['error_pct']:+.1f}% ({s['worst']['op']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
