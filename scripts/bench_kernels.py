@@ -38,7 +38,7 @@ FLOPS_PER = {"add": 1.0, "gelu": 8.0, "layernorm": 8.0, "rmsnorm": 5.0, "dropout
 def gemm_errors(data: dict, system: System) -> list[tuple[str, float]]:
     out = []
     for g in data["gemm"]:
-        prec = Precision.FP8 if g["dtype"] == "fp8" else Precision.BF16
+        prec = {"fp8": Precision.FP8, "fp32": Precision.FP32}.get(g["dtype"], Precision.BF16)
         hw = Hardware(system, prec)
         t = float(hw.gemm(g["m"], g["n"], g["k"], in_bytes=1 if prec == Precision.FP8 else 2, out_bytes=2))
         out.append((f"{g['dtype']} {g['m']}x{g['n']}x{g['k']} ({g.get('model')}, {g.get('op')})", t / g["s"] - 1))
@@ -74,7 +74,7 @@ def block_errors(data: dict, system: System) -> list[tuple[str, float]]:
     from optimizer.model.step import make_ctx
 
     out = []
-    for r in data["layer"]:
+    for r in data.get("layer", []):
         try:
             llm = load_named("llm", r["model"], LLM)
         except Exception:  # a model not in the library: its shape from the record
@@ -94,6 +94,8 @@ def block_errors(data: dict, system: System) -> list[tuple[str, float]]:
 
 
 def summary(rows: list[tuple[str, float]]) -> dict:
+    if not rows:
+        return {"n": 0, "median_abs_error_pct": None, "mean_signed_error_pct": None, "worst": None}
     e = np.array([x for _, x in rows])
     worst = max(rows, key=lambda r: abs(r[1]))
     return {"n": len(rows), "median_abs_error_pct": round(100 * float(np.median(np.abs(e))), 1),
@@ -122,6 +124,9 @@ def main() -> int:
         print(f"model ({system.name}) against {path.name}: median |error|, mean signed error, worst")
         for k in ("gemm", "attention", "elementwise", "block"):
             s = out[k]
+            if not s["n"]:
+                print(f"  {k:12s} n=   0  (not measured)")
+                continue
             print(f"  {k:12s} n={s['n']:4d}  median |err| {s['median_abs_error_pct']:6.1f}%  mean {s['mean_signed_error_pct']:+6.1f}%"
                   f"  worst {s['worst']['error_pct']:+.1f}% ({s['worst']['op']})")
     return 0

@@ -28,3 +28,25 @@ def test_blocks_within_seven_percent_and_every_class_scored():
     for fn, key in ((bk.gemm_errors, "gemm"), (bk.attention_errors, "attn"), (bk.elementwise_errors, "elem")):
         rows = fn(data, h100)
         assert len(rows) >= len(data[key]) and all(abs(e) < 10 for _, e in rows)  # finite, sane ratios
+
+
+def test_microbench_writes_a_table_bench_kernels_reads(tmp_path):
+    """scripts/microbench.py (PyTorch, optional) writes the measurements layout; --device cpu --quick is its
+    smoke test, and bench_kernels.py scores the model against the file it wrote."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+
+    out = tmp_path / "mine.json"
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "microbench.py"), str(out), "--device", "cpu", "--quick",
+                        "--warmup", "1", "--repeats", "2"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(out.read_text())
+    assert data["gemm"] and data["attn"] and data["elem"]
+    assert all(g["s"] > 0 and g["m"] * g["n"] * g["k"] > 0 for g in data["gemm"])
+    assert {"fw_s", "fwbw_s"} <= set(data["attn"][0]) and "layernorm" in data["elem"][0]["ops"]
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_kernels.py"), "--measurements", str(out),
+                        "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["gemm"]["n"] == len(data["gemm"]) and s["attention"]["n"] == len(data["attn"]) and s["block"]["n"] == 0
