@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import time
 from dataclasses import dataclass
 
@@ -195,9 +196,36 @@ def solve_pipeline_mix(offers: list[TypeOffer], groups: int = 2, budget_usd: flo
     best, best_ns, status, models = None, None, "optimal", 0
     deadline = t0 + time_limit_s
     N = sum(o.max_gpus for o in offers)
+    # a lower bound per (d, b) from the per-layer times alone (every type, tp and recomputation: a superset of
+    # the rows, so the bound holds): each micro-batch needs >= L*min(tau*tp) GPU-seconds from at most N/d GPUs
+    # per replica pipeline in the steady state, and fill and drain pass every layer once
     prepared = []
-    for d, b in outer(offers, G):  # prepare every (d, b): tables and a lower bound on its step time
+    for d, b in outer(offers, G):
         n_mb = B // (d * b)
+        taus, gpu_taus = [], []
+        for o in offers:
+            tps = [t for t in axis_values(o.problem.model_copy(update={"num_gpus": o.max_gpus}), "tp")
+                   if t <= o.gpus_per_node and d * t <= o.max_gpus]
+            if not tps:
+                continue
+            tp = np.repeat(np.array(tps, dtype=np.int64), 3)
+            rec = np.tile(np.arange(3, dtype=np.int64), len(tps))
+            u = group_terms(o.problem, d, b, n_mb, role_of(1, 3), tp, rec, 1, 1)["u"]
+            taus.append(u)
+            gpu_taus.append(u * tp)
+        if len(taus) < G:
+            continue
+        lb = (n_mb - 1) * L * np.concatenate(gpu_taus).min() * d / N + L * np.concatenate(taus).min()
+        prepared.append((float(lb), d, b, n_mb))
+    prepared.sort(key=lambda x: x[0])
+    for lb, d, b, n_mb in prepared:
+        if step:
+            step()
+        if best_ns is not None and lb * NS >= best_ns:
+            continue  # cannot beat the incumbent
+        if time.perf_counter() > deadline:
+            status = "feasible"  # the time limit: the best found so far, not proven
+            break
         pos, raw = [], []
         for g in range(G):
             cols, rw = [], []
@@ -213,26 +241,13 @@ def solve_pipeline_mix(offers: list[TypeOffer], groups: int = 2, budget_usd: flo
             raw.append(rw)
         if len(pos) < G:
             continue
-        allc = [c for rw in raw for _, c in rw]
-        tau = np.concatenate([c["u"] / c["layers"] for c in allc])
-        gpu_tau = np.concatenate([c["u"] * c["tp"] / c["layers"] for c in allc])
-        # steady state: each micro-batch needs >= L*min(tau*tp) GPU-seconds from at most N/d GPUs per replica
-        # pipeline; fill and drain pass every layer once; the last group's DP and optimizer time is paid
-        lb = (n_mb - 1) * L * gpu_tau.min() * d / N + L * tau.min() + min(c["x"].min() for _, c in raw[-1])
-        prepared.append((lb, d, b, n_mb, pos, raw))
-    prepared.sort(key=lambda x: x[0])
-    for lb, d, b, n_mb, pos, raw in prepared:
-        if step:
-            step()
-        if best_ns is not None and lb * NS >= best_ns:
-            continue  # cannot beat the incumbent
         m = cp_model.CpModel()
         budget = None if budget_usd is None else int(math.floor(budget_usd + 1e-6))
         power = None if power_kw is None else int(math.floor(1000 * power_kw + 1e-6))
         pv = build(m, pos, L, n_mb, budget, power, upper=None if best_ns is None else best_ns - 1)
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = max(1.0, deadline - time.perf_counter())
-        solver.parameters.num_workers = 1
+        solver.parameters.num_workers = min(8, os.cpu_count() or 1)  # CP-SAT's portfolio on every core
         st = solver.Solve(m)
         models += 1
         if st == cp_model.UNKNOWN:
