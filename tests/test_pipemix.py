@@ -137,3 +137,18 @@ def test_shipped_example_loses_with_reason():
     assert r.best.step_time_s < r.pipeline.purchase.step_time_s
     assert r.pipeline.purchase.cost_usd <= 1.2e6
     assert r.pipeline.verdict.startswith("loses to the best single-type purchase")
+
+
+def test_units_are_bought_whole_in_a_pipelined_mix(tmp_path):
+    """A type sold in units (racks) of 2 nodes: the mix buys whole units, and the CP-SAT answer still equals
+    the exhaustive oracle's."""
+    from dataclasses import replace
+
+    specs, limits, layers, G = SMALL["budget-binds"]
+    offers = [replace(o, unit_nodes=2) if o.name == "h100" else o for o in _offers(tmp_path, specs, layers=layers)]
+    sol = solve_pipeline_mix(offers, G, budget_usd=6.0e4)
+    ref = enumerate_pipeline_mix(offers, G, budget_usd=6.0e4)
+    assert sol is not None and ref is not None
+    assert sol.result.step_time_s == pytest.approx(ref.result.step_time_s, rel=1e-6)
+    assert sol.nodes.get("h100", 0) % 2 == 0
+    assert sol.cost_usd == sum(n * {"a100": 1e4, "h100": 2.5e4}[t] for t, n in sol.nodes.items()) <= 6.0e4
