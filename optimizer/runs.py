@@ -119,9 +119,7 @@ def run_target(run: dict, problem: Problem) -> tuple[float | None, str | None]:
     flops, conv = convention_flops(run, problem.llm)
     n = run["hardware"]["num_gpus"]
     if meas.get("mfu"):
-        from .schema.common import peak_precision
-
-        peak = problem.system.matrix_tflops[peak_precision(problem.training.precision)] * 1e12
+        peak = problem.system.peak_tflops(problem.training.precision) * 1e12
         return (flops / (n * peak * meas["mfu"]),
                 f"target from MFU {meas['mfu']} with the run's convention ({conv}) and {peak / 1e12:g} TF peak")
     return (flops / (n * meas["tflops_per_gpu"] * 1e12),
@@ -191,7 +189,7 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
         prec = "fp16" if old else "bf16"
         out.assumptions.append(f"precision null (16-bit): {prec}")
     precision = prec
-    if precision not in [p.value for p in system.matrix_tflops]:
+    if system.peak_tflops(precision) is None:
         out.skip = f"system {system.name} has no {precision} peak"
         return out
     eager = "eager" in notes

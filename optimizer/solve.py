@@ -14,7 +14,6 @@ from .errors import Infeasible, Reason, VerificationError
 from .evaluate import Evaluation, evaluate_execution
 from .model.knobs import to_execution
 from .schema import Problem
-from .schema.common import peak_precision
 from .space import build_space
 
 REL_TOL = 1e-3  # solver objective vs re-evaluated step time
@@ -71,7 +70,7 @@ def _solve_precisions(problem: Problem, precs: list, kw: dict) -> SolveResult:
     search = {k: v for k, v in problem.search_rules().items() if k != "precision"}
     best, best_score, notes, candidates, statuses = None, None, [], 0, set()
     for pr in precs:
-        if peak_precision(pr) not in problem.system.matrix_tflops:
+        if problem.system.peak_tflops(pr) is None:
             notes.append(f"precision {pr.value}: {problem.system.name} has no {pr.value} matrix peak, not searched")
             continue
         q = problem.model_copy(update={"training": problem.training.model_copy(update={"precision": pr}),

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .errors import ProblemError, ProblemErrors
-from .schema.common import peak_precision
 
 if TYPE_CHECKING:
     from .loader import Sourced
@@ -93,8 +92,7 @@ def execution_errors(problem: "Problem", ex: "Execution | None" = None) -> list[
         out.append(("execution.tp_comm", "sequence parallelism needs tp_comm rs_ag"))
     if (ex.weight_offload or ex.activation_offload or ex.optimizer_offload) and sysm.offload.capacity_gib <= 0:
         out.append(("execution.weight_offload", "offload needs system.offload.capacity_gib > 0"))
-    if peak_precision(p.training.precision) not in sysm.matrix_tflops:
-        out.append(("training.precision", f"system {sysm.name} has no {p.training.precision.value} matrix peak"))
+    out += precision_errors(sysm, p.training.precision)
     # network placement: nested tiers hold the product of the degrees placed on them and below
     sizes = [x.size for x in sysm.networks]
     try:
@@ -115,7 +113,7 @@ def execution_errors(problem: "Problem", ex: "Execution | None" = None) -> list[
 
 def precision_errors(system, precision, field: str = "training.precision") -> list[tuple[str, str]]:
     """The training precision needs the system's matrix peak in it."""
-    if peak_precision(precision) in system.matrix_tflops:
+    if system.peak_tflops(precision) is not None:
         return []
     have = ", ".join(str(getattr(p, "value", p)) for p in system.matrix_tflops) or "none"
     return [(field, f"system {system.name} has no {precision.value} matrix peak (it has: {have})")]

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..schema import Precision, ProcessingMode, System
-from ..schema.common import peak_precision
 
 # Bytes per GEMM-operand element, block scales included: MXFP8 1 byte + one 1-byte E8M0 scale per 32 elements
 # (OCP Microscaling Formats spec v1.0); NVFP4 half a byte + one 1-byte E4M3 scale per 16 elements (NVIDIA
@@ -54,13 +53,11 @@ class Hardware:
 
     def __post_init__(self) -> None:
         s = self.system
-        if peak_precision(self.precision) not in s.matrix_tflops:
+        if s.peak_tflops(self.precision) is None:
             have = ", ".join(str(p) for p in s.matrix_tflops)
             raise ValueError(f"system {s.name} has no {self.precision} matrix peak (has: {have})")
         xs, ys = _table(s.matrix_efficiency)
-        # a recipe without its own factor runs its GEMMs as the datatype whose peak it uses
-        scale = float(s.matrix_efficiency_scale.get(
-            self.precision, s.matrix_efficiency_scale.get(peak_precision(self.precision), 1.0)))
+        scale = s.efficiency_scale(self.precision)
         object.__setattr__(self, "_mt", (xs, np.minimum(ys * scale, 1.0)))
         object.__setattr__(self, "_vt", _table(s.vector_efficiency))
         object.__setattr__(self, "_ht", _table(s.hbm_efficiency))
@@ -69,13 +66,13 @@ class Hardware:
     @property
     def matrix_peak(self) -> float:
         """FLOP/s of the matrix unit in the training precision."""
-        return self.system.matrix_tflops[peak_precision(self.precision)] * 1e12
+        return self.system.peak_tflops(self.precision) * 1e12
 
     @property
     def attention_peak(self) -> float:
         """FLOP/s available to attention (flash attention runs in 16 bit even in FP8 recipes)."""
         p = Precision.BF16 if self.precision in QUANTIZED else self.precision
-        tf = self.system.matrix_tflops.get(p, self.system.matrix_tflops[peak_precision(self.precision)])
+        tf = self.system.matrix_tflops.get(p) or self.system.peak_tflops(self.precision)
         return tf * 1e12
 
     @property

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator, model_validator
 
-from .common import Frozen, Precision, ProcessingMode
+from .common import Frozen, Precision, ProcessingMode, peak_precision
 
 EfficiencyTable = list[tuple[float, float]]
 
@@ -132,6 +132,16 @@ class System(Frozen):
     networks: list[Network] = Field(min_length=1, description="Network tiers, innermost first.")
     tdp_w: PositiveFloat | None = Field(None, description="GPU board power, W (datasheet).")
     calibration: Calibration = Field(default_factory=Calibration, description="What was fitted, on which runs.")
+
+    def peak_tflops(self, precision: Precision) -> float | None:
+        """Dense matrix peak, TFLOP/s, that GEMMs in `precision` run at (the FP8 scaling recipes at the FP8
+        peak: `common.peak_precision`); None when the GPU has none."""
+        return self.matrix_tflops.get(peak_precision(precision))
+
+    def efficiency_scale(self, precision: Precision) -> float:
+        """`matrix_efficiency_scale` of `precision`, else of the datatype whose peak it runs at, else 1."""
+        s = self.matrix_efficiency_scale
+        return float(s.get(precision, s.get(peak_precision(precision), 1.0)))
 
     @field_validator("hbm_efficiency", "matrix_efficiency", "vector_efficiency")
     @classmethod
