@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from .objective import BIG_S
 from .progress import progress
 from .purchase import (Group, Purchase, TablesCache, TypeRow, best_of_type, node_limit, purchase_of,  # noqa: F401
-                       rank_key, sub_problem)
+                       rank_key, sub_problem, system_tables_key)
 from .schema.problem import Goal, Objective
 from .schema.procure import Pricing, ProcureGoal, ProcureProblem
 
@@ -197,15 +197,6 @@ def workers_for(n: int) -> int:
     return max(1, min(w, n))
 
 
-def _table_key(t) -> str:
-    """Types whose CP-SAT tables are shared (TablesCache's key, less the capacities)."""
-    import json
-
-    d = t.system.model_dump(mode="json", exclude={"name", "hbm_gib", "calibration"})
-    d["offload"] = {k: v for k, v in (d.get("offload") or {}).items() if k != "capacity_gib"}
-    return json.dumps(d, sort_keys=True)
-
-
 class TypePool:
     """Worker processes for per-type work, each node type pinned to one worker for the whole procurement, so
     the tables a worker filled for a type serve it in every later phase (best purchase, cheapest fit, Pareto
@@ -218,11 +209,11 @@ class TypePool:
         self.ex: list = []
         if self.w == 1:
             return
-        from concurrent.futures import ProcessPoolExecutor
+        from .pool import process_pool
 
         by_key: dict[str, list] = {}
         for t in types:
-            by_key.setdefault(_table_key(t), []).append(t)
+            by_key.setdefault(system_tables_key(t.system), []).append(t)
         load = [0] * self.w
         for grp in sorted(by_key.values(), key=len, reverse=True):  # whole groups while they balance, else split
             if len(grp) > len(types) / self.w:
@@ -235,7 +226,7 @@ class TypePool:
                 for t in grp:
                     self.home[t.name] = k
                 load[k] += len(grp)
-        self.ex = [ProcessPoolExecutor(max_workers=1) for _ in range(self.w)]
+        self.ex = [process_pool(1) for _ in range(self.w)]
 
     def run(self, kind: str, pp: ProcureProblem, t, arg, time_limit_s: float, cache: TablesCache):
         """One job on the type's own worker (its tables are there), or here when serial."""

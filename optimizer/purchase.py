@@ -142,31 +142,49 @@ def rank_key(pp: ProcureProblem, p: Purchase) -> tuple[float, float]:
 
 
 # ---------------------------------------------------------------------------------------------- solve
+def system_tables_key(system) -> str:
+    """What of a system the CP-SAT tables depend on: all but its name, calibration and memory capacities (HBM and
+    offload capacity enter only the capacity rows, `formulations.tables.restrict`; whether offload exists does)."""
+    d = system.model_dump(mode="json", exclude={"name", "hbm_gib", "calibration"})
+    off = d.get("offload") or {}
+    d["offload"] = {k: v for k, v in off.items() if k != "capacity_gib"} | {"present": (off.get("capacity_gib") or 0) > 0}
+    return json.dumps(d, sort_keys=True)
+
+
+def tables_key(q: Problem) -> str:
+    """What a problem's CP-SAT tables depend on: everything but its name, GPU count (a smaller count is a subset
+    of a larger one's space with idle GPUs allowed), objective and execution, and the system's `system_tables_key`."""
+    d = q.model_dump(mode="json", exclude={"name", "description", "num_gpus", "objective", "execution", "system"})
+    return json.dumps(d, sort_keys=True, default=str) + system_tables_key(q.system)
+
+
 class TablesCache:
-    """The CP-SAT tables of each node system and global batch at the most GPUs asked so far: a smaller
-    purchase is a subset of that space (idle GPUs allowed), and node types that differ only in HBM or offload
-    capacity (Study 5's variants) share tables (capacities enter only the capacity rows), so each is solved
-    without filling tables again."""
+    """CP-SAT tables per `tables_key` at the most GPUs asked so far (or `at_gpus`): a smaller GPU count is a
+    subset of that space (idle GPUs allowed), and problems that differ only in HBM or offload capacity (Study
+    5's variants) share tables, so each is solved without filling tables again. `max_entries` bounds memory
+    (the oldest key goes first)."""
 
-    def __init__(self):
-        self.by_key: dict[tuple[str, int], tuple[int, list]] = {}
+    def __init__(self, max_entries: int | None = None):
+        self.by_key: dict[str, tuple[int, list]] = {}
+        self.max_entries = max_entries
 
-    def get(self, q: Problem, t: NodeType):
+    def get(self, q: Problem, at_gpus: int | None = None):
+        """Tables that hold `q`'s space (None: it is empty), built at max(q.num_gpus, at_gpus) GPUs when needed."""
         from formulations.tables import build_all
 
         from .space import compact_space
 
-        sysd = q.system.model_dump(mode="json", exclude={"name", "hbm_gib", "calibration"})
-        off = sysd.get("offload") or {}
-        sysd["offload"] = {k: v for k, v in off.items() if k != "capacity_gib"} | {
-            "present": (off.get("capacity_gib") or 0) > 0}
-        key = (json.dumps(sysd, sort_keys=True), q.training.global_batch)
+        key = tables_key(q)
         hit = self.by_key.get(key)
         if hit is None or hit[0] < q.num_gpus:
-            c = compact_space(q)
+            n = max(q.num_gpus, at_gpus or 0)
+            big = q if n == q.num_gpus else q.model_copy(update={"num_gpus": n})
+            c = compact_space(big)
             if c.size == 0:
                 return None
-            hit = (q.num_gpus, build_all(q, c))
+            if self.max_entries and key not in self.by_key and len(self.by_key) >= self.max_entries:
+                self.by_key.pop(next(iter(self.by_key)))
+            hit = (n, build_all(big, c))
             self.by_key[key] = hit
         return hit[1]
 
@@ -183,7 +201,7 @@ def best_of_type(pp: ProcureProblem, t: NodeType, nodes: int, global_batch: int 
         return None, 0, "infeasible"
     q = sub_problem(pp, t, nodes, global_batch, budget_usd, goal, objective)
     try:
-        tables = cache.get(q, t) if cache is not None else None
+        tables = cache.get(q) if cache is not None else None
         if cache is not None and tables is None:
             return None, 0, "infeasible"
         r = solve(q, "cpsat", time_limit_s=time_limit_s, tables=tables)

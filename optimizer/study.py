@@ -84,30 +84,23 @@ def point_problem(base, near: Path, axes: dict[str, Any]):
     return validate_problem(resolve_document(Sourced(data, dict(base.where), base.file), near))
 
 
-_TABLES: dict[tuple, list] = {}  # per process: the CP-SAT tables of the study's largest GPU count (one key)
+_CACHE: dict[str, object] = {}  # per process: this study run's tables cache (`run` id -> TablesCache)
 
 
 def shared_tables(problem, most: int | None, run: str = ""):
-    """CP-SAT tables for `problem` built once per process at the study's largest GPU count `most` and reused
-    by every point that differs only in its GPU count (`formulations.tables.restrict`: with idle GPUs allowed
-    the larger space holds every smaller layout, so each point's solve is the same optimum on a subset).
-    None where that does not hold (no `most`, idle GPUs not allowed, a larger point). `run` names the study
-    run, so a warm Ray worker builds them again for a new run rather than keeping an earlier run's."""
-    if not most or not problem.options.allow_idle_gpus or problem.num_gpus > most:
+    """CP-SAT tables for `problem` built once per process at the study's largest GPU count `most`
+    (`purchase.TablesCache`) and reused by every point that differs only in its GPU count: with idle GPUs allowed
+    the larger space holds every smaller layout, so each point's solve is the same optimum on a subset. None
+    where that does not hold (no `most`, idle GPUs not allowed). `run` names the study run, so a warm Ray
+    worker builds them again for a new run rather than keeping an earlier run's."""
+    if not most or not problem.options.allow_idle_gpus:
         return None
-    from formulations.tables import build_all
+    from .purchase import TablesCache
 
-    from .space import compact_space
-
-    key = (run, json.dumps(problem.model_dump(mode="json", exclude={"num_gpus", "name"}), sort_keys=True, default=str))
-    if key not in _TABLES:
-        big = problem.model_copy(update={"num_gpus": most})
-        c = compact_space(big)
-        if c.size == 0:
-            return None
-        _TABLES.clear()  # one base problem at a time: bounded memory
-        _TABLES[key] = build_all(big, c)
-    return _TABLES[key]
+    if run not in _CACHE:
+        _CACHE.clear()
+        _CACHE[run] = TablesCache(max_entries=1)  # one base problem at a time: bounded memory
+    return _CACHE[run].get(problem, at_gpus=most)
 
 
 def run_point(args: tuple) -> dict[str, Any]:
@@ -185,9 +178,11 @@ def run_study(path: str | Path, output: str | Path, workers: int | None = None, 
         if use_ray:
             _run_ray(todo, journal, step, ray_address, workers)
         elif (workers or os.cpu_count() or 1) > 1 and len(todo) > 1:
-            from concurrent.futures import ProcessPoolExecutor, as_completed
+            from concurrent.futures import as_completed
 
-            with ProcessPoolExecutor(max_workers=workers or os.cpu_count()) as ex:
+            from .pool import process_pool
+
+            with process_pool(workers or os.cpu_count() or 1) as ex:
                 futs = [ex.submit(run_point, t) for t in todo]
                 for f in as_completed(futs):
                     journal.add(f.result())
