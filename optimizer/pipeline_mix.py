@@ -27,9 +27,10 @@ from .layout import axis_values, divisors
 from .model.capacity import capacity_bytes
 from .model.hardware import collective_time
 from .model.knobs import RECOMPUTE
-from .model.pipemix import (LAST, MixPlan, MixResult, StageGroup, compose_step, evaluate_mix, group_terms,
+from .model.pipemix import (LAST, MIDDLE, MixPlan, MixResult, StageGroup, compose_step, evaluate_mix, group_terms,
                             join_network, join_time, role_of)
 from .schema import Problem
+from .schema.procure import whole_units
 
 MICRO_BATCHES = (1, 2, 4, 8)
 
@@ -48,6 +49,10 @@ class TypeOffer:
     @property
     def gpus_per_node(self) -> int:
         return self.problem.system.gpus_per_node
+
+    def nodes_for(self, gpus):
+        """Nodes bought to hold `gpus` GPUs: whole nodes, whole units (racks). Integers or numpy arrays."""
+        return whole_units(-(-gpus // self.gpus_per_node), self.unit_nodes)
 
     @property
     def max_gpus(self) -> int:
@@ -122,7 +127,7 @@ def candidates(o: TypeOffer, g: int, G: int, d: int, b: int, jt: list, prune: bo
     else:
         need = te["fixed"] + np.minimum(n_mb, st + after) * te["a"]
     gpus = d * st * tp
-    nodes = -(-gpus // (o.gpus_per_node * o.unit_nodes)) * o.unit_nodes  # whole units (racks)
+    nodes = o.nodes_for(gpus)
     keep = need <= cap
     jn = [collective_time("p2p", te["msg"], 2.0, 0, t) for t in jt]
     if prune and keep.any():
@@ -171,8 +176,7 @@ def _plan(offers, picks: list[tuple[int, dict, int]], d: int, b: int) -> MixPlan
 def _solution(offers, plan: MixPlan, status: str, models: int, t0: float, joining) -> MixSolution:
     by = {o.name: o for o in offers}
     res = evaluate_mix({o.name: o.problem for o in offers}, plan, joining)
-    nodes = {g.node_type: -(-g.gpus(plan.dp) // (by[g.node_type].gpus_per_node * by[g.node_type].unit_nodes))
-             * by[g.node_type].unit_nodes for g in plan.groups}
+    nodes = {g.node_type: by[g.node_type].nodes_for(g.gpus(plan.dp)) for g in plan.groups}
     cost = None if any(by[n].node_usd is None for n in nodes) else sum(k * by[n].node_usd for n, k in nodes.items())
     power = None if any(by[n].power_kw is None for n in nodes) else sum(k * by[n].power_kw for n, k in nodes.items())
     return MixSolution(plan, res, status, models, time.perf_counter() - t0, nodes, cost, power)
@@ -210,7 +214,7 @@ def solve_pipeline_mix(offers: list[TypeOffer], groups: int = 2, budget_usd: flo
                 continue
             tp = np.repeat(np.array(tps, dtype=np.int64), 3)
             rec = np.tile(np.arange(3, dtype=np.int64), len(tps))
-            u = group_terms(o.problem, d, b, n_mb, role_of(1, 3), tp, rec, 1, 1)["u"]
+            u = group_terms(o.problem, d, b, n_mb, MIDDLE, tp, rec, 1, 1)["u"]  # per-layer time, no ends
             taus.append(u)
             gpu_taus.append(u * tp)
         if len(taus) < G:

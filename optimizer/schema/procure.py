@@ -16,6 +16,12 @@ from .stack import Stack
 from .system import Network, System
 
 
+def whole_units(nodes_used, unit_nodes: int):
+    """Nodes bought to hold `nodes_used` nodes when they are sold `unit_nodes` at a time (a rack): the next whole
+    unit. Integers or numpy arrays."""
+    return -(-nodes_used // unit_nodes) * unit_nodes
+
+
 class NodeType(Frozen):
     """One kind of node that can be bought or rented: a system (GPUs, memories, networks) and its prices."""
 
@@ -39,7 +45,7 @@ class NodeType(Frozen):
 
     def bought(self, nodes_used: int) -> int:
         """Nodes bought for a plan that uses `nodes_used` nodes: whole units."""
-        return -(-nodes_used // self.unit_nodes) * self.unit_nodes
+        return whole_units(nodes_used, self.unit_nodes)
 
     @property
     def node_usd(self) -> float | None:
