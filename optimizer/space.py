@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ProblemError
-from .layout import Group, axis_values, capped, divisors, placement, rule_masks
+from .layout import Group, axis_values, capped, divisors, moot, placement, rule_masks
 from .model.knobs import RECOMPUTE, TP_OVERLAP, Knobs
 from .schema import Problem, Search
 
@@ -134,20 +134,17 @@ def _other_values(dom: dict[str, list], tp: int, pp: int, no_dp: bool, moe: bool
     per = []
     for name in OTHER:
         vals = dom[name]
-        if name in ("sequence_parallel", "sp_ag_redo") and tp == 1:
-            vals = vals[:1]
         if name == "sequence_parallel" and moe and tp > 1:
             vals = [v for v in vals if v] or vals  # Megatron-Core: MoE with TP requires SP
-        if name == "tp_overlap" and tp == 1:
-            vals = [v for v in vals if str(getattr(v, "value", v)) == "none"] or vals[:1]
-        if name == "zero" and no_dp:
-            vals = [0]  # no data-parallel group: nothing to shard
-        if name == "dp_overlap" and no_dp:
-            vals = [True] if True in vals else vals[:1]  # no data-parallel traffic: the flag is moot
-        if name == "pp_rs_ag" and (pp == 1 or tp == 1):
-            vals = vals[:1]
-        if name == "schedule" and pp == 1:
-            vals = vals[:1]
+        if moot(name, tp, pp, no_dp):  # one value of a knob without effect (`layout.moot`)
+            if name == "tp_overlap":
+                vals = [v for v in vals if str(getattr(v, "value", v)) == "none"] or vals[:1]
+            elif name == "zero":
+                vals = [0]  # nothing to shard
+            elif name == "dp_overlap":
+                vals = [True] if True in vals else vals[:1]  # no data-parallel traffic
+            else:
+                vals = vals[:1]
         per.append((name, [_CODE.get(name, int)(v) for v in vals]))
     return per
 

@@ -8,6 +8,16 @@ from __future__ import annotations
 
 import shlex
 
+from ..model.hardware import QUANTIZED
+from ..schema import Precision
+
+# Megatron-Core's low-precision recipes (TransformerEngine; NeMo 2 sets the same through trainer.plugins):
+# precision -> (format, recipe). MXFP8 from Megatron-Core 0.13, NVFP4 (the --fp4-* flags) from 0.14.
+LOW_PRECISION = {Precision.FP8: ("hybrid", "delayed"), Precision.FP8_CURRENT: ("hybrid", "tensorwise"),
+                 Precision.FP8_BLOCK: ("e4m3", "blockwise"), Precision.MXFP8: ("e4m3", "mxfp8"),
+                 Precision.NVFP4: ("e2m1", "nvfp4")}
+assert set(LOW_PRECISION) == set(QUANTIZED)
+
 
 def args(problem, ex) -> tuple[list[str], list[str]]:
     """(arguments, notes) for the plan ``ex`` (a resolved Execution) of ``problem``."""
@@ -55,21 +65,15 @@ def args(problem, ex) -> tuple[list[str], list[str]]:
               f"--qk-pos-emb-head-dim {ml.qk_rope_head_dim}", f"--v-head-dim {ml.v_head_dim}"]
         if ml.q_lora_rank:
             a.append(f"--q-lora-rank {ml.q_lora_rank}")
-    prec = tr.precision.value
-    if prec in ("bf16", "fp8", "fp8_current", "fp8_block", "mxfp8", "nvfp4"):
+    prec = tr.precision
+    if prec == Precision.BF16 or prec in QUANTIZED:
         a.append("--bf16")  # 16-bit master compute around the low-precision GEMMs
-    if prec == "fp16":
+    if prec == Precision.FP16:
         a.append("--fp16")
-    if prec == "fp8":
-        a.append("--fp8-format hybrid")  # delayed scaling (the default recipe)
-    if prec == "fp8_current":
-        a += ["--fp8-format hybrid", "--fp8-recipe tensorwise"]  # per-tensor current scaling
-    if prec == "fp8_block":
-        a += ["--fp8-format e4m3", "--fp8-recipe blockwise"]  # 1x128 / 128x128 block scaling
-    if prec == "mxfp8":
-        a += ["--fp8-format e4m3", "--fp8-recipe mxfp8"]  # Megatron-Core >= 0.13 (Blackwell block scaling)
-    if prec == "nvfp4":
-        a += ["--fp4-format e2m1", "--fp4-recipe nvfp4"]  # Megatron-Core >= 0.14 (Blackwell)
+    if prec in QUANTIZED:
+        fmt, recipe = LOW_PRECISION[prec]
+        bits = "fp4" if prec == Precision.NVFP4 else "fp8"
+        a += [f"--{bits}-format {fmt}", f"--{bits}-recipe {recipe}"]
     if ex.sequence_parallel:
         a.append("--sequence-parallel")
     if ex.recompute.value == "selective":

@@ -4,6 +4,9 @@ and optimizer config (NeMo Framework user guide, "Batching" and "Parallelisms" o
 
 from __future__ import annotations
 
+from ..model.hardware import QUANTIZED
+from .megatron import LOW_PRECISION
+
 
 def _val(v):
     return repr(v.value if hasattr(v, "value") else v)
@@ -37,11 +40,10 @@ def overrides(problem, ex) -> list[tuple[str, object]]:
     out += [("optim.config.use_distributed_optimizer", ex.zero >= 1),
             ("trainer.strategy.ddp.overlap_grad_reduce", bool(ex.dp_overlap)),
             ("trainer.strategy.ddp.overlap_param_gather", bool(ex.dp_overlap and ex.zero >= 1))]
-    prec = tr.precision.value
-    if prec in ("fp8", "fp8_current", "fp8_block", "mxfp8", "nvfp4"):
-        out += [("trainer.plugins.fp8", "hybrid" if prec in ("fp8", "fp8_current") else "e4m3"),
-                ("trainer.plugins.fp8_recipe", {"fp8": "delayed", "fp8_current": "tensorwise", "fp8_block": "blockwise",
-                                                "mxfp8": "mxfp8", "nvfp4": "nvfp4"}[prec])]
+    if tr.precision in QUANTIZED:
+        fmt, recipe = LOW_PRECISION[tr.precision]
+        bits = "fp4" if tr.precision.value == "nvfp4" else "fp8"  # Megatron-Core TransformerConfig fp8 / fp4 fields
+        out += [(f"trainer.plugins.{bits}", fmt), (f"trainer.plugins.{bits}_recipe", recipe)]
     return out
 
 

@@ -63,9 +63,11 @@ PROFILES: dict[Stack, dict[str, list]] = {
 INT_KNOBS = {"tp", "pp", "vpp", "cp", "zero", "dp", "ep", "etp", "micro_batch"}
 
 
-def offered(stack: Stack, knob: str) -> list | None:
-    """Values of `knob` the stack offers (None: every value the model has)."""
-    return PROFILES[Stack(stack)].get(knob)
+def not_offered(stack: Stack, knob: str, value) -> str:
+    """The one message for a value (or list of values) of `knob` the stack does not offer."""
+    allowed = [getattr(a, "value", a) for a in PROFILES[Stack(stack)][knob]]
+    v = [getattr(x, "value", x) for x in value] if isinstance(value, list) else getattr(value, "value", value)
+    return f"{v} is not offered by stack {Stack(stack).value} (it offers {allowed})"
 
 
 def restrict(stack: Stack, rules: dict) -> dict:
@@ -94,16 +96,10 @@ def unsupported(stack: Stack, rules: dict) -> list[tuple[str, str]]:
     errs = []
     for knob, allowed in PROFILES[Stack(stack)].items():
         r = rules.get(knob)
-        if r is None or isinstance(r, dict):
-            vals = None if r is None else r.get("in")
-            if vals is not None and not any(v in allowed for v in vals):
-                errs.append((knob, f"none of {vals} is offered by stack {Stack(stack).value} (it offers {allowed})"))
-            continue
-        vals = r if isinstance(r, list) else [r]
-        if not any(v in allowed for v in vals):
-            shown = [getattr(v, "value", v) for v in allowed]
-            errs.append((knob, f"{r if not isinstance(r, list) else vals} is not offered by stack "
-                               f"{Stack(stack).value} (it offers {shown})"))
+        vals = (r.get("in") if isinstance(r, dict) else None) if (r is None or isinstance(r, dict)) else \
+            (r if isinstance(r, list) else [r])
+        if vals is not None and not any(v in allowed for v in vals):
+            errs.append((knob, not_offered(stack, knob, vals if isinstance(r, (dict, list)) else r)))
     return errs
 
 
@@ -111,33 +107,22 @@ def written_unsupported(stack: Stack, ex) -> list[tuple[str, str]]:
     """(knob, message) for each knob written in the execution (not left at its default) that the stack does
     not offer: a plan for that stack cannot use it."""
     allowed_by = PROFILES[Stack(stack)]
-    out = []
-    for knob in sorted(ex.model_fields_set & set(allowed_by)):
-        v = getattr(ex, knob)
-        if v not in allowed_by[knob]:
-            shown = [getattr(a, "value", a) for a in allowed_by[knob]]
-            out.append((knob, f"{getattr(v, 'value', v)} is not offered by stack {Stack(stack).value} (it offers "
-                              f"{shown})"))
-    return out
+    return [(knob, not_offered(stack, knob, getattr(ex, knob))) for knob in sorted(ex.model_fields_set & set(allowed_by))
+            if getattr(ex, knob) not in allowed_by[knob]]
 
 
 def precision_unsupported(stack: Stack, precision) -> str | None:
     """Why the stack cannot train in `precision` (None: it can)."""
     allowed = PROFILES[Stack(stack)].get("precision")
-    if allowed is None or precision in allowed:
-        return None
-    return (f"{getattr(precision, 'value', precision)} is not offered by stack {Stack(stack).value} (it offers "
-            f"{[a.value for a in allowed]})")
+    return None if allowed is None or precision in allowed else not_offered(stack, "precision", precision)
 
 
 def execution_warnings(stack: Stack, ex) -> list[str]:
-    """Knobs of an execution (`evaluate`) that the stack does not offer."""
-    out = []
-    moot = {"pp_rs_ag": ex.pp == 1, "pp_embedding_loss": ex.pp == 1, "vpp": ex.pp == 1,
-            "sequence_parallel": ex.tp == 1, "tp_overlap": ex.tp == 1}  # knobs without effect in this layout
-    for knob, allowed in PROFILES[Stack(stack)].items():
-        v = getattr(ex, knob, None) if knob != "precision" else None
-        if v is not None and v not in allowed and not moot.get(knob, False):
-            out.append(f"{knob}={getattr(v, 'value', v)} is not offered by stack {Stack(stack).value} "
-                       f"(it offers {[getattr(a, 'value', a) for a in allowed]})")
-    return out
+    """Knobs of an execution (`evaluate`, `--emit`) that the stack does not offer, unless moot in its layout
+    (`layout.moot`: e.g. sequence parallelism at tp 1)."""
+    from ..layout import moot
+
+    no_dp = getattr(ex, "dp", 2) == 1 and getattr(ex, "cp", 1) == 1
+    return [f"{knob}={not_offered(stack, knob, getattr(ex, knob))}" for knob, allowed in PROFILES[Stack(stack)].items()
+            if knob != "precision" and getattr(ex, knob, None) is not None and getattr(ex, knob) not in allowed
+            and not moot(knob, ex.tp, ex.pp, no_dp)]
