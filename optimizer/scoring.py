@@ -7,6 +7,14 @@ from typing import Any
 from .errors import ParaplanError
 from .runs import load_runs, map_run, predict, run_target
 
+def _group(rows: list[dict], key: str) -> dict:
+    """Rows by the value of `key`, in sorted order of the values (None last)."""
+    out: dict = {}
+    for r in sorted(rows, key=lambda r: (r.get(key) is None, str(r.get(key)))):
+        out.setdefault(r.get(key), []).append(r)
+    return out
+
+
 def score_runs(path: str) -> dict[str, Any]:
     """The JSON object of `paraplan validate --json` (see README). Records are checked by the run schema
     when loaded (`runs.load_runs`); a run the model cannot express is an error row, never skipped."""
@@ -62,7 +70,6 @@ def score_runs(path: str) -> dict[str, Any]:
         "n_not_fitting": sum(1 for r in scored if r["fits"] is False),
         "by_stack": {st: {"n": len(rs), "mape_pct": sum(abs(r["error_pct"]) for r in rs) / len(rs),
                           "mean_signed_error_pct": sum(r["error_pct"] for r in rs) / len(rs)}
-                     for st in sorted({r.get("stack") for r in scored})
-                     for rs in [[r for r in scored if r.get("stack") == st]]},
+                     for st, rs in _group(scored, "stack").items()},
     }
     return {"runs": rows, "summary": summary}

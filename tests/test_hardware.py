@@ -99,7 +99,9 @@ def test_microscaled_peaks_and_16_bit_attention():
         Hardware(system("mi355x"), Precision.NVFP4)  # AMD has MXFP4, not NVFP4
 
 
-def test_calibrate_transfer_writes_transferred_from(tmp_path, monkeypatch):
+@pytest.fixture
+def calibrate(tmp_path, monkeypatch):
+    """scripts/calibrate.py as a module, over a copy of the shipped systems (PARAPLAN_LIBRARY points at it)."""
     import importlib.util
 
     lib = tmp_path / "lib"
@@ -109,6 +111,11 @@ def test_calibrate_transfer_writes_transferred_from(tmp_path, monkeypatch):
         "calibrate", Path(__file__).resolve().parent.parent / "scripts" / "calibrate.py")
     cal = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cal)
+    return cal, lib
+
+
+def test_calibrate_transfer_writes_transferred_from(calibrate):
+    cal, lib = calibrate
     target = lib / "systems" / "mi325x.yaml"  # any prior-only file shows the mechanics (not a same-die pair)
     before = validate_model(System, read_yaml(target))
     assert before.calibration.status() == "prior"
@@ -127,16 +134,8 @@ def test_calibrate_transfer_writes_transferred_from(tmp_path, monkeypatch):
     assert "hbm_efficiency" in text and "not calibrated" in text.split("hbm_efficiency", 1)[1].splitlines()[0]
 
 
-def test_calibrate_write_loo_sets_only_the_band_and_transfer_carries_it(tmp_path, monkeypatch):
-    import importlib.util
-
-    lib = tmp_path / "lib"
-    shutil.copytree(Path(find_in_library("system", "h100-sxm-80gb")).parent, lib / "systems")
-    monkeypatch.setenv("PARAPLAN_LIBRARY", str(lib))
-    spec = importlib.util.spec_from_file_location(
-        "calibrate", Path(__file__).resolve().parent.parent / "scripts" / "calibrate.py")
-    cal = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cal)
+def test_calibrate_write_loo_sets_only_the_band_and_transfer_carries_it(calibrate):
+    cal, lib = calibrate
     path = lib / "systems" / "h100-sxm-80gb.yaml"
     before = validate_model(System, read_yaml(path))
     cal.write_loo(path, 4.25, 8, "e1,e2,e3,fp8_scale")
