@@ -35,7 +35,8 @@ import numpy as np
 
 from .errors import ProblemError
 from .loader import Sourced, available, find_in_library, read_yaml, validate_model
-from .schema import Options, LLM, Execution, MoE, Problem, System, Training
+from .schema import MLA, Options, LLM, Execution, MoE, Problem, System, Training
+from .schema.common import RecomputeModule
 
 MAX_FREE_MICRO_BATCH = 4  # an unstated micro-batch is chosen among 1..4 (Megatron recipes use 1-4)
 ZERO = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
@@ -134,11 +135,21 @@ def _llm_of(run: dict, year: int | None) -> LLM:
         mo = m["moe"]
         moe = MoE(experts=mo["experts"], top_k=mo["top_k"], expert_ffn=mo["expert_ffn"],
                   shared_experts=mo.get("shared_experts") or 0, moe_layers=mo.get("moe_layers"))
+    notes = _notes(run)
+    # the run schema has no MLA fields: DeepSeek records state them in their notes, with the dense layers' ffn
+    mla, head_dim, ffn = None, m.get("head_dim"), m["ffn"] or 4 * m["hidden"]
+    x = re.search(r"mla \(q_lora (\d+), kv_lora (\d+), qk_nope (\d+) \+ qk_rope (\d+), v_head (\d+)", notes)
+    if x:
+        q, kv, nope, rope, v = map(int, x.groups())
+        mla, head_dim = MLA(q_lora_rank=q, kv_lora_rank=kv, qk_rope_head_dim=rope, v_head_dim=v), nope
+    dense = re.search(r"dense with ffn (\d+)", notes)
+    if moe is not None and dense:
+        ffn = int(dense.group(1))
     return LLM(
-        name=run["id"], hidden=m["hidden"], ffn=m["ffn"] or 4 * m["hidden"], layers=m["layers"],
-        heads=m["heads"] or max(1, m["hidden"] // 128), kv_heads=m.get("kv_heads"), head_dim=m.get("head_dim"),
+        name=run["id"], hidden=m["hidden"], ffn=ffn, layers=m["layers"],
+        heads=m["heads"] or max(1, m["hidden"] // 128), kv_heads=m.get("kv_heads"), head_dim=head_dim,
         seq_len=m["seq_len"], vocab=m["vocab"] or 51200, mlp=m.get("mlp") or "gelu",
-        bias=(m.get("mlp") or "gelu") == "gelu", dropout=old, tied_embeddings=old, moe=moe,
+        bias=(m.get("mlp") or "gelu") == "gelu", dropout=old, tied_embeddings=old, moe=moe, mla=mla,
     )
 
 
@@ -198,6 +209,17 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     fixed: dict[str, Any] = dict(tp=par["tp"], pp=par["pp"], dp=par["dp"], cp=par["cp"], ep=par["ep"],
                                  attention="flash" if flash else "standard", fused_layers=not eager)
     free: dict[str, list] = {}
+    off = re.search(r"cpu_offloading_num_layers\s*=\s*(\d+)", notes)
+    if off:
+        fixed.update(activation_offload=True, activation_offload_layers=int(off.group(1)))
+        out.assumptions.append(f"activations of {off.group(1)} layers offloaded to CPU memory (notes: Megatron-Core "
+                               "cpu_offloading_num_layers)")
+    if m.get("moe") and par["ep"] > 1 and re.search(r"deepep|hybridep", notes):
+        fixed["ep_dispatcher"] = "flex"
+        out.assumptions.append("MoE tokens dispatched once per remote node (notes: DeepEP / HybridEP dispatcher)")
+    if m.get("moe") and par["ep"] > 1 and re.search(r"a2a overlap on", notes):
+        fixed["ep_overlap"] = True
+        out.assumptions.append("MoE all-to-all overlapped with another micro-batch's compute (notes: EP A2A overlap)")
     if m.get("moe") and par["tp"] > 1:
         free["etp"] = sorted({1, par["tp"]})
         out.assumptions.append("MoE with tp > 1: expert tensor parallelism (etp) not in the schema, chosen by the "
@@ -228,6 +250,14 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
                                    "feature is taken as off)")
     else:
         fixed["vpp"] = par["vpp"]
+    mods = re.search(r"recompute_modules \[([^\]]*)\]", notes)
+    if par.get("recompute") == "selective" and mods:
+        names = re.findall(r"'([a-z_]+)'", mods.group(1))
+        known = [n for n in names if n in {m.value for m in RecomputeModule}]
+        if known:
+            fixed["recompute_modules"] = known
+            out.assumptions.append(f"selective recompute of {', '.join(known)} (notes: recompute_modules)"
+                                   + (f"; not modelled: {', '.join(set(names) - set(known))}" if set(names) - set(known) else ""))
     if par.get("recompute") is None:
         free["recompute"] = ["none", "selective", "full"] if _has(year, "selective_recompute") else ["none", "full"]
         out.assumptions.append("recompute null: chosen by the model")

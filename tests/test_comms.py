@@ -23,8 +23,38 @@ def test_allreduce_ring_formula():
 
 
 def test_allreduce_other_tier():
-    # n = 4 on tier 1: 2*(3/4)*1e9 / (25e9*0.5) + 2*3*10e-6 = 1.5e9/12.5e9 + 60e-6 = 0.12 + 0.00006
-    assert float(collective_time("ar", S, 4, 1, TIERS)) == pytest.approx(0.12006, rel=1e-12)
+    # n = 4 on tier 1, one member per node (stride 8): 2*(3/4)*1e9 / (25e9*0.5) + 2*3*10e-6 = 0.12 + 0.00006
+    assert float(collective_time("ar", S, 4, 1, TIERS, stride=8)) == pytest.approx(0.12006, rel=1e-12)
+
+
+def test_ring_across_nodes_uses_every_member_nic():
+    """NCCL rings leave a node once per channel, one channel per NIC: a group with `local` members per node
+    moves at min(local x NIC, NVLink) bandwidth."""
+    # 16 consecutive ranks, 8 per node: min(8 * 12.5, 80) = 80 GB/s
+    t = float(collective_time("ar", S, 16, 1, TIERS))
+    assert t == pytest.approx(2 * 15 / 16 * S / 80e9 + 2 * 15 * 10e-6, rel=1e-12)
+    # ranks 4 apart: 2 per node -> 2 * 12.5 = 25 GB/s
+    t4 = float(collective_time("rs", S, 16, 1, TIERS, stride=4))
+    assert t4 == pytest.approx(15 / 16 * S / 25e9 + 15 * 10e-6, rel=1e-12)
+    # one per node: the NIC alone, as before; never faster with fewer members per node
+    t8 = float(collective_time("rs", S, 16, 1, TIERS, stride=8))
+    assert t8 == pytest.approx(15 / 16 * S / 12.5e9 + 15 * 10e-6, rel=1e-12)
+    assert t8 > t4 > float(collective_time("rs", S, 16, 1, TIERS))
+
+
+def test_moe_dispatch_crosses_the_outer_tier_once_per_remote_node():
+    """Top-k dispatch over 4 nodes of 8: a token reaches 3*(1-(3/4)^8) remote nodes on average, not 8*3/4 rows;
+    with top-1 nothing is deduplicated."""
+    from optimizer.model.hardware import a2a_time
+
+    k = 8
+    plain = float(a2a_time(S, 32, 1, TIERS))
+    dedup = float(a2a_time(S, 32, 1, TIERS, copies=k))
+    lat = 31 * 10e-6
+    assert plain == pytest.approx(24 / 32 * S / 12.5e9 + lat, rel=1e-12)
+    assert dedup == pytest.approx(3 * (1 - 0.75 ** k) / k * S / 12.5e9 + lat, rel=1e-12)
+    assert float(a2a_time(S, 32, 1, TIERS, copies=1)) == plain
+    assert float(a2a_time(S, 8, 0, TIERS, copies=k)) == float(a2a_time(S, 8, 0, TIERS))  # one node: no change
 
 
 def test_reduce_scatter_and_all_gather():
@@ -54,7 +84,7 @@ def test_arrays_broadcast():
     nbytes = np.array([1e6, 1e9, 4e9])  # shape (3,)
     group = np.array([[1], [2], [8]])  # shape (3, 1)
     tier = np.array([[0], [1], [0]])
-    t = collective_time("ar", nbytes, group, tier, TIERS)
+    t = collective_time("ar", nbytes, group, tier, TIERS, stride=8)
     assert t.shape == (3, 3)
     assert np.all(t[0] == 0.0)  # group of 1
     # n = 2 on tier 1: 2*(1/2)*S/12.5e9 + 2*1*10e-6 = S/12.5e9 + 2e-5
@@ -63,8 +93,8 @@ def test_arrays_broadcast():
     np.testing.assert_allclose(t[2], 1.75 * nbytes / 80e9 + 7e-5, rtol=1e-12)
     for i in range(3):
         for j in range(3):
-            assert t[i, j] == pytest.approx(float(collective_time("ar", nbytes[j], group[i, 0], tier[i, 0], TIERS)),
-                                            rel=1e-15)
+            assert t[i, j] == pytest.approx(float(collective_time("ar", nbytes[j], group[i, 0], tier[i, 0], TIERS,
+                                                                  stride=8)), rel=1e-15)
 
 
 def test_tiers_of_system_applies_efficiency():

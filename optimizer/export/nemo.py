@@ -40,6 +40,10 @@ def overrides(problem, ex) -> list[tuple[str, object]]:
     out += [("optim.config.use_distributed_optimizer", ex.zero >= 1),
             ("trainer.strategy.ddp.overlap_grad_reduce", bool(ex.dp_overlap)),
             ("trainer.strategy.ddp.overlap_param_gather", bool(ex.dp_overlap and ex.zero >= 1))]
+    if ex.ep_dispatcher.value == "flex":
+        out += [("model.config.moe_token_dispatcher_type", "flex"), ("model.config.moe_flex_dispatcher_backend", "deepep")]
+    if ex.ep_overlap:
+        out.append(("model.config.overlap_moe_expert_parallel_comm", True))
     if tr.precision in QUANTIZED:
         fmt, recipe = LOW_PRECISION[tr.precision]
         bits = "fp4" if tr.precision.value == "nvfp4" else "fp8"  # Megatron-Core TransformerConfig fp8 / fp4 fields

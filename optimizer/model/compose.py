@@ -107,15 +107,18 @@ def dp_exposed(AR, RS, AG, F, ARb, RSb, AGb, Fb, ARv, RSv, t_cb, W, Lfw, nmb, NL
             3: np.maximum(e3, 0)}
 
 
-def activations(inflv, infl1, NL, Ls, vpp, pp, gpipe, a_off, stored, working, emb_out, logits) -> dict:
+def activations(inflv, infl1, NL, Ls, vpp, pp, gpipe, a_off, stored, working, emb_out, logits, a_part=0.0) -> dict:
     """Activation memory of the worst pipeline stage (Korthikanti et al. 2022): the first stage keeps the
     layers in flight (1F1B: Ls*min(n_mb, pp); interleaved: inflv; GPipe: every micro-batch) plus the working
     set of recompute and the embedding output; the last keeps Ls layers and the logits; activation offload
-    keeps two layers in HBM and moves the rest (`offact`) to offload memory."""
+    keeps two layers in HBM and moves the rest (`offact`) to offload memory; a partial offload (`a_part`, the
+    fraction of a stage's layers offloaded: Megatron-Core cpu_offloading_num_layers / layers) moves that
+    fraction of every micro-batch's stored layers."""
     inflight = np.minimum(np.where(gpipe, NL, np.where(vpp > 1, inflv, infl1)), NL)
-    held = np.where(a_off, 2, inflight)
+    keep = 1.0 - a_part
+    held = np.where(a_off, 2, inflight * keep)
     first = held * stored + working + emb_out
-    last = np.where(a_off, 2, Ls) * stored + working + logits
+    last = np.where(a_off, 2, Ls * keep) * stored + working + logits
     act = np.where(pp > 1, np.maximum(first, last), first + logits)
-    offact = np.where(a_off, (inflight - 2) * stored, 0 * stored)
+    offact = np.where(a_off, (inflight - 2) * stored, inflight * a_part * stored)
     return {"act": act, "offact": offact, "inflight": inflight}

@@ -161,12 +161,19 @@ class Tiers:
         )
 
 
-def collective_time(kind: str, nbytes, group, tier, tiers: Tiers):
-    """Time of one collective of `nbytes` per GPU over `group` GPUs on network `tier` (arrays ok).
+def collective_time(kind: str, nbytes, group, tier, tiers: Tiers, stride=1):
+    """Time of one collective of `nbytes` per GPU over `group` GPUs on network `tier` (arrays ok), the
+    group's ranks `stride` apart (Megatron rank order: a data-parallel group is tp*cp apart).
 
     kind: ``ar`` all-reduce, ``rs`` reduce-scatter (nbytes = full buffer), ``ag`` all-gather (nbytes =
     gathered buffer), ``a2a`` all-to-all (nbytes sent+kept per GPU), ``p2p`` one send of nbytes.
     A group of 1 costs nothing.
+
+    Ring collectives (ar, rs, ag) over an outer tier: NCCL runs one ring channel per NIC, and each ring
+    crosses a node boundary once per node, so the group's members inside one inner domain (``local`` =
+    min(n, inner size / stride)), one NIC each, carry the inter-node traffic together: the ring moves at
+    min(local x outer bandwidth, inner bandwidth) (nccl-tests: all-reduce bus bandwidth across DGX nodes is
+    about the node's aggregate NIC bandwidth when all 8 GPUs are in the communicator, one NIC's when one is).
     """
     n = np.asarray(group, dtype=float)
     s = np.asarray(nbytes, dtype=float)
@@ -174,6 +181,10 @@ def collective_time(kind: str, nbytes, group, tier, tiers: Tiers):
     bw = tiers.bandwidth[tier]
     lat = tiers.latency[tier]
     frac = (n - 1.0) / np.maximum(n, 1.0)
+    if kind in ("ar", "rs", "ag"):
+        inner = np.maximum(tier - 1, 0)
+        local = np.where(tier > 0, np.clip(np.floor(tiers.size[inner] / np.asarray(stride, dtype=float)), 1.0, n), 1.0)
+        bw = np.where(local > 1, np.minimum(local * bw, tiers.bandwidth[inner]), bw)
     if kind == "ar":
         t = 2.0 * frac * s / bw + 2.0 * (n - 1.0) * lat
     elif kind in ("rs", "ag", "a2a"):
@@ -193,12 +204,18 @@ def tier_of(tiers: Tiers, span):
     return idx.reshape(span.shape)
 
 
-def a2a_time(nbytes, group, tier, tiers: Tiers, stride=1):
+def a2a_time(nbytes, group, tier, tiers: Tiers, stride=1, copies=1.0):
     """All-to-all of `nbytes` per GPU (each rank sends nbytes/n to every peer) over a group of n ranks
     placed `stride` ranks apart on network `tier`. When the group spans several domains of the inner tier,
     the traffic to peers inside the same inner domain (``min(n, inner_size/stride) - 1`` of them) runs on
     the inner tier while the rest crosses `tier`, in parallel: t = max(inner, outer) + (n-1) * latency.
-    Within one domain this is ``collective_time('a2a', ...)``."""
+    Within one domain this is ``collective_time('a2a', ...)``.
+
+    `copies` > 1: MoE token dispatch, `nbytes` holding `copies` rows per token (top-k). A token bound for
+    several experts in one remote domain crosses the outer tier once and is forwarded inside it (DeepSeek-V3
+    report, section 3.2.2: IB to the same in-node index, then NVLink; DeepEP and Megatron-Core's HybridEP
+    dispatchers): with the experts spread evenly over m domains, a token reaches (m-1)(1-(1-1/m)^k) remote
+    domains on average instead of k(n-local)/n rows; its forwarded rows load the inner tier."""
     n = np.asarray(group, dtype=float)
     s = np.asarray(nbytes, dtype=float)
     tier = np.asarray(tier, dtype=int)
@@ -206,7 +223,14 @@ def a2a_time(nbytes, group, tier, tiers: Tiers, stride=1):
     bw, lat = tiers.bandwidth[tier], tiers.latency[tier]
     inner = np.maximum(tier - 1, 0)
     local = np.where(tier > 0, np.clip(np.floor(tiers.size[inner] / stride), 1.0, n), n)
-    t_out = (n - local) / np.maximum(n, 1.0) * s / bw
+    out_frac = (n - local) / np.maximum(n, 1.0)  # rows bound outside the own domain
     t_in = (local - 1.0) / np.maximum(n, 1.0) * s / tiers.bandwidth[inner]
+    copies = np.asarray(copies, dtype=float)
+    dedup = copies > 1.0
+    m = n / local  # domains the group spans
+    remote = (m - 1.0) * (1.0 - (1.0 - 1.0 / np.maximum(m, 1.0)) ** copies)  # remote domains per token
+    out_frac = np.where(dedup, np.minimum(out_frac, remote / np.maximum(copies, 1.0)), out_frac)
+    t_in = np.where(dedup, (n - 1.0) / np.maximum(n, 1.0) * s / tiers.bandwidth[inner], t_in)  # + forwarded rows
+    t_out = out_frac * s / bw
     t = np.maximum(t_out, t_in) + (n - 1.0) * lat
     return np.where(n > 1, t, 0.0)

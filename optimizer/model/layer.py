@@ -33,6 +33,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from ..schema import LLM, MlpKind, Precision
+from ..schema.common import RECOMPUTE_BITS, RecomputeModule
 from .hardware import BYTES, CAST_READS, QUANTIZED, Hardware, Tiers, a2a_time, collective_time, tier_of
 from .knobs import Knobs
 from .params import attention_params
@@ -89,6 +90,7 @@ class BlockCost:
     cp_exp: np.ndarray  # exposed CP time
     ep_link: np.ndarray  # MoE token dispatch/combine (all-to-all over ep) + expert-TP gather/scatter, fw+bw+re
     ep_fw: np.ndarray  # ... its forward part
+    ep_exp: np.ndarray  # ... on the critical path (all of it unless ep_overlap hides it behind compute)
     act_stored: np.ndarray  # bytes kept from forward to backward
     act_full: np.ndarray  # bytes a layer would keep with no recompute (working set while recomputing)
     ckpt: np.ndarray  # bytes of the layer input kept under full recompute
@@ -103,16 +105,20 @@ class BlockCost:
     @property
     def total(self):
         """Per layer per micro-batch critical-path time: compute + exposed TP and CP traffic."""
-        return self.fw + self.bw + self.re + self.tp_exposed + self.tp_slow + self.cp_exp + self.ep_link
+        return self.fw + self.bw + self.re + self.tp_exposed + self.tp_slow + self.cp_exp + self.ep_exp
+
+    def _ep_fw_exp(self):
+        """The forward's share of the exposed EP time."""
+        return self.ep_exp * np.where(self.ep_link > 0, self.ep_fw / np.maximum(self.ep_link, 1e-30), 0.0)
 
     @property
     def fw_total(self):
-        return self.fw + self.tp_fw_exp + self.ep_fw
+        return self.fw + self.tp_fw_exp + self._ep_fw_exp()
 
     @property
     def bw_total(self):
         return self.bw + self.re + self.tp_bw_exp + self.tp_re_exp + self.tp_slow + self.cp_exp + \
-            (self.ep_link - self.ep_fw)
+            (self.ep_exp - self._ep_fw_exp())
 
     def mix(self, other: "BlockCost", w) -> "BlockCost":
         """Per-field weighted mean (1-w)*self + w*other: a stage whose layers are a w share of `other`
@@ -228,7 +234,7 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     ew_bw = 2 * norm_bw + 2 * bda_bw + act_bw + rope_fw
 
     # ---------------------------------------------------------------- routed experts (MoE layers)
-    ep_fw = ep_bw = moe_store = 0.0
+    ep_fw = ep_bw = moe_store = moe_act_in = eact_fw = 0.0
     if mo is not None:
         ep = k.ep.astype(float)
         etp = k.etp.astype(float)
@@ -265,7 +271,8 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
         ew_fw = ew_fw + topk_fw + perm_fw + eact_fw
         ew_bw = ew_bw + topk_bw + 2.0 * perm_fw + eact_bw
         # dispatch + combine all-to-all over ep (rows of h, 16-bit), gather/scatter over etp
-        a2a = a2a_time(Ts * kk * cf * h * e, ep, k.tier_ep, ctx.tiers, stride=etp)
+        a2a = a2a_time(Ts * kk * cf * h * e, ep, k.tier_ep, ctx.tiers, stride=etp,
+                       copies=np.where(k.ep_flex.astype(bool), kk, 1.0))  # flex: node-deduplicated
         t_etp = tier_of(ctx.tiers, etp)
         etp_c = collective_time("ag", R * h * e, etp, t_etp, ctx.tiers) + \
             collective_time("rs", R * h * e, etp, t_etp, ctx.tiers)
@@ -273,7 +280,8 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
         ep_bw = 2.0 * a2a + etp_c
         # stored for backward: router input and probabilities, permuted rows (GEMM input), expert
         # up-projection output and activation output, rows kept for the weighted combine
-        moe_store = (ge * Ts * h + 4.0 * Ts * E + ge * R * h + e * R * fe_r * act_in + ge * R * fe_r
+        moe_act_in = ge * R * fe_r  # the expert down-projection's input (the activation's output)
+        moe_store = (ge * Ts * h + 4.0 * Ts * E + ge * R * h + e * R * fe_r * act_in + moe_act_in
                      + e * Ts * kk * cf * h)
 
     # ---------------------------------------------------------------- FP8 quantisation (Transformer Engine)
@@ -293,11 +301,25 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
 
     fw = gemm_fw + attn_fw + ew_fw
     bw = gemm_bw + attn_bw + ew_bw
-    # recompute: full re-runs the forward; selective re-runs the attention core
-    re = np.where(rec == 2, fw, np.where(rec == 1, attn_fw, 0.0))
+    # recompute: full re-runs the forward; selective re-runs the modules of `rec_modules` (Megatron-Core
+    # recompute_modules; none named: the attention core)
+    rm = np.where(k.rec_modules == 0, RECOMPUTE_BITS[RecomputeModule.CORE_ATTN], k.rec_modules)
+
+    def has(m):
+        return (rm & RECOMPUTE_BITS[m]) > 0
+
+    mla = llm.mla is not None
+    sel_t = (np.where(has(RecomputeModule.CORE_ATTN), attn_fw, 0.0) + np.where(has(RecomputeModule.LAYERNORM), 2 * norm_fw, 0.0)
+             + np.where(has(RecomputeModule.MOE_ACT), eact_fw, 0.0)
+             + np.where(has(RecomputeModule.MLA_UP_PROJ) & mla, qkv_fw, 0.0)
+             + np.where(has(RecomputeModule.MLP), up_fw + dn_fw + act_fw, 0.0))
+    sel_fl = (np.where(has(RecomputeModule.CORE_ATTN), attn_fl_fw, 0.0)
+              + np.where(has(RecomputeModule.MLA_UP_PROJ) & mla, qkv_fl, 0.0)
+              + np.where(has(RecomputeModule.MLP), up_fl + dn_fl, 0.0))
+    re = np.where(rec == 2, fw, np.where(rec == 1, sel_t, 0.0))
     hw_fw = gemm_fl + attn_fl_fw
     hw_bw = 2 * gemm_fl + attn_fl_bw
-    hw_re = np.where(rec == 2, hw_fw, np.where(rec == 1, attn_fl_fw, 0.0))
+    hw_re = np.where(rec == 2, hw_fw, np.where(rec == 1, sel_fl, 0.0))
 
     # ---------------------------------------------------------------- TP collectives
     M = T * h * e  # one full activation of the micro-batch
@@ -351,15 +373,34 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     up_in = ge * T * h * gemm_in_rep if f > 0 else 0.0
     act_store = e * T * f / tp * act_in + ge * T * f / tp
     full = norms + qkv_in + q_k_v + scores + proj_in + drop_masks + up_in + act_store + moe_store
-    sel = full - np.where(flash, proj_in, scores)
+    sel = full - (np.where(has(RecomputeModule.CORE_ATTN), np.where(flash, proj_in, scores), 0.0)
+                  + np.where(has(RecomputeModule.LAYERNORM), qkv_in + up_in, 0.0)
+                  + np.where(has(RecomputeModule.MOE_ACT), moe_act_in, 0.0)
+                  + np.where(has(RecomputeModule.MLA_UP_PROJ) & mla, q_k_v, 0.0)
+                  + np.where(has(RecomputeModule.MLP), up_in + act_store, 0.0))
     ckpt = e * T * h * split_n
     stored = np.where(rec == 2, ckpt, np.where(rec == 1, sel, full))
 
+    # MoE all-to-all overlapped with another micro-batch's compute (Megatron-Core
+    # overlap_moe_expert_parallel_comm: the 1F1B steady state merges one micro-batch's forward with another's
+    # backward, so the forward's dispatch/combine runs under the other's backward compute and the backward's
+    # under the other's forward): what exceeds that compute stays exposed, and the communication kernels'
+    # share of the SMs slows the compute they hide under
+    ep_link = ep_fw + ep_bw + np.where(rec == 2, ep_fw, 0.0)
+    if mo is not None:
+        ep_ov = k.ep_overlap.astype(bool) & (k.ep > 1)
+        pu_ep = ctx.tiers.processor_usage[k.tier_ep]
+        bw_c = bw + re
+        ep_b = ep_link - ep_fw
+        hidden = np.minimum(ep_fw, bw_c) + np.minimum(ep_b, fw)
+        ep_exp = np.where(ep_ov, ep_link - hidden + pu_ep * hidden, ep_link)
+    else:
+        ep_exp = ep_link
     return BlockCost(fw=fw, bw=bw, re=re, gemm_fw=gemm_fw, gemm_bw=gemm_bw, attn_fw=attn_fw, attn_bw=attn_bw,
                      tp_fw=np.where(tp > 1, tp_fw, 0.0), tp_bw=np.where(tp > 1, tp_bw, 0.0),
                      tp_re=np.where(tp > 1, tp_re, 0.0),
                      tp_fw_exp=np.where(tp > 1, tp_fw_exp, 0.0), tp_bw_exp=np.where(tp > 1, tp_bw_exp, 0.0),
                      tp_re_exp=np.where(tp > 1, tp_re_exp, 0.0), tp_slow=tp_slow,
-                     cp_link=cp_link, cp_exp=cp_exp, ep_link=ep_fw + ep_bw + np.where(rec == 2, ep_fw, 0.0),
-                     ep_fw=ep_fw + 0.0 * tp, act_stored=stored, act_full=full, ckpt=ckpt,
+                     cp_link=cp_link, cp_exp=cp_exp, ep_link=ep_link + 0.0 * tp, ep_fw=ep_fw + 0.0 * tp,
+                     ep_exp=ep_exp + 0.0 * tp, act_stored=stored, act_full=full, ckpt=ckpt,
                      hw_flops_fw=hw_fw, hw_flops_bw=hw_bw, hw_flops_re=hw_re)

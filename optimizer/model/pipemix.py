@@ -145,9 +145,9 @@ def group_terms(problem: Problem, dp: int, mb: int, n_mb: int, role: str, tp, re
         (vh + llm.hidden * (2 if llm.bias else 1) if role == LAST else 0.0)
     wb, gb, ob = state_bytes(ctx)
     d = float(dp)
-    RS = collective_time("rs", P * gb, d, tier_dp, tiers)
-    AR = collective_time("ar", P * gb, d, tier_dp, tiers)
-    AG = collective_time("ag", P * wb, d, tier_dp, tiers)
+    RS = collective_time("rs", P * gb, d, tier_dp, tiers, stride=tp)
+    AR = collective_time("ar", P * gb, d, tier_dp, tiers, stride=tp)
+    AG = collective_time("ag", P * wb, d, tier_dp, tiers, stride=tp)
     link = RS + AG  # ZeRO-1 (`compose.dp_links`)
     bucket = 1.0 / np.maximum(L, 1.0)
     nl = n_mb * L

@@ -246,15 +246,16 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     dpg = dp * cp
     z = k.zero
     wb, gb, ob = state_bytes(ctx)
-    RS = collective_time("rs", P_ne * gb, dpg, k.tier_dp, tiers)
-    AR = collective_time("ar", P_ne * gb, dpg, k.tier_dp, tiers)
-    AG = collective_time("ag", P_ne * wb, dpg, k.tier_dp, tiers)
+    RS = collective_time("rs", P_ne * gb, dpg, k.tier_dp, tiers, stride=tp)
+    AR = collective_time("ar", P_ne * gb, dpg, k.tier_dp, tiers, stride=tp)
+    AG = collective_time("ag", P_ne * wb, dpg, k.tier_dp, tiers, stride=tp)
     if moe:
         edp = tp * cp * dp / (k.ep * k.etp)
         t_edp = tier_of(tiers, tp * cp * dp)
-        RS = RS + collective_time("rs", P_ex * gb, edp, t_edp, tiers)
-        AR = AR + collective_time("ar", P_ex * gb, edp, t_edp, tiers)
-        AG = AG + collective_time("ag", P_ex * wb, edp, t_edp, tiers)
+        es = k.ep * k.etp  # expert-data-parallel ranks are ep*etp apart (Megatron-Core expert rank order)
+        RS = RS + collective_time("rs", P_ex * gb, edp, t_edp, tiers, stride=es)
+        AR = AR + collective_time("ar", P_ex * gb, edp, t_edp, tiers, stride=es)
+        AG = AG + collective_time("ag", P_ex * wb, edp, t_edp, tiers, stride=es)
     else:
         edp = dpg
 
@@ -285,7 +286,9 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     optimizer = np.where(o_off, np.maximum(opt_gpu, opt_off), opt_gpu)
 
     # ------------------------------------------------------------ memory per GPU (bytes)
-    w_off, a_off = k.weight_offload.astype(bool), k.activation_offload.astype(bool)
+    w_off, a_on = k.weight_offload.astype(bool), k.activation_offload.astype(bool)
+    a_off = a_on & (k.offload_layers == 0)  # every stored layer but the two in use
+    a_part = np.where(a_on & ~a_off, np.minimum(k.offload_layers / np.maximum(Ls, 1), 1.0), 0.0)  # some layers
     two_layers = 2.0 * P_layer
     weights_full = np.where(z == 3, sharded(True) * wb + two_layers * wb, P_stage * wb)
     weights = np.where(w_off, two_layers * wb + (P_stage - L_stage * P_layer) * wb, weights_full)
@@ -298,7 +301,7 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     working = np.where(rec == 2, blk.act_full, np.where(rec == 1, blk.act_full - blk.act_stored, 0.0))
     logits = T * V / tp * (e + 4.0)
     acts = compose_activations(f_v["inflv"], f_m["infl1"], f_m["NL"], Ls, vpp, pp, gp, a_off, blk.act_stored,
-                               working, 2.0 * T * h * e, logits)
+                               working, 2.0 * T * h * e, logits, a_part)
     inflight, activations = acts["inflight"], acts["act"]
     reserved = np.full_like(activations, problem.system.reserved_gib * GIB)
     hbm = weights + grads + optim_state + activations + reserved
@@ -308,11 +311,12 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     # ------------------------------------------------------------ offload transfers per layer per micro-batch
     wl = P_layer * wb
     al = blk.act_stored
-    x_fw = np.where(w_off, wl, 0.0) + np.where(a_off, al, 0.0)
-    x_bw = np.where(w_off, wl, 0.0) + np.where(a_off, al, 0.0)
+    a_frac = np.where(a_off, 1.0, a_part)  # of each layer's stored activations, spread over the layers
+    x_fw = np.where(w_off, wl, 0.0) + a_frac * al
+    x_bw = np.where(w_off, wl, 0.0) + a_frac * al
     off_exp_layer = np.maximum(x_fw / off_bw - blk.fw_total, 0.0) + np.maximum(x_bw / off_bw - blk.bw_total, 0.0)
     need = np.maximum(x_fw / np.maximum(blk.fw_total, 1e-12), x_bw / np.maximum(blk.bw_total, 1e-12))
-    offload_bw_need = np.where(w_off | a_off, need, 0.0) / max(off.efficiency, 1e-9)
+    offload_bw_need = np.where(w_off | a_on, need, 0.0) / max(off.efficiency, 1e-9)
 
     # ------------------------------------------------------------ total
     head_mb = edge_head(head, t_p2p, pp) / mb
@@ -343,7 +347,7 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     return StepResult(
         fw=n_mb * Ls * blk.fw, bw=n_mb * Ls * blk.bw, recompute=n_mb * Ls * blk.re, optimizer=optimizer,
         tp_exposed=n_mb * Ls * blk.tp_exposed, cp_exposed=n_mb * Ls * blk.cp_exp,
-        ep_exposed=n_mb * Ls * blk.ep_link, pp_exposed=pp_exposed,
+        ep_exposed=n_mb * Ls * blk.ep_exp, pp_exposed=pp_exposed,
         dp_exposed=dp_exposed, bubble=bubble, offload_exposed=offload_exposed, head=n_mb * head,
         overlap_slowdown=n_mb * Ls * blk.tp_slow + dp_slow, step_time=step,
         tp_link=n_mb * Ls * (blk.tp_fw + blk.tp_bw + blk.tp_re), dp_link=dp_link, pp_link=pp_link,

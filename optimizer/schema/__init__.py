@@ -1,6 +1,6 @@
 """Typed, frozen schemas of problem files (pydantic v2, unknown keys rejected)."""
 
-from .common import (AttentionKernel, Axis, MlpKind, Precision, ProcessingMode, Recompute, Schedule, TpComm,
+from .common import (AttentionKernel, EpDispatcher, Axis, MlpKind, Precision, ProcessingMode, Recompute, Schedule, TpComm,
                      TpOverlap)
 from .llm import LLM, MLA, MoE
 from .problem import Execution, Options, Problem, Range, Search, Training

@@ -115,6 +115,32 @@ class Recompute(StrEnum):
     FULL = "full"
 
 
+class RecomputeModule(StrEnum):
+    """What selective recompute re-runs in backward instead of storing (Megatron-Core recompute_modules)."""
+
+    CORE_ATTN = "core_attn"  # the attention core (the default; Korthikanti et al. 2022)
+    LAYERNORM = "layernorm"  # the two norms: their outputs (the QKV and MLP GEMM inputs) are not kept
+    MOE_ACT = "moe_act"  # the experts' activation function: its output (the expert down-projection input)
+    MLA_UP_PROJ = "mla_up_proj"  # MLA's up-projections: the per-head Q, K, V
+    MLP = "mlp"  # the dense MLP: its inputs and activation output
+
+
+RECOMPUTE_BITS = {m: 1 << i for i, m in enumerate(RecomputeModule)}  # Knobs.rec_modules bit of each module
+
+
+class EpDispatcher(StrEnum):
+    """How MoE tokens reach their experts over the expert-parallel group (Megatron-Core
+    moe_token_dispatcher_type).
+
+    ``alltoall``: one NCCL all-to-all, every (token, expert) row sent on its own. ``flex``: a hierarchical
+    dispatcher (DeepEP, HybridEP) that sends a token once to each remote node holding one of its experts and
+    forwards it over NVLink there (DeepSeek-V3 report, section 3.2.2); only matters when ep spans nodes.
+    """
+
+    ALLTOALL = "alltoall"
+    FLEX = "flex"
+
+
 class TpOverlap(StrEnum):
     """Tensor-parallel communication overlap with the adjacent GEMMs (Wang et al. 2022).
 

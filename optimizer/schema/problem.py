@@ -11,6 +11,8 @@ from .stack import Stack
 from .common import (
     MEMORY_ERROR_PCT,
     AttentionKernel,
+    EpDispatcher,
+    RecomputeModule,
     Float,
     Frozen,
     Int,
@@ -72,6 +74,15 @@ class Execution(Frozen):
     pp_rs_ag: bool = Field(True, description="PP p2p sends 1/tp of the activation and all-gathers it over the "
                            "TP group (scatter-gather, Narayanan 2021).")
     dp_overlap: bool = Field(True, description="Overlap gradient reduction (and parameter gathering) with compute.")
+    recompute_modules: list[RecomputeModule] | None = Field(
+        None, description="With recompute: selective, what is recomputed (Megatron-Core recompute_modules); "
+        "null = the attention core. For `evaluate` and published runs; `solve` recomputes the attention core.")
+    ep_dispatcher: EpDispatcher = Field(EpDispatcher.ALLTOALL, description="MoE token dispatcher: alltoall "
+                                        "(Megatron-Core default) or flex (DeepEP / HybridEP, node-deduplicated). For "
+                                        "`evaluate` and published runs; `solve` keeps alltoall.")
+    ep_overlap: bool = Field(False, description="MoE: overlap the expert-parallel all-to-all of one micro-batch "
+                             "with the computation of another (Megatron-Core overlap_moe_expert_parallel_comm); "
+                             "needs ep > 1. For `evaluate` and published runs; `solve` keeps it off.")
     zero: Int = Field(0, ge=0, le=3, description="ZeRO stage: 0 none, 1 optimizer sharding (distributed "
                       "optimizer), 2 + gradients, 3 + weights (FSDP full shard).")
     fused_layers: bool = Field(True, description="Fused element-wise kernels (bias-GeLU, bias-dropout-add, "
@@ -79,6 +90,10 @@ class Execution(Frozen):
     attention: AttentionKernel = Field(AttentionKernel.FLASH, description="Attention kernel: flash or standard.")
     weight_offload: bool = Field(False, description="Keep weights in offload memory, stream 2 layers at a time.")
     activation_offload: bool = Field(False, description="Move stored activations to offload memory.")
+    activation_offload_layers: PositiveInt | None = Field(
+        None, description="With activation_offload: the transformer layers per pipeline stage whose stored "
+        "activations go to offload memory, the others staying in HBM (Megatron-Core cpu_offloading_num_layers); "
+        "null = all but the two in use. For `evaluate` and published runs; `solve` offloads all or none.")
     optimizer_offload: bool = Field(False, description="Keep optimizer state and fp32 gradients in offload memory.")
     placement: dict[str, str | int] | None = Field(
         None, description="Network tier (name or index) of each parallel axis, e.g. {tp: nvlink, dp: infiniband}; "
@@ -90,6 +105,8 @@ class Execution(Frozen):
             bad = set(self.placement) - {"tp", "pp", "dp", "cp", "ep"}
             if bad:
                 raise ValueError(f"placement: unknown axis {sorted(bad)}")
+        if self.activation_offload_layers is not None and not self.activation_offload:
+            raise ValueError("activation_offload_layers needs activation_offload: true")
         return self
 
 
