@@ -1,0 +1,92 @@
+"""Execution knobs of today's recipes that `evaluate` and published runs take: partial activation offload,
+recompute modules, the MoE dispatcher and the MoE all-to-all overlap (`optimizer.model.layer`, `step`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from helpers import library_llm, library_system
+from optimizer.evaluate import evaluate_execution
+from optimizer.schema import Execution, Problem, Training
+
+GIB = 1024 ** 3
+
+
+def run(llm: str, system: str, n: int, batch: int, **ex):
+    p = Problem(llm=library_llm(llm), system=library_system(system), num_gpus=n,
+                training=Training(global_batch=batch, precision="bf16"), execution=Execution(**ex))
+    return evaluate_execution(p).result
+
+
+def test_partial_activation_offload_moves_that_share_of_the_stored_layers():
+    """cpu_offloading_num_layers: N of a stage's layers go to the Grace memory, the rest stay; all of them
+    with no count (two kept in use); what leaves HBM arrives in offload memory."""
+    base = dict(tp=1, pp=1, dp=64, micro_batch=2, zero=3)
+    none = run("llama3.1-70b", "gb200-nvl72", 64, 256, **base)
+    part = run("llama3.1-70b", "gb200-nvl72", 64, 256, **base, activation_offload=True, activation_offload_layers=40)
+    full = run("llama3.1-70b", "gb200-nvl72", 64, 256, **base, activation_offload=True)
+    assert full["activations"] < part["activations"] < none["activations"]
+    moved = none["activations"] - part["activations"]
+    assert part["offload_mem"] == pytest.approx(moved, rel=1e-9)
+    # 40 of the 80 layers in flight leave HBM; offloading all keeps 2: 78 leave
+    assert moved / (none["activations"] - full["activations"]) == pytest.approx(40 / 78, rel=1e-9)
+    with pytest.raises(ValueError, match="activation_offload_layers needs activation_offload"):
+        Execution(tp=1, activation_offload_layers=4)
+
+
+def test_recompute_modules_trade_memory_for_time():
+    """Selective recompute of more modules keeps less and recomputes more; no modules named is the attention
+    core (Megatron-Core's default); MLA's up-projections are a large share of a DeepSeek layer."""
+    base = dict(tp=1, pp=8, dp=4, ep=4, micro_batch=1, recompute="selective", zero=1)
+    core = run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **base)
+    named = run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **base, recompute_modules=["core_attn"])
+    assert named["activations"] == core["activations"] and named["recompute"] == core["recompute"]
+    more = run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **base,
+               recompute_modules=["core_attn", "mla_up_proj", "moe_act", "layernorm"])
+    assert more["activations"] < core["activations"] and more["recompute"] > core["recompute"]
+    up = run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **base, recompute_modules=["mla_up_proj"])
+    assert up["activations"] < core["activations"]
+
+
+def test_moe_dispatcher_and_overlap():
+    """Across nodes the flex dispatcher sends each token once per remote node (less EP time); inside one node
+    it changes nothing. Overlap hides all-to-all under another micro-batch's compute: never more exposed,
+    never less than what exceeds the compute, and nothing without expert parallelism."""
+    cross = dict(tp=1, pp=8, dp=32, ep=32, micro_batch=1, zero=1)
+    plain = run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **cross)
+    flex = run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **cross, ep_dispatcher="flex")
+    assert flex["ep_link"] < 0.7 * plain["ep_link"]
+    inside = dict(tp=1, pp=8, dp=32, ep=8, micro_batch=1, zero=1)
+    assert run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **inside, ep_dispatcher="flex")["ep_link"] == \
+        pytest.approx(run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **inside)["ep_link"], rel=1e-12)
+    ov = run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **cross, ep_dispatcher="flex", ep_overlap=True)
+    assert ov["ep_link"] == pytest.approx(flex["ep_link"], rel=1e-12)
+    assert ov["ep_exposed"] < flex["ep_exposed"]
+    assert ov["ep_exposed"] >= max(flex["ep_exposed"] - (flex["fw"] + flex["bw"] + flex["recompute"]), 0.0)
+    assert ov["step_time"] < flex["step_time"]
+    dense = dict(tp=8, pp=1, dp=8, micro_batch=1)
+    assert run("llama3.1-70b", "h100-sxm-80gb", 64, 64, **dense, ep_overlap=True)["step_time"] == \
+        run("llama3.1-70b", "h100-sxm-80gb", 64, 64, **dense)["step_time"]
+
+
+RUNS_2025 = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "public_runs_2025.yaml"
+
+
+@pytest.mark.skipif(not RUNS_2025.is_file(), reason="calibration data not present")
+def test_runs_read_recipe_knobs_from_notes():
+    """DeepSeek-V3 records state MLA, the dense layers' ffn, the dispatcher, overlap and recompute modules in
+    their notes; Llama 3 70B on GB200 offloads 40 layers' activations: every published run then fits."""
+    from optimizer.runs import load_runs, map_run
+    from optimizer.scoring import score_runs
+
+    runs = {r["id"]: r for r in load_runs(str(RUNS_2025)).data}
+    ds = map_run(runs["bridge2604-deepseekv3-b200-mxfp8-256gpu"]).problem
+    assert ds.llm.mla is not None and ds.llm.mla.kv_lora_rank == 512 and ds.llm.ffn == 18432
+    ex = ds.execution
+    assert ex.ep_dispatcher.value == "flex" and ex.ep_overlap
+    assert [m.value for m in ex.recompute_modules] == ["mla_up_proj", "mlp"]
+    ll = map_run(runs["bridge2604-llama3-70b-gb200-fp8-64gpu"]).problem.execution
+    assert ll.activation_offload and ll.activation_offload_layers == 40
+    assert score_runs(str(RUNS_2025))["summary"]["n_not_fitting"] == 0
