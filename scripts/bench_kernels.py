@@ -52,7 +52,8 @@ def attention_errors(data: dict, system: System) -> list[tuple[str, float]]:
         b, s, h, kv, d = a["b"], a["s"], a["heads"], a["kv_heads"], a["head_dim"]
         fl = 4.0 * b * h * s * s * d * 0.5
         nbytes = 2.0 * b * s * d * (2.0 * h + 2.0 * kv) + 4.0 * b * h * s
-        t = float(hw.attention_kernel(fl, nbytes) + hw.attention_kernel(2.5 * fl, 2.5 * nbytes))
+        t = float(hw.attention_kernel(fl, nbytes, rows=s, keys=s, heads=b * h)
+                  + hw.attention_kernel(2.5 * fl, 2.5 * nbytes, rows=s, keys=s, heads=b * h))
         out.append((f"b{b} s{s} heads {h}/{kv}", t / a["fwbw_s"] - 1))
     return out
 

@@ -256,3 +256,24 @@ def test_fp8_scaling_recipes():
         if p == "fp8_block":
             assert "--fp8-recipe blockwise" in text
     assert t["fp8"] < t["fp8_block"] < t["fp8_current"]
+
+
+def test_flash_attention_efficiency_is_size_aware():
+    """Flash attention runs at attention_efficiency x the wave quantization of its 128-row query tiles over the
+    SMs x keys / (keys + attention_overhead_keys): short sequences and few heads per GPU run far below the flat
+    efficiency (GPT-3 at tp 8: 12 heads of 2048 tokens), long ones approach it."""
+    from optimizer.model.hardware import Hardware
+
+    h100 = system("h100-sxm-80gb")
+    hw = Hardware(h100, Precision.BF16)
+
+    def eff(s, heads):
+        fl = 4.0 * heads * s * s * 128 * 0.5
+        return fl / (float(hw.attention_kernel(fl, 0.0, rows=s, keys=s, heads=heads)) * hw.attention_peak)
+
+    flat = h100.attention_efficiency
+    assert eff(2048, 12) < eff(2048, 96) < eff(32768, 96) < flat
+    tiles = 12 * 2048 / 128  # 192 tiles on 132 SMs: 2 waves, the second 45% full
+    assert eff(2048, 12) == pytest.approx(flat * (tiles / 264) * 2048 / (2048 + h100.attention_overhead_keys))
+    fl = 1e12
+    assert float(hw.attention_kernel(fl, 0.0)) == pytest.approx(fl / (hw.attention_peak * flat))

@@ -108,13 +108,14 @@ class Hardware:
         t_c = flops / (self.matrix_peak * interp_log(flops / 1e9, self._mt))
         return self._combine(t_c, self.mem_time(nbytes))
 
-    def wave_efficiency(self, m, n, batch=1):
+    def wave_efficiency(self, m, n, batch=1, tile=None):
         """Fraction of the last wave's SMs that are busy: W output tiles on S SMs run ceil(W/S) waves, so
-        the GEMM runs at (W/S)/ceil(W/S) of the SMs' throughput (tile/wave quantization)."""
+        the GEMM runs at (W/S)/ceil(W/S) of the SMs' throughput (tile/wave quantization). `tile`: (rows,
+        columns) of one thread block, default the system's gemm_tile."""
         sms = self.system.sm_count
         if not sms:
             return 1.0
-        tm, tn = self.system.gemm_tile
+        tm, tn = tile or self.system.gemm_tile
         tiles = np.ceil(np.asarray(m, dtype=float) / tm) * np.ceil(np.asarray(n, dtype=float) / tn) * batch
         waves = tiles / sms
         return waves / np.ceil(waves)
@@ -127,9 +128,18 @@ class Hardware:
         t_c = flops / (self.matrix_peak * interp_log(flops / 1e9, self._mt) * self.wave_efficiency(m, n, batch))
         return self._combine(t_c, self.mem_time(nbytes))
 
-    def attention_kernel(self, flops, nbytes):
-        """A fused (flash) attention kernel: matrix peak times a flat kernel efficiency."""
-        t_c = np.asarray(flops, dtype=float) / (self.attention_peak * self.system.attention_efficiency)
+    def attention_kernel(self, flops, nbytes, rows=None, keys=None, heads=1):
+        """A fused (flash) attention kernel: one thread block per 128-row query tile of each (sequence, head),
+        `rows` queries against `keys` keys over `heads` sequence-heads. Its efficiency is attention_efficiency
+        times the wave quantization of its tiles over the SMs (as for GEMMs) times keys / (keys +
+        attention_overhead_keys) (each tile's fixed work against its loop over the keys). Without rows and
+        keys: the flat efficiency."""
+        eff = self.system.attention_efficiency
+        if rows is not None and keys is not None:
+            eff = eff * self.wave_efficiency(rows, ATTENTION_TILE[1], heads, tile=ATTENTION_TILE)
+            k = np.asarray(keys, dtype=float)
+            eff = eff * k / (k + self.system.attention_overhead_keys)
+        t_c = np.asarray(flops, dtype=float) / (self.attention_peak * eff)
         return self._combine(t_c, self.mem_time(nbytes))
 
     def vector(self, flops, nbytes, fp32: bool = False):
@@ -138,6 +148,9 @@ class Hardware:
         peak = self.vector_peak_fp32 if fp32 else self.vector_peak
         t_c = flops / (peak * interp_log(flops / 1e9, self._vt))
         return self._combine(t_c, self.mem_time(nbytes))
+
+
+ATTENTION_TILE = (128, 1)  # flash attention: one thread block per 128 query rows of one (sequence, head)
 
 
 # ---------------------------------------------------------------------- collectives

@@ -204,8 +204,8 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     # flash: one kernel; causal half of the scores computed (load-balanced over cp ranks)
     fl_flops = 4.0 * batch * sq * sk * d * 0.5
     fl_bytes = e * T * d * (2.0 * ah + 2.0 * kvr) + 4.0 * batch * sq
-    fla_fw = hw.attention_kernel(fl_flops, fl_bytes)
-    fla_bw = hw.attention_kernel(2.5 * fl_flops, 2.5 * fl_bytes)
+    fla_fw = hw.attention_kernel(fl_flops, fl_bytes, rows=sq, keys=sk, heads=batch)
+    fla_bw = hw.attention_kernel(2.5 * fl_flops, 2.5 * fl_bytes, rows=sq, keys=sk, heads=batch)
     attn_fw = np.where(flash, fla_fw, std_fw)
     attn_bw = np.where(flash, fla_bw, std_bw)
     attn_fl_fw = np.where(flash, fl_flops, std_fl)

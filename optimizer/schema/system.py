@@ -119,7 +119,12 @@ class System(Frozen):
         (256, 128), description="Output tile (rows, columns) of one thread block of the library's large GEMM "
         "kernels (cuBLAS/CUTLASS 256x128 on Ampere/Hopper).")
     attention_efficiency: float = Field(
-        0.6, gt=0, le=1, description="Achieved fraction of matrix peak inside a fused (flash) attention kernel.")
+        0.6, gt=0, le=1, description="Achieved fraction of matrix peak inside a fused (flash) attention kernel with "
+        "full waves and long sequences (`attention_overhead_keys`).")
+    attention_overhead_keys: NonNegativeFloat = Field(
+        3155.0, description="Fixed work of one flash-attention query tile (load Q, rescale, write O; backward dQ), "
+        "in key positions: a kernel over s keys runs at s / (s + this) of attention_efficiency. Default fitted on "
+        "an H100 SXM's causal FlashAttention forward+backward (`../shared/measurements`: 12-55% of peak).")
     vector_tflops: dict[Precision, PositiveFloat] = Field(
         description="Non-tensor-core (CUDA core) peak per datatype, TFLOP/s.")
     vector_efficiency: EfficiencyTable = Field(
