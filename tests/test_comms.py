@@ -31,7 +31,7 @@ def test_ring_across_nodes_uses_every_member_nic():
     """NCCL rings leave a node once per channel, one channel per NIC: a group with `local` members per node
     moves at min(local x NIC, NVLink) bandwidth."""
     # 16 consecutive ranks, 8 per node: min(8 * 12.5, 80) = 80 GB/s
-    t = float(collective_time("ar", S, 16, 1, TIERS))
+    t = float(collective_time("ar", S, 16, 1, TIERS, stride=1))
     assert t == pytest.approx(2 * 15 / 16 * S / 80e9 + 2 * 15 * 10e-6, rel=1e-12)
     # ranks 4 apart: 2 per node -> 2 * 12.5 = 25 GB/s
     t4 = float(collective_time("rs", S, 16, 1, TIERS, stride=4))
@@ -39,7 +39,9 @@ def test_ring_across_nodes_uses_every_member_nic():
     # one per node: the NIC alone, as before; never faster with fewer members per node
     t8 = float(collective_time("rs", S, 16, 1, TIERS, stride=8))
     assert t8 == pytest.approx(15 / 16 * S / 12.5e9 + 15 * 10e-6, rel=1e-12)
-    assert t8 > t4 > float(collective_time("rs", S, 16, 1, TIERS))
+    assert t8 > t4 > float(collective_time("rs", S, 16, 1, TIERS, stride=1))
+    # no stride (TP/CP collectives): each member's own link, as before
+    assert float(collective_time("rs", S, 16, 1, TIERS)) == t8
 
 
 def test_moe_dispatch_crosses_the_outer_tier_once_per_remote_node():

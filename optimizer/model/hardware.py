@@ -174,9 +174,9 @@ class Tiers:
         )
 
 
-def collective_time(kind: str, nbytes, group, tier, tiers: Tiers, stride=1):
+def collective_time(kind: str, nbytes, group, tier, tiers: Tiers, stride=None):
     """Time of one collective of `nbytes` per GPU over `group` GPUs on network `tier` (arrays ok), the
-    group's ranks `stride` apart (Megatron rank order: a data-parallel group is tp*cp apart).
+    group's ranks `stride` apart (Megatron rank order: a data-parallel group is tp apart).
 
     kind: ``ar`` all-reduce, ``rs`` reduce-scatter (nbytes = full buffer), ``ag`` all-gather (nbytes =
     gathered buffer), ``a2a`` all-to-all (nbytes sent+kept per GPU), ``p2p`` one send of nbytes.
@@ -187,6 +187,9 @@ def collective_time(kind: str, nbytes, group, tier, tiers: Tiers, stride=1):
     min(n, inner size / stride)), one NIC each, carry the inter-node traffic together: the ring moves at
     min(local x outer bandwidth, inner bandwidth) (nccl-tests: all-reduce bus bandwidth across DGX nodes is
     about the node's aggregate NIC bandwidth when all 8 GPUs are in the communicator, one NIC's when one is).
+    That holds for the large, bucketed, overlapped data-parallel reductions, whose callers pass `stride`;
+    without it (tensor/context-parallel collectives: small, on the critical path, and with TP overlap a ring of
+    single-link p2p hops) each member's own link is the bound, as inside one domain.
     """
     n = np.asarray(group, dtype=float)
     s = np.asarray(nbytes, dtype=float)
@@ -194,7 +197,7 @@ def collective_time(kind: str, nbytes, group, tier, tiers: Tiers, stride=1):
     bw = tiers.bandwidth[tier]
     lat = tiers.latency[tier]
     frac = (n - 1.0) / np.maximum(n, 1.0)
-    if kind in ("ar", "rs", "ag"):
+    if kind in ("ar", "rs", "ag") and stride is not None:
         inner = np.maximum(tier - 1, 0)
         local = np.where(tier > 0, np.clip(np.floor(tiers.size[inner] / np.asarray(stride, dtype=float)), 1.0, n), 1.0)
         bw = np.where(local > 1, np.minimum(local * bw, tiers.bandwidth[inner]), bw)
