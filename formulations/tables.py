@@ -103,9 +103,9 @@ class Tables:
         return len(self.mb_vals)
 
 
-OTHER_KNOBS = ("fused_layers", "attention", "sp_ag_redo", "pp_rs_ag", "schedule", "weight_offload",
-               "activation_offload", "optimizer_offload")
-"""Knobs that set a *variant* (one set of tables each): kernels, p2p, schedule and offload flags."""
+OTHER_KNOBS = ("fused_layers", "attention", "sp_ag_redo", "pp_rs_ag", "schedule", "ep_dispatcher", "ep_overlap",
+               "weight_offload", "activation_offload", "optimizer_offload")
+"""Knobs that set a *variant* (one set of tables each): kernels, p2p, schedule, MoE dispatch and offload flags."""
 
 
 def knob_grid(fixed: dict, n: int, **cols) -> Knobs:

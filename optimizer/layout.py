@@ -253,12 +253,14 @@ def zero_legal(z, dp_group_is_one) -> np.ndarray:
 _MOOT_WHEN = {  # knob -> the layouts where it has no effect: tp == 1, pp == 1, no data-parallel group
     "sequence_parallel": ("tp",), "sp_ag_redo": ("tp",), "tp_overlap": ("tp",), "pp_rs_ag": ("tp", "pp"),
     "schedule": ("pp",), "vpp": ("pp",), "pp_embedding_loss": ("pp",), "zero": ("dp",), "dp_overlap": ("dp",),
+    "ep_dispatcher": ("ep",), "ep_overlap": ("ep",),
 }
 
 
-def moot(knob: str, tp: int, pp: int, no_dp: bool = False) -> bool:
+def moot(knob: str, tp: int, pp: int, no_dp: bool = False, no_ep: bool = False) -> bool:
     """Whether `knob` has no effect in a layout: the TP knobs without tensor parallelism, the pipeline knobs
-    without a pipeline (pp_rs_ag needs both), ZeRO and DP overlap without a data-parallel group. The solver
-    keeps one value of a moot knob (`space`), and a stack's missing knob is not reported where it is moot."""
-    off = {"tp": tp == 1, "pp": pp == 1, "dp": bool(no_dp)}
+    without a pipeline (pp_rs_ag needs both), ZeRO and DP overlap without a data-parallel group, the MoE
+    dispatcher and all-to-all overlap without expert parallelism. The solver keeps one value of a moot knob
+    (`space`), and a stack's missing knob is not reported where it is moot."""
+    off = {"tp": tp == 1, "pp": pp == 1, "dp": bool(no_dp), "ep": bool(no_ep)}
     return any(off[a] for a in _MOOT_WHEN.get(knob, ()))

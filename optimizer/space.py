@@ -92,13 +92,17 @@ def knob_domains(problem: Problem) -> dict[str, list]:
         "pp_rs_ag": [True],
         "schedule": ["1f1b"],
         "sp_ag_redo": [True],
+        "ep_dispatcher": ["alltoall"],
+        "ep_overlap": [False],
     }
     for name, rule in search.items():
         if name in PROBLEM_LEVEL:
             continue
-        if name in ("fused_layers", "attention", "pp_rs_ag", "schedule", "sp_ag_redo") and rule is not None:
-            full = {"fused_layers": BOOL, "attention": ["flash", "standard"], "pp_rs_ag": BOOL,
-                    "schedule": ["1f1b", "gpipe"], "sp_ag_redo": BOOL}[name]
+        opened = {"fused_layers": BOOL, "attention": ["flash", "standard"], "pp_rs_ag": BOOL,
+                  "schedule": ["1f1b", "gpipe"], "sp_ag_redo": BOOL, "ep_dispatcher": ["alltoall", "flex"],
+                  "ep_overlap": BOOL}  # fixed at their first value unless `search` names them
+        if name in opened and rule is not None:
+            full = opened[name]
             dom[name] = full
         try:
             dom[name] = _restrict(name, dom[name] if dom[name] else divisors(n), rule)
@@ -122,21 +126,23 @@ class Compact:
 
 OTHER = ["recompute", "sequence_parallel", "tp_overlap", "zero", "dp_overlap", "weight_offload",
          "activation_offload", "optimizer_offload", "fused_layers", "attention", "pp_rs_ag", "schedule",
-         "sp_ag_redo"]
+         "sp_ag_redo", "ep_dispatcher", "ep_overlap"]
 _CODE = {"recompute": lambda v: RECOMPUTE.index(v), "tp_overlap": lambda v: TP_OVERLAP.index(v),
          "attention": lambda v: int(str(getattr(v, "value", v)) == "flash"),
-         "schedule": lambda v: int(str(getattr(v, "value", v)) == "gpipe")}
+         "schedule": lambda v: int(str(getattr(v, "value", v)) == "gpipe"),
+         "ep_dispatcher": lambda v: int(str(getattr(v, "value", v)) == "flex")}
 
 
-def _other_values(dom: dict[str, list], tp: int, pp: int, no_dp: bool, moe: bool = False) -> list[tuple[str, list[int]]]:
-    """Coded values of every other knob for a layout (only tp == 1, no data-parallel group, pp == 1 and,
-    for MoE, tp > 1 matter)."""
+def _other_values(dom: dict[str, list], tp: int, pp: int, no_dp: bool, moe: bool = False,
+                  no_ep: bool = True) -> list[tuple[str, list[int]]]:
+    """Coded values of every other knob for a layout (only tp == 1, no data-parallel group, pp == 1, ep == 1
+    and, for MoE, tp > 1 matter)."""
     per = []
     for name in OTHER:
         vals = dom[name]
         if name == "sequence_parallel" and moe and tp > 1:
             vals = [v for v in vals if v] or vals  # Megatron-Core: MoE with TP requires SP
-        if moot(name, tp, pp, no_dp):  # one value of a knob without effect (`layout.moot`)
+        if moot(name, tp, pp, no_dp, no_ep or not moe):  # one value of a knob without effect (`layout.moot`)
             if name == "tp_overlap":
                 vals = [v for v in vals if str(getattr(v, "value", v)) == "none"] or vals[:1]
             elif name == "zero":
@@ -197,7 +203,7 @@ def compact_space(problem: Problem) -> Compact:
     """Legal layouts and (layout, vpp, micro-batch) triples, every rule from `optimizer.layout` evaluated on
     whole arrays at once."""
     p, llm = problem, problem.llm
-    per_cache: dict[tuple[bool, bool, bool], list] = {}
+    per_cache: dict[tuple[bool, bool, bool, bool], list] = {}
     dom = knob_domains(p)
     sizes = [net.size for net in p.system.networks]
     V, M = np.array(dom["vpp"], dtype=np.int64), np.array(dom["micro_batch"], dtype=np.int64)
@@ -215,9 +221,9 @@ def compact_space(problem: Problem) -> Compact:
     for x in np.nonzero(ok.any(axis=(1, 2)))[0].tolist():
         t_, p_, c_, d_, e_, et_, el_ = (int(v) for v in X[x])
         edp = t_ * c_ * d_ // (e_ * et_)
-        key = (t_ == 1, d_ * c_ == 1 and edp == 1, p_ == 1)
+        key = (t_ == 1, d_ * c_ == 1 and edp == 1, p_ == 1, e_ == 1)
         if key not in per_cache:
-            per_cache[key] = _other_values(dom, t_, p_, key[1], llm.moe is not None)
+            per_cache[key] = _other_values(dom, t_, p_, key[1], llm.moe is not None, e_ == 1)
         per = per_cache[key]
         vi, mi = np.nonzero(ok[x])
         li = len(layouts)
@@ -249,10 +255,11 @@ def build_space(problem: Problem) -> Space:
         return Space(Knobs.from_dict({f: [] for f in Knobs.__dataclass_fields__}))
     M = np.concatenate(rows, axis=0)
     tp, pp, dp, cp, vpp, mb, t_tp, t_cp, t_dp, t_pp, ep, etp, t_ep, el = (M[:, i] for i in range(14))
-    (rec, sp, ov, zero, dpo, woff, aoff, ooff, fused, flash, pprsag, gpipe, redo) = (M[:, 14 + i] for i in range(13))
+    (rec, sp, ov, zero, dpo, woff, aoff, ooff, fused, flash, pprsag, gpipe, redo, epd, epo) = \
+        (M[:, 14 + i] for i in range(15))
     k = Knobs(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, micro_batch=mb, recompute=rec, sequence_parallel=sp, tp_comm=sp,
               sp_ag_redo=redo, tp_overlap=ov, pp_rs_ag=pprsag, pp_embedding_loss=el, dp_overlap=dpo, zero=zero, fused_layers=fused, attention=flash,
               schedule=gpipe, weight_offload=woff, activation_offload=aoff, optimizer_offload=ooff, tier_tp=t_tp, tier_cp=t_cp,
-              tier_ep=t_ep, tier_dp=t_dp, tier_pp=t_pp)
+              tier_ep=t_ep, tier_dp=t_dp, tier_pp=t_pp, ep_dispatcher=epd, ep_overlap=epo)
     assert k.size == c.size
     return Space(k)

@@ -171,4 +171,11 @@ num_gpus: 256
 training: {global_batch: 1024, seq_len: 4096, precision: bf16}
 search: {vpp: {max: 2}}
 """,
+    "qwen3-235b-ep-dispatch-overlap-128xh100": """
+llm: qwen3-235b-a22b
+system: h100-sxm-80gb
+num_gpus: 128
+training: {global_batch: 512, seq_len: 4096, precision: bf16}
+search: {vpp: 1, micro_batch: {max: 2}, ep_dispatcher: [alltoall, flex], ep_overlap: [false, true]}
+""",
 }

@@ -90,3 +90,31 @@ def test_runs_read_recipe_knobs_from_notes():
     ll = map_run(runs["bridge2604-llama3-70b-gb200-fp8-64gpu"]).problem.execution
     assert ll.activation_offload and ll.activation_offload_layers == 40
     assert score_runs(str(RUNS_2025))["summary"]["n_not_fitting"] == 0
+
+
+def test_solve_decides_the_moe_dispatcher_and_overlap_when_search_names_them(tmp_path):
+    """Fixed alltoall without overlap unless `search` names them; opened, the proven optimum is no slower, and
+    when its experts span nodes it uses the node-deduplicated dispatcher (the oracle case
+    qwen3-235b-ep-dispatch-overlap-128xh100 checks CP-SAT against enumeration). A stack without them refuses."""
+    from optimizer.errors import ProblemErrors
+    from optimizer.loader import load_problem
+    from optimizer.solve import solve
+
+    base = ("name: q\nllm: qwen3-235b-a22b\nsystem: h100-sxm-80gb\nnum_gpus: 128\n"
+            "training: {global_batch: 512, seq_len: 4096, precision: bf16}\n")
+    fixed = tmp_path / "fixed.yaml"
+    fixed.write_text(base + "search: {vpp: 1, micro_batch: {max: 2}}\n")
+    opened = tmp_path / "open.yaml"
+    opened.write_text(base + "search: {vpp: 1, micro_batch: {max: 2}, ep_dispatcher: [alltoall, flex], "
+                             "ep_overlap: [false, true]}\n")
+    a, b = solve(load_problem(fixed), "cpsat"), solve(load_problem(opened), "cpsat")
+    assert a.status == b.status == "optimal"
+    ea, eb = a.plans[0].evaluation.execution, b.plans[0].evaluation.execution
+    assert ea.ep_dispatcher.value == "alltoall" and not ea.ep_overlap
+    assert b.plans[0].objective_s <= a.plans[0].objective_s
+    if eb.ep > 8:  # experts over several 8-GPU nodes
+        assert eb.ep_dispatcher.value == "flex"
+    tt = tmp_path / "tt.yaml"
+    tt.write_text(base + "stack: torchtitan\nsearch: {ep_dispatcher: flex}\n")
+    with pytest.raises(ProblemErrors, match="ep_dispatcher"):
+        load_problem(tt)

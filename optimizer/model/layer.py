@@ -272,7 +272,7 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
         ew_bw = ew_bw + topk_bw + 2.0 * perm_fw + eact_bw
         # dispatch + combine all-to-all over ep (rows of h, 16-bit), gather/scatter over etp
         a2a = a2a_time(Ts * kk * cf * h * e, ep, k.tier_ep, ctx.tiers, stride=etp,
-                       copies=np.where(k.ep_flex.astype(bool), kk, 1.0))  # flex: node-deduplicated
+                       copies=np.where(k.ep_dispatcher.astype(bool), kk, 1.0))  # flex: node-deduplicated
         t_etp = tier_of(ctx.tiers, etp)
         etp_c = collective_time("ag", R * h * e, etp, t_etp, ctx.tiers) + \
             collective_time("rs", R * h * e, etp, t_etp, ctx.tiers)

@@ -85,7 +85,13 @@ def render_evaluation(ev: Any) -> str:
              f"dp_overlap={ex.dp_overlap} attention={ex.attention.value} schedule={ex.schedule.value}")
     if p.llm.moe is not None:
         knobs += f" ep={ex.ep} etp={ex.etp or ex.tp}"
+        if ex.ep > 1:
+            knobs += f" ep_dispatcher={ex.ep_dispatcher.value} ep_overlap={ex.ep_overlap}"
+    if ex.recompute.value == "selective" and ex.recompute_modules:
+        knobs += f" recompute_modules={','.join(m.value for m in ex.recompute_modules)}"
     out.append("execution: " + knobs)
+    if ex.activation_offload and ex.activation_offload_layers:
+        out.append(f"activation offload: {ex.activation_offload_layers} layers per stage")
     if ex.weight_offload or ex.activation_offload or ex.optimizer_offload:
         out.append(f"offload: weights={ex.weight_offload} activations={ex.activation_offload} "
                    f"optimizer={ex.optimizer_offload}")

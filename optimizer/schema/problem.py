@@ -78,11 +78,11 @@ class Execution(Frozen):
         None, description="With recompute: selective, what is recomputed (Megatron-Core recompute_modules); "
         "null = the attention core. For `evaluate` and published runs; `solve` recomputes the attention core.")
     ep_dispatcher: EpDispatcher = Field(EpDispatcher.ALLTOALL, description="MoE token dispatcher: alltoall "
-                                        "(Megatron-Core default) or flex (DeepEP / HybridEP, node-deduplicated). For "
-                                        "`evaluate` and published runs; `solve` keeps alltoall.")
+                                        "(Megatron-Core default) or flex (DeepEP / HybridEP, node-deduplicated); `solve` "
+                                        "keeps alltoall unless `search` names it.")
     ep_overlap: bool = Field(False, description="MoE: overlap the expert-parallel all-to-all of one micro-batch "
                              "with the computation of another (Megatron-Core overlap_moe_expert_parallel_comm); "
-                             "needs ep > 1. For `evaluate` and published runs; `solve` keeps it off.")
+                             "needs ep > 1; `solve` keeps it off unless `search` names it.")
     zero: Int = Field(0, ge=0, le=3, description="ZeRO stage: 0 none, 1 optimizer sharding (distributed "
                       "optimizer), 2 + gradients, 3 + weights (FSDP full shard).")
     fused_layers: bool = Field(True, description="Fused element-wise kernels (bias-GeLU, bias-dropout-add, "
@@ -190,6 +190,9 @@ class Search(Frozen):
     attention: AttentionKernel | list[AttentionKernel] | None = Field(None, description="flash | standard "
                                                                           "(fixed flash unless named).")
     schedule: Schedule | list[Schedule] | None = Field(None, description="1f1b | gpipe (fixed 1F1B unless named).")
+    ep_dispatcher: EpDispatcher | list[EpDispatcher] | None = Field(
+        None, description="MoE token dispatcher: alltoall | flex (fixed alltoall unless named).")
+    ep_overlap: BoolRule | None = Field(None, description="MoE all-to-all overlap (fixed off unless named).")
     precision: Precision | list[Precision] | None = Field(None, description="Training precisions to choose from "
                                                           "(bf16, fp16, fp8, mxfp8, nvfp4; default: training.precision "
                                                           "only): solve decides among those the system has a peak for.")

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from .common import Precision, Recompute, TpOverlap
+from .common import EpDispatcher, Precision, Recompute, TpOverlap
 
 
 class Stack(StrEnum):
@@ -42,7 +42,7 @@ class Stack(StrEnum):
 
 
 NO_OFFLOAD = {"weight_offload": [False], "activation_offload": [False], "optimizer_offload": [False],
-              "ep_overlap": [False], "ep_dispatcher": ["alltoall"]}  # nor Megatron-Core's MoE overlap / DeepEP
+              "ep_overlap": [False], "ep_dispatcher": [EpDispatcher.ALLTOALL]}  # nor Megatron-Core's MoE overlap, DeepEP
 
 # knob -> values the stack offers (knobs not named: as Megatron-Core)
 PROFILES: dict[Stack, dict[str, list]] = {
@@ -61,7 +61,6 @@ PROFILES: dict[Stack, dict[str, list]] = {
                       "pp_embedding_loss": [False], **NO_OFFLOAD,
                       "precision": [Precision.BF16, Precision.FP16, Precision.FP32]},
 }
-EXECUTION_ONLY = {"ep_overlap", "ep_dispatcher"}  # knobs `evaluate` takes and `search` does not open
 INT_KNOBS = {"tp", "pp", "vpp", "cp", "zero", "dp", "ep", "etp", "micro_batch"}
 
 
@@ -78,8 +77,6 @@ def restrict(stack: Stack, rules: dict) -> dict:
     knob the file fixed); other knobs become the list offered; a single value the stack lacks leaves none."""
     out = dict(rules)
     for knob, allowed in PROFILES[Stack(stack)].items():
-        if knob in EXECUTION_ONLY:
-            continue  # an execution-only knob (`solve` keeps its default)
         r = out.get(knob)
         if r is None and knob == "precision":
             continue  # the training precision stays fixed unless `search` opens it (checked at load time)
