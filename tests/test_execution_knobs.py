@@ -48,6 +48,8 @@ def test_recompute_modules_trade_memory_for_time():
     assert more["activations"] < core["activations"] and more["recompute"] > core["recompute"]
     up = run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **base, recompute_modules=["mla_up_proj"])
     assert up["activations"] < core["activations"]
+    with pytest.raises(ValueError, match="recompute_modules needs recompute: selective"):
+        Execution(tp=1, recompute="full", recompute_modules=["layernorm"])
 
 
 def test_moe_dispatcher_and_overlap():

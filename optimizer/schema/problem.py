@@ -107,6 +107,8 @@ class Execution(Frozen):
                 raise ValueError(f"placement: unknown axis {sorted(bad)}")
         if self.activation_offload_layers is not None and not self.activation_offload:
             raise ValueError("activation_offload_layers needs activation_offload: true")
+        if self.recompute_modules and self.recompute != Recompute.SELECTIVE:
+            raise ValueError("recompute_modules needs recompute: selective")
         return self
 
 
