@@ -58,6 +58,11 @@ class Space:
         return self.knobs.size
 
 
+OPENED = {"fused_layers": BOOL, "attention": ["flash", "standard"], "pp_rs_ag": BOOL, "schedule": ["1f1b", "gpipe"],
+          "sp_ag_redo": BOOL, "ep_dispatcher": ["alltoall", "flex"], "ep_overlap": BOOL}
+"""Knobs fixed at one value (`knob_domains`) unless `search` names them, and their values then."""
+
+
 def knob_domains(problem: Problem) -> dict[str, list]:
     """Values each knob may take before the cross-knob rules (divisibility, memory)."""
     p, sysm = problem, problem.system
@@ -98,12 +103,8 @@ def knob_domains(problem: Problem) -> dict[str, list]:
     for name, rule in search.items():
         if name in PROBLEM_LEVEL:
             continue
-        opened = {"fused_layers": BOOL, "attention": ["flash", "standard"], "pp_rs_ag": BOOL,
-                  "schedule": ["1f1b", "gpipe"], "sp_ag_redo": BOOL, "ep_dispatcher": ["alltoall", "flex"],
-                  "ep_overlap": BOOL}  # fixed at their first value unless `search` names them
-        if name in opened and rule is not None:
-            full = opened[name]
-            dom[name] = full
+        if name in OPENED and rule is not None:
+            dom[name] = OPENED[name]
         try:
             dom[name] = _restrict(name, dom[name] if dom[name] else divisors(n), rule)
         except (TypeError, ValueError) as e:

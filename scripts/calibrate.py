@@ -53,16 +53,15 @@ def curve(e1: float, e2: float, e3: float) -> list[list[float]]:
     return pts
 
 
-SHAPE: list[list[float]] = []
-SHAPE_OF: list[str] = []  # --shape: a reference GPU's fitted curve, scaled by one level ("level")
+SHAPE: dict = {}  # --shape: {"of": a calibrated GPU, "curve": its fitted curve}, scaled by one level ("level")
 
 
 def shaped(level: float) -> list[list[float]]:
     """The reference curve (`--shape`) scaled so that its largest value is `level`: one parameter for a GPU
     with too few runs to fit a curve's shape (the GEMM efficiency shape is the wave/launch physics of the
     kernels, shared by GPUs of one vendor's tensor-core generation and the next)."""
-    top = max(v for _, v in SHAPE)
-    return [[g, round(min(v * level / top, 0.99), 4)] for g, v in SHAPE]
+    top = max(v for _, v in SHAPE["curve"])
+    return [[g, round(min(v * level / top, 0.99), 4)] for g, v in SHAPE["curve"]]
 
 
 HBM_PRIOR = [[0.1, 0.35], [1.0, 0.6], [10.0, 0.8], [100.0, 0.88], [1000.0, 0.9]]  # [MB, fraction]
@@ -120,9 +119,8 @@ def main() -> int:
     if args.transfer:
         return transfer(args.gpu, args.transfer)
     if args.shape:
-        SHAPE_OF[:] = [args.shape]
-        SHAPE[:] = [list(map(float, pt)) for pt in
-                    validate_model(System, read_yaml(find_in_library("system", args.shape))).matrix_efficiency]
+        SHAPE.update(of=args.shape, curve=[list(map(float, pt)) for pt in validate_model(
+            System, read_yaml(find_in_library("system", args.shape))).matrix_efficiency])
     docs = [load_runs(f) for f in args.runs]
     doc = docs[0]
     doc.data = [r for d in docs for r in d.data]
@@ -214,7 +212,7 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: floa
     fitted = []
     if "e1" in x or "level" in x:
         table = curve(x["e1"], x["e2"], x["e3"]) if "e1" in x else shaped(x["level"])
-        how = "" if "e1" in x else f" as one level {x['level']:.4f} on the shape of {SHAPE_OF[0]}'s curve"
+        how = "" if "e1" in x else f" as one level {x['level']:.4f} on the shape of {SHAPE['of']}'s curve"
         lines = _replace_block(lines, "matrix_efficiency", [
             f"matrix_efficiency:  # {note}{how}; [GFLOP per GEMM, fraction of peak]"]
             + [f"  - [{p:g}, {v}]" for p, v in table])

@@ -174,6 +174,13 @@ class Tiers:
         )
 
 
+def members_per_domain(tiers: Tiers, tier, n, stride):
+    """Members of a group of n ranks placed `stride` ranks apart that share one domain of the tier below
+    `tier` (all n on tier 0), and the index of that inner tier."""
+    inner = np.maximum(tier - 1, 0)
+    return np.where(tier > 0, np.clip(np.floor(tiers.size[inner] / np.asarray(stride, dtype=float)), 1.0, n), n), inner
+
+
 def collective_time(kind: str, nbytes, group, tier, tiers: Tiers, stride=None):
     """Time of one collective of `nbytes` per GPU over `group` GPUs on network `tier` (arrays ok), the
     group's ranks `stride` apart (Megatron rank order: a data-parallel group is tp apart).
@@ -198,9 +205,8 @@ def collective_time(kind: str, nbytes, group, tier, tiers: Tiers, stride=None):
     lat = tiers.latency[tier]
     frac = (n - 1.0) / np.maximum(n, 1.0)
     if kind in ("ar", "rs", "ag") and stride is not None:
-        inner = np.maximum(tier - 1, 0)
-        local = np.where(tier > 0, np.clip(np.floor(tiers.size[inner] / np.asarray(stride, dtype=float)), 1.0, n), 1.0)
-        bw = np.where(local > 1, np.minimum(local * bw, tiers.bandwidth[inner]), bw)
+        local, inner = members_per_domain(tiers, tier, n, stride)
+        bw = np.where((tier > 0) & (local > 1), np.minimum(local * bw, tiers.bandwidth[inner]), bw)
     if kind == "ar":
         t = 2.0 * frac * s / bw + 2.0 * (n - 1.0) * lat
     elif kind in ("rs", "ag", "a2a"):
@@ -237,8 +243,7 @@ def a2a_time(nbytes, group, tier, tiers: Tiers, stride=1, copies=1.0):
     tier = np.asarray(tier, dtype=int)
     stride = np.asarray(stride, dtype=float)
     bw, lat = tiers.bandwidth[tier], tiers.latency[tier]
-    inner = np.maximum(tier - 1, 0)
-    local = np.where(tier > 0, np.clip(np.floor(tiers.size[inner] / stride), 1.0, n), n)
+    local, inner = members_per_domain(tiers, tier, n, stride)
     out_frac = (n - local) / np.maximum(n, 1.0)  # rows bound outside the own domain
     t_in = (local - 1.0) / np.maximum(n, 1.0) * s / tiers.bandwidth[inner]
     copies = np.asarray(copies, dtype=float)
