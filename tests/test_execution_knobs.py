@@ -113,7 +113,9 @@ def test_solve_decides_the_moe_dispatcher_and_overlap_when_search_names_them(tmp
     assert a.status == b.status == "optimal"
     ea, eb = a.plans[0].evaluation.execution, b.plans[0].evaluation.execution
     assert ea.ep_dispatcher.value == "alltoall" and not ea.ep_overlap
-    assert b.plans[0].objective_s <= a.plans[0].objective_s
+    # opened, the optimum is strictly faster, so it uses what was opened; across nodes, the flex dispatcher
+    assert b.plans[0].objective_s < a.plans[0].objective_s
+    assert eb.ep_dispatcher.value == "flex" or eb.ep_overlap
     if eb.ep > 8:  # experts over several 8-GPU nodes
         assert eb.ep_dispatcher.value == "flex"
     tt = tmp_path / "tt.yaml"
