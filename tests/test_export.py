@@ -22,12 +22,12 @@ VALUED = ["--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--n
           "--expert-tensor-parallel-size", "--moe-shared-expert-intermediate-size", "--kv-lora-rank",
           "--qk-pos-emb-head-dim", "--v-head-dim", "--q-lora-rank", "--fp8-format", "--fp8-recipe", "--fp4-format",
           "--fp4-recipe", "--recompute-granularity",
-          "--recompute-method", "--recompute-num-layers"]
+          "--recompute-method", "--recompute-num-layers", "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend"]
 SWITCHES = ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
             "--group-query-attention", "--swiglu", "--squared-relu", "--untie-embeddings-and-output-weights",
             "--disable-bias-linear", "--multi-latent-attention", "--bf16", "--fp16", "--sequence-parallel",
             "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap",
-            "--use-flash-attn", "--optimizer-cpu-offload"]
+            "--use-flash-attn", "--optimizer-cpu-offload", "--overlap-moe-expert-parallel-comm"]
 
 
 def megatron_parser() -> argparse.ArgumentParser:
@@ -73,6 +73,21 @@ def test_moe_flags():
     a = parse(emit("megatron", _problem("mixtral-8x7b", ex), ex))
     assert a.num_experts == "8" and a.moe_router_topk == "2" and a.moe_ffn_hidden_size == "14336"
     assert a.expert_model_parallel_size == "8" and a.expert_tensor_parallel_size == "1"
+    assert a.moe_token_dispatcher_type is None and not a.overlap_moe_expert_parallel_comm  # Megatron's defaults
+    ex = Execution(tp=2, pp=4, ep=8, etp=1, ep_dispatcher="flex", ep_overlap=True)
+    a = parse(emit("megatron", _problem("mixtral-8x7b", ex), ex))
+    assert a.moe_token_dispatcher_type == "flex" and a.moe_flex_dispatcher_backend == "deepep"
+    assert a.overlap_moe_expert_parallel_comm
+
+
+@pytest.mark.parametrize("zero,dp_overlap", [(0, True), (1, True), (1, False)])
+def test_dp_overlap_flags(zero, dp_overlap):
+    """Gradient reduction overlaps with --overlap-grad-reduce; the distributed optimizer's parameter all-gather
+    too (--overlap-param-gather) when it shards (ZeRO-1), whatever the MoE knobs."""
+    ex = Execution(tp=8, pp=4, zero=zero, dp_overlap=dp_overlap)
+    a = parse(emit("megatron", _problem("llama3.1-70b", ex), ex))
+    assert a.overlap_grad_reduce == dp_overlap
+    assert a.overlap_param_gather == (dp_overlap and zero >= 1)
 
 
 def test_unknown_target():

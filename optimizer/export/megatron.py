@@ -86,12 +86,12 @@ def args(problem, ex) -> tuple[list[str], list[str]]:
         notes.append(f"ZeRO-{ex.zero} has no Megatron-LM flag: use Megatron FSDP or torch FSDP for this plan")
     if ex.dp_overlap:
         a.append("--overlap-grad-reduce")
+        if ex.zero >= 1:
+            a.append("--overlap-param-gather")
     if ex.ep_dispatcher.value == "flex":
         a += ["--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep"]  # DeepEP (or hybridep)
     if ex.ep_overlap:
         a.append("--overlap-moe-expert-parallel-comm")  # Megatron-Core >= 0.14
-        if ex.zero >= 1:
-            a.append("--overlap-param-gather")
     if ex.tp_overlap.value != "none":
         a.append("--tp-comm-overlap")
     if ex.attention.value == "flash":
