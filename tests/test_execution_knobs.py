@@ -48,6 +48,12 @@ def test_recompute_modules_trade_memory_for_time():
     assert more["activations"] < core["activations"] and more["recompute"] > core["recompute"]
     up = run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **base, recompute_modules=["mla_up_proj"])
     assert up["activations"] < core["activations"]
+    # the context-parallel K/V ring runs again only when the attention core does
+    cp = dict(tp=1, pp=1, cp=4, dp=2, micro_batch=1, recompute="selective")
+    ring = {tuple(m): run("llama3.1-8b", "h100-sxm-80gb", 8, 16, **cp, recompute_modules=m)["cp_link"]
+            for m in (["core_attn"], ["layernorm"])}
+    plain = run("llama3.1-8b", "h100-sxm-80gb", 8, 16, tp=1, pp=1, cp=4, dp=2, micro_batch=1)["cp_link"]
+    assert ring[("layernorm",)] == pytest.approx(plain) and ring[("core_attn",)] == pytest.approx(plain * 4 / 3)
     with pytest.raises(ValueError, match="recompute_modules needs recompute: selective"):
         Execution(tp=1, recompute="full", recompute_modules=["layernorm"])
 

@@ -302,24 +302,15 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     fw = gemm_fw + attn_fw + ew_fw
     bw = gemm_bw + attn_bw + ew_bw
     # recompute: full re-runs the forward; selective re-runs the modules of `rec_modules` (Megatron-Core
-    # recompute_modules; none named: the attention core)
+    # recompute_modules; none named: the attention core), costed with the stored bytes below
     rm = np.where(k.rec_modules == 0, RECOMPUTE_BITS[RecomputeModule.CORE_ATTN], k.rec_modules)
 
     def has(m):
-        return (rm & RECOMPUTE_BITS[m]) > 0
+        return (rec == 1) & ((rm & RECOMPUTE_BITS[m]) > 0)
 
-    mla = llm.mla is not None
-    sel_t = (np.where(has(RecomputeModule.CORE_ATTN), attn_fw, 0.0) + np.where(has(RecomputeModule.LAYERNORM), 2 * norm_fw, 0.0)
-             + np.where(has(RecomputeModule.MOE_ACT), eact_fw, 0.0)
-             + np.where(has(RecomputeModule.MLA_UP_PROJ) & mla, qkv_fw, 0.0)
-             + np.where(has(RecomputeModule.MLP), up_fw + dn_fw + act_fw, 0.0))
-    sel_fl = (np.where(has(RecomputeModule.CORE_ATTN), attn_fl_fw, 0.0)
-              + np.where(has(RecomputeModule.MLA_UP_PROJ) & mla, qkv_fl, 0.0)
-              + np.where(has(RecomputeModule.MLP), up_fl + dn_fl, 0.0))
-    re = np.where(rec == 2, fw, np.where(rec == 1, sel_t, 0.0))
+    attn_redone = (rec == 2) | has(RecomputeModule.CORE_ATTN)  # the attention core (and its CP ring) runs again
     hw_fw = gemm_fl + attn_fl_fw
     hw_bw = 2 * gemm_fl + attn_fl_bw
-    hw_re = np.where(rec == 2, hw_fw, np.where(rec == 1, sel_fl, 0.0))
 
     # ---------------------------------------------------------------- TP collectives
     M = T * h * e  # one full activation of the micro-batch
@@ -353,12 +344,12 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     step = collective_time("p2p", kv_chunk, cp, k.tier_cp, ctx.tiers)
     cp_fw = (cp - 1.0) * step
     cp_bw = 2.0 * cp_fw  # dK, dV travel back with K, V
-    cp_re = np.where(rec >= 1, cp_fw, 0.0)
+    cp_re = np.where(attn_redone, cp_fw, 0.0)
     cp_link = cp_fw + cp_bw + cp_re
-    att_re = np.where(rec >= 1, attn_fw, 0.0)
+    att_re = np.where(attn_redone, attn_fw, 0.0)
     cp_exp = np.where(cp > 1, np.maximum(cp_fw - attn_fw * (cp - 1) / cp, 0.0) + step
                       + np.maximum(cp_bw - attn_bw * (cp - 1) / cp, 0.0) + step
-                      + np.where(rec >= 1, np.maximum(cp_re - att_re * (cp - 1) / cp, 0.0) + step, 0.0), 0.0)
+                      + np.where(attn_redone, np.maximum(cp_re - att_re * (cp - 1) / cp, 0.0) + step, 0.0), 0.0)
 
     # ---------------------------------------------------------------- stored activations (bytes)
     split_n = np.where(sp, 1.0 / tp, 1.0)  # norm/dropout region
@@ -373,13 +364,20 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     up_in = ge * T * h * gemm_in_rep if f > 0 else 0.0
     act_store = e * T * f / tp * act_in + ge * T * f / tp
     full = norms + qkv_in + q_k_v + scores + proj_in + drop_masks + up_in + act_store + moe_store
-    sel = full - (np.where(has(RecomputeModule.CORE_ATTN), np.where(flash, proj_in, scores), 0.0)
-                  + np.where(has(RecomputeModule.LAYERNORM), qkv_in + up_in, 0.0)
-                  + np.where(has(RecomputeModule.MOE_ACT), moe_act_in, 0.0)
-                  + np.where(has(RecomputeModule.MLA_UP_PROJ) & mla, q_k_v, 0.0)
-                  + np.where(has(RecomputeModule.MLP), up_in + act_store, 0.0))
+    # selective recompute, per module: (forward time run again, its hardware FLOPs, bytes no longer kept)
+    none = (0.0, 0.0, 0.0)
+    modules = {
+        RecomputeModule.CORE_ATTN: (attn_fw, attn_fl_fw, np.where(flash, proj_in, scores)),
+        RecomputeModule.LAYERNORM: (2.0 * norm_fw, 0.0, qkv_in + up_in),
+        RecomputeModule.MOE_ACT: (eact_fw, 0.0, moe_act_in),
+        RecomputeModule.MLA_UP_PROJ: (qkv_fw, qkv_fl, q_k_v) if llm.mla is not None else none,
+        RecomputeModule.MLP: (up_fw + dn_fw + act_fw, up_fl + dn_fl, up_in + act_store),
+    }
+    sel_t, sel_fl, saved = (sum(np.where(has(m), v[i], 0.0) for m, v in modules.items()) for i in range(3))
+    re = np.where(rec == 2, fw, sel_t)
+    hw_re = np.where(rec == 2, hw_fw, sel_fl)
     ckpt = e * T * h * split_n
-    stored = np.where(rec == 2, ckpt, np.where(rec == 1, sel, full))
+    stored = np.where(rec == 2, ckpt, full - saved)
 
     # MoE all-to-all overlapped with another micro-batch's compute (Megatron-Core
     # overlap_moe_expert_parallel_comm: the 1F1B steady state merges one micro-batch's forward with another's
