@@ -250,7 +250,7 @@ def zero_legal(z, dp_group_is_one) -> np.ndarray:
     return (np.asarray(dp_group_is_one) == 0) | (np.asarray(z) == 0)
 
 
-_MOOT_WHEN = {  # knob -> the layouts where it has no effect: tp == 1, pp == 1, no data-parallel group
+_MOOT_WHEN = {  # knob -> the layouts where it has no effect: tp == 1, pp == 1, no data-parallel group, ep == 1
     "sequence_parallel": ("tp",), "sp_ag_redo": ("tp",), "tp_overlap": ("tp",), "pp_rs_ag": ("tp", "pp"),
     "schedule": ("pp",), "vpp": ("pp",), "pp_embedding_loss": ("pp",), "zero": ("dp",), "dp_overlap": ("dp",),
     "ep_dispatcher": ("ep",), "ep_overlap": ("ep",),

@@ -253,11 +253,12 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     mods = re.search(r"recompute_modules \[([^\]]*)\]", notes)
     if par.get("recompute") == "selective" and mods:
         names = re.findall(r"'([a-z_]+)'", mods.group(1))
-        known = [n for n in names if n in {m.value for m in RecomputeModule}]
+        known = [n for n in names if n in RecomputeModule.__members__.values()]
+        unknown = [n for n in names if n not in known]
         if known:
             fixed["recompute_modules"] = known
             out.assumptions.append(f"selective recompute of {', '.join(known)} (notes: recompute_modules)"
-                                   + (f"; not modelled: {', '.join(set(names) - set(known))}" if set(names) - set(known) else ""))
+                                   + (f"; not modelled: {', '.join(unknown)}" if unknown else ""))
     if par.get("recompute") is None:
         free["recompute"] = ["none", "selective", "full"] if _has(year, "selective_recompute") else ["none", "full"]
         out.assumptions.append("recompute null: chosen by the model")

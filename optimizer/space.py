@@ -256,11 +256,9 @@ def build_space(problem: Problem) -> Space:
         return Space(Knobs.from_dict({f: [] for f in Knobs.__dataclass_fields__}))
     M = np.concatenate(rows, axis=0)
     tp, pp, dp, cp, vpp, mb, t_tp, t_cp, t_dp, t_pp, ep, etp, t_ep, el = (M[:, i] for i in range(14))
-    (rec, sp, ov, zero, dpo, woff, aoff, ooff, fused, flash, pprsag, gpipe, redo, epd, epo) = \
-        (M[:, 14 + i] for i in range(15))
-    k = Knobs(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, micro_batch=mb, recompute=rec, sequence_parallel=sp, tp_comm=sp,
-              sp_ag_redo=redo, tp_overlap=ov, pp_rs_ag=pprsag, pp_embedding_loss=el, dp_overlap=dpo, zero=zero, fused_layers=fused, attention=flash,
-              schedule=gpipe, weight_offload=woff, activation_offload=aoff, optimizer_offload=ooff, tier_tp=t_tp, tier_cp=t_cp,
-              tier_ep=t_ep, tier_dp=t_dp, tier_pp=t_pp, ep_dispatcher=epd, ep_overlap=epo)
+    other = {name: M[:, 14 + i] for i, name in enumerate(OTHER)}  # OTHER names the Knobs fields they fill
+    k = Knobs(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, micro_batch=mb, pp_embedding_loss=el,
+              tp_comm=other["sequence_parallel"], tier_tp=t_tp, tier_cp=t_cp, tier_ep=t_ep, tier_dp=t_dp, tier_pp=t_pp,
+              **other)
     assert k.size == c.size
     return Space(k)

@@ -97,10 +97,12 @@ def unsupported(stack: Stack, rules: dict) -> list[tuple[str, str]]:
     errs = []
     for knob, allowed in PROFILES[Stack(stack)].items():
         r = rules.get(knob)
-        vals = (r.get("in") if isinstance(r, dict) else None) if (r is None or isinstance(r, dict)) else \
-            (r if isinstance(r, list) else [r])
+        if isinstance(r, dict):  # a range: only its `in` list can miss the stack
+            vals = r.get("in")
+        else:
+            vals = r if isinstance(r, list) or r is None else [r]
         if vals is not None and not any(v in allowed for v in vals):
-            errs.append((knob, not_offered(stack, knob, vals if isinstance(r, (dict, list)) else r)))
+            errs.append((knob, not_offered(stack, knob, r if not isinstance(r, dict) else vals)))
     return errs
 
 
@@ -123,7 +125,7 @@ def execution_warnings(stack: Stack, ex) -> list[str]:
     (`layout.moot`: e.g. sequence parallelism at tp 1)."""
     from ..layout import moot
 
-    no_dp = getattr(ex, "dp", 2) == 1 and getattr(ex, "cp", 1) == 1
+    no_dp = ex.dp == 1 and ex.cp == 1
     return [f"{knob}={not_offered(stack, knob, getattr(ex, knob))}" for knob, allowed in PROFILES[Stack(stack)].items()
-            if knob != "precision" and getattr(ex, knob, None) is not None and getattr(ex, knob) not in allowed
-            and not moot(knob, ex.tp, ex.pp, no_dp)]
+            if knob != "precision" and getattr(ex, knob) not in allowed
+            and not moot(knob, ex.tp, ex.pp, no_dp, ex.ep == 1)]
