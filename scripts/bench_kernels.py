@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from optimizer.loader import load_named  # noqa: E402
 from optimizer.model.hardware import Hardware  # noqa: E402
+from optimizer.model.layer import flash_attention  # noqa: E402
 from optimizer.schema import LLM, Execution, Precision, Problem, System, Training  # noqa: E402
 
 DEFAULT = ROOT.parent / "shared" / "measurements" / "h100-sxm-80gb-microbench.json"
@@ -50,10 +51,8 @@ def attention_errors(data: dict, system: System) -> list[tuple[str, float]]:
     out = []
     for a in data["attn"]:
         b, s, h, kv, d = a["b"], a["s"], a["heads"], a["kv_heads"], a["head_dim"]
-        fl = 4.0 * b * h * s * s * d * 0.5
-        nbytes = 2.0 * b * s * d * (2.0 * h + 2.0 * kv) + 4.0 * b * h * s
-        t = float(hw.attention_kernel(fl, nbytes, rows=s, keys=s, heads=b * h)
-                  + hw.attention_kernel(2.5 * fl, 2.5 * nbytes, rows=s, keys=s, heads=b * h))
+        fw, bw, _ = flash_attention(hw, b, h, kv, d, s, s, 2.0)  # the layer's own kernel, BF16
+        t = float(fw + bw)
         out.append((f"b{b} s{s} heads {h}/{kv}", t / a["fwbw_s"] - 1))
     return out
 

@@ -136,6 +136,19 @@ def kv_per_rank(llm: LLM, tp):
     return np.maximum(llm.kv / tp, 1.0)
 
 
+def flash_attention(hw: Hardware, b, q_heads, kv_heads, d, sq, sk, e):
+    """Causal flash attention of `b` sequences, `q_heads` query and `kv_heads` K/V heads of size `d` per GPU,
+    `sq` queries against `sk` keys (the causal half of the scores computed; load-balanced over cp ranks):
+    (forward s, backward s, forward FLOPs). One kernel each way, the backward 2.5x the forward's work; it reads
+    Q, K, V, O and writes the softmax statistics (`Hardware.attention_kernel` times it by size)."""
+    heads = b * q_heads
+    flops = 4.0 * heads * sq * sk * d * 0.5
+    nbytes = e * b * sq * d * (2.0 * q_heads + 2.0 * kv_heads) + 4.0 * heads * sq
+    fw = hw.attention_kernel(flops, nbytes, rows=sq, keys=sk, heads=heads)
+    bw = hw.attention_kernel(2.5 * flops, 2.5 * nbytes, rows=sq, keys=sk, heads=heads)
+    return fw, bw, flops
+
+
 def _elementwise(hw: Hardware, n, flops_per, bytes_per, passes):
     """n elements, `passes` memory passes of `bytes_per` each (fused kernels: 1 pass)."""
     return hw.vector(n * flops_per, n * bytes_per * passes)
@@ -201,11 +214,7 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     std_fw = qk_fw + pv_fw + softmax_fw + adrop_fw
     std_bw = 2.0 * (qk_fw + pv_fw) + softmax_bw + adrop_bw
     std_fl = 4.0 * batch * sq * sk * d
-    # flash: one kernel; causal half of the scores computed (load-balanced over cp ranks)
-    fl_flops = 4.0 * batch * sq * sk * d * 0.5
-    fl_bytes = e * T * d * (2.0 * ah + 2.0 * kvr) + 4.0 * batch * sq
-    fla_fw = hw.attention_kernel(fl_flops, fl_bytes, rows=sq, keys=sk, heads=batch)
-    fla_bw = hw.attention_kernel(2.5 * fl_flops, 2.5 * fl_bytes, rows=sq, keys=sk, heads=batch)
+    fla_fw, fla_bw, fl_flops = flash_attention(hw, b, ah, kvr, d, sq, sk, e)
     attn_fw = np.where(flash, fla_fw, std_fw)
     attn_bw = np.where(flash, fla_bw, std_bw)
     attn_fl_fw = np.where(flash, fl_flops, std_fl)
