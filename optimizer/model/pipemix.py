@@ -49,7 +49,7 @@ from .compose import dp_exposed as dp_exposed_by_zero
 from .compose import edge_head
 from .hardware import Tiers, collective_time
 from .knobs import RECOMPUTE, Knobs, from_execution
-from .step import GIB, adam_time, evaluate, layer_params_per_gpu, make_ctx, state_bytes
+from .step import GIB, adam_time, dp_reductions, evaluate, layer_params_per_gpu, make_ctx, state_bytes
 
 FIRST, MIDDLE, LAST = "first", "middle", "last"
 
@@ -145,9 +145,7 @@ def group_terms(problem: Problem, dp: int, mb: int, n_mb: int, role: str, tp, re
         (vh + llm.hidden * (2 if llm.bias else 1) if role == LAST else 0.0)
     wb, gb, ob = state_bytes(ctx)
     d = float(dp)
-    RS = collective_time("rs", P * gb, d, tier_dp, tiers, stride=tp)
-    AR = collective_time("ar", P * gb, d, tier_dp, tiers, stride=tp)
-    AG = collective_time("ag", P * wb, d, tier_dp, tiers, stride=tp)
+    RS, AR, AG = dp_reductions(P, gb, wb, d, tier_dp, tiers, stride=tp)
     link = RS + AG  # ZeRO-1 (`compose.dp_links`)
     bucket = 1.0 / np.maximum(L, 1.0)
     nl = n_mb * L

@@ -144,6 +144,14 @@ def state_bytes(ctx: Ctx) -> tuple[float, float, float]:
     return float(ctx.w_bytes), float(ctx.grad_bytes), ob
 
 
+def dp_reductions(params, gb: float, wb: float, group, tier, tiers: Tiers, stride):
+    """(reduce-scatter, all-reduce) of the gradients (`gb` bytes each) and the all-gather of the weights (`wb`)
+    of `params` parameters over a data-parallel group of `group` ranks `stride` apart on `tier`."""
+    return (collective_time("rs", params * gb, group, tier, tiers, stride=stride),
+            collective_time("ar", params * gb, group, tier, tiers, stride=stride),
+            collective_time("ag", params * wb, group, tier, tiers, stride=stride))
+
+
 def adam_time(hw: Hardware, P_upd, gb: float, ob: float, wb: float):
     """The optimizer step on the GPU, memory-bound Adam over the P_upd parameters a GPU updates: read the
     gradient, read and write the fp32 state, write the 16-bit weight (12 fp32 FLOP per parameter)."""
@@ -246,16 +254,12 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     dpg = dp * cp
     z = k.zero
     wb, gb, ob = state_bytes(ctx)
-    RS = collective_time("rs", P_ne * gb, dpg, k.tier_dp, tiers, stride=tp)
-    AR = collective_time("ar", P_ne * gb, dpg, k.tier_dp, tiers, stride=tp)
-    AG = collective_time("ag", P_ne * wb, dpg, k.tier_dp, tiers, stride=tp)
+    RS, AR, AG = dp_reductions(P_ne, gb, wb, dpg, k.tier_dp, tiers, stride=tp)
     if moe:
         edp = tp * cp * dp / (k.ep * k.etp)
-        t_edp = tier_of(tiers, tp * cp * dp)
-        es = k.ep * k.etp  # expert-data-parallel ranks are ep*etp apart (Megatron-Core expert rank order)
-        RS = RS + collective_time("rs", P_ex * gb, edp, t_edp, tiers, stride=es)
-        AR = AR + collective_time("ar", P_ex * gb, edp, t_edp, tiers, stride=es)
-        AG = AG + collective_time("ag", P_ex * wb, edp, t_edp, tiers, stride=es)
+        # expert-data-parallel ranks are ep*etp apart (Megatron-Core expert rank order)
+        ex_rs, ex_ar, ex_ag = dp_reductions(P_ex, gb, wb, edp, tier_of(tiers, tp * cp * dp), tiers, stride=k.ep * k.etp)
+        RS, AR, AG = RS + ex_rs, AR + ex_ar, AG + ex_ag
     else:
         edp = dpg
 
