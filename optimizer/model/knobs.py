@@ -48,10 +48,10 @@ class Knobs:
     tier_dp: np.ndarray
     tier_pp: np.ndarray
     pp_uneven: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # 0/1: ceil layers/stage
-    offload_layers: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # 0: all layers
+    activation_offload_layers: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # 0: all
     ep_overlap: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # 0/1: MoE A2A overlap
     ep_dispatcher: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # code: 0 alltoall, 1 flex
-    rec_modules: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # bits: 0 = core_attn
+    recompute_modules: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # bits; 0: core_attn
 
     @property
     def size(self) -> int:
@@ -120,9 +120,9 @@ def from_execution(ex: Execution, system: System, num_gpus: int) -> Knobs:
         attention=int(ex.attention == AttentionKernel.FLASH), schedule=int(ex.schedule == Schedule.GPIPE),
         weight_offload=int(ex.weight_offload), activation_offload=int(ex.activation_offload), optimizer_offload=int(ex.optimizer_offload),
         tier_tp=tiers["tp"], tier_cp=tiers["cp"], tier_ep=tiers["ep"], tier_dp=tiers["dp"], tier_pp=tiers["pp"],
-        pp_uneven=int(ex.pp_uneven), offload_layers=ex.activation_offload_layers or 0,
+        pp_uneven=int(ex.pp_uneven), activation_offload_layers=ex.activation_offload_layers or 0,
         ep_overlap=int(ex.ep_overlap), ep_dispatcher=int(ex.ep_dispatcher == EpDispatcher.FLEX),
-        rec_modules=sum(RECOMPUTE_BITS[m] for m in set(ex.recompute_modules or [])),
+        recompute_modules=sum(RECOMPUTE_BITS[m] for m in set(ex.recompute_modules or [])),
     )
     return Knobs.from_dict(d)
 
@@ -142,7 +142,7 @@ def to_execution(k: Knobs, system: System, i: int = 0) -> Execution:
         attention=AttentionKernel.FLASH if r["attention"] else AttentionKernel.STANDARD,
         weight_offload=bool(r["weight_offload"]), activation_offload=bool(r["activation_offload"]), optimizer_offload=bool(r["optimizer_offload"]),
         placement={ax: names[r[f"tier_{ax}"]] for ax in ("tp", "cp", "ep", "dp", "pp")},
-        pp_uneven=bool(r["pp_uneven"]), activation_offload_layers=r["offload_layers"] or None,
+        pp_uneven=bool(r["pp_uneven"]), activation_offload_layers=r["activation_offload_layers"] or None,
         ep_overlap=bool(r["ep_overlap"]), ep_dispatcher=EpDispatcher.FLEX if r["ep_dispatcher"] else EpDispatcher.ALLTOALL,
-        recompute_modules=[m for m, bit in RECOMPUTE_BITS.items() if r["rec_modules"] & bit] or None,
+        recompute_modules=[m for m, bit in RECOMPUTE_BITS.items() if r["recompute_modules"] & bit] or None,
     )

@@ -310,9 +310,9 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
 
     fw = gemm_fw + attn_fw + ew_fw
     bw = gemm_bw + attn_bw + ew_bw
-    # recompute: full re-runs the forward; selective re-runs the modules of `rec_modules` (Megatron-Core
+    # recompute: full re-runs the forward; selective re-runs the modules of `recompute_modules` (Megatron-Core
     # recompute_modules; none named: the attention core), costed with the stored bytes below
-    rm = np.where(k.rec_modules == 0, RECOMPUTE_BITS[RecomputeModule.CORE_ATTN], k.rec_modules)
+    rm = np.where(k.recompute_modules == 0, RECOMPUTE_BITS[RecomputeModule.CORE_ATTN], k.recompute_modules)
 
     def has(m):
         return (rec == 1) & ((rm & RECOMPUTE_BITS[m]) > 0)

@@ -291,8 +291,8 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
 
     # ------------------------------------------------------------ memory per GPU (bytes)
     w_off, a_on = k.weight_offload.astype(bool), k.activation_offload.astype(bool)
-    a_off = a_on & (k.offload_layers == 0)  # every stored layer but the two in use
-    a_part = np.where(a_on & ~a_off, np.minimum(k.offload_layers / np.maximum(Ls, 1), 1.0), 0.0)  # some layers
+    a_off = a_on & (k.activation_offload_layers == 0)  # every stored layer but the two in use
+    a_part = np.where(a_on & ~a_off, np.minimum(k.activation_offload_layers / np.maximum(Ls, 1), 1.0), 0.0)  # some layers
     two_layers = 2.0 * P_layer
     weights_full = np.where(z == 3, sharded(True) * wb + two_layers * wb, P_stage * wb)
     weights = np.where(w_off, two_layers * wb + (P_stage - L_stage * P_layer) * wb, weights_full)

@@ -125,7 +125,7 @@ class RecomputeModule(StrEnum):
     MLP = "mlp"  # the dense MLP: its inputs and activation output
 
 
-RECOMPUTE_BITS = {m: 1 << i for i, m in enumerate(RecomputeModule)}  # Knobs.rec_modules bit of each module
+RECOMPUTE_BITS = {m: 1 << i for i, m in enumerate(RecomputeModule)}  # Knobs.recompute_modules bit of each module
 
 
 class EpDispatcher(StrEnum):
