@@ -206,8 +206,17 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     eager = "eager" in notes
     if eager:
         out.assumptions.append("eager mode (notes): unfused element-wise kernels")
+    attention = "flash" if flash else "standard"
+    if flash and ("flashattention-2" in notes or (stack_of(run) == "torchtitan" and not re.search(r"cudnn|fa3", notes))):
+        attention = "flash2"
+        out.assumptions.append("FlashAttention-2 kernels: " + ("notes" if "flashattention-2" in notes else
+                               "torchtitan runs PyTorch SDPA, whose flash backend is FlashAttention-2 (cuDNN "
+                               "attention is the default only from PyTorch 2.9); notes naming cuDNN or FA3 win"))
     fixed: dict[str, Any] = dict(tp=par["tp"], pp=par["pp"], dp=par["dp"], cp=par["cp"], ep=par["ep"],
-                                 attention="flash" if flash else "standard", fused_layers=not eager)
+                                 attention=attention, fused_layers=not eager)
+    if "not compiled" in notes and not eager:
+        fixed["fused_loss"] = False
+        out.assumptions.append("loss: cross_entropy on an fp32 upcast of the logits, not compiled (notes)")
     free: dict[str, list] = {}
     off = re.search(r"cpu_offloading_num_layers\s*=\s*(\d+)", notes)
     if off:
@@ -233,7 +242,13 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
         fixed["micro_batch"] = par["micro_batch"]
     vpp_known = par.get("vpp") or 1
     L = m["layers"]
-    if par["pp"] > 1 and L % (par["pp"] * vpp_known) and (L + 2) % (par["pp"] * vpp_known) == 0:
+    megatron = stack_of(run) == "megatron-core"  # only Megatron-Core gives the embedding and loss a layer slot
+    if not megatron and par["pp"] > 1 and L % (par["pp"] * vpp_known):
+        fixed["pp_uneven"] = True
+        out.assumptions.append(f"layers {L} not divisible by pp*vpp = {par['pp'] * vpp_known}: {stack_of(run)} splits "
+                               "the stages by module (the embedding on the first, the output on the last); the "
+                               f"model times and sizes the busiest chunk, ceil({L} / {par['pp'] * vpp_known}) layers")
+    elif par["pp"] > 1 and L % (par["pp"] * vpp_known) and (L + 2) % (par["pp"] * vpp_known) == 0:
         fixed["pp_embedding_loss"] = True
         out.assumptions.append(f"layers {L} not divisible by pp*vpp = {par['pp'] * vpp_known} but layers + 2 are: "
                                "the embedding and the loss take a pipeline layer slot each (Megatron-Core "
@@ -307,7 +322,8 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
                               execution=Execution(**{k: v for k, v in fixed.items()}),
                               options=Options(memory_headroom_gib=0.0), stack=stack_of(run))
     except (ValidationError, ValueError, TypeError) as e:  # a record the schema cannot express
-        out.skip = f"cannot express as a problem: {e}"
+        why = "; ".join(x["msg"] for x in e.errors()) if isinstance(e, ValidationError) else str(e)
+        out.skip = f"cannot express as a problem: {' '.join(why.split())}"
         return out
     out.free = free
     return out

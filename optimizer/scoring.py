@@ -43,7 +43,7 @@ def score_runs(path: str) -> dict[str, Any]:
         t_pred = r["step_time"]
         row["stack"] = mapped.problem.stack.value
         row["predicted_step_time_s"] = t_pred
-        row["predicted_peak_memory_gib"] = r["hbm"] / 2**30
+        row["predicted_peak_memory_gib"] = r["hbm_reserved"] / 2**30  # as frameworks report it (max reserved)
         row["fits"] = pred.fits
         row["chosen"] = {k: v for k, v in pred.execution.model_dump(mode="json").items()
                          if k in mapped.free}

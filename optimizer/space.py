@@ -17,8 +17,9 @@ import numpy as np
 
 from .errors import ProblemError
 from .layout import Group, axis_values, capped, divisors, moot, placement, rule_masks
-from .model.knobs import RECOMPUTE, TP_OVERLAP, Knobs
-from .schema import Problem, Search
+from .model.knobs import ATTENTION, RECOMPUTE, TP_OVERLAP, Knobs
+from .schema import AttentionKernel, Problem, Search
+from .schema.stack import Stack, by_layout
 
 BOOL = [False, True]
 
@@ -129,18 +130,21 @@ OTHER = ["recompute", "sequence_parallel", "tp_overlap", "zero", "dp_overlap", "
          "activation_offload", "optimizer_offload", "fused_layers", "attention", "pp_rs_ag", "schedule",
          "sp_ag_redo", "ep_dispatcher", "ep_overlap"]
 _CODE = {"recompute": lambda v: RECOMPUTE.index(v), "tp_overlap": lambda v: TP_OVERLAP.index(v),
-         "attention": lambda v: int(str(getattr(v, "value", v)) == "flash"),
+         "attention": lambda v: ATTENTION.index(AttentionKernel(str(getattr(v, "value", v)))),
          "schedule": lambda v: int(str(getattr(v, "value", v)) == "gpipe"),
          "ep_dispatcher": lambda v: int(str(getattr(v, "value", v)) == "flex")}
 
 
 def _other_values(dom: dict[str, list], tp: int, pp: int, no_dp: bool, moe: bool = False,
-                  no_ep: bool = True) -> list[tuple[str, list[int]]]:
+                  no_ep: bool = True, stack: Stack = Stack.MEGATRON_CORE) -> list[tuple[str, list[int]]]:
     """Coded values of every other knob for a layout (only tp == 1, no data-parallel group, pp == 1, ep == 1
-    and, for MoE, tp > 1 matter)."""
+    and, for MoE, tp > 1 matter), narrowed to what the stack offers in such a layout (`stack.by_layout`)."""
     per = []
     for name in OTHER:
         vals = dom[name]
+        offered = by_layout(stack, name, pp)
+        if offered is not None:
+            vals = [v for v in vals if v in offered]
         if name == "sequence_parallel" and moe and tp > 1:
             vals = [v for v in vals if v] or vals  # Megatron-Core: MoE with TP requires SP
         if moot(name, tp, pp, no_dp, no_ep or not moe):  # one value of a knob without effect (`layout.moot`)
@@ -224,7 +228,7 @@ def compact_space(problem: Problem) -> Compact:
         edp = t_ * c_ * d_ // (e_ * et_)
         key = (t_ == 1, d_ * c_ == 1 and edp == 1, p_ == 1, e_ == 1)
         if key not in per_cache:
-            per_cache[key] = _other_values(dom, t_, p_, key[1], llm.moe is not None, e_ == 1)
+            per_cache[key] = _other_values(dom, t_, p_, key[1], llm.moe is not None, e_ == 1, p.stack)
         per = per_cache[key]
         vi, mi = np.nonzero(ok[x])
         li = len(layouts)

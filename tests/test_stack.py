@@ -40,13 +40,20 @@ def test_fsdp_plans_are_data_parallel_with_its_sharding_and_checkpointing(tmp_pa
         assert not ex.sequence_parallel and not ex.weight_offload
 
 
-def test_torchtitan_has_no_zero1_and_no_layer_slots(tmp_path):
+def test_torchtitan_zero_follows_the_pipeline_and_no_layer_slots(tmp_path):
+    """torchtitan's FSDP2 is ZeRO-1 with a pipeline (parameters kept gathered, gradients synchronised at the
+    last micro-batch) and ZeRO-0/2/3 without one; the embedding and loss take no layer slot."""
     p = _load(tmp_path, "stack: torchtitan\nsearch: {pp: [2, 4]}\n")
     r = solve(p, top=6)
     mc = solve(p.model_copy(update={"stack": "megatron-core"}))
     for plan in r.plans:
         ex = plan.evaluation.execution
-        assert ex.zero != 1 and not ex.pp_embedding_loss and not ex.pp_rs_ag and ex.pp in (2, 4)
+        assert ex.zero in (0, 1) and not ex.pp_embedding_loss and not ex.pp_rs_ag and ex.pp in (2, 4)
+    flat = solve(_load(tmp_path, "stack: torchtitan\nsearch: {pp: 1}\n"), top=6)
+    assert {pl.evaluation.execution.zero for pl in flat.plans} <= {0, 2, 3}
+    with pytest.raises((ProblemError, ProblemErrors)) as e:
+        _load(tmp_path, "stack: torchtitan\nexecution: {tp: 8, pp: 1, zero: 1}\n")
+    assert "zero" in str(e.value) and "pp=1" in str(e.value)
     # a narrower space is never faster
     assert r.plans[0].evaluation.result["step_time"] >= mc.plans[0].evaluation.result["step_time"] * (1 - 1e-9)
 
@@ -108,7 +115,7 @@ def test_emit_names_knobs_the_target_framework_lacks(tmp_path, capsys):
     import json
 
     path = tmp_path / "p.yaml"
-    path.write_text(BASE + "search: {zero: 1}\n")
+    path.write_text(BASE + "search: {zero: 1, pp: 1}\n")
     assert main(["solve", str(path), "-q", "--json", "--emit", "torchtitan"]) == 0
     warn = json.loads(capsys.readouterr().out)["emit"]["warnings"]
     assert any(w.startswith("zero=1 is not offered by stack torchtitan") for w in warn)

@@ -94,7 +94,7 @@ def args(problem, ex) -> tuple[list[str], list[str]]:
         a.append("--overlap-moe-expert-parallel-comm")  # Megatron-Core >= 0.14
     if ex.tp_overlap.value != "none":
         a.append("--tp-comm-overlap")
-    if ex.attention.value == "flash":
+    if ex.attention.value in ("flash", "flash2"):
         a.append("--use-flash-attn")
     if ex.optimizer_offload:
         a.append("--optimizer-cpu-offload")

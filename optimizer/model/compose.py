@@ -121,4 +121,6 @@ def activations(inflv, infl1, NL, Ls, vpp, pp, gpipe, a_off, stored, working, em
     last = np.where(a_off, 2, Ls * keep) * stored + working + logits
     act = np.where(pp > 1, np.maximum(first, last), first + logits)
     offact = np.where(a_off, (inflight - 2) * stored, inflight * a_part * stored)
-    return {"act": act, "offact": offact, "inflight": inflight}
+    # the loss's logits held by the worst stage (the last, or the only one), for the report
+    held_logits = np.where(pp > 1, np.where(last >= first, logits, 0 * logits), logits)
+    return {"act": act, "offact": offact, "inflight": inflight, "logits": held_logits}

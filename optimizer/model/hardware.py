@@ -128,13 +128,14 @@ class Hardware:
         t_c = flops / (self.matrix_peak * interp_log(flops / 1e9, self._mt) * self.wave_efficiency(m, n, batch))
         return self._combine(t_c, self.mem_time(nbytes))
 
-    def attention_kernel(self, flops, nbytes, rows=None, keys=None, heads=1):
+    def attention_kernel(self, flops, nbytes, rows=None, keys=None, heads=1, fa2=False):
         """A fused (flash) attention kernel: one thread block per 128-row query tile of each (sequence, head),
         `rows` queries against `keys` keys over `heads` sequence-heads. Its efficiency is attention_efficiency
-        times the wave quantization of its tiles over the SMs (as for GEMMs) times keys / (keys +
-        attention_overhead_keys) (each tile's fixed work against its loop over the keys). Without rows and
-        keys: the flat efficiency."""
-        eff = self.system.attention_efficiency
+        (`fa2`: attention_efficiency_fa2, FlashAttention-2 class kernels) times the wave quantization of its
+        tiles over the SMs (as for GEMMs) times keys / (keys + attention_overhead_keys) (each tile's fixed work
+        against its loop over the keys). Without rows and keys: the flat efficiency."""
+        s = self.system
+        eff = np.where(fa2, s.attention_efficiency_fa2 or s.attention_efficiency, s.attention_efficiency)
         if rows is not None and keys is not None:
             eff = eff * self.wave_efficiency(rows, ATTENTION_TILE[1], heads, tile=ATTENTION_TILE)
             k = np.asarray(keys, dtype=float)

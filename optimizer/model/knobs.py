@@ -15,6 +15,7 @@ from ..schema import AttentionKernel, EpDispatcher, Execution, Recompute, Schedu
 
 RECOMPUTE = [Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL]  # code = index
 TP_OVERLAP = [TpOverlap.NONE, TpOverlap.PIPE, TpOverlap.RING]
+ATTENTION = [AttentionKernel.STANDARD, AttentionKernel.FLASH, AttentionKernel.FLASH2]  # code = index (> 0: fused)
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class Knobs:
     dp_overlap: np.ndarray  # 0/1
     zero: np.ndarray  # 0..3
     fused_layers: np.ndarray  # 0/1
-    attention: np.ndarray  # code: 0 standard, 1 flash
+    attention: np.ndarray  # code: index in ATTENTION (0 standard, 1 flash, 2 flash2)
     schedule: np.ndarray  # code: 0 1F1B, 1 GPipe
     weight_offload: np.ndarray  # 0/1
     activation_offload: np.ndarray  # 0/1
@@ -52,6 +53,7 @@ class Knobs:
     ep_overlap: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # 0/1: MoE A2A overlap
     ep_dispatcher: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # code: 0 alltoall, 1 flex
     recompute_modules: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # bits; 0: core_attn
+    fused_loss: np.ndarray = field(default_factory=lambda: np.ones(1, dtype=np.int64))  # 0/1
 
     @property
     def size(self) -> int:
@@ -117,12 +119,13 @@ def from_execution(ex: Execution, system: System, num_gpus: int) -> Knobs:
         sp_ag_redo=int(ex.sp_ag_redo), tp_overlap=TP_OVERLAP.index(ex.tp_overlap), pp_rs_ag=int(ex.pp_rs_ag),
         pp_embedding_loss=int(ex.pp_embedding_loss),
         dp_overlap=int(ex.dp_overlap), zero=ex.zero, fused_layers=int(ex.fused_layers),
-        attention=int(ex.attention == AttentionKernel.FLASH), schedule=int(ex.schedule == Schedule.GPIPE),
+        attention=ATTENTION.index(ex.attention), schedule=int(ex.schedule == Schedule.GPIPE),
         weight_offload=int(ex.weight_offload), activation_offload=int(ex.activation_offload), optimizer_offload=int(ex.optimizer_offload),
         tier_tp=tiers["tp"], tier_cp=tiers["cp"], tier_ep=tiers["ep"], tier_dp=tiers["dp"], tier_pp=tiers["pp"],
         pp_uneven=int(ex.pp_uneven), activation_offload_layers=ex.activation_offload_layers or 0,
         ep_overlap=int(ex.ep_overlap), ep_dispatcher=int(ex.ep_dispatcher == EpDispatcher.FLEX),
         recompute_modules=sum(RECOMPUTE_BITS[m] for m in set(ex.recompute_modules or [])),
+        fused_loss=int(ex.fused_loss),
     )
     return Knobs.from_dict(d)
 
@@ -139,10 +142,11 @@ def to_execution(k: Knobs, system: System, i: int = 0) -> Execution:
         tp_overlap=TP_OVERLAP[r["tp_overlap"]], pp_rs_ag=bool(r["pp_rs_ag"]), pp_embedding_loss=bool(r["pp_embedding_loss"]),
         dp_overlap=bool(r["dp_overlap"]),
         zero=r["zero"], fused_layers=bool(r["fused_layers"]),
-        attention=AttentionKernel.FLASH if r["attention"] else AttentionKernel.STANDARD,
+        attention=ATTENTION[r["attention"]],
         weight_offload=bool(r["weight_offload"]), activation_offload=bool(r["activation_offload"]), optimizer_offload=bool(r["optimizer_offload"]),
         placement={ax: names[r[f"tier_{ax}"]] for ax in ("tp", "cp", "ep", "dp", "pp")},
         pp_uneven=bool(r["pp_uneven"]), activation_offload_layers=r["activation_offload_layers"] or None,
         ep_overlap=bool(r["ep_overlap"]), ep_dispatcher=EpDispatcher.FLEX if r["ep_dispatcher"] else EpDispatcher.ALLTOALL,
         recompute_modules=[m for m, bit in RECOMPUTE_BITS.items() if r["recompute_modules"] & bit] or None,
+        fused_loss=bool(r["fused_loss"]),
     )

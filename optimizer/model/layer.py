@@ -34,6 +34,7 @@ import numpy as np
 
 from ..schema import LLM, MlpKind, Precision
 from ..schema.common import RECOMPUTE_BITS, RecomputeModule
+from ..schema.stack import Stack
 from .hardware import BYTES, CAST_READS, QUANTIZED, Hardware, Tiers, a2a_time, collective_time, tier_of
 from .knobs import Knobs
 from .params import attention_params
@@ -51,6 +52,7 @@ class Ctx:
     precision: Precision
     grad_bytes: int
     master_weights: bool
+    stack: Stack = Stack.MEGATRON_CORE  # the framework: what `selective` recompute keeps (see `block_cost`)
 
     @property
     def e(self) -> int:
@@ -136,17 +138,51 @@ def kv_per_rank(llm: LLM, tp):
     return np.maximum(llm.kv / tp, 1.0)
 
 
-def flash_attention(hw: Hardware, b, q_heads, kv_heads, d, sq, sk, e):
+def flash_attention(hw: Hardware, b, q_heads, kv_heads, d, sq, sk, e, fa2=False):
     """Causal flash attention of `b` sequences, `q_heads` query and `kv_heads` K/V heads of size `d` per GPU,
     `sq` queries against `sk` keys (the causal half of the scores computed; load-balanced over cp ranks):
     (forward s, backward s, forward FLOPs). One kernel each way, the backward 2.5x the forward's work; it reads
-    Q, K, V, O and writes the softmax statistics (`Hardware.attention_kernel` times it by size)."""
+    Q, K, V, O and writes the softmax statistics (`Hardware.attention_kernel` times it by size; `fa2`:
+    FlashAttention-2 class kernels)."""
     heads = b * q_heads
     flops = 4.0 * heads * sq * sk * d * 0.5
     nbytes = e * b * sq * d * (2.0 * q_heads + 2.0 * kv_heads) + 4.0 * heads * sq
-    fw = hw.attention_kernel(flops, nbytes, rows=sq, keys=sk, heads=heads)
-    bw = hw.attention_kernel(2.5 * flops, 2.5 * nbytes, rows=sq, keys=sk, heads=heads)
+    fw = hw.attention_kernel(flops, nbytes, rows=sq, keys=sk, heads=heads, fa2=fa2)
+    bw = hw.attention_kernel(2.5 * flops, 2.5 * nbytes, rows=sq, keys=sk, heads=heads, fa2=fa2)
     return fw, bw, flops
+
+
+def per_op_sac(ctx: Ctx, k: Knobs, T, Tn, ah, kvr, d, f, ew_fw, moe_fw, ckpt):
+    """torchtitan's per-op selective activation checkpointing (activation_checkpoint.selective_ac_option
+    "op"; torchtitan parallelize_llama `_save_list` and `_custom_policy`): in each block the outputs of the
+    matmuls are saved except every second one, counted in forward order (q, k, v, o, then w1, w3, w2 of a
+    gated MLP or w1, w2: q, v, w1, w2 saved and k, o, w3 recomputed), and so are the flash-attention output
+    with its log-sum-exp and reduce-scatter outputs; every other op is recomputed in backward from those and
+    the block's input. An MoE MLP's grouped expert matmuls and all-to-alls are not in the save list: they run
+    again (`moe_fw`: their forward time and the dispatch link time). Returns (recompute time s, its hardware
+    FLOPs, stored bytes) per layer per micro-batch."""
+    hw, llm, e = ctx.hw, ctx.llm, ctx.e
+    h = llm.hidden
+    tp = k.tp.astype(float)
+    gi = ctx.gemm_in
+    sp = k.sequence_parallel.astype(bool)
+    gated = llm.mlp.gated
+    mlp = ([("w1", f / tp), ("w3", f / tp), ("w2", h)] if gated else [("w1", f / tp), ("w2", h)]) if f > 0 else []
+    mms = [("q", ah * d), ("k", kvr * d), ("v", kvr * d), ("o", h)] + mlp
+    k_in = {"o": ah * d, "w2": f / tp}  # the reduction dimension of each matmul (h for the others)
+    re_t = re_fl = 0.0
+    stored = ckpt + e * T * ah * d + 4.0 * T * ah  # the block input, the SDPA output and its log-sum-exp
+    for i, (name, n) in enumerate(mms, start=1):
+        kk = k_in.get(name, h)
+        if i % 2:  # odd positions are saved
+            stored = stored + e * T * n
+        else:
+            re_t = re_t + hw.gemm(T, n, kk, in_bytes=gi, out_bytes=e)
+            re_fl = re_fl + 2.0 * T * n * kk
+    # row-parallel outputs (o, w2) are reduced over TP: the reduce-scatter output (Tn x h) is saved under SP
+    stored = stored + np.where(sp & (tp > 1), e * Tn * h * (2.0 if f > 0 else 1.0), 0.0)
+    moe_t, moe_link = moe_fw
+    return re_t + ew_fw + moe_t + moe_link, re_fl, stored
 
 
 def _elementwise(hw: Hardware, n, flops_per, bytes_per, passes):
@@ -169,7 +205,7 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     T = b * s / cp  # tokens of the micro-batch on this rank
     sp = k.sequence_parallel.astype(bool)
     fused = k.fused_layers.astype(bool)
-    flash = k.attention.astype(bool)
+    flash = k.attention > 0  # flash or flash2 (fused); 2: FlashAttention-2 class kernels
     rec = k.recompute
     e, gi = ctx.e, ctx.gemm_in
     ge = gi if ctx.precision in QUANTIZED else e  # bytes of GEMM inputs kept for wgrad (FP8: 1)
@@ -214,7 +250,7 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     std_fw = qk_fw + pv_fw + softmax_fw + adrop_fw
     std_bw = 2.0 * (qk_fw + pv_fw) + softmax_bw + adrop_bw
     std_fl = 4.0 * batch * sq * sk * d
-    fla_fw, fla_bw, fl_flops = flash_attention(hw, b, ah, kvr, d, sq, sk, e)
+    fla_fw, fla_bw, fl_flops = flash_attention(hw, b, ah, kvr, d, sq, sk, e, fa2=k.attention == 2)
     attn_fw = np.where(flash, fla_fw, std_fw)
     attn_bw = np.where(flash, fla_bw, std_bw)
     attn_fl_fw = np.where(flash, fl_flops, std_fl)
@@ -383,10 +419,14 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
         RecomputeModule.MLP: (up_fw + dn_fw + act_fw, up_fl + dn_fl, up_in + act_store),
     }
     sel_t, sel_fl, saved = (sum(np.where(has(m), v[i], 0.0) for m, v in modules.items()) for i in range(3))
+    ckpt = e * T * h * split_n
+    sel_stored = full - saved
+    if ctx.stack == Stack.TORCHTITAN:  # `selective` is torchtitan's per-op policy, not Megatron-Core's modules
+        sel_t, sel_fl, sel_stored = per_op_sac(ctx, k, T, Tn, ah, kvr, d, f, ew_fw, moe_fw=(
+            np.asarray(gemm_fw) - (qkv_fw + prj_fw + up_fw + dn_fw) + eact_fw, ep_fw), ckpt=ckpt)
     re = np.where(rec == 2, fw, sel_t)
     hw_re = np.where(rec == 2, hw_fw, sel_fl)
-    ckpt = e * T * h * split_n
-    stored = np.where(rec == 2, ckpt, full - saved)
+    stored = np.where(rec == 2, ckpt, sel_stored)
 
     # MoE all-to-all overlapped with another micro-batch's compute (Megatron-Core
     # overlap_moe_expert_parallel_comm: the 1F1B steady state merges one micro-batch's forward with another's

@@ -32,10 +32,13 @@ from .knobs import Knobs
 from .compose import activations as compose_activations
 from .compose import dp_exposed as dp_exposed_by_zero
 from .compose import dp_links, edge_head, fsdp_traffic, layout_factors, mb_factors, pipeline, vpp_factors
+from ..schema.stack import Stack
 from .layer import BlockCost, Ctx, block_cost, kv_per_rank
 from .params import attention_params, count, mlp_matrices, model_flops_per_token
 
 GIB = 2.0**30
+ALLOCATOR_SLACK = 0.110  # PyTorch caching allocator: reserved / allocated - 1 at the peak; fitted by
+# scripts/calibrate_memory.py on the 20 published runs with a measured peak (torch.cuda max reserved)
 
 
 def make_ctx(problem: Problem) -> Ctx:
@@ -43,7 +46,7 @@ def make_ctx(problem: Problem) -> Ctx:
     grad_bytes = 4 if tr.grad_precision == Precision.FP32 else 2
     return Ctx(llm=problem.llm, hw=Hardware(problem.system, tr.precision), tiers=Tiers.of(problem.system),
                seq_len=problem.seq_len, global_batch=tr.global_batch, precision=tr.precision,
-               grad_bytes=grad_bytes, master_weights=tr.master_weights)
+               grad_bytes=grad_bytes, master_weights=tr.master_weights, stack=problem.stack)
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,9 @@ class StepResult:
     activations: np.ndarray
     reserved: np.ndarray
     hbm: np.ndarray
+    hbm_reserved: np.ndarray  # what the caching allocator holds at the peak (allocated tensors + its slack)
+    act_loss_logits: np.ndarray  # of `activations`: the loss's logits held by the worst stage
+    act_working: np.ndarray  # of `activations`: one layer's recompute working set
     offload_mem: np.ndarray
     offload_bw_need: np.ndarray  # byte/s the offload link must sustain to hide transfers
     # throughput
@@ -294,21 +300,37 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     a_off = a_on & (k.activation_offload_layers == 0)  # every stored layer but the two in use
     a_part = np.where(a_on & ~a_off, np.minimum(k.activation_offload_layers / np.maximum(Ls, 1), 1.0), 0.0)  # some layers
     two_layers = 2.0 * P_layer
-    weights_full = np.where(z == 3, sharded(True) * wb + two_layers * wb, P_stage * wb)
+    # FSDP (ZeRO-3) gathers two layers at a time (the one computing and the one prefetched). PyTorch FSDP2
+    # (torchtitan) keeps no sharded 16-bit copy, its sharded fp32 parameters are the master weights (counted in
+    # the optimizer state), and it reduce-scatters one layer's unsharded 16-bit gradients through an fp32 copy
+    # (MixedPrecisionPolicy reduce_dtype fp32): a transient of a layer's parameters x (wb + gb)
+    fsdp2 = ctx.stack == Stack.TORCHTITAN
+    shard_copy = 0.0 if fsdp2 else 1.0
+    weights_full = np.where(z == 3, shard_copy * sharded(True) * wb + two_layers * wb, P_stage * wb)
     weights = np.where(w_off, two_layers * wb + (P_stage - L_stage * P_layer) * wb, weights_full)
-    grads_full = sharded(z >= 2) * gb
+    grads_full = sharded(z >= 2) * gb + np.where((z == 3) & fsdp2, P_layer * (wb + gb), 0.0)
     grads = np.where(o_off, P_layer * gb, grads_full)
     optim_full = sharded(z >= 1) * ob
     optim_state = np.where(o_off, 0.0, optim_full)
     rec = k.recompute
     # recompute rebuilds, for one layer at a time, what the forward did not keep
     working = np.where(rec == 2, blk.act_full, np.where(rec == 1, blk.act_full - blk.act_stored, 0.0))
-    logits = T * V / tp * (e + 4.0)
+    # the loss's logits at its peak: fused (Megatron-Core's vocab-parallel cross-entropy: the 16-bit logits and
+    # their fp32 softmax), else PyTorch cross_entropy on an fp32 upcast: at the start of backward the fp32
+    # log-softmax output, its gradient and the input's gradient, 12 bytes per logit (torchtitan before its loss
+    # was compiled)
+    loss_b = np.where(k.fused_loss.astype(bool) & k.fused_layers.astype(bool), e + 4.0, 12.0)
+    logits = T * V / tp * loss_b
     acts = compose_activations(f_v["inflv"], f_m["infl1"], f_m["NL"], Ls, vpp, pp, gp, a_off, blk.act_stored,
                                working, 2.0 * T * h * e, logits, a_part)
     inflight, activations = acts["inflight"], acts["act"]
     reserved = np.full_like(activations, problem.system.reserved_gib * GIB)
     hbm = weights + grads + optim_state + activations + reserved
+    # what PyTorch's caching allocator holds at that peak (torch.cuda.max_memory_reserved, the figure frameworks
+    # report): the tensors plus its slack (block rounding, freed blocks kept for reuse), up to the memory the
+    # runtime leaves it; `hbm` (allocated) is what has to fit
+    usable = problem.system.hbm_gib * GIB - reserved
+    hbm_reserved = np.minimum((hbm - reserved) * (1.0 + ALLOCATOR_SLACK), np.maximum(usable, hbm - reserved))
     off_state = np.where(w_off, weights_full - weights, 0.0) + np.where(o_off, grads_full - grads + optim_full, 0.0)
     offload_mem = off_state + acts["offact"]
 
@@ -357,7 +379,8 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
         tp_link=n_mb * Ls * (blk.tp_fw + blk.tp_bw + blk.tp_re), dp_link=dp_link, pp_link=pp_link,
         cp_link=n_mb * Ls * blk.cp_link, ep_link=n_mb * Ls * blk.ep_link,
         weights=weights, grads=grads, optim_state=optim_state, activations=activations, reserved=reserved,
-        hbm=hbm, offload_mem=offload_mem, offload_bw_need=offload_bw_need, n_mb=n_mb,
+        hbm=hbm, hbm_reserved=hbm_reserved, act_loss_logits=acts["logits"] + 0.0 * hbm, act_working=working + 0.0 * hbm,
+        offload_mem=offload_mem, offload_bw_need=offload_bw_need, n_mb=n_mb,
         model_flops=np.full_like(step, mf), hw_flops=hwf, mfu=mf / (step * n_gpus * peak),
         hfu=hwf / (step * n_gpus * peak), tokens_per_s=tokens / step, samples_per_s=B / step, terms=terms,
     )

@@ -51,8 +51,10 @@ def evaluation_dict(ev: Any) -> dict[str, Any]:
         "step_time_s": r["step_time"],
         "time_s": {key: r[key] for _, key in TIME_PARTS},
         "link_time_s": {"tp": r["tp_link"], "cp": r["cp_link"], "ep": r["ep_link"], "pp": r["pp_link"], "dp": r["dp_link"]},
-        "memory_gib": {key: r[key] / GIB for _, key in MEM_PARTS} | {"total": r["hbm"] / GIB,
-                                                                     "capacity": cap},
+        "memory_gib": {key: r[key] / GIB for _, key in MEM_PARTS} | {
+            "activations_loss_logits": r["act_loss_logits"] / GIB,
+            "activations_recompute_working_set": r["act_working"] / GIB,
+            "total": r["hbm"] / GIB, "allocator_reserved_peak": r["hbm_reserved"] / GIB, "capacity": cap},
         "offload_memory_gib": r["offload_mem"] / GIB,
         "offload_bandwidth_need_gbps": r["offload_bw_need"] / 1e9,
         "fits": ev.fits,
@@ -101,8 +103,15 @@ def render_evaluation(ev: Any) -> str:
     rows.append(["step time", _fmt_s(total), "100.0%"])
     out += ["", table(rows, ["time per step", "time", "share"])]
     mem = d["memory_gib"]
-    mrows = [[name, f"{mem[key]:8.2f}"] for name, key in MEM_PARTS]
+    mrows = []
+    for name, key in MEM_PARTS:
+        mrows.append([name, f"{mem[key]:8.2f}"])
+        if key == "activations":
+            mrows += [[f"  of which {what}", f"{mem[k]:8.2f}"] for what, k in (
+                ("loss logits", "activations_loss_logits"), ("recompute working set", "activations_recompute_working_set"))
+                if mem[k] > 0]
     mrows.append(["total HBM", f"{mem['total']:8.2f}"])
+    mrows.append(["allocator peak (PyTorch reserved)", f"{mem['allocator_reserved_peak']:8.2f}"])
     mrows.append(["capacity", f"{mem['capacity']:8.2f}"])
     out += ["", table(mrows, ["memory per GPU (worst stage)", "GiB"])]
     if d["offload_memory_gib"] > 0:
@@ -137,7 +146,7 @@ def render_validation(v: dict[str, Any]) -> str:
                if r["target_peak_memory_gib"] else f"{r['predicted_peak_memory_gib']:.1f}")
         rows.append([r["id"], "ok", f"{r['predicted_step_time_s']:.3f}", f"{r['target_step_time_s']:.3f}",
                      f"{r['error_pct']:+.1f}%", mem, "" if r["fits"] else "does not fit"])
-    out = [table(rows, ["run", "status", "pred s", "target s", "error", "mem GiB", "note"])]
+    out = [table(rows, ["run", "status", "pred s", "target s", "error", "peak GiB", "note"])]
     out.append("")
     out.append("assumptions:")
     for r in v["runs"]:

@@ -170,11 +170,15 @@ class Schedule(StrEnum):
 
 class AttentionKernel(StrEnum):
     """``flash``: fused IO-aware attention (Dao 2022/2023), no s x s scores in memory, causal half
-    skipped. ``standard``: materialised scores, softmax and dropout as separate memory-bound kernels
-    (Megatron before 2023)."""
+    skipped, at the GPU's best fused-attention kernel (`System.attention_efficiency`: FlashAttention-3 or
+    cuDNN on Hopper and Blackwell). ``flash2``: the same algorithm in FlashAttention-2 class kernels, which
+    use no Hopper/Blackwell warp-group MMA or tensor-memory copies (`System.attention_efficiency_fa2`;
+    PyTorch SDPA's flash backend through 2025). ``standard``: materialised scores, softmax and dropout as
+    separate memory-bound kernels (Megatron before 2023)."""
 
     FLASH = "flash"
     STANDARD = "standard"
+    FLASH2 = "flash2"
 
 
 class ProcessingMode(StrEnum):

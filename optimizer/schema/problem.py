@@ -87,7 +87,12 @@ class Execution(Frozen):
                       "optimizer), 2 + gradients, 3 + weights (FSDP full shard).")
     fused_layers: bool = Field(True, description="Fused element-wise kernels (bias-GeLU, bias-dropout-add, "
                                "softmax, norms): one memory pass instead of several.")
-    attention: AttentionKernel = Field(AttentionKernel.FLASH, description="Attention kernel: flash or standard.")
+    attention: AttentionKernel = Field(AttentionKernel.FLASH, description="Attention kernel: flash, flash2 "
+                                       "(FlashAttention-2 class kernels) or standard.")
+    fused_loss: bool = Field(True, description="The cross-entropy loss as fused kernels (Megatron-Core's vocab-parallel "
+                             "loss, a torch.compile'd loss) rather than PyTorch's cross_entropy on an fp32 upcast of the "
+                             "logits, which holds 12 bytes per logit at its peak; fused_layers: false implies it. For "
+                             "`evaluate` and published runs; `solve` keeps it fused.")
     weight_offload: bool = Field(False, description="Keep weights in offload memory, stream 2 layers at a time.")
     activation_offload: bool = Field(False, description="Move stored activations to offload memory.")
     activation_offload_layers: PositiveInt | None = Field(

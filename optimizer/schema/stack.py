@@ -10,7 +10,9 @@ Megatron-Core. What each profile offers, with its source:
   (ZeRO-1) and FSDP (ZeRO-3), selective and full recomputation, CPU offload.
 - torchtitan (pytorch/torchtitan README "Key features" and docs/fsdp.md): FSDP2 per-parameter sharding
   (`reshard_after_forward` always: ZeRO-3; never: ZeRO-2-like, gathered weights kept for backward) or DDP
-  replication (ZeRO-0); no ZeRO-1 distributed optimizer; TP with sequence parallelism and async TP
+  replication (ZeRO-0); with pipeline parallelism FSDP2 keeps the parameters gathered (reshard_after_forward
+  False) and synchronises gradients at the last micro-batch only (torchtitan parallelize_llama,
+  torch.distributed.pipelining), i.e. ZeRO-1 in memory and traffic; no distributed optimizer otherwise; TP with sequence parallelism and async TP
   (a collective-matmul decomposition: `ring`); PP with 1F1B, interleaved 1F1B and GPipe schedules, stages
   split by modules (the embedding on the first stage, the output on the last: no layer slots), full
   activations sent between stages (no scatter-gather); CP; selective and full activation checkpointing; no
@@ -47,7 +49,7 @@ NO_OFFLOAD = {"weight_offload": [False], "activation_offload": [False], "optimiz
 # knob -> values the stack offers (knobs not named: as Megatron-Core)
 PROFILES: dict[Stack, dict[str, list]] = {
     Stack.MEGATRON_CORE: {},
-    Stack.TORCHTITAN: {"zero": [0, 2, 3], "pp_embedding_loss": [False], "pp_rs_ag": [False],
+    Stack.TORCHTITAN: {"zero": [0, 1, 2, 3], "pp_embedding_loss": [False], "pp_rs_ag": [False],
                        "tp_overlap": [TpOverlap.NONE, TpOverlap.RING], **NO_OFFLOAD,
                        # torchao Float8 (tensorwise = current scaling) and MXFP8 (docs/float8.md, docs/mxfp8.md)
                        "precision": [Precision.BF16, Precision.FP32, Precision.FP8_CURRENT, Precision.MXFP8]},
@@ -62,6 +64,26 @@ PROFILES: dict[Stack, dict[str, list]] = {
                       "precision": [Precision.BF16, Precision.FP16, Precision.FP32]},
 }
 INT_KNOBS = {"tp", "pp", "vpp", "cp", "zero", "dp", "ep", "etp", "micro_batch"}
+
+
+def by_layout(stack: Stack, knob: str, pp: int) -> list | None:
+    """The values of `knob` the stack offers in a layout of `pp` pipeline stages, where they are narrower than
+    `PROFILES` (None: as PROFILES). torchtitan's FSDP2 is ZeRO-1 in pipeline-parallel layouts (parameters kept
+    gathered, gradients synchronised at the last micro-batch) and ZeRO-2/3 (or DDP) otherwise."""
+    if Stack(stack) == Stack.TORCHTITAN and knob == "zero":
+        return [0, 1] if pp > 1 else [0, 2, 3]
+    return None
+
+
+def _layout_unsupported(stack: Stack, ex) -> list[tuple[str, str]]:
+    """(knob, message) for each knob of the execution outside what the stack offers in its layout."""
+    out = []
+    for knob in ("zero",):
+        allowed = by_layout(stack, knob, ex.pp)
+        if allowed is not None and getattr(ex, knob) not in allowed:
+            out.append((knob, f"{getattr(ex, knob)} is not offered by stack {Stack(stack).value} with pp={ex.pp} "
+                              f"(it offers {allowed})"))
+    return out
 
 
 def not_offered(stack: Stack, knob: str, value) -> str:
@@ -110,8 +132,9 @@ def written_unsupported(stack: Stack, ex) -> list[tuple[str, str]]:
     """(knob, message) for each knob written in the execution (not left at its default) that the stack does
     not offer: a plan for that stack cannot use it."""
     allowed_by = PROFILES[Stack(stack)]
-    return [(knob, not_offered(stack, knob, getattr(ex, knob))) for knob in sorted(ex.model_fields_set & set(allowed_by))
-            if getattr(ex, knob) not in allowed_by[knob]]
+    out = [(knob, not_offered(stack, knob, getattr(ex, knob))) for knob in sorted(ex.model_fields_set & set(allowed_by))
+           if getattr(ex, knob) not in allowed_by[knob]]
+    return out + [(k, m) for k, m in _layout_unsupported(stack, ex) if k in ex.model_fields_set and k not in dict(out)]
 
 
 def precision_unsupported(stack: Stack, precision) -> str | None:
@@ -126,6 +149,8 @@ def execution_warnings(stack: Stack, ex) -> list[str]:
     from ..layout import moot
 
     no_dp = ex.dp == 1 and ex.cp == 1
-    return [f"{knob}={not_offered(stack, knob, getattr(ex, knob))}" for knob, allowed in PROFILES[Stack(stack)].items()
-            if knob != "precision" and getattr(ex, knob) not in allowed
-            and not moot(knob, ex.tp, ex.pp, no_dp, ex.ep == 1)]
+    out = [f"{knob}={not_offered(stack, knob, getattr(ex, knob))}" for knob, allowed in PROFILES[Stack(stack)].items()
+           if knob != "precision" and getattr(ex, knob) not in allowed
+           and not moot(knob, ex.tp, ex.pp, no_dp, ex.ep == 1)]
+    return out + [f"{k}={m}" for k, m in _layout_unsupported(stack, ex)
+                  if not any(w.startswith(f"{k}=") for w in out) and not moot(k, ex.tp, ex.pp, no_dp, ex.ep == 1)]

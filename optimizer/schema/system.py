@@ -121,6 +121,10 @@ class System(Frozen):
     attention_efficiency: float = Field(
         0.6, gt=0, le=1, description="Achieved fraction of matrix peak inside a fused (flash) attention kernel with "
         "full waves and long sequences (`attention_overhead_keys`).")
+    attention_efficiency_fa2: float | None = Field(
+        None, gt=0, le=1, description="attention_efficiency of FlashAttention-2 class kernels (`attention: flash2`), "
+        "which do not use the architecture's newest matrix instructions; null: the same as attention_efficiency "
+        "(GPUs where FlashAttention-2 is the best kernel, e.g. A100).")
     attention_overhead_keys: NonNegativeFloat = Field(
         3155.0, description="Fixed work of one flash-attention query tile (load Q, rescale, write O; backward dQ), "
         "in key positions: a kernel over s keys runs at s / (s + this) of attention_efficiency. Default fitted on "
