@@ -186,11 +186,12 @@ def main() -> int:
     if held is not None:
         print(f"leave-one-out: MAPE {np.mean(np.abs(held)):.2f}% (tier-weighted {np.sum(w * np.abs(held)) / np.sum(w):.2f}%)"
               f"  max {np.max(np.abs(held)):.2f}%")
-    if args.write_loo and held is not None:
-        write_loo(path, float(np.mean(np.abs(held))), len(held), args.params, args.runs)
     if args.write:
         write(path, x, [r["id"] for r, _ in keep], " ".join(args.runs),
               None if held is None else float(np.mean(np.abs(held))))
+    if args.write_loo and held is not None:  # after --write: its line names the command
+        write_loo(path, float(np.mean(np.abs(held))), len(held), args.params + (f" --shape {args.shape}" if args.shape else ""),
+                  args.runs)
     return 0
 
 

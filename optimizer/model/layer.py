@@ -138,18 +138,30 @@ def kv_per_rank(llm: LLM, tp):
     return np.maximum(llm.kv / tp, 1.0)
 
 
-def flash_attention(hw: Hardware, b, q_heads, kv_heads, d, sq, sk, e, fa2=False):
+def flash_attention(hw: Hardware, b, q_heads, kv_heads, d, sq, sk, e, fa2=False, cp=1.0):
     """Causal flash attention of `b` sequences, `q_heads` query and `kv_heads` K/V heads of size `d` per GPU,
     `sq` queries against `sk` keys (the causal half of the scores computed; load-balanced over cp ranks):
     (forward s, backward s, forward FLOPs). One kernel each way, the backward 2.5x the forward's work; it reads
     Q, K, V, O and writes the softmax statistics (`Hardware.attention_kernel` times it by size; `fa2`:
-    FlashAttention-2 class kernels)."""
+    FlashAttention-2 class kernels).
+
+    Context parallelism (ring attention, load-balanced: each rank holds two of the 2*cp sequence chunks;
+    Megatron-Core / Transformer Engine, torch context_parallel) runs cp kernels per direction, one per K/V chunk
+    pair received, each looping over the keys of that step only. A causal kernel over k keys does per query tile
+    the work of a full one over k/2, so in causal-equivalent keys (the convention of `attention_overhead_keys`)
+    the first step's kernel loops over s/cp keys and each later one either all the rank's queries against one
+    received chunk of s/(2cp) keys (s/cp) or its second chunk's queries against both received chunks (2s/cp):
+    1.5 s/cp on average. After each step but the first the partial output is rescaled and merged in fp32 (read
+    and write O and the log-sum-exp; backward: the same for dQ)."""
     heads = b * q_heads
     flops = 4.0 * heads * sq * sk * d * 0.5
     nbytes = e * b * sq * d * (2.0 * q_heads + 2.0 * kv_heads) + 4.0 * heads * sq
-    fw = hw.attention_kernel(flops, nbytes, rows=sq, keys=sk, heads=heads, fa2=fa2)
-    bw = hw.attention_kernel(2.5 * flops, 2.5 * nbytes, rows=sq, keys=sk, heads=heads, fa2=fa2)
-    return fw, bw, flops
+    keys = np.where(np.asarray(cp) > 1, 1.5 * sk / cp, sk)
+    fw = hw.attention_kernel(flops, nbytes, rows=sq, keys=keys, heads=heads, fa2=fa2)
+    bw = hw.attention_kernel(2.5 * flops, 2.5 * nbytes, rows=sq, keys=keys, heads=heads, fa2=fa2)
+    n_o = heads * sq * (d + 1.0)  # output (or dQ) and log-sum-exp elements of this rank
+    merge = (cp - 1.0) * hw.vector(4.0 * n_o, 2.0 * 4.0 * n_o, fp32=True)
+    return fw + merge, bw + merge, flops
 
 
 def per_op_sac(ctx: Ctx, k: Knobs, T, Tn, ah, kvr, d, f, ew_fw, moe_fw, ckpt):
@@ -250,7 +262,7 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     std_fw = qk_fw + pv_fw + softmax_fw + adrop_fw
     std_bw = 2.0 * (qk_fw + pv_fw) + softmax_bw + adrop_bw
     std_fl = 4.0 * batch * sq * sk * d
-    fla_fw, fla_bw, fl_flops = flash_attention(hw, b, ah, kvr, d, sq, sk, e, fa2=k.attention == 2)
+    fla_fw, fla_bw, fl_flops = flash_attention(hw, b, ah, kvr, d, sq, sk, e, fa2=k.attention == 2, cp=cp)
     attn_fw = np.where(flash, fla_fw, std_fw)
     attn_bw = np.where(flash, fla_bw, std_bw)
     attn_fl_fw = np.where(flash, fl_flops, std_fl)
