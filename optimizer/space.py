@@ -142,7 +142,7 @@ def _other_values(dom: dict[str, list], tp: int, pp: int, no_dp: bool, moe: bool
     per = []
     for name in OTHER:
         vals = dom[name]
-        offered = by_layout(stack, name, pp)
+        offered = by_layout(stack, name, pp, tp)
         if offered is not None:
             vals = [v for v in vals if v in offered]
         if name == "sequence_parallel" and moe and tp > 1:

@@ -147,3 +147,21 @@ def test_stack_limits_precisions(tmp_path, capsys):
     path.write_text(BASE.replace("global_batch: 64}", "global_batch: 64, precision: fp8}") + "stack: torchtitan\n")
     assert main(["solve", str(path), "-q"]) == 2
     assert "training.precision: fp8 is not offered by stack torchtitan" in capsys.readouterr().err
+
+
+def test_unwritten_knobs_take_the_stack_value_and_stay_unwritten(tmp_path, capsys):
+    """torchtitan sends whole activations between stages and always shards the norms' sequence with TP: a file
+    that leaves pp_rs_ag and sequence_parallel unwritten gets torchtitan's values (no warning), and writing the
+    other value is an input error naming the layout."""
+    p = _load(tmp_path, "stack: torchtitan\nexecution: {tp: 2, pp: 2}\n")
+    ex = p.execution
+    assert ex.pp_rs_ag is False and ex.sequence_parallel is True
+    assert not {"pp_rs_ag", "sequence_parallel"} & ex.model_fields_set
+    path = tmp_path / "p.yaml"
+    assert main(["evaluate", str(path)]) == 0
+    assert "warning: pp_rs_ag" not in capsys.readouterr().out
+    mc = _load(tmp_path, "execution: {tp: 2, pp: 2}\n").execution  # Megatron-Core keeps its defaults
+    assert mc.pp_rs_ag is True and mc.sequence_parallel is False
+    with pytest.raises((ProblemError, ProblemErrors)) as e:
+        _load(tmp_path, "stack: torchtitan\nexecution: {tp: 2, sequence_parallel: false}\n")
+    assert "sequence_parallel" in str(e.value) and "tp=2" in str(e.value)

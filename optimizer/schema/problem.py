@@ -262,6 +262,18 @@ class Problem(Frozen):
             raise ValueError("; ".join(f"{k}: {m}" for k, m in errs))
         return self
 
+    @model_validator(mode="after")
+    def _stack_defaults(self):
+        """Execution knobs the file left at their default take the stack's value where the stack does not offer
+        the default (torchtitan sends whole activations between stages: pp_rs_ag false), so that `evaluate` and
+        published runs model what the framework runs; the knobs stay unwritten (not fixed by the file)."""
+        from .stack import stack_defaults
+
+        ex = stack_defaults(self.stack, self.execution)
+        if ex is not self.execution:
+            object.__setattr__(self, "execution", ex)
+        return self
+
     def user_search_rules(self) -> dict:
         """The problem file's own `search` restrictions as {knob: rule} (a problem changed in code may hold a
         plain dict)."""

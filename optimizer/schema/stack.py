@@ -66,22 +66,42 @@ PROFILES: dict[Stack, dict[str, list]] = {
 INT_KNOBS = {"tp", "pp", "vpp", "cp", "zero", "dp", "ep", "etp", "micro_batch"}
 
 
-def by_layout(stack: Stack, knob: str, pp: int) -> list | None:
-    """The values of `knob` the stack offers in a layout of `pp` pipeline stages, where they are narrower than
-    `PROFILES` (None: as PROFILES). torchtitan's FSDP2 is ZeRO-1 in pipeline-parallel layouts (parameters kept
-    gathered, gradients synchronised at the last micro-batch) and ZeRO-2/3 (or DDP) otherwise."""
+def by_layout(stack: Stack, knob: str, pp: int, tp: int = 1) -> list | None:
+    """The values of `knob` the stack offers in a layout of `pp` pipeline stages and `tp` tensor-parallel ranks,
+    where they are narrower than `PROFILES` (None: as PROFILES). torchtitan's FSDP2 is ZeRO-1 in
+    pipeline-parallel layouts (parameters kept gathered, gradients synchronised at the last micro-batch) and
+    ZeRO-2/3 (or DDP) otherwise; its tensor parallelism always shards the norms' sequence (SequenceParallel)."""
     if Stack(stack) == Stack.TORCHTITAN and knob == "zero":
         return [0, 1] if pp > 1 else [0, 2, 3]
+    if Stack(stack) == Stack.TORCHTITAN and knob == "sequence_parallel" and tp > 1:
+        return [True]
     return None
+
+
+def stack_defaults(stack: Stack, ex):
+    """`ex` with every knob it leaves at its default set to the stack's first offered value where the stack does
+    not offer the default (the same object when nothing changes); the set of written knobs is kept."""
+    update = {}
+    for knob, allowed in {"sequence_parallel": [False, True], **PROFILES[Stack(stack)]}.items():
+        if knob == "precision" or knob in ex.model_fields_set:
+            continue
+        offered = by_layout(stack, knob, ex.pp, ex.tp) or allowed
+        if getattr(ex, knob) not in offered:
+            update[knob] = offered[0]
+    if not update:
+        return ex
+    new = ex.model_copy(update=update)
+    object.__setattr__(new, "__pydantic_fields_set__", set(ex.model_fields_set))
+    return new
 
 
 def _layout_unsupported(stack: Stack, ex) -> list[tuple[str, str]]:
     """(knob, message) for each knob of the execution outside what the stack offers in its layout."""
     out = []
-    for knob in ("zero",):
-        allowed = by_layout(stack, knob, ex.pp)
+    for knob, where in (("zero", f"pp={ex.pp}"), ("sequence_parallel", f"tp={ex.tp}")):
+        allowed = by_layout(stack, knob, ex.pp, ex.tp)
         if allowed is not None and getattr(ex, knob) not in allowed:
-            out.append((knob, f"{getattr(ex, knob)} is not offered by stack {Stack(stack).value} with pp={ex.pp} "
+            out.append((knob, f"{getattr(ex, knob)} is not offered by stack {Stack(stack).value} with {where} "
                               f"(it offers {allowed})"))
     return out
 
