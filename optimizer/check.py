@@ -391,7 +391,8 @@ def _relax_offload(problem: Problem, fixed: dict[str, list], out: CheckResult, o
 def result_dict(r: CheckResult) -> dict:
     cal = r.problem.system.calibration
     d: dict[str, Any] = {"problem": r.problem.name, "fits": r.fits, "fixed": r.fixed, "seconds": round(r.seconds, 3),
-                         "calibration": cal.status(), "calibration_detail": cal.summary()}
+                         "calibration": cal.status(), "calibration_detail": cal.summary(r.problem.stack),
+                         "step_time_band_pct": cal.band_pct(r.problem.stack)}
     if r.fits:
         ev = r.plan.plans[0].evaluation
         res = ev.result
@@ -425,7 +426,7 @@ def render(r: CheckResult) -> str:
     fixed = ", ".join(f"{k}={v[0] if len(v) == 1 else v}" for k, v in r.fixed.items()) or "none"
     from .report.text import calibration_line
 
-    lines = [f"paraplan check: {name}  (fixed knobs: {fixed})", calibration_line(r.problem.system)]
+    lines = [f"paraplan check: {name}  (fixed knobs: {fixed})", calibration_line(r.problem.system, r.problem.stack)]
     if r.fits:
         pl, mem = d["plan"], d["memory"]
         ex = pl["execution"]

@@ -293,8 +293,9 @@ def result_dict(r: ProcureResult) -> dict:
         "best": None if r.best is None else _purchase_dict(r.best),
         "node_types": [{"node_type": x.node_type.name, "max_nodes": x.max_nodes, "bound_by": x.bound_by,
                         "status": x.status, "calibration": x.node_type.system.calibration.status(),
-                        "step_time_band_pct": x.node_type.system.calibration.band_pct(),
-                        "calibration_detail": x.node_type.system.calibration.summary(), "candidates": x.candidates,
+                        "step_time_band_pct": x.node_type.system.calibration.band_pct(r.problem.stack),
+                        "calibration_detail": x.node_type.system.calibration.summary(r.problem.stack),
+                        "candidates": x.candidates,
                         "best": None if x.purchase is None else {k: v for k, v in _purchase_dict(x.purchase).items()
                                                                  if k != "groups"}} for x in r.rows],
         "mixes_considered": r.mixes_considered,
@@ -342,7 +343,8 @@ def _within_bands(r: ProcureResult) -> str | None:
     if not others:
         return None
     ru = min(others, key=lambda x: rank_key(r.problem, x.purchase))
-    b1, b2 = best_t.system.calibration.band_pct(), ru.node_type.system.calibration.band_pct()
+    st = r.problem.stack
+    b1, b2 = best_t.system.calibration.band_pct(st), ru.node_type.system.calibration.band_pct(st)
     if b1 is None or b2 is None:
         return None
     t1, t2 = r.best.step_time_s, ru.purchase.step_time_s
@@ -374,7 +376,7 @@ def render(r: ProcureResult) -> str:
     for x in r.rows:
         head = f"{x.node_type.name:{nw}s} {f'{x.max_nodes} ({x.bound_by})':>{lw}s}"
         c = x.node_type.system.calibration
-        band = c.band_pct()
+        band = c.band_pct(pp.stack)
         cal = c.status() + (f" +-{band:.0f}%" if band is not None else "")
         if x.status == "excluded":
             out.append(f"{head}  excluded: prior-only system (procure.calibrated_only)")

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from optimizer.errors import ProblemError  # noqa: E402
 from optimizer.loader import find_in_library, read_yaml, validate_model  # noqa: E402
-from optimizer.runs import load_runs, map_run, predict, run_target  # noqa: E402
+from optimizer.runs import load_runs, map_run, predict, run_target, stack_of  # noqa: E402
 from optimizer.schema import System  # noqa: E402
 
 KNOTS = [10.0, 300.0, 3000.0]  # GFLOP per GEMM
@@ -188,7 +188,7 @@ def main() -> int:
               f"  max {np.max(np.abs(held)):.2f}%")
     if args.write:
         write(path, x, [r["id"] for r, _ in keep], " ".join(args.runs),
-              None if held is None else float(np.mean(np.abs(held))))
+              None if held is None else float(np.mean(np.abs(held))), stacks_of([r for r, _ in keep]))
     if args.write_loo and held is not None:  # after --write: its line names the command
         write_loo(path, float(np.mean(np.abs(held))), len(held), args.params + (f" --shape {args.shape}" if args.shape else ""),
                   args.runs)
@@ -207,7 +207,20 @@ def _replace_block(lines: list[str], key: str, new: list[str]) -> list[str]:
     return lines + new
 
 
-def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: float | None = None) -> None:
+def stacks_of(runs: list[dict]) -> dict[str, int]:
+    """Runs per software stack (`optimizer.runs.stack_of`), most runs first."""
+    out: dict[str, int] = {}
+    for r in runs:
+        out[stack_of(r)] = out.get(stack_of(r), 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _stacks_line(stacks: dict[str, int]) -> list[str]:
+    return [f"  stacks: {{{', '.join(f'{s}: {n}' for s, n in stacks.items())}}}"] if stacks else []
+
+
+def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: float | None = None,
+          stacks: dict[str, int] | None = None) -> None:
     lines = path.read_text().splitlines()
     note = f"calibrated by scripts/calibrate.py on {len(run_ids)} runs (see calibration.runs)"
     fitted = []
@@ -250,7 +263,8 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: floa
         run_ids = list(dict.fromkeys(old.runs + run_ids))
         fitted = list(dict.fromkeys(old.fitted + fitted))
         loo_pct = old.loo_mape_pct if loo_pct is None else loo_pct
-    cal = (["calibration:", "  runs:"] + [f"    - {r}" for r in run_ids]
+        stacks = old.stacks if stacks is None or set(run_ids) != set(old.runs) else stacks
+    cal = (["calibration:", "  runs:"] + [f"    - {r}" for r in run_ids] + _stacks_line(stacks or {})
            + ["  fitted: [" + ", ".join(f"'{f}'" for f in fitted) + "]"]
            + ([] if loo_pct is None else [f"  loo_mape_pct: {loo_pct:.2f}  # leave-one-out, scripts/calibrate.py --loo"])
            + [
@@ -329,7 +343,7 @@ def transfer(src: str, targets: list[str], library: Path | None = None) -> int:
                 lines = _replace_block(lines, key, [head] + b[1:])
             copied.append(key)
         cal = (["calibration:", f"  transferred_from: {src}", "  runs:" + ("" if src_cal.runs else " []")]
-               + [f"    - {r}" for r in src_cal.runs]
+               + [f"    - {r}" for r in src_cal.runs] + _stacks_line(src_cal.stacks)
                + ["  fitted: [" + ", ".join(f"'{f}'" for f in copied) + "]"]
                + ([] if src_cal.loo_mape_pct is None else [f"  loo_mape_pct: {src_cal.loo_mape_pct:.2f}  # {src}'s"])
                + [f'  note: "transferred from {src} by scripts/calibrate.py --transfer (same GPU die): the fitted '

@@ -149,6 +149,7 @@ def test_calibrate_write_loo_sets_only_the_band_and_transfer_carries_it(calibrat
     assert cal.transfer("h100-sxm-80gb", ["h200-sxm-141gb"], lib) == 0
     h200 = validate_model(System, read_yaml(lib / "systems" / "h200-sxm-141gb.yaml"))
     assert h200.calibration.loo_mape_pct == 4.5 and h200.calibration.status() == "transferred"
+    assert h200.calibration.stacks == after.calibration.stacks == {"megatron-core": 8}  # the runs' stacks travel
 
 
 RUNS_2025 = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "public_runs_2025.yaml"

@@ -66,11 +66,11 @@ def evaluation_dict(ev: Any) -> dict[str, Any]:
     }
 
 
-def calibration_line(system: Any) -> str:
-    """One line: whether the system's efficiencies were fitted on published runs, copied from a same-die
-    system, or are priors (then its step times are guesses, not predictions)."""
+def calibration_line(system: Any, stack: Any = None) -> str:
+    """One line: whether the system's efficiencies were fitted on published runs (of which stacks), copied from
+    a same-die system, or are priors (then its step times are guesses, not predictions)."""
     cal = system.calibration
-    line = f"calibration: {system.name}: {cal.summary()}"
+    line = f"calibration: {system.name}: {cal.summary(stack)}"
     if cal.status() == "prior":
         line += " -- efficiencies are priors: step times are uncalibrated estimates"
     return line
@@ -81,7 +81,7 @@ def render_evaluation(ev: Any) -> str:
     ex = ev.execution
     p = ev.problem
     out = [f"paraplan evaluate: {p.name or ''}  {p.llm.name} on {p.num_gpus} x {p.system.name}",
-           calibration_line(p.system)]
+           calibration_line(p.system, p.stack)]
     knobs = (f"tp={ex.tp} pp={ex.pp} dp={d['execution']['dp']} cp={ex.cp} vpp={ex.vpp} micro_batch={ex.micro_batch} "
              f"recompute={ex.recompute.value} sp={ex.sequence_parallel} zero={ex.zero} tp_overlap={ex.tp_overlap.value} "
              f"dp_overlap={ex.dp_overlap} attention={ex.attention.value} schedule={ex.schedule.value}")

@@ -6,6 +6,8 @@ Units are in the field names: ``*_tflops`` dense peak in 10^12 FLOP/s, ``*_gbps`
 
 from __future__ import annotations
 
+import numpy as np
+
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from .common import Frozen, Precision, ProcessingMode, peak_precision
@@ -52,6 +54,9 @@ class OffloadMemory(Frozen):
 
 PRIOR_BAND_PCT = 30.0  # a prior-only system's step-time uncertainty: the uncalibrated GEMM-efficiency prior
 # (0.85) against the values fitted on published H100/A100 runs (0.60-0.65) is ~30% off (issue 16's measurement)
+STACK_TRANSFER_BAND_PCT = 10.6  # the added step-time uncertainty of a plan for a stack none of the system's
+# calibration runs used: torchtitan's two H200 runs (problems/runs/torchtitan-h100-h200.yaml) on H200's
+# calibration, which comes from Megatron-Core runs only, are 9.8% and 11.4% off (mean 10.6%)
 
 
 class Calibration(Frozen):
@@ -62,6 +67,8 @@ class Calibration(Frozen):
     note: str | None = Field(None, description="How the fit was made; anything not fitted is a datasheet value.")
     transferred_from: str | None = Field(
         None, description="System whose fitted values were copied here (same GPU die); runs are that system's.")
+    stacks: dict[str, int] = Field(default_factory=dict, description="Calibration runs per software stack "
+                                   "(megatron-core, torchtitan, ...), as scripts/calibrate.py read them.")
     loo_mape_pct: NonNegativeFloat | None = Field(
         None, description="Leave-one-out mean |error| of the predicted step time, %, on the runs of this GPU type "
         "(each run predicted by a fit on the others: scripts/calibrate.py --loo --write): the stated uncertainty "
@@ -74,21 +81,35 @@ class Calibration(Frozen):
             return "transferred"
         return "calibrated" if self.fitted and self.runs else "prior"
 
-    def band_pct(self) -> float | None:
-        """The step-time uncertainty, +-%: the leave-one-out error where measured; a prior-only system's
-        PRIOR_BAND_PCT; None when calibrated but its leave-one-out error was not measured."""
-        if self.loo_mape_pct is not None:
-            return self.loo_mape_pct
-        return PRIOR_BAND_PCT if self.status() == "prior" else None
+    def covers(self, stack: str | None) -> bool:
+        """Whether a plan for `stack` is within what the calibration runs measured (no stack named, stacks not
+        recorded, or a run of that stack among them)."""
+        return stack is None or not self.stacks or str(getattr(stack, "value", stack)) in self.stacks
 
-    def summary(self) -> str:
-        """One line for reports: status, source system, number of runs and the stated uncertainty."""
+    def band_pct(self, stack: str | None = None) -> float | None:
+        """The step-time uncertainty, +-%: the leave-one-out error where measured; a prior-only system's
+        PRIOR_BAND_PCT; None when calibrated but its leave-one-out error was not measured. For a `stack` none of
+        the calibration runs used, STACK_TRANSFER_BAND_PCT is added in quadrature (independent errors)."""
+        base = self.loo_mape_pct if self.loo_mape_pct is not None else (
+            PRIOR_BAND_PCT if self.status() == "prior" else None)
+        if base is None or self.covers(stack) or self.status() == "prior":
+            return base
+        return round(float(np.hypot(base, STACK_TRANSFER_BAND_PCT)), 2)
+
+    def summary(self, stack: str | None = None) -> str:
+        """One line for reports: status, source system, number of runs (per stack) and the stated uncertainty;
+        for a `stack` the runs do not cover, the wider band that applies to its plans."""
         st = self.status()
         loo = "" if self.loo_mape_pct is None else f", leave-one-out step-time error {self.loo_mape_pct:.1f}%"
+        per = f" ({', '.join(f'{n} {s}' for s, n in self.stacks.items())})" if self.stacks else ""
+        extra = ""
+        if not self.covers(stack) and st != "prior" and self.band_pct(stack) is not None:
+            name = str(getattr(stack, "value", stack))
+            extra = f"; no {name} run among them: +-{self.band_pct(stack):.1f}% for {name} plans"
         if st == "transferred":
-            return f"transferred from {self.transferred_from} ({len(self.runs)} runs there{loo})"
+            return f"transferred from {self.transferred_from} ({len(self.runs)} runs there{per}{loo}){extra}"
         if st == "calibrated":
-            return f"calibrated on {len(self.runs)} runs{loo}"
+            return f"calibrated on {len(self.runs)} runs{per}{loo}{extra}"
         return f"prior only (not calibrated on any run; step times uncertain by about +-{PRIOR_BAND_PCT:g}%)"
 
 
