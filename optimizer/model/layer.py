@@ -157,8 +157,8 @@ def flash_attention(hw: Hardware, b, q_heads, kv_heads, d, sq, sk, e, fa2=False,
     flops = 4.0 * heads * sq * sk * d * 0.5
     nbytes = e * b * sq * d * (2.0 * q_heads + 2.0 * kv_heads) + 4.0 * heads * sq
     keys = np.where(np.asarray(cp) > 1, 1.5 * sk / cp, sk)
-    fw = hw.attention_kernel(flops, nbytes, rows=sq, keys=keys, heads=heads, fa2=fa2)
-    bw = hw.attention_kernel(2.5 * flops, 2.5 * nbytes, rows=sq, keys=keys, heads=heads, fa2=fa2)
+    fw = hw.attention_kernel(flops, nbytes, rows=sq, keys=keys, heads=heads, fa2=fa2, head_dim=d)
+    bw = hw.attention_kernel(2.5 * flops, 2.5 * nbytes, rows=sq, keys=keys, heads=heads, fa2=fa2, head_dim=d)
     n_o = heads * sq * (d + 1.0)  # output (or dQ) and log-sum-exp elements of this rank
     merge = (cp - 1.0) * hw.vector(4.0 * n_o, 2.0 * 4.0 * n_o, fp32=True)
     return fw + merge, bw + merge, flops
