@@ -14,7 +14,9 @@ and the state memory. Columns (integers; time in TIME_UNIT, memory in KiB, usage
                                    replaces); with pp > 1 the edge stage's extra work hides one p2p exchange
                                    per micro-batch: head_mb = max(head - t_p2p, 0)/mb
     bubble      = (pp-1)/vpp*Ls*tau = Bf[lv]*tau[beta]
-    p2p_steady  = 2*n_mb*vpp*t_p2p = E[lv]*p2p_mb[beta, tier_pp];  p2p_fill = 2(pp-1)*t_p2p
+    p2p_steady  = 2*n_mb*vpp*t_p2p = E[lv]*p2p_mb[beta, tier_pp];  p2p_fill = 2(pp-1)*t_p2p; interleaved
+                                   (vpp > 1, overlap_p2p_comm) t_p2p -> max(t_p2p - Lc*fw, 0) in both and in
+                                   the edge stage's head (`compose.p2p_steady`)
     offload     = n_mb*Ls*exposed weight/activation streaming per layer = A1[l]*offx_mb[beta]
     link{z}     DP traffic of ZeRO stage z on its link: AR; RS+AG; n_mb*RS+AG; n_mb*(2AG+RS)
     exp{z}      its exposed part with overlap: max(one bucket, traffic - backward window) (Calculon's window)
@@ -32,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from optimizer.model.compose import activations, dp_exposed, dp_links, pipeline
+from optimizer.model.compose import activations, dp_exposed, dp_links, edge_head, p2p_steady, pipeline
 
 from .tables import Tables
 
@@ -71,8 +73,14 @@ def compose(T: Tables, l, vi, mi, col) -> dict[str, np.ndarray]:
     over a triple's block settings, which makes every term a lower bound since all are monotone)."""
     lv, lm = l * T.nV + vi, l * T.nM + mi
     Lt, LV, LM = T.L, T.LV, T.LM
-    out = pipeline(Lt["A1"][l], Lt["A2"][l], LV["Bf"][lv], LV["E"][lv], Lt["pm2"][l], col("tau_mb"), col("head_mb"),
-                   col("tau"), col("p2p_mb"), col("p2p"), col("offx_mb"))
+    # interleaved schedules overlap each steady-state exchange with a chunk's forward (Execution.pp_overlap, which
+    # `solve` keeps on): what exceeds Lc layers' forward stays, and the edge stage's head hides that remainder
+    mbv = np.array(T.mb_vals)[mi]
+    ov = (np.array(T.v_vals)[vi] > 1) & (T.lay["pp"][l] > 1)
+    t_ss = p2p_steady(col("p2p"), LV["Lc"][lv] * col("p2p_window"), ov)
+    head_mb = np.where(ov, edge_head(col("head_raw"), t_ss, 2) // mbv, col("head_mb"))
+    out = pipeline(Lt["A1"][l], Lt["A2"][l], LV["Bf"][lv], LV["E"][lv], Lt["pm2"][l], col("tau_mb"), head_mb,
+                   col("tau"), np.where(ov, t_ss // mbv, col("p2p_mb")), col("p2p"), col("offx_mb"))
     acts = activations(LV["inflv"][lv], LM["infl1"][lm], LM["NL"][lm], Lt["Ls"][l], np.array(T.v_vals)[vi],
                        T.lay["pp"][l], bool(T.fixed["schedule"]), bool(T.fixed["activation_offload"]), col("stored"), col("working"),
                        col("embout"), col("logits"))
@@ -111,6 +119,7 @@ def pair_columns(T: Tables, l, vi, mi, ri, si, oi) -> dict[str, np.ndarray]:
     nT = len(T.problem.system.networks)
     at = {"head_mb": (3 * b + T.L["hc"][l]) * nT + T.lay["tier_pp"][l], "p2p_mb": nT * b + T.lay["tier_pp"][l]}
     at["p2p"] = at["p2p_mb"]
+    at["head_raw"] = at["head_mb"]
 
     def col(name):
         return T.BETA[name][at.get(name, b)]

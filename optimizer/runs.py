@@ -42,7 +42,7 @@ MAX_FREE_MICRO_BATCH = 4  # an unstated micro-batch is chosen among 1..4 (Megatr
 ZERO = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
 # First year a feature was in public Megatron-LM releases (Korthikanti 2022; Megatron-Core 2023).
 FEATURE_YEAR = {"sequence_parallel": 2022, "selective_recompute": 2022, "distributed_optimizer": 2023,
-                "flash_attention": 2023, "tp_overlap": 2023, "dp_overlap": 2023}
+                "flash_attention": 2023, "tp_overlap": 2023, "dp_overlap": 2023, "pp_overlap": 2023}
 
 
 def _has(year: int | None, feature: str) -> bool:
@@ -294,6 +294,10 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     else:
         fixed["zero"] = ZERO[par["optimizer_sharding"]]
     # knobs the schema does not carry
+    if par["pp"] > 1 and (par.get("vpp") or 1) > 1 and not _has(year, "pp_overlap"):
+        fixed["pp_overlap"] = False
+        out.assumptions.append("interleaved pipeline exchanges on the critical path (Megatron-LM before "
+                               "overlap_p2p_comm, 2023)")
     if "not overlapped" in notes or not _has(year, "dp_overlap"):
         fixed["dp_overlap"] = False
         out.assumptions.append("gradient reduction not overlapped with backward")

@@ -33,7 +33,7 @@ def test_pyomo_matches_cpsat(tmp_path, name):
     assert h.candidates == c.candidates
 
 
-@pytest.mark.parametrize("name", ["dense-8gpu", "fixed-knobs", "offload-13b-8gpu-16gib"])
+@pytest.mark.parametrize("name", ["dense-8gpu", "fixed-knobs", "offload-13b-8gpu-24gib"])
 def test_pyomo_matches_enumeration_top5(tmp_path, name):
     p = load_text(tmp_path, name, SMALL[name])
     e = solve(p, "enumerate", top=5)

@@ -49,9 +49,9 @@ training: {global_batch: 32}
 search: {fused_layers: [true, false], attention: [flash, standard], schedule: [1f1b, gpipe],
          pp_rs_ag: [true, false], sp_ag_redo: [true, false], cp: 1}
 """,
-    "offload-13b-8gpu-16gib": """
+    "offload-13b-8gpu-24gib": """
 llm: {name: o, hidden: 5120, ffn: 20480, layers: 40, heads: 40, seq_len: 2048, vocab: 32000}
-system: {base: h100-sxm-80gb, hbm_gib: 16, offload: {capacity_gib: 256, bandwidth_gbps: 50}}
+system: {base: h100-sxm-80gb, hbm_gib: 24, offload: {capacity_gib: 256, bandwidth_gbps: 50}}
 num_gpus: 8
 training: {global_batch: 32, precision: bf16}
 search: {cp: 1}
@@ -152,7 +152,7 @@ def test_pair_columns_compose_like_the_model(tmp_path):
     assert np.allclose(cols["pipe"], model_pipe, rtol=1e-6, atol=256)
 
 
-@pytest.mark.parametrize("name", ["open-kernels-schedule-16gpu", "offload-13b-8gpu-16gib"])
+@pytest.mark.parametrize("name", ["open-kernels-schedule-16gpu", "offload-13b-8gpu-24gib"])
 def test_variant_columns_equal_the_model(tmp_path, name):
     """Every variant (kernels, schedule, offload flags): the pair columns are the model's pipeline time
     (offload streaming included), HBM and offload memory, for every ZeRO stage."""
@@ -181,9 +181,9 @@ def test_variant_columns_equal_the_model(tmp_path, name):
 
 
 def test_offload_is_decided_and_its_capacity_binds(tmp_path):
-    """13B parameters on 8 GPUs of 16 GiB: nothing fits without offload; CP-SAT picks the offload flags
+    """13B parameters on 8 GPUs of 24 GiB: nothing fits without offload; CP-SAT picks the offload flags
     (as the oracle does), and with too little offload memory nothing fits."""
-    text = SMALL["offload-13b-8gpu-16gib"]
+    text = SMALL["offload-13b-8gpu-24gib"]
     p = load_text(tmp_path, "off", text)
     c = solve(p, "cpsat")
     ex = c.plans[0].evaluation.execution

@@ -190,13 +190,36 @@ def test_edge_stage_hides_one_p2p_exchange_per_micro_batch():
     # micro-batch), the last stage with one for its last chunk, so its extra work (LM head, loss) hides
     # one exchange: p2p = 2*(n_mb*vpp + pp-1)*t_p2p - n_mb*min(t_p2p, head)
     p = _problem("h100-sxm-80gb", "llama3.1-8b")  # 64 GPUs: tp 2 x pp 4 x dp 8 -> 16 micro-batches
-    execs = [Execution(tp=2, pp=4, vpp=v) for v in (1, 2)]
+    execs = [Execution(tp=2, pp=4, vpp=v, pp_overlap=False) for v in (1, 2)]  # exchanges on the critical path
     r = evaluate(p, _knobs(p, execs))
     n_mb, pp = 128 / 8, 4
     t_p2p = float(r.pp_exposed[1] - r.pp_exposed[0]) / (2 * n_mb)  # the second chunk adds 2 exchanges per mb
     head = float(r.head[0]) / n_mb
     assert 0 < t_p2p < head  # an 8B model's LM head (128K vocab) outlasts an NVLink/IB activation send
     assert float(r.pp_exposed[0]) == pytest.approx(2 * (n_mb + pp - 1) * t_p2p - n_mb * t_p2p, rel=1e-9)
+
+
+def test_interleaved_exchanges_overlap_a_chunk_forward():
+    """With overlap_p2p_comm (vpp > 1) a steady-state exchange costs only what exceeds the forward of a chunk
+    (Lc layers): on NVLink/IB nothing of it, so only fill and drain remain (2(pp-1) exchanges); on a link so slow
+    that a send outlasts the chunk the remainder stays, 2*vpp per micro-batch."""
+    p = _problem("h100-sxm-80gb", "llama3.1-8b")  # tp 2 x pp 4 x dp 8, 16 micro-batches
+    on, off = (evaluate(p, _knobs(p, [Execution(tp=2, pp=4, vpp=2, pp_overlap=o)])) for o in (True, False))
+    n_mb, pp, vpp = 16, 4, 2
+    t_p2p = float(on.terms["t_p2p"][0])
+    assert float(on.pp_exposed[0]) == pytest.approx(2 * (pp - 1) * t_p2p, rel=1e-9)
+    assert float(off.pp_exposed[0]) == pytest.approx(2 * (n_mb * vpp + pp - 1) * t_p2p - n_mb * t_p2p, rel=1e-9)
+    assert float(on.step_time[0]) < float(off.step_time[0])
+    one = evaluate(p, _knobs(p, [Execution(tp=2, pp=4, vpp=1, pp_overlap=True)]))  # 1F1B: no overlap
+    assert float(one.pp_exposed[0]) == pytest.approx(2 * (n_mb + pp - 1) * t_p2p - n_mb * t_p2p, rel=1e-9)
+    base = library_system("h100-sxm-80gb")
+    nets = [n.model_copy(update={"bandwidth_gbps": 0.05}) if i == 1 else n for i, n in enumerate(base.networks)]
+    slow = p.model_copy(update={"system": base.model_copy(update={"networks": nets})})
+    r = evaluate(slow, _knobs(slow, [Execution(tp=2, pp=4, vpp=2)]))
+    t, window = float(r.terms["t_p2p"][0]), 32 / (pp * vpp) * float(r.terms["fwt"][0])  # Lc = 32/(pp*vpp) = 4
+    assert t > window
+    assert float(r.pp_exposed[0]) == pytest.approx(2 * n_mb * vpp * (t - window) + 2 * (pp - 1) * t
+                                                   - n_mb * min(t - window, float(r.head[0]) / n_mb), rel=1e-9)
 
 
 def test_edge_work_shorter_than_the_exchange_is_fully_hidden():

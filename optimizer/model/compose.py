@@ -8,6 +8,8 @@ Factors, by what they depend on (B global batch, S layer slots = layers (+ 2 wit
 split), dp, pp, vpp, mb the micro-batch; Ls = S/pp layers of the busiest stage; Narayanan et al. 2021):
 
     layout   A1 = B*S/(dp*pp)       sequences x layers of a stage per step   (n_mb * mb * Ls)
+             (with interleaving and overlap_p2p_comm the steady-state p2p is only what exceeds a chunk's
+             forward, Lc*fw: `p2p_steady`)
              A2 = B/dp              sequences per replica per step            (n_mb * mb)
              Ls = S/pp;  pm2 = 2*(pp-1)  p2p exchanges of pipeline fill and drain
     vpp      Lc = S/(pp*vpp)        layers per chunk
@@ -57,6 +59,13 @@ def edge_head(head, t_p2p, pp):
     its extra work hides one of the 2*vpp p2p exchanges per micro-batch (a middle stage waits on two
     neighbours per chunk, the edge stage on one): max(head - t_p2p, 0); without one, all of it."""
     return np.where(pp > 1, np.maximum(head - t_p2p, 0 * head), head)
+
+
+def p2p_steady(t_p2p, window, overlap):
+    """A steady-state pipeline exchange's time on the critical path: all of it, or with `overlap` (interleaved
+    1F1B with Megatron-Core's overlap_p2p_comm: each send/receive is posted before a chunk's compute and waited
+    on after it) what exceeds that compute, `window`: max(t_p2p - window, 0)."""
+    return np.where(overlap, np.maximum(t_p2p - window, 0 * t_p2p), t_p2p)
 
 
 def fsdp_traffic(AG, RS):

@@ -26,6 +26,12 @@ BYTES = {Precision.FP8: 1.0, Precision.FP8_CURRENT: 1.0, Precision.FP8_BLOCK: 1.
 # FP8 block scaling keeps one FP32 scale per 128 elements (1x128 tiles); current scaling reads each tensor once
 # more for its amax before the cast (two passes; delayed scaling uses the amax history: one)
 CAST_READS = {Precision.FP8_CURRENT: 2.0}
+# Block-scaled formats keep their scales along a GEMM's reduction dimension, which is the rows of an operand in
+# one GEMM and its columns in the next (activations: forward and weight gradient; output gradients: data and
+# weight gradients), so each cast writes a rowwise and a columnwise quantized copy (Transformer Engine MXFP8 and
+# NVFP4 recipes; per-tensor FP8 scales need no second copy on Blackwell, and Hopper's transposed FP8 copy is
+# written by the same fused cast-transpose kernel counted once here)
+CAST_COPIES = {Precision.MXFP8: 2.0, Precision.NVFP4: 2.0}
 # Precisions whose GEMM operands are quantised from 16-bit activations by cast kernels (Transformer Engine);
 # attention, element-wise ops and activations between ops stay 16-bit.
 QUANTIZED = frozenset({Precision.FP8, Precision.FP8_CURRENT, Precision.FP8_BLOCK, Precision.MXFP8, Precision.NVFP4})

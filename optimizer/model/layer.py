@@ -35,7 +35,7 @@ import numpy as np
 from ..schema import LLM, MlpKind, Precision
 from ..schema.common import RECOMPUTE_BITS, RecomputeModule
 from ..schema.stack import Stack
-from .hardware import BYTES, CAST_READS, QUANTIZED, Hardware, Tiers, a2a_time, collective_time, tier_of
+from .hardware import BYTES, CAST_COPIES, CAST_READS, QUANTIZED, Hardware, Tiers, a2a_time, collective_time, tier_of
 from .knobs import Knobs
 from .params import attention_params
 
@@ -353,8 +353,9 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
             n_in = n_in + R * h + np.where(fused, 0.0, R * fe_r)
             n_go = n_go + R * (up_e + h)
         rd = CAST_READS.get(ctx.precision, 1.0) * e  # current scaling: an amax pass, then the cast
-        ew_fw = ew_fw + _elementwise(hw, n_in, 2.0, rd + gi, 1.0)
-        ew_bw = ew_bw + _elementwise(hw, n_go, 2.0, rd + gi, 1.0)
+        wr = CAST_COPIES.get(ctx.precision, 1.0) * gi  # block-scaled formats: a rowwise and a columnwise copy
+        ew_fw = ew_fw + _elementwise(hw, n_in, 2.0, rd + wr, 1.0)
+        ew_bw = ew_bw + _elementwise(hw, n_go, 2.0, rd + wr, 1.0)
 
     fw = gemm_fw + attn_fw + ew_fw
     bw = gemm_bw + attn_bw + ew_bw

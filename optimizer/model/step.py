@@ -9,7 +9,8 @@ with Ls = L/pp layers per stage ((L+2)/pp on a middle stage when the embedding a
 slot each, Megatron-Core's account_for_embedding/loss_in_pipeline_split), tau the per-layer per-micro-batch time of `layer.block_cost` (compute,
 recompute and exposed TP/CP traffic), n_mb = B/(dp*b) micro-batches and, for 1F1B with vpp virtual
 stages (interleaving), bubble = (pp-1)/vpp * Ls * tau; p2p = 2*(n_mb*vpp + pp-1)*t_p2p less, per
-micro-batch, the min(t_p2p, head) that the edge stage's extra work hides (the steady-state cycle of
+micro-batch, the min(t_p2p, head) that the edge stage's extra work hides (with interleaving and
+overlap_p2p_comm a steady-state exchange costs only what exceeds a chunk's forward; the steady-state cycle of
 1F1B: a middle stage waits on two neighbours per chunk, the edge stage on one).
 
 Data-parallel gradient traffic (over dp*cp ranks) is a ring all-reduce, or with ZeRO >= 1 a
@@ -31,7 +32,7 @@ from .hardware import Hardware, Tiers, collective_time, tier_of
 from .knobs import Knobs
 from .compose import activations as compose_activations
 from .compose import dp_exposed as dp_exposed_by_zero
-from .compose import dp_links, edge_head, fsdp_traffic, layout_factors, mb_factors, pipeline, vpp_factors
+from .compose import dp_links, edge_head, fsdp_traffic, layout_factors, mb_factors, p2p_steady, pipeline, vpp_factors
 from ..schema.stack import Stack
 from .layer import BlockCost, Ctx, block_cost, kv_per_rank
 from .params import attention_params, count, mlp_matrices, model_flops_per_token
@@ -345,14 +346,16 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     offload_bw_need = np.where(w_off | a_on, need, 0.0) / max(off.efficiency, 1e-9)
 
     # ------------------------------------------------------------ total
-    head_mb = edge_head(head, t_p2p, pp) / mb
-    pl = pipeline(f_l["A1"], f_l["A2"], f_v["Bf"], f_v["E"], f_l["pm2"], tau / mb, head_mb, tau, t_p2p / mb,
+    # interleaved 1F1B with overlap_p2p_comm: a steady-state exchange waits only for what exceeds a chunk's forward
+    t_ss = p2p_steady(t_p2p, f_v["Lc"] * blk.fw_total, k.pp_overlap.astype(bool) & (vpp > 1))
+    head_mb = edge_head(head, t_ss, pp) / mb
+    pl = pipeline(f_l["A1"], f_l["A2"], f_v["Bf"], f_v["E"], f_l["pm2"], tau / mb, head_mb, tau, t_ss / mb,
                   np.where(pp > 1, t_p2p, 0.0), off_exp_layer / mb)
     step = pl["pipe"] + dp_exposed + dp_slow + optimizer
     # the report's parts: layers + head per micro-batch, bubble, p2p less what the edge stage's head hides
     pipe = n_mb * (Ls * tau + head)
     bubble, offload_exposed = pl["bubble"], pl["offload"]
-    pp_exposed = pl["p2p_steady"] + pl["p2p_fill"] - np.where(pp > 1, n_mb * np.minimum(t_p2p, head), 0.0)
+    pp_exposed = pl["p2p_steady"] + pl["p2p_fill"] - np.where(pp > 1, n_mb * np.minimum(t_ss, head), 0.0)
     terms = dict(
         pipe=pipe, bubble=bubble, pp_exposed=pp_exposed, optimizer=optimizer, offload_exposed=offload_exposed,
         AR=AR, RS=RS, AG=AG, n_mb=n_mb, bucket=bucket, t_cb=t_cb, window=window, vpp=vpp, dpg=dpg,

@@ -74,6 +74,10 @@ class Execution(Frozen):
     pp_rs_ag: bool = Field(True, description="PP p2p sends 1/tp of the activation and all-gathers it over the "
                            "TP group (scatter-gather, Narayanan 2021).")
     dp_overlap: bool = Field(True, description="Overlap gradient reduction (and parameter gathering) with compute.")
+    pp_overlap: bool = Field(True, description="With interleaving (vpp > 1), overlap each pipeline send/receive with "
+                             "the compute of a chunk (Megatron-Core overlap_p2p_comm, which NeMo and Megatron-Bridge "
+                             "set whenever vpp > 1); the non-interleaved schedule batches its p2p on the critical "
+                             "path. For `evaluate` and published runs; `solve` keeps it on.")
     recompute_modules: list[RecomputeModule] | None = Field(
         None, description="With recompute: selective, what is recomputed (Megatron-Core recompute_modules); "
         "null = the attention core. For `evaluate` and published runs; `solve` recomputes the attention core.")
