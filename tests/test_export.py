@@ -27,7 +27,8 @@ SWITCHES = ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-
             "--group-query-attention", "--swiglu", "--squared-relu", "--untie-embeddings-and-output-weights",
             "--disable-bias-linear", "--multi-latent-attention", "--bf16", "--fp16", "--sequence-parallel",
             "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap",
-            "--use-flash-attn", "--optimizer-cpu-offload", "--overlap-moe-expert-parallel-comm"]
+            "--use-flash-attn", "--optimizer-cpu-offload", "--overlap-moe-expert-parallel-comm",
+            "--cross-entropy-loss-fusion", "--no-overlap-p2p-communication"]  # the last two: declared there too
 
 
 def megatron_parser() -> argparse.ArgumentParser:
@@ -88,6 +89,19 @@ def test_dp_overlap_flags(zero, dp_overlap):
     a = parse(emit("megatron", _problem("llama3.1-70b", ex), ex))
     assert a.overlap_grad_reduce == dp_overlap
     assert a.overlap_param_gather == (dp_overlap and zero >= 1)
+
+
+def test_loss_fusion_and_interleaved_p2p_overlap_flags():
+    """The fused loss is Megatron's --cross-entropy-loss-fusion; interleaved exchanges overlap by default in
+    Megatron-LM, so only a plan without the overlap says --no-overlap-p2p-communication."""
+    ex = Execution(tp=8, pp=4, vpp=2)
+    a = parse(emit("megatron", _problem("llama3.1-70b", ex), ex))
+    assert a.cross_entropy_loss_fusion and not a.no_overlap_p2p_communication
+    ex = Execution(tp=8, pp=4, vpp=2, pp_overlap=False, fused_loss=False)
+    a = parse(emit("megatron", _problem("llama3.1-70b", ex), ex))
+    assert a.no_overlap_p2p_communication and not a.cross_entropy_loss_fusion
+    ex = Execution(tp=8, pp=4, pp_overlap=False)  # no interleaving: nothing to say
+    assert not parse(emit("megatron", _problem("llama3.1-70b", ex), ex)).no_overlap_p2p_communication
 
 
 def test_unknown_target():

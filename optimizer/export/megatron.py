@@ -94,10 +94,14 @@ def args(problem, ex) -> tuple[list[str], list[str]]:
         a.append("--overlap-moe-expert-parallel-comm")  # Megatron-Core >= 0.14
     if ex.tp_overlap.value != "none":
         a.append("--tp-comm-overlap")
+    if ex.pp > 1 and ex.vpp > 1 and not ex.pp_overlap:
+        a.append("--no-overlap-p2p-communication")  # Megatron-LM overlaps interleaved p2p by default
     if ex.attention.value in ("flash", "flash2"):
         a.append("--use-flash-attn")
     if ex.optimizer_offload:
         a.append("--optimizer-cpu-offload")
+    if ex.fused_loss:
+        a.append("--cross-entropy-loss-fusion")
     if ex.weight_offload or ex.activation_offload:
         notes.append("weight/activation offload has no Megatron-LM flag")
     return a, notes
