@@ -156,3 +156,38 @@ def test_stated_uncertainty_widens_for_a_stack_the_calibration_runs_did_not_use(
     assert h100.band_pct("torchtitan") == pytest.approx(np.hypot(h100.loo_mape_pct, STACK_TRANSFER_BAND_PCT), abs=0.01)
     assert h96.band_pct("torchtitan") == h96.loo_mape_pct < h96.band_pct("megatron-core")
     assert "no torchtitan run among them" in h100.summary("torchtitan") and "among them" not in h100.summary()
+
+
+def test_step_time_leave_one_out_on_the_96gb_torchtitan_runs(titan_runs):
+    """Leave-one-out, not in-sample: the 500 W H100 96GB's one fitted level (on H100's GEMM-efficiency curve
+    shape, as scripts/calibrate.py --shape fits it; its FP8 factor as fitted) chosen on a grid for all runs but
+    one, that one predicted with it. Mean |held-out error| within 13% (measured 11.7% on this 0.01 grid; 10.6%
+    with the FP8 factor refitted too, calibrate.py --loo); the worst are the long context-parallel runs (a
+    documented gap)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("calibrate", ROOT / "scripts" / "calibrate.py")
+    cal = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cal)
+    from optimizer.runs import predict, run_target
+
+    cal.SHAPE.update(of="h100-sxm-80gb", curve=[list(map(float, pt)) for pt in
+                                                library_system("h100-sxm-80gb").matrix_efficiency])
+    base = library_system("h100-sxm-96gb")
+    runs = [r for r in titan_runs.values() if r["hardware"]["gpu"] == "h100-sxm-96gb"]
+    levels = np.round(np.arange(0.50, 0.611, 0.01), 3)
+    err = np.zeros((len(levels), len(runs)))
+    for i, lv in enumerate(levels):
+        sysm = cal.with_params(base, {"level": float(lv)})
+        for j, r in enumerate(runs):
+            m = map_run(r, {sysm.name: sysm})
+            t = run_target(r, m.problem)[0]
+            err[i, j] = 100 * (predict(m).result["step_time"] - t) / t
+    held = []
+    for j in range(len(runs)):
+        others = np.delete(np.abs(err), j, axis=1).mean(axis=1)
+        held.append(err[int(np.argmin(others)), j])
+    held = np.abs(held)
+    assert len(runs) == 17 and np.mean(held) <= 13.0
+    worst = {runs[j]["id"] for j in np.argsort(held)[-3:]}
+    assert all("-cp" in w and "-cp1-" not in w for w in worst)
