@@ -36,6 +36,7 @@ import numpy as np
 from .errors import ProblemError
 from .loader import Sourced, available, find_in_library, read_yaml, validate_model
 from .schema import MLA, Options, LLM, Execution, MoE, Problem, System, Training
+from .schema.llm import SlidingWindow
 from .schema.common import RecomputeModule
 
 MAX_FREE_MICRO_BATCH = 4  # an unstated micro-batch is chosen among 1..4 (Megatron recipes use 1-4)
@@ -145,11 +146,16 @@ def _llm_of(run: dict, year: int | None) -> LLM:
     dense = re.search(r"dense with ffn (\d+)", notes)
     if moe is not None and dense:
         ffn = int(dense.group(1))
+    # the run schema has no sliding-window fields: GPT-OSS records state them ("alternate 128-token sliding-window
+    # attention and full attention (18 each)")
+    win = re.search(r"(\d+)-token sliding-window attention and full attention \((\d+) each\)", notes)
+    window = SlidingWindow(tokens=int(win.group(1)), layers=int(win.group(2))) if win else None
     return LLM(
         name=run["id"], hidden=m["hidden"], ffn=ffn, layers=m["layers"],
         heads=m["heads"] or max(1, m["hidden"] // 128), kv_heads=m.get("kv_heads"), head_dim=head_dim,
         seq_len=m["seq_len"], vocab=m["vocab"] or 51200, mlp=m.get("mlp") or "gelu",
         bias=(m.get("mlp") or "gelu") == "gelu", dropout=old, tied_embeddings=old, moe=moe, mla=mla,
+        sliding_window=window,
     )
 
 
@@ -195,6 +201,10 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
         from .errors import ParaplanError
 
         raise ParaplanError(f"run {run['id']}: its model is not a valid LLM: {str(e).splitlines()[-1].strip()}") from None
+    if llm.sliding_window is not None:
+        w = llm.sliding_window
+        out.assumptions.append(f"sliding-window attention of {w.tokens} tokens in {w.layers or llm.layers} of "
+                               f"{llm.layers} layers (notes)")
     prec = par.get("precision")
     if prec is None:
         prec = "fp16" if old else "bf16"

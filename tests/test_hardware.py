@@ -296,3 +296,30 @@ def test_attention_throughput_follows_the_head_size_as_measured():
     t2 = {d: float(hw.attention_kernel(flops, nbytes, head_dim=d, fa2=True)) for d in (64, 128)}
     assert t2[64] / t2[128] == pytest.approx(370 / 324, rel=1e-9)
     assert t[128] < float(hw.attention_kernel(flops, nbytes, head_dim=96)) < t[64]
+
+
+def test_sliding_window_attention_costs_its_band():
+    """A window of W keys: each query attends to W - W^2/(2s) keys on average (FLOPs), and its kernel loops over
+    that band only, so a short window runs far below peak (`attention_overhead_keys`) on few FLOPs; a layer share
+    (`sliding_window.layers`) mixes windowed and full attention; a window at least as long as the sequence is full
+    causal attention."""
+    from optimizer.model.layer import block_cost, flash_attention
+    from optimizer.model.step import make_ctx
+    from optimizer.schema import LLM, Execution, Training
+    from tests.helpers import problem_and_knobs
+
+    hw = Hardware(system("h100-sxm-80gb"), Precision.BF16)
+    s, w = 4096.0, 128.0
+    full = flash_attention(hw, 1, 64, 8, 64, s, s, 2)
+    win = flash_attention(hw, 1, 64, 8, 64, s, s, 2, window=w)
+    assert win[2] / full[2] == pytest.approx((w - w * w / (2 * s)) / (s / 2), rel=1e-12)  # FLOPs
+    assert 0.3 < float(win[0] / full[0]) < 0.6  # time: far less than full, far more than the FLOP ratio (6%)
+    assert float(flash_attention(hw, 1, 64, 8, 64, s, s, 2, window=2 * s)[0]) == float(full[0])
+    base = dict(name="w", hidden=2880, heads=64, kv_heads=8, head_dim=64, ffn=2880, layers=4, vocab=1000,
+                seq_len=4096, mlp="swiglu")
+    cost = {}
+    for n in (0, 2, 4):
+        llm = LLM(**base, sliding_window={"tokens": 128, "layers": n} if n else None)
+        p, k = problem_and_knobs(llm, system("h100-sxm-80gb"), 1, Training(global_batch=1), Execution())
+        cost[n] = float(block_cost(make_ctx(p), k).attn_fw[0])
+    assert cost[2] == pytest.approx((cost[0] + cost[4]) / 2, rel=1e-12) and cost[4] < cost[0]

@@ -20,6 +20,8 @@ PUBLISHED = [
     ("mixtral-8x22b", 141e9, 39e9, 0.005),  # Mistral AI: 141B, 39B active
     ("qwen3-235b-a22b", 235e9, 22e9, 0.01),  # Qwen3 report Table 2: 235B total, 22B activated
     ("deepseek-v3", 671e9, 37e9, 0.015),  # DeepSeek-V3 report: 671B total, 37B activated
+    # gpt-oss model card: 116.83B total, 5.13B active without the 0.58B embedding (the count's active holds it)
+    ("gpt-oss-120b", 116.83e9, 5.13e9 + 201088 * 2880, 0.005),
 ]
 
 

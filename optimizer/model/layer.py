@@ -138,7 +138,7 @@ def kv_per_rank(llm: LLM, tp):
     return np.maximum(llm.kv / tp, 1.0)
 
 
-def flash_attention(hw: Hardware, b, q_heads, kv_heads, d, sq, sk, e, fa2=False, cp=1.0):
+def flash_attention(hw: Hardware, b, q_heads, kv_heads, d, sq, sk, e, fa2=False, cp=1.0, window=None):
     """Causal flash attention of `b` sequences, `q_heads` query and `kv_heads` K/V heads of size `d` per GPU,
     `sq` queries against `sk` keys (the causal half of the scores computed; load-balanced over cp ranks):
     (forward s, backward s, forward FLOPs). One kernel each way, the backward 2.5x the forward's work; it reads
@@ -152,11 +152,19 @@ def flash_attention(hw: Hardware, b, q_heads, kv_heads, d, sq, sk, e, fa2=False,
     the first step's kernel loops over s/cp keys and each later one either all the rank's queries against one
     received chunk of s/(2cp) keys (s/cp) or its second chunk's queries against both received chunks (2s/cp):
     1.5 s/cp on average. After each step but the first the partial output is rescaled and merged in fp32 (read
-    and write O and the log-sum-exp; backward: the same for dQ)."""
+    and write O and the log-sum-exp; backward: the same for dQ).
+
+    A sliding `window` of W keys (W < sk): each query attends to its W predecessors, W - W^2/(2 sk) keys on
+    average, and a query tile's loop covers that band (2x it in causal-equivalent keys), so short windows run at
+    a small fraction of peak (`attention_overhead_keys`) on few FLOPs."""
     heads = b * q_heads
-    flops = 4.0 * heads * sq * sk * d * 0.5
+    sk = np.asarray(sk, dtype=float)
+    avg_keys = sk * 0.5  # causal: a query attends to half the keys on average
+    if window is not None:
+        avg_keys = np.where(window < sk, window - window * window / (2.0 * sk), avg_keys)
+    flops = 4.0 * heads * sq * avg_keys * d
     nbytes = e * b * sq * d * (2.0 * q_heads + 2.0 * kv_heads) + 4.0 * heads * sq
-    keys = np.where(np.asarray(cp) > 1, 1.5 * sk / cp, sk)
+    keys = np.where(np.asarray(cp) > 1, np.minimum(1.5 * sk / cp, 2.0 * avg_keys), 2.0 * avg_keys)
     fw = hw.attention_kernel(flops, nbytes, rows=sq, keys=keys, heads=heads, fa2=fa2, head_dim=d)
     bw = hw.attention_kernel(2.5 * flops, 2.5 * nbytes, rows=sq, keys=keys, heads=heads, fa2=fa2, head_dim=d)
     n_o = heads * sq * (d + 1.0)  # output (or dQ) and log-sum-exp elements of this rank
@@ -263,6 +271,11 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     std_bw = 2.0 * (qk_fw + pv_fw) + softmax_bw + adrop_bw
     std_fl = 4.0 * batch * sq * sk * d
     fla_fw, fla_bw, fl_flops = flash_attention(hw, b, ah, kvr, d, sq, sk, e, fa2=k.attention == 2, cp=cp)
+    ws = llm.window_share  # layers with sliding-window attention: their share of every layer's attention
+    if ws > 0:
+        w_fw, w_bw, w_fl = flash_attention(hw, b, ah, kvr, d, sq, sk, e, fa2=k.attention == 2, cp=cp,
+                                           window=float(llm.sliding_window.tokens))
+        fla_fw, fla_bw, fl_flops = ((1 - ws) * x + ws * y for x, y in ((fla_fw, w_fw), (fla_bw, w_bw), (fl_flops, w_fl)))
     attn_fw = np.where(flash, fla_fw, std_fw)
     attn_bw = np.where(flash, fla_bw, std_bw)
     attn_fl_fw = np.where(flash, fl_flops, std_fl)

@@ -40,6 +40,15 @@ class MLA(Frozen):
     v_head_dim: PositiveInt = Field(description="Size of one value head.")
 
 
+class SlidingWindow(Frozen):
+    """Local (sliding-window) causal attention in some layers: each query attends to the `tokens` keys before
+    it (Mistral 7B: every layer, 4096; GPT-OSS: every other layer, 128; Gemma 2/3: alternating or 5 of 6)."""
+
+    tokens: PositiveInt = Field(description="Keys each query attends to (the window, the query included).")
+    layers: PositiveInt | None = Field(None, description="Number of layers with the window (the rest attend to the "
+                                       "whole sequence); null = all.")
+
+
 class LLM(Frozen):
     """A decoder-only transformer. Shapes as in the model's paper or config file."""
 
@@ -59,6 +68,16 @@ class LLM(Frozen):
     dropout: bool = Field(False, description="Dropout after attention scores, attention and MLP (GPT-3/Megatron recipe).")
     moe: MoE | None = Field(None, description="Mixture-of-experts settings; null for a dense model.")
     mla: MLA | None = Field(None, description="Multi-head latent attention (DeepSeek); null = MHA/GQA/MQA.")
+    sliding_window: SlidingWindow | None = Field(None, description="Local attention in some or all layers; null = "
+                                                 "every layer attends to the whole (causal) sequence.")
+
+    @property
+    def window_share(self) -> float:
+        """Fraction of the layers with sliding-window attention (0 without one)."""
+        w = self.sliding_window
+        if w is None:
+            return 0.0
+        return (w.layers if w.layers is not None else self.layers) / self.layers
 
     @property
     def kv(self) -> int:
@@ -89,4 +108,7 @@ class LLM(Frozen):
             raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
         if self.head_dim is None and self.hidden % self.heads:
             raise ValueError(f"hidden ({self.hidden}) is not a multiple of heads ({self.heads}); set head_dim")
+        w = self.sliding_window
+        if w is not None and w.layers is not None and w.layers > self.layers:
+            raise ValueError(f"sliding_window.layers ({w.layers}) cannot exceed layers ({self.layers})")
         return self
