@@ -112,11 +112,10 @@ def triple_cols(T: Tables, tri: np.ndarray):
     mins = {n: gmin(BE[n])[:, 0] for n in ("tau_mb", "tau", "stored", "working", "embout", "logits", "offx_mb")}
     # the overlapped exchange max(p2p - Lc*window, 0) falls with the window: its largest keeps the bound a bound
     mins["p2p_window"] = -gmin(-BE["p2p_window"])[:, 0]
-    head, head_raw = gmin(BE["head_mb"], 3 * nT), gmin(BE["head_raw"], 3 * nT)
-    p2pm, p2p = gmin(BE["p2p_mb"], nT), gmin(BE["p2p"], nT)
+    # the pipeline's head and exchanges grow with the head and t_p2p (2*vpp >= 2 exchanges per head hidden)
+    head, p2p = gmin(BE["head"], 3 * nT), gmin(BE["p2p"], nT)
     tpp = T.lay["tier_pp"][l]
-    hcol = T.L["hc"][l] * nT + tpp
-    got = {"head_mb": head[g, hcol], "head_raw": head_raw[g, hcol], "p2p_mb": p2pm[g, tpp], "p2p": p2p[g, tpp]}
+    got = {"head": head[g, T.L["hc"][l] * nT + tpp], "p2p": p2p[g, tpp]}
     return lambda name: got[name] if name in got else mins[name][g]
 
 

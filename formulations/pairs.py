@@ -9,12 +9,12 @@ What a pair does not decide is left to the solver: the ZeRO stage z, DP overlap 
 and the state memory. Columns (integers; time in TIME_UNIT, memory in KiB, usage rounded up):
 
     pipe_layers = n_mb*Ls*tau      = A1[l]*tau_mb[beta]       (Narayanan 2021, Sec. 2.2)
-    pipe_head   = n_mb*head        = A2[l]*head_mb[beta, hc, tier_pp] (hc: pp = 1; pp > 1; pp > 1 with the
-                                   embedding and loss as layer slots, where the head hides behind the layer it
-                                   replaces); with pp > 1 the edge stage's extra work hides one p2p exchange
-                                   per micro-batch: head_mb = max(head - t_p2p, 0)/mb
+    pipe_head   = n_mb*head        = A2[l]*edge_head(head[beta, hc, tier_pp], t_p2p, pp)/mb (hc: pp = 1;
+                                   pp > 1; pp > 1 with the embedding and loss as layer slots, where the head
+                                   hides behind the layer it replaces); with pp > 1 the edge stage's extra work
+                                   hides one p2p exchange per micro-batch: max(head - t_p2p, 0)
     bubble      = (pp-1)/vpp*Ls*tau = Bf[lv]*tau[beta]
-    p2p_steady  = 2*n_mb*vpp*t_p2p = E[lv]*p2p_mb[beta, tier_pp];  p2p_fill = 2(pp-1)*t_p2p; interleaved
+    p2p_steady  = 2*n_mb*vpp*t_p2p = E[lv]*p2p[beta, tier_pp]/mb;  p2p_fill = 2(pp-1)*t_p2p; interleaved
                                    (vpp > 1, overlap_p2p_comm) t_p2p -> max(t_p2p - Lc*fw, 0) in both and in
                                    the edge stage's head (`compose.p2p_steady`)
     offload     = n_mb*Ls*exposed weight/activation streaming per layer = A1[l]*offx_mb[beta]
@@ -75,12 +75,10 @@ def compose(T: Tables, l, vi, mi, col) -> dict[str, np.ndarray]:
     Lt, LV, LM = T.L, T.LV, T.LM
     # interleaved schedules overlap each steady-state exchange with a chunk's forward (Execution.pp_overlap, which
     # `solve` keeps on): what exceeds Lc layers' forward stays, and the edge stage's head hides that remainder
-    mbv = np.array(T.mb_vals)[mi]
-    ov = (np.array(T.v_vals)[vi] > 1) & (T.lay["pp"][l] > 1)
-    t_ss = p2p_steady(col("p2p"), LV["Lc"][lv] * col("p2p_window"), ov)
-    head_mb = np.where(ov, edge_head(col("head_raw"), t_ss, 2) // mbv, col("head_mb"))
-    out = pipeline(Lt["A1"][l], Lt["A2"][l], LV["Bf"][lv], LV["E"][lv], Lt["pm2"][l], col("tau_mb"), head_mb,
-                   col("tau"), np.where(ov, t_ss // mbv, col("p2p_mb")), col("p2p"), col("offx_mb"))
+    mbv, pp = np.array(T.mb_vals)[mi], T.lay["pp"][l]
+    t_ss = p2p_steady(col("p2p"), LV["Lc"][lv] * col("p2p_window"), (np.array(T.v_vals)[vi] > 1) & (pp > 1))
+    out = pipeline(Lt["A1"][l], Lt["A2"][l], LV["Bf"][lv], LV["E"][lv], Lt["pm2"][l], col("tau_mb"),
+                   edge_head(col("head"), t_ss, pp) // mbv, col("tau"), t_ss // mbv, col("p2p"), col("offx_mb"))
     acts = activations(LV["inflv"][lv], LM["infl1"][lm], LM["NL"][lm], Lt["Ls"][l], np.array(T.v_vals)[vi],
                        T.lay["pp"][l], bool(T.fixed["schedule"]), bool(T.fixed["activation_offload"]), col("stored"), col("working"),
                        col("embout"), col("logits"))
@@ -117,9 +115,7 @@ def pair_columns(T: Tables, l, vi, mi, ri, si, oi) -> dict[str, np.ndarray]:
     """Every term of the given pairs (arrays of indices)."""
     b = block_index(T, l, mi, ri, si, oi)
     nT = len(T.problem.system.networks)
-    at = {"head_mb": (3 * b + T.L["hc"][l]) * nT + T.lay["tier_pp"][l], "p2p_mb": nT * b + T.lay["tier_pp"][l]}
-    at["p2p"] = at["p2p_mb"]
-    at["head_raw"] = at["head_mb"]
+    at = {"head": (3 * b + T.L["hc"][l]) * nT + T.lay["tier_pp"][l], "p2p": nT * b + T.lay["tier_pp"][l]}
 
     def col(name):
         return T.BETA[name][at.get(name, b)]

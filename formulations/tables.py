@@ -30,12 +30,11 @@ Columns (the composition factors are defined in `optimizer.model.compose`):
                         inflv [layers]: vpp factors; ARv, RSv [ns]: AR and RS over vpp
     per (layout, mb)    nmb [micro-batches], NL [layers x micro-batches], infl1 [layers]: micro-batch factors
     per block (BETA)    tau [ns]: one layer, one micro-batch; tau_mb [ns/sequence]: tau / mb; fwt, bwt, fbt
-                        [ns]: its forward, backward, both; head_mb [ns/sequence] per (head column, PP tier):
-                        the edge stage's head less the p2p it hides, / mb; p2p [ns] and p2p_mb [ns/sequence];
-                        head_raw and p2p_window (a layer's forward) for the overlapped exchanges of interleaved
-                        schedules (`optimizer.model.compose.p2p_steady`, per pair)
-                        per PP tier: one exchange; offx_mb [ns/sequence]: exposed offload streaming of a
-                        layer; stored, working, embout, logits [KiB]: activations of a layer kept, rebuilt
+                        [ns]: its forward, backward, both; head [ns] per (head column, PP tier): the edge
+                        stage's LM head and loss per micro-batch (the p2p it hides is taken off per pair,
+                        `formulations.pairs.compose`); p2p [ns] per PP tier: one exchange; p2p_window [ns]: a
+                        layer's forward, which Lc of hide an interleaved exchange (`compose.p2p_steady`);
+                        offx_mb [ns/sequence]: exposed offload streaming of a layer; stored, working, embout, logits [KiB]: activations of a layer kept, rebuilt
                         by recompute, the embedding output and the logits
 """
 
@@ -47,7 +46,7 @@ from itertools import product
 import numpy as np
 
 from optimizer.model.capacity import capacity_bytes
-from optimizer.model.compose import edge_head, fsdp_traffic, layout_factors, mb_factors, vpp_factors
+from optimizer.model.compose import fsdp_traffic, layout_factors, mb_factors, vpp_factors
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate, make_ctx
 from optimizer.schema import Problem
@@ -285,23 +284,17 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
         BETA["stored"], BETA["working"] = kib_up(rb["stored"][j]), kib_up(rb["working"][j])
         BETA["embout"], BETA["logits"] = kib_up(rb["emb_out"][j]), kib_up(rb["logits"][j])
         BETA["offx_mb"] = t_int(rb["off_layer"][j] / mb_b)
-        # head column (hc) x PP tier: the edge stage's extra work per micro-batch less the p2p exchange it
-        # hides (one of the 2*vpp per micro-batch; `optimizer.model.step`): max(head - t_p2p, 0) when pp > 1
+        # head column (hc) x PP tier: the edge stage's LM head and loss per micro-batch (hc: pp = 1; pp > 1; pp > 1
+        # with the embedding and loss as layer slots); the exchange it hides is taken off per pair
         head = np.zeros((nB, 3, nT), dtype=np.int64)
-        head[:, 0, :] = t_int(rb["head"][j] / mb_b)[:, None]
-        head_raw = np.zeros((nB, 3, nT), dtype=np.int64)  # the edge stage's head before it hides an exchange
-        p2p_mb = np.zeros((nB, nT), dtype=np.int64)
+        head[:, 0, :] = t_int(rb["head"][j])[:, None]
         p2p = np.zeros((nB, nT), dtype=np.int64)
         for tpp, rp in rps.items():
-            head[:, 1, tpp] = t_int(edge_head(rp["head"][j], rp["t_p2p"][j], 2) / mb_b)
-            head_raw[:, 1, tpp] = t_int(rp["head"][j])
+            head[:, 1, tpp] = t_int(rp["head"][j])
             if rpe is not None:
-                head[:, 2, tpp] = t_int(edge_head(rpe[tpp]["head"][j], rpe[tpp]["t_p2p"][j], 2) / mb_b)
-                head_raw[:, 2, tpp] = t_int(rpe[tpp]["head"][j])
-            p2p_mb[:, tpp] = t_int(rp["t_p2p"][j] / mb_b)
+                head[:, 2, tpp] = t_int(rpe[tpp]["head"][j])
             p2p[:, tpp] = t_int(rp["t_p2p"][j])
-        BETA["head_mb"], BETA["p2p_mb"], BETA["p2p"] = head.reshape(-1), p2p_mb.reshape(-1), p2p.reshape(-1)
-        BETA["head_raw"] = head_raw.reshape(-1)
+        BETA["head"], BETA["p2p"] = head.reshape(-1), p2p.reshape(-1)
         BETA["p2p_window"] = BETA["fwt"]  # one layer's forward per micro-batch: x Lc, the chunk an exchange hides under
         Lt = Lv[j]
         LVj = dict(LV, ARv=t_int(np.repeat(r["AR"][j], nV) / v2), RSv=t_int(np.repeat(r["RS"][j], nV) / v2))
