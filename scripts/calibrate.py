@@ -188,7 +188,7 @@ def main() -> int:
               f"  max {np.max(np.abs(held)):.2f}%")
     if args.write:
         write(path, x, [r["id"] for r, _ in keep], " ".join(args.runs),
-              None if held is None else float(np.mean(np.abs(held))), stacks_of([r for r, _ in keep]))
+              None if held is None else float(np.mean(np.abs(held))), {r["id"]: stack_of(r) for r in doc.data})
     if args.write_loo and held is not None:  # after --write: its line names the command
         write_loo(path, float(np.mean(np.abs(held))), len(held), args.params + (f" --shape {args.shape}" if args.shape else ""),
                   args.runs)
@@ -207,11 +207,13 @@ def _replace_block(lines: list[str], key: str, new: list[str]) -> list[str]:
     return lines + new
 
 
-def stacks_of(runs: list[dict]) -> dict[str, int]:
-    """Runs per software stack (`optimizer.runs.stack_of`), most runs first."""
+def stacks_of(run_ids: list[str], stack_by_id: dict[str, str]) -> dict[str, int] | None:
+    """Runs per software stack (`optimizer.runs.stack_of`), most runs first; None when a run is not known."""
+    if any(r not in stack_by_id for r in run_ids):
+        return None
     out: dict[str, int] = {}
-    for r in runs:
-        out[stack_of(r)] = out.get(stack_of(r), 0) + 1
+    for r in run_ids:
+        out[stack_by_id[r]] = out.get(stack_by_id[r], 0) + 1
     return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
@@ -220,7 +222,7 @@ def _stacks_line(stacks: dict[str, int]) -> list[str]:
 
 
 def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: float | None = None,
-          stacks: dict[str, int] | None = None) -> None:
+          stack_by_id: dict[str, str] | None = None) -> None:
     lines = path.read_text().splitlines()
     note = f"calibrated by scripts/calibrate.py on {len(run_ids)} runs (see calibration.runs)"
     fitted = []
@@ -263,7 +265,10 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: floa
         run_ids = list(dict.fromkeys(old.runs + run_ids))
         fitted = list(dict.fromkeys(old.fitted + fitted))
         loo_pct = old.loo_mape_pct if loo_pct is None else loo_pct
-        stacks = old.stacks if stacks is None or set(run_ids) != set(old.runs) else stacks
+    # the calibration runs' stacks; a partial fit keeps the file's when it cannot read every run's stack
+    stacks = stacks_of(run_ids, stack_by_id or {})
+    if stacks is None and old is not None:
+        stacks = old.stacks
     cal = (["calibration:", "  runs:"] + [f"    - {r}" for r in run_ids] + _stacks_line(stacks or {})
            + ["  fitted: [" + ", ".join(f"'{f}'" for f in fitted) + "]"]
            + ([] if loo_pct is None else [f"  loo_mape_pct: {loo_pct:.2f}  # leave-one-out, scripts/calibrate.py --loo"])

@@ -102,16 +102,12 @@ def test_microscaled_peaks_and_16_bit_attention():
 @pytest.fixture
 def calibrate(tmp_path, monkeypatch):
     """scripts/calibrate.py as a module, over a copy of the shipped systems (PARAPLAN_LIBRARY points at it)."""
-    import importlib.util
+    from tests.helpers import load_script
 
     lib = tmp_path / "lib"
     shutil.copytree(Path(find_in_library("system", "h100-sxm-80gb")).parent, lib / "systems")
     monkeypatch.setenv("PARAPLAN_LIBRARY", str(lib))
-    spec = importlib.util.spec_from_file_location(
-        "calibrate", Path(__file__).resolve().parent.parent / "scripts" / "calibrate.py")
-    cal = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cal)
-    return cal, lib
+    return load_script("calibrate"), lib
 
 
 def test_calibrate_transfer_writes_transferred_from(calibrate):
@@ -323,3 +319,17 @@ def test_sliding_window_attention_costs_its_band():
         p, k = problem_and_knobs(llm, system("h100-sxm-80gb"), 1, Training(global_batch=1), Execution())
         cost[n] = float(block_cost(make_ctx(p), k).attn_fw[0])
     assert cost[2] == pytest.approx((cost[0] + cost[4]) / 2, rel=1e-12) and cost[4] < cost[0]
+
+
+def test_calibrate_write_records_the_stacks_of_every_run(calibrate):
+    """`calibration.stacks` counts the stacks of the fit's runs; a partial fit (one factor) that adds a run
+    recounts them when every run's stack is known and keeps the file's otherwise."""
+    cal, lib = calibrate
+    path = lib / "systems" / "h100-sxm-80gb.yaml"
+    before = validate_model(System, read_yaml(path)).calibration
+    by_id = {r: "megatron-core" for r in before.runs} | {"tt-new": "torchtitan"}
+    cal.write(path, {"fp8_scale": 0.9}, ["tt-new"], "runs.yaml", None, by_id)
+    after = validate_model(System, read_yaml(path)).calibration
+    assert after.runs == before.runs + ["tt-new"] and after.stacks == {"megatron-core": 8, "torchtitan": 1}
+    cal.write(path, {"fp8_scale": 0.9}, ["other"], "runs.yaml", None, {})  # stacks unknown: kept
+    assert validate_model(System, read_yaml(path)).calibration.stacks == {"megatron-core": 8, "torchtitan": 1}
