@@ -188,6 +188,7 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
         out.assumptions.append(f"node of {hwr['gpus_per_node']} GPUs modelled as {system.name} "
                                f"({system.gpus_per_node} per node)")
     year = run_year(run)
+    stack = stack_of(run)
     notes = _notes(run)
     old = year is not None and year <= 2022
     era = f"published {year}" if year else "no year in source"
@@ -217,7 +218,7 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     if eager:
         out.assumptions.append("eager mode (notes): unfused element-wise kernels")
     attention = "flash" if flash else "standard"
-    if flash and ("flashattention-2" in notes or (stack_of(run) == "torchtitan" and not re.search(r"cudnn|fa3", notes))):
+    if flash and ("flashattention-2" in notes or (stack == "torchtitan" and not re.search(r"cudnn|fa3", notes))):
         attention = "flash2"
         out.assumptions.append("FlashAttention-2 kernels: " + ("notes" if "flashattention-2" in notes else
                                "torchtitan runs PyTorch SDPA, whose flash backend is FlashAttention-2 (cuDNN "
@@ -252,10 +253,10 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
         fixed["micro_batch"] = par["micro_batch"]
     vpp_known = par.get("vpp") or 1
     L = m["layers"]
-    megatron = stack_of(run) == "megatron-core"  # only Megatron-Core gives the embedding and loss a layer slot
-    if not megatron and par["pp"] > 1 and L % (par["pp"] * vpp_known):
+    # only Megatron-Core gives the embedding and the loss a pipeline layer slot; other stacks split by module
+    if stack != "megatron-core" and par["pp"] > 1 and L % (par["pp"] * vpp_known):
         fixed["pp_uneven"] = True
-        out.assumptions.append(f"layers {L} not divisible by pp*vpp = {par['pp'] * vpp_known}: {stack_of(run)} splits "
+        out.assumptions.append(f"layers {L} not divisible by pp*vpp = {par['pp'] * vpp_known}: {stack} splits "
                                "the stages by module (the embedding on the first, the output on the last); the "
                                f"model times and sizes the busiest chunk, ceil({L} / {par['pp'] * vpp_known}) layers")
     elif par["pp"] > 1 and L % (par["pp"] * vpp_known) and (L + 2) % (par["pp"] * vpp_known) == 0:
@@ -334,7 +335,7 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
         # a measured run ran: it fits if it fits the physical HBM (no planning headroom)
         out.problem = Problem(name=run["id"], llm=llm, system=system, num_gpus=hwr["num_gpus"], training=training,
                               execution=Execution(**{k: v for k, v in fixed.items()}),
-                              options=Options(memory_headroom_gib=0.0), stack=stack_of(run))
+                              options=Options(memory_headroom_gib=0.0), stack=stack)
     except (ValidationError, ValueError, TypeError) as e:  # a record the schema cannot express
         why = "; ".join(x["msg"] for x in e.errors()) if isinstance(e, ValidationError) else str(e)
         out.skip = f"cannot express as a problem: {' '.join(why.split())}"

@@ -304,7 +304,7 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     ew_bw = 2 * norm_bw + 2 * bda_bw + act_bw + rope_fw
 
     # ---------------------------------------------------------------- routed experts (MoE layers)
-    ep_fw = ep_bw = moe_store = moe_act_in = eact_fw = 0.0
+    ep_fw = ep_bw = moe_store = moe_act_in = eact_fw = moe_gemm_fw = 0.0
     if mo is not None:
         ep = k.ep.astype(float)
         etp = k.etp.astype(float)
@@ -324,7 +324,8 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
         e_dn_bw = hw.gemm(m_e, fe_r, h, batch=n_loc, in_bytes=gi, out_bytes=e) + \
             hw.gemm(fe_r, h, m_e, batch=n_loc, in_bytes=gi, out_bytes=4)
         e_fl = 2.0 * R * h * (up_e + fe_r)
-        gemm_fw = gemm_fw + r_fw + e_up_fw + e_dn_fw
+        moe_gemm_fw = r_fw + e_up_fw + e_dn_fw  # router and routed experts, forward
+        gemm_fw = gemm_fw + moe_gemm_fw
         gemm_bw = gemm_bw + r_bw + e_up_bw + e_dn_bw
         gemm_fl = gemm_fl + r_fl + e_fl
         # softmax/top-k over Ts x E; permute and un-permute (gather/scatter of rows) + weighted sum;
@@ -448,8 +449,8 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     ckpt = e * T * h * split_n
     sel_stored = full - saved
     if ctx.stack == Stack.TORCHTITAN:  # `selective` is torchtitan's per-op policy, not Megatron-Core's modules
-        sel_t, sel_fl, sel_stored = per_op_sac(ctx, k, T, Tn, ah, kvr, d, f, ew_fw, moe_fw=(
-            np.asarray(gemm_fw) - (qkv_fw + prj_fw + up_fw + dn_fw) + eact_fw, ep_fw), ckpt=ckpt)
+        sel_t, sel_fl, sel_stored = per_op_sac(ctx, k, T, Tn, ah, kvr, d, f, ew_fw, moe_fw=(moe_gemm_fw + eact_fw, ep_fw),
+                                               ckpt=ckpt)
     re = np.where(rec == 2, fw, sel_t)
     hw_re = np.where(rec == 2, hw_fw, sel_fl)
     stored = np.where(rec == 2, ckpt, sel_stored)

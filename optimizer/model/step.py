@@ -28,12 +28,12 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from ..schema import Precision, Problem
+from ..schema.stack import Stack
 from .hardware import Hardware, Tiers, collective_time, tier_of
 from .knobs import Knobs
 from .compose import activations as compose_activations
 from .compose import dp_exposed as dp_exposed_by_zero
 from .compose import dp_links, edge_head, fsdp_traffic, layout_factors, mb_factors, p2p_steady, pipeline, vpp_factors
-from ..schema.stack import Stack
 from .layer import BlockCost, Ctx, block_cost, kv_per_rank
 from .params import attention_params, count, mlp_matrices, model_flops_per_token
 

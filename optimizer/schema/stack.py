@@ -66,6 +66,9 @@ PROFILES: dict[Stack, dict[str, list]] = {
 INT_KNOBS = {"tp", "pp", "vpp", "cp", "zero", "dp", "ep", "etp", "micro_batch"}
 
 
+LAYOUT_KNOBS = {"zero": "pp", "sequence_parallel": "tp"}  # knobs `by_layout` narrows, and the degree it reads
+
+
 def by_layout(stack: Stack, knob: str, pp: int, tp: int = 1) -> list | None:
     """The values of `knob` the stack offers in a layout of `pp` pipeline stages and `tp` tensor-parallel ranks,
     where they are narrower than `PROFILES` (None: as PROFILES). torchtitan's FSDP2 is ZeRO-1 in
@@ -98,11 +101,11 @@ def stack_defaults(stack: Stack, ex):
 def _layout_unsupported(stack: Stack, ex) -> list[tuple[str, str]]:
     """(knob, message) for each knob of the execution outside what the stack offers in its layout."""
     out = []
-    for knob, where in (("zero", f"pp={ex.pp}"), ("sequence_parallel", f"tp={ex.tp}")):
+    for knob, degree in LAYOUT_KNOBS.items():
         allowed = by_layout(stack, knob, ex.pp, ex.tp)
         if allowed is not None and getattr(ex, knob) not in allowed:
-            out.append((knob, f"{getattr(ex, knob)} is not offered by stack {Stack(stack).value} with {where} "
-                              f"(it offers {allowed})"))
+            out.append((knob, f"{getattr(ex, knob)} is not offered by stack {Stack(stack).value} with "
+                              f"{degree}={getattr(ex, degree)} (it offers {allowed})"))
     return out
 
 
