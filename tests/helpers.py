@@ -23,6 +23,16 @@ def library_system(name: str) -> System:
     return load_named("system", name, System)
 
 
+def load_script(name: str):
+    """scripts/NAME.py as a module (the scripts are not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def concat_knobs(knobs_list):
     """One Knobs of N candidates from N single-candidate Knobs."""
     from optimizer.model.knobs import Knobs

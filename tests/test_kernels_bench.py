@@ -4,11 +4,12 @@ wave quantization of its query tiles, per-tile fixed work against the keys) with
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+
+from helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 MEAS = ROOT.parent / "shared" / "measurements" / "h100-sxm-80gb-microbench.json"
@@ -16,9 +17,7 @@ MEAS = ROOT.parent / "shared" / "measurements" / "h100-sxm-80gb-microbench.json"
 
 @pytest.mark.skipif(not MEAS.is_file(), reason="measurements not present")
 def test_blocks_within_seven_percent_and_every_class_scored():
-    spec = importlib.util.spec_from_file_location("bench_kernels", ROOT / "scripts" / "bench_kernels.py")
-    bk = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bk)
+    bk = load_script("bench_kernels")
     from optimizer.loader import load_named
     from optimizer.schema import System
 

@@ -4,13 +4,11 @@ torchtitan runs (problems/runs/torchtitan-h100-h200.yaml) that check them."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from helpers import ROOT, library_system, problem_and_knobs
+from helpers import ROOT, library_system, load_script, problem_and_knobs
 from optimizer.model.layer import block_cost
 from optimizer.model.step import ALLOCATOR_SLACK, GIB, evaluate, layer_params_per_gpu, make_ctx
 from optimizer.runs import load_runs, map_run
@@ -133,9 +131,7 @@ def test_torchtitan_runs_peak_memory_within_10pct(titan_runs):
 
 def test_allocator_slack_leave_one_out_within_10pct():
     """scripts/calibrate_memory.py: each run's reserved peak predicted with the slack fitted on the others."""
-    spec = importlib.util.spec_from_file_location("calibrate_memory", ROOT / "scripts" / "calibrate_memory.py")
-    cm = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cm)
+    cm = load_script("calibrate_memory")
     rows = cm.measured_runs([str(RUNS)])
     assert len(rows) == 19
     held = [cm.errors([r], cm.fit(rows[:i] + rows[i + 1:]))[0] for i, r in enumerate(rows)]
@@ -163,12 +159,9 @@ def test_step_time_leave_one_out_on_the_96gb_torchtitan_runs(titan_runs):
     one, that one predicted with it. Mean |held-out error| within 13% (measured 11.7% on this 0.01 grid; 10.6%
     with the FP8 factor refitted too, calibrate.py --loo); the worst are the long context-parallel runs (a
     documented gap)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("calibrate", ROOT / "scripts" / "calibrate.py")
-    cal = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cal)
     from optimizer.runs import predict, run_target
+
+    cal = load_script("calibrate")
 
     cal.SHAPE.update(of="h100-sxm-80gb", curve=[list(map(float, pt)) for pt in
                                                 library_system("h100-sxm-80gb").matrix_efficiency])
