@@ -372,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "or a local one without); needs pip install 'paraplan[ray]'")
     p.add_argument("--plot", metavar="FOLDER", help="line, heatmap and breakdown PNGs in FOLDER")
     p.set_defaults(func=cmd_study)
-    p = sub.add_parser("whatif", parents=[common], help="what +X% of each resource is worth; the robust plan")
+    p = sub.add_parser("whatif", parents=[common], help="what +X%% of each resource is worth; the robust plan")
     p.add_argument("problem")
     p.add_argument("--pct", type=_amount, default=20.0, help="how much more of each resource, %% (default 20)")
     p.add_argument("--top", type=_top, default=10, help="plans compared for robustness (default 10)")

@@ -248,3 +248,21 @@ def test_solve_plot_breakdown(tmp_path, capsys, monkeypatch):
     assert len(at.get_yticklabels()) == 3
     assert {"forward", "backward"} <= {t.get_text() for t in at.get_legend().get_texts()}
     assert {"weights", "activations"} <= {t.get_text() for t in am.get_legend().get_texts()}
+
+
+def test_help_of_every_command_prints_and_exits_0(capsys):
+    """`--help` of the program and of each sub-command renders (argparse formats help strings with %, so a bare
+    '%' in one crashes only when help is asked for)."""
+    from optimizer.cli import build_parser
+    parser = build_parser()
+    with pytest.raises(SystemExit) as e:
+        parser.parse_args(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    subs = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"][0].choices
+    assert "whatif" in subs and "+X% of each resource" in out
+    for name in subs:
+        with pytest.raises(SystemExit) as e:
+            parser.parse_args([name, "--help"])
+        assert e.value.code == 0, name
+        assert f"usage: paraplan {name}" in capsys.readouterr().out
