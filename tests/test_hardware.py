@@ -234,8 +234,10 @@ def test_nvl72_racks_are_bought_whole_and_compared_with_nodes():
 
 def test_fp8_scaling_recipes():
     """FP8 recipes run at the FP8 peak; block scaling stores one FP32 scale per 128 elements; current scaling
-    reads each cast tensor twice (amax, then cast), so it is the slowest of the three at equal GEMMs; each is
-    emitted as its framework's recipe."""
+    reads each cast tensor twice (amax, then cast), so it is the slowest of the three at equal GEMMs and equal
+    communication (tp 1 here: with sequence parallelism the per-tensor recipes also gather in 1 byte, see
+    `test_sequence_parallel_gathers_travel_quantised_in_per_tensor_fp8`); each is emitted as its framework's
+    recipe."""
     from optimizer.evaluate import evaluate_execution
     from optimizer.export import emit
     from optimizer.schema import Execution, Problem, Training
@@ -246,7 +248,7 @@ def test_fp8_scaling_recipes():
     assert Hardware(h100, Precision.FP8_BLOCK).matrix_peak == Hardware(h100, Precision.FP8).matrix_peak
     assert BYTES[Precision.FP8_BLOCK] == pytest.approx(1 + 4 / 128) and BYTES[Precision.FP8_CURRENT] == 1.0
     llm = load_named("llm", "llama3.1-8b", LLM)
-    ex = Execution(tp=2, dp=4, micro_batch=1, sequence_parallel=True, zero=1)
+    ex = Execution(tp=1, dp=8, micro_batch=1, zero=1)
     t = {}
     for p in ("fp8", "fp8_current", "fp8_block"):
         prob = Problem(llm=llm, system=h100, num_gpus=8, training=Training(global_batch=32, precision=p))
@@ -333,3 +335,55 @@ def test_calibrate_write_records_the_stacks_of_every_run(calibrate):
     assert after.runs == before.runs + ["tt-new"] and after.stacks == {"megatron-core": 8, "torchtitan": 1}
     cal.write(path, {"fp8_scale": 0.9}, ["other"], "runs.yaml", None, {})  # stacks unknown: kept
     assert validate_model(System, read_yaml(path)).calibration.stacks == {"megatron-core": 8, "torchtitan": 1}
+
+
+def test_lm_head_and_router_stay_16_bit_in_quantised_recipes():
+    """Megatron-Core's output layer (its own ColumnParallelLinear) and MoE router, and torchtitan's `output`
+    linear, run outside the FP8 recipe: the LM head costs the same in FP8 as in BF16 and is priced at the BF16
+    peak (GEMM for GEMM, `Hardware.gemm(wide=True)`), while the layers' GEMMs get faster."""
+    from optimizer.model.step import evaluate, make_ctx
+    from optimizer.schema import LLM, Execution, Training
+    from tests.helpers import problem_and_knobs
+
+    b200 = system("b200-sxm-180gb")
+    hw8, hw16 = Hardware(b200, Precision.FP8), Hardware(b200, Precision.BF16)
+    assert hw8.matrix_peak == pytest.approx(2 * hw16.matrix_peak)
+    m, n, k = 8192.0, 128256.0, 4096.0
+    assert float(hw8.gemm(m, n, k, wide=True)) == pytest.approx(float(hw16.gemm(m, n, k)), rel=1e-12)
+    assert float(hw8.gemm(m, n, k)) < 0.75 * float(hw16.gemm(m, n, k))
+    llm = LLM(name="h", hidden=4096, heads=32, kv_heads=8, ffn=14336, layers=2, vocab=128256, seq_len=8192,
+              mlp="swiglu", moe={"experts": 8, "top_k": 2, "expert_ffn": 14336})
+    res = {}
+    for prec in (Precision.BF16, Precision.FP8):
+        p, kn = problem_and_knobs(llm, b200, 8, Training(global_batch=8, precision=prec), Execution(ep=8))
+        res[prec] = evaluate(p, kn, make_ctx(p))
+    assert float(res[Precision.FP8].head[0]) == pytest.approx(float(res[Precision.BF16].head[0]), rel=1e-12)
+    assert float(res[Precision.FP8].fw[0]) < 0.8 * float(res[Precision.BF16].fw[0])
+
+
+def test_sequence_parallel_gathers_travel_quantised_in_per_tensor_fp8():
+    """Per-tensor FP8 recipes cast before the sequence-parallel all-gather (1 byte per element); reduce-scatters
+    carry GEMM outputs in 16 bit, and block-scaled formats gather two copies (left at 16 bit). Hand-worked: the
+    forward's TP link time is 2 x (all-gather + reduce-scatter) of one T x h activation."""
+    from optimizer.model.hardware import Tiers, collective_time, tier_of
+    from optimizer.model.layer import block_cost
+    from optimizer.model.step import make_ctx
+    from optimizer.schema import LLM, Execution, Training
+    from tests.helpers import problem_and_knobs
+
+    b200 = system("b200-sxm-180gb")
+    llm = LLM(name="t", hidden=8192, heads=64, kv_heads=8, ffn=28672, layers=2, vocab=1000, seq_len=4096,
+              mlp="swiglu")
+    tiers = Tiers.of(b200)
+    T, h, tp = 4096.0, 8192.0, 4
+    tier = tier_of(tiers, tp)
+    tp_fw = {}
+    for prec in (Precision.BF16, Precision.FP8, Precision.FP8_CURRENT, Precision.MXFP8):
+        p, k = problem_and_knobs(llm, b200, 4, Training(global_batch=1, precision=prec),
+                                 Execution(tp=tp, sequence_parallel=True))
+        tp_fw[prec] = float(block_cost(make_ctx(p), k).tp_fw[0])
+    rs = float(collective_time("rs", T * h * 2, tp, tier, tiers))
+    for prec, ag_bytes in ((Precision.BF16, 2), (Precision.FP8, 1), (Precision.FP8_CURRENT, 1), (Precision.MXFP8, 2)):
+        ag = float(collective_time("ag", T * h * ag_bytes, tp, tier, tiers))
+        assert tp_fw[prec] == pytest.approx(2 * (ag + rs), rel=1e-9), prec
+    assert tp_fw[Precision.FP8] < tp_fw[Precision.BF16]

@@ -32,6 +32,11 @@ CAST_READS = {Precision.FP8_CURRENT: 2.0}
 # NVFP4 recipes; per-tensor FP8 scales need no second copy on Blackwell, and Hopper's transposed FP8 copy is
 # written by the same fused cast-transpose kernel counted once here)
 CAST_COPIES = {Precision.MXFP8: 2.0, Precision.NVFP4: 2.0}
+# Bytes per element of a sequence-parallel all-gather in a quantised recipe: per-tensor FP8 casts before it gathers
+# (Transformer Engine 2.x gather_along_first_dim with the input / grad-output quantizer; torchao Float8ColwiseParallel),
+# so the gathered GEMM inputs travel in 1 byte; block-scaled formats gather a rowwise and a columnwise copy (no
+# saving) and are left at 16 bit. Reduce-scatters carry GEMM outputs: always 16 bit.
+GATHER_BYTES = {Precision.FP8: 1.0, Precision.FP8_CURRENT: 1.0}
 # Precisions whose GEMM operands are quantised from 16-bit activations by cast kernels (Transformer Engine);
 # attention, element-wise ops and activations between ops stay 16-bit.
 QUANTIZED = frozenset({Precision.FP8, Precision.FP8_CURRENT, Precision.FP8_BLOCK, Precision.MXFP8, Precision.NVFP4})
@@ -65,6 +70,8 @@ class Hardware:
         xs, ys = _table(s.matrix_efficiency)
         scale = s.efficiency_scale(self.precision)
         object.__setattr__(self, "_mt", (xs, np.minimum(ys * scale, 1.0)))
+        p16 = self.precision16
+        object.__setattr__(self, "_mt16", (xs, np.minimum(ys * s.efficiency_scale(p16), 1.0)))
         object.__setattr__(self, "_vt", _table(s.vector_efficiency))
         object.__setattr__(self, "_ht", _table(s.hbm_efficiency))
 
@@ -75,11 +82,21 @@ class Hardware:
         return self.system.peak_tflops(self.precision) * 1e12
 
     @property
+    def precision16(self) -> Precision:
+        """The 16-bit datatype of the ops a quantised recipe leaves unquantised (the training precision itself
+        when that is not quantised)."""
+        return Precision.BF16 if self.precision in QUANTIZED else self.precision
+
+    @property
+    def matrix_peak16(self) -> float:
+        """FLOP/s of the matrix unit for GEMMs kept in 16 bit (`precision16`)."""
+        tf = self.system.matrix_tflops.get(self.precision16) or self.system.peak_tflops(self.precision)
+        return tf * 1e12
+
+    @property
     def attention_peak(self) -> float:
         """FLOP/s available to attention (flash attention runs in 16 bit even in FP8 recipes)."""
-        p = Precision.BF16 if self.precision in QUANTIZED else self.precision
-        tf = self.system.matrix_tflops.get(p) or self.system.peak_tflops(self.precision)
-        return tf * 1e12
+        return self.matrix_peak16
 
     @property
     def vector_peak(self) -> float:
@@ -126,12 +143,14 @@ class Hardware:
         waves = tiles / sms
         return waves / np.ceil(waves)
 
-    def gemm(self, m, n, k, batch=1, in_bytes=2, out_bytes=2):
+    def gemm(self, m, n, k, batch=1, in_bytes=2, out_bytes=2, wide=False):
         """GEMM C[m,n] = A[m,k] B[k,n] (times `batch`): 2mnk FLOPs, reads A and B, writes C. Compute time is
-        divided by the wave efficiency of its m x n output tiles."""
+        divided by the wave efficiency of its m x n output tiles. `wide`: a GEMM that a quantised (FP8, MXFP8,
+        NVFP4) recipe keeps in 16 bit, at the 16-bit peak and efficiency (`precision16`)."""
         flops = 2.0 * m * n * k * batch
         nbytes = batch * ((m * k + k * n) * in_bytes + m * n * out_bytes)
-        t_c = flops / (self.matrix_peak * interp_log(flops / 1e9, self._mt) * self.wave_efficiency(m, n, batch))
+        peak, table = (self.matrix_peak16, self._mt16) if wide else (self.matrix_peak, self._mt)
+        t_c = flops / (peak * interp_log(flops / 1e9, table) * self.wave_efficiency(m, n, batch))
         return self._combine(t_c, self.mem_time(nbytes))
 
     def attention_kernel(self, flops, nbytes, rows=None, keys=None, heads=1, fa2=False, head_dim=128):

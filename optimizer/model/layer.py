@@ -35,7 +35,7 @@ import numpy as np
 from ..schema import LLM, MlpKind, Precision
 from ..schema.common import RECOMPUTE_BITS, RecomputeModule
 from ..schema.stack import Stack
-from .hardware import BYTES, CAST_COPIES, CAST_READS, QUANTIZED, Hardware, Tiers, a2a_time, collective_time, tier_of
+from .hardware import BYTES, CAST_COPIES, GATHER_BYTES, CAST_READS, QUANTIZED, Hardware, Tiers, a2a_time, collective_time, tier_of
 from .knobs import Knobs
 from .params import attention_params
 
@@ -315,8 +315,12 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
         m_e = R / n_loc  # rows per local expert (grouped GEMM)
         fe_r = fe / etp
         up_e = fe_r * (2 if gated else 1)
-        # router (fp32 logits in Megatron-Core; a GEMM of Ts x E x h)
-        r_fw, r_bw, r_fl = g3(Ts, E, h)
+        # router: a GEMM of Ts x E x h outside the FP8 autocast (Megatron-Core's router_gating_linear, 16-bit
+        # or fp32 logits)
+        r_fw = hw.gemm(Ts, E, h, in_bytes=e, out_bytes=4, wide=True)
+        r_bw = hw.gemm(Ts, h, E, in_bytes=e, out_bytes=e, wide=True) + hw.gemm(h, E, Ts, in_bytes=e, out_bytes=4,
+                                                                                wide=True)
+        r_fl = 2.0 * Ts * E * h
         e_up_fw = hw.gemm(m_e, up_e, h, batch=n_loc, in_bytes=gi, out_bytes=e)
         e_up_bw = hw.gemm(m_e, h, up_e, batch=n_loc, in_bytes=gi, out_bytes=e) + \
             hw.gemm(h, up_e, m_e, batch=n_loc, in_bytes=gi, out_bytes=4)
@@ -387,7 +391,7 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     # ---------------------------------------------------------------- TP collectives
     M = T * h * e  # one full activation of the micro-batch
     ar = collective_time("ar", M, tp, k.tier_tp, ctx.tiers)
-    ag = collective_time("ag", M, tp, k.tier_tp, ctx.tiers)
+    ag = collective_time("ag", T * h * GATHER_BYTES.get(ctx.precision, e), tp, k.tier_tp, ctx.tiers)
     rs = collective_time("rs", M, tp, k.tier_tp, ctx.tiers)
     rs_ag = k.tp_comm.astype(bool)
     one = np.where(rs_ag, ag + rs, ar)  # one column+row pair (attention or MLP)
