@@ -70,8 +70,7 @@ class Hardware:
         xs, ys = _table(s.matrix_efficiency)
         scale = s.efficiency_scale(self.precision)
         object.__setattr__(self, "_mt", (xs, np.minimum(ys * scale, 1.0)))
-        p16 = self.precision16
-        object.__setattr__(self, "_mt16", (xs, np.minimum(ys * s.efficiency_scale(p16), 1.0)))
+        object.__setattr__(self, "_mt16", (xs, np.minimum(ys * s.efficiency_scale(self.precision16), 1.0)))
         object.__setattr__(self, "_vt", _table(s.vector_efficiency))
         object.__setattr__(self, "_ht", _table(s.hbm_efficiency))
 
@@ -152,6 +151,15 @@ class Hardware:
         peak, table = (self.matrix_peak16, self._mt16) if wide else (self.matrix_peak, self._mt)
         t_c = flops / (peak * interp_log(flops / 1e9, table) * self.wave_efficiency(m, n, batch))
         return self._combine(t_c, self.mem_time(nbytes))
+
+    def linear(self, m, n, k, batch=1, in_bytes=2, out_bytes=2, wide=False):
+        """A linear layer on m rows, k inputs and n outputs (`batch` of them: grouped experts): (forward s, backward
+        s, forward FLOPs). Forward is one m x n x k GEMM; backward two of the same size, the data gradient (m x k)
+        and the weight gradient (k x n, written in fp32). `wide` as for `gemm`."""
+        fw = self.gemm(m, n, k, batch, in_bytes=in_bytes, out_bytes=out_bytes, wide=wide)
+        dgrad = self.gemm(m, k, n, batch, in_bytes=in_bytes, out_bytes=out_bytes, wide=wide)
+        wgrad = self.gemm(k, n, m, batch, in_bytes=in_bytes, out_bytes=4, wide=wide)
+        return fw, dgrad + wgrad, 2.0 * m * n * k * batch
 
     def attention_kernel(self, flops, nbytes, rows=None, keys=None, heads=1, fa2=False, head_dim=128):
         """A fused (flash) attention kernel: one thread block per 128-row query tile of each (sequence, head),

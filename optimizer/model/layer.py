@@ -35,7 +35,8 @@ import numpy as np
 from ..schema import LLM, MlpKind, Precision
 from ..schema.common import RECOMPUTE_BITS, RecomputeModule
 from ..schema.stack import Stack
-from .hardware import BYTES, CAST_COPIES, GATHER_BYTES, CAST_READS, QUANTIZED, Hardware, Tiers, a2a_time, collective_time, tier_of
+from .hardware import (BYTES, CAST_COPIES, CAST_READS, GATHER_BYTES, QUANTIZED, Hardware, Tiers, a2a_time,
+                       collective_time, tier_of)
 from .knobs import Knobs
 from .params import attention_params
 
@@ -238,10 +239,7 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
 
     # ---------------------------------------------------------------- GEMMs (fw; bw = 2 GEMMs each)
     def g3(m, n, kk):
-        fw = hw.gemm(m, n, kk, in_bytes=gi, out_bytes=e)
-        dgrad = hw.gemm(m, kk, n, in_bytes=gi, out_bytes=e)
-        wgrad = hw.gemm(kk, n, m, in_bytes=gi, out_bytes=4)
-        return fw, dgrad + wgrad, 2.0 * m * n * kk
+        return hw.linear(m, n, kk, in_bytes=gi, out_bytes=e)
 
     qkv_p, out_p = attention_params(llm, tp)  # per-rank projection weights (MLA included)
     qkv_fw, qkv_bw, qkv_fl = g3(T, qkv_p / h, h)
@@ -317,17 +315,10 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
         up_e = fe_r * (2 if gated else 1)
         # router: a GEMM of Ts x E x h outside the FP8 autocast (Megatron-Core's router_gating_linear, 16-bit
         # or fp32 logits)
-        r_fw = hw.gemm(Ts, E, h, in_bytes=e, out_bytes=4, wide=True)
-        r_bw = hw.gemm(Ts, h, E, in_bytes=e, out_bytes=e, wide=True) + hw.gemm(h, E, Ts, in_bytes=e, out_bytes=4,
-                                                                                wide=True)
-        r_fl = 2.0 * Ts * E * h
-        e_up_fw = hw.gemm(m_e, up_e, h, batch=n_loc, in_bytes=gi, out_bytes=e)
-        e_up_bw = hw.gemm(m_e, h, up_e, batch=n_loc, in_bytes=gi, out_bytes=e) + \
-            hw.gemm(h, up_e, m_e, batch=n_loc, in_bytes=gi, out_bytes=4)
-        e_dn_fw = hw.gemm(m_e, h, fe_r, batch=n_loc, in_bytes=gi, out_bytes=e)
-        e_dn_bw = hw.gemm(m_e, fe_r, h, batch=n_loc, in_bytes=gi, out_bytes=e) + \
-            hw.gemm(fe_r, h, m_e, batch=n_loc, in_bytes=gi, out_bytes=4)
-        e_fl = 2.0 * R * h * (up_e + fe_r)
+        r_fw, r_bw, r_fl = hw.linear(Ts, E, h, in_bytes=e, out_bytes=e, wide=True)
+        e_up_fw, e_up_bw, up_fl_e = hw.linear(m_e, up_e, h, batch=n_loc, in_bytes=gi, out_bytes=e)
+        e_dn_fw, e_dn_bw, dn_fl_e = hw.linear(m_e, h, fe_r, batch=n_loc, in_bytes=gi, out_bytes=e)
+        e_fl = up_fl_e + dn_fl_e  # 2 R h (up_e + fe_r)
         moe_gemm_fw = r_fw + e_up_fw + e_dn_fw  # router and routed experts, forward
         gemm_fw = gemm_fw + moe_gemm_fw
         gemm_bw = gemm_bw + r_bw + e_up_bw + e_dn_bw

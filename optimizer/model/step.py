@@ -206,9 +206,7 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     # the LM head stays 16-bit in quantised recipes: Megatron-Core's output layer is its own ColumnParallelLinear,
     # outside Transformer Engine's FP8 autocast (TE's LM head only with the opt-in MXFP8 output projection,
     # Megatron-LM #4825, 2026), and torchtitan's Float8 conversion skips the `output` linear
-    head_fw = hw.gemm(T, V / tp, h, in_bytes=e, out_bytes=e, wide=True)
-    head_bw = hw.gemm(T, h, V / tp, in_bytes=e, out_bytes=e, wide=True) + hw.gemm(h, V / tp, T, in_bytes=e,
-                                                                                 out_bytes=4, wide=True)
+    head_fw, head_bw, _ = hw.linear(T, V / tp, h, in_bytes=e, out_bytes=e, wide=True)
     n_logit = T * V / tp
     loss_fw = hw.vector(10.0 * n_logit, n_logit * (e + 3 * 4.0), fp32=True)
     loss_bw = hw.vector(4.0 * n_logit, n_logit * (4.0 + e), fp32=True)
