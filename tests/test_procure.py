@@ -256,3 +256,24 @@ def test_parallel_over_types_equals_serial(tmp_path, monkeypatch):
         got[w] = ([(x.node_type.name, x.max_nodes, None if x.purchase is None else round(x.purchase.step_time_s, 9))
                    for x in r.rows], r.best.label(), [(p.label(), round(p.step_time_s, 9)) for p in r.pareto])
     assert got["1"] == got["2"]
+
+
+def test_report_shows_each_plan_on_the_gpus_bought_and_evaluate_names_idle_gpus(tmp_path):
+    """A type's plan is solved on its whole pool of nodes (idle GPUs allowed); the report shows it on the nodes
+    bought. `evaluate` on a problem with more GPUs than the plan uses says how many are used and idle."""
+    import re
+    from dataclasses import replace
+
+    from optimizer.procure import render
+    from optimizer.report.text import render_evaluation
+
+    pp = load_procure(write(tmp_path, "{goal: throughput, budget_usd: 1.05e+6}", slow_extra="max_nodes: 1"))
+    r = procure(pp)
+    text = render(r)
+    for g in r.best.groups:
+        bought = g.nodes * g.node_type.gpus_per_node
+        assert re.search(rf"paraplan evaluate: .* on {bought} x {g.node_type.system.name}\n", text)
+        ev = g.plan.evaluation
+        more = replace(ev, problem=ev.problem.model_copy(update={"num_gpus": g.gpus_used + 8}))
+        assert f"on {g.gpus_used + 8} x {g.node_type.system.name} ({g.gpus_used} used, 8 idle)" in \
+            render_evaluation(more)

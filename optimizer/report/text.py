@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..objective import gpus_used
+
 GIB = 2.0**30
 
 
@@ -80,7 +82,9 @@ def render_evaluation(ev: Any) -> str:
     d = evaluation_dict(ev)
     ex = ev.execution
     p = ev.problem
-    out = [f"paraplan evaluate: {p.name or ''}  {p.llm.name} on {p.num_gpus} x {p.system.name}",
+    used = gpus_used(ex)
+    idle = f" ({used} used, {p.num_gpus - used} idle)" if used < p.num_gpus else ""
+    out = [f"paraplan evaluate: {p.name or ''}  {p.llm.name} on {p.num_gpus} x {p.system.name}{idle}",
            calibration_line(p.system, p.stack)]
     knobs = (f"tp={ex.tp} pp={ex.pp} dp={d['execution']['dp']} cp={ex.cp} vpp={ex.vpp} micro_batch={ex.micro_batch} "
              f"recompute={ex.recompute.value} sp={ex.sequence_parallel} zero={ex.zero} tp_overlap={ex.tp_overlap.value} "
