@@ -4,7 +4,8 @@
     python scripts/bench_solve.py [--json] [--repeat 5] [--case NAME ...]
 
 Cases (problems/studies/solve/): GPT-3 175B on 1024 H100 and on 4096 A100 with every knob free, and GPT-3
-175B on up to 6144 A100 with idle GPUs allowed (a space of 2.4e7 candidates). Per case: the size of the
+175B on up to 6144 A100 with idle GPUs allowed (a space of 2.4e7 candidates), and the 1024-H100 case with the
+precision open (BF16, FP8, FP8 current scaling: one proven solve each, candidates summed). Per case: the size of the
 candidate space, CP-SAT wall time (median of --repeat runs; space, tables, presolve, model build and solve
 included, the problem file already loaded), the enumerator's wall time (one run), their ratio, and whether
 the optima agree within 0.1%. Targets: CP-SAT median <= 1 s per case on 2 cores, >= 10x faster than the
@@ -28,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from optimizer.loader import load_problem  # noqa: E402
 from optimizer.solve import solve  # noqa: E402
 
-CASES = ["gpt3-175b-1024xh100", "gpt3-175b-4096xa100", "gpt3-175b-upto6144xa100"]
+CASES = ["gpt3-175b-1024xh100", "gpt3-175b-4096xa100", "gpt3-175b-upto6144xa100", "gpt3-175b-1024xh100-precision"]
 
 
 def run_case(name: str, repeat: int) -> dict:

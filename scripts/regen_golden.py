@@ -18,7 +18,7 @@ from optimizer.loader import load_problem  # noqa: E402
 from optimizer.solve import solve  # noqa: E402
 
 PROBLEMS = ["default.yaml", "studies/solve/gpt3-175b-1024xh100.yaml", "studies/solve/gpt3-175b-4096xa100.yaml",
-            "studies/solve/gpt3-175b-upto6144xa100.yaml"]
+            "studies/solve/gpt3-175b-upto6144xa100.yaml", "studies/solve/gpt3-175b-1024xh100-precision.yaml"]
 
 
 def main() -> int:
