@@ -68,3 +68,18 @@ def test_custom_pipeline_layout_maps_onto_pp_uneven():
     r["parallel"] |= {"tp": 1, "pp": 2, "dp": 4, "vpp": 2}
     m = map_run(r, {"a100-sxm-80gb": library_system("a100-sxm-80gb")})
     assert m.problem.execution.pp_uneven and any("custom pipeline layout" in a for a in m.assumptions)
+
+
+def test_fp8_recipe_named_in_the_notes_is_the_precision_modelled():
+    """A run recorded as `fp8` whose notes name per-tensor current scaling (Megatron-Bridge FP8-CS, NeMo 25.04) is
+    modelled as `fp8_current` (an amax pass before each cast); without it, `fp8` (delayed scaling)."""
+    systems = {"h100-sxm-80gb": library_system("h100-sxm-80gb")}
+    r = record({"step_time_s": 1.0})
+    r["hardware"]["gpu"] = "h100-sxm-80gb"
+    r["parallel"]["precision"] = "fp8"
+    plain = map_run(r, systems)
+    cs = map_run(r | {"notes": "precision: FP8 per-tensor current scaling (bf16_with_fp8_current_scaling_mixed)"},
+                 systems)
+    assert plain.problem.training.precision.value == "fp8"
+    assert cs.problem.training.precision.value == "fp8_current"
+    assert any("current scaling" in a for a in cs.assumptions)
