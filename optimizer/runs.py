@@ -211,8 +211,9 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
         prec = "fp16" if old else "bf16"
         out.assumptions.append(f"precision null (16-bit): {prec}")
     precision = prec
-    if precision == "fp8" and "current scaling" in notes:  # the recipe the notes name (Transformer Engine
-        precision = "fp8_current"  # Float8CurrentScaling: an amax pass before each cast)
+    # the FP8 recipe the notes name: Transformer Engine's Float8CurrentScaling (an amax pass before each cast)
+    if precision == "fp8" and "current scaling" in notes:
+        precision = "fp8_current"
         out.assumptions.append("FP8 per-tensor current scaling (notes): fp8_current")
     if system.peak_tflops(precision) is None:
         out.skip = f"system {system.name} has no {precision} peak"
