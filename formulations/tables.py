@@ -34,7 +34,8 @@ Columns (the composition factors are defined in `optimizer.model.compose`):
                         stage's LM head and loss per micro-batch (the p2p it hides is taken off per pair,
                         `formulations.pairs.compose`); p2p [ns] per PP tier: one exchange; p2p_window [ns]: a
                         layer's forward, which Lc of hide an interleaved exchange (`compose.p2p_steady`);
-                        offx_mb [ns/sequence]: exposed offload streaming of a layer; stored, working, embout, logits [KiB]: activations of a layer kept, rebuilt
+                        offx_mb [ns/sequence]: exposed offload streaming of a layer; stored, working,
+                        embout, logits [KiB]: activations of a layer kept, rebuilt
                         by recompute, the embedding output and the logits
 """
 

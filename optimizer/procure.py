@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from .objective import BIG_S
 from .progress import progress
@@ -420,11 +420,7 @@ def render(r: ProcureResult) -> str:
             continue  # a pipelined mix: its stages are listed above
         out += ["", f"=== {g.nodes} x {g.node_type.name} ({g.gpus_used} GPUs used, batch {g.global_batch}): "
                 f"step {g.step_time_s:.4f} s ==="]
-        ev = g.plan.evaluation  # solved on the type's whole pool of nodes: shown on the nodes bought
-        bought = g.nodes * g.node_type.gpus_per_node
-        if ev.problem.num_gpus != bought:
-            ev = replace(ev, problem=ev.problem.model_copy(update={"num_gpus": bought}))
-        out.append(render_evaluation(ev))
+        out.append(render_evaluation(g.plan.evaluation))
     if r.pareto:
         out += ["", "Pareto front, cost against time to train (each point the fastest purchase within its budget):",
                 f"  {'cost':>10s} {'days' if pp.training.tokens else 'step s':>8s}  purchase"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .errors import Infeasible
 from .objective import gpus_used
@@ -211,5 +211,9 @@ def best_of_type(pp: ProcureProblem, t: NodeType, nodes: int, global_batch: int 
         return None, compact_space(q).size, "infeasible"
     plan = r.plans[0]
     used = gpus_used(plan.evaluation.execution)
-    return (Group(t, t.bought(math.ceil(used / t.gpus_per_node)), used, q.training.global_batch, plan.objective_s, plan, r),
-            r.candidates, r.status)
+    nodes_bought = t.bought(math.ceil(used / t.gpus_per_node))
+    # solved on the type's whole pool of nodes (idle GPUs allowed): the group's plan is on the nodes bought
+    ev = plan.evaluation
+    plan = replace(plan, evaluation=replace(ev, problem=ev.problem.model_copy(
+        update={"num_gpus": nodes_bought * t.gpus_per_node})))
+    return (Group(t, nodes_bought, used, q.training.global_batch, plan.objective_s, plan, r), r.candidates, r.status)

@@ -190,8 +190,8 @@ def main() -> int:
         write(path, x, [r["id"] for r, _ in keep], " ".join(args.runs),
               None if held is None else float(np.mean(np.abs(held))), {r["id"]: stack_of(r) for r in doc.data})
     if args.write_loo and held is not None:  # after --write: its line names the command
-        write_loo(path, float(np.mean(np.abs(held))), len(held), args.params + (f" --shape {args.shape}" if args.shape else ""),
-                  args.runs)
+        how = args.params + (f" --shape {args.shape}" if args.shape else "")
+        write_loo(path, float(np.mean(np.abs(held))), len(held), how, args.runs)
     return 0
 
 

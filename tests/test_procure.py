@@ -264,16 +264,23 @@ def test_report_shows_each_plan_on_the_gpus_bought_and_evaluate_names_idle_gpus(
     import re
     from dataclasses import replace
 
-    from optimizer.procure import render
+    from optimizer.procure import render, result_dict
     from optimizer.report.text import render_evaluation
 
     pp = load_procure(write(tmp_path, "{goal: throughput, budget_usd: 1.05e+6}", slow_extra="max_nodes: 1"))
     r = procure(pp)
-    text = render(r)
-    for g in r.best.groups:
+    text, js = render(r), result_dict(r)
+    for g, gd in zip(r.best.groups, js["best"]["groups"]):
         bought = g.nodes * g.node_type.gpus_per_node
         assert re.search(rf"paraplan evaluate: .* on {bought} x {g.node_type.system.name}\n", text)
+        assert gd["plan"]["num_gpus"] == bought  # text and JSON agree
         ev = g.plan.evaluation
         more = replace(ev, problem=ev.problem.model_copy(update={"num_gpus": g.gpus_used + 8}))
         assert f"on {g.gpus_used + 8} x {g.node_type.system.name} ({g.gpus_used} used, 8 idle)" in \
             render_evaluation(more)
+    # a pool of 5 nodes (40 GPUs) for a batch of 96 sequences, which no layout spreads over all 40: the plan
+    # leaves GPUs idle, fewer nodes are bought, and the group's plan is on those, not on the pool
+    t = pp.catalog.node_types[0]
+    g, _, _ = best_of_type(pp, t, 5)
+    assert g.solve.plans[0].evaluation.problem.num_gpus == 5 * t.gpus_per_node
+    assert g.nodes < 5 and g.plan.evaluation.problem.num_gpus == g.nodes * t.gpus_per_node >= g.gpus_used

@@ -273,7 +273,8 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     if ws > 0:
         w_fw, w_bw, w_fl = flash_attention(hw, b, ah, kvr, d, sq, sk, e, fa2=k.attention == 2, cp=cp,
                                            window=float(llm.sliding_window.tokens))
-        fla_fw, fla_bw, fl_flops = ((1 - ws) * x + ws * y for x, y in ((fla_fw, w_fw), (fla_bw, w_bw), (fl_flops, w_fl)))
+        fla_fw, fla_bw, fl_flops = ((1 - ws) * x + ws * y
+                                    for x, y in ((fla_fw, w_fw), (fla_bw, w_bw), (fl_flops, w_fl)))
     attn_fw = np.where(flash, fla_fw, std_fw)
     attn_bw = np.where(flash, fla_bw, std_bw)
     attn_fl_fw = np.where(flash, fl_flops, std_fl)
@@ -444,8 +445,8 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     ckpt = e * T * h * split_n
     sel_stored = full - saved
     if ctx.stack == Stack.TORCHTITAN:  # `selective` is torchtitan's per-op policy, not Megatron-Core's modules
-        sel_t, sel_fl, sel_stored = per_op_sac(ctx, k, T, Tn, ah, kvr, d, f, ew_fw, moe_fw=(moe_gemm_fw + eact_fw, ep_fw),
-                                               ckpt=ckpt)
+        sel_t, sel_fl, sel_stored = per_op_sac(ctx, k, T, Tn, ah, kvr, d, f, ew_fw,
+                                               moe_fw=(moe_gemm_fw + eact_fw, ep_fw), ckpt=ckpt)
     re = np.where(rec == 2, fw, sel_t)
     hw_re = np.where(rec == 2, hw_fw, sel_fl)
     stored = np.where(rec == 2, ckpt, sel_stored)
