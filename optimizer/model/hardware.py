@@ -161,15 +161,18 @@ class Hardware:
         wgrad = self.gemm(k, n, m, batch, in_bytes=in_bytes, out_bytes=4, wide=wide)
         return fw, dgrad + wgrad, 2.0 * m * n * k * batch
 
-    def attention_kernel(self, flops, nbytes, rows=None, keys=None, heads=1, fa2=False, head_dim=128):
+    def attention_kernel(self, flops, nbytes, rows=None, keys=None, heads=1, fa2=False, head_dim=128, triton=False):
         """A fused (flash) attention kernel: one thread block per 128-row query tile of each (sequence, head),
         `rows` queries against `keys` keys over `heads` sequence-heads. Its efficiency is attention_efficiency
-        (`fa2`: attention_efficiency_fa2, FlashAttention-2 class kernels) times the kernel's relative throughput
+        (`fa2`: attention_efficiency_fa2, FlashAttention-2 class kernels; `triton`: FlashAttention's Triton
+        implementation, the FlashAttention-2 class efficiency / TRITON_FA2_SLOWDOWN) times the kernel's relative throughput
         at `head_dim` (`HEAD_DIM_SCALE`) times the wave quantization of its tiles over the SMs (as for GEMMs)
         times keys / (keys + attention_overhead_keys) (each tile's fixed work against its loop over the keys).
         Without rows and keys: the flat efficiency."""
         s = self.system
+        fa2 = np.asarray(fa2) | np.asarray(triton)
         eff = np.where(fa2, s.attention_efficiency_fa2 or s.attention_efficiency, s.attention_efficiency)
+        eff = eff / np.where(triton, TRITON_FA2_SLOWDOWN, 1.0)
         lhd = np.log2(np.maximum(np.asarray(head_dim, dtype=float), 1.0))
         eff = eff * np.where(fa2, np.interp(lhd, *HEAD_DIM_SCALE["fa2"]), np.interp(lhd, *HEAD_DIM_SCALE["flash"]))
         if rows is not None and keys is not None:
@@ -196,6 +199,10 @@ ATTENTION_TILE = (128, 1)  # flash attention: one thread block per 128 query row
 # 326 at head sizes 64 / 128 / 256.
 HEAD_DIM_SCALE = {"flash": ([6.0, 7.0, 8.0], [413 / 595, 1.0, 581 / 595]),
                   "fa2": ([6.0, 7.0, 8.0], [324 / 370, 1.0, 326 / 370])}
+# FlashAttention's Triton implementation (flash_attn_triton; `attention: flash-triton`) against FlashAttention-2's
+# CUDA kernels: "1.3-2.5x faster than FlashAttention in Triton" forward+backward on an A100 (Dao 2023,
+# FlashAttention-2, Sec. 4.1, Fig. 4); the geometric middle of that range, not a fitted value.
+TRITON_FA2_SLOWDOWN = (1.3 * 2.5) ** 0.5
 
 
 # ---------------------------------------------------------------------- collectives

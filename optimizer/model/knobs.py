@@ -15,7 +15,8 @@ from ..schema import AttentionKernel, EpDispatcher, Execution, Recompute, Schedu
 
 RECOMPUTE = [Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL]  # code = index
 TP_OVERLAP = [TpOverlap.NONE, TpOverlap.PIPE, TpOverlap.RING]
-ATTENTION = [AttentionKernel.STANDARD, AttentionKernel.FLASH, AttentionKernel.FLASH2]  # code = index (> 0: fused)
+ATTENTION = [AttentionKernel.STANDARD, AttentionKernel.FLASH, AttentionKernel.FLASH2,
+             AttentionKernel.FLASH_TRITON]  # code = index (> 0: fused)
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class Knobs:
     dp_overlap: np.ndarray  # 0/1
     zero: np.ndarray  # 0..3
     fused_layers: np.ndarray  # 0/1
-    attention: np.ndarray  # code: index in ATTENTION (0 standard, 1 flash, 2 flash2)
+    attention: np.ndarray  # code: index in ATTENTION (0 standard, 1 flash, 2 flash2, 3 flash-triton)
     schedule: np.ndarray  # code: 0 1F1B, 1 GPipe
     weight_offload: np.ndarray  # 0/1
     activation_offload: np.ndarray  # 0/1

@@ -139,12 +139,12 @@ def kv_per_rank(llm: LLM, tp):
     return np.maximum(llm.kv / tp, 1.0)
 
 
-def flash_attention(hw: Hardware, b, q_heads, kv_heads, d, sq, sk, e, fa2=False, cp=1.0, window=None):
+def flash_attention(hw: Hardware, b, q_heads, kv_heads, d, sq, sk, e, fa2=False, cp=1.0, window=None, triton=False):
     """Causal flash attention of `b` sequences, `q_heads` query and `kv_heads` K/V heads of size `d` per GPU,
     `sq` queries against `sk` keys (the causal half of the scores computed; load-balanced over cp ranks):
     (forward s, backward s, forward FLOPs). One kernel each way, the backward 2.5x the forward's work; it reads
     Q, K, V, O and writes the softmax statistics (`Hardware.attention_kernel` times it by size; `fa2`:
-    FlashAttention-2 class kernels).
+    FlashAttention-2 class kernels; `triton`: FlashAttention's Triton implementation).
 
     Context parallelism (ring attention, load-balanced: each rank holds two of the 2*cp sequence chunks;
     Megatron-Core / Transformer Engine, torch context_parallel) runs cp kernels per direction, one per K/V chunk
@@ -166,8 +166,9 @@ def flash_attention(hw: Hardware, b, q_heads, kv_heads, d, sq, sk, e, fa2=False,
     flops = 4.0 * heads * sq * avg_keys * d
     nbytes = e * b * sq * d * (2.0 * q_heads + 2.0 * kv_heads) + 4.0 * heads * sq
     keys = np.where(np.asarray(cp) > 1, np.minimum(1.5 * sk / cp, 2.0 * avg_keys), 2.0 * avg_keys)
-    fw = hw.attention_kernel(flops, nbytes, rows=sq, keys=keys, heads=heads, fa2=fa2, head_dim=d)
-    bw = hw.attention_kernel(2.5 * flops, 2.5 * nbytes, rows=sq, keys=keys, heads=heads, fa2=fa2, head_dim=d)
+    fw = hw.attention_kernel(flops, nbytes, rows=sq, keys=keys, heads=heads, fa2=fa2, head_dim=d, triton=triton)
+    bw = hw.attention_kernel(2.5 * flops, 2.5 * nbytes, rows=sq, keys=keys, heads=heads, fa2=fa2, head_dim=d,
+                             triton=triton)
     n_o = heads * sq * (d + 1.0)  # output (or dQ) and log-sum-exp elements of this rank
     merge = (cp - 1.0) * hw.vector(4.0 * n_o, 2.0 * 4.0 * n_o, fp32=True)
     return fw + merge, bw + merge, flops
@@ -226,7 +227,7 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     T = b * s / cp  # tokens of the micro-batch on this rank
     sp = k.sequence_parallel.astype(bool)
     fused = k.fused_layers.astype(bool)
-    flash = k.attention > 0  # flash or flash2 (fused); 2: FlashAttention-2 class kernels
+    flash = k.attention > 0  # flash, flash2 or flash-triton (fused); 2: FlashAttention-2 class; 3: Triton
     rec = k.recompute
     e, gi = ctx.e, ctx.gemm_in
     ge = gi if ctx.precision in QUANTIZED else e  # bytes of GEMM inputs kept for wgrad (FP8: 1)
@@ -268,11 +269,12 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     std_fw = qk_fw + pv_fw + softmax_fw + adrop_fw
     std_bw = 2.0 * (qk_fw + pv_fw) + softmax_bw + adrop_bw
     std_fl = 4.0 * batch * sq * sk * d
-    fla_fw, fla_bw, fl_flops = flash_attention(hw, b, ah, kvr, d, sq, sk, e, fa2=k.attention == 2, cp=cp)
+    kern = dict(fa2=k.attention == 2, triton=k.attention == 3)  # the fused kernel's class
+    fla_fw, fla_bw, fl_flops = flash_attention(hw, b, ah, kvr, d, sq, sk, e, cp=cp, **kern)
     ws = llm.window_share  # layers with sliding-window attention: their share of every layer's attention
     if ws > 0:
-        w_fw, w_bw, w_fl = flash_attention(hw, b, ah, kvr, d, sq, sk, e, fa2=k.attention == 2, cp=cp,
-                                           window=float(llm.sliding_window.tokens))
+        w_fw, w_bw, w_fl = flash_attention(hw, b, ah, kvr, d, sq, sk, e, cp=cp, window=float(llm.sliding_window.tokens),
+                                           **kern)
         fla_fw, fla_bw, fl_flops = ((1 - ws) * x + ws * y
                                     for x, y in ((fla_fw, w_fw), (fla_bw, w_bw), (fl_flops, w_fl)))
     attn_fw = np.where(flash, fla_fw, std_fw)

@@ -175,12 +175,16 @@ class AttentionKernel(StrEnum):
     skipped, at the GPU's best fused-attention kernel (`System.attention_efficiency`: FlashAttention-3 or
     cuDNN on Hopper and Blackwell). ``flash2``: the same algorithm in FlashAttention-2 class kernels, which
     use no Hopper/Blackwell warp-group MMA or tensor-memory copies (`System.attention_efficiency_fa2`;
-    PyTorch SDPA's flash backend through 2025). ``standard``: materialised scores, softmax and dropout as
+    PyTorch SDPA's flash backend through 2025). ``flash-triton``: FlashAttention's Triton implementation
+    (flash_attn_triton, MosaicML llm-foundry's ``attn_impl: triton``, 2022-2023), which FlashAttention-2's CUDA
+    kernels outrun 1.3-2.5x forward+backward (Dao 2023, FlashAttention-2, Sec. 4.1): it runs at the FlashAttention-2
+    class efficiency divided by `TRITON_FA2_SLOWDOWN`. ``standard``: materialised scores, softmax and dropout as
     separate memory-bound kernels (Megatron before 2023)."""
 
     FLASH = "flash"
     STANDARD = "standard"
     FLASH2 = "flash2"
+    FLASH_TRITON = "flash-triton"
 
 
 class ProcessingMode(StrEnum):
