@@ -6,8 +6,9 @@
 Parameters (physical, shared by every run on the GPU; nothing is keyed on a run or a model):
 - the GEMM efficiency table `matrix_efficiency`: a monotone curve with knots at 10, 300 and 3000
   GFLOP per GEMM, where the GEMMs of the runs lie (linear in log10 of the size between them);
-- `attention_efficiency` of fused (flash) attention, only with --params naming it (it needs several
-  flash runs to be identifiable; otherwise the file's prior stays);
+- `attention_efficiency` of fused (flash) attention and `attention_overhead_keys` (each query tile's fixed work,
+  in keys of its loop), only with --params naming them (they need flash runs over a range of sequence lengths
+  to be identifiable; otherwise the file's prior stays);
 - one factor scaling the HBM efficiency prior `hbm_efficiency` (memory-bound kernels);
 - the efficiency of network tier 0 (NVLink) and tier 1 (InfiniBand/RoCE);
 - `fp8_scale`, the factor on the GEMM efficiency of FP8 GEMMs (`matrix_efficiency_scale.fp8`), fitted on
@@ -83,6 +84,8 @@ def with_params(base: System, x: dict) -> System:
         d["matrix_efficiency"] = shaped(x["level"])
     if "attention_efficiency" in x:
         d["attention_efficiency"] = float(x["attention_efficiency"])
+    if "attention_overhead_keys" in x:
+        d["attention_overhead_keys"] = float(x["attention_overhead_keys"])
     if "hbm_scale" in x:
         d["hbm_efficiency"] = hbm_table(x["hbm_scale"])
     for prec in SCALED:
@@ -106,6 +109,9 @@ def main() -> int:
                     help="with --params level: the GEMM efficiency curve is SYSTEM's (a calibrated GPU) scaled by one "
                          "fitted level, instead of a free three-knot curve")
     ap.add_argument("--precision", help="fit on the runs of this precision only (e.g. fp8 with --params fp8_scale)")
+    ap.add_argument("--stack", help="fit on the runs of this software stack only (e.g. fsdp with --params "
+                    "attention_efficiency,attention_overhead_keys); --write-loo then writes that stack's leave-one-out "
+                    "error (calibration.loo_mape_pct_by_stack)")
     ap.add_argument("--tier", help="fit on runs of these tiers only (e.g. A)")
     ap.add_argument("--loo", action="store_true", help="also print each run's leave-one-out error")
     ap.add_argument("--write-loo", action="store_true",
@@ -126,6 +132,7 @@ def main() -> int:
     doc.data = [r for d in docs for r in d.data]
     runs = [r for r in doc.data if r["hardware"]["gpu"] == args.gpu
             and (args.precision is None or r["parallel"].get("precision") == args.precision)
+            and (args.stack is None or stack_of(r) == args.stack)
             and (args.tier is None or r.get("tier") in args.tier)]
     path = find_in_library("system", args.gpu)
     base = validate_model(System, read_yaml(path))
@@ -141,20 +148,24 @@ def main() -> int:
             print(f"  {r['id']:48s} not fitted: {exc}")
     keep = scorable
     tg = [run_target(r, m.problem)[0] for r, m in keep]
-    uses_flash = any(m.problem.execution.attention.value == "flash" for _, m in keep)
-    names = [n for n in args.params.split(",") if n != "attention_efficiency" or uses_flash]
+    uses_flash = any(m.problem.execution.attention.value != "standard" for _, m in keep)
+    names = [n for n in args.params.split(",") if not n.startswith("attention_") or uses_flash]
     x0 = {"level": 0.6, "e1": 0.5, "e2": 0.7, "e3": 0.85, "hbm_scale": 1.0, "fp8_scale": 0.8, "mxfp8_scale": 0.8, "nvfp4_scale": 0.8, "net0_eff": 0.75,
-          "net1_eff": 0.85, "attention_efficiency": 0.6}  # fixed start (the uncalibrated files' priors): a re-run
+          "net1_eff": 0.85, "attention_efficiency": 0.6, "attention_overhead_keys": 3155.0}  # fixed start (the uncalibrated files' priors): a re-run
     # on an already calibrated file reproduces its values
-    lo = {"level": 0.2, "fp8_scale": 0.6, "mxfp8_scale": 0.6, "nvfp4_scale": 0.4, "hbm_scale": 0.8, "e1": 0.05, "e2": 0.05, "e3": 0.05, "net0_eff": 0.6, "net1_eff": 0.7, "attention_efficiency": 0.2}
-    hi = {"level": 0.95, "fp8_scale": 1.0, "mxfp8_scale": 1.0, "nvfp4_scale": 1.0, "hbm_scale": 1.09, "e1": 0.99, "e2": 0.99, "e3": 0.99, "net0_eff": 0.85, "net1_eff": 0.92, "attention_efficiency": 0.95}
+    lo = {"level": 0.2, "fp8_scale": 0.6, "mxfp8_scale": 0.6, "nvfp4_scale": 0.4, "hbm_scale": 0.8, "e1": 0.05, "e2": 0.05, "e3": 0.05, "net0_eff": 0.6, "net1_eff": 0.7, "attention_efficiency": 0.2,
+          "attention_overhead_keys": 50.0}
+    hi = {"level": 0.95, "fp8_scale": 1.0, "mxfp8_scale": 1.0, "nvfp4_scale": 1.0, "hbm_scale": 1.09, "e1": 0.99, "e2": 0.99, "e3": 0.99, "net0_eff": 0.85, "net1_eff": 0.92, "attention_efficiency": 0.95,
+          "attention_overhead_keys": 10000.0}
     # network bounds: NCCL all-reduce bus bandwidth reaches ~75-85% of NVLink and ~85-92% of IB line rate (the
     # lower bounds, 0.6 and 0.7, keep a fit from buying other errors with a slow network);
     # low-precision factors: a Blackwell/Hopper FP8 or MXFP8 GEMM reaches at least 60% of the BF16 GEMM's
     # efficiency at the FP8 peak (cuBLAS/TE GEMM benchmarks), NVFP4 at least 40%; HBM: 0.8-1.09 x the prior
 
+    unit = {"attention_overhead_keys": 1000.0}  # simplex coordinates of order 1 (xatol is absolute)
+
     def errors(vec, idx=None):
-        x = {n: float(np.clip(v, lo[n], hi[n])) for n, v in zip(names, vec)}
+        x = {n: float(np.clip(v * unit.get(n, 1.0), lo[n], hi[n])) for n, v in zip(names, vec)}
         sysm = with_params(base, x)
         errs = []
         for i in range(len(keep)) if idx is None else idx:
@@ -172,7 +183,7 @@ def main() -> int:
             e, _ = errors(vec, idx)
             return float(np.sum(w[idx] * np.abs(e)) / np.sum(w[idx]) + args.max_weight * np.max(np.abs(e)))
 
-        start = [x0[n] for n in names]
+        start = [x0[n] / unit.get(n, 1.0) for n in names]
         return minimize(objective, start, method="Nelder-Mead",
                         options={"maxiter": 400, "xatol": 1e-3, "fatol": 1e-3}).x
 
@@ -188,10 +199,11 @@ def main() -> int:
               f"  max {np.max(np.abs(held)):.2f}%")
     if args.write:
         write(path, x, [r["id"] for r, _ in keep], " ".join(args.runs),
-              None if held is None else float(np.mean(np.abs(held))), {r["id"]: stack_of(r) for r in doc.data})
+              None if held is None or args.stack else float(np.mean(np.abs(held))),  # --stack: --write-loo's
+              {r["id"]: stack_of(r) for r in doc.data})
     if args.write_loo and held is not None:  # after --write: its line names the command
         how = args.params + (f" --shape {args.shape}" if args.shape else "")
-        write_loo(path, float(np.mean(np.abs(held))), len(held), how, args.runs)
+        write_loo(path, float(np.mean(np.abs(held))), len(held), how, args.runs, stack=args.stack)
     return 0
 
 
@@ -250,6 +262,10 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: floa
         lines = _replace_block(lines, "attention_efficiency",
                                [f"attention_efficiency: {x['attention_efficiency']:.4f}  # {note}"])
         fitted.append("attention_efficiency")
+    if "attention_overhead_keys" in x:
+        lines = _replace_block(lines, "attention_overhead_keys",
+                               [f"attention_overhead_keys: {x['attention_overhead_keys']:.0f}  # {note}"])
+        fitted.append("attention_overhead_keys")
     eff_lines = [i for i, line in enumerate(lines) if re.match(r"^\s+efficiency:", line)]
     net_start = next(i for i, line in enumerate(lines) if line.startswith("networks:"))
     eff_lines = [i for i in eff_lines if i > net_start]
@@ -269,9 +285,14 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: floa
     stacks = stacks_of(run_ids, stack_by_id or {})
     if stacks is None and old is not None:
         stacks = old.stacks
+    # a leave-one-out figure carried over from the file keeps its line (it names the command that measured it)
+    kept = [x for x in lines if x.startswith(("  loo_mape_pct:", "  loo_mape_pct_by_stack:"))] if old else []
+    loo_lines = [x for x in kept if x.startswith("  loo_mape_pct:")] if old and loo_pct == old.loo_mape_pct else []
     cal = (["calibration:", "  runs:"] + [f"    - {r}" for r in run_ids] + _stacks_line(stacks or {})
            + ["  fitted: [" + ", ".join(f"'{f}'" for f in fitted) + "]"]
-           + ([] if loo_pct is None else [f"  loo_mape_pct: {loo_pct:.2f}  # leave-one-out, scripts/calibrate.py --loo"])
+           + (loo_lines or ([] if loo_pct is None else
+                            [f"  loo_mape_pct: {loo_pct:.2f}  # leave-one-out, scripts/calibrate.py --loo"]))
+           + [x for x in kept if x.startswith("  loo_mape_pct_by_stack:")]
            + [
               '  note: "fitted by scripts/calibrate.py (one parameter set for this GPU type, shared by every run on '
               'it); every other value is a datasheet value or a documented prior"'])
@@ -280,15 +301,31 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: floa
     print(f"wrote {path}")
 
 
-def write_loo(path: Path, loo_pct: float, n: int, params: str, runs: list[str] | None = None) -> None:
-    """Set `calibration.loo_mape_pct` in the system file, nothing else."""
+def write_loo(path: Path, loo_pct: float, n: int, params: str, runs: list[str] | None = None,
+              stack: str | None = None) -> None:
+    """Set `calibration.loo_mape_pct` in the system file, nothing else; with `stack`, that stack's entry of
+    `calibration.loo_mape_pct_by_stack` instead (the other stacks' entries are kept)."""
     lines = path.read_text().splitlines()
+    files = " ".join(Path(r).name for r in runs or [])
+    if stack is not None:
+        old = validate_model(System, read_yaml(path)).calibration.loo_mape_pct_by_stack
+        merged = {**old, stack: round(loo_pct, 2)}
+        lines = [x for x in lines if not x.startswith("  loo_mape_pct_by_stack:")]
+        at = next(i for i, x in enumerate(lines) if x.startswith("calibration:"))
+        j = at + 1
+        while j < len(lines) and (lines[j].startswith("  ") or not lines[j].strip()):
+            j += 1
+        body = ", ".join(f"{k}: {v:.2f}" for k, v in merged.items())
+        lines.insert(j, f"  loo_mape_pct_by_stack: {{{body}}}  # {stack}: leave-one-out over {n} runs: "
+                        f"scripts/calibrate.py {files} --stack {stack} --loo --params {params} --write-loo")
+        path.write_text("\n".join(lines) + "\n")
+        print(f"wrote calibration.loo_mape_pct_by_stack.{stack} {loo_pct:.2f} into {path}")
+        return
     lines = [x for x in lines if not x.startswith("  loo_mape_pct:")]
     at = next(i for i, x in enumerate(lines) if x.startswith("calibration:"))
     j = at + 1
     while j < len(lines) and (lines[j].startswith("  ") or not lines[j].strip()):
         j += 1
-    files = " ".join(Path(r).name for r in runs or [])
     lines.insert(j, f"  loo_mape_pct: {loo_pct:.2f}  # leave-one-out over {n} runs: scripts/calibrate.py {files} "
                     f"--loo --params {params} --write-loo".replace("  --loo", " --loo"))
     path.write_text("\n".join(lines) + "\n")
@@ -332,7 +369,8 @@ def transfer(src: str, targets: list[str], library: Path | None = None) -> int:
             return 2
         lines = path.read_text().splitlines()
         copied = []
-        for key in ("matrix_efficiency", "matrix_efficiency_scale", "hbm_efficiency", "attention_efficiency"):
+        for key in ("matrix_efficiency", "matrix_efficiency_scale", "hbm_efficiency", "attention_efficiency",
+                    "attention_overhead_keys"):
             b = block(key)
             if not (b and _is_fitted(b[0])):
                 for i, line in enumerate(lines):  # an earlier transfer's wrong label on a prior: put it right
@@ -351,6 +389,9 @@ def transfer(src: str, targets: list[str], library: Path | None = None) -> int:
                + [f"    - {r}" for r in src_cal.runs] + _stacks_line(src_cal.stacks)
                + ["  fitted: [" + ", ".join(f"'{f}'" for f in copied) + "]"]
                + ([] if src_cal.loo_mape_pct is None else [f"  loo_mape_pct: {src_cal.loo_mape_pct:.2f}  # {src}'s"])
+               + ([] if not src_cal.loo_mape_pct_by_stack else [
+                   "  loo_mape_pct_by_stack: {" + ", ".join(f"{k}: {v:.2f}" for k, v in src_cal.loo_mape_pct_by_stack.items())
+                   + f"}}  # {src}'s"])
                + [f'  note: "transferred from {src} by scripts/calibrate.py --transfer (same GPU die): the fitted '
                   f'fields listed were fitted on the runs of {src}; every other value is a datasheet value or a prior"'])
         lines = _replace_block(lines, "calibration", cal)

@@ -73,6 +73,10 @@ class Calibration(Frozen):
         None, description="Leave-one-out mean |error| of the predicted step time, %, on the runs of this GPU type "
         "(each run predicted by a fit on the others: scripts/calibrate.py --loo --write): the stated uncertainty "
         "of its step times. Transferred systems carry their source's. Null: not measured.")
+    loo_mape_pct_by_stack: dict[str, NonNegativeFloat] = Field(
+        default_factory=dict, description="Leave-one-out mean |error| of the step time, %, on this GPU type's runs "
+        "of one software stack (scripts/calibrate.py --stack S --loo --write-loo): the stated uncertainty of that "
+        "stack's plans, where measured (else loo_mape_pct).")
 
     def status(self) -> str:
         """One word: 'calibrated' (fitted on runs of this GPU type), 'transferred' (copied from a same-die
@@ -90,6 +94,9 @@ class Calibration(Frozen):
         """The step-time uncertainty, +-%: the leave-one-out error where measured; a prior-only system's
         PRIOR_BAND_PCT; None when calibrated but its leave-one-out error was not measured. For a `stack` none of
         the calibration runs used, STACK_TRANSFER_BAND_PCT is added in quadrature (independent errors)."""
+        name = None if stack is None else str(getattr(stack, "value", stack))
+        if name in self.loo_mape_pct_by_stack:
+            return self.loo_mape_pct_by_stack[name]
         base = self.loo_mape_pct if self.loo_mape_pct is not None else (
             PRIOR_BAND_PCT if self.status() == "prior" else None)
         if base is None or self.covers(stack) or self.status() == "prior":
@@ -101,6 +108,8 @@ class Calibration(Frozen):
         for a `stack` the runs do not cover, the wider band that applies to its plans."""
         st = self.status()
         loo = "" if self.loo_mape_pct is None else f", leave-one-out step-time error {self.loo_mape_pct:.1f}%"
+        if self.loo_mape_pct_by_stack:
+            loo += " (" + ", ".join(f"{s} {v:.1f}%" for s, v in self.loo_mape_pct_by_stack.items()) + ")"
         per = f" ({', '.join(f'{n} {s}' for s, n in self.stacks.items())})" if self.stacks else ""
         extra = ""
         if not self.covers(stack) and st != "prior" and self.band_pct(stack) is not None:
