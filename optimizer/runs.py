@@ -14,7 +14,8 @@ state are resolved by stated, documented assumptions, reported per run:
   attention, dropout 0.1, no TP-communication overlap, gradient all-reduce not overlapped); later runs
   use FlashAttention, no dropout, and may overlap communication (the model chooses). Phrases in
   ``notes`` that state one of these (``FlashAttention``, ``not overlapped``, ``comm overlap on``,
-  ``eager``: unfused element-wise kernels) win;
+  ``eager``: unfused element-wise kernels; ``attn_impl triton``: FlashAttention's Triton kernel, also what
+  llm-foundry's benchmark tables ran; ``gradients reduced in bf16``) win;
 - ``precision: null`` (16-bit, fp16 or bf16 not stated) is fp16 for runs published up to 2022 (the
   Megatron GPT recipes of the time), bf16 after; both have the same peak;
 - gradients are accumulated and reduced in fp32 with bf16 (Megatron forces main_grad fp32 for bf16;
@@ -222,7 +223,13 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     if eager:
         out.assumptions.append("eager mode (notes): unfused element-wise kernels")
     attention = "flash" if flash else "standard"
-    if flash and ("flashattention-2" in notes or (stack == "torchtitan" and not re.search(r"cudnn|fa3", notes))):
+    bench = "llm-foundry scripts/train/benchmarking" in str(run.get("source") or "")
+    if flash and ("attn_impl triton" in notes or bench):
+        # llm-foundry's throughput tables were measured with submit_benchmarks.py, whose attn_impl default is triton
+        attention = "flash-triton"
+        out.assumptions.append("FlashAttention's Triton kernel (" + ("notes: attn_impl triton)" if "attn_impl triton"
+                               in notes else "llm-foundry's benchmark script runs attn_impl triton by default)"))
+    if attention == "flash" and ("flashattention-2" in notes or (stack == "torchtitan" and not re.search(r"cudnn|fa3", notes))):
         attention = "flash2"
         out.assumptions.append("FlashAttention-2 kernels: " + ("notes" if "flashattention-2" in notes else
                                "torchtitan runs PyTorch SDPA, whose flash backend is FlashAttention-2 (cuDNN "
@@ -334,6 +341,9 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
         grad = "bf16"
         out.assumptions.append("gradients reduced in bf16: the NeMo / Megatron-Bridge performance recipes set "
                                "grad_reduce_in_fp32 = False")
+    if precision == "bf16" and "gradients reduced in bf16" in notes:
+        grad = "bf16"  # e.g. PyTorch FSDP mixed_precision PURE (Composer): reduce_dtype bf16
+        out.assumptions.append("gradients reduced in bf16 (notes)")
     training = Training(global_batch=B, precision=precision, grad_precision=grad)
     try:
         # a measured run ran: it fits if it fits the physical HBM (no planning headroom)
