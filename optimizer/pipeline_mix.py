@@ -152,7 +152,7 @@ def _rmax(c: dict, n_mb: int) -> np.ndarray:
 
 def _ints(c: dict, tid: int, o: TypeOffer, role: str, n_mb: int) -> dict[str, np.ndarray]:
     """Integer columns (ns, KiB, USD, W) of one type's candidates for the CP-SAT tables."""
-    from formulations.pipemix import KIB, NS
+    from formulations.pipemix import NS
 
     ns = lambda x: np.rint(np.asarray(x) * NS).astype(np.int64)  # noqa: E731
     n = len(c["tp"])
@@ -367,7 +367,7 @@ def procure_pipeline(pp, rows, time_limit_s: float = 60.0) -> PipelineChoice | N
     2..min(max_types, 3) groups; capex budgets and power caps are constraints of the solve, a rental budget
     is checked on the result (its cost follows the time to train)."""
     from .progress import progress
-    from .purchase import Group, node_limit, purchase_of, rank_key, sub_problem
+    from .purchase import Group, purchase_of, rank_key, sub_problem
     from .schema.procure import Pricing
 
     pr = pp.procure

@@ -229,7 +229,8 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
         attention = "flash-triton"
         out.assumptions.append("FlashAttention's Triton kernel (" + ("notes: attn_impl triton)" if "attn_impl triton"
                                in notes else "llm-foundry's benchmark script runs attn_impl triton by default)"))
-    if attention == "flash" and ("flashattention-2" in notes or (stack == "torchtitan" and not re.search(r"cudnn|fa3", notes))):
+    if attention == "flash" and ("flashattention-2" in notes
+                                 or (stack == "torchtitan" and not re.search(r"cudnn|fa3", notes))):
         attention = "flash2"
         out.assumptions.append("FlashAttention-2 kernels: " + ("notes" if "flashattention-2" in notes else
                                "torchtitan runs PyTorch SDPA, whose flash backend is FlashAttention-2 (cuDNN "

@@ -390,8 +390,8 @@ def transfer(src: str, targets: list[str], library: Path | None = None) -> int:
                + ["  fitted: [" + ", ".join(f"'{f}'" for f in copied) + "]"]
                + ([] if src_cal.loo_mape_pct is None else [f"  loo_mape_pct: {src_cal.loo_mape_pct:.2f}  # {src}'s"])
                + ([] if not src_cal.loo_mape_pct_by_stack else [
-                   "  loo_mape_pct_by_stack: {" + ", ".join(f"{k}: {v:.2f}" for k, v in src_cal.loo_mape_pct_by_stack.items())
-                   + f"}}  # {src}'s"])
+                   "  loo_mape_pct_by_stack: {"
+                   + ", ".join(f"{k}: {v:.2f}" for k, v in src_cal.loo_mape_pct_by_stack.items()) + f"}}  # {src}'s"])
                + [f'  note: "transferred from {src} by scripts/calibrate.py --transfer (same GPU die): the fitted '
                   f'fields listed were fitted on the runs of {src}; every other value is a datasheet value or a prior"'])
         lines = _replace_block(lines, "calibration", cal)

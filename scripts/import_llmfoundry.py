@@ -5,7 +5,8 @@ Source: mosaicml/llm-foundry ``scripts/train/benchmarking/README.md`` at commit 
 1600 Gbps node-node interconnect (RoCE)": MPT models (125M to 70B) trained with Composer + PyTorch FSDP, one row
 per measured configuration (12-step benchmark runs). Get the file with
 
-    git clone https://github.com/mosaicml/llm-foundry && git -C llm-foundry show 061f2c7:scripts/train/benchmarking/README.md > README.md
+    git clone https://github.com/mosaicml/llm-foundry
+    git -C llm-foundry show 061f2c7:scripts/train/benchmarking/README.md > README.md
     python scripts/import_llmfoundry.py README.md
 
 Every row becomes one run in the calibration-run schema (`optimizer.runs`); nothing is dropped except the row
@@ -19,7 +20,6 @@ every linear layer and LayerNorms with bias), so a wrong shape stops the script.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
@@ -136,7 +136,8 @@ HEADER = """\
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("readme", type=Path, help="llm-foundry scripts/train/benchmarking/README.md at 061f2c7")
-    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "problems/runs/llmfoundry-mpt.yaml")
+    ap.add_argument("--out", type=Path,
+                    default=Path(__file__).resolve().parents[1] / "problems" / "runs" / "llmfoundry-mpt.yaml")
     a = ap.parse_args(argv)
     used: set[str] = set()
     runs, left = [], []

@@ -13,9 +13,9 @@ from optimizer.runs import load_runs, map_run
 from optimizer.schema import Precision
 
 RUNS = ROOT / "problems" / "runs" / "llmfoundry-mpt.yaml"
-HEADER = ("|  Model | SeqLen (T) | # GPUs | GPU | MFU | HFU | Model TFLOP | MicroBatchSize | GradAccum | GlobalBatchSize | "
-          "Throughput (S/s) | Throughput (T/s) | Throughput (T/s/GPU) | GlobalBatchSize (T) | Precision | MP Mode | "
-          "Sharding Strategy | Activation Checkpointing | Activation CPUOffload | NumParams |")
+HEADER = ("|  Model | SeqLen (T) | # GPUs | GPU | MFU | HFU | Model TFLOP | MicroBatchSize | GradAccum | "
+          "GlobalBatchSize | Throughput (S/s) | Throughput (T/s) | Throughput (T/s/GPU) | GlobalBatchSize (T) | "
+          "Precision | MP Mode | Sharding Strategy | Activation Checkpointing | Activation CPUOffload | NumParams |")
 
 
 def _row(*cells) -> str:

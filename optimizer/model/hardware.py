@@ -165,8 +165,8 @@ class Hardware:
         """A fused (flash) attention kernel: one thread block per 128-row query tile of each (sequence, head),
         `rows` queries against `keys` keys over `heads` sequence-heads. Its efficiency is attention_efficiency
         (`fa2`: attention_efficiency_fa2, FlashAttention-2 class kernels; `triton`: FlashAttention's Triton
-        implementation, the FlashAttention-2 class efficiency / TRITON_FA2_SLOWDOWN) times the kernel's relative throughput
-        at `head_dim` (`HEAD_DIM_SCALE`) times the wave quantization of its tiles over the SMs (as for GEMMs)
+        implementation, the FlashAttention-2 class efficiency / TRITON_FA2_SLOWDOWN) times the kernel's relative
+        throughput at `head_dim` (`HEAD_DIM_SCALE`) times the wave quantization of its tiles over the SMs (as for GEMMs)
         times keys / (keys + attention_overhead_keys) (each tile's fixed work against its loop over the keys).
         Without rows and keys: the flat efficiency."""
         s = self.system
