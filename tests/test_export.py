@@ -199,3 +199,12 @@ def test_emit_on_every_command(tmp_path, capsys, command, target):
     assert main([command, str(path), "--emit", target, "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["emit"]["target"] == target and d["emit"]["text"]
+
+
+def test_triton_attention_plan_exports_flash_with_a_note():
+    """A plan with FlashAttention's Triton kernel (llm-foundry's) has no Megatron-LM kernel of its own: the export
+    turns flash attention on and says, in a comment before the command, that Megatron's kernel is faster."""
+    ex = Execution(tp=1, pp=1, attention="flash-triton")
+    text = emit("megatron", _problem("llama3.1-8b", ex), ex)
+    assert parse(text).use_flash_attn
+    assert any(ln.startswith("#") and "flash-triton" in ln for ln in text.splitlines())

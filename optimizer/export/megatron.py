@@ -96,8 +96,11 @@ def args(problem, ex) -> tuple[list[str], list[str]]:
         a.append("--tp-comm-overlap")
     if ex.pp > 1 and ex.vpp > 1 and not ex.pp_overlap:
         a.append("--no-overlap-p2p-communication")  # Megatron-LM overlaps interleaved p2p by default
-    if ex.attention.value in ("flash", "flash2"):
+    if ex.attention.value in ("flash", "flash2", "flash-triton"):
         a.append("--use-flash-attn")
+    if ex.attention.value == "flash-triton":
+        notes.append("attention: flash-triton (FlashAttention's Triton kernel) has no Megatron-LM flag; "
+                     "--use-flash-attn runs Megatron's fused kernel, faster than the plan assumed")
     if ex.optimizer_offload:
         a.append("--optimizer-cpu-offload")
     if ex.fused_loss:
