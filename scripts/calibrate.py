@@ -104,7 +104,9 @@ def main() -> int:
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--transfer", nargs="*", default=[], metavar="SYSTEM",
                     help="copy --gpu's fitted efficiency tables into these system files (same GPU die)")
-    ap.add_argument("--params", default="e1,e2,e3,hbm_scale,net0_eff,net1_eff")
+    ap.add_argument("--params", default="e1,e2,e3,hbm_scale,net0_eff,net1_eff",
+                    help='the parameters to fit; "" fits nothing: with --stack S --loo --write-loo it writes the '
+                         "error of that stack's runs, none of which any fit used, as the stack's stated uncertainty")
     ap.add_argument("--shape", metavar="SYSTEM",
                     help="with --params level: the GEMM efficiency curve is SYSTEM's (a calibrated GPU) scaled by one "
                          "fitted level, instead of a free three-knot curve")
@@ -149,7 +151,7 @@ def main() -> int:
     keep = scorable
     tg = [run_target(r, m.problem)[0] for r, m in keep]
     uses_flash = any(m.problem.execution.attention.value != "standard" for _, m in keep)
-    names = [n for n in args.params.split(",") if not n.startswith("attention_") or uses_flash]
+    names = [n for n in args.params.split(",") if n and (not n.startswith("attention_") or uses_flash)]
     x0 = {"level": 0.6, "e1": 0.5, "e2": 0.7, "e3": 0.85, "hbm_scale": 1.0, "fp8_scale": 0.8, "mxfp8_scale": 0.8, "nvfp4_scale": 0.8, "net0_eff": 0.75,
           "net1_eff": 0.85, "attention_efficiency": 0.6, "attention_overhead_keys": 3155.0}  # fixed start (the uncalibrated files' priors): a re-run
     # on an already calibrated file reproduces its values
@@ -184,6 +186,8 @@ def main() -> int:
             return float(np.sum(w[idx] * np.abs(e)) / np.sum(w[idx]) + args.max_weight * np.max(np.abs(e)))
 
         start = [x0[n] / unit.get(n, 1.0) for n in names]
+        if not start:  # --params "": nothing fitted, the runs are held out whole (each error is out of sample)
+            return np.array([])
         return minimize(objective, start, method="Nelder-Mead",
                         options={"maxiter": 400, "xatol": 1e-3, "fatol": 1e-3}).x
 
@@ -316,8 +320,9 @@ def write_loo(path: Path, loo_pct: float, n: int, params: str, runs: list[str] |
         while j < len(lines) and (lines[j].startswith("  ") or not lines[j].strip()):
             j += 1
         body = ", ".join(f"{k}: {v:.2f}" for k, v in merged.items())
-        lines.insert(j, f"  loo_mape_pct_by_stack: {{{body}}}  # {stack}: leave-one-out over {n} runs: "
-                        f"scripts/calibrate.py {files} --stack {stack} --loo --params {params} --write-loo")
+        how = (f"{n} runs held out whole (no fit used them)" if not params else f"leave-one-out over {n} runs")
+        lines.insert(j, f"  loo_mape_pct_by_stack: {{{body}}}  # {stack}: {how}: "
+                        f"scripts/calibrate.py {files} --stack {stack} --loo --params '{params}' --write-loo")
         path.write_text("\n".join(lines) + "\n")
         print(f"wrote calibration.loo_mape_pct_by_stack.{stack} {loo_pct:.2f} into {path}")
         return

@@ -138,13 +138,20 @@ def test_calibrate_write_loo_sets_only_the_band_and_transfer_carries_it(calibrat
     cal.write_loo(path, 4.5, 8, "e1,e2,e3,fp8_scale")  # a re-run replaces the line
     after = validate_model(System, read_yaml(path))
     assert after.calibration.loo_mape_pct == 4.5 and after.calibration.band_pct() == 4.5
-    assert path.read_text().count("loo_mape_pct") == 1
+    assert path.read_text().count("  loo_mape_pct:") == 1
+    # a stack's own figure (here FSDP runs no fit used) is its own line; the overall one stays
+    cal.write_loo(path, 8.6, 62, "", stack="fsdp")
+    after = validate_model(System, read_yaml(path))
+    assert after.calibration.loo_mape_pct_by_stack == {"fsdp": 8.6} and after.calibration.loo_mape_pct == 4.5
+    assert after.calibration.band_pct("fsdp") == 8.6 and after.calibration.band_pct("megatron-core") == 4.5
+    assert "held out whole" in path.read_text()
     assert after.model_dump(exclude={"calibration"}) == before.model_dump(exclude={"calibration"})
     assert after.calibration.runs == before.calibration.runs
     assert "leave-one-out step-time error 4.5%" in after.calibration.summary()
     assert cal.transfer("h100-sxm-80gb", ["h200-sxm-141gb"], lib) == 0
     h200 = validate_model(System, read_yaml(lib / "systems" / "h200-sxm-141gb.yaml"))
     assert h200.calibration.loo_mape_pct == 4.5 and h200.calibration.status() == "transferred"
+    assert h200.calibration.loo_mape_pct_by_stack == {"fsdp": 8.6}
     assert h200.calibration.stacks == after.calibration.stacks == {"megatron-core": 8}  # the runs' stacks travel
 
 
