@@ -86,6 +86,10 @@ def with_params(base: System, x: dict) -> System:
         d["attention_efficiency"] = float(x["attention_efficiency"])
     if "attention_overhead_keys" in x:
         d["attention_overhead_keys"] = float(x["attention_overhead_keys"])
+    if "clock_scale" in x:  # a power-capped part: the --shape GPU's curve as it is, every compute peak scaled
+        d["clock_scale"] = float(x["clock_scale"])
+        if SHAPE and "level" not in x and "e1" not in x:
+            d["matrix_efficiency"] = SHAPE["curve"]
     if "hbm_scale" in x:
         d["hbm_efficiency"] = hbm_table(x["hbm_scale"])
     for prec in SCALED:
@@ -153,12 +157,13 @@ def main() -> int:
     uses_flash = any(m.problem.execution.attention.value != "standard" for _, m in keep)
     names = [n for n in args.params.split(",") if n and (not n.startswith("attention_") or uses_flash)]
     x0 = {"level": 0.6, "e1": 0.5, "e2": 0.7, "e3": 0.85, "hbm_scale": 1.0, "fp8_scale": 0.8, "mxfp8_scale": 0.8, "nvfp4_scale": 0.8, "net0_eff": 0.75,
-          "net1_eff": 0.85, "attention_efficiency": 0.6, "attention_overhead_keys": 3155.0}  # fixed start (the uncalibrated files' priors): a re-run
+          "net1_eff": 0.85, "attention_efficiency": 0.6, "attention_overhead_keys": 3155.0,
+          "clock_scale": 0.8}  # fixed start (the uncalibrated files' priors): a re-run
     # on an already calibrated file reproduces its values
     lo = {"level": 0.2, "fp8_scale": 0.6, "mxfp8_scale": 0.6, "nvfp4_scale": 0.4, "hbm_scale": 0.8, "e1": 0.05, "e2": 0.05, "e3": 0.05, "net0_eff": 0.6, "net1_eff": 0.7, "attention_efficiency": 0.2,
-          "attention_overhead_keys": 50.0}
+          "attention_overhead_keys": 50.0, "clock_scale": 0.5}
     hi = {"level": 0.95, "fp8_scale": 1.0, "mxfp8_scale": 1.0, "nvfp4_scale": 1.0, "hbm_scale": 1.09, "e1": 0.99, "e2": 0.99, "e3": 0.99, "net0_eff": 0.85, "net1_eff": 0.92, "attention_efficiency": 0.95,
-          "attention_overhead_keys": 10000.0}
+          "attention_overhead_keys": 10000.0, "clock_scale": 1.0}
     # network bounds: NCCL all-reduce bus bandwidth reaches ~75-85% of NVLink and ~85-92% of IB line rate (the
     # lower bounds, 0.6 and 0.7, keep a fit from buying other errors with a slow network);
     # low-precision factors: a Blackwell/Hopper FP8 or MXFP8 GEMM reaches at least 60% of the BF16 GEMM's
@@ -249,6 +254,19 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: floa
             f"matrix_efficiency:  # {note}{how}; [GFLOP per GEMM, fraction of peak]"]
             + [f"  - [{p:g}, {v}]" for p, v in table])
         fitted.append("matrix_efficiency")
+    if "clock_scale" in x:
+        new = [f"clock_scale: {x['clock_scale']:.4f}  # {note}: the sustained clock under the power cap, on every "
+               "compute peak"]
+        if any(line.startswith("clock_scale:") for line in lines):
+            lines = _replace_block(lines, "clock_scale", new)
+        else:
+            at = next(i for i, line in enumerate(lines) if line.startswith("attention_efficiency"))
+            lines = lines[:at] + new + lines[at:]
+        fitted.append("clock_scale")
+        if SHAPE and "level" not in x and "e1" not in x:
+            lines = _replace_block(lines, "matrix_efficiency", [
+                f"matrix_efficiency:  # {SHAPE['of']}'s curve as it is (same die; the cap is clock_scale); "
+                "[GFLOP per GEMM, fraction of peak]"] + [f"  - [{p:g}, {v}]" for p, v in SHAPE["curve"]])
     if "hbm_scale" in x:
         t = hbm_table(x["hbm_scale"])
         lines = _replace_block(lines, "hbm_efficiency", [

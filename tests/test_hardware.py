@@ -392,3 +392,29 @@ def test_sequence_parallel_gathers_travel_quantised_in_per_tensor_fp8():
         ag = float(collective_time("ag", T * h * ag_bytes, tp, tier, tiers))
         assert tp_fw[prec] == pytest.approx(2 * (ag + rs), rel=1e-9), prec
     assert tp_fw[Precision.FP8] < tp_fw[Precision.BF16]
+
+
+def test_power_cap_clock_scales_every_compute_peak_but_not_mfu():
+    """`clock_scale` (a power-capped part's sustained clock): GEMMs, attention and element-wise kernels that are
+    compute-bound all take 1/clock_scale as long, memory-bound ones do not change, and MFU stays against the
+    datasheet peak (so a slower step shows as a lower MFU)."""
+    base = system("h100-sxm-80gb")
+    capped = base.model_copy(update={"clock_scale": 0.8})
+    hw, hc = Hardware(base, Precision.BF16), Hardware(capped, Precision.BF16)
+    assert float(hc.matmul(1e13, 1e6) / hw.matmul(1e13, 1e6)) == pytest.approx(1 / 0.8, rel=1e-12)
+    assert float(hc.attention_kernel(1e13, 1e6) / hw.attention_kernel(1e13, 1e6)) == pytest.approx(1 / 0.8, rel=1e-12)
+    assert float(hc.vector(1e12, 1e3) / hw.vector(1e12, 1e3)) == pytest.approx(1 / 0.8, rel=1e-12)
+    assert float(hc.mem_time(1e9)) == float(hw.mem_time(1e9))
+    from optimizer.model.knobs import from_execution
+    from optimizer.model.step import evaluate
+    from optimizer.schema import Execution, Problem, Training
+    from optimizer.loader import load_named
+    from optimizer.schema import LLM
+    llm = load_named("llm", "llama3.1-8b", LLM)
+    r = {}
+    for name, sysm in (("base", base), ("capped", capped)):
+        p = Problem(llm=llm, system=sysm, num_gpus=8, training=Training(global_batch=8))
+        r[name] = evaluate(p, from_execution(Execution(tp=1, micro_batch=1), sysm, 8))
+    ratio = float(r["capped"].step_time[0] / r["base"].step_time[0])
+    assert 1.0 < ratio <= 1 / 0.8 + 1e-9
+    assert float(r["capped"].mfu[0]) == pytest.approx(float(r["base"].mfu[0]) / ratio, rel=1e-9)

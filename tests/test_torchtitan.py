@@ -154,11 +154,13 @@ def test_stated_uncertainty_widens_for_a_stack_the_calibration_runs_did_not_use(
 
 
 def test_step_time_leave_one_out_on_the_96gb_torchtitan_runs(titan_runs):
-    """Leave-one-out, not in-sample: the 500 W H100 96GB's one fitted level (on H100's GEMM-efficiency curve
-    shape, as scripts/calibrate.py --shape fits it; its FP8 factor as fitted) chosen on a grid for all runs but
-    one, that one predicted with it. Mean |held-out error| within 13% (measured 11.7% on this 0.01 grid; 10.6%
-    with the FP8 factor refitted too, calibrate.py --loo); the worst are the long context-parallel runs (a
-    documented gap)."""
+    """Leave-one-out, not in-sample: the 500 W H100 96GB runs on H100's GEMM curve and measured attention with one
+    fitted clock factor (`System.clock_scale`, the power cap's sustained clock on every compute peak, as
+    scripts/calibrate.py --shape h100-sxm-80gb --params clock_scale fits it; the FP8 factor as fitted) chosen on a
+    grid for all runs but one, that one predicted with it. Mean |held-out error| within 10% (measured 7.7% on this
+    0.02 grid; 8.85% with the FP8 factor refitted too, calibrate.py --loo; 11.2% when the cap was a GEMM level
+    only, leaving attention at the uncapped clock); the worst are the long context-parallel runs (a documented
+    gap)."""
     from optimizer.runs import predict, run_target
 
     cal = load_script("calibrate")
@@ -167,10 +169,10 @@ def test_step_time_leave_one_out_on_the_96gb_torchtitan_runs(titan_runs):
                                                 library_system("h100-sxm-80gb").matrix_efficiency])
     base = library_system("h100-sxm-96gb")
     runs = [r for r in titan_runs.values() if r["hardware"]["gpu"] == "h100-sxm-96gb"]
-    levels = np.round(np.arange(0.50, 0.611, 0.01), 3)
-    err = np.zeros((len(levels), len(runs)))
-    for i, lv in enumerate(levels):
-        sysm = cal.with_params(base, {"level": float(lv)})
+    clocks = np.round(np.arange(0.70, 0.901, 0.02), 3)
+    err = np.zeros((len(clocks), len(runs)))
+    for i, c in enumerate(clocks):
+        sysm = cal.with_params(base, {"clock_scale": float(c)})
         for j, r in enumerate(runs):
             m = map_run(r, {sysm.name: sysm})
             t = run_target(r, m.problem)[0]
@@ -180,6 +182,6 @@ def test_step_time_leave_one_out_on_the_96gb_torchtitan_runs(titan_runs):
         others = np.delete(np.abs(err), j, axis=1).mean(axis=1)
         held.append(err[int(np.argmin(others)), j])
     held = np.abs(held)
-    assert len(runs) == 17 and np.mean(held) <= 13.0
+    assert len(runs) == 17 and np.mean(held) <= 10.0
     worst = {runs[j]["id"] for j in np.argsort(held)[-3:]}
     assert all("-cp" in w and "-cp1-" not in w for w in worst)

@@ -78,7 +78,7 @@ class Hardware:
     @property
     def matrix_peak(self) -> float:
         """FLOP/s of the matrix unit in the training precision."""
-        return self.system.peak_tflops(self.precision) * 1e12
+        return self.system.peak_tflops(self.precision) * 1e12 * self.system.clock_scale
 
     @property
     def precision16(self) -> Precision:
@@ -90,7 +90,7 @@ class Hardware:
     def matrix_peak16(self) -> float:
         """FLOP/s of the matrix unit for GEMMs kept in 16 bit (`precision16`)."""
         tf = self.system.matrix_tflops.get(self.precision16) or self.system.peak_tflops(self.precision)
-        return tf * 1e12
+        return tf * 1e12 * self.system.clock_scale
 
     @property
     def attention_peak(self) -> float:
@@ -102,12 +102,12 @@ class Hardware:
         p = Precision.BF16 if self.precision in QUANTIZED else self.precision
         v = self.system.vector_tflops
         tf = v.get(p) or v.get(Precision.FP32)
-        return float(tf) * 1e12
+        return float(tf) * 1e12 * self.system.clock_scale
 
     @property
     def vector_peak_fp32(self) -> float:
         v = self.system.vector_tflops
-        return float(v.get(Precision.FP32) or min(v.values())) * 1e12
+        return float(v.get(Precision.FP32) or min(v.values())) * 1e12 * self.system.clock_scale
 
     @property
     def hbm_bw(self) -> float:

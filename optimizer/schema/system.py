@@ -54,9 +54,10 @@ class OffloadMemory(Frozen):
 
 PRIOR_BAND_PCT = 30.0  # a prior-only system's step-time uncertainty: the uncalibrated GEMM-efficiency prior
 # (0.85) against the values fitted on published H100/A100 runs (0.60-0.65) is ~30% off (issue 16's measurement)
-STACK_TRANSFER_BAND_PCT = 9.5  # the added step-time uncertainty of a plan for a stack none of the system's
-# calibration runs used: torchtitan's two H200 runs (problems/runs/torchtitan-h100-h200.yaml) on H200's
-# calibration, which comes from Megatron-Core runs only, are 8.7% and 10.3% off (mean 9.5%)
+STACK_TRANSFER_BAND_PCT = 8.6  # the added step-time uncertainty of a plan for a stack none of the system's
+# calibration runs used, measured on runs of one stack predicted with a calibration from another's: torchtitan's
+# two H200 runs (problems/runs/torchtitan-h100-h200.yaml) on H200's Megatron-Core calibration, -6.3% and -7.9%,
+# and llm-foundry's 62 H100 FSDP runs (problems/runs/llmfoundry-mpt.yaml) on H100's, 8.61%: 8.6% over the 64
 
 
 class Calibration(Frozen):
@@ -155,6 +156,11 @@ class System(Frozen):
         None, gt=0, le=1, description="attention_efficiency of FlashAttention-2 class kernels (`attention: flash2`), "
         "which do not use the architecture's newest matrix instructions; null: the same as attention_efficiency "
         "(GPUs where FlashAttention-2 is the best kernel, e.g. A100).")
+    clock_scale: float = Field(
+        1.0, gt=0, le=1, description="Sustained clock of the compute units relative to the one the datasheet peaks "
+        "assume (1: as rated). A power cap below the part's rating (e.g. an H100 SXM at 500 W instead of 700 W) "
+        "lowers the clock of every compute-bound kernel, GEMMs, attention and element-wise alike, so it scales "
+        "the matrix, attention and vector peaks together; fitted where runs at that cap exist.")
     attention_overhead_keys: NonNegativeFloat = Field(
         3155.0, description="Fixed work of one flash-attention query tile (load Q, rescale, write O; backward dQ), "
         "in key positions: a kernel over s keys runs at s / (s + this) of attention_efficiency. Default fitted on "
