@@ -62,16 +62,25 @@ class Mapped:
     skip: str | None = None
 
 
+_GPU_SYSTEMS: dict[tuple, dict[str, str]] = {}  # library files' (path, mtime, size) -> gpu_systems()
+
+
 def gpu_systems() -> dict[str, str]:
     """Calibration-schema GPU name -> system file name, read from the ``gpu:`` field of every system file
-    in the library (first file, in name order, wins when several share a GPU)."""
-    out: dict[str, str] = {}
-    for name in available("system"):
-        doc = read_yaml(find_in_library("system", name))
-        gpu = doc.data.get("gpu") if isinstance(doc.data, dict) else None
-        if isinstance(gpu, str):
-            out.setdefault(gpu, name)
-    return out
+    in the library (first file, in name order, wins when several share a GPU). Read once per state of the
+    library's files (a file added, removed or changed is read again): `validate` maps every run through it."""
+    paths = [find_in_library("system", name) for name in available("system")]
+    key = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in paths)
+    if key not in _GPU_SYSTEMS:
+        out: dict[str, str] = {}
+        for p in paths:
+            doc = read_yaml(p)
+            gpu = doc.data.get("gpu") if isinstance(doc.data, dict) else None
+            if isinstance(gpu, str):
+                out.setdefault(gpu, p.stem)
+        _GPU_SYSTEMS.clear()
+        _GPU_SYSTEMS[key] = out
+    return dict(_GPU_SYSTEMS[key])
 
 
 def run_year(run: dict) -> int | None:

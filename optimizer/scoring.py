@@ -18,46 +18,60 @@ def _group(rows: list[dict], key: str) -> dict:
 def score_runs(path: str) -> dict[str, Any]:
     """The JSON object of `paraplan validate --json` (see README). Records are checked by the run schema
     when loaded (`runs.load_runs`); a run the model cannot express is an error row, never skipped."""
+    from .progress import progress
+
     doc = load_runs(path)
     rows: list[dict[str, Any]] = []
     systems: dict = {}
-    for i, run in enumerate(doc.data):
-        rid = run["id"]
-        row: dict[str, Any] = {"id": rid, "status": "ok", "reason": None, "predicted_step_time_s": None,
-                               "target_step_time_s": None, "error_pct": None, "predicted_peak_memory_gib": None,
-                               "target_peak_memory_gib": None, "fits": None, "assumptions": []}
-        rows.append(row)
-        try:
-            mapped = map_run(run, systems)
-            row["assumptions"] = mapped.assumptions
-            if mapped.skip:
-                row.update(status="skipped", reason=mapped.skip)
-                continue
-            systems.setdefault(mapped.problem.system.name, mapped.problem.system)
-            pred = predict(mapped)
-        except ParaplanError as e:
-            file, line = doc.locate((i,))
-            row.update(status="error", reason=f"{file}:{line}: {e}")
-            continue
-        r = pred.result
-        t_pred = r["step_time"]
-        row["stack"] = mapped.problem.stack.value
-        row["predicted_step_time_s"] = t_pred
-        row["predicted_peak_memory_gib"] = r["hbm_reserved"] / 2**30  # as frameworks report it (max reserved)
-        row["fits"] = pred.fits
-        row["chosen"] = {k: v for k, v in pred.execution.model_dump(mode="json").items()
-                         if k in mapped.free}
-        target, how = run_target(run, mapped.problem)
-        meas = run["measured"]
-        if how:
-            row["assumptions"].append(how)
-        if meas.get("peak_memory_gib") is not None:
-            row["target_peak_memory_gib"] = float(meas["peak_memory_gib"])
-        if target is None:
-            row.update(status="skipped", reason="no step-time, throughput or MFU target")
-            continue
-        row["target_step_time_s"] = target
-        row["error_pct"] = 100.0 * (t_pred - target) / target
+    with progress("validate: runs", total=len(doc.data)) as step:
+        for i, run in enumerate(doc.data):
+            _score_one(doc, i, run, rows, systems)
+            step()
+    return _summarise(rows)
+
+
+def _score_one(doc, i: int, run: dict, rows: list, systems: dict) -> None:
+    """Map, predict and score run `i` of `doc`, appending its row to `rows`."""
+    rid = run["id"]
+    row: dict[str, Any] = {"id": rid, "status": "ok", "reason": None, "predicted_step_time_s": None,
+                           "target_step_time_s": None, "error_pct": None, "predicted_peak_memory_gib": None,
+                           "target_peak_memory_gib": None, "fits": None, "assumptions": []}
+    rows.append(row)
+    try:
+        mapped = map_run(run, systems)
+        row["assumptions"] = mapped.assumptions
+        if mapped.skip:
+            row.update(status="skipped", reason=mapped.skip)
+            return
+        systems.setdefault(mapped.problem.system.name, mapped.problem.system)
+        pred = predict(mapped)
+    except ParaplanError as e:
+        file, line = doc.locate((i,))
+        row.update(status="error", reason=f"{file}:{line}: {e}")
+        return
+    r = pred.result
+    t_pred = r["step_time"]
+    row["stack"] = mapped.problem.stack.value
+    row["predicted_step_time_s"] = t_pred
+    row["predicted_peak_memory_gib"] = r["hbm_reserved"] / 2**30  # as frameworks report it (max reserved)
+    row["fits"] = pred.fits
+    row["chosen"] = {k: v for k, v in pred.execution.model_dump(mode="json").items()
+                     if k in mapped.free}
+    target, how = run_target(run, mapped.problem)
+    meas = run["measured"]
+    if how:
+        row["assumptions"].append(how)
+    if meas.get("peak_memory_gib") is not None:
+        row["target_peak_memory_gib"] = float(meas["peak_memory_gib"])
+    if target is None:
+        row.update(status="skipped", reason="no step-time, throughput or MFU target")
+        return
+    row["target_step_time_s"] = target
+    row["error_pct"] = 100.0 * (t_pred - target) / target
+
+
+def _summarise(rows: list) -> dict[str, Any]:
+    """The rows and their summary (runs scored, MAPE, memory MAPE, by stack)."""
     scored = [r for r in rows if r["status"] == "ok" and r["error_pct"] is not None]
     mem = [r for r in scored if r["target_peak_memory_gib"]]
     summary = {

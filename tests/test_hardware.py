@@ -72,6 +72,11 @@ def test_runs_mapping_reads_gpu_field(tmp_path, monkeypatch):
     unknown = map_run({**run, "hardware": {**run["hardware"], "gpu": "no-such-gpu"}})
     assert unknown.skip.startswith("no system file for gpu 'no-such-gpu'")
     assert "test-gpu-x" in unknown.skip and "gb300-nvl72" in unknown.skip  # lists the known ones
+    # the table is read once per state of the library's files: a changed file is read again
+    f = tmp_path / "systems" / "my-blackwell-node.yaml"
+    f.write_text(doc.replace("gpu: test-gpu-x", "gpu: test-gpu-y") + "\n# changed\n")
+    known = gpu_systems()
+    assert known.get("test-gpu-y") == "my-blackwell-node" and "test-gpu-x" not in known
 
 
 def test_every_gpu_of_the_2025_runs_has_a_system():
