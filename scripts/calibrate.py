@@ -326,33 +326,27 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: floa
 def write_loo(path: Path, loo_pct: float, n: int, params: str, runs: list[str] | None = None,
               stack: str | None = None) -> None:
     """Set `calibration.loo_mape_pct` in the system file, nothing else; with `stack`, that stack's entry of
-    `calibration.loo_mape_pct_by_stack` instead (the other stacks' entries are kept)."""
-    lines = path.read_text().splitlines()
+    `calibration.loo_mape_pct_by_stack` instead (the other stacks' entries are kept). The line replaces the
+    file's own and goes at the end of the `calibration:` block."""
     files = " ".join(Path(r).name for r in runs or [])
     if stack is not None:
+        key = "loo_mape_pct_by_stack"
         old = validate_model(System, read_yaml(path)).calibration.loo_mape_pct_by_stack
-        merged = {**old, stack: round(loo_pct, 2)}
-        lines = [x for x in lines if not x.startswith("  loo_mape_pct_by_stack:")]
-        at = next(i for i, x in enumerate(lines) if x.startswith("calibration:"))
-        j = at + 1
-        while j < len(lines) and (lines[j].startswith("  ") or not lines[j].strip()):
-            j += 1
-        body = ", ".join(f"{k}: {v:.2f}" for k, v in merged.items())
+        body = ", ".join(f"{k}: {v:.2f}" for k, v in {**old, stack: round(loo_pct, 2)}.items())
         how = (f"{n} runs held out whole (no fit used them)" if not params else f"leave-one-out over {n} runs")
-        lines.insert(j, f"  loo_mape_pct_by_stack: {{{body}}}  # {stack}: {how}: "
-                        f"scripts/calibrate.py {files} --stack {stack} --loo --params '{params}' --write-loo")
-        path.write_text("\n".join(lines) + "\n")
-        print(f"wrote calibration.loo_mape_pct_by_stack.{stack} {loo_pct:.2f} into {path}")
-        return
-    lines = [x for x in lines if not x.startswith("  loo_mape_pct:")]
-    at = next(i for i, x in enumerate(lines) if x.startswith("calibration:"))
-    j = at + 1
+        line = (f"  {key}: {{{body}}}  # {stack}: {how}: "
+                f"scripts/calibrate.py {files} --stack {stack} --loo --params '{params}' --write-loo")
+    else:
+        key = "loo_mape_pct"
+        line = (f"  {key}: {loo_pct:.2f}  # leave-one-out over {n} runs: scripts/calibrate.py {files} "
+                f"--loo --params {params} --write-loo").replace("  --loo", " --loo")
+    lines = [x for x in path.read_text().splitlines() if not x.startswith(f"  {key}:")]
+    j = next(i for i, x in enumerate(lines) if x.startswith("calibration:")) + 1
     while j < len(lines) and (lines[j].startswith("  ") or not lines[j].strip()):
         j += 1
-    lines.insert(j, f"  loo_mape_pct: {loo_pct:.2f}  # leave-one-out over {n} runs: scripts/calibrate.py {files} "
-                    f"--loo --params {params} --write-loo".replace("  --loo", " --loo"))
+    lines.insert(j, line)
     path.write_text("\n".join(lines) + "\n")
-    print(f"wrote calibration.loo_mape_pct {loo_pct:.2f} into {path}")
+    print(f"wrote calibration.{key}{'.' + stack if stack else ''} {loo_pct:.2f} into {path}")
 
 
 def _is_fitted(line: str) -> bool:
