@@ -77,8 +77,13 @@ class Hardware:
     # ------------------------------------------------------------------ peaks
     @property
     def matrix_peak(self) -> float:
-        """FLOP/s of the matrix unit in the training precision."""
-        return self.system.peak_tflops(self.precision) * 1e12 * self.system.clock_scale
+        """FLOP/s of the matrix unit in the training precision, at the sustained clock (`System.clock_scale`)."""
+        return self.datasheet_peak * self.system.clock_scale
+
+    @property
+    def datasheet_peak(self) -> float:
+        """FLOP/s of the matrix unit in the training precision as the datasheet rates it (what MFU is against)."""
+        return self.system.peak_tflops(self.precision) * 1e12
 
     @property
     def precision16(self) -> Precision:
@@ -99,9 +104,8 @@ class Hardware:
 
     @property
     def vector_peak(self) -> float:
-        p = Precision.BF16 if self.precision in QUANTIZED else self.precision
         v = self.system.vector_tflops
-        tf = v.get(p) or v.get(Precision.FP32)
+        tf = v.get(self.precision16) or v.get(Precision.FP32)
         return float(tf) * 1e12 * self.system.clock_scale
 
     @property

@@ -371,7 +371,7 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     tokens = B * s
     mf = model_flops_per_token(llm, int(s)) * tokens
     n_gpus = tp * pp * dp * cp
-    peak = hw.matrix_peak / hw.system.clock_scale  # MFU against the datasheet peak, as published
+    peak = hw.datasheet_peak  # MFU against the datasheet peak, as published
     hw_layer = blk.hw_flops_fw + blk.hw_flops_bw + blk.hw_flops_re
     hwf = (hw_layer * L * (B / mb) * tp * cp) + 6.0 * V * h * tokens  # per step, whole job
     return StepResult(
