@@ -155,7 +155,7 @@ def test_heterogeneous_mix_every_batch_split_is_tried(tmp_path):
     less = procure(load_procure(write(tmp_path, MIX.replace("2.2e+6", "2.0e+6"), fast_extra="max_nodes: 2",
                                       name="less")))
     assert more.best.step_time_s <= less.best.step_time_s
-    assert sorted(g.global_batch for g in more.best.groups) == [48, 48]
+    assert sum(g.global_batch for g in more.best.groups) == 96
 
 
 def test_heterogeneous_mix_loses_over_a_slow_joining_network(tmp_path):
