@@ -8,7 +8,9 @@ Parameters (physical, shared by every run on the GPU; nothing is keyed on a run 
   GFLOP per GEMM, where the GEMMs of the runs lie (linear in log10 of the size between them);
 - `attention_efficiency` of fused (flash) attention and `attention_overhead_keys` (each query tile's fixed work,
   in keys of its loop), only with --params naming them (they need flash runs over a range of sequence lengths
-  to be identifiable; otherwise the file's prior stays);
+  to be identifiable; otherwise the file's prior stays); `attention_efficiency_fa2` the efficiency of FlashAttention-2
+  class kernels (`flash2`, and `flash-triton` through it) and `attention_overhead_keys_triton` the Triton kernel's
+  fixed work per tile (runs with `flash-triton` attention);
 - one factor scaling the HBM efficiency prior `hbm_efficiency` (memory-bound kernels);
 - the efficiency of network tier 0 (NVLink) and tier 1 (InfiniBand/RoCE);
 - `fp8_scale`, the factor on the GEMM efficiency of FP8 GEMMs (`matrix_efficiency_scale.fp8`), fitted on
@@ -84,8 +86,9 @@ def with_params(base: System, x: dict) -> System:
         d["matrix_efficiency"] = shaped(x["level"])
     if "attention_efficiency" in x:
         d["attention_efficiency"] = float(x["attention_efficiency"])
-    if "attention_overhead_keys" in x:
-        d["attention_overhead_keys"] = float(x["attention_overhead_keys"])
+    for key in ("attention_overhead_keys", "attention_efficiency_fa2", "attention_overhead_keys_triton"):
+        if key in x:
+            d[key] = float(x[key])
     if "clock_scale" in x:  # a power-capped part: the --shape GPU's curve as it is, every compute peak scaled
         d["clock_scale"] = float(x["clock_scale"])
         if SHAPE and "level" not in x and "e1" not in x:
@@ -158,18 +161,20 @@ def main() -> int:
     names = [n for n in args.params.split(",") if n and (not n.startswith("attention_") or uses_flash)]
     x0 = {"level": 0.6, "e1": 0.5, "e2": 0.7, "e3": 0.85, "hbm_scale": 1.0, "fp8_scale": 0.8, "mxfp8_scale": 0.8, "nvfp4_scale": 0.8, "net0_eff": 0.75,
           "net1_eff": 0.85, "attention_efficiency": 0.6, "attention_overhead_keys": 3155.0,
-          "clock_scale": 0.8}  # fixed start (the uncalibrated files' priors): a re-run
+          "attention_efficiency_fa2": 0.34, "attention_overhead_keys_triton": 3155.0, "clock_scale": 0.8}  # fixed start (the uncalibrated files' priors): a re-run
     # on an already calibrated file reproduces its values
     lo = {"level": 0.2, "fp8_scale": 0.6, "mxfp8_scale": 0.6, "nvfp4_scale": 0.4, "hbm_scale": 0.8, "e1": 0.05, "e2": 0.05, "e3": 0.05, "net0_eff": 0.6, "net1_eff": 0.7, "attention_efficiency": 0.2,
-          "attention_overhead_keys": 50.0, "clock_scale": 0.5}
+          "attention_overhead_keys": 50.0, "attention_efficiency_fa2": 0.1, "attention_overhead_keys_triton": 50.0,
+          "clock_scale": 0.5}
     hi = {"level": 0.95, "fp8_scale": 1.0, "mxfp8_scale": 1.0, "nvfp4_scale": 1.0, "hbm_scale": 1.09, "e1": 0.99, "e2": 0.99, "e3": 0.99, "net0_eff": 0.85, "net1_eff": 0.92, "attention_efficiency": 0.95,
-          "attention_overhead_keys": 10000.0, "clock_scale": 1.0}
+          "attention_overhead_keys": 10000.0, "attention_efficiency_fa2": 0.95, "attention_overhead_keys_triton": 10000.0,
+          "clock_scale": 1.0}
     # network bounds: NCCL all-reduce bus bandwidth reaches ~75-85% of NVLink and ~85-92% of IB line rate (the
     # lower bounds, 0.6 and 0.7, keep a fit from buying other errors with a slow network);
     # low-precision factors: a Blackwell/Hopper FP8 or MXFP8 GEMM reaches at least 60% of the BF16 GEMM's
     # efficiency at the FP8 peak (cuBLAS/TE GEMM benchmarks), NVFP4 at least 40%; HBM: 0.8-1.09 x the prior
 
-    unit = {"attention_overhead_keys": 1000.0}  # simplex coordinates of order 1 (xatol is absolute)
+    unit = {"attention_overhead_keys": 1000.0, "attention_overhead_keys_triton": 1000.0}  # simplex coordinates of order 1 (xatol is absolute)
 
     def errors(vec, idx=None):
         x = {n: float(np.clip(v * unit.get(n, 1.0), lo[n], hi[n])) for n, v in zip(names, vec)}
@@ -228,6 +233,14 @@ def _replace_block(lines: list[str], key: str, new: list[str]) -> list[str]:
     return lines + new
 
 
+def _set_key(lines: list[str], key: str, line: str) -> list[str]:
+    """Replace the top-level `key:` line, or add it after the last attention line when the file has none."""
+    if any(x.startswith(key + ":") for x in lines):
+        return _replace_block(lines, key, [line])
+    at = max(i for i, x in enumerate(lines) if x.startswith("attention_")) + 1
+    return lines[:at] + [line] + lines[at:]
+
+
 def stacks_of(run_ids: list[str], stack_by_id: dict[str, str]) -> dict[str, int] | None:
     """Runs per software stack (`optimizer.runs.stack_of`), most runs first; None when a run is not known."""
     if any(r not in stack_by_id for r in run_ids):
@@ -284,10 +297,11 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: floa
         lines = _replace_block(lines, "attention_efficiency",
                                [f"attention_efficiency: {x['attention_efficiency']:.4f}  # {note}"])
         fitted.append("attention_efficiency")
-    if "attention_overhead_keys" in x:
-        lines = _replace_block(lines, "attention_overhead_keys",
-                               [f"attention_overhead_keys: {x['attention_overhead_keys']:.0f}  # {note}"])
-        fitted.append("attention_overhead_keys")
+    for key, fmt in (("attention_overhead_keys", ".0f"), ("attention_efficiency_fa2", ".4f"),
+                     ("attention_overhead_keys_triton", ".0f")):
+        if key in x:
+            lines = _set_key(lines, key, f"{key}: {x[key]:{fmt}}  # {note}")
+            fitted.append(key)
     eff_lines = [i for i, line in enumerate(lines) if re.match(r"^\s+efficiency:", line)]
     net_start = next(i for i, line in enumerate(lines) if line.startswith("networks:"))
     eff_lines = [i for i in eff_lines if i > net_start]
@@ -305,8 +319,12 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: floa
         loo_pct = old.loo_mape_pct if loo_pct is None else loo_pct
     # the calibration runs' stacks; a partial fit keeps the file's when it cannot read every run's stack
     stacks = stacks_of(run_ids, stack_by_id or {})
-    if stacks is None and old is not None:
+    if stacks is None and old is not None:  # the file's counts plus the stacks of the runs this fit added
+        added = stacks_of([r for r in run_ids if r not in old.runs], stack_by_id or {})
         stacks = old.stacks
+        if added is not None:
+            both = {k: stacks.get(k, 0) + added.get(k, 0) for k in {**stacks, **added}}
+            stacks = dict(sorted(both.items(), key=lambda kv: (-kv[1], kv[0])))
     # a leave-one-out figure carried over from the file keeps its line (it names the command that measured it)
     kept = [x for x in lines if x.startswith(("  loo_mape_pct:", "  loo_mape_pct_by_stack:"))] if old else []
     loo_lines = [x for x in kept if x.startswith("  loo_mape_pct:")] if old and loo_pct == old.loo_mape_pct else []
@@ -387,7 +405,7 @@ def transfer(src: str, targets: list[str], library: Path | None = None) -> int:
         lines = path.read_text().splitlines()
         copied = []
         for key in ("matrix_efficiency", "matrix_efficiency_scale", "hbm_efficiency", "attention_efficiency",
-                    "attention_overhead_keys"):
+                    "attention_overhead_keys", "attention_efficiency_fa2", "attention_overhead_keys_triton"):
             b = block(key)
             if not (b and _is_fitted(b[0])):
                 for i, line in enumerate(lines):  # an earlier transfer's wrong label on a prior: put it right

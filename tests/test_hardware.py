@@ -126,8 +126,10 @@ def test_calibrate_transfer_writes_transferred_from(calibrate):
     assert after.calibration.transferred_from == "h100-sxm-80gb"
     assert after.calibration.status() == "transferred"
     assert after.calibration.runs == src.calibration.runs
-    assert set(after.calibration.fitted) == {"matrix_efficiency", "matrix_efficiency_scale"}
+    assert set(after.calibration.fitted) == {"matrix_efficiency", "matrix_efficiency_scale",
+                                             "attention_overhead_keys_triton"}
     assert after.matrix_efficiency == src.matrix_efficiency
+    assert after.attention_overhead_keys_triton == src.attention_overhead_keys_triton  # a new key is added
     assert after.hbm_efficiency == before.hbm_efficiency  # H100's HBM table is a prior: not copied
     assert after.matrix_tflops == before.matrix_tflops  # datasheet peaks stay the target's
     text = target.read_text()
@@ -157,7 +159,7 @@ def test_calibrate_write_loo_sets_only_the_band_and_transfer_carries_it(calibrat
     h200 = validate_model(System, read_yaml(lib / "systems" / "h200-sxm-141gb.yaml"))
     assert h200.calibration.loo_mape_pct == 4.5 and h200.calibration.status() == "transferred"
     assert h200.calibration.loo_mape_pct_by_stack == {"fsdp": 8.6}
-    assert h200.calibration.stacks == after.calibration.stacks == {"megatron-core": 8}  # the runs' stacks travel
+    assert h200.calibration.stacks == after.calibration.stacks == {"fsdp": 62, "megatron-core": 8}  # stacks travel
 
 
 RUNS_2025 = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "public_runs_2025.yaml"
@@ -292,6 +294,29 @@ def test_flash_attention_efficiency_is_size_aware():
     assert float(hw.attention_kernel(fl, 0.0)) == pytest.approx(fl / (hw.attention_peak * flat))
 
 
+
+
+def test_the_triton_kernel_has_its_own_per_tile_overhead_where_the_system_states_it():
+    """`attention_overhead_keys_triton` is the fixed work per query tile of FlashAttention's Triton kernel only:
+    on H100 (fitted on llm-foundry's runs, 1810 keys against cuDNN's 3155) a Triton kernel over k keys runs at
+    k / (k + 1810) of its long-sequence efficiency, while cuDNN and FlashAttention-2 class kernels keep 3155; a
+    system without it (A100) uses attention_overhead_keys for every kernel."""
+    h100 = system("h100-sxm-80gb")
+    assert h100.attention_overhead_keys_triton == pytest.approx(1810, abs=1)
+    hw = Hardware(h100, Precision.BF16)
+    fl, k = 1e13, 1024.0
+
+    def ratio(**kind):  # short over long sequence, same FLOPs and tiles: the overhead factor alone
+        return float(hw.attention_kernel(fl, 0.0, rows=8192, keys=1e9, heads=64, **kind)) / float(
+            hw.attention_kernel(fl, 0.0, rows=8192, keys=k, heads=64, **kind))
+
+    assert ratio(triton=True) == pytest.approx(k / (k + h100.attention_overhead_keys_triton), rel=1e-5)
+    assert ratio(fa2=True) == pytest.approx(k / (k + h100.attention_overhead_keys), rel=1e-5)
+    assert ratio() == pytest.approx(k / (k + h100.attention_overhead_keys), rel=1e-5)
+    a100 = system("a100-sxm-80gb")
+    assert a100.attention_overhead_keys_triton is None
+    hw = Hardware(a100, Precision.BF16)
+    assert ratio(triton=True) == pytest.approx(k / (k + a100.attention_overhead_keys), rel=1e-5)
 def test_attention_throughput_follows_the_head_size_as_measured():
     """Fused attention at head size 64 runs at 413/595 of its head-128 throughput (cuDNN, Transformer Engine's
     kernels) and FlashAttention-2 at 324/370 (FlashAttention-3 paper, Fig. 5, H100 SXM5): a compute-bound kernel of
@@ -335,16 +360,23 @@ def test_sliding_window_attention_costs_its_band():
 
 def test_calibrate_write_records_the_stacks_of_every_run(calibrate):
     """`calibration.stacks` counts the stacks of the fit's runs; a partial fit (one factor) that adds a run
-    recounts them when every run's stack is known and keeps the file's otherwise."""
+    recounts them when every run's stack is known, adds the new runs' stacks to the file's counts when only theirs
+    are, and keeps the file's otherwise."""
     cal, lib = calibrate
     path = lib / "systems" / "h100-sxm-80gb.yaml"
     before = validate_model(System, read_yaml(path)).calibration
-    by_id = {r: "megatron-core" for r in before.runs} | {"tt-new": "torchtitan"}
-    cal.write(path, {"fp8_scale": 0.9}, ["tt-new"], "runs.yaml", None, by_id)
+    by_id = {r: "fsdp" if r.startswith("llmfoundry") else "megatron-core" for r in before.runs}
+    cal.write(path, {"fp8_scale": 0.9}, ["tt-new"], "runs.yaml", None, by_id | {"tt-new": "torchtitan"})
     after = validate_model(System, read_yaml(path)).calibration
-    assert after.runs == before.runs + ["tt-new"] and after.stacks == {"megatron-core": 8, "torchtitan": 1}
+    assert after.runs == before.runs + ["tt-new"]
+    assert after.stacks == {"fsdp": 62, "megatron-core": 8, "torchtitan": 1}
+    # the file's runs unknown to this fit (another runs file), the new run known: the file's counts plus its stack
+    cal.write(path, {"fp8_scale": 0.9}, ["ds-new"], "runs.yaml", None, {"ds-new": "deepspeed"})
+    assert validate_model(System, read_yaml(path)).calibration.stacks == {"fsdp": 62, "megatron-core": 8,
+                                                                          "deepspeed": 1, "torchtitan": 1}
     cal.write(path, {"fp8_scale": 0.9}, ["other"], "runs.yaml", None, {})  # stacks unknown: kept
-    assert validate_model(System, read_yaml(path)).calibration.stacks == {"megatron-core": 8, "torchtitan": 1}
+    assert validate_model(System, read_yaml(path)).calibration.stacks == {"fsdp": 62, "megatron-core": 8,
+                                                                          "deepspeed": 1, "torchtitan": 1}
 
 
 def test_lm_head_and_router_stay_16_bit_in_quantised_recipes():

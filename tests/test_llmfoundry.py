@@ -71,8 +71,8 @@ def test_triton_flash_attention_runs_at_the_fa2_class_efficiency_divided_by_the_
     for name in ("h100-sxm-80gb", "a100-sxm-80gb"):
         hw = Hardware(library_system(name), Precision.BF16)
         flops, nbytes = 1e13, 1e6
-        fa2 = float(hw.attention_kernel(flops, nbytes, rows=8192, keys=8192, heads=64, fa2=True))
-        tri = float(hw.attention_kernel(flops, nbytes, rows=8192, keys=8192, heads=64, triton=True))
+        fa2 = float(hw.attention_kernel(flops, nbytes, fa2=True))  # long-sequence efficiency: no per-tile term,
+        tri = float(hw.attention_kernel(flops, nbytes, triton=True))  # which each kernel has its own of
         assert tri / fa2 == pytest.approx(TRITON_FA2_SLOWDOWN, rel=1e-9)
 
 
@@ -92,16 +92,47 @@ def test_every_llmfoundry_run_is_scored_and_fits(scored):
 
 
 def test_held_out_gpus(scored):
-    """Runs no fit has seen: the A100 40GB runs (their system is transferred from the 80GB part's fit) and the
-    H100 runs (H100's values come from Megatron-Core runs and kernel measurements): step-time MAPE <= 8% on the
-    A100 40GB runs (measured 6.3%) and <= 10% on the H100 runs (measured 8.6%), each signed mean within 5%."""
+    """Runs no fit has seen: the A100 40GB runs (their system is transferred from the 80GB part's fit):
+    step-time MAPE <= 8% (measured 6.3%), signed mean within 5% (measured -4.7%). The H100 runs fitted one value,
+    the Triton kernel's per-tile overhead: in sample <= 6% (measured 4.7%), signed mean within 5% (measured -3.0%);
+    their leave-one-out is `test_triton_overhead_leave_one_out_on_the_h100_runs`."""
     err = {}
     for r in scored["runs"]:
         gpu = r["id"].split("-")[2]
         err.setdefault(gpu, []).append(r["error_pct"])
     assert len(err["a10040gb"]) == 78 and np.mean(np.abs(err["a10040gb"])) <= 8.0
-    assert len(err["h10080gb"]) == 62 and np.mean(np.abs(err["h10080gb"])) <= 10.0
+    assert len(err["h10080gb"]) == 62 and np.mean(np.abs(err["h10080gb"])) <= 6.0
     assert abs(np.mean(err["a10040gb"])) <= 5.0 and abs(np.mean(err["h10080gb"])) <= 5.0
+
+
+def _grid_leave_one_out(gpu: str, grid: list[dict]) -> list[float]:
+    """Each run of `gpu` in the file predicted with the grid point that fits all its other runs best (mean
+    |error|): the held-out error of each run, in percent."""
+    from optimizer.runs import predict, run_target
+
+    cal = load_script("calibrate")
+    base = library_system(gpu)
+    runs = [r for r in load_runs(str(RUNS)).data if r["hardware"]["gpu"] == gpu]
+    mapped = [map_run(r, {base.name: base}) for r in runs]
+    target = [run_target(r, m.problem)[0] for r, m in zip(runs, mapped)]
+    err = np.zeros((len(grid), len(runs)))
+    for i, x in enumerate(grid):
+        sysm = cal.with_params(base, x)
+        for j, (m, t) in enumerate(zip(mapped, target)):
+            m2 = type(m)(run=m.run, problem=m.problem.model_copy(update={"system": sysm}), free=m.free)
+            err[i, j] = 100 * (predict(m2).result["step_time"] - t) / t
+    return [err[int(np.argmin(np.delete(np.abs(err), j, axis=1).mean(axis=1))), j] for j in range(len(runs))]
+
+
+def test_triton_overhead_leave_one_out_on_the_h100_runs():
+    """H100's Triton-kernel overhead per query tile (`attention_overhead_keys_triton`, the one value calibrate.py
+    --stack fsdp fits on these runs) chosen on a grid for all runs but one, that one predicted with it: mean
+    |held-out error| <= 6% over the 62 H100 runs (measured 4.8% on this grid; calibrate.py's Nelder-Mead: 4.76%).
+    With cuDNN's 3155 keys (the kernel the H100 measurements ran) the same runs were 8.6% off, and short
+    sequences up to 23% slow."""
+    grid = [{"attention_overhead_keys_triton": k} for k in (750.0, 1250.0, 1800.0, 2500.0, 3155.0)]
+    held = _grid_leave_one_out("h100-sxm-80gb", grid)
+    assert len(held) == 62 and np.mean(np.abs(held)) <= 6.0
 
 
 def test_attention_fit_leave_one_out_on_the_a100_80gb_runs():
@@ -109,22 +140,10 @@ def test_attention_fit_leave_one_out_on_the_a100_80gb_runs():
     values scripts/calibrate.py --stack fsdp fits on these runs, chosen on a grid for all runs but one, that one
     predicted with them. Mean |held-out error| <= 6.5% over the 60 A100 80GB runs of the file (measured 5.2% on
     this grid; calibrate.py's Nelder-Mead leave-one-out: 5.44% with the shared run)."""
-    from optimizer.runs import predict, run_target
-
-    cal = load_script("calibrate")
-    base = library_system("a100-sxm-80gb")
-    runs = [r for r in load_runs(str(RUNS)).data if r["hardware"]["gpu"] == "a100-sxm-80gb"]
-    grid = [(e, k) for e in (0.52, 0.57, 0.62, 0.67) for k in (250.0, 500.0, 750.0, 1250.0, 2500.0)]
-    mapped = [map_run(r, {base.name: base}) for r in runs]
-    target = [run_target(r, m.problem)[0] for r, m in zip(runs, mapped)]
-    err = np.zeros((len(grid), len(runs)))
-    for i, (e, k) in enumerate(grid):
-        sysm = cal.with_params(base, {"attention_efficiency": e, "attention_overhead_keys": k})
-        for j, (m, t) in enumerate(zip(mapped, target)):
-            m2 = type(m)(run=m.run, problem=m.problem.model_copy(update={"system": sysm}), free=m.free)
-            err[i, j] = 100 * (predict(m2).result["step_time"] - t) / t
-    held = [err[int(np.argmin(np.delete(np.abs(err), j, axis=1).mean(axis=1))), j] for j in range(len(runs))]
-    assert len(runs) == 60 and np.mean(np.abs(held)) <= 6.5
+    grid = [{"attention_efficiency": e, "attention_overhead_keys": k}
+            for e in (0.52, 0.57, 0.62, 0.67) for k in (250.0, 500.0, 750.0, 1250.0, 2500.0)]
+    held = _grid_leave_one_out("a100-sxm-80gb", grid)
+    assert len(held) == 60 and np.mean(np.abs(held)) <= 6.5
 
 
 def test_stated_uncertainty_of_a_stack_is_its_own_leave_one_out_where_measured():

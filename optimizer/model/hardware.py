@@ -171,7 +171,8 @@ class Hardware:
         (`fa2`: attention_efficiency_fa2, FlashAttention-2 class kernels; `triton`: FlashAttention's Triton
         implementation, the FlashAttention-2 class efficiency / TRITON_FA2_SLOWDOWN) times the kernel's relative
         throughput at `head_dim` (`HEAD_DIM_SCALE`) times the wave quantization of its tiles over the SMs (as for GEMMs)
-        times keys / (keys + attention_overhead_keys) (each tile's fixed work against its loop over the keys).
+        times keys / (keys + attention_overhead_keys) (each tile's fixed work against its loop over the keys;
+        the Triton kernel: attention_overhead_keys_triton where the system states it).
         Without rows and keys: the flat efficiency."""
         s = self.system
         fa2 = np.asarray(fa2) | np.asarray(triton)
@@ -182,7 +183,10 @@ class Hardware:
         if rows is not None and keys is not None:
             eff = eff * self.wave_efficiency(rows, ATTENTION_TILE[1], heads, tile=ATTENTION_TILE)
             k = np.asarray(keys, dtype=float)
-            eff = eff * k / (k + self.system.attention_overhead_keys)
+            k0 = s.attention_overhead_keys
+            k0 = np.where(triton, k0 if s.attention_overhead_keys_triton is None else s.attention_overhead_keys_triton,
+                          k0)
+            eff = eff * k / (k + k0)
         t_c = np.asarray(flops, dtype=float) / (self.attention_peak * eff)
         return self._combine(t_c, self.mem_time(nbytes))
 

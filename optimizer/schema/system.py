@@ -165,6 +165,11 @@ class System(Frozen):
         3155.0, description="Fixed work of one flash-attention query tile (load Q, rescale, write O; backward dQ), "
         "in key positions: a kernel over s keys runs at s / (s + this) of attention_efficiency. Default fitted on "
         "an H100 SXM's causal FlashAttention forward+backward (`../shared/measurements`: 12-55% of peak).")
+    attention_overhead_keys_triton: NonNegativeFloat | None = Field(
+        None, description="attention_overhead_keys of FlashAttention's Triton kernel (`attention: flash-triton`): "
+        "another implementation (compiler-scheduled tile loop, its own prologue and epilogue per query tile), so "
+        "another fixed work per tile in key positions; fitted per GPU type on runs with that kernel; null: the same "
+        "as attention_overhead_keys.")
     vector_tflops: dict[Precision, PositiveFloat] = Field(
         description="Non-tensor-core (CUDA core) peak per datatype, TFLOP/s.")
     vector_efficiency: EfficiencyTable = Field(
