@@ -339,6 +339,9 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
         if re.search(r"tp[_ ]comm[_ ]overlap on|comm overlap on", notes):
             fixed["tp_overlap"] = "ring"
             out.assumptions.append("TP communication overlap on (notes)")
+        elif re.search(r"no async tp|tp[_ ]comm[_ ]overlap off|comm overlap off", notes):
+            fixed["tp_overlap"] = "none"
+            out.assumptions.append("TP collectives not overlapped with the matmuls (notes)")
         elif not _has(year, "tp_overlap"):
             fixed["tp_overlap"] = "none"
         else:
