@@ -106,7 +106,8 @@ def with_params(base: System, x: dict) -> System:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("runs", nargs="+", help="one or more runs files (the GPU's runs are taken from all)")
+    ap.add_argument("runs", nargs="*", help="one or more runs files (the GPU's runs are taken from all); none with "
+                    "--transfer")
     ap.add_argument("--gpu", required=True)
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--transfer", nargs="*", default=[], metavar="SYSTEM",
@@ -133,6 +134,8 @@ def main() -> int:
 
     if args.transfer:
         return transfer(args.gpu, args.transfer)
+    if not args.runs:
+        ap.error("the runs files to fit on are required (only --transfer takes none)")
     if args.shape:
         SHAPE.update(of=args.shape, curve=[list(map(float, pt)) for pt in validate_model(
             System, read_yaml(find_in_library("system", args.shape))).matrix_efficiency])
@@ -268,8 +271,8 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: floa
             + [f"  - [{p:g}, {v}]" for p, v in table])
         fitted.append("matrix_efficiency")
     if "clock_scale" in x:
-        new = [f"clock_scale: {x['clock_scale']:.4f}  # {note}: the sustained clock under the power cap, on every "
-               "compute peak"]
+        new = [f"clock_scale: {x['clock_scale']:.4f}  # {note}: the sustained clock against the datasheet's "
+               "(its power limit), on every compute peak"]
         if any(line.startswith("clock_scale:") for line in lines):
             lines = _replace_block(lines, "clock_scale", new)
         else:
@@ -278,7 +281,7 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: floa
         fitted.append("clock_scale")
         if SHAPE and "level" not in x and "e1" not in x:
             lines = _replace_block(lines, "matrix_efficiency", [
-                f"matrix_efficiency:  # {SHAPE['of']}'s curve as it is (same die; the cap is clock_scale); "
+                f"matrix_efficiency:  # {SHAPE['of']}'s curve as it is (same die; its clock is clock_scale); "
                 "[GFLOP per GEMM, fraction of peak]"] + [f"  - [{p:g}, {v}]" for p, v in SHAPE["curve"]])
     if "hbm_scale" in x:
         t = hbm_table(x["hbm_scale"])
