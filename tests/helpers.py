@@ -33,6 +33,26 @@ def load_script(name: str):
     return mod
 
 
+def grid_leave_one_out(runs: list[dict], base: System, grid: list[dict]) -> list[float]:
+    """Leave-one-out on a grid: each run predicted on `base` with the grid point (scripts/calibrate.py's
+    `with_params` parameters) that fits all the other runs best (mean |error|). Returns each run's held-out
+    step-time error, %."""
+    import numpy as np
+
+    from optimizer.runs import map_run, predict, run_target
+
+    cal = load_script("calibrate")
+    mapped = [map_run(r, {base.name: base}) for r in runs]
+    target = [run_target(r, m.problem)[0] for r, m in zip(runs, mapped)]
+    err = np.zeros((len(grid), len(runs)))
+    for i, x in enumerate(grid):
+        sysm = cal.with_params(base, x)
+        for j, (m, t) in enumerate(zip(mapped, target)):
+            m2 = type(m)(run=m.run, problem=m.problem.model_copy(update={"system": sysm}), free=m.free)
+            err[i, j] = 100 * (predict(m2).result["step_time"] - t) / t
+    return [float(err[int(np.argmin(np.delete(np.abs(err), j, axis=1).mean(axis=1))), j]) for j in range(len(runs))]
+
+
 def concat_knobs(knobs_list):
     """One Knobs of N candidates from N single-candidate Knobs."""
     from optimizer.model.knobs import Knobs

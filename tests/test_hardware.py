@@ -206,26 +206,18 @@ def test_hgx_blackwell_is_its_rack_part_at_its_own_clock_leave_one_out():
     peaks, is fitted (0.925 and 0.88). Leave-one-out over B200's 11 runs, the clock chosen on a 0.025 grid from the
     other 10: mean |held-out error| <= 14% (measured 12.5% here and with calibrate.py; 16.75% with B200's own
     four-parameter fit, two of them at their bounds)."""
-    from optimizer.runs import load_runs, map_run, predict, run_target
+    from optimizer.runs import load_runs
 
     for hgx, rack in (("b200-sxm-180gb", "gb200-nvl72"), ("b300-sxm-270gb", "gb300-nvl72")):
         a, b = system(hgx), system(rack)
         assert a.matrix_efficiency == b.matrix_efficiency and a.hbm_efficiency == b.hbm_efficiency
         assert a.matrix_efficiency_scale == b.matrix_efficiency_scale and 0.8 < a.clock_scale < 1.0
-    from tests.helpers import load_script
+    from tests.helpers import grid_leave_one_out
 
-    cal = load_script("calibrate")
     base = system("b200-sxm-180gb")
     runs = [r for r in load_runs(str(RUNS_2025)).data if r["hardware"]["gpu"] == base.name]
-    clocks = np.round(np.arange(0.80, 1.0001, 0.025), 3)
-    err = np.zeros((len(clocks), len(runs)))
-    for i, c in enumerate(clocks):
-        sysm = cal.with_params(base, {"clock_scale": float(c)})
-        for j, r in enumerate(runs):
-            m = map_run(r, {sysm.name: sysm})
-            t = run_target(r, m.problem)[0]
-            err[i, j] = 100 * (predict(m).result["step_time"] - t) / t
-    held = [err[int(np.argmin(np.delete(np.abs(err), j, axis=1).mean(axis=1))), j] for j in range(len(runs))]
+    grid = [{"clock_scale": float(c)} for c in np.round(np.arange(0.80, 1.0001, 0.025), 3)]
+    held = grid_leave_one_out(runs, base, grid)
     assert len(runs) == 11 and np.mean(np.abs(held)) <= 14.0
 
 

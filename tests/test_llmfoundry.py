@@ -106,22 +106,11 @@ def test_held_out_gpus(scored):
 
 
 def _grid_leave_one_out(gpu: str, grid: list[dict]) -> list[float]:
-    """Each run of `gpu` in the file predicted with the grid point that fits all its other runs best (mean
-    |error|): the held-out error of each run, in percent."""
-    from optimizer.runs import predict, run_target
+    """The held-out errors of the file's runs on `gpu` (`helpers.grid_leave_one_out`)."""
+    from tests.helpers import grid_leave_one_out
 
-    cal = load_script("calibrate")
-    base = library_system(gpu)
-    runs = [r for r in load_runs(str(RUNS)).data if r["hardware"]["gpu"] == gpu]
-    mapped = [map_run(r, {base.name: base}) for r in runs]
-    target = [run_target(r, m.problem)[0] for r, m in zip(runs, mapped)]
-    err = np.zeros((len(grid), len(runs)))
-    for i, x in enumerate(grid):
-        sysm = cal.with_params(base, x)
-        for j, (m, t) in enumerate(zip(mapped, target)):
-            m2 = type(m)(run=m.run, problem=m.problem.model_copy(update={"system": sysm}), free=m.free)
-            err[i, j] = 100 * (predict(m2).result["step_time"] - t) / t
-    return [err[int(np.argmin(np.delete(np.abs(err), j, axis=1).mean(axis=1))), j] for j in range(len(runs))]
+    return grid_leave_one_out([r for r in load_runs(str(RUNS)).data if r["hardware"]["gpu"] == gpu],
+                              library_system(gpu), grid)
 
 
 def test_triton_overhead_leave_one_out_on_the_h100_runs():

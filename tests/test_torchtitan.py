@@ -176,27 +176,13 @@ def test_step_time_leave_one_out_on_the_96gb_torchtitan_runs(titan_runs):
     0.02 grid; 7.32% with the FP8 factor refitted too, calibrate.py --loo; 11.2% when the cap was a GEMM level
     only, leaving attention at the uncapped clock); the worst are the long context-parallel runs (a documented
     gap)."""
-    from optimizer.runs import predict, run_target
+    from tests.helpers import grid_leave_one_out
 
-    cal = load_script("calibrate")
-
-    cal.SHAPE.update(of="h100-sxm-80gb", curve=[list(map(float, pt)) for pt in
-                                                library_system("h100-sxm-80gb").matrix_efficiency])
-    base = library_system("h100-sxm-96gb")
+    base = library_system("h100-sxm-96gb")  # H100's curve as it is: only the clock varies
+    assert base.matrix_efficiency == library_system("h100-sxm-80gb").matrix_efficiency
     runs = [r for r in titan_runs.values() if r["hardware"]["gpu"] == "h100-sxm-96gb"]
-    clocks = np.round(np.arange(0.70, 0.901, 0.02), 3)
-    err = np.zeros((len(clocks), len(runs)))
-    for i, c in enumerate(clocks):
-        sysm = cal.with_params(base, {"clock_scale": float(c)})
-        for j, r in enumerate(runs):
-            m = map_run(r, {sysm.name: sysm})
-            t = run_target(r, m.problem)[0]
-            err[i, j] = 100 * (predict(m).result["step_time"] - t) / t
-    held = []
-    for j in range(len(runs)):
-        others = np.delete(np.abs(err), j, axis=1).mean(axis=1)
-        held.append(err[int(np.argmin(others)), j])
-    held = np.abs(held)
+    held = np.abs(grid_leave_one_out(runs, base, [{"clock_scale": float(c)}
+                                                 for c in np.round(np.arange(0.70, 0.901, 0.02), 3)]))
     assert len(runs) == 17 and np.mean(held) <= 10.0
     worst = {runs[j]["id"] for j in np.argsort(held)[-3:]}
     assert all("-cp" in w and "-cp1-" not in w for w in worst)
