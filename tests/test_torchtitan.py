@@ -155,9 +155,9 @@ def test_allocator_slack_leave_one_out_within_10pct():
 
 
 def test_stated_uncertainty_widens_for_a_stack_the_calibration_runs_did_not_use():
-    """H100's calibration runs are Megatron-Core's and llm-foundry's (FSDP): a torchtitan plan on it carries the cross-stack error
-    (STACK_TRANSFER_BAND_PCT, measured on the H200 torchtitan runs) in quadrature; the 96 GB part's runs are
-    torchtitan's, so torchtitan plans there keep its own leave-one-out band."""
+    """H100's calibration runs are Megatron-Core's and llm-foundry's (FSDP): a torchtitan plan on it carries the
+    cross-stack error (STACK_TRANSFER_BAND_PCT, measured on the H200 torchtitan runs) in quadrature; the 96 GB
+    part's runs are torchtitan's, so torchtitan plans there keep its own leave-one-out band."""
     from optimizer.schema.system import STACK_TRANSFER_BAND_PCT
 
     h100, h96 = library_system("h100-sxm-80gb").calibration, library_system("h100-sxm-96gb").calibration
