@@ -240,7 +240,8 @@ def _set_key(lines: list[str], key: str, line: str) -> list[str]:
     """Replace the top-level `key:` line, or add it after the last attention line when the file has none."""
     if any(x.startswith(key + ":") for x in lines):
         return _replace_block(lines, key, [line])
-    at = max(i for i, x in enumerate(lines) if x.startswith("attention_")) + 1
+    at = max((i + 1 for i, x in enumerate(lines) if x.startswith("attention_")),
+             default=next((i for i, x in enumerate(lines) if x.startswith("vector_tflops")), len(lines)))
     return lines[:at] + [line] + lines[at:]
 
 
@@ -314,8 +315,15 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: floa
             indent = lines[i][: lines[i].index("efficiency")]
             lines[i] = f"{indent}efficiency: {x[key]:.4f}  # {note}"
             fitted.append(f"networks[{idx}].efficiency")
-    # a partial fit (some parameters) keeps the runs and fields fitted before
+    # a partial fit (some parameters) keeps the runs and fields fitted before; on a file a transfer just wrote, those
+    # are the source's: the file then states its own runs and fields, on the source's tables (`shape_from`)
     old = validate_model(System, read_yaml(path)).calibration if "e1" not in x and "level" not in x else None
+    shape_from = SHAPE.get("of") if SHAPE and "clock_scale" in x and "level" not in x and "e1" not in x else None
+    if old is not None and old.transferred_from:
+        shape_from = shape_from or old.transferred_from
+        old = None
+    elif old is not None:
+        shape_from = shape_from or old.shape_from
     if old is not None:
         run_ids = list(dict.fromkeys(old.runs + run_ids))
         fitted = list(dict.fromkeys(old.fitted + fitted))
@@ -331,7 +339,8 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: floa
     # a leave-one-out figure carried over from the file keeps its line (it names the command that measured it)
     kept = [x for x in lines if x.startswith(("  loo_mape_pct:", "  loo_mape_pct_by_stack:"))] if old else []
     loo_lines = [x for x in kept if x.startswith("  loo_mape_pct:")] if old and loo_pct == old.loo_mape_pct else []
-    cal = (["calibration:", "  runs:"] + [f"    - {r}" for r in run_ids] + _stacks_line(stacks or {})
+    cal = (["calibration:"] + ([f"  shape_from: {shape_from}"] if shape_from else []) + ["  runs:"]
+           + [f"    - {r}" for r in run_ids] + _stacks_line(stacks or {})
            + ["  fitted: [" + ", ".join(f"'{f}'" for f in fitted) + "]"]
            + (loo_lines or ([] if loo_pct is None else
                             [f"  loo_mape_pct: {loo_pct:.2f}  # leave-one-out, scripts/calibrate.py --loo"]))
@@ -417,7 +426,7 @@ def transfer(src: str, targets: list[str], library: Path | None = None) -> int:
                 continue
             head = re.sub(r"#.*", f"# transferred from {src} (same GPU die; fitted there, see its calibration)",
                           b[0])
-            if not any(line.startswith(key + ":") for line in lines):  # new key: after matrix_efficiency
+            if not any(line.startswith(key + ":") for line in lines):  # new key: before attention_efficiency
                 at = next(i for i, line in enumerate(lines) if line.startswith("attention_efficiency"))
                 lines = lines[:at] + [head] + b[1:] + lines[at:]
             else:

@@ -397,6 +397,24 @@ def test_sliding_window_attention_costs_its_band():
     assert cost[2] == pytest.approx((cost[0] + cost[4]) / 2, rel=1e-12) and cost[4] < cost[0]
 
 
+def test_a_fit_on_top_of_a_transfer_states_its_own_runs_on_the_source_tables(calibrate):
+    """B200 is GB200's die at a lower power limit: `--transfer` copies GB200's tables, then a clock-only fit on
+    B200's runs writes B200's own runs and fitted field, and names GB200 as the source of its tables
+    (`calibration.shape_from`); GB200's runs are not claimed as B200's."""
+    cal, lib = calibrate
+    assert cal.transfer("gb200-nvl72", ["b200-sxm-180gb"], lib) == 0
+    path = lib / "systems" / "b200-sxm-180gb.yaml"
+    gb200 = validate_model(System, read_yaml(lib / "systems" / "gb200-nvl72.yaml"))
+    cal.SHAPE.update(of="gb200-nvl72", curve=[list(map(float, pt)) for pt in gb200.matrix_efficiency])
+    cal.write(path, {"clock_scale": 0.9}, ["r1", "r2"], "runs.yaml", 5.0, {"r1": "megatron-core", "r2": "megatron-core"})
+    b200 = validate_model(System, read_yaml(path))
+    c = b200.calibration
+    assert c.transferred_from is None and c.shape_from == "gb200-nvl72" and c.status() == "calibrated"
+    assert c.runs == ["r1", "r2"] and c.fitted == ["clock_scale"] and c.stacks == {"megatron-core": 2}
+    assert c.loo_mape_pct == 5.0 and "on gb200-nvl72's tables" in c.summary()
+    assert b200.matrix_efficiency == gb200.matrix_efficiency and b200.clock_scale == 0.9
+
+
 def test_calibrate_write_records_the_stacks_of_every_run(calibrate):
     """`calibration.stacks` counts the stacks of the fit's runs; a partial fit (one factor) that adds a run
     recounts them when every run's stack is known, adds the new runs' stacks to the file's counts when only theirs

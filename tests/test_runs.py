@@ -88,7 +88,8 @@ def test_fp8_recipe_named_in_the_notes_is_the_precision_modelled():
 def test_held_out_moe_runs_carry_their_recipes_a2a_overlap_and_dispatcher():
     """The Qwen3 MoE runs on H100 (problems/runs/published-moe-fp8.yaml) were measured with Megatron-Bridge presets
     that set moe_a2a_overlap=True (and, for Qwen3-30B at 26.02, the DeepEP dispatcher); their notes say so and the
-    mapping follows: the all-to-all overlaps another micro-batch's compute; GPT-OSS's H100 preset has no overlap."""
+    mapping follows: the all-to-all overlaps another micro-batch's compute, Qwen3-235B's TP collectives do not
+    overlap their matmuls; GPT-OSS's H100 preset has no A2A overlap."""
     from helpers import ROOT
     from optimizer.runs import load_runs
 
@@ -99,4 +100,6 @@ def test_held_out_moe_runs_carry_their_recipes_a2a_overlap_and_dispatcher():
         ex = map_run(runs[i]).problem.execution
         assert ex.ep_overlap, i
         assert (ex.ep_dispatcher.value == "flex") == (i == "mbridge-qwen3-30b-a3b-fp8-16gpu-h100-26.02"), i
+        # Qwen3-235B's H100 config sets CommOverlapConfig(tp_comm_overlap=False) in each of those releases
+        assert ("235b" not in i) or ex.tp_overlap.value == "none", i
     assert not map_run(runs["mbridge-gpt-oss-120b-bf16-64gpu-h100-26.02"]).problem.execution.ep_overlap

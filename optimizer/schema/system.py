@@ -68,6 +68,10 @@ class Calibration(Frozen):
     note: str | None = Field(None, description="How the fit was made; anything not fitted is a datasheet value.")
     transferred_from: str | None = Field(
         None, description="System whose fitted values were copied here (same GPU die); runs are that system's.")
+    shape_from: str | None = Field(
+        None, description="System (same die) whose fitted tables this file takes as they are (GEMM efficiency curve, "
+        "HBM table, precision factors), its own runs fitting only what `fitted` adds, e.g. `clock_scale` for a part "
+        "at a lower power limit; `runs` are this file's own.")
     stacks: dict[str, int] = Field(default_factory=dict, description="Calibration runs per software stack "
                                    "(megatron-core, torchtitan, ...), as scripts/calibrate.py read them.")
     loo_mape_pct: NonNegativeFloat | None = Field(
@@ -119,7 +123,8 @@ class Calibration(Frozen):
         if st == "transferred":
             return f"transferred from {self.transferred_from} ({len(self.runs)} runs there{per}{loo}){extra}"
         if st == "calibrated":
-            return f"calibrated on {len(self.runs)} runs{per}{loo}{extra}"
+            on = f" on {self.shape_from}'s tables (same die)" if self.shape_from else ""
+            return f"calibrated on {len(self.runs)} runs{per}{on}{loo}{extra}"
         return f"prior only (not calibrated on any run; step times uncertain by about +-{PRIOR_BAND_PCT:g}%)"
 
 
