@@ -78,6 +78,11 @@ def hbm_table(scale: float) -> list[list[float]]:
 SCALED = ("fp8", "mxfp8", "nvfp4")  # precisions with a fitted factor on matrix_efficiency (`<prec>_scale`)
 
 
+def shape_as_is(x: dict) -> bool:
+    """A clock-only fit on the --shape GPU's curve as it is (same die, another power limit): no level, no knots."""
+    return bool(SHAPE) and "clock_scale" in x and "level" not in x and "e1" not in x
+
+
 def with_params(base: System, x: dict) -> System:
     d = base.model_dump(mode="json")
     if "e1" in x:
@@ -91,7 +96,7 @@ def with_params(base: System, x: dict) -> System:
             d[key] = float(x[key])
     if "clock_scale" in x:  # a power-capped part: the --shape GPU's curve as it is, every compute peak scaled
         d["clock_scale"] = float(x["clock_scale"])
-        if SHAPE and "level" not in x and "e1" not in x:
+        if shape_as_is(x):
             d["matrix_efficiency"] = SHAPE["curve"]
     if "hbm_scale" in x:
         d["hbm_efficiency"] = hbm_table(x["hbm_scale"])
@@ -236,13 +241,14 @@ def _replace_block(lines: list[str], key: str, new: list[str]) -> list[str]:
     return lines + new
 
 
-def _set_key(lines: list[str], key: str, line: str) -> list[str]:
-    """Replace the top-level `key:` line, or add it after the last attention line when the file has none."""
+def _set_key(lines: list[str], key: str, block: list[str]) -> list[str]:
+    """Replace the top-level `key:` entry (its line and its list lines) with `block`, or add `block` after the
+    file's last attention line when the file has no such key."""
     if any(x.startswith(key + ":") for x in lines):
-        return _replace_block(lines, key, [line])
+        return _replace_block(lines, key, block)
     at = max((i + 1 for i, x in enumerate(lines) if x.startswith("attention_")),
              default=next((i for i, x in enumerate(lines) if x.startswith("vector_tflops")), len(lines)))
-    return lines[:at] + [line] + lines[at:]
+    return lines[:at] + block + lines[at:]
 
 
 def stacks_of(run_ids: list[str], stack_by_id: dict[str, str]) -> dict[str, int] | None:
@@ -274,13 +280,9 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: floa
     if "clock_scale" in x:
         new = [f"clock_scale: {x['clock_scale']:.4f}  # {note}: the sustained clock against the datasheet's "
                "(its power limit), on every compute peak"]
-        if any(line.startswith("clock_scale:") for line in lines):
-            lines = _replace_block(lines, "clock_scale", new)
-        else:
-            at = next(i for i, line in enumerate(lines) if line.startswith("attention_efficiency"))
-            lines = lines[:at] + new + lines[at:]
+        lines = _set_key(lines, "clock_scale", new)
         fitted.append("clock_scale")
-        if SHAPE and "level" not in x and "e1" not in x:
+        if shape_as_is(x):
             lines = _replace_block(lines, "matrix_efficiency", [
                 f"matrix_efficiency:  # {SHAPE['of']}'s curve as it is (same die; its clock is clock_scale); "
                 "[GFLOP per GEMM, fraction of peak]"] + [f"  - [{p:g}, {v}]" for p, v in SHAPE["curve"]])
@@ -304,7 +306,7 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: floa
     for key, fmt in (("attention_overhead_keys", ".0f"), ("attention_efficiency_fa2", ".4f"),
                      ("attention_overhead_keys_triton", ".0f")):
         if key in x:
-            lines = _set_key(lines, key, f"{key}: {x[key]:{fmt}}  # {note}")
+            lines = _set_key(lines, key, [f"{key}: {x[key]:{fmt}}  # {note}"])
             fitted.append(key)
     eff_lines = [i for i, line in enumerate(lines) if re.match(r"^\s+efficiency:", line)]
     net_start = next(i for i, line in enumerate(lines) if line.startswith("networks:"))
@@ -318,7 +320,7 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: floa
     # a partial fit (some parameters) keeps the runs and fields fitted before; on a file a transfer just wrote, those
     # are the source's: the file then states its own runs and fields, on the source's tables (`shape_from`)
     old = validate_model(System, read_yaml(path)).calibration if "e1" not in x and "level" not in x else None
-    shape_from = SHAPE.get("of") if SHAPE and "clock_scale" in x and "level" not in x and "e1" not in x else None
+    shape_from = SHAPE["of"] if shape_as_is(x) else None
     if old is not None and old.transferred_from:
         shape_from = shape_from or old.transferred_from
         old = None
@@ -426,11 +428,7 @@ def transfer(src: str, targets: list[str], library: Path | None = None) -> int:
                 continue
             head = re.sub(r"#.*", f"# transferred from {src} (same GPU die; fitted there, see its calibration)",
                           b[0])
-            if not any(line.startswith(key + ":") for line in lines):  # new key: before attention_efficiency
-                at = next(i for i, line in enumerate(lines) if line.startswith("attention_efficiency"))
-                lines = lines[:at] + [head] + b[1:] + lines[at:]
-            else:
-                lines = _replace_block(lines, key, [head] + b[1:])
+            lines = _set_key(lines, key, [head] + b[1:])
             copied.append(key)
         cal = (["calibration:", f"  transferred_from: {src}", "  runs:" + ("" if src_cal.runs else " []")]
                + [f"    - {r}" for r in src_cal.runs] + _stacks_line(src_cal.stacks)

@@ -176,7 +176,7 @@ def test_calibrate_write_loo_sets_only_the_band_and_transfer_carries_it(calibrat
     h200 = validate_model(System, read_yaml(lib / "systems" / "h200-sxm-141gb.yaml"))
     assert h200.calibration.loo_mape_pct == 4.5 and h200.calibration.status() == "transferred"
     assert h200.calibration.loo_mape_pct_by_stack == {"fsdp": 8.6}
-    assert h200.calibration.stacks == after.calibration.stacks == {"fsdp": 62, "megatron-core": 8}  # stacks travel
+    assert h200.calibration.stacks == after.calibration.stacks == before.calibration.stacks  # stacks travel
 
 
 RUNS_2025 = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "public_runs_2025.yaml"
@@ -423,17 +423,17 @@ def test_calibrate_write_records_the_stacks_of_every_run(calibrate):
     path = lib / "systems" / "h100-sxm-80gb.yaml"
     before = validate_model(System, read_yaml(path)).calibration
     by_id = {r: "fsdp" if r.startswith("llmfoundry") else "megatron-core" for r in before.runs}
+    assert sum(before.stacks.values()) == len(before.runs)
     cal.write(path, {"fp8_scale": 0.9}, ["tt-new"], "runs.yaml", None, by_id | {"tt-new": "torchtitan"})
     after = validate_model(System, read_yaml(path)).calibration
     assert after.runs == before.runs + ["tt-new"]
-    assert after.stacks == {"fsdp": 62, "megatron-core": 8, "torchtitan": 1}
+    recount = {s: list(by_id.values()).count(s) for s in set(by_id.values())} | {"torchtitan": 1}
+    assert after.stacks == recount
     # the file's runs unknown to this fit (another runs file), the new run known: the file's counts plus its stack
     cal.write(path, {"fp8_scale": 0.9}, ["ds-new"], "runs.yaml", None, {"ds-new": "deepspeed"})
-    assert validate_model(System, read_yaml(path)).calibration.stacks == {"fsdp": 62, "megatron-core": 8,
-                                                                          "deepspeed": 1, "torchtitan": 1}
+    assert validate_model(System, read_yaml(path)).calibration.stacks == recount | {"deepspeed": 1}
     cal.write(path, {"fp8_scale": 0.9}, ["other"], "runs.yaml", None, {})  # stacks unknown: kept
-    assert validate_model(System, read_yaml(path)).calibration.stacks == {"fsdp": 62, "megatron-core": 8,
-                                                                          "deepspeed": 1, "torchtitan": 1}
+    assert validate_model(System, read_yaml(path)).calibration.stacks == recount | {"deepspeed": 1}
 
 
 def test_lm_head_and_router_stay_16_bit_in_quantised_recipes():

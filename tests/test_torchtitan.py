@@ -161,7 +161,7 @@ def test_stated_uncertainty_widens_for_a_stack_the_calibration_runs_did_not_use(
     from optimizer.schema.system import STACK_TRANSFER_BAND_PCT
 
     h100, h96 = library_system("h100-sxm-80gb").calibration, library_system("h100-sxm-96gb").calibration
-    assert h100.stacks == {"fsdp": 62, "megatron-core": 8} and h96.stacks == {"torchtitan": 18}
+    assert "torchtitan" not in h100.stacks and set(h96.stacks) == {"torchtitan"}
     assert h100.band_pct("megatron-core") == h100.band_pct() == h100.loo_mape_pct
     assert h100.band_pct("torchtitan") == pytest.approx(np.hypot(h100.loo_mape_pct, STACK_TRANSFER_BAND_PCT), abs=0.01)
     assert h96.band_pct("torchtitan") == h96.loo_mape_pct < h96.band_pct("megatron-core")
