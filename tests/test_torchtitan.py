@@ -120,7 +120,9 @@ def test_runs_map_torchtitan_layouts_kernels_and_loss(titan_runs):
 def test_vanilla_tp_run_is_not_given_async_tp(titan_runs):
     """The 70B benchmark ran twice, vanilla TP and async TP (table 3: 19.76 s and 18.70 s a step): the notes say
     which, so the vanilla run's TP collectives are on the critical path (it was given the overlap the model would
-    choose, and came out 13% fast) and the async run keeps its overlap; only the collectives' exposure differs."""
+    choose, and came out 13% fast) and the async run keeps its overlap: its collectives are hidden, and its matmuls
+    next to them run decomposed (`test_async_tp_runs_the_matmuls_next_to_tp_collectives_as_tp_smaller_ones`), so its
+    forward is longer and its step still shorter."""
     from optimizer.runs import predict
 
     runs = {k: map_run(titan_runs[f"tt2412-llama3.1-70b-fsdp32-tp8-{k}"]) for k in ("tp", "asynctp")}
@@ -128,8 +130,60 @@ def test_vanilla_tp_run_is_not_given_async_tp(titan_runs):
     assert runs["asynctp"].problem.execution.tp_overlap.value == "ring"
     res = {k: predict(m).result for k, m in runs.items()}
     assert res["tp"]["tp_exposed"] > 4 * res["asynctp"]["tp_exposed"]
-    assert res["tp"]["fw"] == res["asynctp"]["fw"]
+    assert res["tp"]["fw"] < res["asynctp"]["fw"] < 1.2 * res["tp"]["fw"]
     assert 1.0 < res["tp"]["step_time"] / res["asynctp"]["step_time"]
+
+
+def test_async_tp_runs_the_matmuls_next_to_tp_collectives_as_tp_smaller_ones():
+    """PyTorch's micro-pipelined (async) TP fuses all-gather -> matmul and matmul -> reduce-scatter into tp matmuls
+    of T/tp rows each (forward and data gradient; the weight gradient stays whole): on the torchtitan stack the
+    block's GEMM time with the overlap is the whole GEMMs' plus, for each of the four linears (QKV, output, gated
+    up, down) and each direction, tp x gemm(T/tp rows) - gemm(T rows). Megatron-Core's TE overlap keeps its
+    calibration's account (unchanged)."""
+    from optimizer.model.layer import block_cost as bc
+    from optimizer.model.step import make_ctx as mk
+    from optimizer.model.params import attention_params
+
+    tp = 4
+    p0, k0 = _pk(num_gpus=tp, tp=tp, sequence_parallel=True, tp_overlap="none")
+    p1, k1 = _pk(num_gpus=tp, tp=tp, sequence_parallel=True, tp_overlap="ring")
+    ctx = mk(p1)
+    hw, T = ctx.hw, float(S)
+    qkv_p, out_p = attention_params(LLAMA, tp)
+    mats = [(qkv_p / H, H), (H, out_p / H), (2 * F / tp, H), (H, F / tp)]
+    extra_fw = sum(tp * hw.gemm(T / tp, n, kk) - hw.gemm(T, n, kk) for n, kk in mats)
+    extra_bw = sum(tp * hw.gemm(T / tp, kk, n) - hw.gemm(T, kk, n) for n, kk in mats)
+    c0, c1 = bc(mk(p0), k0), bc(ctx, k1)
+    assert float(extra_fw) > 0 and float(extra_bw) > 0  # smaller GEMMs run at a smaller fraction of peak
+    assert float(c1.gemm_fw[0] - c0.gemm_fw[0]) == pytest.approx(float(extra_fw), rel=1e-9)
+    assert float(c1.gemm_bw[0] - c0.gemm_bw[0]) == pytest.approx(float(extra_bw), rel=1e-9)
+    pm0, km0 = _pk(stack="megatron-core", num_gpus=tp, tp=tp, sequence_parallel=True, tp_overlap="none")
+    pm1, km1 = _pk(stack="megatron-core", num_gpus=tp, tp=tp, sequence_parallel=True, tp_overlap="ring")
+    assert float(bc(mk(pm1), km1).gemm_fw[0]) == float(bc(mk(pm0), km0).gemm_fw[0])
+
+
+def test_async_tp_benchmark_of_june_2025_held_out():
+    """The PyTorch team's async TP benchmark (June 2025, problems/runs/torchtitan-asynctp-2506.yaml: Llama 3.1 70B
+    on 256 and 8B on 64 of the 500 W H100s, vanilla and async TP, BF16 and Float8 tensorwise), never fitted: the
+    96 GB part's calibration is the 2024-12 runs'. Measured 6.10% MAPE, signed -4.7% (8.52%, -8.4% before the
+    async-TP matmuls were decomposed). Async TP's gain over vanilla TP, model against measured, 70B BF16 / 70B Float8
+    / 8B BF16 / 8B Float8: 8.7 / 11.0 / 11.9 / 12.4% against 9.2 / 16.4 / 9.9 / 9.7% (17.7 / 18.4 / 24.3 / 21.4%
+    before): a gain in every pair, within 6 points of the measured one."""
+    from optimizer.scoring import score_runs
+
+    f = ROOT / "problems" / "runs" / "torchtitan-asynctp-2506.yaml"
+    s = score_runs(str(f))
+    rows = {r["id"]: r for r in s["runs"]}
+    assert s["summary"]["n_scored"] == len(rows) == 8 and s["summary"]["n_not_fitting"] == 0
+    err = np.array([r["error_pct"] for r in rows.values()])
+    assert np.mean(np.abs(err)) <= 8.0 and abs(np.mean(err)) <= 5.0
+    for rid, r in rows.items():
+        if "-asynctp" not in rid:
+            continue
+        v = rows[rid.replace("-asynctp", "-tp")]
+        gain_model = v["predicted_step_time_s"] / r["predicted_step_time_s"] - 1.0
+        gain_meas = v["target_step_time_s"] / r["target_step_time_s"] - 1.0
+        assert 0.0 < gain_model and abs(gain_model - gain_meas) <= 0.06
 
 
 def test_torchtitan_runs_peak_memory_within_10pct(titan_runs):

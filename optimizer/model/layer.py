@@ -252,6 +252,23 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
         up_fw = up_bw = up_fl = dn_fw = dn_bw = dn_fl = 0.0
     gemm_fw = qkv_fw + prj_fw + up_fw + dn_fw
     gemm_bw = qkv_bw + prj_bw + up_bw + dn_bw
+    # torchtitan's async TP (PyTorch's micro-pipelined TP: torch._inductor fx_passes/micro_pipeline_tp fuses each
+    # all-gather -> matmul and matmul -> reduce-scatter of the compiled graph into fused_all_gather_matmul /
+    # fused_matmul_reduce_scatter) runs every matmul next to a TP collective, forward and data gradient, as tp
+    # matmuls of T/tp rows, one per chunk the copy engines deliver or send (Wang et al., "Introducing Async Tensor
+    # Parallelism in PyTorch", 2024): smaller GEMMs at the efficiency of their size. The weight gradient (a
+    # reduction over the tokens) stays whole.
+    split = (k.tp_overlap > 0) & (tp > 1) & (ctx.stack == Stack.TORCHTITAN)
+    mats = [(qkv_p / h, h), (h, out_p / h)] + ([(up_n, h), (h, f / tp)] if f > 0 else [])
+    for n_, k_ in mats:
+        for a_, b_ in ((n_, k_), (k_, n_)):
+            whole = hw.gemm(T, a_, b_, in_bytes=gi, out_bytes=e)
+            parts = tp * hw.gemm(T / tp, a_, b_, in_bytes=gi, out_bytes=e)
+            extra = np.where(split, parts - whole, 0.0)
+            if a_ is n_:
+                gemm_fw = gemm_fw + extra
+            else:
+                gemm_bw = gemm_bw + extra
     gemm_fl = qkv_fl + prj_fl + up_fl + dn_fl
 
     # ---------------------------------------------------------------- attention core

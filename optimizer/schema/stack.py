@@ -50,6 +50,7 @@ NO_OFFLOAD = {"weight_offload": [False], "activation_offload": [False], "optimiz
 PROFILES: dict[Stack, dict[str, list]] = {
     Stack.MEGATRON_CORE: {},
     Stack.TORCHTITAN: {"zero": [0, 1, 2, 3], "pp_embedding_loss": [False], "pp_rs_ag": [False],
+                       # async TP (PyTorch micro-pipelined TP, its matmuls decomposed: layer.block_cost)
                        "tp_overlap": [TpOverlap.NONE, TpOverlap.RING], **NO_OFFLOAD,
                        # torchao Float8 (tensorwise = current scaling) and MXFP8 (docs/float8.md, docs/mxfp8.md)
                        "precision": [Precision.BF16, Precision.FP32, Precision.FP8_CURRENT, Precision.MXFP8]},
