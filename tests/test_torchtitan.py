@@ -50,6 +50,20 @@ def test_per_op_sac_recomputes_k_o_w3_and_the_element_wise_ops():
     assert float(c.hw_flops_re[0]) == 2.0 * S * (256 * H + H * H + F * H)
 
 
+def test_torchtitan_without_checkpointing_recomputes_nothing_and_keeps_every_activation():
+    """recompute none on the torchtitan stack is no checkpointing (its per-op policy applies to `selective` only):
+    no time or FLOPs run again and the block keeps what Megatron-Core's block keeps without recompute. (It was
+    given the per-op policy's recompute and memory, so the solver could pick none for free.)"""
+    p, k = _pk(recompute="none")
+    c = block_cost(make_ctx(p), k)
+    pm, km = _pk(stack="megatron-core", recompute="none")
+    cm = block_cost(make_ctx(pm), km)
+    assert float(c.re[0]) == 0.0 and float(c.hw_flops_re[0]) == 0.0
+    assert float(c.act_stored[0]) == float(cm.act_stored[0]) == float(c.act_full[0])
+    ps, ks = _pk(recompute="selective")
+    assert float(block_cost(make_ctx(ps), ks).act_stored[0]) < float(c.act_stored[0])
+
+
 def test_unfused_loss_holds_twelve_bytes_per_logit():
     """PyTorch cross_entropy on an fp32 upcast: 12 bytes per logit at the start of backward, against the fused
     loss's 16-bit logits and fp32 softmax (2 + 4)."""

@@ -464,8 +464,10 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     ckpt = e * T * h * split_n
     sel_stored = full - saved
     if ctx.stack == Stack.TORCHTITAN:  # `selective` is torchtitan's per-op policy, not Megatron-Core's modules
-        sel_t, sel_fl, sel_stored = per_op_sac(ctx, k, T, Tn, ah, kvr, d, f, ew_fw,
+        sac_t, sac_fl, sac_stored = per_op_sac(ctx, k, T, Tn, ah, kvr, d, f, ew_fw,
                                                moe_fw=(moe_gemm_fw + eact_fw, ep_fw), ckpt=ckpt)
+        on = rec == 1  # without checkpointing nothing runs again and every activation is kept
+        sel_t, sel_fl, sel_stored = np.where(on, sac_t, 0.0), np.where(on, sac_fl, 0.0), np.where(on, sac_stored, full)
     re = np.where(rec == 2, fw, sel_t)
     hw_re = np.where(rec == 2, hw_fw, sel_fl)
     stored = np.where(rec == 2, ckpt, sel_stored)
