@@ -384,6 +384,7 @@ def predict(mapped: Mapped) -> Prediction:
     from .model.knobs import from_execution
     from .model.capacity import feasible
     from .model.step import evaluate, make_ctx
+    from .schema.stack import stack_defaults
     from .validate import execution_errors
 
     p = mapped.problem
@@ -393,7 +394,8 @@ def predict(mapped: Mapped) -> Prediction:
     execs, knobs = [], []
     for combo in combos:
         upd = dict(zip(names, combo))
-        ex = Execution.model_validate({**p.execution.model_dump(exclude_unset=True), **upd})
+        # the stack's own values for the knobs the run leaves unwritten (as Problem does when it is loaded)
+        ex = stack_defaults(p.stack, Execution.model_validate({**p.execution.model_dump(exclude_unset=True), **upd}))
         if execution_errors(p, ex):
             continue
         execs.append(ex)

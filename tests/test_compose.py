@@ -25,18 +25,19 @@ def test_same_answer_on_floats_and_integers():
     ints = {k: rng.integers(1, 10**6, size=50) for k in
             ("tau_mb", "head_mb", "tau", "p2p_mb", "p2p", "offx_mb", "AR", "RS", "AG", "t_cb", "W", "Lfw", "bwt")}
     fl = {k: v.astype(float) for k, v in ints.items()}
-    for d in (ints, fl):
-        d["pipe"] = pipeline(24, 4, 2, 24, 2, d["tau_mb"], d["head_mb"], d["tau"], d["p2p_mb"], d["p2p"],
-                             d["offx_mb"])["pipe"]
-        d["links"] = dp_links(d["AR"], d["RS"], d["AG"], 2 * d["AG"] + d["RS"], 4)
-        d["exp"] = dp_exposed(d["AR"], d["RS"], d["AG"], 2 * d["AG"] + d["RS"], d["AR"] // 6, d["RS"] // 6,
-                              d["AG"] // 6, (2 * d["AG"] + d["RS"]) // 6, d["AR"] // 3, d["RS"] // 3, d["t_cb"],
-                              d["W"], d["Lfw"], 4, 24, d["bwt"], 2 * d["bwt"])
-    assert ints["pipe"].dtype == np.int64 and np.array_equal(ints["pipe"], fl["pipe"])
-    for z in range(4):
-        assert np.array_equal(ints["links"][z], fl["links"][z])
-        assert ints["exp"][z].dtype == np.int64 and np.array_equal(ints["exp"][z], fl["exp"][z])
-        assert np.all(ints["exp"][z] >= 0) and np.all(ints["exp"][z] <= ints["links"][z])
+    for regather in (False, True):  # ZeRO-2's gather once a step, or per micro-batch (PyTorch FSDP stacks)
+        for d in (ints, fl):
+            d["pipe"] = pipeline(24, 4, 2, 24, 2, d["tau_mb"], d["head_mb"], d["tau"], d["p2p_mb"], d["p2p"],
+                                 d["offx_mb"])["pipe"]
+            d["links"] = dp_links(d["AR"], d["RS"], d["AG"], 2 * d["AG"] + d["RS"], 4, regather)
+            d["exp"] = dp_exposed(d["AR"], d["RS"], d["AG"], 2 * d["AG"] + d["RS"], d["AR"] // 6, d["RS"] // 6,
+                                  d["AG"] // 6, (2 * d["AG"] + d["RS"]) // 6, d["AR"] // 3, d["RS"] // 3, d["t_cb"],
+                                  d["W"], d["Lfw"], 4, 24, d["bwt"], 2 * d["bwt"], regather)
+        assert ints["pipe"].dtype == np.int64 and np.array_equal(ints["pipe"], fl["pipe"])
+        for z in range(4):
+            assert ints["links"][z].dtype == np.int64 and np.array_equal(ints["links"][z], fl["links"][z])
+            assert ints["exp"][z].dtype == np.int64 and np.array_equal(ints["exp"][z], fl["exp"][z])
+            assert np.all(ints["exp"][z] >= 0) and np.all(ints["exp"][z] <= ints["links"][z])
 
 
 def test_edge_head_hides_one_exchange():

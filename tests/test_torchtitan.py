@@ -22,9 +22,15 @@ LLAMA = LLM(name="llama-like", hidden=H, heads=8, kv_heads=2, head_dim=128, ffn=
 
 
 def _pk(stack="torchtitan", system="h100-sxm-80gb", num_gpus=1, **ex):
+    """The problem on `stack` (validated as a file would be, so the stack's defaults apply) and its knobs."""
+    from optimizer.model.knobs import from_execution
+    from optimizer.schema import Problem
+
     e = Execution(**{"tp": 1, "micro_batch": 1, **ex})
-    p, k = problem_and_knobs(LLAMA, library_system(system), num_gpus, Training(global_batch=num_gpus, precision="bf16"), e)
-    return p.model_copy(update={"stack": stack}), k
+    sysm = library_system(system)
+    p = Problem(llm=LLAMA, system=sysm, num_gpus=num_gpus, training=Training(global_batch=num_gpus, precision="bf16"),
+                execution=e, stack=stack)
+    return p, from_execution(p.execution, sysm, num_gpus)
 
 
 def test_per_op_sac_keeps_every_other_matmul_output_and_the_attention_output():
@@ -254,3 +260,81 @@ def test_step_time_leave_one_out_on_the_96gb_torchtitan_runs(titan_runs):
     assert len(runs) == 17 and np.mean(held) <= 10.0
     worst = {runs[j]["id"] for j in np.argsort(held)[-3:]}
     assert all("-cp" in w and "-cp1-" not in w for w in worst)
+
+
+# ------------------------------------------------------------------------------ stack-specific knobs (review)
+def test_torchtitan_selective_with_context_parallelism_does_not_rerun_the_ring():
+    """torchtitan's per-op policy saves the SDPA output (the ring runs inside that op): `selective` re-runs no
+    CP ring traffic, whatever Megatron-Core's recompute_modules would say; full recompute does."""
+    p0, k0 = _pk(num_gpus=4, cp=4, recompute="none")
+    p1, k1 = _pk(num_gpus=4, cp=4, recompute="selective")
+    p2, k2 = _pk(num_gpus=4, cp=4, recompute="full")
+    c0, c1, c2 = (block_cost(make_ctx(p), k) for p, k in ((p0, k0), (p1, k1), (p2, k2)))
+    assert float(c1.cp_link[0]) == float(c0.cp_link[0]) < float(c2.cp_link[0])
+    assert float(c1.cp_exp[0]) == float(c0.cp_exp[0])
+
+
+def test_torchtitan_tp_keeps_the_gathered_input_and_its_per_op_policy_regathers_what_it_recomputes():
+    """PyTorch TP's linears save their all-gathered input (no re-gather in backward, unlike Megatron-Core's
+    sp_ag_redo): the stack's default is sp_ag_redo off, so the QKV and MLP inputs are stored whole; under the
+    per-op policy the all-gathers feeding the recomputed k and w3 run again (2 per dense layer), not in backward."""
+    from optimizer.model.hardware import GATHER_BYTES, collective_time
+
+    tp = 8
+    p, k = _pk(num_gpus=tp, tp=tp, sequence_parallel=True, recompute="selective")
+    assert not p.execution.sp_ag_redo and "sp_ag_redo" not in p.execution.model_fields_set
+    ctx = make_ctx(p)
+    c = block_cost(ctx, k)
+    ag = collective_time("ag", S * H * GATHER_BYTES.get(ctx.precision, 2), tp, int(k.tier_tp[0]), ctx.tiers)
+    assert float(c.tp_re[0]) == pytest.approx(2 * float(ag), rel=1e-12)
+    assert float(c.tp_bw[0]) == pytest.approx(float(c.tp_fw[0]), rel=1e-12)  # no redo in backward
+    pm, km = _pk(stack="megatron-core", num_gpus=tp, tp=tp, sequence_parallel=True, recompute="selective")
+    cm = block_cost(make_ctx(pm), km)
+    assert float(cm.tp_re[0]) == 0.0 and float(cm.tp_bw[0]) > float(cm.tp_fw[0])  # Megatron-Core redoes it
+    pn, kn = _pk(num_gpus=tp, tp=tp, sequence_parallel=True, recompute="none")
+    assert float(block_cost(make_ctx(pn), kn).tp_re[0]) == 0.0
+
+
+def test_fsdp_zero2_gathers_the_parameters_for_every_micro_batch():
+    """FSDP's SHARD_GRAD_OP / FSDP2 without reshard-after-forward free the gathered parameters after each
+    micro-batch's backward, so ZeRO-2 gathers n_mb times a step on the fsdp and torchtitan stacks; DeepSpeed (and
+    Megatron-Core) gather once."""
+    from optimizer.model.compose import dp_links
+
+    n, B = 8, 32  # micro-batch 1 on 8 GPUs: 4 micro-batches
+    res = {}
+    for st in ("fsdp", "torchtitan", "deepspeed"):
+        p, k = _pk(stack=st, num_gpus=n, zero=2, dp_overlap=False)
+        p = p.model_copy(update={"training": p.training.model_copy(update={"global_batch": B})})
+        res[st] = evaluate(p, k, make_ctx(p))
+    l2 = dp_links(1.0, 2.0, 3.0, 0.0, 4)
+    l2r = dp_links(1.0, 2.0, 3.0, 0.0, 4, regather=True)
+    assert l2[2] == 4 * 2.0 + 3.0 and l2r[2] == 4 * (2.0 + 3.0)
+    # the same reduce-scatters; the all-gather (one step's worth on DeepSpeed) 4 times on the PyTorch stacks
+    p1, k1 = _pk(stack="deepspeed", num_gpus=n, zero=1, dp_overlap=False)
+    p1 = p1.model_copy(update={"training": p1.training.model_copy(update={"global_batch": B})})
+    rs_ag = float(evaluate(p1, k1, make_ctx(p1)).dp_link[0])  # ZeRO-1: one reduce-scatter + one all-gather
+    ds = float(res["deepspeed"].dp_link[0])
+    assert rs_ag < ds < 4 * rs_ag
+    for st in ("fsdp", "torchtitan"):
+        assert float(res[st].dp_link[0]) == pytest.approx(4 * rs_ag, rel=1e-12)
+
+
+def test_fsdp1_keeps_no_sharded_16bit_copy_under_zero3():
+    """FSDP1 frees its low-precision shard once the parameters are gathered (the fp32 shard is the master,
+    counted in the optimizer state), as FSDP2 does; DeepSpeed ZeRO-3 keeps its 16-bit partitions: the weights
+    differ by exactly the 16-bit shard (stage parameters / dp x 2 bytes)."""
+    res = {}
+    for st in ("fsdp", "torchtitan", "deepspeed"):
+        p, k = _pk(stack=st, num_gpus=8, zero=3)
+        res[st] = evaluate(p, k, make_ctx(p))
+    assert float(res["fsdp"].weights[0]) == float(res["torchtitan"].weights[0]) < float(res["deepspeed"].weights[0])
+
+
+def test_published_runs_are_predicted_with_their_stack_defaults(titan_runs):
+    """A run's execution keeps the stack's own values for the knobs the record leaves unwritten (torchtitan:
+    whole activations between stages, its TP keeping the gathered input) when `predict` varies its free knobs."""
+    from optimizer.runs import predict
+
+    pred = predict(map_run(titan_runs["tt2412-llama3.1-405b-fsdp8-tp8-pp8-1f1b"]))
+    assert pred.execution.pp_rs_ag is False and pred.execution.sp_ag_redo is False

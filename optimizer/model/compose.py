@@ -93,17 +93,31 @@ def pipeline(A1, A2, Bf, E, pm2, tau_mb, head_mb, tau, p2p_mb, p2p, offx_mb) -> 
     return out
 
 
-def dp_links(AR, RS, AG, F, nmb) -> dict:
+def regathers_per_micro_batch(stack) -> bool:
+    """Whether the stack's ZeRO-2 gathers the parameters again for every micro-batch: PyTorch FSDP's
+    SHARD_GRAD_OP (FSDP1, stack fsdp) and FSDP2 without resharding after forward (torchtitan) keep the gathered
+    parameters from a micro-batch's forward through its backward and free them after it (FSDP1
+    `_should_free_in_backward`; FSDP2 post-backward reshard); DeepSpeed's and Megatron-Core's ZeRO-2 keep whole
+    parameters and gather once a step."""
+    from ..schema.stack import Stack
+
+    return Stack(stack) in (Stack.FSDP, Stack.TORCHTITAN)
+
+
+def dp_links(AR, RS, AG, F, nmb, regather=False) -> dict:
     """DP traffic per ZeRO stage on its link: all-reduce (0); reduce-scatter + all-gather (1); a reduce-scatter
-    per micro-batch + all-gather (2); FSDP's gather in forward and backward and reduce-scatter per
-    micro-batch, F = 2*AG + RS (3)."""
-    return {0: AR, 1: RS + AG, 2: nmb * RS + AG, 3: nmb * F}
+    per micro-batch + all-gather, the gather per micro-batch too when the stack `regather`s (a Python bool: the
+    stack's, one for every row, so integer tables stay integers) (2); FSDP's gather in forward and backward and
+    reduce-scatter per micro-batch, F = 2*AG + RS (3)."""
+    return {0: AR, 1: RS + AG, 2: nmb * RS + (nmb if regather else 1) * AG, 3: nmb * F}
 
 
-def dp_exposed(AR, RS, AG, F, ARb, RSb, AGb, Fb, ARv, RSv, t_cb, W, Lfw, nmb, NL, bwt, fbt) -> dict:
+def dp_exposed(AR, RS, AG, F, ARb, RSb, AGb, Fb, ARv, RSv, t_cb, W, Lfw, nmb, NL, bwt, fbt,
+               regather=False) -> dict:
     """Exposed DP traffic per ZeRO stage with overlap: the gradient reduction hides behind the backward of
     the last micro-batch (and, interleaved, the other chunks' cool-down: the window W), the gather behind
-    the first forward (Lfw), one bucket (a layer: the *b arguments) always exposed; ZeRO-2/3 per micro-batch.
+    the first forward (Lfw), one bucket (a layer: the *b arguments) always exposed; ZeRO-2/3 per micro-batch
+    (ZeRO-2's gather too, behind each micro-batch's forward, when the stack `regather`s).
     *v: traffic / vpp; t_cb: backward of a chunk; NL: layers x micro-batches; bwt, fbt: one layer's
     backward, forward + backward."""
     zero = 0 * AR
@@ -111,8 +125,9 @@ def dp_exposed(AR, RS, AG, F, ARb, RSb, AGb, Fb, ARv, RSv, t_cb, W, Lfw, nmb, NL
     eg = np.maximum.reduce([zero + RSb, RSv - t_cb, RS - W])
     ea = np.maximum(zero + AGb, AG - Lfw)
     eg2 = np.maximum(nmb * RSb, nmb * RS - NL * bwt)
+    ea2 = (nmb if regather else 1) * np.maximum(ea, 0)
     e3 = np.maximum(nmb * Fb, nmb * F - NL * fbt)
-    return {0: np.maximum(e0, 0), 1: np.maximum(eg, 0) + np.maximum(ea, 0), 2: np.maximum(eg2, 0) + np.maximum(ea, 0),
+    return {0: np.maximum(e0, 0), 1: np.maximum(eg, 0) + np.maximum(ea, 0), 2: np.maximum(eg2, 0) + ea2,
             3: np.maximum(e3, 0)}
 
 

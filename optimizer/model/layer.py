@@ -395,7 +395,10 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     def has(m):
         return (rec == 1) & ((rm & RECOMPUTE_BITS[m]) > 0)
 
-    attn_redone = (rec == 2) | has(RecomputeModule.CORE_ATTN)  # the attention core (and its CP ring) runs again
+    titan = ctx.stack == Stack.TORCHTITAN
+    # the attention core (and its CP ring) runs again; torchtitan's per-op policy saves the SDPA output and its
+    # log-sum-exp (the ring runs inside that op), and it has no recompute_modules
+    attn_redone = (rec == 2) | (has(RecomputeModule.CORE_ATTN) & (not titan))
     hw_fw = gemm_fl + attn_fl_fw
     hw_bw = 2 * gemm_fl + attn_fl_bw
 
@@ -410,7 +413,10 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     tp_fw = pairs * one
     redo = sp & k.sp_ag_redo.astype(bool) & (rec != 2)
     tp_bw = pairs * one + np.where(redo, pairs * ag, 0.0)
-    tp_re = np.where(rec == 2, tp_fw, 0.0)
+    # torchtitan's per-op policy recomputes k and w3 from the all-gathered norm outputs, which it does not save
+    # (its save list holds reduce-scatter outputs, not all-gathers): the sequence-parallel all-gathers run again
+    sac_ag = titan & (rec == 1) & sp & (tp > 1)
+    tp_re = np.where(rec == 2, tp_fw, np.where(sac_ag, pairs * ag, 0.0))
     ov = k.tp_overlap
     pu = ctx.tiers.processor_usage[k.tier_tp]
     # the first ring tile (1/tp of the traffic) cannot overlap; pipe adds half a chunk more (Calculon)
@@ -421,9 +427,9 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
 
     tp_fw_exp = exposed(tp_fw, gemm_fw)
     tp_bw_exp = exposed(tp_bw, gemm_bw)
-    tp_re_exp = np.where(rec == 2, exposed(tp_re, gemm_fw), 0.0)
-    slow = np.where(ov > 0, pu * (np.minimum(tp_fw, gemm_fw) + np.minimum(tp_bw, gemm_bw)
-                                  + np.where(rec == 2, np.minimum(tp_re, gemm_fw), 0.0)), 0.0)
+    tp_re_exp = np.where(tp_re > 0, exposed(tp_re, gemm_fw), 0.0)
+    slow = np.where(ov > 0, pu * (np.minimum(tp_fw, gemm_fw) + np.minimum(tp_bw, gemm_bw) + np.minimum(tp_re, gemm_fw)),
+                    0.0)
     tp_slow = np.where(tp > 1, slow, 0.0)
 
     # ---------------------------------------------------------------- CP ring (K/V exchange)

@@ -33,7 +33,8 @@ from .hardware import Hardware, Tiers, collective_time, tier_of
 from .knobs import Knobs
 from .compose import activations as compose_activations
 from .compose import dp_exposed as dp_exposed_by_zero
-from .compose import dp_links, edge_head, fsdp_traffic, layout_factors, mb_factors, p2p_steady, pipeline, vpp_factors
+from .compose import (dp_links, edge_head, fsdp_traffic, layout_factors, mb_factors, p2p_steady, pipeline,
+                      regathers_per_micro_batch, vpp_factors)
 from .layer import BlockCost, Ctx, block_cost, kv_per_rank
 from .params import attention_params, count, mlp_matrices, model_flops_per_token
 
@@ -275,14 +276,15 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
         """Parameters of the stage held per GPU when `shard` (ZeRO) divides them over their DP groups."""
         return np.where(shard, P_ne / dpg + P_ex / edp, P_stage)
     F = fsdp_traffic(AG, RS)
-    links = dp_links(AR, RS, AG, F, n_mb)
+    regather = regathers_per_micro_batch(ctx.stack)
+    links = dp_links(AR, RS, AG, F, n_mb, regather)
     dp_link = np.select([z == 0, z == 1, z == 2, z == 3], [links[0], links[1], links[2], links[3]])
     ov = k.dp_overlap.astype(bool)
     bucket = 1.0 / np.maximum(Ls, 1.0)
     t_cb = f_v["Lc"] * blk.bw_total  # backward of one chunk for one micro-batch
     window = f_v["Wm"] * blk.bw_total
     exp = dp_exposed_by_zero(AR, RS, AG, F, AR * bucket, RS * bucket, AG * bucket, F * bucket, AR / vpp, RS / vpp, t_cb,
-                     window, Ls * blk.fw_total, n_mb, f_m["NL"], blk.bw_total, blk.fw_total + blk.bw_total)
+                     window, Ls * blk.fw_total, n_mb, f_m["NL"], blk.bw_total, blk.fw_total + blk.bw_total, regather)
     dp_exp_ov = np.select([z == 0, z == 1, z == 2, z == 3], [exp[0], exp[1], exp[2], exp[3]])
     has_dp = (dpg > 1) | (edp > 1)  # a data-parallel group (or, MoE, an expert-data-parallel one)
     dp_exposed = np.where(has_dp, np.where(ov, dp_exp_ov, dp_link), 0.0)
@@ -305,9 +307,12 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     # FSDP (ZeRO-3) gathers two layers at a time (the one computing and the one prefetched). PyTorch FSDP2
     # (torchtitan) keeps no sharded 16-bit copy, its sharded fp32 parameters are the master weights (counted in
     # the optimizer state), and it reduce-scatters one layer's unsharded 16-bit gradients through an fp32 copy
-    # (MixedPrecisionPolicy reduce_dtype fp32): a transient of a layer's parameters x (wb + gb)
+    # (MixedPrecisionPolicy reduce_dtype fp32): a transient of a layer's parameters x (wb + gb). FSDP1 (stack
+    # fsdp) keeps none either: its low-precision shard is freed once the parameters are gathered
+    # (FlatParamHandle post_unshard -> _free_low_precision_sharded_param); DeepSpeed ZeRO-3 keeps its 16-bit
+    # partitions.
     fsdp2 = ctx.stack == Stack.TORCHTITAN
-    shard_copy = 0.0 if fsdp2 else 1.0
+    shard_copy = 0.0 if ctx.stack in (Stack.TORCHTITAN, Stack.FSDP) else 1.0
     weights_full = np.where(z == 3, shard_copy * sharded(True) * wb + two_layers * wb, P_stage * wb)
     weights = np.where(w_off, two_layers * wb + (P_stage - L_stage * P_layer) * wb, weights_full)
     grads_full = sharded(z >= 2) * gb + np.where((z == 3) & fsdp2, P_layer * (wb + gb), 0.0)

@@ -125,8 +125,8 @@ class Options(Frozen):
     """Problem-wide options."""
 
     memory_headroom_gib: Float | None = Field(None, ge=0, description="HBM kept free on every GPU, GiB. Default "
-                                              "(null): the memory model's stated error, a margin of 5.6% of the "
-                                              "use at the limit (5.3% of the HBM); 0 plans to the last byte.")
+                                              "(null): the memory model's stated error, a margin of 5.1% of the "
+                                              "use at the limit (4.9% of the HBM); 0 plans to the last byte.")
     allow_idle_gpus: bool = Field(False, description="Allow tp*pp*dp*cp < num_gpus.")
     gpu_multiple: PositiveInt = Field(1, description="GPUs used (tp*pp*dp*cp) must be a multiple of this, e.g. "
                                       "whole nodes when hardware is bought (`procure`).")

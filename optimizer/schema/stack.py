@@ -52,6 +52,9 @@ PROFILES: dict[Stack, dict[str, list]] = {
     Stack.TORCHTITAN: {"zero": [0, 1, 2, 3], "pp_embedding_loss": [False], "pp_rs_ag": [False],
                        # async TP (PyTorch micro-pipelined TP, its matmuls decomposed: layer.block_cost)
                        "tp_overlap": [TpOverlap.NONE, TpOverlap.RING], **NO_OFFLOAD,
+                       # PyTorch TP's linears save their all-gathered input for the weight gradient (DTensor
+                       # ColwiseParallel, fused_all_gather_matmul): no re-gather in backward (Megatron-Core's is)
+                       "sp_ag_redo": [False],
                        # torchao Float8 (tensorwise = current scaling) and MXFP8 (docs/float8.md, docs/mxfp8.md)
                        "precision": [Precision.BF16, Precision.FP32, Precision.FP8_CURRENT, Precision.MXFP8]},
     Stack.FSDP: {"tp": [1], "pp": [1], "vpp": [1], "cp": [1], "zero": [0, 2, 3], "sequence_parallel": [False],
