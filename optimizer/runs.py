@@ -249,6 +249,10 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     if "not compiled" in notes and not eager:
         fixed["fused_loss"] = False
         out.assumptions.append("loss: cross_entropy on an fp32 upcast of the logits, not compiled (notes)")
+    if stack == "torchtitan" and llm.kv < llm.heads and (year is None or year <= 2025):
+        fixed["kv_repeat"] = True
+        out.assumptions.append("K/V heads repeated to the query heads before SDPA (torchtitan's repeat_kv until "
+                               "'GQA without kv repeats', pytorch/torchtitan#2259, 2026-01)")
     free: dict[str, list] = {}
     off = re.search(r"cpu_offloading_num_layers\s*=\s*(\d+)", notes)
     if off:

@@ -338,3 +338,25 @@ def test_published_runs_are_predicted_with_their_stack_defaults(titan_runs):
 
     pred = predict(map_run(titan_runs["tt2412-llama3.1-405b-fsdp8-tp8-pp8-1f1b"]))
     assert pred.execution.pp_rs_ag is False and pred.execution.sp_ag_redo is False
+
+
+def test_torchtitan_repeats_kv_heads_before_attention_and_its_cp_ring_carries_them(titan_runs):
+    """torchtitan ran `repeat_kv` before SDPA until pytorch/torchtitan#2259 (2026-01), so its context-parallel
+    ring carries K/V for every query head (4x the GQA bytes for Llama 3.1 8B: 32 / 8 heads); PyTorch's ring
+    all-gathers K/V once before the first step (hidden behind that step's kernel only) and rotates dK/dV in fp32
+    (3x the forward's bytes in backward, not 2x). The published runs of 2024-12 and 2025-06 are mapped with it."""
+    from optimizer.model.hardware import collective_time
+
+    p0, k0 = _pk(num_gpus=4, cp=4, recompute="full")
+    p1, k1 = _pk(num_gpus=4, cp=4, recompute="full", kv_repeat=True)
+    c0, c1 = block_cost(make_ctx(p0), k0), block_cost(make_ctx(p1), k1)
+    ctx = make_ctx(p1)
+    step = {r: collective_time("p2p", 2.0 * (S / 4) * r * 128 * 2, 4, int(k1.tier_cp[0]), ctx.tiers)
+            for r in (2, 8)}
+    for c, r in ((c0, 2), (c1, 8)):  # LLAMA: 8 query / 2 K/V heads of 128 at tp 1
+        fw = 3 * step[r]  # K/V of the 3 other ranks, forward and again under full recompute
+        assert float(c.cp_link[0]) == pytest.approx(fw + (fw + 3 * 2 * step[r]) + fw, rel=1e-12)
+    assert float(c1.cp_link[0]) > float(c0.cp_link[0]) and float(c1.cp_exp[0]) > float(c0.cp_exp[0])
+    run = map_run(titan_runs["tt2412-llama3.1-405b-fsdp1-tp8-pp8-cp8-seq256k"])
+    assert run.problem.execution.kv_repeat and not _pk()[0].execution.kv_repeat
+    assert any("repeat_kv" in a for a in run.assumptions)

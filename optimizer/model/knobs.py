@@ -55,6 +55,7 @@ class Knobs:
     ep_dispatcher: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # code: 0 alltoall, 1 flex
     recompute_modules: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # bits; 0: core_attn
     fused_loss: np.ndarray = field(default_factory=lambda: np.ones(1, dtype=np.int64))  # 0/1
+    kv_repeat: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # 0/1: K/V repeated to q heads
     pp_overlap: np.ndarray = field(default_factory=lambda: np.ones(1, dtype=np.int64))  # 0/1 (effective with vpp > 1)
 
     @property
@@ -127,7 +128,7 @@ def from_execution(ex: Execution, system: System, num_gpus: int) -> Knobs:
         pp_uneven=int(ex.pp_uneven), activation_offload_layers=ex.activation_offload_layers or 0,
         ep_overlap=int(ex.ep_overlap), ep_dispatcher=int(ex.ep_dispatcher == EpDispatcher.FLEX),
         recompute_modules=sum(RECOMPUTE_BITS[m] for m in set(ex.recompute_modules or [])),
-        fused_loss=int(ex.fused_loss), pp_overlap=int(ex.pp_overlap),
+        fused_loss=int(ex.fused_loss), pp_overlap=int(ex.pp_overlap), kv_repeat=int(ex.kv_repeat),
     )
     return Knobs.from_dict(d)
 
@@ -150,5 +151,5 @@ def to_execution(k: Knobs, system: System, i: int = 0) -> Execution:
         pp_uneven=bool(r["pp_uneven"]), activation_offload_layers=r["activation_offload_layers"] or None,
         ep_overlap=bool(r["ep_overlap"]), ep_dispatcher=EpDispatcher.FLEX if r["ep_dispatcher"] else EpDispatcher.ALLTOALL,
         recompute_modules=[m for m, bit in RECOMPUTE_BITS.items() if r["recompute_modules"] & bit] or None,
-        fused_loss=bool(r["fused_loss"]), pp_overlap=bool(r["pp_overlap"]),
+        fused_loss=bool(r["fused_loss"]), pp_overlap=bool(r["pp_overlap"]), kv_repeat=bool(r["kv_repeat"]),
     )

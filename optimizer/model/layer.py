@@ -233,6 +233,9 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     ge = gi if ctx.precision in QUANTIZED else e  # bytes of GEMM inputs kept for wgrad (FP8: 1)
     kvr = kv_per_rank(llm, tp)
     ah = a / tp  # q heads per rank
+    # K/V heads the attention kernel reads (and a CP ring carries): the model's, or every query head's when they
+    # are repeated before the kernel (`Execution.kv_repeat`)
+    kva = np.where(k.kv_repeat.astype(bool), ah, kvr)
     Tn = np.where(sp, T / tp, T)  # tokens seen by norms / dropouts
     gated = llm.mlp.gated
     up_n = f / tp * (2 if gated else 1)
@@ -287,10 +290,10 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     std_bw = 2.0 * (qk_fw + pv_fw) + softmax_bw + adrop_bw
     std_fl = 4.0 * batch * sq * sk * d
     kern = dict(fa2=k.attention == 2, triton=k.attention == 3)  # the fused kernel's class
-    fla_fw, fla_bw, fl_flops = flash_attention(hw, b, ah, kvr, d, sq, sk, e, cp=cp, **kern)
+    fla_fw, fla_bw, fl_flops = flash_attention(hw, b, ah, kva, d, sq, sk, e, cp=cp, **kern)
     ws = llm.window_share  # layers with sliding-window attention: their share of every layer's attention
     if ws > 0:
-        w_fw, w_bw, w_fl = flash_attention(hw, b, ah, kvr, d, sq, sk, e, cp=cp, window=float(llm.sliding_window.tokens),
+        w_fw, w_bw, w_fl = flash_attention(hw, b, ah, kva, d, sq, sk, e, cp=cp, window=float(llm.sliding_window.tokens),
                                            **kern)
         fla_fw, fla_bw, fl_flops = ((1 - ws) * x + ws * y
                                     for x, y in ((fla_fw, w_fw), (fla_bw, w_bw), (fl_flops, w_fl)))
@@ -433,16 +436,28 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     tp_slow = np.where(tp > 1, slow, 0.0)
 
     # ---------------------------------------------------------------- CP ring (K/V exchange)
-    kv_chunk = 2.0 * b * (s / cp) * kvr * d * e
+    kv_chunk = 2.0 * b * (s / cp) * kva * d * e
     step = collective_time("p2p", kv_chunk, cp, k.tier_cp, ctx.tiers)
     cp_fw = (cp - 1.0) * step
-    cp_bw = 2.0 * cp_fw  # dK, dV travel back with K, V
-    cp_re = np.where(attn_redone, cp_fw, 0.0)
-    cp_link = cp_fw + cp_bw + cp_re
     att_re = np.where(attn_redone, attn_fw, 0.0)
-    cp_exp = np.where(cp > 1, np.maximum(cp_fw - attn_fw * (cp - 1) / cp, 0.0) + step
-                      + np.maximum(cp_bw - attn_bw * (cp - 1) / cp, 0.0) + step
-                      + np.where(attn_redone, np.maximum(cp_re - att_re * (cp - 1) / cp, 0.0) + step, 0.0), 0.0)
+    if titan:
+        # PyTorch's context parallel (torch.distributed.tensor.experimental._attention, torchtitan's default rotate
+        # method): K/V are all-gathered once, before the first step, so the gather hides behind that step's
+        # kernel only (1/cp of the attention); backward gathers them again and rotates dK/dV, accumulated in fp32,
+        # one send per step behind the next step's kernel, the last one exposed
+        dstep = step * 4.0 / e
+        cp_bw = cp_fw + (cp - 1.0) * dstep
+        cp_re = np.where(attn_redone, cp_fw, 0.0)
+        cp_exp = np.where(cp > 1, np.maximum(cp_fw - attn_fw / cp, 0.0) + np.maximum(cp_fw - attn_bw / cp, 0.0)
+                          + (cp - 1.0) * np.maximum(dstep - attn_bw / cp, 0.0) + dstep
+                          + np.where(attn_redone, np.maximum(cp_re - att_re / cp, 0.0), 0.0), 0.0)
+    else:  # Transformer Engine's p2p ring: one exchange per step, each behind that step's kernel
+        cp_bw = 2.0 * cp_fw  # dK, dV travel back with K, V
+        cp_re = np.where(attn_redone, cp_fw, 0.0)
+        cp_exp = np.where(cp > 1, np.maximum(cp_fw - attn_fw * (cp - 1) / cp, 0.0) + step
+                          + np.maximum(cp_bw - attn_bw * (cp - 1) / cp, 0.0) + step
+                          + np.where(attn_redone, np.maximum(cp_re - att_re * (cp - 1) / cp, 0.0) + step, 0.0), 0.0)
+    cp_link = cp_fw + cp_bw + cp_re
 
     # ---------------------------------------------------------------- stored activations (bytes)
     split_n = np.where(sp, 1.0 / tp, 1.0)  # norm/dropout region
@@ -450,7 +465,7 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     dmask = 1.0 if drop else 0.0
     norms = 2.0 * e * T * h * split_n
     qkv_in = ge * T * h * gemm_in_rep
-    q_k_v = e * T * d * (ah + 2.0 * kvr)
+    q_k_v = e * T * d * (ah + 2.0 * kva)
     scores = np.where(flash, 4.0 * batch * sq, n_sc * (e + (dmask + e if drop else 0.0)))
     proj_in = ge * T * out_p / h
     drop_masks = 2.0 * dmask * T * h * split_n

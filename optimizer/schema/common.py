@@ -20,7 +20,7 @@ MAX_COUNT = 2**24  # GPUs, sequences, tokens per sequence, layer widths: 16.7M i
 MAX_AMOUNT = 1.0e15  # USD, tokens, kW, GiB, GB/s, TFLOP/s, seconds, days: above any real quantity
 # The memory model's stated error: leave-one-out MAPE of the predicted against the measured peak memory on the
 # 20 published runs that report it (`python scripts/calibrate_memory.py ../shared/calibration/public_runs.yaml
-# problems/runs/torchtitan-h100-h200.yaml`: 5.08%, max 14.7%; 5.60% before torchtitan's TP was read as keeping
+# problems/runs/torchtitan-h100-h200.yaml`: 5.05%, max 14.7%; 5.60% before torchtitan's TP was read as keeping
 # its all-gathered inputs; 15.68% on the one run before the allocator, per-op checkpointing and FSDP2 memory were
 # modelled). The default headroom plans with that margin; reports
 # warn when a plan's margin is below it.

@@ -93,6 +93,10 @@ class Execution(Frozen):
                                "softmax, norms): one memory pass instead of several.")
     attention: AttentionKernel = Field(AttentionKernel.FLASH, description="Attention kernel: flash, flash2 "
                                        "(FlashAttention-2 class kernels) or standard.")
+    kv_repeat: bool = Field(False, description="K/V heads repeated to the query heads before the attention kernel "
+                            "(torchtitan until its 'GQA without kv repeats', pytorch/torchtitan#2259, 2026-01): the "
+                            "kernel reads, and a context-parallel ring carries, K/V for every query head. For "
+                            "`evaluate` and published runs; `solve` keeps GQA's own K/V heads.")
     fused_loss: bool = Field(True, description="The cross-entropy loss as fused kernels (Megatron-Core's vocab-parallel "
                              "loss, a torch.compile'd loss) rather than PyTorch's cross_entropy on an fp32 upcast of the "
                              "logits, which holds 12 bytes per logit at its peak; fused_layers: false implies it. For "
