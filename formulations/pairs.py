@@ -18,7 +18,8 @@ and the state memory. Columns (integers; time in TIME_UNIT, memory in KiB, usage
                                    (vpp > 1, overlap_p2p_comm) t_p2p -> max(t_p2p - Lc*fw, 0) in both and in
                                    the edge stage's head (`compose.p2p_steady`)
     offload     = n_mb*Ls*exposed weight/activation streaming per layer = A1[l]*offx_mb[beta]
-    link{z}     DP traffic of ZeRO stage z on its link: AR; RS+AG; n_mb*RS+AG; n_mb*(2AG+RS)
+    link{z}     DP traffic of ZeRO stage z on its link: AR; RS+AG; n_mb*RS+AG (PyTorch FSDP stacks: n_mb*(RS+AG));
+                n_mb*(2AG+RS)
     exp{z}      its exposed part with overlap: max(one bucket, traffic - backward window) (Calculon's window)
     ovl{z}      Q x DP time with overlap = pu*link + (Q-pu)*exp (pu: processor usage of the DP tier, x Q)
     opt{z}      optimizer step;   wgo{z} weights + gradients + optimizer state in HBM

@@ -399,7 +399,8 @@ def predict(mapped: Mapped) -> Prediction:
     for combo in combos:
         upd = dict(zip(names, combo))
         # the stack's own values for the knobs the run leaves unwritten (as Problem does when it is loaded)
-        ex = stack_defaults(p.stack, Execution.model_validate({**p.execution.model_dump(exclude_unset=True), **upd}))
+        ex = Execution.model_validate({**p.execution.model_dump(exclude_unset=True), **upd})
+        ex = stack_defaults(p.stack, ex)
         if execution_errors(p, ex):
             continue
         execs.append(ex)

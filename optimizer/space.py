@@ -251,6 +251,8 @@ def build_space(problem: Problem) -> Space:
     for li, vb in by_layout.items():
         tp, pp, cp, dp, ep, etp, el = c.layouts[li]
         rest = np.array(list(product(*[vals for _, vals in c.other[li]])), dtype=np.int64)
+        if rest.ndim != 2:  # a knob the stack leaves no value in this layout (torchtitan: no ZeRO-2/3 with pp)
+            continue
         tr = c.tiers[li]
         for v, b in vb:
             head = np.tile(np.array([tp, pp, dp, cp, v, b, tr["tp"], tr["cp"], tr["dp"], tr["pp"], ep, etp,

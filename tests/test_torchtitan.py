@@ -329,6 +329,12 @@ def test_fsdp1_keeps_no_sharded_16bit_copy_under_zero3():
         p, k = _pk(stack=st, num_gpus=8, zero=3)
         res[st] = evaluate(p, k, make_ctx(p))
     assert float(res["fsdp"].weights[0]) == float(res["torchtitan"].weights[0]) < float(res["deepspeed"].weights[0])
+    # fp32 training keeps no separate master copy: the fp32 shard is the weights, counted on every stack
+    for st in ("fsdp", "torchtitan", "deepspeed"):
+        p, k = _pk(stack=st, num_gpus=8, zero=3)
+        p = p.model_copy(update={"training": p.training.model_copy(update={"precision": "fp32"})})
+        res[st] = evaluate(p, k, make_ctx(p))
+    assert float(res["fsdp"].weights[0]) == float(res["torchtitan"].weights[0]) == float(res["deepspeed"].weights[0])
 
 
 def test_published_runs_are_predicted_with_their_stack_defaults(titan_runs):
@@ -360,3 +366,29 @@ def test_torchtitan_repeats_kv_heads_before_attention_and_its_cp_ring_carries_th
     run = map_run(titan_runs["tt2412-llama3.1-405b-fsdp1-tp8-pp8-cp8-seq256k"])
     assert run.problem.execution.kv_repeat and not _pk()[0].execution.kv_repeat
     assert any("repeat_kv" in a for a in run.assumptions)
+
+
+def test_enumerating_a_torchtitan_space_with_no_zero_stage_left_for_a_layout(tmp_path):
+    """With pp 2 torchtitan offers ZeRO 0/1 only, so a search over zero 2/3 leaves pipelined layouts no value: the
+    enumerator skips them (it raised on the empty product) and agrees with CP-SAT."""
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+
+    doc = {"name": "tt-zero", "llm": "llama3.1-8b", "system": "h100-sxm-80gb", "stack": "torchtitan",
+           "num_gpus": 16, "training": {"global_batch": 64, "precision": "bf16"},
+           "execution": {"tp": 1, "pp": 1, "micro_batch": 1}, "search": {"zero": [2, 3], "pp": [1, 2]}}
+    f = tmp_path / "tt-zero.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    best = {}
+    for method in ("enumerate", "cpsat"):
+        r = subprocess.run([sys.executable, "-m", "optimizer.cli", "solve", str(f), "--method", method, "--json"],
+                           capture_output=True, text=True, cwd=ROOT)
+        assert r.returncode == 0, r.stderr[-2000:]
+        d = json.loads(r.stdout)
+        assert d["status"] == "optimal"
+        best[method] = d["bound_step_time_s"]  # the optimum (gap 0)
+        assert d["gap"] == 0.0
+    assert best["enumerate"] == pytest.approx(best["cpsat"], rel=1e-6)

@@ -55,7 +55,7 @@ class Knobs:
     ep_dispatcher: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # code: 0 alltoall, 1 flex
     recompute_modules: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # bits; 0: core_attn
     fused_loss: np.ndarray = field(default_factory=lambda: np.ones(1, dtype=np.int64))  # 0/1
-    kv_repeat: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # 0/1: K/V repeated to q heads
+    kv_repeat: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # 0/1: K/V as q heads
     pp_overlap: np.ndarray = field(default_factory=lambda: np.ones(1, dtype=np.int64))  # 0/1 (effective with vpp > 1)
 
     @property

@@ -182,7 +182,7 @@ def per_op_sac(ctx: Ctx, k: Knobs, T, Tn, ah, kvr, d, f, ew_fw, moe_fw, ckpt):
     with its log-sum-exp and reduce-scatter outputs; every other op is recomputed in backward from those and
     the block's input. An MoE MLP's grouped expert matmuls and all-to-alls are not in the save list: they run
     again (`moe_fw`: their forward time and the dispatch link time). Returns (recompute time s, its hardware
-    FLOPs, stored bytes) per layer per micro-batch."""
+    FLOPs, stored bytes, the recomputed matmuls' time s) per layer per micro-batch."""
     hw, llm, e = ctx.hw, ctx.llm, ctx.e
     h = llm.hidden
     tp = k.tp.astype(float)
@@ -204,7 +204,7 @@ def per_op_sac(ctx: Ctx, k: Knobs, T, Tn, ah, kvr, d, f, ew_fw, moe_fw, ckpt):
     # row-parallel outputs (o, w2) are reduced over TP: the reduce-scatter output (Tn x h) is saved under SP
     stored = stored + np.where(sp & (tp > 1), e * Tn * h * (2.0 if f > 0 else 1.0), 0.0)
     moe_t, moe_link = moe_fw
-    return re_t + ew_fw + moe_t + moe_link, re_fl, stored
+    return re_t + ew_fw + moe_t + moe_link, re_fl, stored, re_t
 
 
 def _elementwise(hw: Hardware, n, flops_per, bytes_per, passes):
@@ -293,7 +293,8 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     fla_fw, fla_bw, fl_flops = flash_attention(hw, b, ah, kva, d, sq, sk, e, cp=cp, **kern)
     ws = llm.window_share  # layers with sliding-window attention: their share of every layer's attention
     if ws > 0:
-        w_fw, w_bw, w_fl = flash_attention(hw, b, ah, kva, d, sq, sk, e, cp=cp, window=float(llm.sliding_window.tokens),
+        w_fw, w_bw, w_fl = flash_attention(hw, b, ah, kva, d, sq, sk, e, cp=cp,
+                                           window=float(llm.sliding_window.tokens),
                                            **kern)
         fla_fw, fla_bw, fl_flops = ((1 - ws) * x + ws * y
                                     for x, y in ((fla_fw, w_fw), (fla_bw, w_bw), (fl_flops, w_fl)))
@@ -391,6 +392,10 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
 
     fw = gemm_fw + attn_fw + ew_fw
     bw = gemm_bw + attn_bw + ew_bw
+    titan = ctx.stack == Stack.TORCHTITAN
+    if titan:  # `selective` is torchtitan's per-op policy, not Megatron-Core's modules
+        sac = per_op_sac(ctx, k, T, Tn, ah, kvr, d, f, ew_fw, moe_fw=(moe_gemm_fw + eact_fw, ep_fw),
+                         ckpt=e * T * h * np.where(sp, 1.0 / tp, 1.0))
     # recompute: full re-runs the forward; selective re-runs the modules of `recompute_modules` (Megatron-Core
     # recompute_modules; none named: the attention core), costed with the stored bytes below
     rm = np.where(k.recompute_modules == 0, RECOMPUTE_BITS[RecomputeModule.CORE_ATTN], k.recompute_modules)
@@ -398,7 +403,6 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     def has(m):
         return (rec == 1) & ((rm & RECOMPUTE_BITS[m]) > 0)
 
-    titan = ctx.stack == Stack.TORCHTITAN
     # the attention core (and its CP ring) runs again; torchtitan's per-op policy saves the SDPA output and its
     # log-sum-exp (the ring runs inside that op), and it has no recompute_modules
     attn_redone = (rec == 2) | (has(RecomputeModule.CORE_ATTN) & (not titan))
@@ -430,9 +434,12 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
 
     tp_fw_exp = exposed(tp_fw, gemm_fw)
     tp_bw_exp = exposed(tp_bw, gemm_bw)
-    tp_re_exp = np.where(tp_re > 0, exposed(tp_re, gemm_fw), 0.0)
-    slow = np.where(ov > 0, pu * (np.minimum(tp_fw, gemm_fw) + np.minimum(tp_bw, gemm_bw) + np.minimum(tp_re, gemm_fw)),
-                    0.0)
+    # re-issued collectives hide behind the matmuls that run again: the whole forward's under full recompute, the
+    # recomputed k and w3 under torchtitan's per-op policy
+    g_re = np.where(rec == 2, gemm_fw, sac[3] if titan else 0.0)
+    tp_re_exp = np.where(tp_re > 0, exposed(tp_re, g_re), 0.0)
+    slow = np.where(ov > 0, pu * (np.minimum(tp_fw, gemm_fw) + np.minimum(tp_bw, gemm_bw)
+                                  + np.minimum(tp_re, g_re)), 0.0)
     tp_slow = np.where(tp > 1, slow, 0.0)
 
     # ---------------------------------------------------------------- CP ring (K/V exchange)
@@ -484,11 +491,11 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     sel_t, sel_fl, saved = (sum(np.where(has(m), v[i], 0.0) for m, v in modules.items()) for i in range(3))
     ckpt = e * T * h * split_n
     sel_stored = full - saved
-    if ctx.stack == Stack.TORCHTITAN:  # `selective` is torchtitan's per-op policy, not Megatron-Core's modules
-        sac_t, sac_fl, sac_stored = per_op_sac(ctx, k, T, Tn, ah, kvr, d, f, ew_fw,
-                                               moe_fw=(moe_gemm_fw + eact_fw, ep_fw), ckpt=ckpt)
+    if titan:
+        sac_t, sac_fl, sac_stored, _ = sac
         on = rec == 1  # without checkpointing nothing runs again and every activation is kept
-        sel_t, sel_fl, sel_stored = np.where(on, sac_t, 0.0), np.where(on, sac_fl, 0.0), np.where(on, sac_stored, full)
+        sel_t, sel_fl = np.where(on, sac_t, 0.0), np.where(on, sac_fl, 0.0)
+        sel_stored = np.where(on, sac_stored, full)
     re = np.where(rec == 2, fw, sel_t)
     hw_re = np.where(rec == 2, hw_fw, sel_fl)
     stored = np.where(rec == 2, ckpt, sel_stored)

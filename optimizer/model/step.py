@@ -284,7 +284,8 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     t_cb = f_v["Lc"] * blk.bw_total  # backward of one chunk for one micro-batch
     window = f_v["Wm"] * blk.bw_total
     exp = dp_exposed_by_zero(AR, RS, AG, F, AR * bucket, RS * bucket, AG * bucket, F * bucket, AR / vpp, RS / vpp, t_cb,
-                     window, Ls * blk.fw_total, n_mb, f_m["NL"], blk.bw_total, blk.fw_total + blk.bw_total, regather)
+                     window, Ls * blk.fw_total, n_mb, f_m["NL"], blk.bw_total, blk.fw_total + blk.bw_total,
+                     regather)
     dp_exp_ov = np.select([z == 0, z == 1, z == 2, z == 3], [exp[0], exp[1], exp[2], exp[3]])
     has_dp = (dpg > 1) | (edp > 1)  # a data-parallel group (or, MoE, an expert-data-parallel one)
     dp_exposed = np.where(has_dp, np.where(ov, dp_exp_ov, dp_link), 0.0)
@@ -312,7 +313,10 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     # (FlatParamHandle post_unshard -> _free_low_precision_sharded_param); DeepSpeed ZeRO-3 keeps its 16-bit
     # partitions.
     fsdp2 = ctx.stack == Stack.TORCHTITAN
-    shard_copy = 0.0 if ctx.stack in (Stack.TORCHTITAN, Stack.FSDP) else 1.0
+    # (without fp32 master weights in the optimizer state, as in fp32 training, the sharded parameters are
+    # the weights themselves and count here)
+    master = ob > 8.0
+    shard_copy = 0.0 if ctx.stack in (Stack.TORCHTITAN, Stack.FSDP) and master else 1.0
     weights_full = np.where(z == 3, shard_copy * sharded(True) * wb + two_layers * wb, P_stage * wb)
     weights = np.where(w_off, two_layers * wb + (P_stage - L_stage * P_layer) * wb, weights_full)
     grads_full = sharded(z >= 2) * gb + np.where((z == 3) & fsdp2, P_layer * (wb + gb), 0.0)
