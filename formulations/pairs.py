@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from optimizer.model.compose import (activations, dp_exposed, dp_links, edge_head, p2p_steady, pipeline,
-                                     regathers_per_micro_batch)
+from optimizer.model.compose import activations, dp_exposed, dp_links, edge_head, p2p_steady, pipeline
+from optimizer.schema.stack import zero2_regathers
 
 from .tables import Tables
 
@@ -88,7 +88,7 @@ def compose(T: Tables, l, vi, mi, col) -> dict[str, np.ndarray]:
     out["offact"] = acts["offact"]
     out["pu"] = np.rint(np.array(T.pu_tiers)[T.lay["tier_dp"][l]] * Q).astype(np.int64)
     links = dp_links(Lt["AR"][l], Lt["RS"][l], Lt["AG"][l], Lt["F"][l], LM["nmb"][lm],
-                     regathers_per_micro_batch(T.problem.stack))
+                     zero2_regathers(T.problem.stack))
     for z in range(4):
         out[f"link{z}"] = links[z]
     for z in T.z_vals:
@@ -108,7 +108,7 @@ def exposures(T: Tables, l, vi, mi, col, out: dict[str, np.ndarray]) -> None:
     nmb = LM["nmb"][lm]
     exp = dp_exposed(Lt["AR"][l], Lt["RS"][l], Lt["AG"][l], Lt["F"][l], Lt["ARb"][l], Lt["RSb"][l], Lt["AGb"][l],
                      Lt["Fb"][l], LV["ARv"][lv], LV["RSv"][lv], t_cb, W, Lfw, nmb, NL, bwt, fbt,
-                     regathers_per_micro_batch(T.problem.stack))
+                     zero2_regathers(T.problem.stack))
     pu = out["pu"]
     for z in T.z_vals:
         out[f"exp{z}"] = exp[z]

@@ -42,9 +42,11 @@ from .schema.common import RecomputeModule
 
 MAX_FREE_MICRO_BATCH = 4  # an unstated micro-batch is chosen among 1..4 (Megatron recipes use 1-4)
 ZERO = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
-# First year a feature was in public Megatron-LM releases (Korthikanti 2022; Megatron-Core 2023).
+# First year a feature was in the frameworks' public releases (Megatron-LM: Korthikanti 2022, Megatron-Core 2023;
+# torchtitan: GQA passed to SDPA without repeating K/V, pytorch/torchtitan#2259, 2026-01).
 FEATURE_YEAR = {"sequence_parallel": 2022, "selective_recompute": 2022, "distributed_optimizer": 2023,
-                "flash_attention": 2023, "tp_overlap": 2023, "dp_overlap": 2023, "pp_overlap": 2023}
+                "flash_attention": 2023, "tp_overlap": 2023, "dp_overlap": 2023, "pp_overlap": 2023,
+                "gqa_without_kv_repeat": 2026}
 
 
 def _has(year: int | None, feature: str) -> bool:
@@ -249,7 +251,7 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     if "not compiled" in notes and not eager:
         fixed["fused_loss"] = False
         out.assumptions.append("loss: cross_entropy on an fp32 upcast of the logits, not compiled (notes)")
-    if stack == "torchtitan" and llm.kv < llm.heads and (year is None or year <= 2025):
+    if stack == "torchtitan" and llm.kv < llm.heads and not _has(year, "gqa_without_kv_repeat"):
         fixed["kv_repeat"] = True
         out.assumptions.append("K/V heads repeated to the query heads before SDPA (torchtitan's repeat_kv until "
                                "'GQA without kv repeats', pytorch/torchtitan#2259, 2026-01)")

@@ -230,6 +230,8 @@ def compact_space(problem: Problem) -> Compact:
         if key not in per_cache:
             per_cache[key] = _other_values(dom, t_, p_, key[1], llm.moe is not None, e_ == 1, p.stack)
         per = per_cache[key]
+        if not all(v for _, v in per):  # a knob the stack leaves no value here (torchtitan: no ZeRO-2/3 with pp)
+            continue
         vi, mi = np.nonzero(ok[x])
         li = len(layouts)
         triples.append(np.stack([np.full(len(vi), li), V[vi], M[mi]], axis=1))
@@ -251,8 +253,6 @@ def build_space(problem: Problem) -> Space:
     for li, vb in by_layout.items():
         tp, pp, cp, dp, ep, etp, el = c.layouts[li]
         rest = np.array(list(product(*[vals for _, vals in c.other[li]])), dtype=np.int64)
-        if rest.ndim != 2:  # a knob the stack leaves no value in this layout (torchtitan: no ZeRO-2/3 with pp)
-            continue
         tr = c.tiers[li]
         for v, b in vb:
             head = np.tile(np.array([tp, pp, dp, cp, v, b, tr["tp"], tr["cp"], tr["dp"], tr["pp"], ep, etp,

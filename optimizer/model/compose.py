@@ -93,17 +93,6 @@ def pipeline(A1, A2, Bf, E, pm2, tau_mb, head_mb, tau, p2p_mb, p2p, offx_mb) -> 
     return out
 
 
-def regathers_per_micro_batch(stack) -> bool:
-    """Whether the stack's ZeRO-2 gathers the parameters again for every micro-batch: PyTorch FSDP's
-    SHARD_GRAD_OP (FSDP1, stack fsdp) and FSDP2 without resharding after forward (torchtitan) keep the gathered
-    parameters from a micro-batch's forward through its backward and free them after it (FSDP1
-    `_should_free_in_backward`; FSDP2 post-backward reshard); DeepSpeed's and Megatron-Core's ZeRO-2 keep whole
-    parameters and gather once a step."""
-    from ..schema.stack import Stack
-
-    return Stack(stack) in (Stack.FSDP, Stack.TORCHTITAN)
-
-
 def dp_links(AR, RS, AG, F, nmb, regather=False) -> dict:
     """DP traffic per ZeRO stage on its link: all-reduce (0); reduce-scatter + all-gather (1); a reduce-scatter
     per micro-batch + all-gather, the gather per micro-batch too when the stack `regather`s (a Python bool: the

@@ -156,12 +156,14 @@ class Hardware:
         t_c = flops / (peak * interp_log(flops / 1e9, table) * self.wave_efficiency(m, n, batch))
         return self._combine(t_c, self.mem_time(nbytes))
 
-    def linear(self, m, n, k, batch=1, in_bytes=2, out_bytes=2, wide=False):
+    def linear(self, m, n, k, batch=1, in_bytes=2, out_bytes=2, wide=False, split=1):
         """A linear layer on m rows, k inputs and n outputs (`batch` of them: grouped experts): (forward s, backward
         s, forward FLOPs). Forward is one m x n x k GEMM; backward two of the same size, the data gradient (m x k)
-        and the weight gradient (k x n, written in fp32). `wide` as for `gemm`."""
-        fw = self.gemm(m, n, k, batch, in_bytes=in_bytes, out_bytes=out_bytes, wide=wide)
-        dgrad = self.gemm(m, k, n, batch, in_bytes=in_bytes, out_bytes=out_bytes, wide=wide)
+        and the weight gradient (k x n, written in fp32). `wide` as for `gemm`. `split`: the forward and the
+        data gradient run as that many GEMMs of m/split rows each (a TP collective decomposed around them), each
+        at the efficiency of its size; the weight gradient, a reduction over the rows, stays whole."""
+        fw = split * self.gemm(m / split, n, k, batch, in_bytes=in_bytes, out_bytes=out_bytes, wide=wide)
+        dgrad = split * self.gemm(m / split, k, n, batch, in_bytes=in_bytes, out_bytes=out_bytes, wide=wide)
         wgrad = self.gemm(k, n, m, batch, in_bytes=in_bytes, out_bytes=4, wide=wide)
         return fw, dgrad + wgrad, 2.0 * m * n * k * batch
 

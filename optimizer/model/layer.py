@@ -66,6 +66,11 @@ class Ctx:
         return BYTES[self.precision]
 
     @property
+    def keeps_master(self) -> bool:
+        """Whether the optimizer state holds an fp32 master copy of the weights (mixed precision; not in fp32)."""
+        return self.master_weights and self.precision != Precision.FP32
+
+    @property
     def w_bytes(self) -> int:
         """Bytes of a model weight as held for compute (16-bit copy; FP32 training: 4)."""
         return 4 if self.precision == Precision.FP32 else 2
@@ -229,6 +234,7 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     fused = k.fused_layers.astype(bool)
     flash = k.attention > 0  # flash, flash2 or flash-triton (fused); 2: FlashAttention-2 class; 3: Triton
     rec = k.recompute
+    titan = ctx.stack == Stack.TORCHTITAN
     e, gi = ctx.e, ctx.gemm_in
     ge = gi if ctx.precision in QUANTIZED else e  # bytes of GEMM inputs kept for wgrad (FP8: 1)
     kvr = kv_per_rank(llm, tp)
@@ -242,8 +248,15 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     drop = llm.dropout
 
     # ---------------------------------------------------------------- GEMMs (fw; bw = 2 GEMMs each)
+    # torchtitan's async TP (PyTorch's micro-pipelined TP: torch._inductor fx_passes/micro_pipeline_tp fuses each
+    # all-gather -> matmul and matmul -> reduce-scatter of the compiled graph into fused_all_gather_matmul /
+    # fused_matmul_reduce_scatter) runs every matmul next to a TP collective, forward and data gradient, as tp
+    # matmuls of T/tp rows, one per chunk the copy engines deliver or send (Wang et al., "Introducing Async Tensor
+    # Parallelism in PyTorch", 2024): smaller GEMMs at the efficiency of their size (`Hardware.linear` split)
+    split = np.where((k.tp_overlap > 0) & (tp > 1) & titan, tp, 1.0)
+
     def g3(m, n, kk):
-        return hw.linear(m, n, kk, in_bytes=gi, out_bytes=e)
+        return hw.linear(m, n, kk, in_bytes=gi, out_bytes=e, split=split)
 
     qkv_p, out_p = attention_params(llm, tp)  # per-rank projection weights (MLA included)
     qkv_fw, qkv_bw, qkv_fl = g3(T, qkv_p / h, h)
@@ -255,23 +268,6 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
         up_fw = up_bw = up_fl = dn_fw = dn_bw = dn_fl = 0.0
     gemm_fw = qkv_fw + prj_fw + up_fw + dn_fw
     gemm_bw = qkv_bw + prj_bw + up_bw + dn_bw
-    # torchtitan's async TP (PyTorch's micro-pipelined TP: torch._inductor fx_passes/micro_pipeline_tp fuses each
-    # all-gather -> matmul and matmul -> reduce-scatter of the compiled graph into fused_all_gather_matmul /
-    # fused_matmul_reduce_scatter) runs every matmul next to a TP collective, forward and data gradient, as tp
-    # matmuls of T/tp rows, one per chunk the copy engines deliver or send (Wang et al., "Introducing Async Tensor
-    # Parallelism in PyTorch", 2024): smaller GEMMs at the efficiency of their size. The weight gradient (a
-    # reduction over the tokens) stays whole.
-    split = (k.tp_overlap > 0) & (tp > 1) & (ctx.stack == Stack.TORCHTITAN)
-    mats = [(qkv_p / h, h), (h, out_p / h)] + ([(up_n, h), (h, f / tp)] if f > 0 else [])
-    for n_, k_ in mats:
-        for a_, b_ in ((n_, k_), (k_, n_)):
-            whole = hw.gemm(T, a_, b_, in_bytes=gi, out_bytes=e)
-            parts = tp * hw.gemm(T / tp, a_, b_, in_bytes=gi, out_bytes=e)
-            extra = np.where(split, parts - whole, 0.0)
-            if a_ is n_:
-                gemm_fw = gemm_fw + extra
-            else:
-                gemm_bw = gemm_bw + extra
     gemm_fl = qkv_fl + prj_fl + up_fl + dn_fl
 
     # ---------------------------------------------------------------- attention core
@@ -392,10 +388,10 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
 
     fw = gemm_fw + attn_fw + ew_fw
     bw = gemm_bw + attn_bw + ew_bw
-    titan = ctx.stack == Stack.TORCHTITAN
+    split_n = np.where(sp, 1.0 / tp, 1.0)  # norm/dropout region
+    ckpt = e * T * h * split_n  # the layer's input, what full recompute keeps
     if titan:  # `selective` is torchtitan's per-op policy, not Megatron-Core's modules
-        sac = per_op_sac(ctx, k, T, Tn, ah, kvr, d, f, ew_fw, moe_fw=(moe_gemm_fw + eact_fw, ep_fw),
-                         ckpt=e * T * h * np.where(sp, 1.0 / tp, 1.0))
+        sac = per_op_sac(ctx, k, T, Tn, ah, kvr, d, f, ew_fw, moe_fw=(moe_gemm_fw + eact_fw, ep_fw), ckpt=ckpt)
     # recompute: full re-runs the forward; selective re-runs the modules of `recompute_modules` (Megatron-Core
     # recompute_modules; none named: the attention core), costed with the stored bytes below
     rm = np.where(k.recompute_modules == 0, RECOMPUTE_BITS[RecomputeModule.CORE_ATTN], k.recompute_modules)
@@ -447,6 +443,7 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     step = collective_time("p2p", kv_chunk, cp, k.tier_cp, ctx.tiers)
     cp_fw = (cp - 1.0) * step
     att_re = np.where(attn_redone, attn_fw, 0.0)
+    cp_re = np.where(attn_redone, cp_fw, 0.0)
     if titan:
         # PyTorch's context parallel (torch.distributed.tensor.experimental._attention, torchtitan's default rotate
         # method): K/V are all-gathered once, before the first step, so the gather hides behind that step's
@@ -454,20 +451,17 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
         # one send per step behind the next step's kernel, the last one exposed
         dstep = step * 4.0 / e
         cp_bw = cp_fw + (cp - 1.0) * dstep
-        cp_re = np.where(attn_redone, cp_fw, 0.0)
         cp_exp = np.where(cp > 1, np.maximum(cp_fw - attn_fw / cp, 0.0) + np.maximum(cp_fw - attn_bw / cp, 0.0)
                           + (cp - 1.0) * np.maximum(dstep - attn_bw / cp, 0.0) + dstep
                           + np.where(attn_redone, np.maximum(cp_re - att_re / cp, 0.0), 0.0), 0.0)
     else:  # Transformer Engine's p2p ring: one exchange per step, each behind that step's kernel
         cp_bw = 2.0 * cp_fw  # dK, dV travel back with K, V
-        cp_re = np.where(attn_redone, cp_fw, 0.0)
         cp_exp = np.where(cp > 1, np.maximum(cp_fw - attn_fw * (cp - 1) / cp, 0.0) + step
                           + np.maximum(cp_bw - attn_bw * (cp - 1) / cp, 0.0) + step
                           + np.where(attn_redone, np.maximum(cp_re - att_re * (cp - 1) / cp, 0.0) + step, 0.0), 0.0)
     cp_link = cp_fw + cp_bw + cp_re
 
     # ---------------------------------------------------------------- stored activations (bytes)
-    split_n = np.where(sp, 1.0 / tp, 1.0)  # norm/dropout region
     gemm_in_rep = np.where(sp & k.sp_ag_redo.astype(bool), 1.0 / tp, 1.0)  # QKV/up input: SP-sharded if re-gathered
     dmask = 1.0 if drop else 0.0
     norms = 2.0 * e * T * h * split_n
@@ -489,7 +483,6 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
         RecomputeModule.MLP: (up_fw + dn_fw + act_fw, up_fl + dn_fl, up_in + act_store),
     }
     sel_t, sel_fl, saved = (sum(np.where(has(m), v[i], 0.0) for m, v in modules.items()) for i in range(3))
-    ckpt = e * T * h * split_n
     sel_stored = full - saved
     if titan:
         sac_t, sac_fl, sac_stored, _ = sac

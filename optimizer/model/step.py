@@ -28,13 +28,12 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from ..schema import Precision, Problem
-from ..schema.stack import Stack
+from ..schema.stack import Stack, zero2_regathers
 from .hardware import Hardware, Tiers, collective_time, tier_of
 from .knobs import Knobs
 from .compose import activations as compose_activations
 from .compose import dp_exposed as dp_exposed_by_zero
-from .compose import (dp_links, edge_head, fsdp_traffic, layout_factors, mb_factors, p2p_steady, pipeline,
-                      regathers_per_micro_batch, vpp_factors)
+from .compose import dp_links, edge_head, fsdp_traffic, layout_factors, mb_factors, p2p_steady, pipeline, vpp_factors
 from .layer import BlockCost, Ctx, block_cost, kv_per_rank
 from .params import attention_params, count, mlp_matrices, model_flops_per_token
 
@@ -148,7 +147,7 @@ def moe_layers_on_stage(llm, pp):
 def state_bytes(ctx: Ctx) -> tuple[float, float, float]:
     """(weight, gradient, optimizer-state) bytes per parameter: the 16-bit compute copy (4 in FP32), the
     gradient (fp32 main grads or 16-bit), Adam's two moments (8) plus the fp32 master copy (4) when kept."""
-    ob = 12.0 if ctx.master_weights and ctx.precision != Precision.FP32 else 8.0
+    ob = 12.0 if ctx.keeps_master else 8.0
     return float(ctx.w_bytes), float(ctx.grad_bytes), ob
 
 
@@ -276,7 +275,7 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
         """Parameters of the stage held per GPU when `shard` (ZeRO) divides them over their DP groups."""
         return np.where(shard, P_ne / dpg + P_ex / edp, P_stage)
     F = fsdp_traffic(AG, RS)
-    regather = regathers_per_micro_batch(ctx.stack)
+    regather = zero2_regathers(ctx.stack)
     links = dp_links(AR, RS, AG, F, n_mb, regather)
     dp_link = np.select([z == 0, z == 1, z == 2, z == 3], [links[0], links[1], links[2], links[3]])
     ov = k.dp_overlap.astype(bool)
@@ -313,10 +312,9 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     # (FlatParamHandle post_unshard -> _free_low_precision_sharded_param); DeepSpeed ZeRO-3 keeps its 16-bit
     # partitions.
     fsdp2 = ctx.stack == Stack.TORCHTITAN
-    # (without fp32 master weights in the optimizer state, as in fp32 training, the sharded parameters are
-    # the weights themselves and count here)
-    master = ob > 8.0
-    shard_copy = 0.0 if ctx.stack in (Stack.TORCHTITAN, Stack.FSDP) and master else 1.0
+    # (without an fp32 master copy in the optimizer state, as in fp32 training, the sharded parameters are the
+    # weights themselves and count here)
+    shard_copy = 0.0 if ctx.stack in (Stack.TORCHTITAN, Stack.FSDP) and ctx.keeps_master else 1.0
     weights_full = np.where(z == 3, shard_copy * sharded(True) * wb + two_layers * wb, P_stage * wb)
     weights = np.where(w_off, two_layers * wb + (P_stage - L_stage * P_layer) * wb, weights_full)
     grads_full = sharded(z >= 2) * gb + np.where((z == 3) & fsdp2, P_layer * (wb + gb), 0.0)

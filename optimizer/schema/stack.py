@@ -70,6 +70,15 @@ PROFILES: dict[Stack, dict[str, list]] = {
 INT_KNOBS = {"tp", "pp", "vpp", "cp", "zero", "dp", "ep", "etp", "micro_batch"}
 
 
+def zero2_regathers(stack: Stack) -> bool:
+    """Whether the stack's ZeRO-2 gathers the parameters again for every micro-batch: PyTorch FSDP's
+    SHARD_GRAD_OP (FSDP1, stack fsdp) and FSDP2 without resharding after forward (torchtitan) keep the gathered
+    parameters from a micro-batch's forward through its backward and free them after it (FSDP1
+    `_should_free_in_backward`; FSDP2 post-backward reshard); DeepSpeed's and Megatron-Core's ZeRO-2 keep whole
+    parameters and gather once a step (`compose.dp_links`)."""
+    return Stack(stack) in (Stack.FSDP, Stack.TORCHTITAN)
+
+
 LAYOUT_KNOBS = {"zero": "pp", "sequence_parallel": "tp"}  # knobs `by_layout` narrows, and the degree it reads
 
 
