@@ -394,3 +394,42 @@ def test_enumerating_a_torchtitan_space_with_no_zero_stage_left_for_a_layout(tmp
         best[method] = d["bound_step_time_s"]  # the optimum (gap 0)
         assert d["gap"] == 0.0
     assert best["enumerate"] == pytest.approx(best["cpsat"], rel=1e-6)
+
+
+def test_fsdp_copies_and_casts_around_each_reduction_and_gather():
+    """PyTorch FSDP's own passes over a layer's unsharded parameters (stack.fsdp_copy_bytes): FSDP1 concatenates
+    the views' gradients, casts them to the fp32 reduce dtype and pre-divides them (2+6+8 = 18 bytes per parameter
+    per reduction; 8 with a bf16 reduction); FSDP2 copies them into the fp32 reduce-scatter input (6) and copies
+    each all-gather out (4); Megatron-Core and DeepSpeed none. Counted as the traffic is: ZeRO-3 once per
+    micro-batch for the reduction and twice for the gathers, ZeRO-0 not at all; a step's time includes them."""
+    from optimizer.model.compose import dp_links, fsdp_traffic
+    from optimizer.schema.stack import fsdp_copy_bytes
+
+    assert fsdp_copy_bytes("fsdp", 2.0, 4.0) == (18.0, 0.0)
+    assert fsdp_copy_bytes("fsdp", 2.0, 2.0) == (8.0, 0.0)
+    assert fsdp_copy_bytes("torchtitan", 2.0, 4.0) == (6.0, 4.0)
+    assert fsdp_copy_bytes("megatron-core", 2.0, 4.0) == fsdp_copy_bytes("deepspeed", 2.0, 4.0) == (0.0, 0.0)
+    n, B = 8, 32  # micro-batch 1 on 8 GPUs: 4 micro-batches
+    out = {}
+    for st in ("fsdp", "torchtitan", "megatron-core"):
+        for z in (0, 3):
+            p, k = _pk(stack=st, num_gpus=n, zero=z)
+            p = p.model_copy(update={"training": p.training.model_copy(update={"global_batch": B})})
+            r = evaluate(p, k, make_ctx(p))
+            out[st, z] = r
+            parts = (r.fw + r.bw + r.recompute + r.optimizer + r.tp_exposed + r.cp_exposed + r.ep_exposed
+                     + r.pp_exposed + r.dp_exposed + r.bubble + r.offload_exposed + r.head + r.overlap_slowdown
+                     + r.fsdp_copies)
+            assert float(parts[0]) == pytest.approx(float(r.step_time[0]), rel=1e-9)
+    assert float(out["megatron-core", 3].fsdp_copies[0]) == 0.0
+    for st in ("fsdp", "torchtitan"):
+        assert float(out[st, 0].fsdp_copies[0]) == 0.0
+        t = out[st, 3].terms
+        red, gat = float(t["fsdp_red"][0]), float(t["fsdp_gat"][0])
+        assert red > 0.0
+        assert float(out[st, 3].fsdp_copies[0]) == pytest.approx(dp_links(0, red, gat, fsdp_traffic(gat, red), 4)[3])
+        assert float(out[st, 3].fsdp_copies[0]) == pytest.approx(4 * (red + 2 * gat))
+    # FSDP1's reduction moves 18 bytes per parameter, FSDP2's 6: the same parameters, the same HBM
+    t1, t2 = out["fsdp", 3].terms, out["torchtitan", 3].terms
+    assert float(t1["fsdp_red"][0]) / float(t2["fsdp_red"][0]) == pytest.approx(3.0, rel=0.05)
+    assert float(t1["fsdp_gat"][0]) == 0.0 and float(t2["fsdp_gat"][0]) > 0.0

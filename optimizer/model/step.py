@@ -3,7 +3,7 @@
 Time of one optimizer step on the slowest pipeline stage (the last, which also runs the LM head and
 loss; Narayanan et al. 2021, Sec. 2.2):
 
-    T = n_mb * (Ls * tau + head) + bubble + p2p + dp_exposed + optimizer + offload_exposed
+    T = n_mb * (Ls * tau + head) + bubble + p2p + dp_exposed + optimizer + offload_exposed + fsdp_copies
 
 with Ls = L/pp layers per stage ((L+2)/pp on a middle stage when the embedding and loss take a layer
 slot each, Megatron-Core's account_for_embedding/loss_in_pipeline_split), tau the per-layer per-micro-batch time of `layer.block_cost` (compute,
@@ -28,7 +28,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from ..schema import Precision, Problem
-from ..schema.stack import Stack, zero2_regathers
+from ..schema.stack import Stack, fsdp_copy_bytes, zero2_regathers
 from .hardware import Hardware, Tiers, collective_time, tier_of
 from .knobs import Knobs
 from .compose import activations as compose_activations
@@ -68,6 +68,7 @@ class StepResult:
     offload_exposed: np.ndarray
     head: np.ndarray  # embedding, LM head and loss
     overlap_slowdown: np.ndarray  # compute lost to overlapped collectives (processor usage)
+    fsdp_copies: np.ndarray  # PyTorch FSDP's copies and casts of the unsharded gradients and gathered weights
     step_time: np.ndarray
     # link times (before overlap), s
     tp_link: np.ndarray
@@ -278,6 +279,16 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     regather = zero2_regathers(ctx.stack)
     links = dp_links(AR, RS, AG, F, n_mb, regather)
     dp_link = np.select([z == 0, z == 1, z == 2, z == 3], [links[0], links[1], links[2], links[3]])
+    # PyTorch FSDP's copies and casts (stack.fsdp_copy_bytes): element-wise passes over a layer's unsharded
+    # parameters at each gradient reduction and parameter gather, counted as the traffic is (dp_links)
+    cb_red, cb_gat = fsdp_copy_bytes(ctx.stack, wb, gb)
+    unit = np.maximum(P_layer, 1.0)  # one layer's parameters: FSDP's unit (a FlatParameter / parameter group)
+
+    def passes(nbytes_per_param):
+        return (P_stage / unit) * hw.vector(unit, unit * nbytes_per_param) if nbytes_per_param else 0.0 * unit
+    fsdp_red, fsdp_gat = passes(cb_red), passes(cb_gat)
+    cps = dp_links(0.0 * fsdp_red, fsdp_red, fsdp_gat, fsdp_traffic(fsdp_gat, fsdp_red), n_mb, regather)
+    fsdp_copies = np.select([z == 0, z == 1, z == 2, z == 3], [cps[0], cps[1], cps[2], cps[3]])
     ov = k.dp_overlap.astype(bool)
     bucket = 1.0 / np.maximum(Ls, 1.0)
     t_cb = f_v["Lc"] * blk.bw_total  # backward of one chunk for one micro-batch
@@ -359,7 +370,7 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     head_mb = edge_head(head, t_ss, pp) / mb
     pl = pipeline(f_l["A1"], f_l["A2"], f_v["Bf"], f_v["E"], f_l["pm2"], tau / mb, head_mb, tau, t_ss / mb,
                   np.where(pp > 1, t_p2p, 0.0), off_exp_layer / mb)
-    step = pl["pipe"] + dp_exposed + dp_slow + optimizer
+    step = pl["pipe"] + dp_exposed + dp_slow + optimizer + fsdp_copies
     # the report's parts: layers + head per micro-batch, bubble, p2p less what the edge stage's head hides
     pipe = n_mb * (Ls * tau + head)
     bubble, offload_exposed = pl["bubble"], pl["offload"]
@@ -373,7 +384,7 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
         tau=tau, head=head, t_p2p=t_p2p, fwt=blk.fw_total, bwt=blk.bw_total, stored=blk.act_stored,
         working=working, emb_out=2.0 * T * h * e, logits=logits, inflight=inflight,
         wgo=weights + grads + optim_state, off_layer=off_exp_layer,
-        off_state=off_state,
+        off_state=off_state, fsdp_red=fsdp_red, fsdp_gat=fsdp_gat,
     )
     tokens = B * s
     mf = model_flops_per_token(llm, int(s)) * tokens
@@ -386,7 +397,7 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
         tp_exposed=n_mb * Ls * blk.tp_exposed, cp_exposed=n_mb * Ls * blk.cp_exp,
         ep_exposed=n_mb * Ls * blk.ep_exp, pp_exposed=pp_exposed,
         dp_exposed=dp_exposed, bubble=bubble, offload_exposed=offload_exposed, head=n_mb * head,
-        overlap_slowdown=n_mb * Ls * blk.tp_slow + dp_slow, step_time=step,
+        overlap_slowdown=n_mb * Ls * blk.tp_slow + dp_slow, fsdp_copies=fsdp_copies + 0.0 * step, step_time=step,
         tp_link=n_mb * Ls * (blk.tp_fw + blk.tp_bw + blk.tp_re), dp_link=dp_link, pp_link=pp_link,
         cp_link=n_mb * Ls * blk.cp_link, ep_link=n_mb * Ls * blk.ep_link,
         weights=weights, grads=grads, optim_state=optim_state, activations=activations, reserved=reserved,
