@@ -23,7 +23,7 @@ and the state memory. Columns (integers; time in TIME_UNIT, memory in KiB, usage
     exp{z}      its exposed part with overlap: max(one bucket, traffic - backward window) (Calculon's window)
     ovl{z}      Q x DP time with overlap = pu*link + (Q-pu)*exp (pu: processor usage of the DP tier, x Q)
     opt{z}      optimizer step, plus PyTorch FSDP's copies around its reductions and gathers, counted as the
-                traffic is (PR, PG through dp_links);   wgo{z} weights + gradients + optimizer state in HBM
+                traffic is (PA, PR, PG through dp_links);   wgo{z} weights + gradients + optimizer state in HBM
     off{z}      weights, gradients and optimizer state in offload memory (per the variant's offload flags)
     act         activations of the worst stage + runtime reserve (first: in-flight layers x stored +
                 working + embedding output; last: Ls x stored + working + logits; Korthikanti 2022;
@@ -92,10 +92,10 @@ def compose(T: Tables, l, vi, mi, col) -> dict[str, np.ndarray]:
                      zero2_regathers(T.problem.stack))
     for z in range(4):
         out[f"link{z}"] = links[z]
-    copies = dp_links(0 * Lt["PR"][l], Lt["PR"][l], Lt["PG"][l], fsdp_traffic(Lt["PG"][l], Lt["PR"][l]), LM["nmb"][lm],
+    copies = dp_links(Lt["PA"][l], Lt["PR"][l], Lt["PG"][l], fsdp_traffic(Lt["PG"][l], Lt["PR"][l]), LM["nmb"][lm],
                       zero2_regathers(T.problem.stack))
     for z in T.z_vals:
-        out[f"opt{z}"] = Lt[f"opt{z}"][l] + copies[z]
+        out[f"opt{z}"] = Lt[f"opt{z}"][l] + (1 - Lt["dpg1"][l]) * copies[z]  # none without a data-parallel group
         out[f"wgo{z}"], out[f"off{z}"] = Lt[f"wgo{z}"][l], Lt[f"off{z}"][l]
     out["dpg1"] = Lt["dpg1"][l]
     out["n_gpus"] = T.gpus(l)

@@ -25,8 +25,8 @@ Columns (the composition factors are defined in `optimizer.model.compose`):
                         AR, RS, AG [ns]: the stage's DP all-reduce, reduce-scatter, all-gather; F [ns]: FSDP
                         traffic per micro-batch (2 AG + RS); ARb, RSb, AGb, Fb [ns]: one bucket (a layer) of each
                         opt{z} [ns]: optimizer step, wgo{z} / off{z} [KiB]: state in HBM / offload memory, per
-                        ZeRO stage z; reserved [KiB]: runtime reserve; PR, PG [ns]: PyTorch FSDP's copies
-                        around one gradient reduction / one parameter gather (0 on other stacks)
+                        ZeRO stage z; reserved [KiB]: runtime reserve; PA, PR, PG [ns]: PyTorch FSDP's copies
+                        around one gradient all-reduce / reduce-scatter / parameter gather (0 on other stacks)
     per (layout, vpp)   Lc [layers], Wm [layer backwards], E [exchanges x sequences], Bf [layer times],
                         inflv [layers]: vpp factors; ARv, RSv [ns]: AR and RS over vpp
     per (layout, mb)    nmb [micro-batches], NL [layers x micro-batches], infl1 [layers]: micro-batch factors
@@ -231,7 +231,7 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
         Lt["F"] = t_int(fsdp_traffic(r["AG"][j], r["RS"][j]))
         Lt["Fb"] = t_int(fsdp_traffic(r["AG"][j], r["RS"][j]) * bkt[j])
         Lt["reserved"] = kib_up(r["reserved"][j])
-        Lt["PR"], Lt["PG"] = t_int(r["fsdp_red"][j]), t_int(r["fsdp_gat"][j])
+        Lt["PA"], Lt["PR"], Lt["PG"] = t_int(r["fsdp_ar"][j]), t_int(r["fsdp_red"][j]), t_int(r["fsdp_gat"][j])
     for z in vals["zero"]:
         rz = run(nL, **lay, zero=z)
         for j in range(nVar):

@@ -82,8 +82,9 @@ def test_moe_dispatcher_and_overlap():
 def test_alltoall_dispatcher_sorts_rows_by_local_expert_and_back():
     """Megatron-Core's plain all-to-all delivers rows grouped by source rank; with several local experts it sorts
     them into expert order after the dispatch and back before the combine (sort_chunks_by_idxs): two fused
-    gather passes over the routed rows in forward and two in backward, which the flex dispatchers (DeepEP,
-    HybridEP) and a single local expert do not make."""
+    gather passes over the routed rows in forward and their two reverse gathers in backward, which the flex
+    dispatchers (DeepEP, HybridEP) and a single local expert do not make; with expert TP the rows are sorted after
+    the expert-TP all-gather, etp times as many."""
     from optimizer.model.hardware import Hardware
     from optimizer.model.layer import _elementwise
 
@@ -99,13 +100,20 @@ def test_alltoall_dispatcher_sorts_rows_by_local_expert_and_back():
     n_mb = 1280 / 64 / base["micro_batch"]
     for ep in (8, 64):  # 16 and 2 local experts
         assert t[ep, "alltoall"]["fw"] - t[ep, "flex"]["fw"] == pytest.approx(n_mb * llm.moe_layer_count * two, rel=1e-6)
-        assert t[ep, "alltoall"]["bw"] - t[ep, "flex"]["bw"] == pytest.approx(2 * n_mb * llm.moe_layer_count * two,
+        assert t[ep, "alltoall"]["bw"] - t[ep, "flex"]["bw"] == pytest.approx(n_mb * llm.moe_layer_count * two,
                                                                                 rel=1e-6)
+    # expert TP 2 on 8 expert-parallel ranks: each rank sorts the rows of both expert-TP ranks
+    etp = {d: run("gpt-oss-120b", "b200-sxm-180gb", 64, 1280, **base, ep=8, etp=2, ep_dispatcher=d)
+           for d in ("alltoall", "flex")}
+    two2 = float(_elementwise(hw, 2 * n_rows, 1.0, 4.0, 2.0))
+    assert etp["alltoall"]["fw"] - etp["flex"]["fw"] == pytest.approx(n_mb * llm.moe_layer_count * two2, rel=1e-6)
     # one expert per rank: nothing to sort
     one = library_llm("mixtral-8x7b")
     r8 = {d: run("mixtral-8x7b", "h100-sxm-80gb", 64, 256, tp=1, pp=1, dp=64, ep=8, micro_batch=1, zero=1,
                  ep_dispatcher=d) for d in ("alltoall", "flex")}
-    assert one.moe.experts == 8 and r8["alltoall"]["fw"] == pytest.approx(r8["flex"]["fw"], rel=1e-12)
+    assert one.moe.experts == 8
+    for part in ("fw", "bw"):
+        assert r8["alltoall"][part] == pytest.approx(r8["flex"][part], rel=1e-12)
 
 
 RUNS_2025 = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "public_runs_2025.yaml"

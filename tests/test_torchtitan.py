@@ -409,10 +409,10 @@ def test_fsdp_copies_and_casts_around_each_reduction_and_gather():
     from optimizer.model.compose import dp_links, fsdp_traffic
     from optimizer.schema.stack import fsdp_copy_bytes
 
-    assert fsdp_copy_bytes("fsdp", 2.0, 4.0) == (18.0, 0.0)
-    assert fsdp_copy_bytes("fsdp", 2.0, 2.0) == (8.0, 0.0)
-    assert fsdp_copy_bytes("torchtitan", 2.0, 4.0) == (6.0, 4.0)
-    assert fsdp_copy_bytes("megatron-core", 2.0, 4.0) == fsdp_copy_bytes("deepspeed", 2.0, 4.0) == (0.0, 0.0)
+    assert fsdp_copy_bytes("fsdp", 2.0, 4.0) == (26.0, 18.0, 0.0)  # NO_SHARD also post-divides the full gradient
+    assert fsdp_copy_bytes("fsdp", 2.0, 2.0) == (12.0, 8.0, 0.0)
+    assert fsdp_copy_bytes("torchtitan", 2.0, 4.0) == (0.0, 6.0, 4.0)
+    assert fsdp_copy_bytes("megatron-core", 2.0, 4.0) == fsdp_copy_bytes("deepspeed", 2.0, 4.0) == (0.0, 0.0, 0.0)
     n, B = 8, 32  # micro-batch 1 on 8 GPUs: 4 micro-batches
     out = {}
     for st in ("fsdp", "torchtitan", "megatron-core"):
@@ -426,8 +426,15 @@ def test_fsdp_copies_and_casts_around_each_reduction_and_gather():
                      + r.fsdp_copies)
             assert float(parts[0]) == pytest.approx(float(r.step_time[0]), rel=1e-9)
     assert float(out["megatron-core", 3].fsdp_copies[0]) == 0.0
+    assert float(out["torchtitan", 0].fsdp_copies[0]) == 0.0  # DDP's bucket copies are not modelled
+    # FSDP1 NO_SHARD: its all-reduce, counted once a step as its traffic is, with the post-divide
+    assert float(out["fsdp", 0].fsdp_copies[0]) == pytest.approx(float(out["fsdp", 0].terms["fsdp_ar"][0]))
+    assert float(out["fsdp", 0].terms["fsdp_ar"][0]) == pytest.approx(
+        26.0 / 18.0 * float(out["fsdp", 3].terms["fsdp_red"][0]), rel=0.02)
+    # one GPU: no data-parallel group, no reduction, no copies
+    p1, k1 = _pk(stack="fsdp", num_gpus=1, zero=0)
+    assert float(evaluate(p1, k1, make_ctx(p1)).fsdp_copies[0]) == 0.0
     for st in ("fsdp", "torchtitan"):
-        assert float(out[st, 0].fsdp_copies[0]) == 0.0
         t = out[st, 3].terms
         red, gat = float(t["fsdp_red"][0]), float(t["fsdp_gat"][0])
         assert red > 0.0

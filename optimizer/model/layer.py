@@ -352,16 +352,17 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
         perm_fw = _elementwise(hw, n_rows, 1.0, 2.0 * e, 2.0)  # permute + un-permute (one pass each)
         perm_fw = perm_fw + _elementwise(hw, n_rows, 2.0, 2.0 * e, 1.0)  # probability-weighted combine
         # the plain all-to-all delivers rows grouped by source rank; with several local experts they are sorted
-        # into expert order after the dispatch and back before the combine (Megatron-Core MoEAlltoAllTokenDispatcher
-        # sort_chunks_by_idxs, one fused gather pass each way): two more passes in forward and in backward. The
-        # flex dispatchers (DeepEP, HybridEP) hand over rows the local permutation above already orders.
+        # into expert order after the dispatch (and the expert-TP gather: R rows) and back before the combine
+        # (Megatron-Core MoEAlltoAllTokenDispatcher sort_chunks_by_idxs, one fused gather pass each way; its
+        # backward is the reverse gather, one pass each way). The flex dispatchers (DeepEP, HybridEP) hand over rows
+        # the local permutation above already orders.
         resort = (k.ep_dispatcher == 0) & (n_loc > 1)
-        perm_fw = perm_fw + np.where(resort, _elementwise(hw, n_rows, 1.0, 2.0 * e, 2.0), 0.0)
+        sort_t = np.where(resort, _elementwise(hw, R * h, 1.0, 2.0 * e, 2.0), 0.0)
         n_ef = R * fe_r
         eact_fw = _elementwise(hw, n_ef, act_flops, (act_in + 1.0) * e, act_passes)
         eact_bw = _elementwise(hw, n_ef, 1.6 * act_flops, (act_in * 2.0 + 1.0) * e, act_passes)
-        ew_fw = ew_fw + topk_fw + perm_fw + eact_fw
-        ew_bw = ew_bw + topk_bw + 2.0 * perm_fw + eact_bw
+        ew_fw = ew_fw + topk_fw + perm_fw + sort_t + eact_fw
+        ew_bw = ew_bw + topk_bw + 2.0 * perm_fw + sort_t + eact_bw
         # dispatch + combine all-to-all over ep (rows of h, 16-bit), gather/scatter over etp
         a2a = a2a_time(Ts * kk * cf * h * e, ep, k.tier_ep, ctx.tiers, stride=etp,
                        copies=np.where(k.ep_dispatcher.astype(bool), kk, 1.0))  # flex: node-deduplicated

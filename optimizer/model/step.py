@@ -281,14 +281,13 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     dp_link = np.select([z == 0, z == 1, z == 2, z == 3], [links[0], links[1], links[2], links[3]])
     # PyTorch FSDP's copies and casts (stack.fsdp_copy_bytes): element-wise passes over a layer's unsharded
     # parameters at each gradient reduction and parameter gather, counted as the traffic is (dp_links)
-    cb_red, cb_gat = fsdp_copy_bytes(ctx.stack, wb, gb)
+    cb_ar, cb_red, cb_gat = fsdp_copy_bytes(ctx.stack, wb, gb)
     unit = np.maximum(P_layer, 1.0)  # one layer's parameters: FSDP's unit (a FlatParameter / parameter group)
 
     def passes(nbytes_per_param):
         return (P_stage / unit) * hw.vector(unit, unit * nbytes_per_param) if nbytes_per_param else 0.0 * unit
-    fsdp_red, fsdp_gat = passes(cb_red), passes(cb_gat)
-    cps = dp_links(0.0 * fsdp_red, fsdp_red, fsdp_gat, fsdp_traffic(fsdp_gat, fsdp_red), n_mb, regather)
-    fsdp_copies = np.select([z == 0, z == 1, z == 2, z == 3], [cps[0], cps[1], cps[2], cps[3]])
+    fsdp_ar, fsdp_red, fsdp_gat = passes(cb_ar), passes(cb_red), passes(cb_gat)
+    cps = dp_links(fsdp_ar, fsdp_red, fsdp_gat, fsdp_traffic(fsdp_gat, fsdp_red), n_mb, regather)
     ov = k.dp_overlap.astype(bool)
     bucket = 1.0 / np.maximum(Ls, 1.0)
     t_cb = f_v["Lc"] * blk.bw_total  # backward of one chunk for one micro-batch
@@ -298,6 +297,7 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
                      regather)
     dp_exp_ov = np.select([z == 0, z == 1, z == 2, z == 3], [exp[0], exp[1], exp[2], exp[3]])
     has_dp = (dpg > 1) | (edp > 1)  # a data-parallel group (or, MoE, an expert-data-parallel one)
+    fsdp_copies = np.where(has_dp, np.select([z == 0, z == 1, z == 2, z == 3], [cps[0], cps[1], cps[2], cps[3]]), 0.0)
     dp_exposed = np.where(has_dp, np.where(ov, dp_exp_ov, dp_link), 0.0)
     dp_slow = np.where(ov & has_dp, tiers.processor_usage[k.tier_dp] * (dp_link - dp_exposed), 0.0)
 
@@ -384,7 +384,7 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
         tau=tau, head=head, t_p2p=t_p2p, fwt=blk.fw_total, bwt=blk.bw_total, stored=blk.act_stored,
         working=working, emb_out=2.0 * T * h * e, logits=logits, inflight=inflight,
         wgo=weights + grads + optim_state, off_layer=off_exp_layer,
-        off_state=off_state, fsdp_red=fsdp_red, fsdp_gat=fsdp_gat,
+        off_state=off_state, fsdp_ar=fsdp_ar, fsdp_red=fsdp_red, fsdp_gat=fsdp_gat,
     )
     tokens = B * s
     mf = model_flops_per_token(llm, int(s)) * tokens

@@ -79,10 +79,11 @@ def zero2_regathers(stack: Stack) -> bool:
     return Stack(stack) in (Stack.FSDP, Stack.TORCHTITAN)
 
 
-def fsdp_copy_bytes(stack: Stack, wb: float, gb: float) -> tuple[float, float]:
+def fsdp_copy_bytes(stack: Stack, wb: float, gb: float) -> tuple[float, float, float]:
     """Bytes of HBM traffic per parameter of a stage that PyTorch FSDP's own copies and casts make, as
-    (per gradient reduction, per parameter gather); both 0 on the other stacks (Megatron-Core's wgrad GEMMs
-    accumulate into its contiguous main-grad buffer and it gathers into the parameters' own storage).
+    (per gradient all-reduce, per gradient reduce-scatter, per parameter gather); all 0 on the other stacks
+    (Megatron-Core's wgrad GEMMs accumulate into its contiguous main-grad buffer and it gathers into the
+    parameters' own storage; torchtitan's ZeRO-0 is DDP, whose bucket copies are not modelled).
     `wb`, `gb`: bytes of the compute (16-bit) weights and of the reduced gradients.
 
     - FSDP1 (stack fsdp; torch/distributed/fsdp/_runtime_utils.py `_post_backward_hook` -> `_reduce_grad`):
@@ -90,7 +91,10 @@ def fsdp_copy_bytes(stack: Stack, wb: float, gb: float) -> tuple[float, float]:
       split_with_sizes backward: read and write wb), cast to the reduce dtype when it differs (Composer's
       mixed_precision DEFAULT: bf16 compute, fp32 reduction; read wb, write gb), and pre-divided in place
       (`_div_if_needed` with `_gradient_predivide_factor`, > 1 from 2 ranks on: read and write gb). The
-      all-gather writes the flat parameter itself: no copy.
+      all-gather writes the flat parameter itself: no copy. Without sharding (NO_SHARD, ZeRO-0) the all-reduced
+      full gradient is post-divided as well (the rest of the world size, > 1 from 4 ranks on: read and write gb).
+      These passes run on FSDP1's post-backward stream, beside the next layer's backward; they are counted as
+      time all the same, since a memory-bound kernel streaming at the HBM's rate needs the SMs for that time.
     - FSDP2 (torchtitan; torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): `foreach_reduce` copies the
       gradients into the reduce-scatter input in the reduce dtype (`torch._chunk_cat`: read wb, write gb; NCCL
       averages, no divide kernel for bf16/fp32), and each all-gather is copied out into the parameters
@@ -98,10 +102,11 @@ def fsdp_copy_bytes(stack: Stack, wb: float, gb: float) -> tuple[float, float]:
     They run on the whole unsharded parameters of a layer, each time it is reduced or gathered (counted as
     the traffic is: `compose.dp_links`), on the SMs the compute uses; modelled as element-wise passes."""
     if Stack(stack) == Stack.FSDP:
-        return 2.0 * wb + (wb + gb if gb != wb else 0.0) + 2.0 * gb, 0.0
+        red = 2.0 * wb + (wb + gb if gb != wb else 0.0) + 2.0 * gb
+        return red + 2.0 * gb, red, 0.0
     if Stack(stack) == Stack.TORCHTITAN:
-        return wb + gb, 2.0 * wb
-    return 0.0, 0.0
+        return 0.0, wb + gb, 2.0 * wb
+    return 0.0, 0.0, 0.0
 
 
 LAYOUT_KNOBS = {"zero": "pp", "sequence_parallel": "tp"}  # knobs `by_layout` narrows, and the degree it reads
