@@ -188,11 +188,11 @@ def test_model_orders_precisions_as_measured():
     throughputs do: NVFP4 fastest, then FP8 (per-tensor), then MXFP8, on Llama 3 70B and Llama 3.1 405B (GB200,
     GB300). Count at the time of writing: 3 of 4 groups (4 of 4 before GB300's refit with the all-to-all
     dispatcher's sort; 2 of 4 while the model priced the LM head at the FP8 peak, which Megatron-Core keeps in BF16).
-    The refit put GB300's FP8 and MXFP8 factors level (0.889 each; 0.906 and 0.869 before, at the same in-sample
-    MAPE to 0.01 points: the two FP8 runs trade their errors along a flat direction of the fit), so the 405B pair on
-    GB300 is ordered by the layouts alone (FP8 tp 4 pp 8 against MXFP8 tp 2 pp 8 cp 2), which the model finds 0.4%
-    apart where the runs are 6.7% apart: the miss is the layouts' physics. The 70B pairs, the same layout in every
-    precision, are ordered as measured."""
+    The refit put GB300's FP8 and MXFP8 factors nearly level (0.874 and 0.878; 0.906 and 0.869 before: the two
+    FP8 runs trade their errors along a flat direction of the L1 fit), so the 405B pair on GB300 is ordered by the
+    layouts (FP8 tp 4 pp 8 against MXFP8 tp 2 pp 8 cp 2), which the model finds 0.7% apart the wrong way where the
+    runs are 6.7% apart: the miss is the layouts' physics. The 70B pairs, the same layout in every precision, are
+    ordered as measured."""
     from optimizer.runs import load_runs, precision_orders
 
     orders = precision_orders(load_runs(str(RUNS_2025)).data)
