@@ -278,7 +278,11 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     F = fsdp_traffic(AG, RS)
     regather = zero2_regathers(ctx.stack)
     links = dp_links(AR, RS, AG, F, n_mb, regather)
-    dp_link = np.select([z == 0, z == 1, z == 2, z == 3], [links[0], links[1], links[2], links[3]])
+
+    def at_zero(per_stage: dict):
+        """Each candidate's entry of a {ZeRO stage: value} composition (`compose.dp_links`, `dp_exposed`)."""
+        return np.select([z == i for i in range(4)], [per_stage[i] for i in range(4)])
+    dp_link = at_zero(links)
     # PyTorch FSDP's copies and casts (stack.fsdp_copy_bytes): element-wise passes over a layer's unsharded
     # parameters at each gradient reduction and parameter gather, counted as the traffic is (dp_links)
     cb_ar, cb_red, cb_gat = fsdp_copy_bytes(ctx.stack, wb, gb)
@@ -295,9 +299,9 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     exp = dp_exposed_by_zero(AR, RS, AG, F, AR * bucket, RS * bucket, AG * bucket, F * bucket, AR / vpp, RS / vpp, t_cb,
                      window, Ls * blk.fw_total, n_mb, f_m["NL"], blk.bw_total, blk.fw_total + blk.bw_total,
                      regather)
-    dp_exp_ov = np.select([z == 0, z == 1, z == 2, z == 3], [exp[0], exp[1], exp[2], exp[3]])
+    dp_exp_ov = at_zero(exp)
     has_dp = (dpg > 1) | (edp > 1)  # a data-parallel group (or, MoE, an expert-data-parallel one)
-    fsdp_copies = np.where(has_dp, np.select([z == 0, z == 1, z == 2, z == 3], [cps[0], cps[1], cps[2], cps[3]]), 0.0)
+    fsdp_copies = np.where(has_dp, at_zero(cps), 0.0)
     dp_exposed = np.where(has_dp, np.where(ov, dp_exp_ov, dp_link), 0.0)
     dp_slow = np.where(ov & has_dp, tiers.processor_usage[k.tier_dp] * (dp_link - dp_exposed), 0.0)
 
@@ -397,7 +401,7 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
         tp_exposed=n_mb * Ls * blk.tp_exposed, cp_exposed=n_mb * Ls * blk.cp_exp,
         ep_exposed=n_mb * Ls * blk.ep_exp, pp_exposed=pp_exposed,
         dp_exposed=dp_exposed, bubble=bubble, offload_exposed=offload_exposed, head=n_mb * head,
-        overlap_slowdown=n_mb * Ls * blk.tp_slow + dp_slow, fsdp_copies=fsdp_copies + 0.0 * step, step_time=step,
+        overlap_slowdown=n_mb * Ls * blk.tp_slow + dp_slow, fsdp_copies=fsdp_copies, step_time=step,
         tp_link=n_mb * Ls * (blk.tp_fw + blk.tp_bw + blk.tp_re), dp_link=dp_link, pp_link=pp_link,
         cp_link=n_mb * Ls * blk.cp_link, ep_link=n_mb * Ls * blk.ep_link,
         weights=weights, grads=grads, optim_state=optim_state, activations=activations, reserved=reserved,
