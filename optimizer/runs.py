@@ -13,7 +13,8 @@ state are resolved by stated, documented assumptions, reported per run:
   follow the same rule: runs published up to 2022 used Megatron-LM of that time (materialised
   attention, dropout 0.1, no TP-communication overlap, gradient all-reduce not overlapped); later runs
   use FlashAttention, no dropout, and may overlap communication (the model chooses). Phrases in
-  ``notes`` that state one of these (``FlashAttention``, ``not overlapped``, ``comm overlap on``,
+  ``notes`` that state one of these (``FlashAttention``, ``not overlapped``, ``comm overlap on`` / ``off`` /
+  ``disabled``,
   ``eager``: unfused element-wise kernels; ``attn_impl triton``: FlashAttention's Triton kernel, also what
   llm-foundry's benchmark tables ran; ``gradients reduced in bf16``) win;
 - ``precision: null`` (16-bit, fp16 or bf16 not stated) is fp16 for runs published up to 2022 (the
@@ -345,7 +346,7 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
         if re.search(r"tp[_ ]comm[_ ]overlap on|comm overlap on", notes):
             fixed["tp_overlap"] = "ring"
             out.assumptions.append("TP communication overlap on (notes)")
-        elif re.search(r"no async tp|tp[_ ]comm[_ ]overlap off|comm overlap off", notes):
+        elif re.search(r"no async tp|tp[_ ]comm[_ ]overlap off|comm overlap (?:off|disabled)", notes):
             fixed["tp_overlap"] = "none"
             out.assumptions.append("TP collectives not overlapped with the matmuls (notes)")
         elif not _has(year, "tp_overlap"):

@@ -103,3 +103,26 @@ def test_held_out_moe_runs_carry_their_recipes_a2a_overlap_and_dispatcher():
         # Qwen3-235B's H100 config sets CommOverlapConfig(tp_comm_overlap=False) in each of those releases
         assert ("235b" not in i) or ex.tp_overlap.value == "none", i
     assert not map_run(runs["mbridge-gpt-oss-120b-bf16-64gpu-h100-26.02"]).problem.execution.ep_overlap
+
+
+def test_tp_comm_overlap_the_notes_turn_off_is_not_chosen():
+    """A run whose notes say its recipe disabled TP communication overlap (Megatron-Bridge's NVFP4 presets: their
+    FP4 parameter gather cannot run beside it) has its TP collectives exposed; without such a phrase a recent run
+    leaves the choice to the model. The four NVFP4 runs of the 2025 file say so."""
+    from helpers import CALIBRATION
+    from optimizer.runs import load_runs
+
+    r = record({"step_time_s": 1.0})
+    r["source"] = "Test 2026"
+    r["parallel"] |= {"tp": 2, "dp": 4}
+    free = map_run(r)
+    off = map_run(r | {"notes": "precision nvfp4; TP comm overlap disabled for nvfp4 in the recipe"})
+    assert "tp_overlap" in free.free and "tp_overlap" not in off.free
+    assert off.problem.execution.tp_overlap.value == "none"
+    assert any("not overlapped" in a for a in off.assumptions)
+    path = CALIBRATION.parent / "public_runs_2025.yaml"
+    if not path.exists():
+        pytest.skip("shared/calibration is not beside the project")
+    nvfp4 = [x for x in load_runs(str(path)).data if x["parallel"]["precision"] == "nvfp4"]
+    assert len(nvfp4) == 4
+    assert all(map_run(x).problem.execution.tp_overlap.value == "none" for x in nvfp4 if x["parallel"]["tp"] > 1)
