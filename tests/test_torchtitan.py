@@ -280,14 +280,14 @@ def test_torchtitan_tp_keeps_the_gathered_input_and_its_per_op_policy_regathers_
     """PyTorch TP's linears save their all-gathered input (no re-gather in backward, unlike Megatron-Core's
     sp_ag_redo): the stack's default is sp_ag_redo off, so the QKV and MLP inputs are stored whole; under the
     per-op policy the all-gathers feeding the recomputed k and w3 run again (2 per dense layer), not in backward."""
-    from optimizer.model.hardware import GATHER_BYTES, collective_time
+    from optimizer.model.hardware import collective_time
 
     tp = 8
     p, k = _pk(num_gpus=tp, tp=tp, sequence_parallel=True, recompute="selective")
     assert not p.execution.sp_ag_redo and "sp_ag_redo" not in p.execution.model_fields_set
     ctx = make_ctx(p)
     c = block_cost(ctx, k)
-    ag = collective_time("ag", S * H * GATHER_BYTES.get(ctx.precision, 2), tp, int(k.tier_tp[0]), ctx.tiers)
+    ag = collective_time("ag", S * H * ctx.gemm_in, tp, int(k.tier_tp[0]), ctx.tiers)
     assert float(c.tp_re[0]) == pytest.approx(2 * float(ag), rel=1e-12)
     assert float(c.tp_bw[0]) == pytest.approx(float(c.tp_fw[0]), rel=1e-12)  # no redo in backward
     pm, km = _pk(stack="megatron-core", num_gpus=tp, tp=tp, sequence_parallel=True, recompute="selective")

@@ -32,15 +32,6 @@ CAST_READS = {Precision.FP8_CURRENT: 2.0}
 # NVFP4 recipes; per-tensor FP8 scales need no second copy on Blackwell, and Hopper's transposed FP8 copy is
 # written by the same fused cast-transpose kernel counted once here)
 CAST_COPIES = {Precision.MXFP8: 2.0, Precision.NVFP4: 2.0}
-# Bytes per element of a sequence-parallel all-gather in a quantised recipe: the GEMM input is cast before it is
-# gathered (Transformer Engine 2.x gather_along_first_dim with the input / grad-output quantizer, which has
-# _all_gather_fp8, _all_gather_fp8_blockwise, _all_gather_mxfp8 and _all_gather_nvfp4; torchao
-# Float8ColwiseParallel), so it travels in the quantised format with its scales. The forward gathers only the rowwise
-# copy its GEMM reads (layernorm_linear.py: quantizer.set_usage(rowwise=True, columnwise=False) before the gather)
-# and backward gathers again for the weight gradient (`Execution.sp_ag_redo`), so block-scaled formats carry one
-# copy per gather, not two. Reduce-scatters carry GEMM outputs: always 16 bit.
-GATHER_BYTES = {p: BYTES[p] for p in (Precision.FP8, Precision.FP8_CURRENT, Precision.FP8_BLOCK, Precision.MXFP8,
-                                      Precision.NVFP4)}
 # Precisions whose GEMM operands are quantised from 16-bit activations by cast kernels (Transformer Engine);
 # attention, element-wise ops and activations between ops stay 16-bit.
 QUANTIZED = frozenset({Precision.FP8, Precision.FP8_CURRENT, Precision.FP8_BLOCK, Precision.MXFP8, Precision.NVFP4})

@@ -35,7 +35,7 @@ import numpy as np
 from ..schema import LLM, MlpKind, Precision
 from ..schema.common import RECOMPUTE_BITS, RecomputeModule
 from ..schema.stack import Stack
-from .hardware import (BYTES, CAST_COPIES, CAST_READS, GATHER_BYTES, QUANTIZED, Hardware, Tiers, a2a_time,
+from .hardware import (BYTES, CAST_COPIES, CAST_READS, QUANTIZED, Hardware, Tiers, a2a_time,
                        collective_time, tier_of)
 from .knobs import Knobs
 from .params import attention_params
@@ -235,8 +235,7 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     flash = k.attention > 0  # flash, flash2 or flash-triton (fused); 2: FlashAttention-2 class; 3: Triton
     rec = k.recompute
     titan = ctx.stack == Stack.TORCHTITAN
-    e, gi = ctx.e, ctx.gemm_in
-    ge = gi if ctx.precision in QUANTIZED else e  # bytes of GEMM inputs kept for wgrad (FP8: 1)
+    e, gi = ctx.e, ctx.gemm_in  # gi: bytes of a GEMM input as cast, gathered and kept for wgrad (16-bit: e)
     kvr = kv_per_rank(llm, tp)
     ah = a / tp  # q heads per rank
     # K/V heads the attention kernel reads (and a CP ring carries): the model's, or every query head's when they
@@ -373,8 +372,8 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
         ep_bw = 2.0 * a2a + etp_c
         # stored for backward: router input and probabilities, permuted rows (GEMM input), expert
         # up-projection output and activation output, rows kept for the weighted combine
-        moe_act_in = ge * R * fe_r  # the expert down-projection's input (the activation's output)
-        moe_store = (ge * Ts * h + 4.0 * Ts * E + ge * R * h + e * R * fe_r * act_in + moe_act_in
+        moe_act_in = gi * R * fe_r  # the expert down-projection's input (the activation's output)
+        moe_store = (gi * Ts * h + 4.0 * Ts * E + gi * R * h + e * R * fe_r * act_in + moe_act_in
                      + e * Ts * kk * cf * h)
 
     # ---------------------------------------------------------------- FP8 quantisation (Transformer Engine)
@@ -415,7 +414,12 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     # ---------------------------------------------------------------- TP collectives
     M = T * h * e  # one full activation of the micro-batch
     ar = collective_time("ar", M, tp, k.tier_tp, ctx.tiers)
-    ag = collective_time("ag", T * h * GATHER_BYTES.get(ctx.precision, e), tp, k.tier_tp, ctx.tiers)
+    # a sequence-parallel all-gather carries the GEMM input as cast (gi: Transformer Engine's gather_along_first_dim
+    # with the input / grad-output quantizer, _all_gather_fp8 / _fp8_blockwise / _mxfp8 / _nvfp4; torchao
+    # Float8ColwiseParallel), the forward only the rowwise copy its GEMM reads (layernorm_linear.py sets the
+    # quantizer to rowwise before the gather) and backward again for the weight gradient (`sp_ag_redo`), so one
+    # copy per gather in block-scaled formats too; reduce-scatters carry GEMM outputs: 16 bit
+    ag = collective_time("ag", T * h * gi, tp, k.tier_tp, ctx.tiers)
     rs = collective_time("rs", M, tp, k.tier_tp, ctx.tiers)
     rs_ag = k.tp_comm.astype(bool)
     one = np.where(rs_ag, ag + rs, ar)  # one column+row pair (attention or MLP)
@@ -472,13 +476,13 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     gemm_in_rep = np.where(sp & k.sp_ag_redo.astype(bool), 1.0 / tp, 1.0)  # QKV/up input: SP-sharded if re-gathered
     dmask = 1.0 if drop else 0.0
     norms = 2.0 * e * T * h * split_n
-    qkv_in = ge * T * h * gemm_in_rep
+    qkv_in = gi * T * h * gemm_in_rep
     q_k_v = e * T * d * (ah + 2.0 * kva)
     scores = np.where(flash, 4.0 * batch * sq, n_sc * (e + (dmask + e if drop else 0.0)))
-    proj_in = ge * T * out_p / h
+    proj_in = gi * T * out_p / h
     drop_masks = 2.0 * dmask * T * h * split_n
-    up_in = ge * T * h * gemm_in_rep if f > 0 else 0.0
-    act_store = e * T * f / tp * act_in + ge * T * f / tp
+    up_in = gi * T * h * gemm_in_rep if f > 0 else 0.0
+    act_store = e * T * f / tp * act_in + gi * T * f / tp
     full = norms + qkv_in + q_k_v + scores + proj_in + drop_masks + up_in + act_store + moe_store
     # selective recompute, per module: (forward time run again, its hardware FLOPs, bytes no longer kept)
     none = (0.0, 0.0, 0.0)
