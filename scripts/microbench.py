@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """Measure your own GPU's kernels and write them in the layout of ../shared/measurements (issue 15).
 
-    python scripts/microbench.py OUT.json [--device cuda] [--quick]
+    python scripts/microbench.py OUT.json [--device cuda] [--quick] [--compile]
 
 Needs PyTorch (`pip install "paraplan[microbench]"`, or any torch build for your GPU). Measures, with CUDA events
 (wall clock on the CPU), the median of --repeats timed runs after --warmup runs, on random data:
 - gemm: BF16 `a @ b` (and FP8 `torch._scaled_mm` where the GPU has it) at layer shapes of a few models over
   tp 1..8 and token counts, and squares 256..16384;
-- attn: causal `scaled_dot_product_attention` forward and forward+backward over heads x sequence, head_dim 128;
-- elem: add, gelu, layer norm, RMS norm and dropout on tokens x hidden tensors, with the bytes each moves.
+- attn: causal `scaled_dot_product_attention` forward and forward+backward over heads x sequence, head_dim 128
+  (and 64), with PyTorch's default kernel (`fw_s`, `fwbw_s`) and each fused backend forced (`cudnn`: cuDNN's
+  fused attention, Transformer Engine's; `flash2`: FlashAttention-2);
+- elem: add, gelu, layer norm, RMS norm and dropout on tokens x hidden tensors, with the bytes each moves;
+- layer: whole pre-norm blocks forward + backward, eager (and torch.compile'd with --compile).
 `python scripts/bench_kernels.py --measurements OUT.json --system YOUR-SYSTEM` then scores the model against
 them, so a system file's efficiencies can be measured rather than guessed. `--device cpu --quick` is a smoke
 test of the script itself (tiny shapes; the numbers mean nothing).
@@ -66,6 +69,7 @@ def gemms(torch, dev, quick, warmup, repeats) -> list[dict]:
             break
     for sq in ([64, 128] if quick else [256, 512, 1024, 2048, 4096, 8192, 16384]):
         cases.append(("square", 1, sq, "square", sq, sq, sq))
+    fp8 = fp8_gemm(torch, dev)
     for model, tp, tokens, op, m, n, k in cases:
         if quick:
             m, n, k = min(m, 64), min(n, 64), min(k, 64)
@@ -74,7 +78,35 @@ def gemms(torch, dev, quick, warmup, repeats) -> list[dict]:
         s = timer(torch, dev, lambda: a @ b, warmup, repeats)
         out.append({"model": model, "tp": tp, "tokens": tokens, "op": op, "m": m, "n": n, "k": k,
                     "dtype": "bf16" if dt == torch.bfloat16 else "fp32", "s": s, "tflops": 2 * m * n * k / s / 1e12})
+        if fp8 is not None and m % 16 == 0 and n % 16 == 0 and k % 16 == 0:
+            fn = fp8(a, b)
+            s = timer(torch, dev, fn, warmup, repeats)
+            out.append({"model": model, "tp": tp, "tokens": tokens, "op": op, "m": m, "n": n, "k": k,
+                        "dtype": "fp8", "s": s, "tflops": 2 * m * n * k / s / 1e12})
+        del a, b
     return out
+
+
+def fp8_gemm(torch, dev):
+    """A maker of FP8 GEMMs (`torch._scaled_mm`: e4m3 operands with per-tensor scales, bf16 out; B column-major as
+    cuBLASLt wants it), or None where the device has no FP8 tensor cores (compute capability < 8.9) or the build
+    lacks it."""
+    if not dev.startswith("cuda") or not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
+        return None
+    if torch.cuda.get_device_capability(0) < (8, 9):
+        return None
+    one = torch.ones((), device=dev, dtype=torch.float32)
+
+    def make(a, b):
+        a8 = a.to(torch.float8_e4m3fn)
+        b8 = b.t().contiguous().to(torch.float8_e4m3fn).t()
+        return lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    try:
+        x = torch.randn(32, 32, device=dev, dtype=torch.bfloat16)
+        make(x, x)()
+    except Exception:  # noqa: BLE001 - an FP8 path this build or GPU does not have: BF16 only
+        return None
+    return make
 
 
 def attention(torch, dev, quick, warmup, repeats) -> list[dict]:
@@ -82,10 +114,10 @@ def attention(torch, dev, quick, warmup, repeats) -> list[dict]:
 
     dt = torch.bfloat16 if dev.startswith("cuda") else torch.float32
     out = []
-    grid = [(1, 128, 2, 2)] if quick else [(1, s, hh, kv) for s in (2048, 4096, 8192) for hh, kv in
-                                           ((96, 96), (64, 8), (32, 8), (12, 12), (8, 1))]
-    d = 32 if quick else 128
-    for b, s, heads, kv in grid:
+    grid = [(1, 128, 2, 2, 32)] if quick else (
+        [(1, s, hh, kv, 128) for s in (2048, 4096, 8192) for hh, kv in ((96, 96), (64, 8), (32, 8), (12, 12), (8, 1))]
+        + [(1, s, 64, 8, 64) for s in (4096, 16384)] + [(1, 32768, 8, 1, 128)])
+    for b, s, heads, kv, d in grid:
         q = torch.randn(b, heads, s, d, device=dev, dtype=dt, requires_grad=True)
         k = torch.randn(b, kv, s, d, device=dev, dtype=dt, requires_grad=True)
         v = torch.randn(b, kv, s, d, device=dev, dtype=dt, requires_grad=True)
@@ -97,8 +129,34 @@ def attention(torch, dev, quick, warmup, repeats) -> list[dict]:
         def fwbw():
             fw().sum().backward()
 
-        out.append({"b": b, "s": s, "heads": heads, "kv_heads": kv, "head_dim": d,
-                    "fw_s": timer(torch, dev, fw, warmup, repeats), "fwbw_s": timer(torch, dev, fwbw, warmup, repeats)})
+        row = {"b": b, "s": s, "heads": heads, "kv_heads": kv, "head_dim": d}
+        for name, ctx in backends(torch, dev):
+            try:
+                with ctx():
+                    row[name] = {"fw_s": timer(torch, dev, fw, warmup, repeats),
+                                 "fwbw_s": timer(torch, dev, fwbw, warmup, repeats)}
+            except RuntimeError:  # this backend does not take the shape (or is not built): not measured
+                continue
+        if "default" in row:
+            row.update(row["default"])  # fw_s / fwbw_s: PyTorch's own choice, as earlier files have them
+            out.append(row)
+    return out
+
+
+def backends(torch, dev):
+    """(name, context) for PyTorch's default SDPA choice and, on CUDA, each fused backend forced: `cudnn` (cuDNN's
+    fused attention, Transformer Engine's kernels on Hopper/Blackwell) and `flash2` (PyTorch's FlashAttention-2)."""
+    import contextlib
+
+    out = [("default", contextlib.nullcontext)]
+    if dev.startswith("cuda"):
+        try:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+        except ImportError:
+            return out
+        for name, be in (("cudnn", "CUDNN_ATTENTION"), ("flash2", "FLASH_ATTENTION")):
+            if hasattr(SDPBackend, be):
+                out.append((name, lambda be=be: sdpa_kernel(getattr(SDPBackend, be))))
     return out
 
 
@@ -124,6 +182,81 @@ def elementwise(torch, dev, quick, warmup, repeats) -> list[dict]:
     return out
 
 
+BLOCKS = [  # (model, hidden, ffn, heads, kv_heads, gated, micro_batch, seq, layers): the H100 file's block cases
+    ("llama3.1-8b", 4096, 14336, 32, 8, True, 1, 4096, 4),
+    ("llama3.1-8b", 4096, 14336, 32, 8, True, 2, 8192, 2),
+    ("gpt3-175b", 12288, 49152, 96, 96, False, 1, 2048, 1),
+    ("gpt-1.3b", 2048, 8192, 16, 16, False, 4, 2048, 8),
+    ("llama3.1-70b", 8192, 28672, 64, 8, True, 1, 4096, 2),
+]
+
+
+def blocks(torch, dev, quick, warmup, repeats, compile_too=False) -> list[dict]:
+    """Whole pre-norm transformer blocks, forward + backward, eager (and torch.compile'd with --compile): Llama-style
+    (RMSNorm, rotary embedding, GQA, SwiGLU, no biases) or GPT-style (LayerNorm with biases, GELU), bf16, no
+    dropout; `layers` blocks in a row on one micro-batch, per_layer_s = fwbw_s / layers."""
+    import torch.nn.functional as F
+
+    dt = torch.bfloat16 if dev.startswith("cuda") else torch.float32
+    out = []
+    cases = [("tiny", 64, 128, 4, 2, True, 1, 32, 2)] if quick else BLOCKS
+    for model, h, f, a, kv, gated, b, s, n_layers in cases:
+        d = h // a
+
+        def lin(o, i, bias):
+            w = (torch.randn(o, i, device=dev, dtype=dt) * 0.02).requires_grad_()
+            return w, (torch.zeros(o, device=dev, dtype=dt, requires_grad=True) if bias else None)
+
+        layers = []
+        for _ in range(n_layers):
+            norm = [torch.ones(h, device=dev, dtype=dt, requires_grad=True) for _ in range(2)]
+            nb = [None if gated else torch.zeros(h, device=dev, dtype=dt, requires_grad=True) for _ in range(2)]
+            layers.append({"norm": norm, "nb": nb, "qkv": lin((a + 2 * kv) * d, h, not gated),
+                           "o": lin(h, a * d, not gated), "up": lin(2 * f if gated else f, h, not gated),
+                           "down": lin(h, f, not gated)})
+        pos = torch.arange(s, device=dev, dtype=torch.float32)[:, None]
+        ang = pos * (1.0 / 500000 ** (torch.arange(0, d, 2, device=dev, dtype=torch.float32) / d))[None, :]
+        cos, sin = ang.cos().to(dt), ang.sin().to(dt)
+
+        def rope(x):
+            x1, x2 = x[..., : d // 2], x[..., d // 2:]
+            return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+        def norm(x, w, bias):
+            return F.rms_norm(x, (h,), w) if gated else F.layer_norm(x, (h,), w, bias)
+
+        def block(x, p):
+            y = norm(x, p["norm"][0], p["nb"][0])
+            q, k, v = F.linear(y, *p["qkv"]).split([a * d, kv * d, kv * d], dim=-1)
+            q = q.view(b, s, a, d).transpose(1, 2)
+            k = k.view(b, s, kv, d).transpose(1, 2)
+            v = v.view(b, s, kv, d).transpose(1, 2)
+            if gated:
+                q, k = rope(q), rope(k)
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv != a)
+            x = x + F.linear(o.transpose(1, 2).reshape(b, s, a * d), *p["o"])
+            y = F.linear(norm(x, p["norm"][1], p["nb"][1]), *p["up"])
+            y = F.silu(y[..., :f]) * y[..., f:] if gated else F.gelu(y)
+            return x + F.linear(y, *p["down"])
+
+        x = torch.randn(b, s, h, device=dev, dtype=dt, requires_grad=True)
+        for compiled in ([False, True] if compile_too else [False]):
+            fn = torch.compile(block) if compiled else block
+
+            def fwbw():
+                y = x
+                for p in layers:
+                    y = fn(y, p)
+                y.sum().backward()
+
+            t = timer(torch, dev, fwbw, warmup, repeats)
+            out.append({"model": model, "hidden": h, "ffn": f, "heads": a, "kv_heads": kv, "head_dim": d,
+                        "gated": gated, "micro_batch": b, "seq": s, "layers": n_layers, "compiled": compiled,
+                        "fwbw_s": t, "per_layer_s": t / n_layers})
+        del layers, x
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
@@ -131,6 +264,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="tiny shapes: a smoke test of the script")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--compile", action="store_true", help="also time the blocks under torch.compile (slow to start)")
     a = ap.parse_args()
     try:
         import torch
@@ -144,14 +278,17 @@ def main() -> int:
     dev = a.device
     name = torch.cuda.get_device_name(0) if dev.startswith("cuda") else "cpu"
     sms = torch.cuda.get_device_properties(0).multi_processor_count if dev.startswith("cuda") else None
-    data = {"device": name, "torch": torch.__version__, "sms": sms,
+    cudnn = torch.backends.cudnn.version() if dev.startswith("cuda") else None
+    data = {"device": name, "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": cudnn, "sms": sms,
+            "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "gemm": gemms(torch, dev, a.quick, a.warmup, a.repeats),
             "attn": attention(torch, dev, a.quick, a.warmup, a.repeats),
-            "elem": elementwise(torch, dev, a.quick, a.warmup, a.repeats), "layer": []}
+            "elem": elementwise(torch, dev, a.quick, a.warmup, a.repeats),
+            "layer": blocks(torch, dev, a.quick, a.warmup, a.repeats, a.compile)}
     with open(a.out, "w") as f:
         json.dump(data, f, indent=1)
     print(f"wrote {a.out}: {len(data['gemm'])} GEMMs, {len(data['attn'])} attention, {len(data['elem'])} element-wise "
-          f"sizes on {name}")
+          f"sizes, {len(data['layer'])} blocks on {name}")
     return 0
 
 
