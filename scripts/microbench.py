@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Measure your own GPU's kernels and write them in the layout of ../shared/measurements (issue 15).
 
-    python scripts/microbench.py OUT.json [--device cuda] [--quick] [--compile]
+    python scripts/microbench.py OUT.json [--device cuda] [--quick] [--compile] [--queue N] [--only attn,elem]
 
 Needs PyTorch (`pip install "paraplan[microbench]"`, or any torch build for your GPU). Measures, with CUDA events
 (wall clock on the CPU), the median of --repeats timed runs after --warmup runs, on random data:
@@ -32,8 +32,15 @@ SHAPES = {  # model: (hidden, ffn, heads, kv_heads, gated)
 }
 
 
+QUEUE = [1]  # calls timed back to back between two events (--queue)
+
+
 def timer(torch, device: str, fn, warmup: int, repeats: int) -> float:
-    """Median seconds of `fn()`."""
+    """Median seconds of `fn()`. With --queue N, N calls run back to back between the two events and the time is
+    divided by N: the GPU then runs them as a training step does, queued ahead by the CPU, so the CPU's dispatch
+    time (Python, ATen, the library's launch) is hidden unless it is longer than the kernels themselves; with 1
+    (the default, as ../shared/measurements) each call's dispatch on an idle GPU is inside its time."""
+    q = QUEUE[0]
     for _ in range(warmup):
         fn()
     times = []
@@ -41,15 +48,17 @@ def timer(torch, device: str, fn, warmup: int, repeats: int) -> float:
         for _ in range(repeats):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
-            fn()
+            for _ in range(q):
+                fn()
             b.record()
             torch.cuda.synchronize()
-            times.append(a.elapsed_time(b) / 1e3)
+            times.append(a.elapsed_time(b) / 1e3 / q)
     else:
         for _ in range(repeats):
             t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
+            for _ in range(q):
+                fn()
+            times.append((time.perf_counter() - t0) / q)
     return statistics.median(times)
 
 
@@ -265,6 +274,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--compile", action="store_true", help="also time the blocks under torch.compile (slow to start)")
+    ap.add_argument("--queue", type=int, default=1, help="calls timed back to back per measurement (default 1)")
+    ap.add_argument("--only", default="gemm,attn,elem,layer", help="comma-separated tables to measure")
     a = ap.parse_args()
     try:
         import torch
@@ -276,15 +287,18 @@ def main() -> int:
         print("no CUDA device: run on a GPU machine, or --device cpu --quick to test the script", file=sys.stderr)
         return 2
     dev = a.device
+    QUEUE[0] = max(1, a.queue)
+    only = set(a.only.split(","))
     name = torch.cuda.get_device_name(0) if dev.startswith("cuda") else "cpu"
     sms = torch.cuda.get_device_properties(0).multi_processor_count if dev.startswith("cuda") else None
     cudnn = torch.backends.cudnn.version() if dev.startswith("cuda") else None
     data = {"device": name, "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": cudnn, "sms": sms,
             "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "gemm": gemms(torch, dev, a.quick, a.warmup, a.repeats),
-            "attn": attention(torch, dev, a.quick, a.warmup, a.repeats),
-            "elem": elementwise(torch, dev, a.quick, a.warmup, a.repeats),
-            "layer": blocks(torch, dev, a.quick, a.warmup, a.repeats, a.compile)}
+            "queue": QUEUE[0],
+            "gemm": gemms(torch, dev, a.quick, a.warmup, a.repeats) if "gemm" in only else [],
+            "attn": attention(torch, dev, a.quick, a.warmup, a.repeats) if "attn" in only else [],
+            "elem": elementwise(torch, dev, a.quick, a.warmup, a.repeats) if "elem" in only else [],
+            "layer": blocks(torch, dev, a.quick, a.warmup, a.repeats, a.compile) if "layer" in only else []}
     with open(a.out, "w") as f:
         json.dump(data, f, indent=1)
     print(f"wrote {a.out}: {len(data['gemm'])} GEMMs, {len(data['attn'])} attention, {len(data['elem'])} element-wise "

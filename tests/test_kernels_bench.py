@@ -55,6 +55,14 @@ def test_microbench_writes_a_table_bench_kernels_reads(tmp_path):
     assert data["layer"] and all(b["per_layer_s"] > 0 and not b["compiled"] for b in data["layer"])
     assert s["gemm"]["n"] == len(data["gemm"]) and s["attention"]["n"] == len(data["attn"])
     assert s["block"]["n"] == len(data["layer"])
+    # --queue N times N calls back to back; --only measures the named tables and leaves the others empty
+    out2 = tmp_path / "queued.json"
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "microbench.py"), str(out2), "--device", "cpu", "--quick",
+                        "--warmup", "1", "--repeats", "2", "--queue", "3", "--only", "attn,layer"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    q = json.loads(out2.read_text())
+    assert q["queue"] == 3 and q["gemm"] == [] and q["elem"] == [] and q["attn"] and q["layer"]
 
 
 H200 = ROOT / "problems" / "measurements" / "h200-sxm-141gb-microbench.json"
