@@ -23,15 +23,23 @@ local; full causal attention in every layer, no sinks):
 """
 import argparse
 import json
+import sys
 import time
-
-import torch
-import torch.nn.functional as F
 
 _ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 _ap.add_argument("out")
 _ap.add_argument("--small", action="store_true", help="tiny shapes on any device: a smoke test")
 _args = _ap.parse_args()
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    print("microbench_moe_layer needs PyTorch: pip install 'paraplan[microbench]' (or a torch build for your GPU)",
+          file=sys.stderr)
+    sys.exit(2)
+if not _args.small and not torch.cuda.is_available():
+    print("no CUDA device: run on a GPU machine, or --small to test the script", file=sys.stderr)
+    sys.exit(2)
 SMALL = _args.small
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 dt = torch.bfloat16 if dev == "cuda" else torch.float32

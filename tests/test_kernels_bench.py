@@ -104,3 +104,20 @@ def test_head_size_scale_matches_the_h200_attention_kernels():
     # and the backends differ as the system files' two efficiencies say they do: FlashAttention-2 slower
     slower = [a["flash2"]["fwbw_s"] / a["cudnn"]["fwbw_s"] for a in data["attn"]]
     assert 1.3 <= float(np.median(slower)) <= 2.0
+
+
+def test_moe_layer_probe_smoke(tmp_path):
+    """scripts/microbench_moe_layer.py --small (PyTorch, optional) times the GPT-OSS block's pieces on any device:
+    forward+backward longer than forward, nine blocks longer than one, every table filled, no error recorded."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+
+    out = tmp_path / "block.json"
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "microbench_moe_layer.py"), str(out), "--small"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(out.read_text())
+    lay = d["layer"]
+    assert d["errors"] == [] and d["gemm"] and d["grouped"] and d["attn"] and d["cp"]
+    assert lay["layer_fwbw_s"] > lay["layer_fw_s"] > 0 and lay["stack9_nosync_wall_s"] > lay["layer_fwbw_s"]
