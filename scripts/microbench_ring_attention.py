@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Time one rank's share of load-balanced ring attention (context parallelism) on one GPU, without the ring.
+
+    python scripts/microbench_ring_attention.py OUT.json [--small]
+
+PyTorch's context parallelism (torch.distributed.tensor.experimental.context_parallel, the one torchtitan runs;
+Transformer Engine's p2p ring is built the same way) splits the sequence into 2*cp chunks, gives rank r chunks r
+and 2cp-1-r, and runs cp steps: step 0 causal attention of the local queries on the local keys; each later step
+one full (non-causal) kernel, either all local queries against the first half of the received K/V chunk (steps
+i <= r) or the second half of the queries against all of it (i > r); the partial outputs are merged in fp32
+with their log-sum-exps (out -= sigmoid(lse_i - lse) * (out - out_i); lse -= logsigmoid(lse - lse_i)), and
+backward runs the same kernels in reverse. This times exactly that computation on one GPU (the K/V of the other
+ranks are random tensors already here: no communication), forward and forward+backward, for the torchtitan
+runs' shapes (Llama 3.1 8B: 32 query / 8 K/V heads of 128; 32768 tokens per rank at cp 1, 2, 4 and 8, i.e.
+sequences of 32K-256K; K/V expanded to the 32 query heads, as the kernels called here take equal heads), with
+PyTorch's FlashAttention-2 kernel (as those runs) and cuDNN's where it takes the shape. `scripts/bench_kernels.py` is not needed: compare `fwbw_s` with the model's
+`optimizer.model.layer.flash_attention(..., cp=cp)` for the same shapes. `--small`: tiny shapes on any device.
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+
+_ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+_ap.add_argument("out")
+_ap.add_argument("--small", action="store_true", help="tiny shapes on any device: a smoke test")
+_ap.add_argument("--repeats", type=int, default=5)
+_args = _ap.parse_args()
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    print("microbench_ring_attention needs PyTorch: pip install 'paraplan[microbench]'", file=sys.stderr)
+    sys.exit(2)
+if not _args.small and not torch.cuda.is_available():
+    print("no CUDA device: run on a GPU machine, or --small to test the script", file=sys.stderr)
+    sys.exit(2)
+dev = "cuda" if torch.cuda.is_available() else "cpu"
+dt = torch.bfloat16 if dev == "cuda" else torch.float32
+
+
+def sync():
+    if dev == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, repeats, warmup=2):
+    for _ in range(warmup):
+        fn()
+    sync()
+    ts = []
+    for _ in range(repeats):
+        if dev == "cuda":
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            sync()
+            ts.append(a.elapsed_time(b) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def attn_lse(q, k, v, causal, backend):
+    """Attention output and log-sum-exp ([b, h, s]) with autograd, on the chosen kernel."""
+    if dev == "cuda" and backend == "flash2":
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False)[:2]
+        return out, lse
+    if dev == "cuda" and backend == "cudnn":
+        out, lse = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal, False)[:2]
+        return out, lse.reshape(out.shape[:3])
+    s = (q.float() @ k.float().transpose(-1, -2)) / q.shape[-1] ** 0.5  # the math path (CPU smoke test)
+    if causal:
+        s = s.masked_fill(torch.ones_like(s, dtype=torch.bool).triu(1), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    return (torch.softmax(s, dim=-1) @ v.float()).to(q.dtype), lse
+
+
+def ring_rank(q, ks, vs, cp, rank, backend):
+    """One rank's forward: cp steps and the fp32 merges, as torch's _templated_ring_attention / _SDPAMerger."""
+    out = lse = None
+    half = q.shape[2] // 2
+    for i in range(cp):
+        k, v = ks[i], vs[i]
+        if i == 0:
+            o, l_, partial = *attn_lse(q, k, v, True, backend), False
+        elif i <= rank:
+            kh, vh = k[:, :, : k.shape[2] // 2], v[:, :, : v.shape[2] // 2]
+            o, l_, partial = *attn_lse(q, kh, vh, False, backend), False
+        else:
+            o, l_, partial = *attn_lse(q[:, :, half:], k, v, False, backend), True
+        o, l_ = o.float(), l_.float().unsqueeze(-1)
+        if out is None:
+            out, lse = o, l_
+        elif not partial:
+            out = out - torch.sigmoid(l_ - lse) * (out - o)
+            lse = lse - F.logsigmoid(lse - l_)
+        else:
+            o2, l2 = out[:, :, half:], lse[:, :, half:]
+            o2 = o2 - torch.sigmoid(l_ - l2) * (o2 - o)
+            l2 = l2 - F.logsigmoid(l2 - l_)
+            out = torch.cat([out[:, :, :half], o2], dim=2)
+            lse = torch.cat([lse[:, :, :half], l2], dim=2)
+    return out.to(q.dtype)
+
+
+res = {"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "torch": torch.__version__,
+       "rows": [], "errors": []}
+heads, kvh, d = (32, 8, 128) if not _args.small else (4, 1, 32)
+local = 32768 if not _args.small else 256
+for backend in (["flash2", "cudnn"] if dev == "cuda" else ["math"]):
+    for cp in (1, 2, 4, 8):
+        rank = cp - 1  # load-balanced: every rank has the same work; the last one runs the partial merges
+        q = torch.randn(1, heads, local, d, device=dev, dtype=dt, requires_grad=True)
+        ks = [torch.randn(1, heads, local, d, device=dev, dtype=dt, requires_grad=True) for _ in range(cp)]
+        vs = [torch.randn(1, heads, local, d, device=dev, dtype=dt, requires_grad=True) for _ in range(cp)]
+        row = {"backend": backend, "cp": cp, "rank": rank, "tokens_per_rank": local, "seq": local * cp,
+               "heads": heads, "kv_heads": kvh, "head_dim": d}
+        try:
+            go = torch.randn(1, heads, local, d, device=dev, dtype=dt)
+            row["fw_s"] = timed(lambda: ring_rank(q, ks, vs, cp, rank, backend), _args.repeats)
+
+            def fb():
+                ring_rank(q, ks, vs, cp, rank, backend).backward(go)
+            row["fwbw_s"] = timed(fb, _args.repeats)
+            # the attention kernels alone (no merges), forward: the same steps' SDPA calls
+            def kernels():
+                with torch.no_grad():
+                    for i in range(cp):
+                        if i == 0:
+                            attn_lse(q, ks[i], vs[i], True, backend)
+                        elif i <= rank:
+                            attn_lse(q, ks[i][:, :, : local // 2], vs[i][:, :, : local // 2], False, backend)
+                        else:
+                            attn_lse(q[:, :, local // 2:], ks[i], vs[i], False, backend)
+            row["kernels_fw_s"] = timed(kernels, _args.repeats)
+            res["rows"].append(row)
+        except Exception as ex:  # noqa: BLE001 - a backend that does not take the shape: recorded, not fatal
+            res["errors"].append(f"{backend} cp{cp}: {ex!r}"[:300])
+        del q, ks, vs
+        if dev == "cuda":
+            torch.cuda.empty_cache()
+        with open(_args.out, "w") as fh:
+            json.dump(res, fh, indent=1)
+print(f"wrote {_args.out}: " + ", ".join(f"{r['backend']} cp{r['cp']} {r['fwbw_s'] * 1e3:.1f} ms" for r in res["rows"]))
