@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
+
+from torch_timing import median_time, need_torch
 
 SHAPES = {  # model: (hidden, ffn, heads, kv_heads, gated)
     "gpt3-175b": (12288, 49152, 96, 96, False),
@@ -36,30 +37,8 @@ QUEUE = [1]  # calls timed back to back between two events (--queue)
 
 
 def timer(torch, device: str, fn, warmup: int, repeats: int) -> float:
-    """Median seconds of `fn()`. With --queue N, N calls run back to back between the two events and the time is
-    divided by N: the GPU then runs them as a training step does, queued ahead by the CPU, so the CPU's dispatch
-    time (Python, ATen, the library's launch) is hidden unless it is longer than the kernels themselves; with 1
-    (the default, as ../shared/measurements) each call's dispatch on an idle GPU is inside its time."""
-    q = QUEUE[0]
-    for _ in range(warmup):
-        fn()
-    times = []
-    if device.startswith("cuda"):
-        for _ in range(repeats):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            for _ in range(q):
-                fn()
-            b.record()
-            torch.cuda.synchronize()
-            times.append(a.elapsed_time(b) / 1e3 / q)
-    else:
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            for _ in range(q):
-                fn()
-            times.append((time.perf_counter() - t0) / q)
-    return statistics.median(times)
+    """Median seconds of `fn()` (`torch_timing.median_time`, --queue calls back to back per timed run)."""
+    return median_time(torch, fn, repeats, warmup, queue=QUEUE[0], cuda=device.startswith("cuda"))
 
 
 def gemms(torch, dev, quick, warmup, repeats) -> list[dict]:
@@ -277,15 +256,7 @@ def main() -> int:
     ap.add_argument("--queue", type=int, default=1, help="calls timed back to back per measurement (default 1)")
     ap.add_argument("--only", default="gemm,attn,elem,layer", help="comma-separated tables to measure")
     a = ap.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print("microbench needs PyTorch: pip install 'paraplan[microbench]' (or a torch build for your GPU)",
-              file=sys.stderr)
-        return 2
-    if a.device.startswith("cuda") and not torch.cuda.is_available():
-        print("no CUDA device: run on a GPU machine, or --device cpu --quick to test the script", file=sys.stderr)
-        return 2
+    torch = need_torch("microbench", gpu=a.device.startswith("cuda"), smoke_flag="--device cpu --quick")
     dev = a.device
     QUEUE[0] = max(1, a.queue)
     only = set(a.only.split(","))

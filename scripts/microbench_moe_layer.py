@@ -23,24 +23,18 @@ local; full causal attention in every layer, no sinks):
 """
 import argparse
 import json
-import sys
 import time
+
+from torch_timing import median_time, need_torch, wall_time
 
 _ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 _ap.add_argument("out")
 _ap.add_argument("--small", action="store_true", help="tiny shapes on any device: a smoke test")
 _args = _ap.parse_args()
-try:
-    import torch
-    import torch.nn.functional as F
-except ImportError:
-    print("microbench_moe_layer needs PyTorch: pip install 'paraplan[microbench]' (or a torch build for your GPU)",
-          file=sys.stderr)
-    sys.exit(2)
-if not _args.small and not torch.cuda.is_available():
-    print("no CUDA device: run on a GPU machine, or --small to test the script", file=sys.stderr)
-    sys.exit(2)
 SMALL = _args.small
+torch = need_torch("microbench_moe_layer", gpu=not SMALL, smoke_flag="--small")
+import torch.nn.functional as F  # noqa: E402
+
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 dt = torch.bfloat16 if dev == "cuda" else torch.float32
 res = {"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "torch": torch.__version__,
@@ -63,31 +57,11 @@ def sync():
 
 
 def bench(fn, reps=15, warm=3):
-    for _ in range(warm):
-        fn()
-    sync()
-    if dev != "cuda":
-        t = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        return (time.perf_counter() - t) / reps
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for a, b in ev:
-        a.record(); fn(); b.record()
-    sync()
-    ts = sorted(a.elapsed_time(b) / 1e3 for a, b in ev)
-    return ts[len(ts) // 2]
+    return median_time(torch, fn, reps, warm)
 
 
 def wall(fn, reps=15, warm=3):
-    for _ in range(warm):
-        fn()
-    sync()
-    t = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    sync()
-    return (time.perf_counter() - t) / reps
+    return wall_time(torch, fn, reps, warm)
 
 
 S = 1 if not SMALL else 16  # shrink factor for a CPU dry run

@@ -18,51 +18,23 @@ PyTorch's FlashAttention-2 kernel (as those runs) and cuDNN's where it takes the
 """
 import argparse
 import json
-import statistics
-import sys
-import time
+
+from torch_timing import median_time, need_torch
 
 _ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 _ap.add_argument("out")
 _ap.add_argument("--small", action="store_true", help="tiny shapes on any device: a smoke test")
 _ap.add_argument("--repeats", type=int, default=5)
 _args = _ap.parse_args()
-try:
-    import torch
-    import torch.nn.functional as F
-except ImportError:
-    print("microbench_ring_attention needs PyTorch: pip install 'paraplan[microbench]'", file=sys.stderr)
-    sys.exit(2)
-if not _args.small and not torch.cuda.is_available():
-    print("no CUDA device: run on a GPU machine, or --small to test the script", file=sys.stderr)
-    sys.exit(2)
+torch = need_torch("microbench_ring_attention", gpu=not _args.small, smoke_flag="--small")
+import torch.nn.functional as F  # noqa: E402
+
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 dt = torch.bfloat16 if dev == "cuda" else torch.float32
 
 
-def sync():
-    if dev == "cuda":
-        torch.cuda.synchronize()
-
-
 def timed(fn, repeats, warmup=2):
-    for _ in range(warmup):
-        fn()
-    sync()
-    ts = []
-    for _ in range(repeats):
-        if dev == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            sync()
-            ts.append(a.elapsed_time(b) / 1e3)
-        else:
-            t0 = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+    return median_time(torch, fn, repeats, warmup)
 
 
 def attn_lse(q, k, v, causal, backend):
