@@ -18,34 +18,23 @@ PyTorch's FlashAttention-2 kernel (as those runs) and cuDNN's where it takes the
 """
 import argparse
 import json
+import sys
 
 from torch_timing import median_time, need_torch
 
-_ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-_ap.add_argument("out")
-_ap.add_argument("--small", action="store_true", help="tiny shapes on any device: a smoke test")
-_ap.add_argument("--repeats", type=int, default=5)
-_args = _ap.parse_args()
-torch = need_torch("microbench_ring_attention", gpu=not _args.small, smoke_flag="--small")
-import torch.nn.functional as F  # noqa: E402
-
-dev = "cuda" if torch.cuda.is_available() else "cpu"
-dt = torch.bfloat16 if dev == "cuda" else torch.float32
-
-
-def timed(fn, repeats, warmup=2):
-    return median_time(torch, fn, repeats, warmup)
-
 
 def attn_lse(q, k, v, causal, backend):
-    """Attention output and log-sum-exp ([b, h, s]) with autograd, on the chosen kernel."""
-    if dev == "cuda" and backend == "flash2":
+    """Attention output and log-sum-exp ([b, h, s]) with autograd, on the chosen kernel (`math`: plain PyTorch in
+    fp32, any device)."""
+    import torch
+
+    if backend == "flash2":
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False)[:2]
         return out, lse
-    if dev == "cuda" and backend == "cudnn":
+    if backend == "cudnn":
         out, lse = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal, False)[:2]
         return out, lse.reshape(out.shape[:3])
-    s = (q.float() @ k.float().transpose(-1, -2)) / q.shape[-1] ** 0.5  # the math path (CPU smoke test)
+    s = (q.float() @ k.float().transpose(-1, -2)) / q.shape[-1] ** 0.5
     if causal:
         s = s.masked_fill(torch.ones_like(s, dtype=torch.bool).triu(1), float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
@@ -53,7 +42,11 @@ def attn_lse(q, k, v, causal, backend):
 
 
 def ring_rank(q, ks, vs, cp, rank, backend):
-    """One rank's forward: cp steps and the fp32 merges, as torch's _templated_ring_attention / _SDPAMerger."""
+    """Rank `rank`'s forward over the cp steps (`ks[i]`, `vs[i]`: the K/V chunk pair it holds at step i, its own at
+    step 0) with the fp32 merges, as torch's _templated_ring_attention / _SDPAMerger."""
+    import torch
+    import torch.nn.functional as F
+
     out = lse = None
     half = q.shape[2] // 2
     for i in range(cp):
@@ -80,42 +73,73 @@ def ring_rank(q, ks, vs, cp, rank, backend):
     return out.to(q.dtype)
 
 
-res = {"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "torch": torch.__version__,
-       "rows": [], "errors": []}
-heads, kvh, d = (32, 8, 128) if not _args.small else (4, 1, 32)
-local = 32768 if not _args.small else 256
-for backend in (["flash2", "cudnn"] if dev == "cuda" else ["math"]):
-    for cp in (1, 2, 4, 8):
-        rank = cp - 1  # load-balanced: every rank has the same work; the last one runs the partial merges
-        q = torch.randn(1, heads, local, d, device=dev, dtype=dt, requires_grad=True)
-        ks = [torch.randn(1, heads, local, d, device=dev, dtype=dt, requires_grad=True) for _ in range(cp)]
-        vs = [torch.randn(1, heads, local, d, device=dev, dtype=dt, requires_grad=True) for _ in range(cp)]
-        row = {"backend": backend, "cp": cp, "rank": rank, "tokens_per_rank": local, "seq": local * cp,
-               "heads": heads, "kv_heads": kvh, "head_dim": d}
-        try:
-            go = torch.randn(1, heads, local, d, device=dev, dtype=dt)
-            row["fw_s"] = timed(lambda: ring_rank(q, ks, vs, cp, rank, backend), _args.repeats)
+def local_chunks(x, cp, rank):
+    """The load-balanced layout: of 2*cp sequence chunks (dim 2), rank r holds chunks r and 2cp-1-r."""
+    import torch
 
-            def fb():
-                ring_rank(q, ks, vs, cp, rank, backend).backward(go)
-            row["fwbw_s"] = timed(fb, _args.repeats)
-            # the attention kernels alone (no merges), forward: the same steps' SDPA calls
-            def kernels():
-                with torch.no_grad():
-                    for i in range(cp):
-                        if i == 0:
-                            attn_lse(q, ks[i], vs[i], True, backend)
-                        elif i <= rank:
-                            attn_lse(q, ks[i][:, :, : local // 2], vs[i][:, :, : local // 2], False, backend)
-                        else:
-                            attn_lse(q[:, :, local // 2:], ks[i], vs[i], False, backend)
-            row["kernels_fw_s"] = timed(kernels, _args.repeats)
-            res["rows"].append(row)
-        except Exception as ex:  # noqa: BLE001 - a backend that does not take the shape: recorded, not fatal
-            res["errors"].append(f"{backend} cp{cp}: {ex!r}"[:300])
-        del q, ks, vs
-        if dev == "cuda":
-            torch.cuda.empty_cache()
-        with open(_args.out, "w") as fh:
-            json.dump(res, fh, indent=1)
-print(f"wrote {_args.out}: " + ", ".join(f"{r['backend']} cp{r['cp']} {r['fwbw_s'] * 1e3:.1f} ms" for r in res["rows"]))
+    c = x.chunk(2 * cp, dim=2)
+    return torch.cat([c[rank], c[2 * cp - 1 - rank]], dim=2)
+
+
+def ring_exact(q, k, v, cp, rank, backend="math"):
+    """Rank `rank`'s ring output for full-sequence q, k, v, with the chunk pair of rank (rank - i) mod cp at step
+    i (the ring passes K/V to the next rank): equal to the causal attention of the whole sequence on that rank's
+    chunks (the smoke test checks it)."""
+    ks = [local_chunks(k, cp, (rank - i) % cp) for i in range(cp)]
+    vs = [local_chunks(v, cp, (rank - i) % cp) for i in range(cp)]
+    return ring_rank(local_chunks(q, cp, rank), ks, vs, cp, rank, backend)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out")
+    ap.add_argument("--small", action="store_true", help="tiny shapes on any device: a smoke test")
+    ap.add_argument("--repeats", type=int, default=5)
+    a = ap.parse_args()
+    torch = need_torch("microbench_ring_attention", gpu=not a.small, smoke_flag="--small")
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    dt = torch.bfloat16 if dev == "cuda" else torch.float32
+    res = {"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "torch": torch.__version__,
+           "rows": [], "errors": []}
+    heads, kvh, d = (32, 8, 128) if not a.small else (4, 1, 32)
+    local = 32768 if not a.small else 256
+    for backend in (["flash2", "cudnn"] if dev == "cuda" else ["math"]):
+        for cp in (1, 2, 4, 8):
+            rank = cp - 1  # load-balanced: every rank has the same work; the last one runs the partial merges
+            q = torch.randn(1, heads, local, d, device=dev, dtype=dt, requires_grad=True)
+            ks = [torch.randn(1, heads, local, d, device=dev, dtype=dt, requires_grad=True) for _ in range(cp)]
+            vs = [torch.randn(1, heads, local, d, device=dev, dtype=dt, requires_grad=True) for _ in range(cp)]
+            row = {"backend": backend, "cp": cp, "rank": rank, "tokens_per_rank": local, "seq": local * cp,
+                   "heads": heads, "kv_heads": kvh, "head_dim": d}
+            try:
+                go = torch.randn(1, heads, local, d, device=dev, dtype=dt)
+                row["fw_s"] = median_time(torch, lambda: ring_rank(q, ks, vs, cp, rank, backend), a.repeats, 2)
+
+                def fb():
+                    ring_rank(q, ks, vs, cp, rank, backend).backward(go)
+                row["fwbw_s"] = median_time(torch, fb, a.repeats, 2)
+
+                def kernels():  # the same steps' attention calls alone, forward, no merges
+                    with torch.no_grad():
+                        for i in range(cp):
+                            if i == 0:
+                                attn_lse(q, ks[i], vs[i], True, backend)
+                            elif i <= rank:
+                                attn_lse(q, ks[i][:, :, : local // 2], vs[i][:, :, : local // 2], False, backend)
+                            else:
+                                attn_lse(q[:, :, local // 2:], ks[i], vs[i], False, backend)
+                row["kernels_fw_s"] = median_time(torch, kernels, a.repeats, 2)
+                res["rows"].append(row)
+            except Exception as ex:  # noqa: BLE001 - a backend that does not take the shape: recorded, not fatal
+                res["errors"].append(f"{backend} cp{cp}: {ex!r}"[:300])
+            del q, ks, vs
+            if dev == "cuda":
+                torch.cuda.empty_cache()
+            with open(a.out, "w") as fh:
+                json.dump(res, fh, indent=1)
+    print(f"wrote {a.out}: " + ", ".join(f"{r['backend']} cp{r['cp']} {r['fwbw_s'] * 1e3:.1f} ms" for r in res["rows"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

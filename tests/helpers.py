@@ -24,8 +24,13 @@ def library_system(name: str) -> System:
 
 
 def load_script(name: str):
-    """scripts/NAME.py as a module (the scripts are not a package)."""
+    """scripts/NAME.py as a module (the scripts are not a package; their own helper modules, such as
+    torch_timing, import as they do when run: from scripts/ on the path)."""
     import importlib.util
+    import sys
+
+    if str(ROOT / "scripts") not in sys.path:
+        sys.path.append(str(ROOT / "scripts"))
 
     spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)

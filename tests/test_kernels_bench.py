@@ -108,7 +108,7 @@ def test_head_size_scale_matches_the_h200_attention_kernels():
 
 def test_moe_layer_probe_smoke(tmp_path):
     """scripts/microbench_moe_layer.py --small (PyTorch, optional) times the GPT-OSS block's pieces on any device:
-    forward+backward longer than forward, nine blocks longer than one, every table filled, no error recorded."""
+    every table filled, every time positive, no error recorded (no timing comparisons: a shared CPU is noisy)."""
     pytest.importorskip("torch")
     import subprocess
     import sys
@@ -120,7 +120,7 @@ def test_moe_layer_probe_smoke(tmp_path):
     d = json.loads(out.read_text())
     lay = d["layer"]
     assert d["errors"] == [] and d["gemm"] and d["grouped"] and d["attn"] and d["cp"]
-    assert lay["layer_fwbw_s"] > lay["layer_fw_s"] > 0 and lay["stack9_nosync_wall_s"] > lay["layer_fwbw_s"]
+    assert all(lay[k] > 0 for k in ("layer_fw_s", "layer_fwbw_s", "layer_sync_fwbw_s", "stack9_nosync_wall_s"))
 
 
 def test_ring_attention_compute_matches_the_h200_measurement():
@@ -158,4 +158,28 @@ def test_ring_attention_probe_smoke(tmp_path):
     assert r.returncode == 0, r.stderr
     d = json.loads(out.read_text())
     assert d["errors"] == [] and [x["cp"] for x in d["rows"]] == [1, 2, 4, 8]
-    assert all(x["fwbw_s"] > x["fw_s"] > 0 for x in d["rows"])
+    assert all(x["fwbw_s"] > 0 and x["fw_s"] > 0 and x["kernels_fw_s"] > 0 for x in d["rows"])
+
+
+def test_ring_attention_probe_computes_exact_causal_attention():
+    """What the ring probe times is the real computation: with the K/V chunk pair of rank (r - i) mod cp at step
+    i, its steps (causal on the local pair, then all queries against a first half or the second half of the queries
+    against all of it) and fp32 log-sum-exp merges give exactly the causal attention of the whole sequence on the
+    rank's load-balanced chunks (r and 2cp-1-r), for every rank at cp 1, 2 and 4."""
+    torch = pytest.importorskip("torch")
+    ring = load_script("microbench_ring_attention")
+    torch.manual_seed(0)
+    for cp in (1, 2, 4):
+        s = 32 * 2 * cp
+        q, k, v = (torch.randn(1, 2, s, 16) for _ in range(3))
+        full, _ = ring.attn_lse(q, k, v, True, "math")
+        for rank in range(cp):
+            got = ring.ring_exact(q, k, v, cp, rank)
+            assert torch.allclose(got, ring.local_chunks(full, cp, rank), atol=1e-5), (cp, rank)
+    # and a wrong schedule is caught: the chunk pairs in the wrong ring direction give another answer
+    q, k, v = (torch.randn(1, 2, 128, 16) for _ in range(3))
+    ks = [ring.local_chunks(k, 2, (1 + i) % 2) for i in range(2)]
+    vs = [ring.local_chunks(v, 2, (1 + i) % 2) for i in range(2)]
+    wrong = ring.ring_rank(ring.local_chunks(q, 2, 0), ks, vs, 2, 0, "math")
+    full, _ = ring.attn_lse(q, k, v, True, "math")
+    assert not torch.allclose(wrong, ring.local_chunks(full, 2, 0), atol=1e-3)
