@@ -10,7 +10,9 @@ mean signed error (model / measured - 1), and the worst case:
 - attention: causal flash attention forward+backward (`Hardware.attention_kernel`, the layer's flops and bytes:
   4 b h s^2 d / 2 forward, 2.5x that backward);
 - elementwise: add, gelu, layer/RMS norm, dropout with the measured bytes (`Hardware.vector`);
-- block: whole pre-norm blocks, forward + backward, at tp 1 (`optimizer.model.layer.block_cost`).
+- block: whole pre-norm blocks, forward + backward, at tp 1 (`optimizer.model.layer.block_cost`);
+- ring: one rank of load-balanced ring attention (context parallelism), forward + backward, from
+  scripts/microbench_ring_attention.py (`flash_attention(..., cp=cp)`).
 The default file is ../shared/measurements/h100-sxm-80gb-microbench.json (beside the project); targets of the
 issue: attention and GEMM median |error| <= 15%, block <= 7%.
 """
@@ -38,7 +40,7 @@ FLOPS_PER = {"add": 1.0, "gelu": 8.0, "layernorm": 8.0, "rmsnorm": 5.0, "dropout
 
 def gemm_errors(data: dict, system: System) -> list[tuple[str, float]]:
     out = []
-    for g in data["gemm"]:
+    for g in data.get("gemm", []):
         prec = {"fp8": Precision.FP8, "fp32": Precision.FP32}.get(g["dtype"], Precision.BF16)
         hw = Hardware(system, prec)
         t = float(hw.gemm(g["m"], g["n"], g["k"], in_bytes=1 if prec == Precision.FP8 else 2, out_bytes=2))
@@ -49,7 +51,7 @@ def gemm_errors(data: dict, system: System) -> list[tuple[str, float]]:
 def attention_errors(data: dict, system: System) -> list[tuple[str, float]]:
     hw = Hardware(system, Precision.BF16)
     out = []
-    for a in data["attn"]:
+    for a in data.get("attn", []):
         b, s, h, kv, d = a["b"], a["s"], a["heads"], a["kv_heads"], a["head_dim"]
         fw, bw, _ = flash_attention(hw, b, h, kv, d, s, s, 2.0)  # the layer's own kernel, BF16
         t = float(fw + bw)
@@ -60,7 +62,7 @@ def attention_errors(data: dict, system: System) -> list[tuple[str, float]]:
 def elementwise_errors(data: dict, system: System) -> list[tuple[str, float]]:
     hw = Hardware(system, Precision.BF16)
     out = []
-    for e in data["elem"]:
+    for e in data.get("elem", []):
         n = e["tokens"] * e["hidden"]
         for op, m in e["ops"].items():
             t = float(hw.vector(n * FLOPS_PER.get(op, 2.0), m["bytes"]))
@@ -93,6 +95,19 @@ def block_errors(data: dict, system: System) -> list[tuple[str, float]]:
     return out
 
 
+def ring_errors(data: dict, system: System) -> list[tuple[str, float]]:
+    """One rank's load-balanced ring attention, forward + backward (scripts/microbench_ring_attention.py: the causal
+    step, cp-1 half-chunk steps, fp32 merges; K/V expanded to the query heads), against the layer's own kernel
+    with cp (`flash_attention(..., cp=cp)`; `flash2` rows on the FlashAttention-2 class)."""
+    hw = Hardware(system, Precision.BF16)
+    out = []
+    for r in data.get("rows", []):
+        fw, bw, _ = flash_attention(hw, 1, r["heads"], r["heads"], r["head_dim"], r["tokens_per_rank"], r["seq"], 2.0,
+                                    fa2=r["backend"] == "flash2", cp=float(r["cp"]))
+        out.append((f"{r['backend']} cp{r['cp']} {r['seq']} tokens", float(fw + bw) / r["fwbw_s"] - 1))
+    return out
+
+
 def summary(rows: list[tuple[str, float]]) -> dict:
     if not rows:
         return {"n": 0, "median_abs_error_pct": None, "mean_signed_error_pct": None, "worst": None}
@@ -113,16 +128,30 @@ def main() -> int:
     if not path.is_file():
         print(f"no measurements at {path} (see ../shared/measurements/README.md)", file=sys.stderr)
         return 2
-    data = json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as ex:
+        print(f"{path}: not a measurements file ({ex})", file=sys.stderr)
+        return 2
+    if not isinstance(data, dict) or not any(data.get(k) for k in ("gemm", "attn", "elem", "layer", "rows")):
+        print(f"{path}: no table this script scores (gemm, attn, elem, layer from microbench.py; rows from "
+              "microbench_ring_attention.py)", file=sys.stderr)
+        return 2
     system = load_named("system", a.system, System)
-    out = {"system": system.name, "measurements": path.name,
-           "gemm": summary(gemm_errors(data, system)), "attention": summary(attention_errors(data, system)),
-           "elementwise": summary(elementwise_errors(data, system)), "block": summary(block_errors(data, system))}
+    try:
+        out = {"system": system.name, "measurements": path.name,
+               "gemm": summary(gemm_errors(data, system)), "attention": summary(attention_errors(data, system)),
+               "elementwise": summary(elementwise_errors(data, system)), "block": summary(block_errors(data, system)),
+               "ring": summary(ring_errors(data, system))}
+    except (KeyError, TypeError) as ex:
+        print(f"{path}: a record lacks a field this script reads ({ex!r}): not a microbench.py / "
+              "microbench_ring_attention.py file?", file=sys.stderr)
+        return 2
     if a.json:
         print(json.dumps(out, indent=2))
     else:
         print(f"model ({system.name}) against {path.name}: median |error|, mean signed error, worst")
-        for k in ("gemm", "attention", "elementwise", "block"):
+        for k in ("gemm", "attention", "elementwise", "block", "ring"):
             s = out[k]
             if not s["n"]:
                 print(f"  {k:12s} n=   0  (not measured)")

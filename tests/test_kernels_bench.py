@@ -125,25 +125,36 @@ def test_moe_layer_probe_smoke(tmp_path):
 
 def test_ring_attention_compute_matches_the_h200_measurement():
     """Context parallelism's attention compute on one rank (the causal step, cp-1 half-chunk steps, fp32 merges;
-    scripts/microbench_ring_attention.py on the H200, problems/measurements/h200-ring-attention.json): the model's
-    `flash_attention(..., cp=cp)` is within 10% of the measured forward+backward with FlashAttention-2 (the
-    torchtitan runs' kernel) at every cp (1-8, 32K-256K tokens), and within 15% with cuDNN; its time grows with
-    cp as measured (each doubling of cp doubles a rank's attention work at a fixed 32K tokens per rank)."""
+    scripts/microbench_ring_attention.py on the H200, problems/measurements/h200-ring-attention.json), scored by
+    bench_kernels.py's `ring` class: the model's `flash_attention(..., cp=cp)` is within 10% of the measured
+    forward+backward with FlashAttention-2 (the torchtitan runs' kernel) at every cp (1-8, 32K-256K tokens) and
+    within 15% with cuDNN."""
+    bk = load_script("bench_kernels")
     from optimizer.loader import load_named
-    from optimizer.model.hardware import Hardware
-    from optimizer.model.layer import flash_attention
-    from optimizer.schema import Precision, System
+    from optimizer.schema import System
 
     data = json.loads((ROOT / "problems" / "measurements" / "h200-ring-attention.json").read_text())
-    hw = Hardware(load_named("system", "h200-sxm-141gb", System), Precision.BF16)
-    seen = set()
-    for r in data["rows"]:
-        fw, bw, _ = flash_attention(hw, 1, r["heads"], r["heads"], r["head_dim"], r["tokens_per_rank"], r["seq"], 2.0,
-                                    fa2=r["backend"] == "flash2", cp=float(r["cp"]))
-        err = float(fw + bw) / r["fwbw_s"] - 1.0
-        assert abs(err) <= (0.10 if r["backend"] == "flash2" else 0.15), (r["backend"], r["cp"], err)
-        seen.add((r["backend"], r["cp"]))
-    assert seen == {(b, c) for b in ("flash2", "cudnn") for c in (1, 2, 4, 8)}
+    rows = bk.ring_errors(data, load_named("system", "h200-sxm-141gb", System))
+    assert len(rows) == 8 and {name.split()[0] for name, _ in rows} == {"flash2", "cudnn"}
+    for name, err in rows:
+        assert abs(err) <= (0.10 if name.startswith("flash2") else 0.15), (name, err)
+    assert bk.summary(rows)["median_abs_error_pct"] <= 10.0
+
+
+def test_bench_kernels_refuses_files_it_cannot_score(tmp_path):
+    """bench_kernels.py exits 2 with a message (no traceback) on a file that is not JSON, on JSON without a table it
+    scores, and on records in another layout (the GPT-OSS block probe's)."""
+    import subprocess
+    import sys
+
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b"\xff\x00not json")
+    empty = tmp_path / "empty.json"
+    empty.write_text("{}")
+    for path in (bad, empty, ROOT / "problems" / "measurements" / "h200-gpt-oss-block.json"):
+        r = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_kernels.py"), "--measurements", str(path)],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and "Traceback" not in r.stderr and path.name in r.stderr, (path, r.stderr)
 
 
 def test_ring_attention_probe_smoke(tmp_path):
