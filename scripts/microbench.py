@@ -2,6 +2,7 @@
 """Measure your own GPU's kernels and write them in the layout of ../shared/measurements (issue 15).
 
     python scripts/microbench.py OUT.json [--device cuda] [--quick] [--compile] [--queue N] [--only attn,elem]
+                                          [--attn-grid wide]
 
 Needs PyTorch (`pip install "paraplan[microbench]"`, or any torch build for your GPU). Measures, with CUDA events
 (wall clock on the CPU), the median of --repeats timed runs after --warmup runs, on random data:
@@ -97,14 +98,25 @@ def fp8_gemm(torch, dev):
     return make
 
 
-def attention(torch, dev, quick, warmup, repeats) -> list[dict]:
+# --attn-grid wide: heads per GPU from 4 to 96 (tp-sharded models), 1K-16K tokens, micro-batches 1-4, head
+# sizes 64 and 128: the tile counts from a fraction of one wave over the SMs to hundreds of waves
+WIDE_HEADS = ((4, 4), (8, 1), (12, 12), (16, 16), (32, 8), (48, 48), (64, 8), (96, 96))
+
+
+def attention(torch, dev, quick, warmup, repeats, wide=False) -> list[dict]:
     import torch.nn.functional as F
 
     dt = torch.bfloat16 if dev.startswith("cuda") else torch.float32
     out = []
-    grid = [(1, 128, 2, 2, 32)] if quick else (
-        [(1, s, hh, kv, 128) for s in (2048, 4096, 8192) for hh, kv in ((96, 96), (64, 8), (32, 8), (12, 12), (8, 1))]
-        + [(1, s, 64, 8, 64) for s in (4096, 16384)] + [(1, 32768, 8, 1, 128)])
+    if quick:
+        grid = [(1, 128, 2, 2, 32)]
+    elif wide:
+        grid = [(b, s, hh, kv, d) for d in (128, 64) for s in (1024, 2048, 4096, 8192, 16384) for hh, kv in WIDE_HEADS
+                for b in (1, 4) if b * s <= 16384]
+    else:
+        grid = ([(1, s, hh, kv, 128) for s in (2048, 4096, 8192) for hh, kv in ((96, 96), (64, 8), (32, 8), (12, 12),
+                                                                                 (8, 1))]
+                + [(1, s, 64, 8, 64) for s in (4096, 16384)] + [(1, 32768, 8, 1, 128)])
     for b, s, heads, kv, d in grid:
         q = torch.randn(b, heads, s, d, device=dev, dtype=dt, requires_grad=True)
         k = torch.randn(b, kv, s, d, device=dev, dtype=dt, requires_grad=True)
@@ -255,6 +267,8 @@ def main() -> int:
     ap.add_argument("--compile", action="store_true", help="also time the blocks under torch.compile (slow to start)")
     ap.add_argument("--queue", type=int, default=1, help="calls timed back to back per measurement (default 1)")
     ap.add_argument("--only", default="gemm,attn,elem,layer", help="comma-separated tables to measure")
+    ap.add_argument("--attn-grid", choices=("standard", "wide"), default="standard",
+                    help="wide: 4-96 heads, 1K-16K tokens, micro-batch 1 and 4, head size 64 and 128")
     a = ap.parse_args()
     torch = need_torch("microbench", gpu=a.device.startswith("cuda"), smoke_flag="--device cpu --quick")
     dev = a.device
@@ -267,7 +281,7 @@ def main() -> int:
             "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "queue": QUEUE[0],
             "gemm": gemms(torch, dev, a.quick, a.warmup, a.repeats) if "gemm" in only else [],
-            "attn": attention(torch, dev, a.quick, a.warmup, a.repeats) if "attn" in only else [],
+            "attn": attention(torch, dev, a.quick, a.warmup, a.repeats, a.attn_grid == "wide") if "attn" in only else [],
             "elem": elementwise(torch, dev, a.quick, a.warmup, a.repeats) if "elem" in only else [],
             "layer": blocks(torch, dev, a.quick, a.warmup, a.repeats, a.compile) if "layer" in only else []}
     with open(a.out, "w") as f:
