@@ -34,15 +34,7 @@ SHAPES = {  # model: (hidden, ffn, heads, kv_heads, gated)
 }
 
 
-QUEUE = [1]  # calls timed back to back between two events (--queue)
-
-
-def timer(torch, device: str, fn, warmup: int, repeats: int) -> float:
-    """Median seconds of `fn()` (`torch_timing.median_time`, --queue calls back to back per timed run)."""
-    return median_time(torch, fn, repeats, warmup, queue=QUEUE[0], cuda=device.startswith("cuda"))
-
-
-def gemms(torch, dev, quick, warmup, repeats) -> list[dict]:
+def gemms(torch, dev, quick, timer) -> list[dict]:
     out = []
     dt = torch.bfloat16 if dev.startswith("cuda") else torch.float32
     cases = []
@@ -64,12 +56,12 @@ def gemms(torch, dev, quick, warmup, repeats) -> list[dict]:
             m, n, k = min(m, 64), min(n, 64), min(k, 64)
         a = torch.randn(m, k, device=dev, dtype=dt)
         b = torch.randn(k, n, device=dev, dtype=dt)
-        s = timer(torch, dev, lambda: a @ b, warmup, repeats)
+        s = timer(lambda: a @ b)
         out.append({"model": model, "tp": tp, "tokens": tokens, "op": op, "m": m, "n": n, "k": k,
                     "dtype": "bf16" if dt == torch.bfloat16 else "fp32", "s": s, "tflops": 2 * m * n * k / s / 1e12})
         if fp8 is not None and m % 16 == 0 and n % 16 == 0 and k % 16 == 0:
             fn = fp8(a, b)
-            s = timer(torch, dev, fn, warmup, repeats)
+            s = timer(fn)
             out.append({"model": model, "tp": tp, "tokens": tokens, "op": op, "m": m, "n": n, "k": k,
                         "dtype": "fp8", "s": s, "tflops": 2 * m * n * k / s / 1e12})
         del a, b
@@ -103,7 +95,7 @@ def fp8_gemm(torch, dev):
 WIDE_HEADS = ((4, 4), (8, 1), (12, 12), (16, 16), (32, 8), (48, 48), (64, 8), (96, 96))
 
 
-def attention(torch, dev, quick, warmup, repeats, wide=False) -> list[dict]:
+def attention(torch, dev, quick, timer, wide=False) -> list[dict]:
     import torch.nn.functional as F
 
     dt = torch.bfloat16 if dev.startswith("cuda") else torch.float32
@@ -133,8 +125,8 @@ def attention(torch, dev, quick, warmup, repeats, wide=False) -> list[dict]:
         for name, ctx in backends(torch, dev):
             try:
                 with ctx():
-                    row[name] = {"fw_s": timer(torch, dev, fw, warmup, repeats),
-                                 "fwbw_s": timer(torch, dev, fwbw, warmup, repeats)}
+                    row[name] = {"fw_s": timer(fw),
+                                 "fwbw_s": timer(fwbw)}
             except RuntimeError:  # this backend does not take the shape (or is not built): not measured
                 continue
         if "default" in row:
@@ -160,7 +152,7 @@ def backends(torch, dev):
     return out
 
 
-def elementwise(torch, dev, quick, warmup, repeats) -> list[dict]:
+def elementwise(torch, dev, quick, timer) -> list[dict]:
     dt = torch.bfloat16 if dev.startswith("cuda") else torch.float32
     e = 2 if dt == torch.bfloat16 else 4
     out = []
@@ -176,7 +168,7 @@ def elementwise(torch, dev, quick, warmup, repeats) -> list[dict]:
                "dropout": (lambda: torch.nn.functional.dropout(x, 0.1, True), 2 * n * e + n)}
         res = {}
         for name, (fn, nbytes) in ops.items():
-            s = timer(torch, dev, fn, warmup, repeats)
+            s = timer(fn)
             res[name] = {"s": s, "bytes": nbytes, "gbps": nbytes / s / 1e9}
         out.append({"tokens": tokens, "hidden": hidden, "ops": res})
     return out
@@ -191,7 +183,7 @@ BLOCKS = [  # (model, hidden, ffn, heads, kv_heads, gated, micro_batch, seq, lay
 ]
 
 
-def blocks(torch, dev, quick, warmup, repeats, compile_too=False) -> list[dict]:
+def blocks(torch, dev, quick, timer, compile_too=False) -> list[dict]:
     """Whole pre-norm transformer blocks, forward + backward, eager (and torch.compile'd with --compile): Llama-style
     (RMSNorm, rotary embedding, GQA, SwiGLU, no biases) or GPT-style (LayerNorm with biases, GELU), bf16, no
     dropout; `layers` blocks in a row on one micro-batch, per_layer_s = fwbw_s / layers."""
@@ -249,7 +241,7 @@ def blocks(torch, dev, quick, warmup, repeats, compile_too=False) -> list[dict]:
                     y = fn(y, p)
                 y.sum().backward()
 
-            t = timer(torch, dev, fwbw, warmup, repeats)
+            t = timer(fwbw)
             out.append({"model": model, "hidden": h, "ffn": f, "heads": a, "kv_heads": kv, "head_dim": d,
                         "gated": gated, "micro_batch": b, "seq": s, "layers": n_layers, "compiled": compiled,
                         "fwbw_s": t, "per_layer_s": t / n_layers})
@@ -272,18 +264,22 @@ def main() -> int:
     a = ap.parse_args()
     torch = need_torch("microbench", gpu=a.device.startswith("cuda"), smoke_flag="--device cpu --quick")
     dev = a.device
-    QUEUE[0] = max(1, a.queue)
+    queue = max(1, a.queue)
+
+    def timer(fn) -> float:
+        """Median seconds of one `fn()` (`torch_timing.median_time`; --queue calls back to back per timed run)."""
+        return median_time(torch, fn, a.repeats, a.warmup, queue=queue, cuda=dev.startswith("cuda"))
     only = set(a.only.split(","))
     name = torch.cuda.get_device_name(0) if dev.startswith("cuda") else "cpu"
     sms = torch.cuda.get_device_properties(0).multi_processor_count if dev.startswith("cuda") else None
     cudnn = torch.backends.cudnn.version() if dev.startswith("cuda") else None
     data = {"device": name, "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": cudnn, "sms": sms,
             "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "queue": QUEUE[0],
-            "gemm": gemms(torch, dev, a.quick, a.warmup, a.repeats) if "gemm" in only else [],
-            "attn": attention(torch, dev, a.quick, a.warmup, a.repeats, a.attn_grid == "wide") if "attn" in only else [],
-            "elem": elementwise(torch, dev, a.quick, a.warmup, a.repeats) if "elem" in only else [],
-            "layer": blocks(torch, dev, a.quick, a.warmup, a.repeats, a.compile) if "layer" in only else []}
+            "queue": queue,
+            "gemm": gemms(torch, dev, a.quick, timer) if "gemm" in only else [],
+            "attn": attention(torch, dev, a.quick, timer, a.attn_grid == "wide") if "attn" in only else [],
+            "elem": elementwise(torch, dev, a.quick, timer) if "elem" in only else [],
+            "layer": blocks(torch, dev, a.quick, timer, a.compile) if "layer" in only else []}
     with open(a.out, "w") as f:
         json.dump(data, f, indent=1)
     print(f"wrote {a.out}: {len(data['gemm'])} GEMMs, {len(data['attn'])} attention, {len(data['elem'])} element-wise "

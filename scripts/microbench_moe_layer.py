@@ -11,15 +11,14 @@ local; full causal attention in every layer, no sinks):
 - gemm: the block's dense GEMMs and an expert's GEMMs at 1024 / 4096 / 32768 rows;
 - grouped: the experts' up and down projections as one batched GEMM (`torch.bmm`), a loop of GEMMs and
   `torch._grouped_mm`, for 16 x 1024, 16 x 4096, 2 x 32768 and 4 x 8192 rows;
-- attn: causal attention at head size 64 and 128 with the FlashAttention-2 and cuDNN backends of SDPA;
-- cp: the per-step kernels of load-balanced ring attention (Llama 3 8B heads): causal and full blocks of
-  8K-32K queries against 2K-32K keys;
 - layer: the attention half, the MoE half and the whole block forward and forward+backward (RMSNorm, QKV with
   bias, rotary, SDPA, output projection with bias; router, top-4, softmax, permute, expert up with bias, clamped
   SwiGLU with the +1 offset, expert down with bias, probability-weighted combine), with and without the host
   synchronisation a dropless dispatcher makes (token counts to the CPU), one block and nine in a row (a PP stage
   of the H100 run), and the CUDA time of the top kernels (`profile_top`: name, seconds per block, calls).
-`--small` shrinks every shape (a CPU smoke test; the numbers mean nothing). Output in problems/measurements/.
+Attention kernels per backend and head size are microbench.py's (`--attn-grid wide`), context parallelism's steps
+microbench_ring_attention.py's. `--small` shrinks every shape (a CPU smoke test; the numbers mean nothing).
+Output in problems/measurements/.
 """
 import argparse
 import json
@@ -38,7 +37,7 @@ import torch.nn.functional as F  # noqa: E402
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 dt = torch.bfloat16 if dev == "cuda" else torch.float32
 res = {"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "torch": torch.__version__,
-       "gemm": [], "grouped": [], "attn": [], "layer": {}, "errors": []}
+       "gemm": [], "grouped": [], "layer": {}, "errors": []}
 try:
     import transformer_engine  # noqa
     res["te"] = transformer_engine.__version__
@@ -49,19 +48,6 @@ except Exception as ex:  # noqa
 def save():
     with open(_args.out, "w") as fh:
         json.dump(res, fh, indent=1)
-
-
-def sync():
-    if dev == "cuda":
-        torch.cuda.synchronize()
-
-
-def bench(fn, reps=15, warm=3):
-    return median_time(torch, fn, reps, warm)
-
-
-def wall(fn, reps=15, warm=3):
-    return wall_time(torch, fn, reps, warm)
 
 
 S = 1 if not SMALL else 16  # shrink factor for a CPU dry run
@@ -82,7 +68,7 @@ shapes = [("qkv", SEQ, (QH + 2 * KVH) * HD, H), ("proj", SEQ, H, QH * HD), ("rou
           ("ref_8192x8192x8192", 8192 // S, 8192 // S, 8192 // S)]
 for name, m, n, k in shapes:
     a, b = r(m, k), r(k, n)
-    t = bench(lambda: a @ b)
+    t = median_time(torch, lambda: a @ b, 15, 3)
     res["gemm"].append({"op": name, "m": m, "n": n, "k": k, "s": t, "tflops": 2 * m * n * k / t / 1e12})
 save()
 
@@ -94,73 +80,19 @@ for g, rows in [(16, 1024), (16, 4096), (2, 32768), (4, 8192)]:
         ent = {"groups": g, "rows": rows, "op": nm, "n": n, "k": k}
         fl = 2 * g * rows * n * k
         xb = x.view(g, rows, k)
-        ent["bmm_s"] = bench(lambda: torch.bmm(xb, w))
-        ent["loop_s"] = bench(lambda: [xb[i] @ w[i] for i in range(g)])
+        ent["bmm_s"] = median_time(torch, lambda: torch.bmm(xb, w), 15, 3)
+        ent["loop_s"] = median_time(torch, lambda: [xb[i] @ w[i] for i in range(g)], 15, 3)
         if dev == "cuda" and hasattr(torch, "_grouped_mm"):
             offs = torch.arange(1, g + 1, device=dev, dtype=torch.int32) * rows
             try:
-                ent["grouped_mm_s"] = bench(lambda: torch._grouped_mm(x, w, offs=offs))
+                ent["grouped_mm_s"] = median_time(torch, lambda: torch._grouped_mm(x, w, offs=offs), 15, 3)
             except Exception as ex:  # noqa
                 res["errors"].append(f"grouped_mm {g}x{rows}: {ex!r}"[:300])
         ent["bmm_tflops"] = fl / ent["bmm_s"] / 1e12
         res["grouped"].append(ent)
 save()
 
-# ---------------------------------------------------------------- 3. attention
-from torch.nn.attention import sdpa_kernel, SDPBackend
-for d, heads, kvh, s_ in [(64, QH, KVH, SEQ), (128, QH, KVH, SEQ), (64, QH, KVH, 4 * SEQ), (128, 32 // (S if S > 1 else 1), KVH, SEQ)]:
-    for be in ["FLASH_ATTENTION", "CUDNN_ATTENTION"]:
-        if dev != "cuda":
-            be = "MATH"
-        q, kk, v = r(1, heads, s_, d, grad=True), r(1, heads, s_, d, grad=True), r(1, heads, s_, d, grad=True)
-        ent = {"d": d, "heads": heads, "s": s_, "backend": be}
-        try:
-            with sdpa_kernel(getattr(SDPBackend, be)):
-                o = F.scaled_dot_product_attention(q, kk, v, is_causal=True)
-                go = torch.randn_like(o)
-                ent["fw_s"] = bench(lambda: F.scaled_dot_product_attention(q, kk, v, is_causal=True))
-                def fb():
-                    o = F.scaled_dot_product_attention(q, kk, v, is_causal=True)
-                    o.backward(go)
-                ent["fwbw_s"] = bench(fb)
-            fl = 4 * heads * s_ * s_ / 2 * d
-            ent["fw_tflops"] = fl / ent["fw_s"] / 1e12
-            ent["fwbw_tflops"] = 3.5 * fl / ent["fwbw_s"] / 1e12
-        except Exception as ex:  # noqa
-            res["errors"].append(f"attn {be} d{d}: {ex!r}"[:300])
-        res["attn"].append(ent)
-        if dev != "cuda":
-            break
-save()
-res["t_after_attn_s"] = time.time() - t0
-
-# ---------------------------------------------------------------- 3b. ring-attention (CP) step kernels: Llama 8B heads
-res["cp"] = []
-for sq, sk, causal in [(16384, 16384, True), (16384, 8192, False), (8192, 16384, False), (8192, 8192, True),
-                       (32768, 32768, True), (4096, 4096, True), (4096, 2048, False)]:
-    sq //= S; sk //= S
-    be = "FLASH_ATTENTION" if dev == "cuda" else "MATH"
-    hh = 32 if S == 1 else 4
-    q, kk, v = r(1, hh, sq, 128, grad=True), r(1, hh, sk, 128, grad=True), r(1, hh, sk, 128, grad=True)
-    ent = {"sq": sq, "sk": sk, "causal": causal, "heads": hh}
-    try:
-        with sdpa_kernel(getattr(SDPBackend, be)):
-            o = F.scaled_dot_product_attention(q, kk, v, is_causal=causal)
-            go = torch.randn_like(o)
-            ent["fw_s"] = bench(lambda: F.scaled_dot_product_attention(q, kk, v, is_causal=causal), reps=10)
-            def fb():
-                F.scaled_dot_product_attention(q, kk, v, is_causal=causal).backward(go)
-            ent["fwbw_s"] = bench(fb, reps=10)
-        fl = 4 * hh * sq * sk * 128 * (0.5 if causal else 1.0)
-        ent["fw_tflops"] = fl / ent["fw_s"] / 1e12
-        ent["fwbw_tflops"] = 3.5 * fl / ent["fwbw_s"] / 1e12
-    except Exception as ex:  # noqa
-        res["errors"].append(f"cp {sq}x{sk}: {ex!r}"[:300])
-    res["cp"].append(ent)
-save()
-
-
-# ---------------------------------------------------------------- 4. a GPT-OSS layer, eager (EP 8: 16 local experts, balanced)
+# ---------------------------------------------------------------- 3. a GPT-OSS layer, eager (EP 8: 16 local experts, balanced)
 def rope(x, cos, sin):
     x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
@@ -237,11 +169,11 @@ gx = torch.randn(SEQ, H, device=dev, dtype=dt)
 L = res["layer"]
 for nm, fn in [("attn", attn_block), ("moe", moe_block), ("layer", layer)]:
     try:
-        L[nm + "_fw_s"] = bench(lambda: fn(x0), reps=20)
+        L[nm + "_fw_s"] = median_time(torch, lambda: fn(x0), 20, 3)
         def fb():
             fn(x0).backward(gx)
-        L[nm + "_fwbw_s"] = bench(fb, reps=20)
-        L[nm + "_fwbw_wall_s"] = wall(fb, reps=20)
+        L[nm + "_fwbw_s"] = median_time(torch, fb, 20, 3)
+        L[nm + "_fwbw_wall_s"] = wall_time(torch, fb, 20, 3)
     except Exception as ex:  # noqa
         res["errors"].append(f"layer {nm}: {ex!r}"[:300])
     save()
@@ -249,18 +181,18 @@ HOST_SYNC[0] = True
 try:
     def fb():
         layer(x0).backward(gx)
-    L["layer_sync_fwbw_s"] = bench(fb, reps=20)
-    L["layer_sync_fwbw_wall_s"] = wall(fb, reps=20)
+    L["layer_sync_fwbw_s"] = median_time(torch, fb, 20, 3)
+    L["layer_sync_fwbw_wall_s"] = wall_time(torch, fb, 20, 3)
     # a stack of 9 layers back to back (one PP stage), with and without the host sync
     def stack():
         y = x0
         for _ in range(9):
             y = layer(y)
         y.backward(gx)
-    L["stack9_sync_wall_s"] = wall(stack, reps=5, warm=2)
+    L["stack9_sync_wall_s"] = wall_time(torch, stack, 5, 2)
     HOST_SYNC[0] = False
-    L["stack9_nosync_wall_s"] = wall(stack, reps=5, warm=2)
-    L["stack9_nosync_gpu_s"] = bench(stack, reps=5, warm=1)
+    L["stack9_nosync_wall_s"] = wall_time(torch, stack, 5, 2)
+    L["stack9_nosync_gpu_s"] = median_time(torch, stack, 5, 1)
 except Exception as ex:  # noqa
     res["errors"].append(f"layer sync: {ex!r}"[:300])
 save()
@@ -270,7 +202,7 @@ if dev == "cuda":
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(3):
                 layer(x0).backward(gx)
-            sync()
+            torch.cuda.synchronize()
         tab = []
         for e in prof.key_averages():
             ct = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
