@@ -71,7 +71,7 @@ H200 = ROOT / "problems" / "measurements" / "h200-sxm-141gb-microbench.json"
 def test_h200_blocks_within_seven_percent_of_the_project_s_own_measurements():
     """The H200 microbenchmarks this project measured (problems/measurements, scripts/microbench.py --compile):
     whole blocks, eager and compiled, within 7% (median) with the H200's system file (tables transferred from the
-    H100, the H200's HBM); every class is scored, and FP8 GEMMs were measured beside the BF16 ones."""
+    H100, the H200's HBM); every class is scored to finite, sane ratios."""
     bk = load_script("bench_kernels")
     from optimizer.loader import load_named
     from optimizer.schema import System
@@ -80,7 +80,6 @@ def test_h200_blocks_within_seven_percent_of_the_project_s_own_measurements():
     h200 = load_named("system", "h200-sxm-141gb", System)
     blocks = bk.summary(bk.block_errors(data, h200))
     assert blocks["n"] == len(data["layer"]) == 10 and blocks["median_abs_error_pct"] <= 7.0
-    assert {g["dtype"] for g in data["gemm"]} == {"bf16", "fp8"}
     for fn, key in ((bk.gemm_errors, "gemm"), (bk.attention_errors, "attn"), (bk.elementwise_errors, "elem")):
         rows = fn(data, h200)
         assert len(rows) >= len(data[key]) and all(abs(e) < 10 for _, e in rows)
@@ -88,8 +87,10 @@ def test_h200_blocks_within_seven_percent_of_the_project_s_own_measurements():
 
 def test_head_size_scale_matches_the_h200_attention_kernels():
     """`HEAD_DIM_SCALE` (FLOP rate at head size 64 against 128; FlashAttention-3 paper's H100 forward figures) against
-    the H200's measured forward+backward of the same heads and sequence (64 q / 8 K/V heads, 4096 and 16384 tokens
-    at 64; 4096 at 128), per backend: cuDNN (the `flash` class) and FlashAttention-2 (`fa2`), within 10%."""
+    the H200's measured forward+backward of the same heads and sequence (64 q / 8 K/V heads, 4096 tokens), per
+    backend: cuDNN (the `flash` class) and FlashAttention-2 (`fa2`), within 10%. And the H200 system's two
+    efficiencies (cuDNN class against FlashAttention-2: 0.65 / 0.34, a prior) put FlashAttention-2's time within 25%
+    of the measured median ratio (1.66x; the prior's 1.91x is 13% pessimistic, kept for the torchtitan runs)."""
     import numpy as np
 
     from optimizer.model.hardware import HEAD_DIM_SCALE
@@ -101,9 +102,13 @@ def test_head_size_scale_matches_the_h200_attention_kernels():
         rate = (d128[backend]["fwbw_s"] / 2.0) / d64[backend]["fwbw_s"]  # half the FLOPs at head size 64
         modelled = float(np.interp(6.0, *HEAD_DIM_SCALE[cls]))
         assert abs(rate / modelled - 1.0) <= 0.10, (backend, rate, modelled)
-    # and the backends differ as the system files' two efficiencies say they do: FlashAttention-2 slower
-    slower = [a["flash2"]["fwbw_s"] / a["cudnn"]["fwbw_s"] for a in data["attn"]]
-    assert 1.3 <= float(np.median(slower)) <= 2.0
+    from optimizer.loader import load_named
+    from optimizer.schema import System
+
+    h200 = load_named("system", "h200-sxm-141gb", System)
+    modelled_ratio = h200.attention_efficiency / h200.attention_efficiency_fa2
+    measured_ratio = float(np.median([a["flash2"]["fwbw_s"] / a["cudnn"]["fwbw_s"] for a in data["attn"]]))
+    assert abs(modelled_ratio / measured_ratio - 1.0) <= 0.25, (modelled_ratio, measured_ratio)
 
 
 def test_moe_layer_probe_smoke(tmp_path):
