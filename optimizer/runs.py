@@ -268,6 +268,15 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     if m.get("moe") and par["ep"] > 1 and re.search(r"a2a overlap on", notes):
         fixed["ep_overlap"] = True
         out.assumptions.append("MoE all-to-all overlapped with another micro-batch's compute (notes: EP A2A overlap)")
+    # CUDA graphs as the notes state them (Megatron-Bridge presets' cuda_graph_impl / cuda_graph_scope); a run
+    # that names none ran eagerly
+    if re.search(r"full-iteration cuda graphs|cuda_graph_impl[ =]*full_iteration", notes):
+        fixed["cuda_graphs"] = "full"
+        out.assumptions.append("the whole iteration replayed as CUDA graphs (notes: full-iteration CUDA graphs)")
+    elif re.search(r"te cuda graphs", notes):
+        fixed["cuda_graphs"] = "partial"
+        out.assumptions.append("Transformer Engine CUDA graphs of the attention, router and dispatcher "
+                               "preprocessing (notes)")
     if m.get("moe") and par["tp"] > 1:
         free["etp"] = sorted({1, par["tp"]})
         out.assumptions.append("MoE with tp > 1: expert tensor parallelism (etp) not in the schema, chosen by the "

@@ -36,7 +36,7 @@ def test_evaluate_json_parts_sum_to_totals(capsys):
     parts = d["time_s"]
     assert set(parts) == {"fw", "bw", "recompute", "head", "optimizer", "tp_exposed", "cp_exposed", "ep_exposed",
                           "pp_exposed",
-                          "dp_exposed", "bubble", "offload_exposed", "overlap_slowdown", "fsdp_copies"}
+                          "dp_exposed", "bubble", "offload_exposed", "overlap_slowdown", "fsdp_copies", "host_wait"}
     assert all(v >= 0 for v in parts.values())
     assert d["step_time_s"] > 0
     assert sum(parts.values()) == pytest.approx(d["step_time_s"], rel=1e-9)

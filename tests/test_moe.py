@@ -230,3 +230,90 @@ def test_embedding_loss_split_needs_a_pipeline():
     assert not execution_errors(p, odd)
     odd_el = Execution(tp=1, pp=8, pp_embedding_loss=True)  # 34 slots do not divide by 8
     assert any("layers + 2" in m for _, m in execution_errors(p, odd_el))
+
+
+# ----------------------------------------------------------------------------- host launch floor (eager MoE)
+def _gpt_oss(ex: Execution):
+    t = Training(global_batch=512, seq_len=4096, precision="bf16")
+    return problem_and_knobs(library_llm("gpt-oss-120b"), library_system(H100), 64, t, ex)
+
+
+def _fw_gpu(b):
+    """A layer's forward on the critical path: GPU compute, exposed TP and EP traffic, and the host's wait."""
+    return float(b.fw_total[0])
+
+
+def test_eager_dropless_moe_forward_takes_at_least_the_host_time(monkeypatch):
+    """A dropless MoE layer reads its token counts on the host once per forward, so under eager launch its
+    forward takes at least MOE_HOST_FW_S (the host's time to issue it); partial CUDA graphs (attention, router,
+    dispatcher preprocessing) leave half of it, full-iteration graphs none. GPT-OSS at micro-batch 1, ep 8 on
+    H100 is such a layer (3.4 ms of GPU forward): with a 5 ms host its eager forward takes 5 ms, with partial
+    graphs (2.5 ms left to the host) and full ones its GPU time."""
+    import optimizer.model.layer as layer
+
+    eager, full = (_gpt_oss(Execution(tp=1, ep=8, micro_batch=1, cuda_graphs=g)) for g in ("none", "full"))
+    partial = _gpt_oss(Execution(tp=1, ep=8, micro_batch=1, cuda_graphs="partial"))
+    monkeypatch.setattr(layer, "MOE_HOST_FW_S", 0.0)
+    b_0 = block_cost(make_ctx(eager[0]), eager[1], moe=True)
+    gpu = _fw_gpu(b_0)
+    h = 5.0e-3
+    monkeypatch.setattr(layer, "MOE_HOST_FW_S", h)
+    b_e, b_p, b_f = (block_cost(make_ctx(p), k, moe=True) for p, k in (eager, partial, full))
+    assert 0.5 * h < gpu < h  # the floor binds for this layer when eager, not with partial graphs
+    assert _fw_gpu(b_e) == pytest.approx(h, rel=1e-9)
+    assert _fw_gpu(b_p) == pytest.approx(gpu, rel=1e-12)
+    assert _fw_gpu(b_f) == pytest.approx(gpu, rel=1e-12)
+    assert float(b_e.fw[0]) == float(b_0.fw[0]) and float(b_e.host_fw[0]) == pytest.approx(h - gpu, rel=1e-9)
+    assert float(b_e.bw_total[0]) == pytest.approx(float(b_0.bw_total[0]), rel=1e-12)  # no sync in backward
+    # the dense layers of the same model (and a micro-batch whose forward outlasts the host) are untouched
+    d_e = block_cost(make_ctx(eager[0]), eager[1])
+    d_f = block_cost(make_ctx(full[0]), full[1])
+    assert float(d_e.fw[0]) == float(d_f.fw[0])
+    big = _gpt_oss(Execution(tp=1, ep=8, micro_batch=8, cuda_graphs="none"))
+    big_f = _gpt_oss(Execution(tp=1, ep=8, micro_batch=8, cuda_graphs="full"))
+    assert float(block_cost(make_ctx(big[0]), big[1], moe=True).fw[0]) == \
+        float(block_cost(make_ctx(big_f[0]), big_f[1], moe=True).fw[0])
+
+
+def test_host_floor_under_all_to_all_overlap_counts_the_merged_backward():
+    """With the EP all-to-all overlap Megatron-Core runs a micro-batch's forward merged with another's backward,
+    whose GPU work covers the host too: the floor does not bind where forward + backward outlast it."""
+    p, k = _gpt_oss(Execution(tp=1, ep=8, micro_batch=1, ep_overlap=True, cuda_graphs="none"))
+    pf, kf = _gpt_oss(Execution(tp=1, ep=8, micro_batch=1, ep_overlap=True, cuda_graphs="full"))
+    assert float(block_cost(make_ctx(p), k, moe=True).fw[0]) == float(block_cost(make_ctx(pf), kf, moe=True).fw[0])
+
+
+def test_runs_read_their_cuda_graphs_from_the_notes():
+    """The Megatron-Bridge presets' CUDA graphs as the runs' notes state them: full-iteration graphs, Transformer
+    Engine graphs of attention/router/preprocess, or none (eager, also when the notes say "no CUDA graphs")."""
+    from optimizer.runs import map_run
+
+    base = {"id": "x", "source": "Test 2026", "tier": "A",
+            "model": {"hidden": 2048, "ffn": 768, "layers": 4, "heads": 32, "kv_heads": 4, "head_dim": 128,
+                      "seq_len": 4096, "vocab": 151936, "mlp": "swiglu",
+                      "moe": {"experts": 128, "top_k": 8, "expert_ffn": 768, "shared_experts": 0, "moe_layers": None}},
+            "hardware": {"gpu": H100, "num_gpus": 8, "gpus_per_node": 8},
+            "parallel": {"tp": 1, "pp": 1, "dp": 8, "cp": 1, "ep": 8, "vpp": 1, "sequence_parallel": False,
+                         "micro_batch": 1, "global_batch": 64, "recompute": "none", "optimizer_sharding": "zero1",
+                         "precision": "bf16"},
+            "measured": {"step_time_s": 1.0}}
+    cases = {"HybridEP dispatcher, full-iteration CUDA graphs (cuda_graph_impl full_iteration)": "full",
+             "preset: TE CUDA graphs (attn/router/preprocess)": "partial",
+             "no A2A overlap, no CUDA graphs, recompute none": "none", "": "none"}
+    for notes, want in cases.items():
+        assert map_run(base | {"notes": notes}).problem.execution.cuda_graphs.value == want, notes
+
+
+def test_host_wait_is_its_own_part_of_the_step():
+    """`evaluate` reports the host's launch wait as its own part (`host_wait`): the forward stays the GPU's time,
+    and the parts still add up to the step time; with full CUDA graphs the wait is zero and the step shorter."""
+    from optimizer.report.text import TIME_PARTS
+
+    eager = _gpt_oss(Execution(tp=1, ep=8, micro_batch=1, cuda_graphs="none"))
+    full = _gpt_oss(Execution(tp=1, ep=8, micro_batch=1, cuda_graphs="full"))
+    r_e, r_f = (evaluate(p, k) for p, k in (eager, full))
+    assert float(r_e.host_wait[0]) > 0 and float(r_f.host_wait[0]) == 0
+    assert float(r_e.fw[0]) == pytest.approx(float(r_f.fw[0]), rel=1e-12)
+    for r in (r_e, r_f):
+        assert sum(float(getattr(r, key)[0]) for _, key in TIME_PARTS) == pytest.approx(float(r.step_time[0]), rel=1e-9)
+    assert float(r_e.step_time[0]) - float(r_f.step_time[0]) == pytest.approx(float(r_e.host_wait[0]), rel=1e-6)

@@ -11,12 +11,13 @@ from dataclasses import dataclass, field, fields, replace
 import numpy as np
 
 from ..schema.common import RECOMPUTE_BITS
-from ..schema import AttentionKernel, EpDispatcher, Execution, Recompute, Schedule, System, TpComm, TpOverlap
+from ..schema import AttentionKernel, CudaGraphs, EpDispatcher, Execution, Recompute, Schedule, System, TpComm, TpOverlap
 
 RECOMPUTE = [Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL]  # code = index
 TP_OVERLAP = [TpOverlap.NONE, TpOverlap.PIPE, TpOverlap.RING]
 ATTENTION = [AttentionKernel.STANDARD, AttentionKernel.FLASH, AttentionKernel.FLASH2,
              AttentionKernel.FLASH_TRITON]  # code = index (> 0: fused)
+CUDA_GRAPHS = [CudaGraphs.NONE, CudaGraphs.PARTIAL, CudaGraphs.FULL]  # code = index
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class Knobs:
     fused_loss: np.ndarray = field(default_factory=lambda: np.ones(1, dtype=np.int64))  # 0/1
     kv_repeat: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # 0/1: K/V as q heads
     pp_overlap: np.ndarray = field(default_factory=lambda: np.ones(1, dtype=np.int64))  # 0/1 (effective with vpp > 1)
+    cuda_graphs: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # code: CUDA_GRAPHS index
 
     @property
     def size(self) -> int:
@@ -129,6 +131,7 @@ def from_execution(ex: Execution, system: System, num_gpus: int) -> Knobs:
         ep_overlap=int(ex.ep_overlap), ep_dispatcher=int(ex.ep_dispatcher == EpDispatcher.FLEX),
         recompute_modules=sum(RECOMPUTE_BITS[m] for m in set(ex.recompute_modules or [])),
         fused_loss=int(ex.fused_loss), pp_overlap=int(ex.pp_overlap), kv_repeat=int(ex.kv_repeat),
+        cuda_graphs=CUDA_GRAPHS.index(ex.cuda_graphs),
     )
     return Knobs.from_dict(d)
 
@@ -152,4 +155,5 @@ def to_execution(k: Knobs, system: System, i: int = 0) -> Execution:
         ep_overlap=bool(r["ep_overlap"]), ep_dispatcher=EpDispatcher.FLEX if r["ep_dispatcher"] else EpDispatcher.ALLTOALL,
         recompute_modules=[m for m, bit in RECOMPUTE_BITS.items() if r["recompute_modules"] & bit] or None,
         fused_loss=bool(r["fused_loss"]), pp_overlap=bool(r["pp_overlap"]), kv_repeat=bool(r["kv_repeat"]),
+        cuda_graphs=CUDA_GRAPHS[r["cuda_graphs"]],
     )

@@ -40,6 +40,16 @@ from .hardware import (BYTES, CAST_COPIES, CAST_READS, QUANTIZED, Hardware, Tier
 from .knobs import Knobs
 from .params import attention_params
 
+# Host time to issue one dropless MoE layer's forward under eager launch (Python dispatch and kernel launches of
+# the attention, router, dispatcher, grouped experts and combine, between two of the host's synchronisations with
+# the GPU): one value for the Megatron-Core stack, fitted by scripts/calibrate_host.py on the published MoE runs
+# (its leave-one-out error is printed there and in the README). The share of it CUDA graphs leave to the host, by
+# `Knobs.cuda_graphs` code (none, partial, full): partial graphs replay the attention, the router and the
+# dispatcher's preprocessing, about half of the layer's launches (counted in Megatron-Core's MoE layer: attention
+# and router against dispatch, experts and combine; an estimate, not fitted); full graphs replay everything.
+MOE_HOST_FW_S = 5.0e-3
+GRAPH_HOST_SHARE = np.array([1.0, 0.5, 0.0])
+
 
 @dataclass(frozen=True)
 class Ctx:
@@ -105,6 +115,10 @@ class BlockCost:
     hw_flops_fw: np.ndarray  # hardware FLOPs forward (for HFU)
     hw_flops_bw: np.ndarray
     hw_flops_re: np.ndarray
+    # host launch wait of an eager dropless MoE layer (MOE_HOST_FW_S): in its forward, and again when full
+    # recompute issues the forward in backward
+    host_fw: np.ndarray | float = 0.0
+    host_re: np.ndarray | float = 0.0
 
     @property
     def tp_exposed(self):
@@ -112,8 +126,9 @@ class BlockCost:
 
     @property
     def total(self):
-        """Per layer per micro-batch critical-path time: compute + exposed TP and CP traffic."""
-        return self.fw + self.bw + self.re + self.tp_exposed + self.tp_slow + self.cp_exp + self.ep_exp
+        """Per layer per micro-batch critical-path time: compute + exposed TP, CP and EP traffic + host wait."""
+        return self.fw + self.bw + self.re + self.tp_exposed + self.tp_slow + self.cp_exp + self.ep_exp + \
+            self.host_fw + self.host_re
 
     def _ep_fw_exp(self):
         """The forward's share of the exposed EP time."""
@@ -121,12 +136,12 @@ class BlockCost:
 
     @property
     def fw_total(self):
-        return self.fw + self.tp_fw_exp + self._ep_fw_exp()
+        return self.fw + self.tp_fw_exp + self._ep_fw_exp() + self.host_fw
 
     @property
     def bw_total(self):
         return self.bw + self.re + self.tp_bw_exp + self.tp_re_exp + self.tp_slow + self.cp_exp + \
-            (self.ep_exp - self._ep_fw_exp())
+            (self.ep_exp - self._ep_fw_exp()) + self.host_re
 
     def mix(self, other: "BlockCost", w) -> "BlockCost":
         """Per-field weighted mean (1-w)*self + w*other: a stage whose layers are a w share of `other`
@@ -519,6 +534,19 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
         ep_exp = np.where(ep_ov, ep_link - hidden + pu_ep * hidden, ep_link)
     else:
         ep_exp = ep_link
+    # ---------------------------------------------------------------- host launch floor (eager dropless MoE)
+    # The layer reads its routed token counts on the host once per forward (Megatron-Core TEGroupedMLP.forward
+    # `tokens_per_expert.tolist()`, the dispatchers' cuda_sync_point), so the host cannot run ahead of it and the
+    # forward takes at least the host time to issue it (MOE_HOST_FW_S, less what CUDA graphs replay). With the
+    # all-to-all overlap the forward runs merged with another micro-batch's backward, whose GPU work covers the
+    # host too. Full recompute issues the forward again.
+    host_fw = host_re = 0.0
+    if mo is not None and ctx.stack == Stack.MEGATRON_CORE:
+        host = MOE_HOST_FW_S * GRAPH_HOST_SHARE[np.asarray(k.cuda_graphs, dtype=int)]
+        ep_fw_exp = np.where(ep_link > 0, ep_exp * ep_fw / np.maximum(ep_link, 1e-30), 0.0)
+        gpu = fw + np.where(tp > 1, tp_fw_exp, 0.0) + ep_fw_exp + np.where(ep_ov, bw + re, 0.0)
+        host_fw = np.maximum(host - gpu, 0.0)
+        host_re = np.where(rec == 2, host_fw, 0.0)
     return BlockCost(fw=fw, bw=bw, re=re, gemm_fw=gemm_fw, gemm_bw=gemm_bw, attn_fw=attn_fw, attn_bw=attn_bw,
                      tp_fw=np.where(tp > 1, tp_fw, 0.0), tp_bw=np.where(tp > 1, tp_bw, 0.0),
                      tp_re=np.where(tp > 1, tp_re, 0.0),
@@ -526,4 +554,5 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
                      tp_re_exp=np.where(tp > 1, tp_re_exp, 0.0), tp_slow=tp_slow,
                      cp_link=cp_link, cp_exp=cp_exp, ep_link=ep_link + 0.0 * tp, ep_fw=ep_fw + 0.0 * tp,
                      ep_exp=ep_exp + 0.0 * tp, act_stored=stored, act_full=full, ckpt=ckpt,
-                     hw_flops_fw=hw_fw, hw_flops_bw=hw_bw, hw_flops_re=hw_re)
+                     hw_flops_fw=hw_fw, hw_flops_bw=hw_bw, hw_flops_re=hw_re,
+                     host_fw=host_fw + 0.0 * tp, host_re=host_re + 0.0 * tp)

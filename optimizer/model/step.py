@@ -69,6 +69,7 @@ class StepResult:
     head: np.ndarray  # embedding, LM head and loss
     overlap_slowdown: np.ndarray  # compute lost to overlapped collectives (processor usage)
     fsdp_copies: np.ndarray  # PyTorch FSDP's copies and casts of the unsharded gradients and gathered weights
+    host_wait: np.ndarray  # GPU idle while the host issues eager dropless MoE layers (layer.MOE_HOST_FW_S)
     step_time: np.ndarray
     # link times (before overlap), s
     tp_link: np.ndarray
@@ -401,7 +402,8 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
         tp_exposed=n_mb * Ls * blk.tp_exposed, cp_exposed=n_mb * Ls * blk.cp_exp,
         ep_exposed=n_mb * Ls * blk.ep_exp, pp_exposed=pp_exposed,
         dp_exposed=dp_exposed, bubble=bubble, offload_exposed=offload_exposed, head=n_mb * head,
-        overlap_slowdown=n_mb * Ls * blk.tp_slow + dp_slow, fsdp_copies=fsdp_copies, step_time=step,
+        overlap_slowdown=n_mb * Ls * blk.tp_slow + dp_slow, fsdp_copies=fsdp_copies,
+        host_wait=n_mb * Ls * (blk.host_fw + blk.host_re), step_time=step,
         tp_link=n_mb * Ls * (blk.tp_fw + blk.tp_bw + blk.tp_re), dp_link=dp_link, pp_link=pp_link,
         cp_link=n_mb * Ls * blk.cp_link, ep_link=n_mb * Ls * blk.ep_link,
         weights=weights, grads=grads, optim_state=optim_state, activations=activations, reserved=reserved,

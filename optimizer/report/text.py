@@ -34,7 +34,7 @@ TIME_PARTS = [
     ("CP communication (exposed)", "cp_exposed"), ("EP all-to-all (exposed)", "ep_exposed"), ("PP communication (exposed)", "pp_exposed"),
     ("DP communication (exposed)", "dp_exposed"), ("pipeline bubble", "bubble"),
     ("offload (exposed)", "offload_exposed"), ("overlap slowdown", "overlap_slowdown"),
-    ("FSDP gradient/weight copies", "fsdp_copies"),
+    ("FSDP gradient/weight copies", "fsdp_copies"), ("host launch wait (eager MoE)", "host_wait"),
 ]
 MEM_PARTS = [("weights", "weights"), ("gradients", "grads"), ("optimizer state", "optim_state"),
              ("activations", "activations"), ("runtime reserved", "reserved")]

@@ -1,13 +1,13 @@
 """Typed, frozen schemas of problem files (pydantic v2, unknown keys rejected)."""
 
-from .common import (AttentionKernel, EpDispatcher, Axis, MlpKind, Precision, ProcessingMode, Recompute, Schedule, TpComm,
+from .common import (AttentionKernel, CudaGraphs, EpDispatcher, Axis, MlpKind, Precision, ProcessingMode, Recompute, Schedule, TpComm,
                      TpOverlap)
 from .llm import LLM, MLA, MoE
 from .problem import Execution, Options, Problem, Range, Search, Training
 from .system import Calibration, Network, OffloadMemory, System
 
 __all__ = [
-    "AttentionKernel", "Axis", "MlpKind", "Precision", "ProcessingMode", "Recompute", "Schedule", "TpComm",
+    "AttentionKernel", "Axis", "CudaGraphs", "EpDispatcher", "MlpKind", "Precision", "ProcessingMode", "Recompute", "Schedule", "TpComm",
     "TpOverlap", "LLM", "MLA", "MoE", "Execution", "Options", "Problem", "Range", "Search", "Training", "Calibration", "Network",
     "OffloadMemory", "System",
 ]

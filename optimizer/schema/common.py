@@ -144,6 +144,24 @@ class EpDispatcher(StrEnum):
     FLEX = "flex"
 
 
+class CudaGraphs(StrEnum):
+    """How much of a training iteration the stack replays as CUDA graphs (Megatron-Core cuda_graph_impl and
+    cuda_graph_scope). Eager execution launches every kernel from Python on the host; a dropless MoE layer also
+    synchronises the host with the GPU once per forward to read the routed token counts (the grouped GEMM's and
+    the all-to-all's split sizes), so the host cannot run ahead of that layer and the layer's forward takes at
+    least the host time to issue it (Megatron-Core MoE README, "CPU Overhead Bottleneck": gaps between kernels;
+    its remedies: CUDA graphs, a larger micro-batch).
+
+    ``none``: eager. ``partial``: Transformer Engine graphs of the attention, the router and the dispatcher's
+    preprocessing (cuda_graph_impl transformer_engine, cuda_graph_scope attn moe_router moe_preprocess).
+    ``full``: the whole iteration captured (cuda_graph_impl full_iteration, static shapes): no launch cost.
+    """
+
+    NONE = "none"
+    PARTIAL = "partial"
+    FULL = "full"
+
+
 class TpOverlap(StrEnum):
     """Tensor-parallel communication overlap with the adjacent GEMMs (Wang et al. 2022).
 

@@ -11,6 +11,7 @@ from .stack import Stack
 from .common import (
     MEMORY_ERROR_PCT,
     AttentionKernel,
+    CudaGraphs,
     EpDispatcher,
     RecomputeModule,
     Float,
@@ -87,6 +88,12 @@ class Execution(Frozen):
     ep_overlap: bool = Field(False, description="MoE: overlap the expert-parallel all-to-all of one micro-batch "
                              "with the computation of another (Megatron-Core overlap_moe_expert_parallel_comm); "
                              "needs ep > 1; `solve` keeps it off unless `search` names it.")
+    cuda_graphs: CudaGraphs = Field(CudaGraphs.NONE, description="CUDA graphs the stack replays (Megatron-Core "
+                                    "cuda_graph_impl): none (eager), partial (Transformer Engine graphs of the "
+                                    "attention, router and dispatcher preprocessing) or full (the whole iteration). "
+                                    "Under eager launch a dropless MoE layer's forward takes at least the host time "
+                                    "to issue it (it synchronises with the GPU once per layer); partial graphs issue "
+                                    "half of it, full graphs none. Not searched: `solve` plans with the value given.")
     zero: Int = Field(0, ge=0, le=3, description="ZeRO stage: 0 none, 1 optimizer sharding (distributed "
                       "optimizer), 2 + gradients, 3 + weights (FSDP full shard).")
     fused_layers: bool = Field(True, description="Fused element-wise kernels (bias-GeLU, bias-dropout-add, "

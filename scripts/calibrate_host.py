@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Fit the host time of an eager dropless MoE layer's forward on published MoE runs, and print it.
+
+    python scripts/calibrate_host.py RUNS.yaml [RUNS.yaml ...] [--write]
+
+Under eager launch a dropless MoE layer synchronises the host with the GPU once per forward (it reads the routed
+token counts), so its forward takes at least the host time to issue it (`layer.MOE_HOST_FW_S`, less the share
+CUDA graphs replay: `layer.GRAPH_HOST_SHARE`). One parameter for the Megatron-Core stack, shared by every GPU
+(it is the host's work, not the GPU's), fitted on every Megatron-Core MoE run of the files by a grid search
+minimising the mean |error| of their step times with every system as calibrated; `--loo` is always printed:
+each run held out of the fit in turn. `--write` sets `MOE_HOST_FW_S` in optimizer/model/layer.py. The systems'
+own fits (scripts/calibrate.py) come after this one, on the model with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import optimizer.model.layer as layer  # noqa: E402
+from optimizer.errors import ParaplanError  # noqa: E402
+from optimizer.runs import load_runs, map_run, predict, run_target, stack_of  # noqa: E402
+
+GRID_MS = np.round(np.arange(0.0, 12.001, 0.25), 2)
+
+
+def moe_runs(files: list[str]) -> list[tuple[str, dict]]:
+    """(id, record) of every Megatron-Core MoE run of the files."""
+    return [(r["id"], r) for f in files for r in load_runs(f).data
+            if r["model"].get("moe") and stack_of(r) == "megatron-core"]
+
+
+def error_table(runs: list[tuple[str, dict]]) -> tuple[list[str], np.ndarray]:
+    """Signed % step-time error of each run (columns) at each grid value (rows)."""
+    ids, cols = [], []
+    saved = layer.MOE_HOST_FW_S
+    try:
+        for rid, r in runs:
+            col = []
+            for h in GRID_MS:
+                layer.MOE_HOST_FW_S = h * 1e-3
+                try:
+                    m = map_run(r)
+                    if m.skip:
+                        break
+                    target = run_target(r, m.problem)[0]
+                    if target is None:
+                        break
+                    col.append(100.0 * (predict(m).result["step_time"] - target) / target)
+                except ParaplanError as e:
+                    print(f"  {rid}: not scored ({e})", file=sys.stderr)
+                    break
+            if len(col) == len(GRID_MS):
+                ids.append(rid)
+                cols.append(col)
+    finally:
+        layer.MOE_HOST_FW_S = saved
+    return ids, np.array(cols).T
+
+
+def best(err: np.ndarray) -> int:
+    """Grid row with the smallest mean |error| (the smallest value on ties)."""
+    return int(np.argmin(np.round(np.mean(np.abs(err), axis=1), 9)))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("runs", nargs="+")
+    ap.add_argument("--write", action="store_true", help="set MOE_HOST_FW_S in optimizer/model/layer.py")
+    args = ap.parse_args()
+    try:
+        runs = moe_runs(args.runs)
+    except ParaplanError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if not runs:
+        print("no Megatron-Core MoE run in these files", file=sys.stderr)
+        return 2
+    ids, err = error_table(runs)
+    b = best(err)
+    held = np.array([err[best(np.delete(err, i, axis=1)), i] for i in range(len(ids))])
+    for i, rid in enumerate(ids):
+        print(f"  {rid:55s} {err[0, i]:+7.1f}% without  {err[b, i]:+7.1f}%   held out {held[i]:+7.1f}%")
+    print(f"MOE_HOST_FW_S {GRID_MS[b]:.2f} ms on {len(ids)} runs: MAPE {np.mean(np.abs(err[b])):.2f}% "
+          f"(without the floor {np.mean(np.abs(err[0])):.2f}%); leave-one-out MAPE {np.mean(np.abs(held)):.2f}%")
+    if args.write:
+        path = ROOT / "optimizer" / "model" / "layer.py"
+        text = path.read_text()
+        new, n = re.subn(r"^MOE_HOST_FW_S = [0-9.e-]+", f"MOE_HOST_FW_S = {GRID_MS[b] / 1e3:.2e}", text, flags=re.M)
+        if n != 1:
+            print(f"no MOE_HOST_FW_S line in {path}", file=sys.stderr)
+            return 2
+        path.write_text(new)
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
