@@ -47,7 +47,7 @@ from .params import attention_params
 # `Knobs.cuda_graphs` code (none, partial, full): partial graphs replay the attention, the router and the
 # dispatcher's preprocessing, about half of the layer's launches (counted in Megatron-Core's MoE layer: attention
 # and router against dispatch, experts and combine; an estimate, not fitted); full graphs replay everything.
-MOE_HOST_FW_S = 5.0e-3
+MOE_HOST_FW_S = 5.00e-03
 GRAPH_HOST_SHARE = np.array([1.0, 0.5, 0.0])
 
 
