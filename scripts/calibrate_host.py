@@ -70,11 +70,11 @@ def best(err: np.ndarray) -> int:
     return int(np.argmin(np.round(np.mean(np.abs(err), axis=1), 9)))
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("runs", nargs="+")
     ap.add_argument("--write", action="store_true", help="set MOE_HOST_FW_S in optimizer/model/layer.py")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     try:
         runs = moe_runs(args.runs)
     except ParaplanError as e:

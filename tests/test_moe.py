@@ -317,3 +317,23 @@ def test_host_wait_is_its_own_part_of_the_step():
     for r in (r_e, r_f):
         assert sum(float(getattr(r, key)[0]) for _, key in TIME_PARTS) == pytest.approx(float(r.step_time[0]), rel=1e-9)
     assert float(r_e.step_time[0]) - float(r_f.step_time[0]) == pytest.approx(float(r_e.host_wait[0]), rel=1e-6)
+
+
+def test_calibrate_host_fits_the_floor_on_eager_runs_only():
+    """scripts/calibrate_host.py scans MOE_HOST_FW_S over its grid: a run replayed as full-iteration CUDA graphs
+    (Qwen3-30B-A3B on 8 GB300 in the 26.06 table) has the same error at every value, an eager one at micro-batch 1
+    (the same model on 16 H100: -28% without the floor) is predicted slower as the value grows, and a fit on that
+    one run alone lands at 5.25 ms, beside the 5.0 ms fitted on the 2025 file's 18 MoE runs it is not one of. A
+    file that cannot be read is refused with exit 2."""
+    from helpers import ROOT, load_script
+
+    cal = load_script("calibrate_host")
+    runs = dict(cal.moe_runs([str(ROOT / "problems" / "runs" / "bridge-2606.yaml")]))
+    pick = [(i, runs[i]) for i in ("bridge2606-qwen3-30b-a3b-gb300-mxfp8-8gpu", "bridge2606-qwen3-30b-a3b-h100-fp8-16gpu")]
+    ids, err = cal.error_table(pick)
+    assert ids == [i for i, _ in pick] and err.shape == (len(cal.GRID_MS), 2)
+    assert np.ptp(err[:, 0]) < 1e-9  # full graphs: no host wait
+    assert np.all(np.diff(err[:, 1]) >= -1e-9) and err[0, 1] < -25.0
+    b = cal.best(err[:, 1:])
+    assert abs(err[b, 1]) <= 1.0 and 4.0 <= cal.GRID_MS[b] <= 6.5
+    assert cal.main([str(ROOT / "no-such-runs.yaml")]) == 2
