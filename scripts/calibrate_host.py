@@ -15,7 +15,6 @@ own fits (scripts/calibrate.py) come after this one, on the model with it.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
@@ -25,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import optimizer.model.layer as layer  # noqa: E402
+from model_constant import set_constant  # noqa: E402
 from optimizer.errors import ParaplanError  # noqa: E402
 from optimizer.runs import load_runs, map_run, predict, run_target, stack_of  # noqa: E402
 
@@ -91,14 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"MOE_HOST_FW_S {GRID_MS[b]:.2f} ms on {len(ids)} runs: MAPE {np.mean(np.abs(err[b])):.2f}% "
           f"(without the floor {np.mean(np.abs(err[0])):.2f}%); leave-one-out MAPE {np.mean(np.abs(held)):.2f}%")
     if args.write:
-        path = ROOT / "optimizer" / "model" / "layer.py"
-        text = path.read_text()
-        new, n = re.subn(r"^MOE_HOST_FW_S = [0-9.e-]+", f"MOE_HOST_FW_S = {GRID_MS[b] / 1e3:.2e}", text, flags=re.M)
-        if n != 1:
-            print(f"no MOE_HOST_FW_S line in {path}", file=sys.stderr)
-            return 2
-        path.write_text(new)
-        print(f"wrote {path}")
+        return set_constant(ROOT / "optimizer" / "model" / "layer.py", "MOE_HOST_FW_S", f"{GRID_MS[b] / 1e3:.2e}")
     return 0
 
 

@@ -18,7 +18,6 @@ Runs without `measured.peak_memory_gib` are ignored; a run the model cannot expr
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from model_constant import set_constant  # noqa: E402
 from optimizer.errors import ParaplanError  # noqa: E402
 from optimizer.runs import load_runs, map_run, predict  # noqa: E402
 
@@ -83,14 +83,7 @@ def main() -> int:
     print(f"ALLOCATOR_SLACK {s:.3f} on {len(rows)} runs: MAPE {np.mean(np.abs(e)):.2f}%  max {np.max(np.abs(e)):.1f}%;"
           f" leave-one-out MAPE {np.mean(np.abs(held)):.2f}%  max {np.max(np.abs(held)):.1f}%")
     if args.write:
-        path = ROOT / "optimizer" / "model" / "step.py"
-        text = path.read_text()
-        new, n = re.subn(r"^ALLOCATOR_SLACK = [0-9.]+", f"ALLOCATOR_SLACK = {s:.3f}", text, flags=re.M)
-        if n != 1:
-            print(f"no ALLOCATOR_SLACK line in {path}", file=sys.stderr)
-            return 2
-        path.write_text(new)
-        print(f"wrote {path}")
+        return set_constant(ROOT / "optimizer" / "model" / "step.py", "ALLOCATOR_SLACK", f"{s:.3f}")
     return 0
 
 
