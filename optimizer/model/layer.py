@@ -45,8 +45,9 @@ from .params import attention_params
 # the GPU): one value for the Megatron-Core stack, fitted by scripts/calibrate_host.py on the published MoE runs
 # (its leave-one-out error is printed there and in the README). The share of it CUDA graphs leave to the host, by
 # `Knobs.cuda_graphs` code (none, partial, full): partial graphs replay the attention, the router and the
-# dispatcher's preprocessing, about half of the layer's launches (counted in Megatron-Core's MoE layer: attention
-# and router against dispatch, experts and combine; an estimate, not fitted); full graphs replay everything.
+# dispatcher's preprocessing, taken as half of the layer's host work (those modules against the dispatch, experts
+# and combine they leave eager, by a reading of Megatron-Core's MoE layer: an estimate, neither counted kernel by
+# kernel nor fitted); full graphs replay everything.
 MOE_HOST_FW_S = 5.00e-03
 GRAPH_HOST_SHARE = np.array([1.0, 0.5, 0.0])
 
