@@ -28,7 +28,7 @@ overlap), forward and backward (and again under full recompute).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -535,25 +535,23 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
         ep_exp = np.where(ep_ov, ep_link - hidden + pu_ep * hidden, ep_link)
     else:
         ep_exp = ep_link
+    blk = BlockCost(fw=fw, bw=bw, re=re, gemm_fw=gemm_fw, gemm_bw=gemm_bw, attn_fw=attn_fw, attn_bw=attn_bw,
+                    tp_fw=np.where(tp > 1, tp_fw, 0.0), tp_bw=np.where(tp > 1, tp_bw, 0.0),
+                    tp_re=np.where(tp > 1, tp_re, 0.0),
+                    tp_fw_exp=np.where(tp > 1, tp_fw_exp, 0.0), tp_bw_exp=np.where(tp > 1, tp_bw_exp, 0.0),
+                    tp_re_exp=np.where(tp > 1, tp_re_exp, 0.0), tp_slow=tp_slow,
+                    cp_link=cp_link, cp_exp=cp_exp, ep_link=ep_link + 0.0 * tp, ep_fw=ep_fw + 0.0 * tp,
+                    ep_exp=ep_exp + 0.0 * tp, act_stored=stored, act_full=full, ckpt=ckpt,
+                    hw_flops_fw=hw_fw, hw_flops_bw=hw_bw, hw_flops_re=hw_re)
     # ---------------------------------------------------------------- host launch floor (eager dropless MoE)
     # The layer reads its routed token counts on the host once per forward (Megatron-Core TEGroupedMLP.forward
     # `tokens_per_expert.tolist()`, the dispatchers' cuda_sync_point), so the host cannot run ahead of it and the
     # forward takes at least the host time to issue it (MOE_HOST_FW_S, less what CUDA graphs replay). With the
     # all-to-all overlap the forward runs merged with another micro-batch's backward, whose GPU work covers the
     # host too. Full recompute issues the forward again.
-    host_fw = host_re = 0.0
-    if mo is not None and ctx.stack == Stack.MEGATRON_CORE:
-        host = MOE_HOST_FW_S * GRAPH_HOST_SHARE[np.asarray(k.cuda_graphs, dtype=int)]
-        ep_fw_exp = np.where(ep_link > 0, ep_exp * ep_fw / np.maximum(ep_link, 1e-30), 0.0)
-        gpu = fw + np.where(tp > 1, tp_fw_exp, 0.0) + ep_fw_exp + np.where(ep_ov, bw + re, 0.0)
-        host_fw = np.maximum(host - gpu, 0.0)
-        host_re = np.where(rec == 2, host_fw, 0.0)
-    return BlockCost(fw=fw, bw=bw, re=re, gemm_fw=gemm_fw, gemm_bw=gemm_bw, attn_fw=attn_fw, attn_bw=attn_bw,
-                     tp_fw=np.where(tp > 1, tp_fw, 0.0), tp_bw=np.where(tp > 1, tp_bw, 0.0),
-                     tp_re=np.where(tp > 1, tp_re, 0.0),
-                     tp_fw_exp=np.where(tp > 1, tp_fw_exp, 0.0), tp_bw_exp=np.where(tp > 1, tp_bw_exp, 0.0),
-                     tp_re_exp=np.where(tp > 1, tp_re_exp, 0.0), tp_slow=tp_slow,
-                     cp_link=cp_link, cp_exp=cp_exp, ep_link=ep_link + 0.0 * tp, ep_fw=ep_fw + 0.0 * tp,
-                     ep_exp=ep_exp + 0.0 * tp, act_stored=stored, act_full=full, ckpt=ckpt,
-                     hw_flops_fw=hw_fw, hw_flops_bw=hw_bw, hw_flops_re=hw_re,
-                     host_fw=host_fw + 0.0 * tp, host_re=host_re + 0.0 * tp)
+    if mo is None or ctx.stack != Stack.MEGATRON_CORE:
+        return blk
+    host = MOE_HOST_FW_S * GRAPH_HOST_SHARE[np.asarray(k.cuda_graphs, dtype=int)]
+    gpu = blk.fw_total + np.where(ep_ov, blk.bw_total, 0.0)  # the GPU's critical path while the host issues
+    host_fw = np.maximum(host - gpu, 0.0)
+    return replace(blk, host_fw=host_fw, host_re=np.where(rec == 2, host_fw, 0.0))
