@@ -7,9 +7,9 @@ Under eager launch a dropless MoE layer synchronises the host with the GPU once 
 token counts), so its forward takes at least the host time to issue it (`layer.MOE_HOST_FW_S`, less the share
 CUDA graphs replay: `layer.GRAPH_HOST_SHARE`). One parameter for the Megatron-Core stack, shared by every GPU
 (it is the host's work, not the GPU's), fitted on every Megatron-Core MoE run of the files by a grid search
-minimising the mean |error| of their step times with every system as calibrated; `--loo` is always printed:
-each run held out of the fit in turn. `--write` sets `MOE_HOST_FW_S` in optimizer/model/layer.py. The systems'
-own fits (scripts/calibrate.py) come after this one, on the model with it.
+minimising the mean |error| of their step times with every system as calibrated (`grid_fit.best_row`); each
+run's leave-one-out error is always printed (`grid_fit.held_out`). `--write` sets `MOE_HOST_FW_S` in
+optimizer/model/layer.py. The systems' own fits (scripts/calibrate.py) come after this one, on the model with it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import optimizer.model.layer as layer  # noqa: E402
-from model_constant import set_constant  # noqa: E402
+from grid_fit import best_row, held_out, set_constant  # noqa: E402
 from optimizer.errors import ParaplanError  # noqa: E402
 from optimizer.runs import load_runs, map_run, predict, run_target, stack_of  # noqa: E402
 
@@ -38,36 +38,29 @@ def moe_runs(files: list[str]) -> list[tuple[str, dict]]:
 
 
 def error_table(runs: list[tuple[str, dict]]) -> tuple[list[str], np.ndarray]:
-    """Signed % step-time error of each run (columns) at each grid value (rows)."""
+    """Signed % step-time error of each run (columns) at each grid value (rows); runs the model cannot score are
+    reported and left out."""
     ids, cols = [], []
     saved = layer.MOE_HOST_FW_S
     try:
         for rid, r in runs:
-            col = []
-            for h in GRID_MS:
-                layer.MOE_HOST_FW_S = h * 1e-3
-                try:
-                    m = map_run(r)
-                    if m.skip:
-                        break
-                    target = run_target(r, m.problem)[0]
-                    if target is None:
-                        break
+            try:
+                m = map_run(r)
+                target = None if m.skip else run_target(r, m.problem)[0]
+                if target is None:
+                    continue
+                col = []
+                for h in GRID_MS:
+                    layer.MOE_HOST_FW_S = h * 1e-3
                     col.append(100.0 * (predict(m).result["step_time"] - target) / target)
-                except ParaplanError as e:
-                    print(f"  {rid}: not scored ({e})", file=sys.stderr)
-                    break
-            if len(col) == len(GRID_MS):
-                ids.append(rid)
-                cols.append(col)
+            except ParaplanError as e:
+                print(f"  {rid}: not scored ({e})", file=sys.stderr)
+                continue
+            ids.append(rid)
+            cols.append(col)
     finally:
         layer.MOE_HOST_FW_S = saved
     return ids, np.array(cols).T
-
-
-def best(err: np.ndarray) -> int:
-    """Grid row with the smallest mean |error| (the smallest value on ties)."""
-    return int(np.argmin(np.round(np.mean(np.abs(err), axis=1), 9)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,8 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no Megatron-Core MoE run in these files", file=sys.stderr)
         return 2
     ids, err = error_table(runs)
-    b = best(err)
-    held = np.array([err[best(np.delete(err, i, axis=1)), i] for i in range(len(ids))])
+    b, held = best_row(err), held_out(err)
     for i, rid in enumerate(ids):
         print(f"  {rid:55s} {err[0, i]:+7.1f}% without  {err[b, i]:+7.1f}%   held out {held[i]:+7.1f}%")
     print(f"MOE_HOST_FW_S {GRID_MS[b]:.2f} ms on {len(ids)} runs: MAPE {np.mean(np.abs(err[b])):.2f}% "

@@ -10,9 +10,9 @@ the runtime leaves it. One parameter, shared by every run, GPU and stack (they a
 
     reserved = min(allocated x (1 + ALLOCATOR_SLACK), hbm_gib - reserved_gib)
 
-It is fitted by a grid search minimising the mean |error| of the predicted peaks, and `--loo` is always
-printed: each run held out of the fit in turn. `--write` sets `ALLOCATOR_SLACK` in optimizer/model/step.py.
-Runs without `measured.peak_memory_gib` are ignored; a run the model cannot express is reported, not fitted.
+It is fitted by a grid search minimising the mean |error| of the predicted peaks (`grid_fit.best_row`), and
+each run's leave-one-out error is always printed (`grid_fit.held_out`). `--write` sets `ALLOCATOR_SLACK` in
+optimizer/model/step.py. Runs without `measured.peak_memory_gib` are ignored; a run the model cannot express is reported, not fitted.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from model_constant import set_constant  # noqa: E402
+from grid_fit import best_row, held_out, set_constant  # noqa: E402
 from optimizer.errors import ParaplanError  # noqa: E402
 from optimizer.runs import load_runs, map_run, predict  # noqa: E402
 
@@ -61,9 +61,9 @@ def errors(rows, slack: float) -> np.ndarray:
     return np.array([100.0 * (min(a * (1.0 + slack), max(u, a)) - m) / m for _, a, u, m in rows])
 
 
-def fit(rows) -> float:
-    """The grid value of the slack with the smallest mean |error| (the smallest such value on ties)."""
-    return float(min(GRID, key=lambda s: (float(np.mean(np.abs(errors(rows, s)))), s)))
+def error_table(rows) -> np.ndarray:
+    """Signed % error of each run (columns) at each grid value of the slack (rows)."""
+    return np.array([errors(rows, s) for s in GRID])
 
 
 def main() -> int:
@@ -75,11 +75,11 @@ def main() -> int:
     if not rows:
         print("no run with a measured peak memory", file=sys.stderr)
         return 2
-    s = fit(rows)
-    e = errors(rows, s)
-    held = np.array([errors([r], fit(rows[:i] + rows[i + 1:]))[0] for i, r in enumerate(rows)])
-    for (rid, a, _, m), err, h in zip(rows, e, held):
-        print(f"  {rid:50s} allocated {a:6.1f}  measured {m:6.1f} GiB  {err:+6.1f}%   held out {h:+6.1f}%")
+    table = error_table(rows)
+    b = best_row(table)
+    s, e, held = float(GRID[b]), table[b], held_out(table)
+    for (rid, a, _, m), x, h in zip(rows, e, held):
+        print(f"  {rid:50s} allocated {a:6.1f}  measured {m:6.1f} GiB  {x:+6.1f}%   held out {h:+6.1f}%")
     print(f"ALLOCATOR_SLACK {s:.3f} on {len(rows)} runs: MAPE {np.mean(np.abs(e)):.2f}%  max {np.max(np.abs(e)):.1f}%;"
           f" leave-one-out MAPE {np.mean(np.abs(held)):.2f}%  max {np.max(np.abs(held)):.1f}%")
     if args.write:

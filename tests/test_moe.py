@@ -334,6 +334,6 @@ def test_calibrate_host_fits_the_floor_on_eager_runs_only():
     assert ids == [i for i, _ in pick] and err.shape == (len(cal.GRID_MS), 2)
     assert np.ptp(err[:, 0]) < 1e-9  # full graphs: no host wait
     assert np.all(np.diff(err[:, 1]) >= -1e-9) and err[0, 1] < -25.0
-    b = cal.best(err[:, 1:])
+    b = load_script("grid_fit").best_row(err[:, 1:])
     assert abs(err[b, 1]) <= 1.0 and 4.0 <= cal.GRID_MS[b] <= 6.5
     assert cal.main([str(ROOT / "no-such-runs.yaml")]) == 2

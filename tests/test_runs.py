@@ -155,10 +155,9 @@ def test_the_next_release_is_predicted_held_out():
     old = {r["id"]: r for r in load_runs(str(old_path)).data}
     for rack in ("gb300", "gb200"):
         a, b = old[f"bridge2604-qwen3-235b-{rack}-mxfp8-256gpu"], new[f"bridge2606-qwen3-235b-{rack}-mxfp8-256gpu"]
-        assert {k: v for k, v in a["parallel"].items()} == {k: v for k, v in b["parallel"].items()}
+        assert a["parallel"] == b["parallel"]  # the same layout: what differs is the preset
         ma, mb = map_run(a), map_run(b)
         assert not ma.problem.execution.ep_overlap and mb.problem.execution.ep_overlap
         measured = run_target(a, ma.problem)[0] / run_target(b, mb.problem)[0]
         predicted = predict(ma).result["step_time"] / predict(mb).result["step_time"]
-        assert measured == pytest.approx(1.30, abs=0.01)
         assert predicted == pytest.approx(measured, rel=0.05), rack

@@ -225,9 +225,11 @@ def test_allocator_slack_leave_one_out_within_10pct():
     cm = load_script("calibrate_memory")
     rows = cm.measured_runs([str(RUNS)])
     assert len(rows) == 19
-    held = [cm.errors([r], cm.fit(rows[:i] + rows[i + 1:]))[0] for i, r in enumerate(rows)]
-    assert np.mean(np.abs(held)) <= 10.0
-    assert cm.fit(rows) == pytest.approx(ALLOCATOR_SLACK, abs=0.011)  # the constant is this fit (+ the shared run)
+    fit = load_script("grid_fit")
+    err = cm.error_table(rows)
+    assert np.mean(np.abs(fit.held_out(err))) <= 10.0
+    # the constant is this fit (+ the shared run)
+    assert cm.GRID[fit.best_row(err)] == pytest.approx(ALLOCATOR_SLACK, abs=0.011)
 
 
 def test_stated_uncertainty_widens_for_a_stack_the_calibration_runs_did_not_use():
