@@ -163,12 +163,13 @@ def _llm_of(run: dict, year: int | None) -> LLM:
     # attention and full attention (18 each)")
     win = re.search(r"(\d+)-token sliding-window attention and full attention \((\d+) each\)", notes)
     window = SlidingWindow(tokens=int(win.group(1)), layers=int(win.group(2))) if win else None
+    sinks = "attention sinks" in notes  # GPT-OSS records: "attention sinks and QKV bias"
     return LLM(
         name=run["id"], hidden=m["hidden"], ffn=ffn, layers=m["layers"],
         heads=m["heads"] or max(1, m["hidden"] // 128), kv_heads=m.get("kv_heads"), head_dim=head_dim,
         seq_len=m["seq_len"], vocab=m["vocab"] or 51200, mlp=m.get("mlp") or "gelu",
         bias=(m.get("mlp") or "gelu") == "gelu", dropout=old, tied_embeddings=old, moe=moe, mla=mla,
-        sliding_window=window,
+        sliding_window=window, attention_sinks=sinks,
     )
 
 
@@ -219,6 +220,8 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
         w = llm.sliding_window
         out.assumptions.append(f"sliding-window attention of {w.tokens} tokens in {w.layers or llm.layers} of "
                                f"{llm.layers} layers (notes)")
+    if llm.attention_sinks:
+        out.assumptions.append("learned attention sinks: the fused attention backward's per-row sink gradient (notes)")
     prec = par.get("precision")
     if prec is None:
         prec = "fp16" if old else "bf16"

@@ -12,7 +12,10 @@ mean signed error (model / measured - 1), and the worst case:
 - elementwise: add, gelu, layer/RMS norm, dropout with the measured bytes (`Hardware.vector`);
 - block: whole pre-norm blocks, forward + backward, at tp 1 (`optimizer.model.layer.block_cost`);
 - ring: one rank of load-balanced ring attention (context parallelism), forward + backward, from
-  scripts/microbench_ring_attention.py (`flash_attention(..., cp=cp)`).
+  scripts/microbench_ring_attention.py (`flash_attention(..., cp=cp)`);
+- cudnn_attn, sinks: cuDNN's fused attention with and without a 128-token window and learned sinks, forward +
+  backward, and the backward time the sinks add, from scripts/microbench_cudnn_attention.py
+  (`flash_attention(..., window=, sinks=)`).
 The default file is ../shared/measurements/h100-sxm-80gb-microbench.json (beside the project); targets of the
 issue: attention and GEMM median |error| <= 15%, block <= 7%.
 """
@@ -102,10 +105,49 @@ def ring_errors(data: dict, system: System) -> list[tuple[str, float]]:
     hw = Hardware(system, Precision.BF16)
     out = []
     for r in data.get("rows", []):
+        if "cp" not in r:  # another file's rows (microbench_cudnn_attention.py's)
+            continue
         fw, bw, _ = flash_attention(hw, 1, r["heads"], r["heads"], r["head_dim"], r["tokens_per_rank"], r["seq"], 2.0,
                                     fa2=r["backend"] == "flash2", cp=float(r["cp"]))
         out.append((f"{r['backend']} cp{r['cp']} {r['seq']} tokens", float(fw + bw) / r["fwbw_s"] - 1))
     return out
+
+
+def cudnn_variants(data: dict, system: System):
+    """Per row of scripts/microbench_cudnn_attention.py (cuDNN's fused attention through its graph API, as
+    Transformer Engine runs it) and per variant (causal, causal_sink, window, window_sink): (label, the model's
+    forward and backward s from `flash_attention` with the variant's window and sinks, the measured ones)."""
+    hw = Hardware(system, Precision.BF16)
+    win = data.get("window", 128)
+    for r in data.get("rows", []):
+        if "causal_sink" not in r:  # another file's rows (microbench_ring_attention.py's)
+            continue
+        for name in ("causal", "causal_sink", "window", "window_sink"):
+            if name not in r:
+                continue
+            fw, bw, _ = flash_attention(hw, r["b"], r["heads"], r["kv_heads"], r["head_dim"], r["s"], r["s"], 2.0,
+                                        window=float(win) if name.startswith("window") else None,
+                                        sinks=name.endswith("sink"))
+            label = f"{name} b{r['b']} h{r['heads']}/{r['kv_heads']} d{r['head_dim']} s{r['s']}"
+            yield label, float(fw), float(bw), r[name]["fw_s"], r[name]["bw_s"]
+
+
+def sink_errors(data: dict, system: System) -> list[tuple[str, float]]:
+    """Learned attention sinks: the backward time they add (the model's `Hardware.sink_backward`, i.e. backward
+    with sinks minus without) against the measured difference, causal and windowed."""
+    v = {lab: (bw, mbw) for lab, _, bw, _, mbw in cudnn_variants(data, system)}
+    out = []
+    for lab, (bw, mbw) in v.items():
+        if lab.split()[0].endswith("_sink"):
+            base = lab.replace("_sink", "", 1)
+            if base in v:
+                out.append((lab, (bw - v[base][0]) / (mbw - v[base][1]) - 1))
+    return out
+
+
+def cudnn_attention_errors(data: dict, system: System) -> list[tuple[str, float]]:
+    """cuDNN's fused attention, forward + backward, per variant (with and without a 128-token window and sinks)."""
+    return [(lab, (fw + bw) / (mfw + mbw) - 1) for lab, fw, bw, mfw, mbw in cudnn_variants(data, system)]
 
 
 def summary(rows: list[tuple[str, float]]) -> dict:
@@ -135,23 +177,24 @@ def main() -> int:
         return 2
     if not isinstance(data, dict) or not any(data.get(k) for k in ("gemm", "attn", "elem", "layer", "rows")):
         print(f"{path}: no table this script scores (gemm, attn, elem, layer from microbench.py; rows from "
-              "microbench_ring_attention.py)", file=sys.stderr)
+              "microbench_ring_attention.py and microbench_cudnn_attention.py)", file=sys.stderr)
         return 2
     system = load_named("system", a.system, System)
     try:
         out = {"system": system.name, "measurements": path.name,
                "gemm": summary(gemm_errors(data, system)), "attention": summary(attention_errors(data, system)),
                "elementwise": summary(elementwise_errors(data, system)), "block": summary(block_errors(data, system)),
-               "ring": summary(ring_errors(data, system))}
+               "ring": summary(ring_errors(data, system)),
+               "cudnn_attn": summary(cudnn_attention_errors(data, system)), "sinks": summary(sink_errors(data, system))}
     except (KeyError, TypeError) as ex:
         print(f"{path}: a record lacks a field this script reads ({ex!r}): not a microbench.py / "
-              "microbench_ring_attention.py file?", file=sys.stderr)
+              "microbench_ring_attention.py / microbench_cudnn_attention.py file?", file=sys.stderr)
         return 2
     if a.json:
         print(json.dumps(out, indent=2))
     else:
         print(f"model ({system.name}) against {path.name}: median |error|, mean signed error, worst")
-        for k in ("gemm", "attention", "elementwise", "block", "ring"):
+        for k in ("gemm", "attention", "elementwise", "block", "ring", "cudnn_attn", "sinks"):
             s = out[k]
             if not s["n"]:
                 print(f"  {k:12s} n=   0  (not measured)")

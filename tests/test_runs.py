@@ -85,6 +85,24 @@ def test_fp8_recipe_named_in_the_notes_is_the_precision_modelled():
     assert any("current scaling" in a for a in cs.assumptions)
 
 
+def test_attention_sinks_named_in_the_notes_are_modelled():
+    """GPT-OSS records state "attention sinks" in their notes (the run schema has no field for them): the mapped
+    LLM carries them, says so, and its predicted step is longer (the sinks' gradient in the attention backward);
+    the library's gpt-oss-120b has them too."""
+    from helpers import library_llm
+    from optimizer.runs import predict
+
+    systems = {"h100-sxm-80gb": library_system("h100-sxm-80gb")}
+    r = record({"step_time_s": 1.0}) | {"source": "Test 2025"}  # a year of flash attention
+    r["hardware"]["gpu"] = "h100-sxm-80gb"
+    plain = map_run(r, systems)
+    sink = map_run(r | {"notes": "GPT-OSS-style: attention sinks and QKV bias"}, systems)
+    assert not plain.problem.llm.attention_sinks and sink.problem.llm.attention_sinks
+    assert any("attention sinks" in a for a in sink.assumptions)
+    assert predict(sink).result["step_time"] > predict(plain).result["step_time"]
+    assert library_llm("gpt-oss-120b").attention_sinks
+
+
 def test_held_out_moe_runs_carry_their_recipes_a2a_overlap_and_dispatcher():
     """The Qwen3 MoE runs on H100 (problems/runs/published-moe-fp8.yaml) were measured with Megatron-Bridge presets
     that set moe_a2a_overlap=True (and, for Qwen3-30B at 26.02, the DeepEP dispatcher); their notes say so and the

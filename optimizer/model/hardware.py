@@ -187,6 +187,12 @@ class Hardware:
         t_c = np.asarray(flops, dtype=float) / (self.attention_peak * eff)
         return self._combine(t_c, self.mem_time(nbytes))
 
+    def sink_backward(self, rows):
+        """The extra backward time of learned attention sinks over `rows` query rows (sequences x heads x queries
+        of this rank): `SINK_BW_SM_S` SM-seconds per row spread over the GPU's SMs (the reference's 132 where the
+        system does not state them)."""
+        return np.asarray(rows, dtype=float) * SINK_BW_SM_S / (self.system.sm_count or SINK_REFERENCE_SMS)
+
     def vector(self, flops, nbytes, fp32: bool = False):
         """An element-wise / reduction kernel on the vector unit."""
         flops = np.asarray(flops, dtype=float)
@@ -208,6 +214,14 @@ HEAD_DIM_SCALE = {"flash": ([6.0, 7.0, 8.0], [413 / 595, 1.0, 581 / 595]),
 # CUDA kernels: "1.3-2.5x faster than FlashAttention in Triton" forward+backward on an A100 (Dao 2023,
 # FlashAttention-2, Sec. 4.1, Fig. 4); the geometric middle of that range, not a fitted value.
 TRITON_FA2_SLOWDOWN = (1.3 * 2.5) ** 0.5
+# Learned attention sinks (GPT-OSS; Transformer Engine's softmax_type "learnable" on cuDNN's fused attention):
+# forward time unchanged, backward longer by a cost per query row (sequence x head x query), whatever the keys,
+# window and head size. Measured on an H200 SXM (132 SMs, cuDNN 9.19 through the cuDNN frontend's graph API:
+# scripts/microbench_cudnn_attention.py, problems/measurements/h200-cudnn-attention-sinks.json): 1.18-1.88 ns per
+# row, median 1.57, over 20 causal and 128-token-window kernels of 8-64 heads, head size 64 and 128, 2K-16K
+# tokens, micro-batch 1-4. Held as SM-seconds per row, so a GPU of more SMs spreads it wider.
+SINK_REFERENCE_SMS = 132
+SINK_BW_SM_S = 1.57e-9 * SINK_REFERENCE_SMS
 
 
 # ---------------------------------------------------------------------- collectives

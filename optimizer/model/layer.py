@@ -160,7 +160,8 @@ def kv_per_rank(llm: LLM, tp):
     return np.maximum(llm.kv / tp, 1.0)
 
 
-def flash_attention(hw: Hardware, b, q_heads, kv_heads, d, sq, sk, e, fa2=False, cp=1.0, window=None, triton=False):
+def flash_attention(hw: Hardware, b, q_heads, kv_heads, d, sq, sk, e, fa2=False, cp=1.0, window=None, triton=False,
+                    sinks=False):
     """Causal flash attention of `b` sequences, `q_heads` query and `kv_heads` K/V heads of size `d` per GPU,
     `sq` queries against `sk` keys (the causal half of the scores computed; load-balanced over cp ranks):
     (forward s, backward s, forward FLOPs). One kernel each way, the backward 2.5x the forward's work; it reads
@@ -178,7 +179,10 @@ def flash_attention(hw: Hardware, b, q_heads, kv_heads, d, sq, sk, e, fa2=False,
 
     A sliding `window` of W keys (W < sk): each query attends to its W predecessors, W - W^2/(2 sk) keys on
     average, and a query tile's loop covers that band (2x it in causal-equivalent keys), so short windows run at
-    a small fraction of peak (`attention_overhead_keys`) on few FLOPs."""
+    a small fraction of peak (`attention_overhead_keys`) on few FLOPs.
+
+    Learned attention `sinks` (GPT-OSS) leave the forward as it is and add `Hardware.sink_backward` per query row
+    of this rank to the backward (measured on cuDNN's fused kernels: the sinks' gradient)."""
     heads = b * q_heads
     sk = np.asarray(sk, dtype=float)
     avg_keys = sk * 0.5  # causal: a query attends to half the keys on average
@@ -192,6 +196,8 @@ def flash_attention(hw: Hardware, b, q_heads, kv_heads, d, sq, sk, e, fa2=False,
                              triton=triton)
     n_o = heads * sq * (d + 1.0)  # output (or dQ) and log-sum-exp elements of this rank
     merge = (cp - 1.0) * hw.vector(4.0 * n_o, 2.0 * 4.0 * n_o, fp32=True)
+    if sinks:
+        bw = bw + hw.sink_backward(heads * sq)
     return fw + merge, bw + merge, flops
 
 
@@ -300,7 +306,7 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     std_fw = qk_fw + pv_fw + softmax_fw + adrop_fw
     std_bw = 2.0 * (qk_fw + pv_fw) + softmax_bw + adrop_bw
     std_fl = 4.0 * batch * sq * sk * d
-    kern = dict(fa2=k.attention == 2, triton=k.attention == 3)  # the fused kernel's class
+    kern = dict(fa2=k.attention == 2, triton=k.attention == 3, sinks=llm.attention_sinks)  # the fused kernel
     fla_fw, fla_bw, fl_flops = flash_attention(hw, b, ah, kva, d, sq, sk, e, cp=cp, **kern)
     ws = llm.window_share  # layers with sliding-window attention: their share of every layer's attention
     if ws > 0:

@@ -70,6 +70,9 @@ class LLM(Frozen):
     mla: MLA | None = Field(None, description="Multi-head latent attention (DeepSeek); null = MHA/GQA/MQA.")
     sliding_window: SlidingWindow | None = Field(None, description="Local attention in some or all layers; null = "
                                                  "every layer attends to the whole (causal) sequence.")
+    attention_sinks: bool = Field(False, description="Learned attention sinks (GPT-OSS): one logit per head added "
+                                  "to every softmax denominator. Costs nothing forward; its gradient adds a pass "
+                                  "per query row to the fused attention backward (measured, `SINK_BW_SM_S`).")
 
     @property
     def window_share(self) -> float:
