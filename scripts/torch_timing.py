@@ -8,9 +8,9 @@ import sys
 import time
 
 
-def need_torch(script: str, gpu: bool, smoke_flag: str):
+def need_torch(script: str, gpu: bool, smoke_flag: str | None):
     """PyTorch, or exit 2 with what to install; with `gpu`, exit 2 where CUDA is absent, naming the script's smoke
-    test flag (`smoke_flag`) that runs anywhere."""
+    test flag (`smoke_flag`) that runs anywhere, if it has one."""
     try:
         import torch
     except ImportError:
@@ -18,7 +18,8 @@ def need_torch(script: str, gpu: bool, smoke_flag: str):
               file=sys.stderr)
         sys.exit(2)
     if gpu and not torch.cuda.is_available():
-        print(f"no CUDA device: run on a GPU machine, or {smoke_flag} to test the script", file=sys.stderr)
+        print("no CUDA device: run on a GPU machine" + (f", or {smoke_flag} to test the script" if smoke_flag else ""),
+              file=sys.stderr)
         sys.exit(2)
     return torch
 

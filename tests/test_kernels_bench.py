@@ -169,6 +169,26 @@ def test_attention_sinks_backward_matches_the_h200_measurement():
     assert float(sink[1] - plain[1]) == pytest.approx(float(hw.sink_backward(4 * 64 * 4096)), rel=1e-12)
 
 
+def test_cudnn_attention_probe_exits_cleanly_without_a_gpu(tmp_path):
+    """scripts/microbench_cudnn_attention.py needs a CUDA GPU (and the cuDNN frontend): without one it exits 2 with
+    a message, no traceback and no file (without PyTorch likewise, naming what to install)."""
+    import subprocess
+    import sys
+
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("a GPU is present: the probe would run")
+    except ImportError:
+        pass
+    out = tmp_path / "sinks.json"
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "microbench_cudnn_attention.py"), str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and not out.exists(), r.stderr
+    assert "PyTorch" in r.stderr or "no CUDA device" in r.stderr
+
+
 def test_bench_kernels_refuses_files_it_cannot_score(tmp_path):
     """bench_kernels.py exits 2 with a message (no traceback) on a file that is not JSON, on JSON without a table it
     scores, and on records in another layout (the GPT-OSS block probe's)."""
