@@ -164,12 +164,16 @@ def _llm_of(run: dict, year: int | None) -> LLM:
     win = re.search(r"(\d+)-token sliding-window attention and full attention \((\d+) each\)", notes)
     window = SlidingWindow(tokens=int(win.group(1)), layers=int(win.group(2))) if win else None
     sinks = "attention sinks" in notes  # GPT-OSS records: "attention sinks and QKV bias"
+    clamp = re.search(r"clamped swiglu \(limit (\d+(?:\.\d+)?)\)", notes)  # GPT-OSS: "clamped SwiGLU (limit 7.0)"
+    if moe is not None and "expert biases" in notes:
+        moe = moe.model_copy(update={"expert_bias": True})
     return LLM(
         name=run["id"], hidden=m["hidden"], ffn=ffn, layers=m["layers"],
         heads=m["heads"] or max(1, m["hidden"] // 128), kv_heads=m.get("kv_heads"), head_dim=head_dim,
         seq_len=m["seq_len"], vocab=m["vocab"] or 51200, mlp=m.get("mlp") or "gelu",
         bias=(m.get("mlp") or "gelu") == "gelu", dropout=old, tied_embeddings=old, moe=moe, mla=mla,
         sliding_window=window, attention_sinks=sinks,
+        activation_clamp=float(clamp.group(1)) if clamp else None,
     )
 
 
@@ -280,6 +284,11 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
         fixed["cuda_graphs"] = "partial"
         out.assumptions.append("Transformer Engine CUDA graphs of the attention, router and dispatcher "
                                "preprocessing (notes)")
+    # Transformer Engine's fused expert MLP (Megatron-Core use_transformer_engine_op_fuser; Megatron-Bridge's
+    # cutedsl_fused_grouped_mlp presets): biases and a clamped GLU inside its fused ops
+    if m.get("moe") and re.search(r"fused grouped mlp|op fuser", notes):
+        fixed["moe_fused_mlp"] = True
+        out.assumptions.append("the experts' MLP as Transformer Engine's fused ops (notes: fused grouped MLP)")
     if m.get("moe") and par["tp"] > 1:
         free["etp"] = sorted({1, par["tp"]})
         out.assumptions.append("MoE with tp > 1: expert tensor parallelism (etp) not in the schema, chosen by the "

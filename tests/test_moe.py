@@ -337,3 +337,35 @@ def test_calibrate_host_fits_the_floor_on_eager_runs_only():
     b = load_script("grid_fit").best_row(err[:, 1:])
     assert abs(err[b, 1]) <= 1.0 and 4.0 <= cal.GRID_MS[b] <= 6.5
     assert cal.main([str(ROOT / "no-such-runs.yaml")]) == 2
+
+
+def test_eager_expert_mlp_pays_for_the_clamped_glu_and_the_expert_biases(monkeypatch):
+    """Megatron-Core's eager expert MLP (no Transformer Engine op fuser) clamps a clamped GLU's halves and adds
+    the down-projection's probability-scaled biases in passes of their own: GPT-OSS's MoE layer on H100 costs
+    exactly those element-wise passes more (2 + 2.5 16-bit passes over the R x 2f rows, 6 + 6 elements over the
+    R x h rows, forward + backward) than the same model without the clamp and the biases; with the fused expert
+    MLP (`moe_fused_mlp`) neither costs anything, and nothing else moves."""
+    import optimizer.model.layer as layer
+    from optimizer.model.hardware import Hardware
+
+    monkeypatch.setattr(layer, "MOE_HOST_FW_S", 0.0)  # the host floor would hide forward differences
+    gpt = library_llm("gpt-oss-120b")
+    assert gpt.activation_clamp == 7.0 and gpt.moe.expert_bias
+    plain = gpt.model_copy(update={"activation_clamp": None, "moe": gpt.moe.model_copy(update={"expert_bias": False})})
+    t = Training(global_batch=512, seq_len=4096, precision="bf16")
+    cost = {}
+    for name, llm in (("gpt", gpt), ("plain", plain)):
+        for fused in (False, True):
+            p, k = problem_and_knobs(llm, library_system(H100), 64, t,
+                                     Execution(tp=1, ep=8, micro_batch=1, moe_fused_mlp=fused))
+            b = block_cost(make_ctx(p), k, moe=True)
+            cost[name, fused] = (float(b.fw[0]), float(b.bw[0]))
+    assert cost["gpt", True] == cost["plain", True] == cost["plain", False]
+    hw = Hardware(library_system(H100), t.precision)
+    R, up, h = 4096.0 * 4, 2.0 * 2880, 2880.0  # rows of one rank at ep 8, tp 1: the micro-batch's tokens x top-k
+    ew = layer._elementwise
+    extra_fw = float(ew(hw, R * up, 1.0, 4.0, 2.0) + ew(hw, R * h, 2.0, 4.0, 3.0))
+    extra_bw = float(ew(hw, R * up, 1.0, 5.0, 2.0) + ew(hw, R * h, 2.0, 3.0, 4.0))
+    assert cost["gpt", False][0] - cost["plain", False][0] == pytest.approx(extra_fw, rel=1e-9)
+    assert cost["gpt", False][1] - cost["plain", False][1] == pytest.approx(extra_bw, rel=1e-9)
+    assert extra_fw > 0.05 * (cost["plain", False][0])  # not a rounding: several percent of the layer

@@ -103,6 +103,26 @@ def test_attention_sinks_named_in_the_notes_are_modelled():
     assert library_llm("gpt-oss-120b").attention_sinks
 
 
+def test_clamped_glu_and_fused_expert_mlp_named_in_the_notes_are_modelled():
+    """GPT-OSS records state "clamped SwiGLU (limit 7.0)"; the 26.06 presets' "fused grouped MLP" (Transformer
+    Engine's op fuser) runs the experts' clamp and biases inside fused ops: a mapped MoE run carries the clamp,
+    and the fused expert MLP only where its notes name it, and is slower eager than fused."""
+    from optimizer.runs import predict
+
+    systems = {"h100-sxm-80gb": library_system("h100-sxm-80gb")}
+    r = record({"step_time_s": 1.0}) | {"source": "Test 2025"}
+    r["hardware"]["gpu"] = "h100-sxm-80gb"
+    r["model"] = r["model"] | {"mlp": "swiglu", "moe": {"experts": 8, "top_k": 2, "expert_ffn": 4096}}
+    r["parallel"] = r["parallel"] | {"ep": 8, "recompute": "none"}
+    eager = map_run(r | {"notes": "clamped SwiGLU (limit 7.0)"}, systems)
+    fused = map_run(r | {"notes": "clamped SwiGLU (limit 7.0); CuTe-DSL fused grouped MLP"}, systems)
+    assert eager.problem.llm.activation_clamp == fused.problem.llm.activation_clamp == 7.0
+    assert map_run(r, systems).problem.llm.activation_clamp is None
+    assert not eager.problem.execution.moe_fused_mlp and fused.problem.execution.moe_fused_mlp
+    assert any("fused grouped MLP" in a for a in fused.assumptions)
+    assert predict(eager).result["step_time"] > predict(fused).result["step_time"]
+
+
 def test_held_out_moe_runs_carry_their_recipes_a2a_overlap_and_dispatcher():
     """The Qwen3 MoE runs on H100 (problems/runs/published-moe-fp8.yaml) were measured with Megatron-Bridge presets
     that set moe_a2a_overlap=True (and, for Qwen3-30B at 26.02, the DeepEP dispatcher); their notes say so and the

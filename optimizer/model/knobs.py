@@ -59,6 +59,7 @@ class Knobs:
     kv_repeat: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # 0/1: K/V as q heads
     pp_overlap: np.ndarray = field(default_factory=lambda: np.ones(1, dtype=np.int64))  # 0/1 (effective with vpp > 1)
     cuda_graphs: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # code: CUDA_GRAPHS index
+    moe_fused_mlp: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # 1: TE's fused expert MLP
 
     @property
     def size(self) -> int:
@@ -131,7 +132,7 @@ def from_execution(ex: Execution, system: System, num_gpus: int) -> Knobs:
         ep_overlap=int(ex.ep_overlap), ep_dispatcher=int(ex.ep_dispatcher == EpDispatcher.FLEX),
         recompute_modules=sum(RECOMPUTE_BITS[m] for m in set(ex.recompute_modules or [])),
         fused_loss=int(ex.fused_loss), pp_overlap=int(ex.pp_overlap), kv_repeat=int(ex.kv_repeat),
-        cuda_graphs=CUDA_GRAPHS.index(ex.cuda_graphs),
+        cuda_graphs=CUDA_GRAPHS.index(ex.cuda_graphs), moe_fused_mlp=int(ex.moe_fused_mlp),
     )
     return Knobs.from_dict(d)
 
@@ -155,5 +156,5 @@ def to_execution(k: Knobs, system: System, i: int = 0) -> Execution:
         ep_overlap=bool(r["ep_overlap"]), ep_dispatcher=EpDispatcher.FLEX if r["ep_dispatcher"] else EpDispatcher.ALLTOALL,
         recompute_modules=[m for m, bit in RECOMPUTE_BITS.items() if r["recompute_modules"] & bit] or None,
         fused_loss=bool(r["fused_loss"]), pp_overlap=bool(r["pp_overlap"]), kv_repeat=bool(r["kv_repeat"]),
-        cuda_graphs=CUDA_GRAPHS[r["cuda_graphs"]],
+        cuda_graphs=CUDA_GRAPHS[r["cuda_graphs"]], moe_fused_mlp=bool(r["moe_fused_mlp"]),
     )

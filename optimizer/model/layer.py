@@ -382,8 +382,24 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
         n_ef = R * fe_r
         eact_fw = _elementwise(hw, n_ef, act_flops, (act_in + 1.0) * e, act_passes)
         eact_bw = _elementwise(hw, n_ef, 1.6 * act_flops, (act_in * 2.0 + 1.0) * e, act_passes)
-        ew_fw = ew_fw + topk_fw + perm_fw + sort_t + eact_fw
-        ew_bw = ew_bw + topk_bw + 2.0 * perm_fw + sort_t + eact_bw
+        # Megatron-Core's eager expert MLP (TEGroupedMLP without Transformer Engine's op fuser, core_v0.15-0.18;
+        # the fuser's ScaledClampedQGeGLU and grouped biases do all of it in its fused ops): a clamped GLU's two
+        # halves are clamped and concatenated before the fused activation kernel (fused_bias_geglu
+        # weighted_bias_quick_geglu_impl: 2 passes over the R x up_e rows, 2 16-bit elements each; backward the
+        # clamps' masked gradients, 3, and the halves' concatenation, 2), and the down-projection's bias, scaled
+        # by each row's probability, is added expert by expert (TEGroupedMLP._apply_bias: b * p, t + b * p, a
+        # torch.cat: 1 + 3 + 2 elements over the R x h rows; backward two product-and-reduce passes, 6). Both
+        # belong to the clamp's and the bias's activation, so `moe_act` recompute repeats the clamp.
+        eager = 1.0 - k.moe_fused_mlp.astype(float)
+        if llm.activation_clamp is not None:
+            eact_fw = eact_fw + eager * _elementwise(hw, R * up_e, 1.0, 2.0 * e, 2.0)
+            eact_bw = eact_bw + eager * _elementwise(hw, R * up_e, 1.0, 2.5 * e, 2.0)
+        eb_fw = eb_bw = 0.0
+        if mo.expert_bias:
+            eb_fw = eager * _elementwise(hw, R * h, 2.0, 2.0 * e, 3.0)
+            eb_bw = eager * _elementwise(hw, R * h, 2.0, 1.5 * e, 4.0)
+        ew_fw = ew_fw + topk_fw + perm_fw + sort_t + eact_fw + eb_fw
+        ew_bw = ew_bw + topk_bw + 2.0 * perm_fw + sort_t + eact_bw + eb_bw
         # dispatch + combine all-to-all over ep (rows of h, 16-bit), gather/scatter over etp
         a2a = a2a_time(Ts * kk * cf * h * e, ep, k.tier_ep, ctx.tiers, stride=etp,
                        copies=np.where(k.ep_dispatcher.astype(bool), kk, 1.0))  # flex: node-deduplicated

@@ -92,6 +92,7 @@ def render_evaluation(ev: Any) -> str:
              f"dp_overlap={ex.dp_overlap} attention={ex.attention.value} schedule={ex.schedule.value}")
     if p.llm.moe is not None:
         knobs += f" ep={ex.ep} etp={ex.etp or ex.tp} cuda_graphs={ex.cuda_graphs.value}"
+        knobs += " fused_expert_mlp" if ex.moe_fused_mlp else ""
         if ex.ep > 1:
             knobs += f" ep_dispatcher={ex.ep_dispatcher.value} ep_overlap={ex.ep_overlap}"
     if ex.recompute.value == "selective" and ex.recompute_modules:

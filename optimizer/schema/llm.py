@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from .common import Float, Frozen, Int, MlpKind, PositiveInt
+from .common import Float, Frozen, Int, MlpKind, PositiveFloat, PositiveInt
 
 
 class MoE(Frozen):
@@ -19,6 +19,9 @@ class MoE(Frozen):
     capacity_factor: Float = Field(
         1.0, gt=0, le=64, description="Tokens an expert receives relative to a perfectly balanced router "
         "(load imbalance of the busiest expert); scales expert compute and dispatch volume.")
+    expert_bias: bool = Field(False, description="The routed experts' linears carry biases (GPT-OSS). Megatron-Core's "
+                              "eager expert MLP adds the down-projection's, scaled by each row's routing probability, "
+                              "in passes of its own after the grouped GEMM.")
 
     @model_validator(mode="after")
     def _check(self) -> "MoE":
@@ -70,6 +73,9 @@ class LLM(Frozen):
     mla: MLA | None = Field(None, description="Multi-head latent attention (DeepSeek); null = MHA/GQA/MQA.")
     sliding_window: SlidingWindow | None = Field(None, description="Local attention in some or all layers; null = "
                                                  "every layer attends to the whole (causal) sequence.")
+    activation_clamp: PositiveFloat | None = Field(None, description="The GLU's halves clamped before the activation "
+                                                   "(GPT-OSS: swiglu_limit 7.0; null = none). Megatron-Core's eager "
+                                                   "expert MLP clamps outside its fused activation kernel.")
     attention_sinks: bool = Field(False, description="Learned attention sinks (GPT-OSS): one logit per head added "
                                   "to every softmax denominator. Costs nothing forward; its gradient adds a pass "
                                   "per query row to the fused attention backward (measured, `SINK_BW_SM_S`).")

@@ -88,6 +88,11 @@ class Execution(Frozen):
     ep_overlap: bool = Field(False, description="MoE: overlap the expert-parallel all-to-all of one micro-batch "
                              "with the computation of another (Megatron-Core overlap_moe_expert_parallel_comm); "
                              "needs ep > 1; `solve` keeps it off unless `search` names it.")
+    moe_fused_mlp: bool = Field(False, description="MoE: the routed experts' MLP runs as Transformer Engine's fused op "
+                                "sequence (Megatron-Core use_transformer_engine_op_fuser, TE >= 2.14: grouped GEMMs "
+                                "with their biases, the clamped GLU and the probability scaling fused); otherwise "
+                                "Megatron-Core's eager path adds the clamps and the down-projection's biases in passes "
+                                "of their own. Not searched.")
     cuda_graphs: CudaGraphs = Field(CudaGraphs.NONE, description="CUDA graphs the stack replays (Megatron-Core "
                                     "cuda_graph_impl): none (eager), partial (Transformer Engine graphs of the "
                                     "attention, router and dispatcher preprocessing) or full (the whole iteration). "
