@@ -91,6 +91,34 @@ def run_year(run: dict) -> int | None:
     return min(years) if years else None
 
 
+_SHAPE = ("hidden", "ffn", "layers", "heads", "kv_heads", "head_dim", "vocab", "mlp")
+_LIBRARY_MOE: dict[tuple, dict[tuple, bool]] = {}  # library files' (path, mtime, size) -> shape -> expert_bias
+
+
+def _library_expert_bias(m: dict) -> bool:
+    """Whether a library model of the record's shape (`problems/llms`: hidden, ffn, layers, heads, K/V heads,
+    head size, vocabulary, MLP kind and its experts) has biased experts: the run schema has no field for them and
+    the records' notes do not state them (GPT-OSS's name its QKV bias only; its checkpoint and Megatron-Bridge's
+    provider, add_bias_linear=True, give every expert linear one)."""
+    mo = m.get("moe")
+    if not mo:
+        return False
+    paths = [find_in_library("llm", n) for n in available("llm")]
+    key = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in paths if p is not None)
+    if key not in _LIBRARY_MOE:
+        table = {}
+        for p in paths:
+            doc = read_yaml(p).data
+            lm = doc.get("moe") if isinstance(doc, dict) else None
+            if isinstance(lm, dict) and lm.get("expert_bias"):
+                table[tuple(doc.get(f) for f in _SHAPE) + (lm.get("experts"), lm.get("top_k"),
+                                                           lm.get("expert_ffn"))] = True
+        _LIBRARY_MOE.clear()
+        _LIBRARY_MOE[key] = table
+    shape = tuple(m.get(f) for f in _SHAPE) + (mo.get("experts"), mo.get("top_k"), mo.get("expert_ffn"))
+    return _LIBRARY_MOE[key].get(shape, False)
+
+
 def _notes(run: dict) -> str:
     return f"{run.get('notes') or ''}".lower()
 
@@ -165,7 +193,7 @@ def _llm_of(run: dict, year: int | None) -> LLM:
     window = SlidingWindow(tokens=int(win.group(1)), layers=int(win.group(2))) if win else None
     sinks = "attention sinks" in notes  # GPT-OSS records: "attention sinks and QKV bias"
     clamp = re.search(r"clamped swiglu \(limit (\d+(?:\.\d+)?)\)", notes)  # GPT-OSS: "clamped SwiGLU (limit 7.0)"
-    if moe is not None and "expert biases" in notes:
+    if moe is not None and ("expert biases" in notes or _library_expert_bias(m)):
         moe = moe.model_copy(update={"expert_bias": True})
     return LLM(
         name=run["id"], hidden=m["hidden"], ffn=ffn, layers=m["layers"],
@@ -226,6 +254,10 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
                                f"{llm.layers} layers (notes)")
     if llm.attention_sinks:
         out.assumptions.append("learned attention sinks: the fused attention backward's per-row sink gradient (notes)")
+    if llm.activation_clamp is not None:
+        out.assumptions.append(f"the GLU's halves clamped at {llm.activation_clamp:g} (notes)")
+    if llm.moe is not None and llm.moe.expert_bias:
+        out.assumptions.append("biased experts (the library model of this shape; the notes do not state them)")
     prec = par.get("precision")
     if prec is None:
         prec = "fp16" if old else "bf16"

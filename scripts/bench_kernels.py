@@ -15,7 +15,9 @@ mean signed error (model / measured - 1), and the worst case:
   scripts/microbench_ring_attention.py (`flash_attention(..., cp=cp)`);
 - cudnn_attn, sinks: cuDNN's fused attention with and without a 128-token window and learned sinks, forward +
   backward, and the backward time the sinks add, from scripts/microbench_cudnn_attention.py
-  (`flash_attention(..., window=, sinks=)`).
+  (`flash_attention(..., window=, sinks=)`);
+- expert_eager: Megatron-Core's eager expert-MLP passes for GPT-OSS (clamped GLU, expert biases), forward +
+  backward, from scripts/microbench_expert_eager.py (`layer.clamp_passes`, `layer.expert_bias_passes`).
 The default file is ../shared/measurements/h100-sxm-80gb-microbench.json (beside the project); targets of the
 issue: attention and GEMM median |error| <= 15%, block <= 7%.
 """
@@ -34,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from optimizer.loader import load_named  # noqa: E402
 from optimizer.model.hardware import Hardware  # noqa: E402
-from optimizer.model.layer import flash_attention  # noqa: E402
+from optimizer.model.layer import clamp_passes, expert_bias_passes, flash_attention  # noqa: E402
 from optimizer.schema import LLM, Execution, Precision, Problem, System, Training  # noqa: E402
 
 DEFAULT = ROOT.parent / "shared" / "measurements" / "h100-sxm-80gb-microbench.json"
@@ -150,6 +152,22 @@ def cudnn_attention_errors(data: dict, system: System) -> list[tuple[str, float]
     return [(lab, (fw + bw) / (mfw + mbw) - 1) for lab, fw, bw, mfw, mbw in cudnn_variants(data, system)]
 
 
+def expert_eager_errors(data: dict, system: System) -> list[tuple[str, float]]:
+    """Megatron-Core's eager expert-MLP passes (scripts/microbench_expert_eager.py: the clamped GLU's clamps and
+    the probability-scaled expert biases), forward + backward, against the model's own (`layer.clamp_passes`,
+    `layer.expert_bias_passes`, 16-bit)."""
+    hw = Hardware(system, Precision.BF16)
+    out = []
+    for r in data.get("rows", []):
+        if "clamp" not in r:  # another file's rows
+            continue
+        n = float(r["rows"])
+        for name, fn, width in (("clamp", clamp_passes, data["up"]), ("bias", expert_bias_passes, data["hidden"])):
+            fw, bw = fn(hw, n * width, 2.0)
+            out.append((f"{name} {r['rows']} rows / {r['experts']} experts", float(fw + bw) / r[name]["fwbw_s"] - 1))
+    return out
+
+
 def summary(rows: list[tuple[str, float]]) -> dict:
     if not rows:
         return {"n": 0, "median_abs_error_pct": None, "mean_signed_error_pct": None, "worst": None}
@@ -185,7 +203,8 @@ def main() -> int:
                "gemm": summary(gemm_errors(data, system)), "attention": summary(attention_errors(data, system)),
                "elementwise": summary(elementwise_errors(data, system)), "block": summary(block_errors(data, system)),
                "ring": summary(ring_errors(data, system)),
-               "cudnn_attn": summary(cudnn_attention_errors(data, system)), "sinks": summary(sink_errors(data, system))}
+               "cudnn_attn": summary(cudnn_attention_errors(data, system)), "sinks": summary(sink_errors(data, system)),
+               "expert_eager": summary(expert_eager_errors(data, system))}
     except (KeyError, TypeError) as ex:
         print(f"{path}: a record lacks a field this script reads ({ex!r}): not a microbench.py / "
               "microbench_ring_attention.py / microbench_cudnn_attention.py file?", file=sys.stderr)
@@ -194,7 +213,7 @@ def main() -> int:
         print(json.dumps(out, indent=2))
     else:
         print(f"model ({system.name}) against {path.name}: median |error|, mean signed error, worst")
-        for k in ("gemm", "attention", "elementwise", "block", "ring", "cudnn_attn", "sinks"):
+        for k in ("gemm", "attention", "elementwise", "block", "ring", "cudnn_attn", "sinks", "expert_eager"):
             s = out[k]
             if not s["n"]:
                 print(f"  {k:12s} n=   0  (not measured)")

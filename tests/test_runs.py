@@ -121,6 +121,13 @@ def test_clamped_glu_and_fused_expert_mlp_named_in_the_notes_are_modelled():
     assert not eager.problem.execution.moe_fused_mlp and fused.problem.execution.moe_fused_mlp
     assert any("fused grouped MLP" in a for a in fused.assumptions)
     assert predict(eager).result["step_time"] > predict(fused).result["step_time"]
+    # the experts' biases come from the library model of the record's shape (gpt-oss-120b), not from the notes
+    assert not eager.problem.llm.moe.expert_bias
+    from helpers import ROOT
+    from optimizer.runs import load_runs
+
+    oss = [x for x in load_runs(str(ROOT / "problems" / "runs" / "bridge-2606.yaml")).data if "gptoss" in x["id"]]
+    assert oss and all(map_run(x).problem.llm.moe.expert_bias for x in oss)
 
 
 def test_held_out_moe_runs_carry_their_recipes_a2a_overlap_and_dispatcher():

@@ -239,6 +239,37 @@ def _elementwise(hw: Hardware, n, flops_per, bytes_per, passes):
     return hw.vector(n * flops_per, n * bytes_per * passes)
 
 
+# Megatron-Core's eager expert-MLP passes (below) against the model's pricing of the bytes they are counted to
+# move, measured: (forward, backward) time / the counted passes' time on the system's element-wise tables. Eager
+# PyTorch kernels on the GLU's strided halves and autograd's masks, copies and reductions run at about 2 TB/s
+# forward and 1.3 TB/s backward on a 4.8 TB/s H200 where the tables give the counted bytes 4.3
+# (scripts/microbench_expert_eager.py, problems/measurements/h200-expert-eager.json: 65536 rows of GPT-OSS
+# widths, 2 and 16 local experts; at 16384 rows over 16 experts the biases' 64 small kernels take longer still,
+# host-bound: the eager MoE host floor's part).
+EAGER_EXPERT_MEASURED = {"clamp": (2.09, 3.34), "bias": (1.74, 3.06)}
+
+
+def clamp_passes(hw: Hardware, n_up, e):
+    """(forward s, backward s) of a clamped GLU's clamps in Megatron-Core's eager expert MLP, over `n_up` elements
+    of the experts' up-projection output of `e` bytes: its two halves are clamped and concatenated before the
+    fused activation kernel (fused_bias_geglu.weighted_bias_quick_geglu_impl with activation_func_clamp_value,
+    core_v0.15-0.18): 2 passes of 2 elements each forward; backward the clamps' masked gradients (3 elements)
+    and the halves' concatenation (2); at the measured rate of such kernels (`EAGER_EXPERT_MEASURED`)."""
+    kf, kb = EAGER_EXPERT_MEASURED["clamp"]
+    return kf * _elementwise(hw, n_up, 1.0, 2.0 * e, 2.0), kb * _elementwise(hw, n_up, 1.0, 2.5 * e, 2.0)
+
+
+def expert_bias_passes(hw: Hardware, n_h, e):
+    """(forward s, backward s) of the experts' down-projection biases in Megatron-Core's eager expert MLP, over
+    `n_h` elements of its output of `e` bytes: each expert's bias, scaled by its rows' routing probabilities, is
+    added after the grouped GEMM and the experts' rows concatenated (TEGroupedMLP._apply_bias, core_v0.15-0.18:
+    b * p, t + b * p, torch.cat: 1 + 3 + 2 elements in 3 passes); backward the product's two gradients, each a
+    product pass and a reduction (the bias's over the rows, the probability's over the hidden size): 6 in 4; at
+    the measured rate of such kernels (`EAGER_EXPERT_MEASURED`)."""
+    kf, kb = EAGER_EXPERT_MEASURED["bias"]
+    return kf * _elementwise(hw, n_h, 2.0, 2.0 * e, 3.0), kb * _elementwise(hw, n_h, 2.0, 1.5 * e, 4.0)
+
+
 def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     """Cost of one transformer block (dense, or with an MoE MLP when `moe`) for every candidate in `k`."""
     llm, hw = ctx.llm, ctx.hw
@@ -382,22 +413,16 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
         n_ef = R * fe_r
         eact_fw = _elementwise(hw, n_ef, act_flops, (act_in + 1.0) * e, act_passes)
         eact_bw = _elementwise(hw, n_ef, 1.6 * act_flops, (act_in * 2.0 + 1.0) * e, act_passes)
-        # Megatron-Core's eager expert MLP (TEGroupedMLP without Transformer Engine's op fuser, core_v0.15-0.18;
-        # the fuser's ScaledClampedQGeGLU and grouped biases do all of it in its fused ops): a clamped GLU's two
-        # halves are clamped and concatenated before the fused activation kernel (fused_bias_geglu
-        # weighted_bias_quick_geglu_impl: 2 passes over the R x up_e rows, 2 16-bit elements each; backward the
-        # clamps' masked gradients, 3, and the halves' concatenation, 2), and the down-projection's bias, scaled
-        # by each row's probability, is added expert by expert (TEGroupedMLP._apply_bias: b * p, t + b * p, a
-        # torch.cat: 1 + 3 + 2 elements over the R x h rows; backward two product-and-reduce passes, 6). Both
-        # belong to the clamp's and the bias's activation, so `moe_act` recompute repeats the clamp.
+        # Megatron-Core's eager expert MLP (without Transformer Engine's op fuser, whose fused ops do both): the
+        # clamped GLU's clamps (part of the activation, so `moe_act` recompute repeats them) and the experts'
+        # probability-scaled down-projection biases
         eager = 1.0 - k.moe_fused_mlp.astype(float)
         if llm.activation_clamp is not None:
-            eact_fw = eact_fw + eager * _elementwise(hw, R * up_e, 1.0, 2.0 * e, 2.0)
-            eact_bw = eact_bw + eager * _elementwise(hw, R * up_e, 1.0, 2.5 * e, 2.0)
+            c_fw, c_bw = clamp_passes(hw, R * up_e, e)
+            eact_fw, eact_bw = eact_fw + eager * c_fw, eact_bw + eager * c_bw
         eb_fw = eb_bw = 0.0
         if mo.expert_bias:
-            eb_fw = eager * _elementwise(hw, R * h, 2.0, 2.0 * e, 3.0)
-            eb_bw = eager * _elementwise(hw, R * h, 2.0, 1.5 * e, 4.0)
+            eb_fw, eb_bw = (eager * x for x in expert_bias_passes(hw, R * h, e))
         ew_fw = ew_fw + topk_fw + perm_fw + sort_t + eact_fw + eb_fw
         ew_bw = ew_bw + topk_bw + 2.0 * perm_fw + sort_t + eact_bw + eb_bw
         # dispatch + combine all-to-all over ep (rows of h, 16-bit), gather/scatter over etp
