@@ -108,7 +108,10 @@ def _library_expert_bias(m: dict) -> bool:
     if key not in _LIBRARY_MOE:
         table = {}
         for p in paths:
-            doc = read_yaml(p).data
+            try:
+                doc = read_yaml(p).data
+            except ProblemError:  # a library file that does not read is no model's twin (loading it says why)
+                continue
             lm = doc.get("moe") if isinstance(doc, dict) else None
             if isinstance(lm, dict) and lm.get("expert_bias"):
                 table[tuple(doc.get(f) for f in _SHAPE) + (lm.get("experts"), lm.get("top_k"),

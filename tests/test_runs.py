@@ -130,6 +130,19 @@ def test_clamped_glu_and_fused_expert_mlp_named_in_the_notes_are_modelled():
     assert oss and all(map_run(x).problem.llm.moe.expert_bias for x in oss)
 
 
+def test_a_broken_library_file_is_no_twin(tmp_path, monkeypatch):
+    """The experts' biases come from a library model of the record's shape; an unreadable file in the library
+    (here a binary one under $PARAPLAN_LIBRARY) is passed over, not raised from the mapping of every run."""
+    from helpers import ROOT
+    from optimizer.runs import load_runs
+
+    (tmp_path / "llms").mkdir()
+    (tmp_path / "llms" / "broken.yaml").write_bytes(b"\xff\x00\x01 not yaml")
+    monkeypatch.setenv("PARAPLAN_LIBRARY", str(tmp_path))
+    oss = [x for x in load_runs(str(ROOT / "problems" / "runs" / "bridge-2606.yaml")).data if "gptoss" in x["id"]]
+    assert map_run(oss[0]).problem.llm.moe.expert_bias
+
+
 def test_held_out_moe_runs_carry_their_recipes_a2a_overlap_and_dispatcher():
     """The Qwen3 MoE runs on H100 (problems/runs/published-moe-fp8.yaml) were measured with Megatron-Bridge presets
     that set moe_a2a_overlap=True (and, for Qwen3-30B at 26.02, the DeepEP dispatcher); their notes say so and the
