@@ -31,6 +31,7 @@ from pydantic import ValidationError
 import re
 from dataclasses import dataclass, field
 from itertools import product
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -65,25 +66,36 @@ class Mapped:
     skip: str | None = None
 
 
-_GPU_SYSTEMS: dict[tuple, dict[str, str]] = {}  # library files' (path, mtime, size) -> gpu_systems()
+_LIBRARY_DOCS: dict[str, tuple[tuple, list]] = {}  # kind -> (its files' (path, mtime, size), [(path, data)])
+
+
+def _library_docs(kind: str) -> list[tuple[Path, Any]]:
+    """(path, parsed YAML) of every library file of `kind`, read once per state of those files (one added,
+    removed or changed: all read again); a file that does not read is passed over (loading it by name says why).
+    `validate` maps every run through what is derived from them."""
+    paths = [p for p in (find_in_library(kind, n) for n in available(kind)) if p is not None]
+    key = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in paths)
+    hit = _LIBRARY_DOCS.get(kind)
+    if hit is None or hit[0] != key:
+        docs = []
+        for p in paths:
+            try:
+                docs.append((p, read_yaml(p).data))
+            except ProblemError:
+                continue
+        _LIBRARY_DOCS[kind] = hit = (key, docs)
+    return hit[1]
 
 
 def gpu_systems() -> dict[str, str]:
     """Calibration-schema GPU name -> system file name, read from the ``gpu:`` field of every system file
-    in the library (first file, in name order, wins when several share a GPU). Read once per state of the
-    library's files (a file added, removed or changed is read again): `validate` maps every run through it."""
-    paths = [find_in_library("system", name) for name in available("system")]
-    key = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in paths)
-    if key not in _GPU_SYSTEMS:
-        out: dict[str, str] = {}
-        for p in paths:
-            doc = read_yaml(p)
-            gpu = doc.data.get("gpu") if isinstance(doc.data, dict) else None
-            if isinstance(gpu, str):
-                out.setdefault(gpu, p.stem)
-        _GPU_SYSTEMS.clear()
-        _GPU_SYSTEMS[key] = out
-    return dict(_GPU_SYSTEMS[key])
+    in the library (first file, in name order, wins when several share a GPU)."""
+    out: dict[str, str] = {}
+    for p, doc in _library_docs("system"):
+        gpu = doc.get("gpu") if isinstance(doc, dict) else None
+        if isinstance(gpu, str):
+            out.setdefault(gpu, p.stem)
+    return out
 
 
 def run_year(run: dict) -> int | None:
@@ -92,7 +104,11 @@ def run_year(run: dict) -> int | None:
 
 
 _SHAPE = ("hidden", "ffn", "layers", "heads", "kv_heads", "head_dim", "vocab", "mlp")
-_LIBRARY_MOE: dict[tuple, dict[tuple, bool]] = {}  # library files' (path, mtime, size) -> shape -> expert_bias
+
+
+def _moe_shape(m: dict) -> tuple:
+    mo = m.get("moe") if isinstance(m.get("moe"), dict) else {}
+    return tuple(m.get(f) for f in _SHAPE) + tuple(mo.get(f) for f in ("experts", "top_k", "expert_ffn"))
 
 
 def _library_expert_bias(m: dict) -> bool:
@@ -100,26 +116,8 @@ def _library_expert_bias(m: dict) -> bool:
     head size, vocabulary, MLP kind and its experts) has biased experts: the run schema has no field for them and
     the records' notes do not state them (GPT-OSS's name its QKV bias only; its checkpoint and Megatron-Bridge's
     provider, add_bias_linear=True, give every expert linear one)."""
-    mo = m.get("moe")
-    if not mo:
-        return False
-    paths = [find_in_library("llm", n) for n in available("llm")]
-    key = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in paths if p is not None)
-    if key not in _LIBRARY_MOE:
-        table = {}
-        for p in paths:
-            try:
-                doc = read_yaml(p).data
-            except ProblemError:  # a library file that does not read is no model's twin (loading it says why)
-                continue
-            lm = doc.get("moe") if isinstance(doc, dict) else None
-            if isinstance(lm, dict) and lm.get("expert_bias"):
-                table[tuple(doc.get(f) for f in _SHAPE) + (lm.get("experts"), lm.get("top_k"),
-                                                           lm.get("expert_ffn"))] = True
-        _LIBRARY_MOE.clear()
-        _LIBRARY_MOE[key] = table
-    shape = tuple(m.get(f) for f in _SHAPE) + (mo.get("experts"), mo.get("top_k"), mo.get("expert_ffn"))
-    return _LIBRARY_MOE[key].get(shape, False)
+    return any(isinstance(doc, dict) and isinstance(doc.get("moe"), dict) and doc["moe"].get("expert_bias")
+               and _moe_shape(doc) == _moe_shape(m) for _, doc in _library_docs("llm"))
 
 
 def _notes(run: dict) -> str:
@@ -196,7 +194,7 @@ def _llm_of(run: dict, year: int | None) -> LLM:
     window = SlidingWindow(tokens=int(win.group(1)), layers=int(win.group(2))) if win else None
     sinks = "attention sinks" in notes  # GPT-OSS records: "attention sinks and QKV bias"
     clamp = re.search(r"clamped swiglu \(limit (\d+(?:\.\d+)?)\)", notes)  # GPT-OSS: "clamped SwiGLU (limit 7.0)"
-    if moe is not None and ("expert biases" in notes or _library_expert_bias(m)):
+    if moe is not None and _library_expert_bias(m):
         moe = moe.model_copy(update={"expert_bias": True})
     return LLM(
         name=run["id"], hidden=m["hidden"], ffn=ffn, layers=m["layers"],
