@@ -115,41 +115,43 @@ def ring_errors(data: dict, system: System) -> list[tuple[str, float]]:
     return out
 
 
-def cudnn_variants(data: dict, system: System):
+def cudnn_variants(data: dict, system: System) -> dict[tuple[str, str], tuple[float, float, float, float]]:
     """Per row of scripts/microbench_cudnn_attention.py (cuDNN's fused attention through its graph API, as
-    Transformer Engine runs it) and per variant (causal, causal_sink, window, window_sink): (label, the model's
-    forward and backward s from `flash_attention` with the variant's window and sinks, the measured ones)."""
+    Transformer Engine runs it) and per variant (causal, causal_sink, window, window_sink): {(shape label,
+    variant): (the model's forward s, backward s from `flash_attention` with the variant's window and sinks,
+    the measured forward s, backward s)}."""
     hw = Hardware(system, Precision.BF16)
-    win = data.get("window", 128)
+    win = float(data.get("window", 128))
+    out = {}
     for r in data.get("rows", []):
         if "causal_sink" not in r:  # another file's rows (microbench_ring_attention.py's)
             continue
+        shape = f"b{r['b']} h{r['heads']}/{r['kv_heads']} d{r['head_dim']} s{r['s']}"
         for name in ("causal", "causal_sink", "window", "window_sink"):
-            if name not in r:
-                continue
-            fw, bw, _ = flash_attention(hw, r["b"], r["heads"], r["kv_heads"], r["head_dim"], r["s"], r["s"], 2.0,
-                                        window=float(win) if name.startswith("window") else None,
-                                        sinks=name.endswith("sink"))
-            label = f"{name} b{r['b']} h{r['heads']}/{r['kv_heads']} d{r['head_dim']} s{r['s']}"
-            yield label, float(fw), float(bw), r[name]["fw_s"], r[name]["bw_s"]
+            if name in r:
+                fw, bw, _ = flash_attention(hw, r["b"], r["heads"], r["kv_heads"], r["head_dim"], r["s"], r["s"], 2.0,
+                                            window=win if name.startswith("window") else None,
+                                            sinks=name.endswith("_sink"))
+                out[shape, name] = (float(fw), float(bw), r[name]["fw_s"], r[name]["bw_s"])
+    return out
 
 
 def sink_errors(data: dict, system: System) -> list[tuple[str, float]]:
     """Learned attention sinks: the backward time they add (the model's `Hardware.sink_backward`, i.e. backward
     with sinks minus without) against the measured difference, causal and windowed."""
-    v = {lab: (bw, mbw) for lab, _, bw, _, mbw in cudnn_variants(data, system)}
-    out = []
-    for lab, (bw, mbw) in v.items():
-        if lab.split()[0].endswith("_sink"):
-            base = lab.replace("_sink", "", 1)
-            if base in v:
-                out.append((lab, (bw - v[base][0]) / (mbw - v[base][1]) - 1))
-    return out
+    v = cudnn_variants(data, system)
+    return [(f"{name} {shape}", (bw - v[shape, base][1]) / (mbw - v[shape, base][3]) - 1)
+            for (shape, name), (_, bw, _, mbw) in v.items()
+            if name.endswith("_sink") and (shape, base := name.removesuffix("_sink")) in v]
 
 
 def cudnn_attention_errors(data: dict, system: System) -> list[tuple[str, float]]:
     """cuDNN's fused attention, forward + backward, per variant (with and without a 128-token window and sinks)."""
-    return [(lab, (fw + bw) / (mfw + mbw) - 1) for lab, fw, bw, mfw, mbw in cudnn_variants(data, system)]
+    return [(f"{name} {shape}", (fw + bw) / (mfw + mbw) - 1)
+            for (shape, name), (fw, bw, mfw, mbw) in cudnn_variants(data, system).items()]
+
+
+EAGER_PASSES = {"clamp": (clamp_passes, "up"), "bias": (expert_bias_passes, "hidden")}
 
 
 def expert_eager_errors(data: dict, system: System) -> list[tuple[str, float]]:
@@ -161,11 +163,36 @@ def expert_eager_errors(data: dict, system: System) -> list[tuple[str, float]]:
     for r in data.get("rows", []):
         if "clamp" not in r:  # another file's rows
             continue
-        n = float(r["rows"])
-        for name, fn, width in (("clamp", clamp_passes, data["up"]), ("bias", expert_bias_passes, data["hidden"])):
-            fw, bw = fn(hw, n * width, 2.0)
+        for name, (fn, width) in EAGER_PASSES.items():
+            fw, bw = fn(hw, float(r["rows"]) * data[width], 2.0)
             out.append((f"{name} {r['rows']} rows / {r['experts']} experts", float(fw + bw) / r[name]["fwbw_s"] - 1))
     return out
+
+
+def expert_eager_rates(data: dict, system: System) -> dict[str, tuple[float, float]]:
+    """What `layer.EAGER_EXPERT_MEASURED` holds, from a scripts/microbench_expert_eager.py file: per pass kind, the
+    measured forward and backward times over the counted passes' times on the system's element-wise tables (the
+    pass functions at rate 1), averaged over the file's largest row count (bandwidth-bound kernels; smaller ones
+    add per-kernel host time the eager MoE host floor holds)."""
+    import optimizer.model.layer as layer
+
+    hw = Hardware(system, Precision.BF16)
+    rows = [r for r in data.get("rows", []) if "clamp" in r]
+    big = [r for r in rows if r["rows"] == max(x["rows"] for x in rows)]
+    saved = layer.EAGER_EXPERT_MEASURED
+    layer.EAGER_EXPERT_MEASURED = {k: (1.0, 1.0) for k in saved}
+    try:
+        out = {}
+        for name, (fn, width) in EAGER_PASSES.items():
+            ratios = []
+            for r in big:
+                fw, bw = fn(hw, float(r["rows"]) * data[width], 2.0)
+                m_fw = r[name]["fw_s"]
+                ratios.append((m_fw / float(fw), (r[name]["fwbw_s"] - m_fw) / float(bw)))
+            out[name] = tuple(round(float(x), 2) for x in np.mean(ratios, axis=0))
+        return out
+    finally:
+        layer.EAGER_EXPERT_MEASURED = saved
 
 
 def summary(rows: list[tuple[str, float]]) -> dict:
@@ -205,6 +232,8 @@ def main() -> int:
                "ring": summary(ring_errors(data, system)),
                "cudnn_attn": summary(cudnn_attention_errors(data, system)), "sinks": summary(sink_errors(data, system)),
                "expert_eager": summary(expert_eager_errors(data, system))}
+        if out["expert_eager"]["n"]:
+            out["expert_eager_rates"] = expert_eager_rates(data, system)
     except (KeyError, TypeError) as ex:
         print(f"{path}: a record lacks a field this script reads ({ex!r}): not a microbench.py / "
               "microbench_ring_attention.py / microbench_cudnn_attention.py file?", file=sys.stderr)
@@ -220,6 +249,8 @@ def main() -> int:
                 continue
             print(f"  {k:12s} n={s['n']:4d}  median |err| {s['median_abs_error_pct']:6.1f}%  mean {s['mean_signed_error_pct']:+6.1f}%"
                   f"  worst {s['worst']['error_pct']:+.1f}% ({s['worst']['op']})")
+        if "expert_eager_rates" in out:
+            print(f"  measured rates of the eager expert passes (layer.EAGER_EXPERT_MEASURED): {out['expert_eager_rates']}")
     return 0
 
 

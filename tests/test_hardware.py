@@ -210,10 +210,10 @@ def test_model_orders_precisions_as_measured():
 def test_hgx_blackwell_is_its_rack_part_at_its_own_clock_leave_one_out():
     """B200 and B300 are GB200's and GB300's dies at a lower power limit: the GEMM curve, HBM table and precision
     factors are the rack part's as they are, and one factor, the sustained clock against their own datasheet
-    peaks, is fitted (0.924 and 0.895). Leave-one-out over B200's 11 runs, the clock chosen on a 0.025 grid from the
-    other 10: mean |held-out error| <= 14% (measured 10.3% here and 9.9% with calibrate.py since the host launch
-    floor of eager MoE layers, 12.5% and 12.2% before; 16.75% with B200's own four-parameter fit, two of them at
-    their bounds)."""
+    peaks, is fitted (0.924 and 0.899). Leave-one-out over B200's 11 runs, the clock chosen on a 0.025 grid from the
+    other 10: mean |held-out error| <= 12% (measured 8.8% here and 8.4% with calibrate.py since GPT-OSS's attention
+    sinks and eager expert passes, 10.3% and 9.9% before them, 12.5% and 12.2% before the host launch floor of
+    eager MoE layers; 16.75% with B200's own four-parameter fit, two of them at their bounds)."""
     from optimizer.runs import load_runs
 
     for hgx, rack in (("b200-sxm-180gb", "gb200-nvl72"), ("b300-sxm-270gb", "gb300-nvl72")):
@@ -226,7 +226,7 @@ def test_hgx_blackwell_is_its_rack_part_at_its_own_clock_leave_one_out():
     runs = [r for r in load_runs(str(RUNS_2025)).data if r["hardware"]["gpu"] == base.name]
     grid = [{"clock_scale": float(c)} for c in np.round(np.arange(0.80, 1.0001, 0.025), 3)]
     held = grid_leave_one_out(runs, base, grid)
-    assert len(runs) == 11 and np.mean(np.abs(held)) <= 14.0
+    assert len(runs) == 11 and np.mean(np.abs(held)) <= 12.0
 
 
 PROCURE = """name: p

@@ -342,10 +342,10 @@ def test_calibrate_host_fits_the_floor_on_eager_runs_only():
 def test_eager_expert_mlp_pays_for_the_clamped_glu_and_the_expert_biases(monkeypatch):
     """Megatron-Core's eager expert MLP (no Transformer Engine op fuser) clamps a clamped GLU's halves and adds
     the down-projection's probability-scaled biases in passes of their own: GPT-OSS's MoE layer on H100 costs
-    exactly those passes more (`layer.clamp_passes` over the R x 2f rows, `layer.expert_bias_passes` over the
-    R x h rows: the counted 16-bit elements at the measured rate of such kernels) than the same model without the
-    clamp and the biases; with the fused expert MLP (`moe_fused_mlp`) neither costs anything, and nothing else
-    moves."""
+    exactly those passes more (`layer.clamp_passes` over the R x 2f rows of its rank, `layer.expert_bias_passes`
+    over the R x h rows, R the micro-batch's tokens x top-k at ep 8) than the same model without the clamp and the
+    biases, a tenth of the layer's forward and more; with the fused expert MLP (`moe_fused_mlp`) neither costs
+    anything, and nothing else moves. (The passes against measured kernels: tests/test_kernels_bench.py.)"""
     import optimizer.model.layer as layer
     from optimizer.model.hardware import Hardware
 
@@ -366,11 +366,6 @@ def test_eager_expert_mlp_pays_for_the_clamped_glu_and_the_expert_biases(monkeyp
     R, up, h = 4096.0 * 4, 2.0 * 2880, 2880.0  # rows of one rank at ep 8, tp 1: the micro-batch's tokens x top-k
     (c_fw, c_bw), (b_fw, b_bw) = layer.clamp_passes(hw, R * up, 2.0), layer.expert_bias_passes(hw, R * h, 2.0)
     extra_fw, extra_bw = float(c_fw + b_fw), float(c_bw + b_bw)
-    # the passes as counted (16-bit elements moved), at the measured rate of such eager kernels
-    ew = layer._elementwise
-    kc, kb = layer.EAGER_EXPERT_MEASURED["clamp"], layer.EAGER_EXPERT_MEASURED["bias"]
-    assert float(c_fw) == pytest.approx(kc[0] * float(ew(hw, R * up, 1.0, 4.0, 2.0)), rel=1e-12)
-    assert float(b_bw) == pytest.approx(kb[1] * float(ew(hw, R * h, 2.0, 3.0, 4.0)), rel=1e-12)
     assert cost["gpt", False][0] - cost["plain", False][0] == pytest.approx(extra_fw, rel=1e-9)
     assert cost["gpt", False][1] - cost["plain", False][1] == pytest.approx(extra_bw, rel=1e-9)
     assert extra_fw > 0.1 * (cost["plain", False][0])  # not a rounding: a tenth of the layer's forward and more

@@ -189,8 +189,8 @@ def test_tp_comm_overlap_the_notes_turn_off_is_not_chosen():
 def test_the_next_release_is_predicted_held_out():
     """problems/runs/bridge-2606.yaml: Megatron-Bridge's 26.06 pre-training table (20 runs; no fit uses them), the
     release after the 26.04.01 table the Blackwell systems are calibrated on. Every run is scored and fits; held-out
-    MAPE <= 10% (8.7% at the time of writing: Llama 3.1 405B, DeepSeek-V3, Qwen3-30B-A3B and Qwen3-235B within
-    10% on Blackwell, GPT-OSS -22% to -38%, Qwen3-30B-A3B on H100 -28%). Qwen3-235B ran 1.30x faster than in
+    MAPE <= 8% (5.5% at the time of writing, 8.7% before GPT-OSS's attention sinks and eager expert passes: Llama
+    3.1 405B, DeepSeek-V3, Qwen3-30B-A3B and Qwen3-235B within 10% on Blackwell, GPT-OSS -12% to -17%). Qwen3-235B ran 1.30x faster than in
     26.04.01 on both racks with the same layout; of what its new preset turned on (EP all-to-all overlap,
     full-iteration CUDA graphs, a fused grouped GEMM + GLU, FP8 attention) the model has the overlap, and that
     alone predicts the gain within 5% (1.31x and 1.27x)."""
@@ -202,7 +202,7 @@ def test_the_next_release_is_predicted_held_out():
     out = score_runs(str(path))
     s = out["summary"]
     assert s["n_runs"] == 20 and s["n_scored"] == 20 and s["n_not_fitting"] == 0
-    assert s["mape_pct"] <= 10.0
+    assert s["mape_pct"] <= 8.0
     err = {r["id"]: r["error_pct"] for r in out["runs"]}
     dense = [e for i, e in err.items() if "405b" in i]
     assert len(dense) == 7 and max(abs(e) for e in dense) <= 11.0

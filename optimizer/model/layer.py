@@ -245,7 +245,8 @@ def _elementwise(hw: Hardware, n, flops_per, bytes_per, passes):
 # forward and 1.3 TB/s backward on a 4.8 TB/s H200 where the tables give the counted bytes 4.3
 # (scripts/microbench_expert_eager.py, problems/measurements/h200-expert-eager.json: 65536 rows of GPT-OSS
 # widths, 2 and 16 local experts; at 16384 rows over 16 experts the biases' 64 small kernels take longer still,
-# host-bound: the eager MoE host floor's part).
+# host-bound: the eager MoE host floor's part). `python scripts/bench_kernels.py --measurements
+# problems/measurements/h200-expert-eager.json --system h200-sxm-141gb` prints these values from the file.
 EAGER_EXPERT_MEASURED = {"clamp": (2.09, 3.34), "bias": (1.74, 3.06)}
 
 
