@@ -17,7 +17,10 @@ mean signed error (model / measured - 1), and the worst case:
   backward, and the backward time the sinks add, from scripts/microbench_cudnn_attention.py
   (`flash_attention(..., window=, sinks=)`);
 - expert_eager: Megatron-Core's eager expert-MLP passes for GPT-OSS (clamped GLU, expert biases), forward +
-  backward, from scripts/microbench_expert_eager.py (`layer.clamp_passes`, `layer.expert_bias_passes`).
+  backward, from scripts/microbench_expert_eager.py (`layer.clamp_passes`, `layer.expert_bias_passes`);
+- precisions: a layer's GEMMs per pass in per-tensor FP8, MXFP8 and NVFP4 relative to BF16, against Transformer
+  Engine's benchmark_gemm.py tables (problems/measurements/b300-te-gemm-precisions.json, inputs pre-quantised),
+  and the MXFP8 kernel factor `hardware.BLOCK_SCALED_KERNEL` derived from them (`block_scaled_kernel`).
 The default file is ../shared/measurements/h100-sxm-80gb-microbench.json (beside the project); targets of the
 issue: attention and GEMM median |error| <= 15%, block <= 7%.
 """
@@ -195,6 +198,56 @@ def expert_eager_rates(data: dict, system: System) -> dict[str, tuple[float, flo
         layer.EAGER_EXPERT_MEASURED = saved
 
 
+# the tables of a Transformer Engine benchmark_gemm.py model-config run: GEMMs of one layer as (name, M x K x N)
+TE_PASSES = ("fprop", "dgrad", "wgrad")
+TE_PRECISIONS = {"fp8_current": Precision.FP8_CURRENT, "mxfp8": Precision.MXFP8, "nvfp4": Precision.NVFP4}
+
+
+def te_layer_gemms(data: dict) -> list[tuple[str, int, int, int]]:
+    """The layer's four GEMMs (name, M, K, N) of a b300-te-gemm-precisions.json-style file: tokens x hidden into
+    QKV, attention output, MLP up and down (benchmark_gemm.py's model-config shapes)."""
+    m, h, f = data["tokens"], data["hidden"], data["intermediate"]
+    qkv = h + 2 * data["kv_heads"] * (h // data["heads"])
+    return [("qkv", m, h, qkv), ("attn out", m, h, h), ("mlp up", m, h, f), ("mlp down", m, f, h)]
+
+
+def te_pass_time(hw: Hardware, gemms, pass_: str, in_bytes: float) -> float:
+    """The model's time of one pass of the layer's GEMMs: forward M x N x K, data gradient M x K x N, weight
+    gradient K x N x M (`Hardware.gemm`, 16-bit outputs as the benchmark writes them)."""
+    t = 0.0
+    for _, m, k, n in gemms:
+        mm, nn, kk = {"fprop": (m, n, k), "dgrad": (m, k, n), "wgrad": (k, n, m)}[pass_]
+        t += float(hw.gemm(mm, nn, kk, in_bytes=in_bytes, out_bytes=2))
+    return t
+
+
+def block_scaled_kernel(data: dict) -> float:
+    """What `hardware.BLOCK_SCALED_KERNEL[mxfp8]` holds, from the file: the per-tensor FP8 layer's pre-quantised
+    GEMM time over the MXFP8 one's (the same datasheet peak), summed over the three passes."""
+    pq = data["per_layer_ms"]["pre_quantized"]
+    return round(sum(pq[p]["fp8_current"] for p in TE_PASSES) / sum(pq[p]["mxfp8"] for p in TE_PASSES), 3)
+
+
+def precision_errors(data: dict, system: System) -> list[tuple[str, float]]:
+    """Per pass and quantised precision, the model's layer GEMM time relative to BF16 against the measured
+    (pre-quantised) one: (model ratio) / (measured ratio) - 1."""
+    from optimizer.model.hardware import BYTES
+
+    if "per_layer_ms" not in data:
+        return []
+    gemms = te_layer_gemms(data)
+    pq = data["per_layer_ms"]["pre_quantized"]
+    out = []
+    for pass_ in TE_PASSES:
+        t16 = te_pass_time(Hardware(system, Precision.BF16), gemms, pass_, 2.0)
+        for key, prec in TE_PRECISIONS.items():
+            if system.peak_tflops(prec) is None or key not in pq[pass_]:
+                continue
+            t = te_pass_time(Hardware(system, prec), gemms, pass_, BYTES[prec])
+            out.append((f"{key} {pass_} / bf16", (t / t16) / (pq[pass_][key] / pq[pass_]["bf16"]) - 1))
+    return out
+
+
 def summary(rows: list[tuple[str, float]]) -> dict:
     if not rows:
         return {"n": 0, "median_abs_error_pct": None, "mean_signed_error_pct": None, "worst": None}
@@ -220,9 +273,11 @@ def main() -> int:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as ex:
         print(f"{path}: not a measurements file ({ex})", file=sys.stderr)
         return 2
-    if not isinstance(data, dict) or not any(data.get(k) for k in ("gemm", "attn", "elem", "layer", "rows")):
+    if not isinstance(data, dict) or not any(data.get(k) for k in ("gemm", "attn", "elem", "layer", "rows",
+                                                                    "per_layer_ms")):
         print(f"{path}: no table this script scores (gemm, attn, elem, layer from microbench.py; rows from "
-              "microbench_ring_attention.py and microbench_cudnn_attention.py)", file=sys.stderr)
+              "microbench_ring_attention.py and microbench_cudnn_attention.py; per_layer_ms from Transformer "
+              "Engine's benchmark_gemm.py)", file=sys.stderr)
         return 2
     system = load_named("system", a.system, System)
     try:
@@ -231,9 +286,12 @@ def main() -> int:
                "elementwise": summary(elementwise_errors(data, system)), "block": summary(block_errors(data, system)),
                "ring": summary(ring_errors(data, system)),
                "cudnn_attn": summary(cudnn_attention_errors(data, system)), "sinks": summary(sink_errors(data, system)),
-               "expert_eager": summary(expert_eager_errors(data, system))}
+               "expert_eager": summary(expert_eager_errors(data, system)),
+               "precisions": summary(precision_errors(data, system))}
         if out["expert_eager"]["n"]:
             out["expert_eager_rates"] = expert_eager_rates(data, system)
+        if "per_layer_ms" in data:
+            out["block_scaled_kernel"] = block_scaled_kernel(data)
     except (KeyError, TypeError) as ex:
         print(f"{path}: a record lacks a field this script reads ({ex!r}): not a microbench.py / "
               "microbench_ring_attention.py / microbench_cudnn_attention.py file?", file=sys.stderr)
@@ -242,7 +300,8 @@ def main() -> int:
         print(json.dumps(out, indent=2))
     else:
         print(f"model ({system.name}) against {path.name}: median |error|, mean signed error, worst")
-        for k in ("gemm", "attention", "elementwise", "block", "ring", "cudnn_attn", "sinks", "expert_eager"):
+        for k in ("gemm", "attention", "elementwise", "block", "ring", "cudnn_attn", "sinks", "expert_eager",
+                  "precisions"):
             s = out[k]
             if not s["n"]:
                 print(f"  {k:12s} n=   0  (not measured)")
@@ -251,6 +310,9 @@ def main() -> int:
                   f"  worst {s['worst']['error_pct']:+.1f}% ({s['worst']['op']})")
         if "expert_eager_rates" in out:
             print(f"  measured rates of the eager expert passes (layer.EAGER_EXPERT_MEASURED): {out['expert_eager_rates']}")
+        if "block_scaled_kernel" in out:
+            print(f"  MXFP8 kernel throughput against per-tensor FP8 (hardware.BLOCK_SCALED_KERNEL): "
+                  f"{out['block_scaled_kernel']}")
     return 0
 
 

@@ -498,6 +498,56 @@ def test_sequence_parallel_gathers_travel_quantised():
     assert tp_fw[Precision.NVFP4] < tp_fw[Precision.FP8] < tp_fw[Precision.MXFP8] < tp_fw[Precision.BF16]
 
 
+def test_block_scaled_output_gradient_gathers_carry_both_copies():
+    """Backward, the all-gather of a row-parallel GEMM's output gradient feeds the data gradient (rowwise) and the
+    weight gradient (columnwise); a block-scaled copy scaled along rows cannot serve as one scaled along columns, so
+    Transformer Engine gathers both (linear.py backward's second, columnwise all-gather under Userbuffers;
+    _all_gather_mxfp8 / _all_gather_nvfp4 with both usages), while per-tensor FP8 and BF16 gather one. Hand-worked:
+    the backward's TP link time is 2 x (output-gradient all-gather + reduce-scatter) + 2 x the input all-gather
+    the weight gradient redoes (sp_ag_redo)."""
+    from optimizer.model.hardware import Tiers, collective_time, tier_of
+    from optimizer.model.layer import block_cost
+    from optimizer.model.step import make_ctx
+    from optimizer.schema import LLM, Execution, Training
+    from tests.helpers import problem_and_knobs
+
+    b200 = system("b200-sxm-180gb")
+    llm = LLM(name="t", hidden=8192, heads=64, kv_heads=8, ffn=28672, layers=2, vocab=1000, seq_len=4096,
+              mlp="swiglu")
+    tiers = Tiers.of(b200)
+    T, h, tp = 4096.0, 8192.0, 4
+    tier = tier_of(tiers, tp)
+    rs = float(collective_time("rs", T * h * 2, tp, tier, tiers))
+    for prec, gi, copies in ((Precision.BF16, 2, 1), (Precision.FP8_CURRENT, 1, 1), (Precision.MXFP8, 1 + 1 / 32, 2),
+                             (Precision.NVFP4, 0.5 + 1 / 16, 2)):
+        p, k = problem_and_knobs(llm, b200, 4, Training(global_batch=1, precision=prec),
+                                 Execution(tp=tp, sequence_parallel=True, sp_ag_redo=True))
+        tp_bw = float(block_cost(make_ctx(p), k).tp_bw[0])
+        ag = float(collective_time("ag", T * h * gi, tp, tier, tiers))
+        ag_go = float(collective_time("ag", T * h * gi * copies, tp, tier, tiers))
+        assert tp_bw == pytest.approx(2 * (ag_go + rs) + 2 * ag, rel=1e-9), prec
+
+
+def test_mxfp8_kernels_run_at_the_measured_fraction_of_per_tensor_fp8():
+    """An MXFP8 GEMM runs at the system's per-tensor FP8 efficiency times the block-scaled kernel factor measured on
+    a B300 (`BLOCK_SCALED_KERNEL`, derived from problems/measurements/b300-te-gemm-precisions.json by
+    bench_kernels.block_scaled_kernel: 6.812 / 7.161 ms per layer); MXFP8 takes FP8's calibrated scale where a
+    system states no MXFP8 one. Compute-bound GEMMs at the same peak: time ratio 1 / 0.951."""
+    from optimizer.model.hardware import BLOCK_SCALED_KERNEL
+
+    assert BLOCK_SCALED_KERNEL == {Precision.MXFP8: 0.951}
+    for name in ("gb200-nvl72", "gb300-nvl72", "h100-sxm-80gb"):
+        s = system(name)
+        assert s.efficiency_scale(Precision.MXFP8) == s.efficiency_scale(Precision.FP8)
+    gb200 = system("gb200-nvl72")
+    scaled = gb200.model_copy(update={"matrix_efficiency_scale": {Precision.FP8: 0.9}})
+    assert scaled.efficiency_scale(Precision.MXFP8) == 0.9
+    for s in (gb200, scaled):
+        f8, mx = Hardware(s, Precision.FP8), Hardware(s, Precision.MXFP8)
+        t8, tmx = float(f8.gemm(16384, 16384, 16384, in_bytes=1)), float(mx.gemm(16384, 16384, 16384, in_bytes=1))
+        assert tmx / t8 == pytest.approx(1 / 0.951, rel=1e-9)
+
+
 def test_power_cap_clock_scales_every_compute_peak_but_not_mfu():
     """`clock_scale` (a power-capped part's sustained clock): GEMMs, attention and element-wise kernels that are
     compute-bound all take 1/clock_scale as long, memory-bound ones do not change, and MFU stays against the

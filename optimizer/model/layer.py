@@ -482,15 +482,20 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     # with the input / grad-output quantizer, _all_gather_fp8 / _fp8_blockwise / _mxfp8 / _nvfp4; torchao
     # Float8ColwiseParallel), the forward only the rowwise copy its GEMM reads (layernorm_linear.py sets the
     # quantizer to rowwise before the gather) and backward again for the weight gradient (`sp_ag_redo`), so one
-    # copy per gather in block-scaled formats too; reduce-scatters carry GEMM outputs: 16 bit
+    # copy per gather in block-scaled formats too; reduce-scatters carry GEMM outputs: 16 bit. The backward's
+    # gather of a row-parallel GEMM's output gradient carries both copies in block-scaled formats: the data gradient
+    # reads it rowwise, the weight gradient columnwise, and a row-scaled copy cannot be turned into a column-scaled
+    # one (Transformer Engine linear.py backward: a second, columnwise all-gather beside the data-gradient GEMM under
+    # Userbuffers; `_all_gather_mxfp8` / `_all_gather_nvfp4` gather both usages without); per-tensor FP8 gathers one
     ag = collective_time("ag", T * h * gi, tp, k.tier_tp, ctx.tiers)
+    ag_go = collective_time("ag", T * h * gi * CAST_COPIES.get(ctx.precision, 1.0), tp, k.tier_tp, ctx.tiers)
     rs = collective_time("rs", M, tp, k.tier_tp, ctx.tiers)
     rs_ag = k.tp_comm.astype(bool)
     one = np.where(rs_ag, ag + rs, ar)  # one column+row pair (attention or MLP)
     pairs = 2.0 if f > 0 else 1.0  # an MoE layer without shared experts has no TP-sharded MLP
     tp_fw = pairs * one
     redo = sp & k.sp_ag_redo.astype(bool) & (rec != 2)
-    tp_bw = pairs * one + np.where(redo, pairs * ag, 0.0)
+    tp_bw = pairs * np.where(rs_ag, ag_go + rs, ar) + np.where(redo, pairs * ag, 0.0)
     # torchtitan's per-op policy recomputes k and w3 from the all-gathered norm outputs, which it does not save
     # (its save list holds reduce-scatter outputs, not all-gathers): the sequence-parallel all-gathers run again
     sac_ag = titan & (rec == 1) & sp & (tp > 1)

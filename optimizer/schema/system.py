@@ -148,7 +148,8 @@ class System(Frozen):
     matrix_efficiency_scale: dict[Precision, float] = Field(
         default_factory=dict, description="Factor on matrix_efficiency for GEMMs in one precision, e.g. "
         "{fp8: 0.8}: FP8 GEMMs reach a smaller fraction of their doubled peak than 16-bit ones of theirs "
-        "(power and clock limits, scaling epilogues). Missing precisions: 1. Calibrated per GPU type.")
+        "(power and clock limits, scaling epilogues). Missing precisions: 1 (MXFP8: fp8's, less the measured "
+        "block-scaled kernel factor). Calibrated per GPU type.")
     sm_count: PositiveInt | None = Field(
         None, description="Streaming multiprocessors (compute units) per GPU, datasheet; with gemm_tile it models "
         "wave quantization: a GEMM of W output tiles runs ceil(W/sm_count) waves. null = not modelled.")
@@ -195,9 +196,13 @@ class System(Frozen):
         return self.matrix_tflops.get(peak_precision(precision))
 
     def efficiency_scale(self, precision: Precision) -> float:
-        """`matrix_efficiency_scale` of `precision`, else of the datatype whose peak it runs at, else 1."""
+        """`matrix_efficiency_scale` of `precision`, else of the datatype whose peak it runs at, else (MXFP8) of
+        per-tensor FP8, whose kernels a block-scaled one runs at less a measured factor
+        (`model.hardware.BLOCK_SCALED_KERNEL`), else 1."""
         s = self.matrix_efficiency_scale
-        return float(s.get(precision, s.get(peak_precision(precision), 1.0)))
+        p = Precision(precision)
+        fallback = s.get(Precision.FP8, 1.0) if p == Precision.MXFP8 else 1.0
+        return float(s.get(p, s.get(peak_precision(p), fallback)))
 
     @field_validator("hbm_efficiency", "matrix_efficiency", "vector_efficiency")
     @classmethod
