@@ -500,30 +500,25 @@ def load_runs(path: str) -> Sourced:
     return doc
 
 
-def precision_orders(runs: list[dict]) -> list[tuple[tuple, list[str], list[str]]]:
-    """For each (model, GPU, GPU count) with runs in several precisions: the precisions ordered fastest
-    first by measured throughput (tokens per step / target step time, tokens/s) and by the model's prediction.
-    The model is keyed on the run id's prefix up to the GPU name (the schema has no model-name field)."""
+def precision_key(run: dict) -> tuple:
+    """The (model, GPU, GPU count, sequence length, global batch) a run's precision is compared within: the model
+    keyed on the run id's prefix up to the GPU name (the schema has no model-name field)."""
+    gpu = run["hardware"]["gpu"]
+    return (run["id"].split(f"-{gpu.split('-')[0]}")[0], gpu, run["hardware"]["num_gpus"], run["model"]["seq_len"],
+            run["parallel"]["global_batch"])
+
+
+def order_precisions(entries) -> list[tuple[tuple, list[str], list[str]]]:
+    """`entries`: (key, precision, measured tokens/s, predicted tokens/s). For each key with several precisions,
+    each run once (a key holding two runs of one precision, e.g. two micro-batch sizes, is no precision
+    comparison): the precisions fastest first as measured and as predicted (`paraplan validate`'s precision
+    order, `scoring._precision_order`)."""
     groups: dict[tuple, list[tuple[str, float, float]]] = {}
-    for r in runs:
-        m = map_run(r)
-        if m.skip:
-            continue
-        try:
-            pred = predict(m).result["step_time"]
-        except ProblemError:
-            continue
-        target = run_target(r, m.problem)[0]
-        if target is None:
-            continue
-        gpu = r["hardware"]["gpu"]
-        model = r["id"].split(f"-{gpu.split('-')[0]}")[0]
-        key = (model, gpu, r["hardware"]["num_gpus"])
-        tokens = r["parallel"]["global_batch"] * r["model"]["seq_len"]
-        groups.setdefault(key, []).append((f"{r['parallel']['precision']}", tokens / target, tokens / pred))
+    for key, prec, measured, predicted in entries:
+        groups.setdefault(tuple(key), []).append((str(prec), measured, predicted))
     out = []
     for key, v in groups.items():
-        if len({x[0] for x in v}) < 2:
+        if len({x[0] for x in v}) < 2 or len({x[0] for x in v}) < len(v):
             continue
         out.append((key, [x[0] for x in sorted(v, key=lambda x: -x[1])], [x[0] for x in sorted(v, key=lambda x: -x[2])]))
     return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import ParaplanError
-from .runs import load_runs, map_run, predict, run_target
+from .runs import load_runs, map_run, order_precisions, precision_key, predict, run_target
 
 def _group(rows: list[dict], key: str) -> dict:
     """Rows by the value of `key`, in sorted order of the values (None last)."""
@@ -68,6 +68,9 @@ def _score_one(doc, i: int, run: dict, rows: list, systems: dict) -> None:
         return
     row["target_step_time_s"] = target
     row["error_pct"] = 100.0 * (t_pred - target) / target
+    row["precision"] = str(run["parallel"]["precision"])
+    row["precision_group"] = list(precision_key(run))
+    row["tokens_per_step"] = run["parallel"]["global_batch"] * run["model"]["seq_len"]
 
 
 def _summarise(rows: list) -> dict[str, Any]:
@@ -85,5 +88,16 @@ def _summarise(rows: list) -> dict[str, Any]:
         "by_stack": {st: {"n": len(rs), "mape_pct": sum(abs(r["error_pct"]) for r in rs) / len(rs),
                           "mean_signed_error_pct": sum(r["error_pct"] for r in rs) / len(rs)}
                      for st, rs in _group(scored, "stack").items()},
+        "precision_order": _precision_order(scored),
     }
     return {"runs": rows, "summary": summary}
+
+
+def _precision_order(scored: list) -> dict[str, Any]:
+    """Per (model, GPU, GPU count, sequence length, global batch) scored in several precisions: whether the model orders the precisions' throughput
+    (tokens per step / step time) as measured (`runs.order_precisions`)."""
+    groups = order_precisions((r["precision_group"], r["precision"], r["tokens_per_step"] / r["target_step_time_s"],
+                               r["tokens_per_step"] / r["predicted_step_time_s"])
+                              for r in scored if r.get("precision_group"))
+    detail = [{"group": list(key), "measured": m, "predicted": p, "ordered": m == p} for key, m, p in groups]
+    return {"n_groups": len(detail), "n_ordered": sum(d["ordered"] for d in detail), "groups": detail}

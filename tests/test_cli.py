@@ -74,7 +74,7 @@ def test_schema_is_json_with_problem_properties(capsys):
 RUN_KEYS = {"id", "status", "reason", "predicted_step_time_s", "target_step_time_s", "error_pct",
             "predicted_peak_memory_gib", "target_peak_memory_gib", "fits", "assumptions"}
 SUMMARY_KEYS = {"n_runs", "n_scored", "mape_pct", "max_abs_error_pct", "memory_mape_pct", "n_not_fitting",
-                "by_stack"}
+                "by_stack", "precision_order"}
 
 
 def _records(calibration_file, *ids):
@@ -137,6 +137,7 @@ def test_validate_json_shape(tmp_path, capsys, calibration_file):
     assert s["n_not_fitting"] == (0 if r_ok["fits"] else 1)
     assert s["by_stack"] == {"megatron-core": {"n": 1, "mape_pct": pytest.approx(abs(r_ok["error_pct"])),
                                                "mean_signed_error_pct": pytest.approx(r_ok["error_pct"])}}
+    assert s["precision_order"] == {"n_groups": 0, "n_ordered": 0, "groups": []}  # one precision only
 
 
 def test_validate_target_rules_and_memory(tmp_path, capsys, calibration_file):
@@ -266,3 +267,34 @@ def test_help_of_every_command_prints_and_exits_0(capsys):
             parser.parse_args([name, "--help"])
         assert e.value.code == 0, name
         assert f"usage: paraplan {name}" in capsys.readouterr().out
+
+
+def test_validate_reports_the_precision_order():
+    """`validate` compares, per (model, GPU, GPU count) scored in several precisions, the order of their measured
+    throughputs (tokens per step / step time) with the model's and prints the count and each group it misorders.
+    Hand-made rows: group A (two precisions) ordered as measured, group B not; a group with one precision twice
+    (two micro-batch sizes, say) is no precision comparison."""
+    from optimizer.report.text import render_validation
+    from optimizer.scoring import _summarise
+
+    def row(rid, group, prec, tokens, target, pred):
+        return {"id": rid, "status": "ok", "reason": None, "predicted_step_time_s": pred, "target_step_time_s": target,
+                "error_pct": 100 * (pred - target) / target, "predicted_peak_memory_gib": 1.0,
+                "target_peak_memory_gib": None, "fits": True, "assumptions": [], "stack": "megatron-core",
+                "precision": prec, "precision_group": group, "tokens_per_step": tokens}
+
+    a, b = ["m-a", "gb200-nvl72", 64, 8192, 128], ["m-b", "gb300-nvl72", 256, 8192, 512]
+    rows = [row("a1", a, "fp8", 1000, 1.0, 1.1), row("a2", a, "mxfp8", 4000, 5.0, 5.0),  # 1000 vs 800 tok/s
+            row("b1", b, "fp8", 1000, 1.0, 1.2), row("b2", b, "mxfp8", 1000, 1.1, 1.15),
+            row("c1", ["m-c", "h100-sxm-80gb", 8, 2048, 64], "fp8", 1000, 1.0, 1.0),  # one precision: no group
+            *(row(f"d{i}", ["m-d", "a100-sxm-80gb", 8, 2048, 64], p, 1000, 1.0 + i / 10, 1.0)  # bf16 twice: none
+              for i, p in enumerate(("bf16", "bf16", "fp8")))]
+    v = _summarise(rows)
+    po = v["summary"]["precision_order"]
+    assert po["n_groups"] == 2 and po["n_ordered"] == 1
+    assert po["groups"][0] == {"group": a, "measured": ["fp8", "mxfp8"], "predicted": ["fp8", "mxfp8"], "ordered": True}
+    assert po["groups"][1]["predicted"] == ["mxfp8", "fp8"] and not po["groups"][1]["ordered"]
+    text = render_validation(v)
+    assert "precision order: 1 of 2 groups (model, GPU, GPUs, sequence, global batch) ordered as measured" in text
+    assert "m-b gb300-nvl72 256 8192 512: measured fp8 > mxfp8, model mxfp8 > fp8" in text
+    assert "m-a gb200" not in text and "m-d" not in text

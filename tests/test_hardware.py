@@ -184,26 +184,21 @@ RUNS_2025 = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "pu
 
 @pytest.mark.skipif(not RUNS_2025.is_file(), reason="calibration data not present")
 def test_model_orders_precisions_as_measured():
-    """MXFP8/NVFP4 runs are scored and the model orders each (model, GPU)'s precisions as the published
-    throughputs do: NVFP4 fastest, then FP8 (per-tensor), then MXFP8, on Llama 3 70B and Llama 3.1 405B (GB200,
-    GB300). Count at the time of writing: 2 of 4 groups (3 of 4 before the block-scaled formats' sequence-parallel
-    all-gathers were priced in their quantised bytes, as Transformer Engine gathers them, and the NVFP4 runs' TP
-    overlap was turned off as their recipe does; 4 of 4 before GB300's refit with the all-to-all dispatcher's sort;
-    2 of 4 while the model priced the LM head at the FP8 peak, which Megatron-Core keeps in BF16). The 70B pairs are
-    ordered as measured and NVFP4 is the fastest everywhere; on both racks the 405B FP8 run is 6.7-7.4% faster than
-    the MXFP8 one and the model puts them the other way: its FP8 405B runs are 6-13% slow in sample while the MXFP8
-    ones are within 4%, and the fits' MXFP8 factor sits at its upper bound (a per-tensor FP8 GEMM faster than an
-    MXFP8 one at the same peak is what the runs ask for and the fits cannot give while the MoE MXFP8 runs pull the
-    other way)."""
-    from optimizer.runs import load_runs, precision_orders
+    """MXFP8/NVFP4 runs are scored and `paraplan validate` reports how the model orders each (model, GPU)'s
+    precisions against the published throughputs: NVFP4 fastest, then FP8 (per-tensor), then MXFP8, on Llama 3 70B
+    and Llama 3.1 405B (GB200, GB300): 4 of 4 groups since MXFP8 GEMMs run at the block-scaled kernel factor
+    measured on a B300 (`hardware.BLOCK_SCALED_KERNEL`, 0.951 of per-tensor FP8) and its output-gradient gathers
+    carry both copies (2 of 4 before: the 405B FP8 runs, 6.7-7.4% faster than the MXFP8 ones on both racks, were
+    put the other way while the fits' MXFP8 factor sat at its bound; 3 of 4 before the block-scaled formats'
+    sequence-parallel all-gathers were priced in their quantised bytes, 4 of 4 before GB300's refit with the
+    all-to-all dispatcher's sort, 2 of 4 while the LM head was priced at the FP8 peak)."""
+    from optimizer.scoring import score_runs
 
-    orders = precision_orders(load_runs(str(RUNS_2025)).data)
-    assert len(orders) == 4  # llama3-70b and llama3.1-405b, each on GB200 and GB300, in fp8/mxfp8/nvfp4
-    assert all(set(measured) == {"fp8", "mxfp8", "nvfp4"} for _, measured, _ in orders)
-    llama70 = [(m, p) for key, m, p in orders if key[0] == "bridge2604-llama3-70b"]
-    assert len(llama70) == 2 and all(m == p for m, p in llama70)
-    assert sum(m == p for _, m, p in orders) >= 2
-    assert all(p[0] == "nvfp4" for _, _, p in orders)  # the fastest precision is found in every group
+    po = score_runs(str(RUNS_2025))["summary"]["precision_order"]
+    assert po["n_groups"] == 4  # llama3-70b and llama3.1-405b, each on GB200 and GB300, in fp8/mxfp8/nvfp4
+    assert all(set(g["measured"]) == {"fp8", "mxfp8", "nvfp4"} for g in po["groups"])
+    assert all(g["measured"] == ["nvfp4", "fp8", "mxfp8"] for g in po["groups"])
+    assert po["n_ordered"] == 4 and all(g["ordered"] for g in po["groups"])
 
 
 @pytest.mark.skipif(not RUNS_2025.is_file(), reason="calibration data not present")
@@ -572,3 +567,4 @@ def test_power_cap_clock_scales_every_compute_peak_but_not_mfu():
     ratio = float(r["capped"].step_time[0] / r["base"].step_time[0])
     assert 1.0 < ratio <= 1 / 0.8 + 1e-9
     assert float(r["capped"].mfu[0]) == pytest.approx(float(r["base"].mfu[0]) / ratio, rel=1e-9)
+

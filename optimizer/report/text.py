@@ -172,4 +172,12 @@ def render_validation(v: dict[str, Any]) -> str:
     for st, b in (s.get("by_stack") or {}).items():
         out.append(f"  stack {st}: {b['n']} runs, MAPE {f(b['mape_pct'])}, mean signed error "
                    f"{b['mean_signed_error_pct']:+.2f}%")
+    po = s.get("precision_order") or {}
+    if po.get("n_groups"):
+        out.append(f"precision order: {po['n_ordered']} of {po['n_groups']} groups (model, GPU, GPUs, sequence, "
+                   "global batch) ordered as measured (fastest first)")
+        for g in po["groups"]:
+            if not g["ordered"]:
+                out.append(f"  {' '.join(map(str, g['group']))}: measured {' > '.join(g['measured'])}, "
+                           f"model {' > '.join(g['predicted'])}")
     return "\n".join(out)
