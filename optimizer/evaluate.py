@@ -30,7 +30,7 @@ def evaluate_execution(problem: Problem, ex: Execution | None = None) -> Evaluat
     fits = r["hbm"] <= cap
     from .schema.stack import execution_warnings
 
-    warnings: list[str] = execution_warnings(problem.stack, full_ex)
+    warnings: list[str] = execution_warnings(problem.stack, full_ex, problem.training.precision)
     nets = problem.system.networks
     row = k.row()
     if row["tp"] > 1 and row["tier_tp"] > 0:

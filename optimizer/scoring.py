@@ -94,8 +94,8 @@ def _summarise(rows: list) -> dict[str, Any]:
 
 
 def _precision_order(scored: list) -> dict[str, Any]:
-    """Per (model, GPU, GPU count, sequence length, global batch) scored in several precisions: whether the model orders the precisions' throughput
-    (tokens per step / step time) as measured (`runs.order_precisions`)."""
+    """Per (model, GPU, GPU count, sequence length, global batch) scored in several precisions: whether the model
+    orders the precisions' throughput (tokens per step / step time) as measured (`runs.order_precisions`)."""
     groups = order_precisions((r["precision_group"], r["precision"], r["tokens_per_step"] / r["target_step_time_s"],
                                r["tokens_per_step"] / r["predicted_step_time_s"])
                               for r in scored if r.get("precision_group"))

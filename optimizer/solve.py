@@ -67,7 +67,8 @@ def _solve_precisions(problem: Problem, precs: list, kw: dict) -> SolveResult:
     from .objective import gpus_used, score
 
     t0 = time.perf_counter()
-    search = {k: v for k, v in problem.search_rules().items() if k != "precision"}
+    # the file's own rules: each branch narrows them to what the stack offers at its precision (`search_rules`)
+    search = {k: v for k, v in problem.user_search_rules().items() if k != "precision"}
     best, best_score, notes, candidates, statuses = None, None, [], 0, set()
     for pr in precs:
         if problem.system.peak_tflops(pr) is None:

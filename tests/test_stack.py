@@ -165,3 +165,38 @@ def test_unwritten_knobs_take_the_stack_value_and_stay_unwritten(tmp_path, capsy
     with pytest.raises((ProblemError, ProblemErrors)) as e:
         _load(tmp_path, "stack: torchtitan\nexecution: {tp: 2, sequence_parallel: false}\n")
     assert "sequence_parallel" in str(e.value) and "tp=2" in str(e.value)
+
+
+def test_megatron_core_offers_no_tp_overlap_in_nvfp4(tmp_path, capsys):
+    """Transformer Engine's Userbuffers (Megatron-Core's TP-communication overlap) communicate FP8 and MXFP8 tensors,
+    not NVFP4 ones, and Megatron-Bridge's NVFP4 presets turn the overlap off (`stack.BY_PRECISION`): an NVFP4 solve
+    keeps TP collectives in line, the FP8 branch of the same precision search may overlap them, a written
+    `tp_overlap: ring` in NVFP4 is a located input error, and evaluate warns about it."""
+    from optimizer.schema import Precision, TpOverlap
+    from optimizer.schema.stack import profile, restrict
+
+    assert profile("megatron-core", Precision.NVFP4)["tp_overlap"] == [TpOverlap.NONE]
+    assert "tp_overlap" not in profile("megatron-core", Precision.MXFP8)
+    assert restrict("megatron-core", {}, Precision.NVFP4) == {"tp_overlap": [TpOverlap.NONE]}
+    assert restrict("megatron-core", {}, Precision.MXFP8) == {}
+    gb300 = ("llm: llama3.1-70b\nsystem: gb300-nvl72\nnum_gpus: 64\n"
+             "training: {global_batch: 256, precision: bf16}\n")
+    path = tmp_path / "open.yaml"
+    path.write_text(gb300 + "search: {precision: [fp8_current, nvfp4], tp: [2, 4], pp: [4]}\n")
+    p = load_problem(path)
+    r = solve(p)
+    assert r.plans[0].evaluation.problem.training.precision == Precision.NVFP4
+    assert r.plans[0].evaluation.execution.tp_overlap == TpOverlap.NONE
+
+    def at(prec):
+        return p.model_copy(update={"search": {"tp": [2, 4], "pp": [4]},
+                                    "training": p.training.model_copy(update={"precision": prec})})
+
+    assert solve(at(Precision.FP8_CURRENT)).plans[0].evaluation.execution.tp_overlap != TpOverlap.NONE
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(gb300.replace("precision: bf16", "precision: nvfp4") + "execution: {tp: 4, pp: 4, tp_overlap: ring}\n")
+    assert main(["evaluate", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "execution.tp_overlap: ring is not offered by stack megatron-core in nvfp4" in err and "Traceback" not in err
+    ev = evaluate_execution(at(Precision.NVFP4), Execution(tp=4, pp=4, dp=4, tp_overlap="ring", sequence_parallel=True))
+    assert any("tp_overlap=ring is not offered by stack megatron-core in nvfp4" in w for w in ev.warnings)

@@ -273,8 +273,9 @@ class Problem(Frozen):
     def _stack_offers_search(self):
         from .stack import precision_unsupported, unsupported, written_unsupported
 
-        errs = [(f"search.{k}", m) for k, m in unsupported(self.stack, self.user_search_rules())]
-        errs += [(f"execution.{k}", m) for k, m in written_unsupported(self.stack, self.execution)]
+        prec = None if "precision" in self.user_search_rules() else self.training.precision
+        errs = [(f"search.{k}", m) for k, m in unsupported(self.stack, self.user_search_rules(), prec)]
+        errs += [(f"execution.{k}", m) for k, m in written_unsupported(self.stack, self.execution, prec)]
         why = precision_unsupported(self.stack, self.training.precision)
         if why and "precision" not in self.user_search_rules():
             errs.append(("training.precision", why))
@@ -303,10 +304,11 @@ class Problem(Frozen):
         return dict(s) if isinstance(s, dict) else s.rules()
 
     def search_rules(self) -> dict:
-        """The knob space's restrictions: the file's `search` narrowed to what the stack offers."""
+        """The knob space's restrictions: the file's `search` narrowed to what the stack offers at the training
+        precision (a search over precisions solves each at its own: `solve._solve_precisions`)."""
         from .stack import restrict
 
-        return restrict(self.stack, self.user_search_rules())
+        return restrict(self.stack, self.user_search_rules(), self.training.precision)
 
     def steps_to_train(self) -> float | None:
         """Optimizer steps to train training.tokens (None without tokens)."""

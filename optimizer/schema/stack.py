@@ -7,7 +7,8 @@ Megatron-Core. What each profile offers, with its source:
 - megatron-core (Megatron-Core / NeMo / Megatron-Bridge; NVIDIA Megatron-LM docs, "parallelism guide"): every
   knob modelled: TP with sequence parallelism and TP-communication overlap, PP with 1F1B and interleaving
   (virtual stages) and the embedding/loss layer slots, scatter-gather p2p, CP, EP, the distributed optimizer
-  (ZeRO-1) and FSDP (ZeRO-3), selective and full recomputation, CPU offload.
+  (ZeRO-1) and FSDP (ZeRO-3), selective and full recomputation, CPU offload; in NVFP4 no TP-communication
+  overlap (Transformer Engine's Userbuffers carry FP8 and MXFP8 tensors only: `BY_PRECISION`).
 - torchtitan (pytorch/torchtitan README "Key features" and docs/fsdp.md): FSDP2 per-parameter sharding
   (`reshard_after_forward` always: ZeRO-3; never: ZeRO-2-like, gathered weights kept for backward) or DDP
   replication (ZeRO-0); with pipeline parallelism FSDP2 keeps the parameters gathered (reshard_after_forward
@@ -68,6 +69,21 @@ PROFILES: dict[Stack, dict[str, list]] = {
                       "precision": [Precision.BF16, Precision.FP16, Precision.FP32]},
 }
 INT_KNOBS = {"tp", "pp", "vpp", "cp", "zero", "dp", "ep", "etp", "micro_batch"}
+
+# knob -> values the stack offers at a training precision, where narrower than PROFILES: Transformer Engine's
+# Userbuffers, which run Megatron-Core's TP-communication overlap (tp_comm_overlap), communicate FP8 and MXFP8
+# tensors but not NVFP4 ones (transformer_engine/pytorch/module/base.py `fill_userbuffers_buffer_for_all_gather`:
+# "Unsupported quantizer for Userbuffers"), and Megatron-Bridge's NVFP4 presets turn the overlap off
+# (scripts/performance configs: `tp_comm_overlap = False if precision == "nvfp4"`)
+BY_PRECISION: dict[Stack, dict[Precision, dict[str, list]]] = {
+    Stack.MEGATRON_CORE: {Precision.NVFP4: {"tp_overlap": [TpOverlap.NONE]}}}
+
+
+def profile(stack: Stack, precision=None) -> dict[str, list]:
+    """knob -> values the stack offers: `PROFILES`, narrowed at `precision` where `BY_PRECISION` says so."""
+    base = PROFILES[Stack(stack)]
+    extra = BY_PRECISION.get(Stack(stack), {}).get(Precision(precision), {}) if precision is not None else {}
+    return {**base, **extra} if extra else base
 
 
 def zero2_regathers(stack: Stack) -> bool:
@@ -152,19 +168,20 @@ def _layout_unsupported(stack: Stack, ex) -> list[tuple[str, str]]:
     return out
 
 
-def not_offered(stack: Stack, knob: str, value) -> str:
-    """The one message for a value (or list of values) of `knob` the stack does not offer."""
-    allowed = [getattr(a, "value", a) for a in PROFILES[Stack(stack)][knob]]
+def not_offered(stack: Stack, knob: str, value, precision=None) -> str:
+    """The one message for a value (or list of values) of `knob` the stack does not offer (at `precision`)."""
+    allowed = [getattr(a, "value", a) for a in profile(stack, precision)[knob]]
     v = [getattr(x, "value", x) for x in value] if isinstance(value, list) else getattr(value, "value", value)
-    return f"{v} is not offered by stack {Stack(stack).value} (it offers {allowed})"
+    at = f" in {Precision(precision).value}" if knob not in PROFILES[Stack(stack)] else ""
+    return f"{v} is not offered by stack {Stack(stack).value}{at} (it offers {allowed})"
 
 
-def restrict(stack: Stack, rules: dict) -> dict:
-    """The user's `search` rules ({knob: value | list | {min, max, in}}) narrowed to what the stack offers.
-    An integer knob the user left open becomes {"in": offered} (a range, so `check` does not report it as a
-    knob the file fixed); other knobs become the list offered; a single value the stack lacks leaves none."""
+def restrict(stack: Stack, rules: dict, precision=None) -> dict:
+    """The user's `search` rules ({knob: value | list | {min, max, in}}) narrowed to what the stack offers (at
+    `precision`). An integer knob the user left open becomes {"in": offered} (a range, so `check` does not report
+    it as a knob the file fixed); other knobs become the list offered; a single value the stack lacks leaves none."""
     out = dict(rules)
-    for knob, allowed in PROFILES[Stack(stack)].items():
+    for knob, allowed in profile(stack, precision).items():
         r = out.get(knob)
         if r is None and knob == "precision":
             continue  # the training precision stays fixed unless `search` opens it (checked at load time)
@@ -180,26 +197,26 @@ def restrict(stack: Stack, rules: dict) -> dict:
     return out
 
 
-def unsupported(stack: Stack, rules: dict) -> list[tuple[str, str]]:
-    """(knob, message) for each `search` rule that leaves no value the stack offers."""
+def unsupported(stack: Stack, rules: dict, precision=None) -> list[tuple[str, str]]:
+    """(knob, message) for each `search` rule that leaves no value the stack offers (at `precision`)."""
     errs = []
-    for knob, allowed in PROFILES[Stack(stack)].items():
+    for knob, allowed in profile(stack, precision).items():
         r = rules.get(knob)
         if isinstance(r, dict):  # a range: only its `in` list can miss the stack
             vals = r.get("in")
         else:
             vals = r if isinstance(r, list) or r is None else [r]
         if vals is not None and not any(v in allowed for v in vals):
-            errs.append((knob, not_offered(stack, knob, r if not isinstance(r, dict) else vals)))
+            errs.append((knob, not_offered(stack, knob, r if not isinstance(r, dict) else vals, precision)))
     return errs
 
 
-def written_unsupported(stack: Stack, ex) -> list[tuple[str, str]]:
+def written_unsupported(stack: Stack, ex, precision=None) -> list[tuple[str, str]]:
     """(knob, message) for each knob written in the execution (not left at its default) that the stack does
-    not offer: a plan for that stack cannot use it."""
-    allowed_by = PROFILES[Stack(stack)]
-    out = [(knob, not_offered(stack, knob, getattr(ex, knob))) for knob in sorted(ex.model_fields_set & set(allowed_by))
-           if getattr(ex, knob) not in allowed_by[knob]]
+    not offer (at `precision`): a plan for that stack cannot use it."""
+    allowed_by = profile(stack, precision)
+    out = [(knob, not_offered(stack, knob, getattr(ex, knob), precision))
+           for knob in sorted(ex.model_fields_set & set(allowed_by)) if getattr(ex, knob) not in allowed_by[knob]]
     return out + [(k, m) for k, m in _layout_unsupported(stack, ex) if k in ex.model_fields_set and k not in dict(out)]
 
 
@@ -209,13 +226,14 @@ def precision_unsupported(stack: Stack, precision) -> str | None:
     return None if allowed is None or precision in allowed else not_offered(stack, "precision", precision)
 
 
-def execution_warnings(stack: Stack, ex) -> list[str]:
-    """Knobs of an execution (`evaluate`, `--emit`) that the stack does not offer, unless moot in its layout
-    (`layout.moot`: e.g. sequence parallelism at tp 1)."""
+def execution_warnings(stack: Stack, ex, precision=None) -> list[str]:
+    """Knobs of an execution (`evaluate`, `--emit`) that the stack does not offer (at `precision`), unless moot in
+    its layout (`layout.moot`: e.g. sequence parallelism at tp 1)."""
     from ..layout import moot
 
     no_dp = ex.dp == 1 and ex.cp == 1
-    out = [f"{knob}={not_offered(stack, knob, getattr(ex, knob))}" for knob, allowed in PROFILES[Stack(stack)].items()
+    out = [f"{knob}={not_offered(stack, knob, getattr(ex, knob), precision)}"
+           for knob, allowed in profile(stack, precision).items()
            if knob != "precision" and getattr(ex, knob) not in allowed
            and not moot(knob, ex.tp, ex.pp, no_dp, ex.ep == 1)]
     return out + [f"{k}={m}" for k, m in _layout_unsupported(stack, ex)
