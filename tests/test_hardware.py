@@ -467,7 +467,13 @@ def test_sequence_parallel_gathers_travel_quantised():
     """Quantised recipes cast before the sequence-parallel all-gather, which carries the GEMM's rowwise copy with its
     scales (Transformer Engine's _all_gather_fp8 / _all_gather_mxfp8 / _all_gather_nvfp4): 1 byte per element in
     per-tensor FP8, 1 + 1/32 in MXFP8, 0.5 + 1/16 in NVFP4; reduce-scatters carry GEMM outputs in 16 bit.
-    Hand-worked: the forward's TP link time is 2 x (all-gather + reduce-scatter) of one T x h activation."""
+    Hand-worked: the forward's TP link time is 2 x (all-gather + reduce-scatter) of one T x h activation.
+    Backward, the all-gather of a row-parallel GEMM's output gradient feeds the data gradient (rowwise) and the
+    weight gradient (columnwise); a block-scaled copy scaled along rows cannot serve as one scaled along columns, so
+    Transformer Engine gathers both (linear.py backward's second, columnwise all-gather under Userbuffers;
+    _all_gather_mxfp8 / _all_gather_nvfp4 with both usages), while per-tensor FP8 and BF16 gather one: the
+    backward's TP link time is 2 x (output-gradient all-gather + reduce-scatter) + 2 x the input all-gather the
+    weight gradient redoes (sp_ag_redo)."""
     from optimizer.model.hardware import Tiers, collective_time, tier_of
     from optimizer.model.layer import block_cost
     from optimizer.model.step import make_ctx
@@ -481,46 +487,18 @@ def test_sequence_parallel_gathers_travel_quantised():
     T, h, tp = 4096.0, 8192.0, 4
     tier = tier_of(tiers, tp)
     tp_fw = {}
-    for prec in (Precision.BF16, Precision.FP8, Precision.FP8_CURRENT, Precision.MXFP8, Precision.NVFP4):
-        p, k = problem_and_knobs(llm, b200, 4, Training(global_batch=1, precision=prec),
-                                 Execution(tp=tp, sequence_parallel=True))
-        tp_fw[prec] = float(block_cost(make_ctx(p), k).tp_fw[0])
     rs = float(collective_time("rs", T * h * 2, tp, tier, tiers))
-    for prec, ag_bytes in ((Precision.BF16, 2), (Precision.FP8, 1), (Precision.FP8_CURRENT, 1),
-                           (Precision.MXFP8, 1 + 1 / 32), (Precision.NVFP4, 0.5 + 1 / 16)):
-        ag = float(collective_time("ag", T * h * ag_bytes, tp, tier, tiers))
-        assert tp_fw[prec] == pytest.approx(2 * (ag + rs), rel=1e-9), prec
-    assert tp_fw[Precision.NVFP4] < tp_fw[Precision.FP8] < tp_fw[Precision.MXFP8] < tp_fw[Precision.BF16]
-
-
-def test_block_scaled_output_gradient_gathers_carry_both_copies():
-    """Backward, the all-gather of a row-parallel GEMM's output gradient feeds the data gradient (rowwise) and the
-    weight gradient (columnwise); a block-scaled copy scaled along rows cannot serve as one scaled along columns, so
-    Transformer Engine gathers both (linear.py backward's second, columnwise all-gather under Userbuffers;
-    _all_gather_mxfp8 / _all_gather_nvfp4 with both usages), while per-tensor FP8 and BF16 gather one. Hand-worked:
-    the backward's TP link time is 2 x (output-gradient all-gather + reduce-scatter) + 2 x the input all-gather
-    the weight gradient redoes (sp_ag_redo)."""
-    from optimizer.model.hardware import Tiers, collective_time, tier_of
-    from optimizer.model.layer import block_cost
-    from optimizer.model.step import make_ctx
-    from optimizer.schema import LLM, Execution, Training
-    from tests.helpers import problem_and_knobs
-
-    b200 = system("b200-sxm-180gb")
-    llm = LLM(name="t", hidden=8192, heads=64, kv_heads=8, ffn=28672, layers=2, vocab=1000, seq_len=4096,
-              mlp="swiglu")
-    tiers = Tiers.of(b200)
-    T, h, tp = 4096.0, 8192.0, 4
-    tier = tier_of(tiers, tp)
-    rs = float(collective_time("rs", T * h * 2, tp, tier, tiers))
-    for prec, gi, copies in ((Precision.BF16, 2, 1), (Precision.FP8_CURRENT, 1, 1), (Precision.MXFP8, 1 + 1 / 32, 2),
-                             (Precision.NVFP4, 0.5 + 1 / 16, 2)):
+    for prec, ag_bytes, copies in ((Precision.BF16, 2, 1), (Precision.FP8, 1, 1), (Precision.FP8_CURRENT, 1, 1),
+                                   (Precision.MXFP8, 1 + 1 / 32, 2), (Precision.NVFP4, 0.5 + 1 / 16, 2)):
         p, k = problem_and_knobs(llm, b200, 4, Training(global_batch=1, precision=prec),
                                  Execution(tp=tp, sequence_parallel=True, sp_ag_redo=True))
-        tp_bw = float(block_cost(make_ctx(p), k).tp_bw[0])
-        ag = float(collective_time("ag", T * h * gi, tp, tier, tiers))
-        ag_go = float(collective_time("ag", T * h * gi * copies, tp, tier, tiers))
-        assert tp_bw == pytest.approx(2 * (ag_go + rs) + 2 * ag, rel=1e-9), prec
+        cost = block_cost(make_ctx(p), k)
+        tp_fw[prec] = float(cost.tp_fw[0])
+        ag = float(collective_time("ag", T * h * ag_bytes, tp, tier, tiers))
+        ag_go = float(collective_time("ag", T * h * ag_bytes * copies, tp, tier, tiers))
+        assert tp_fw[prec] == pytest.approx(2 * (ag + rs), rel=1e-9), prec
+        assert float(cost.tp_bw[0]) == pytest.approx(2 * (ag_go + rs) + 2 * ag, rel=1e-9), prec
+    assert tp_fw[Precision.NVFP4] < tp_fw[Precision.FP8] < tp_fw[Precision.MXFP8] < tp_fw[Precision.BF16]
 
 
 def test_mxfp8_kernels_run_at_the_measured_fraction_of_per_tensor_fp8():
