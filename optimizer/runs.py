@@ -509,10 +509,10 @@ def precision_key(run: dict) -> tuple:
 
 
 def order_precisions(entries) -> list[tuple[tuple, list[str], list[str]]]:
-    """`entries`: (key, precision, measured tokens/s, predicted tokens/s). For each key with several precisions,
-    each run once (a key holding two runs of one precision, e.g. two micro-batch sizes, is no precision
-    comparison): the precisions fastest first as measured and as predicted (`paraplan validate`'s precision
-    order, `scoring._precision_order`)."""
+    """`entries`: (key, precision, measured step s, predicted step s), the key fixing the tokens of a step
+    (`precision_key`). For each key with several precisions, each run once (a key holding two runs of one precision,
+    e.g. two micro-batch sizes, is no precision comparison): the precisions fastest first as measured and as
+    predicted (`paraplan validate`'s precision order, `scoring._precision_order`)."""
     groups: dict[tuple, list[tuple[str, float, float]]] = {}
     for key, prec, measured, predicted in entries:
         groups.setdefault(tuple(key), []).append((str(prec), measured, predicted))
@@ -520,5 +520,5 @@ def order_precisions(entries) -> list[tuple[tuple, list[str], list[str]]]:
     for key, v in groups.items():
         if len({x[0] for x in v}) < 2 or len({x[0] for x in v}) < len(v):
             continue
-        out.append((key, [x[0] for x in sorted(v, key=lambda x: -x[1])], [x[0] for x in sorted(v, key=lambda x: -x[2])]))
+        out.append((key, [x[0] for x in sorted(v, key=lambda x: x[1])], [x[0] for x in sorted(v, key=lambda x: x[2])]))
     return out

@@ -18,7 +18,7 @@ mean signed error (model / measured - 1), and the worst case:
   (`flash_attention(..., window=, sinks=)`);
 - expert_eager: Megatron-Core's eager expert-MLP passes for GPT-OSS (clamped GLU, expert biases), forward +
   backward, from scripts/microbench_expert_eager.py (`layer.clamp_passes`, `layer.expert_bias_passes`);
-- precisions: a layer's GEMMs per pass in per-tensor FP8, MXFP8 and NVFP4 relative to BF16, against Transformer
+- precisions: a layer's GEMMs forward and backward in per-tensor FP8, MXFP8 and NVFP4 relative to BF16, against Transformer
   Engine's benchmark_gemm.py tables (problems/measurements/b300-te-gemm-precisions.json, inputs pre-quantised),
   and the MXFP8 kernel factor `hardware.BLOCK_SCALED_KERNEL` derived from them (`block_scaled_kernel`).
 The default file is ../shared/measurements/h100-sxm-80gb-microbench.json (beside the project); targets of the
@@ -198,34 +198,34 @@ def expert_eager_rates(data: dict, system: System) -> dict[str, tuple[float, flo
         layer.EAGER_EXPERT_MEASURED = saved
 
 
-# the tables of a Transformer Engine benchmark_gemm.py model-config run: GEMMs of one layer as (name, M x K x N)
-TE_PASSES = ("fprop", "dgrad", "wgrad")
+# a Transformer Engine benchmark_gemm.py model-config file: per pass, the layer's GEMM time in each precision
+TE_PASSES = {"forward": ("fprop",), "backward": ("dgrad", "wgrad")}  # the model's passes (`Hardware.linear`)
 TE_PRECISIONS = {"fp8_current": Precision.FP8_CURRENT, "mxfp8": Precision.MXFP8, "nvfp4": Precision.NVFP4}
 
 
-def te_layer_gemms(data: dict) -> list[tuple[str, int, int, int]]:
-    """The layer's four GEMMs (name, M, K, N) of a b300-te-gemm-precisions.json-style file: tokens x hidden into
-    QKV, attention output, MLP up and down (benchmark_gemm.py's model-config shapes)."""
+def te_layer_linears(data: dict) -> list[tuple[str, int, int, int]]:
+    """The layer's four linears (name, rows M, inputs K, outputs N) of a b300-te-gemm-precisions.json-style file:
+    tokens x hidden into QKV, attention output, MLP up and down (benchmark_gemm.py's model-config shapes)."""
     m, h, f = data["tokens"], data["hidden"], data["intermediate"]
     qkv = h + 2 * data["kv_heads"] * (h // data["heads"])
     return [("qkv", m, h, qkv), ("attn out", m, h, h), ("mlp up", m, h, f), ("mlp down", m, f, h)]
 
 
-def te_pass_time(hw: Hardware, gemms, pass_: str, in_bytes: float) -> float:
-    """The model's time of one pass of the layer's GEMMs: forward M x N x K, data gradient M x K x N, weight
-    gradient K x N x M (`Hardware.gemm`, 16-bit outputs as the benchmark writes them)."""
-    t = 0.0
-    for _, m, k, n in gemms:
-        mm, nn, kk = {"fprop": (m, n, k), "dgrad": (m, k, n), "wgrad": (k, n, m)}[pass_]
-        t += float(hw.gemm(mm, nn, kk, in_bytes=in_bytes, out_bytes=2))
-    return t
+def te_layer_time(hw: Hardware, linears, in_bytes: float) -> tuple[float, float]:
+    """The model's (forward, backward) GEMM time of the layer's linears (`Hardware.linear`, as `layer.block_cost`
+    prices them: the backward is the data and the weight gradient)."""
+    fw = bw = 0.0
+    for _, m, k, n in linears:
+        f, b, _ = hw.linear(m, n, k, in_bytes=in_bytes, out_bytes=2)
+        fw, bw = fw + float(f), bw + float(b)
+    return fw, bw
 
 
 def block_scaled_kernel(data: dict) -> float:
     """What `hardware.BLOCK_SCALED_KERNEL[mxfp8]` holds, from the file: the per-tensor FP8 layer's pre-quantised
-    GEMM time over the MXFP8 one's (the same datasheet peak), summed over the three passes."""
+    GEMM time over the MXFP8 one's (the same datasheet peak), summed over the three GEMMs of each linear."""
     pq = data["per_layer_ms"]["pre_quantized"]
-    return round(sum(pq[p]["fp8_current"] for p in TE_PASSES) / sum(pq[p]["mxfp8"] for p in TE_PASSES), 3)
+    return round(sum(pq[p]["fp8_current"] for p in pq) / sum(pq[p]["mxfp8"] for p in pq), 3)
 
 
 def precision_errors(data: dict, system: System) -> list[tuple[str, float]]:
@@ -235,16 +235,20 @@ def precision_errors(data: dict, system: System) -> list[tuple[str, float]]:
 
     if "per_layer_ms" not in data:
         return []
-    gemms = te_layer_gemms(data)
+    linears = te_layer_linears(data)
     pq = data["per_layer_ms"]["pre_quantized"]
+
+    def measured(key, pass_):
+        return sum(pq[g][key] for g in TE_PASSES[pass_])
+
+    t16 = te_layer_time(Hardware(system, Precision.BF16), linears, 2.0)
     out = []
-    for pass_ in TE_PASSES:
-        t16 = te_pass_time(Hardware(system, Precision.BF16), gemms, pass_, 2.0)
-        for key, prec in TE_PRECISIONS.items():
-            if system.peak_tflops(prec) is None or key not in pq[pass_]:
-                continue
-            t = te_pass_time(Hardware(system, prec), gemms, pass_, BYTES[prec])
-            out.append((f"{key} {pass_} / bf16", (t / t16) / (pq[pass_][key] / pq[pass_]["bf16"]) - 1))
+    for key, prec in TE_PRECISIONS.items():
+        if system.peak_tflops(prec) is None:
+            continue
+        t = te_layer_time(Hardware(system, prec), linears, BYTES[prec])
+        for i, pass_ in enumerate(TE_PASSES):
+            out.append((f"{key} {pass_} / bf16", (t[i] / t16[i]) / (measured(key, pass_) / measured("bf16", pass_)) - 1))
     return out
 
 

@@ -270,24 +270,25 @@ def test_help_of_every_command_prints_and_exits_0(capsys):
 
 
 def test_validate_reports_the_precision_order():
-    """`validate` compares, per (model, GPU, GPU count) scored in several precisions, the order of their measured
-    throughputs (tokens per step / step time) with the model's and prints the count and each group it misorders.
+    """`validate` compares, per (model, GPU, GPU count, sequence, global batch) scored in several precisions, the
+    order of their measured step times (the same tokens each) with the model's and prints the count and each group
+    it misorders.
     Hand-made rows: group A (two precisions) ordered as measured, group B not; a group with one precision twice
     (two micro-batch sizes, say) is no precision comparison."""
     from optimizer.report.text import render_validation
     from optimizer.scoring import _summarise
 
-    def row(rid, group, prec, tokens, target, pred):
+    def row(rid, group, prec, target, pred):
         return {"id": rid, "status": "ok", "reason": None, "predicted_step_time_s": pred, "target_step_time_s": target,
                 "error_pct": 100 * (pred - target) / target, "predicted_peak_memory_gib": 1.0,
                 "target_peak_memory_gib": None, "fits": True, "assumptions": [], "stack": "megatron-core",
-                "precision": prec, "precision_group": group, "tokens_per_step": tokens}
+                "precision": prec, "precision_group": group}
 
     a, b = ["m-a", "gb200-nvl72", 64, 8192, 128], ["m-b", "gb300-nvl72", 256, 8192, 512]
-    rows = [row("a1", a, "fp8", 1000, 1.0, 1.1), row("a2", a, "mxfp8", 4000, 5.0, 5.0),  # 1000 vs 800 tok/s
-            row("b1", b, "fp8", 1000, 1.0, 1.2), row("b2", b, "mxfp8", 1000, 1.1, 1.15),
-            row("c1", ["m-c", "h100-sxm-80gb", 8, 2048, 64], "fp8", 1000, 1.0, 1.0),  # one precision: no group
-            *(row(f"d{i}", ["m-d", "a100-sxm-80gb", 8, 2048, 64], p, 1000, 1.0 + i / 10, 1.0)  # bf16 twice: none
+    rows = [row("a1", a, "fp8", 1.0, 1.1), row("a2", a, "mxfp8", 1.25, 1.3),
+            row("b1", b, "fp8", 1.0, 1.2), row("b2", b, "mxfp8", 1.1, 1.15),
+            row("c1", ["m-c", "h100-sxm-80gb", 8, 2048, 64], "fp8", 1.0, 1.0),  # one precision: no group
+            *(row(f"d{i}", ["m-d", "a100-sxm-80gb", 8, 2048, 64], p, 1.0 + i / 10, 1.0)  # bf16 twice: none
               for i, p in enumerate(("bf16", "bf16", "fp8")))]
     v = _summarise(rows)
     po = v["summary"]["precision_order"]

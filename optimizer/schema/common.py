@@ -92,6 +92,12 @@ def peak_precision(p: Precision) -> Precision:
     return PEAK_OF.get(Precision(p), Precision(p))
 
 
+# precisions whose GEMM efficiency is another's unless a system states their own (`matrix_efficiency_scale`): the
+# FP8 recipes run FP8's kernels, and MXFP8 (a peak of its own on the datasheets) FP8's at the measured block-scaled
+# kernel factor (`model.hardware.BLOCK_SCALED_KERNEL`)
+EFFICIENCY_OF = {**PEAK_OF, Precision.MXFP8: Precision.FP8}
+
+
 class MlpKind(StrEnum):
     """MLP non-linearity. Gated kinds (swiglu, geglu) have three weight matrices."""
 

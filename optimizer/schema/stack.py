@@ -79,11 +79,15 @@ BY_PRECISION: dict[Stack, dict[Precision, dict[str, list]]] = {
     Stack.MEGATRON_CORE: {Precision.NVFP4: {"tp_overlap": [TpOverlap.NONE]}}}
 
 
+def _at_precision(stack: Stack, precision) -> dict[str, list]:
+    """The knobs `BY_PRECISION` narrows for the stack at `precision` (none without a precision)."""
+    return BY_PRECISION.get(Stack(stack), {}).get(Precision(precision), {}) if precision is not None else {}
+
+
 def profile(stack: Stack, precision=None) -> dict[str, list]:
     """knob -> values the stack offers: `PROFILES`, narrowed at `precision` where `BY_PRECISION` says so."""
-    base = PROFILES[Stack(stack)]
-    extra = BY_PRECISION.get(Stack(stack), {}).get(Precision(precision), {}) if precision is not None else {}
-    return {**base, **extra} if extra else base
+    extra = _at_precision(stack, precision)
+    return {**PROFILES[Stack(stack)], **extra} if extra else PROFILES[Stack(stack)]
 
 
 def zero2_regathers(stack: Stack) -> bool:
@@ -172,7 +176,7 @@ def not_offered(stack: Stack, knob: str, value, precision=None) -> str:
     """The one message for a value (or list of values) of `knob` the stack does not offer (at `precision`)."""
     allowed = [getattr(a, "value", a) for a in profile(stack, precision)[knob]]
     v = [getattr(x, "value", x) for x in value] if isinstance(value, list) else getattr(value, "value", value)
-    at = f" in {Precision(precision).value}" if knob not in PROFILES[Stack(stack)] else ""
+    at = f" in {Precision(precision).value}" if knob in _at_precision(stack, precision) else ""
     return f"{v} is not offered by stack {Stack(stack).value}{at} (it offers {allowed})"
 
 

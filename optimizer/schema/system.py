@@ -10,7 +10,7 @@ import numpy as np
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator, model_validator
 
-from .common import Frozen, Precision, ProcessingMode, peak_precision
+from .common import EFFICIENCY_OF, Frozen, Precision, ProcessingMode, peak_precision
 
 EfficiencyTable = list[tuple[float, float]]
 
@@ -196,13 +196,11 @@ class System(Frozen):
         return self.matrix_tflops.get(peak_precision(precision))
 
     def efficiency_scale(self, precision: Precision) -> float:
-        """`matrix_efficiency_scale` of `precision`, else of the datatype whose peak it runs at, else (MXFP8) of
-        per-tensor FP8, whose kernels a block-scaled one runs at less a measured factor
-        (`model.hardware.BLOCK_SCALED_KERNEL`), else 1."""
+        """`matrix_efficiency_scale` of `precision`, else of the datatype whose kernels it runs
+        (`common.EFFICIENCY_OF`), else 1."""
         s = self.matrix_efficiency_scale
         p = Precision(precision)
-        fallback = s.get(Precision.FP8, 1.0) if p == Precision.MXFP8 else 1.0
-        return float(s.get(p, s.get(peak_precision(p), fallback)))
+        return float(s.get(p, s.get(EFFICIENCY_OF.get(p, p), 1.0)))
 
     @field_validator("hbm_efficiency", "matrix_efficiency", "vector_efficiency")
     @classmethod
