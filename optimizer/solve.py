@@ -13,7 +13,7 @@ import numpy as np
 from .errors import Infeasible, Reason, VerificationError
 from .evaluate import Evaluation, evaluate_execution
 from .model.knobs import to_execution
-from .schema import Problem
+from .schema import Precision, Problem
 from .space import build_space
 
 REL_TOL = 1e-3  # solver objective vs re-evaluated step time
@@ -56,7 +56,8 @@ def _precisions(problem: Problem) -> list | None:
     rule = problem.search_rules().get("precision")
     if rule is None:
         return None
-    vals = list(dict.fromkeys(rule if isinstance(rule, list) else [rule]))
+    # a search changed in code (check's fixed knobs) may hold the precisions as plain strings
+    vals = list(dict.fromkeys(Precision(v) for v in (rule if isinstance(rule, list) else [rule])))
     return None if vals == [problem.training.precision] else vals
 
 
