@@ -28,10 +28,10 @@ import numpy as np
 from optimizer.model.capacity import feasible
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate
-from optimizer.objective import score
+from optimizer.prepare.objective import score
 
-from .pairs import compose, pair_columns, state_min, zero_legal
-from .tables import TIME_UNIT, Tables, knob_grid
+from formulations.pairs import compose, pair_columns, state_min, zero_legal
+from formulations.tables import TIME_UNIT, Tables, knob_grid
 
 UB_SLACK = 1e-4  # relative: the integer objective of the incumbent may differ from the model's by rounding
 
@@ -48,7 +48,7 @@ class Pairs:
     oi: np.ndarray
     lb: np.ndarray  # lower bound of the step time, TIME_UNIT
     var: np.ndarray  # variant index (formulations.tables.build_all)
-    slb: np.ndarray | None = None  # lower bound of the score (optimizer.objective), TIME_UNIT
+    slb: np.ndarray | None = None  # lower bound of the score (optimizer.prepare.objective), TIME_UNIT
 
     def __len__(self) -> int:
         return len(self.l)
@@ -133,7 +133,7 @@ NONE = np.iinfo(np.int64).max // 2  # "no bound"
 
 
 def score_int(T: Tables, l: np.ndarray, step: np.ndarray) -> np.ndarray:
-    """`optimizer.objective.score` of integer step times (TIME_UNIT); NONE where a target is missed."""
+    """`optimizer.prepare.objective.score` of integer step times (TIME_UNIT); NONE where a target is missed."""
     return score(T.problem, T.gpus(l), step, unit=TIME_UNIT, missed=NONE)
 
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from .bounds import Presolved
-from .common import Lookups, index_literals
-from .tables import Tables
+from formulations.bounds import Presolved
+from formulations.common import Lookups, index_literals
+from formulations.tables import Tables
 
 KEYS = ("l", "vi", "mi", "ri", "si", "oi", "var")
 

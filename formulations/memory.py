@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from .choice import ChoiceVars
-from .tables import Tables
+from formulations.choice import ChoiceVars
+from formulations.tables import Tables
 
 
 @dataclass

@@ -23,17 +23,17 @@ from ortools.sat.python import cp_model
 
 from optimizer.errors import Infeasible, Reason, TimeLimit, VerificationError
 from optimizer.model.knobs import Knobs
-from optimizer.objective import BIG_S, gpu_time_cap, target
+from optimizer.prepare.objective import BIG_S, gpu_time_cap, target
 from optimizer.schema import Problem
 from optimizer.schema.problem import Objective
-from optimizer.space import compact_space
+from optimizer.prepare.space import compact_space
 
-from . import choice as choice_mod
-from . import memory as memory_mod
-from . import step_time as time_mod
-from .bounds import NONE, Pairs, Presolved, knobs_of_pairs, presolve
-from .common import new_int, product
-from .tables import TIME_UNIT, Tables, build_all, restrict
+from formulations import choice as choice_mod
+from formulations import memory as memory_mod
+from formulations import step_time as time_mod
+from formulations.bounds import NONE, Pairs, Presolved, knobs_of_pairs, presolve
+from formulations.common import new_int, product
+from formulations.tables import TIME_UNIT, Tables, build_all, restrict
 
 # solver parameters as data (`paraplan solve --sat-params`). One worker: on two cores it is the fastest and
 # deterministic. Keep CP-SAT's presolve on: with cp_model_presolve=False, ortools 9.15 returned OPTIMAL with
@@ -108,7 +108,7 @@ def complete_hint(m: cp_model.CpModel, ch, hint: dict[str, int]) -> None:
 
 
 def objective_score(T: Tables, m: cp_model.CpModel, ch, obj):
-    """The score of `optimizer.objective` (step time; GPUs x step time; GPUs x BIG + step time under the
+    """The score of `optimizer.prepare.objective` (step time; GPUs x step time; GPUs x BIG + step time under the
     target), as `formulations.bounds.score_int` computes it."""
     p = T.problem
     g = p.objective.goal.value
@@ -129,7 +129,7 @@ def objective_score(T: Tables, m: cp_model.CpModel, ch, obj):
 @dataclass
 class Outcome:
     """What the CP-SAT formulation returns: assignments as knobs (extraction to plans, verification and
-    reports are `optimizer.solve`'s), the solver's objective per plan, status and bound."""
+    reports are `optimizer.drivers.solve`'s), the solver's objective per plan, status and bound."""
 
     status: str  # optimal | feasible
     knobs: list[Knobs]  # one candidate per plan, best first

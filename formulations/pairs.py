@@ -39,14 +39,14 @@ import numpy as np
 from optimizer.model.compose import activations, dp_exposed, dp_links, edge_head, fsdp_traffic, p2p_steady, pipeline
 from optimizer.schema.stack import zero2_regathers
 
-from .tables import Tables
+from formulations.tables import Tables
 
 Q = 10_000  # fixed-point scale of the processor-usage fractions
 
 
 def zero_legal(z, dpg1) -> np.ndarray:
     """ZeRO stage z is open unless there is no data-parallel group (dp*cp == 1: nothing to shard), as in
-    `optimizer.space`; `choice` posts the same rule."""
+    `optimizer.prepare.space`; `choice` posts the same rule."""
     return (np.asarray(dpg1) == 0) | (np.asarray(z) == 0)
 
 

@@ -13,7 +13,7 @@ in w:
     memory.hbm:      sum_c (wgo_z[p] + act[p]) w[c] <= HBM - headroom (KiB)   (formulations.memory)
     memory.offload:  sum_c (off_z[p] + offact[p]) w[c] <= offload memory (KiB)
     target:          sum_c step[c] w[c] <= target;  sum_c n[p] step[c] w[c] <= GPU-seconds cap
-    minimise         sum_c score[c] w[c]        (optimizer.objective: step time, GPUs x step, GPUs x BIG + step)
+    minimise         sum_c score[c] w[c]        (optimizer.prepare.objective: step time, GPUs x step, GPUs x BIG + step)
 Rules that CP-SAT posts on (zi, di): no ZeRO stage > 0 and DP overlap forced on without a data-parallel
 group (`rules.dp1`) decide which choices exist.
 """
@@ -26,15 +26,15 @@ import numpy as np
 
 from optimizer.errors import Infeasible, ProblemError, Reason, TimeLimit
 from optimizer.model.compose import PIPE
-from optimizer.objective import gpu_time_cap, target
-from optimizer.objective import score as objective_score
+from optimizer.prepare.objective import gpu_time_cap, target
+from optimizer.prepare.objective import score as objective_score
 from optimizer.schema import Problem
-from optimizer.space import compact_space
+from optimizer.prepare.space import compact_space
 
-from .bounds import NONE, knobs_of_pairs, presolve
-from .model import Outcome, _infeasible
-from .pairs import Q
-from .tables import TIME_UNIT, build_all
+from formulations.bounds import NONE, knobs_of_pairs, presolve
+from formulations.model import Outcome, _infeasible
+from formulations.pairs import Q
+from formulations.tables import TIME_UNIT, build_all
 
 SOLVERS = ("highs", "gurobi", "cplex", "cbc", "scip", "glpk")
 
@@ -78,7 +78,7 @@ def build_pyomo(problem: Problem, T, pre):
 
     C = choices(T, pre)
     tg, cap = target(problem, TIME_UNIT), gpu_time_cap(problem, TIME_UNIT)
-    # the score of `optimizer.objective` per choice (TIME_UNIT); a choice that misses a target cannot be chosen
+    # the score of `optimizer.prepare.objective` per choice (TIME_UNIT); a choice that misses a target cannot be chosen
     sc = objective_score(problem, C["n"], C["step"], unit=TIME_UNIT, missed=NONE)
     keep = sc < NONE
     m = pyo.ConcreteModel(name=problem.name or "paraplan")
@@ -144,7 +144,7 @@ def run_highs(m, time_limit_s: float) -> dict:
                              capture_output=True, text=True, cwd=str(Path(__file__).resolve().parent.parent))
     if out.returncode != 0:  # pragma: no cover - the worker failed to load highspy
         raise RuntimeError(f"HiGHS worker failed: {out.stderr.strip()[-500:]}")
-    from .highs_worker import MARKER
+    from formulations.highs_worker import MARKER
 
     line = next((x for x in reversed(out.stdout.splitlines()) if x.startswith(MARKER)), None)
     if line is None:  # pragma: no cover - the worker died before printing its result
@@ -168,7 +168,7 @@ def write_model(problem: Problem, path: str) -> None:
 def solve_pyomo(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: float | None = None,
                 solver: str = "highs") -> Outcome:
     """The same `Outcome` as `formulations.model.solve_cpsat` (assignments, objectives, status, bound);
-    extraction and verification are `optimizer.solve`'s."""
+    extraction and verification are `optimizer.drivers.solve`'s."""
     import pyomo.environ as pyo
 
     t0 = t0 if t0 is not None else _time.perf_counter()

@@ -1,13 +1,13 @@
 """The integer rules as named constraint groups guarded by literals, for explanations (`paraplan check`).
 
-The rules themselves live in `optimizer.layout` (`rule_masks`, one vectorised predicate per group); this
+The rules themselves live in `optimizer.rules.layout` (`rule_masks`, one vectorised predicate per group); this
 module only tabulates them over each knob's candidate values and posts each group as a table constraint
 enforced by its own literal. The solver is asked to satisfy all groups under assumptions, and on
 infeasibility its sufficient assumptions are shrunk (deletion filter) to a minimal conflicting set:
 
     rules.gpus, rules.tp_split, rules.layers, rules.experts, rules.batch, rules.interleave,
-    rules.context, network.must_fill     the groups of `optimizer.layout.Group`
-    caps.cp                              the search's default cap on cp (`optimizer.layout.Caps`)
+    rules.context, network.must_fill     the groups of `optimizer.rules.layout.Group`
+    caps.cp                              the search's default cap on cp (`optimizer.rules.layout.Caps`)
     fixed.<knob>                         a knob fixed or restricted by the problem (execution or search)
 
 Each knob ranges over the union of the values any single group allows (divisors of the GPU count, of the
@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from ortools.sat.python import cp_model
 
-from optimizer.layout import CAPS, Group, divisors, rule_masks
+from optimizer.rules.layout import CAPS, Group, divisors, rule_masks
 from optimizer.schema import Problem
 
 TEXT = {

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from .choice import ChoiceVars
+from formulations.choice import ChoiceVars
 from optimizer.model.compose import PIPE
 
-from .pairs import Q
-from .tables import Tables
+from formulations.pairs import Q
+from formulations.tables import Tables
 
 
 

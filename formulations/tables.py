@@ -52,7 +52,7 @@ from optimizer.model.compose import fsdp_traffic, layout_factors, mb_factors, vp
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate, make_ctx
 from optimizer.schema import Problem
-from optimizer.space import Compact
+from optimizer.prepare.space import Compact
 
 TIME_UNIT = 1e9  # integer time unit per second (1 ns)
 KIB = 1024.0

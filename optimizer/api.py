@@ -18,12 +18,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .schema import Execution, Problem
+from optimizer.schema import Execution, Problem
 
 
 def load(path: str | Path) -> Problem:
     """A problem file (`paraplan solve`'s input), loaded and validated."""
-    from .loader import load_problem
+    from optimizer.io.loader import load_problem
 
     return load_problem(path)
 
@@ -31,7 +31,7 @@ def load(path: str | Path) -> Problem:
 def evaluate(problem: Problem, execution: Execution | None = None):
     """Step time and memory of one execution (the problem's own by default): an `Evaluation` with `.result`
     (seconds, bytes), `.fits`, `.warnings`."""
-    from .evaluate import evaluate_execution
+    from optimizer.drivers.evaluate import evaluate_execution
 
     return evaluate_execution(problem, execution)
 
@@ -39,7 +39,7 @@ def evaluate(problem: Problem, execution: Execution | None = None):
 def solve(problem: Problem, top: int = 1, time_limit_s: float = 60.0, backend: str = "cpsat", **kw):
     """The `top` best plans of the problem's objective (a `SolveResult`: `.status`, `.plans`, `.bound_s`,
     `.gap`); `backend` cpsat or pyomo."""
-    from .solve import solve as _solve
+    from optimizer.drivers.solve import solve as _solve
 
     return _solve(problem, top=top, time_limit_s=time_limit_s, backend=backend, **kw)
 
@@ -47,30 +47,30 @@ def solve(problem: Problem, top: int = 1, time_limit_s: float = 60.0, backend: s
 def check(path: str | Path):
     """Does the problem fit, why not, and what would (a `CheckResult`: `.fits`, `.conflicts`,
     `.relaxations`, `.freed`). Takes the file: the knobs it writes are the fixed ones."""
-    from .check import check as _check
-    from .loader import load_problem_doc
+    from optimizer.drivers.check import check as _check
+    from optimizer.io.loader import load_problem_doc
 
     return _check(*load_problem_doc(path))
 
 
 def procure(path: str | Path, pareto: bool = False, time_limit_s: float = 60.0):
     """What to buy (a `ProcureResult`: `.best`, `.rows` per node type, `.pareto`)."""
-    from .loader import load_procure
-    from .procure import procure as _procure
+    from optimizer.io.loader import load_procure
+    from optimizer.drivers.procure import procure as _procure
 
     return _procure(load_procure(path), pareto=pareto, time_limit_s=time_limit_s)
 
 
 def validate(runs_path: str | Path) -> dict[str, Any]:
     """The model against published runs (`paraplan validate --json`'s object)."""
-    from .scoring import score_runs
+    from optimizer.drivers.validate import score_runs
 
     return score_runs(str(runs_path))
 
 
 def rows(result) -> list[dict[str, Any]]:
     """One flat dict per plan of a `SolveResult` (or one for an `Evaluation`)."""
-    from .report.table import row
+    from optimizer.report.table import row
 
     if hasattr(result, "plans"):
         return [row(p.evaluation, plan=i + 1, objective_step_time_s=p.objective_s) for i, p in enumerate(result.plans)]
@@ -79,7 +79,7 @@ def rows(result) -> list[dict[str, Any]]:
 
 def emit(target: str, problem: Problem, plan) -> str:
     """A plan (a `Plan`, an `Evaluation` or an `Execution`) for megatron, nemo, torchtitan or deepspeed."""
-    from .export import emit as _emit
+    from optimizer.report.export import emit as _emit
 
     ex = getattr(getattr(plan, "evaluation", plan), "execution", plan)
     return _emit(target, problem, ex)

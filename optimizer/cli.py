@@ -38,7 +38,7 @@ EMIT = ["megatron", "nemo", "torchtitan", "deepspeed"]
 
 
 def _emitted(target, problem, execution) -> dict:
-    from .export import emit, stack_warnings
+    from optimizer.report.export import emit, stack_warnings
 
     return {"emit": {"target": target, "text": emit(target, problem, execution),
                      "warnings": stack_warnings(target, execution)}} if target else {}
@@ -50,12 +50,12 @@ def _write_output(args, text: str | None = None, obj=None, rows=None) -> bool:
     path = getattr(args, "output", None)
     if not path:
         return False
-    from .errors import ProblemError
+    from optimizer.errors import ProblemError
 
     if path.lower().endswith(".json"):
         text = json.dumps(_finite(obj), indent=2, allow_nan=False, default=str) + "\n"
     elif path.lower().endswith(".csv"):
-        from .report.table import to_csv
+        from optimizer.report.table import to_csv
 
         if rows is None:
             raise ProblemError("--output", None, None, "this command has no plan rows to write as CSV")
@@ -72,7 +72,7 @@ def _write_output(args, text: str | None = None, obj=None, rows=None) -> bool:
 def _print_emit(target, problem, execution) -> None:
     """--emit in text reports: the plan for the framework under its title (nothing without a plan)."""
     if target and execution is not None:
-        from .export import block
+        from optimizer.report.export import block
 
         print("\n" + block(target, problem, execution), end="")
 
@@ -102,7 +102,7 @@ _amount = _bounded(float, 0, 1e9, "a number", lo_open=True)  # positive quantiti
 
 def _check_plot(path: str | None) -> None:
     """--plot is checked before any work: matplotlib installed, the folder there, a .png name."""
-    from .errors import ProblemError
+    from optimizer.errors import ProblemError
 
     if not path:
         return
@@ -120,13 +120,13 @@ def _check_plot(path: str | None) -> None:
 
 
 def cmd_evaluate(args) -> int:
-    from .evaluate import as_json, evaluate_execution
-    from .loader import load_problem
-    from .report.text import render_evaluation
+    from optimizer.drivers.evaluate import as_json, evaluate_execution
+    from optimizer.io.loader import load_problem
+    from optimizer.report.text import render_evaluation
 
     problem = load_problem(args.problem, require_execution=True)
     ev = evaluate_execution(problem)
-    from .report.table import row
+    from optimizer.report.table import row
 
     if _write_output(args, render_evaluation(ev), as_json(ev) | _emitted(args.emit, problem, ev.execution), [row(ev)]):
         return 0
@@ -139,8 +139,8 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from .report.text import render_validation
-    from .scoring import score_runs
+    from optimizer.report.text import render_validation
+    from optimizer.drivers.validate import score_runs
 
     v = score_runs(args.runs)
     if args.json:
@@ -151,9 +151,9 @@ def cmd_validate(args) -> int:
 
 
 def cmd_solve(args) -> int:
-    from .loader import load_problem
-    from .errors import Infeasible, ProblemError, TimeLimit
-    from .solve import render, result_dict, solve
+    from optimizer.io.loader import load_problem
+    from optimizer.errors import Infeasible, ProblemError, TimeLimit
+    from optimizer.drivers.solve import render, result_dict, solve
 
     params = None
     if args.sat_params:
@@ -181,10 +181,10 @@ def cmd_solve(args) -> int:
             _print_json({"status": "infeasible" if isinstance(e, Infeasible) else "time_limit",
                          "reason": str(e.reason), "message": str(e), "plans": []})
         raise
-    from .report.table import row
+    from optimizer.report.table import row
 
     if args.plot:
-        from .report.plots import plot_breakdown
+        from optimizer.report.plots import plot_breakdown
 
         plot_breakdown([p.evaluation for p in r.plans], args.plot, f"{problem.name or 'solve'}: the {len(r.plans)} "
                        "best plans, step time and memory by part")
@@ -201,8 +201,8 @@ def cmd_solve(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from .check import check, render, result_dict
-    from .loader import load_problem_doc
+    from optimizer.drivers.check import check, render, result_dict
+    from optimizer.io.loader import load_problem_doc
 
     problem, written = load_problem_doc(args.problem)
     r = check(problem, written, offload_gib=args.offload_gib, offload_gbps=args.offload_gbps)
@@ -216,8 +216,8 @@ def cmd_check(args) -> int:
 
 
 def cmd_procure(args) -> int:
-    from .loader import load_procure
-    from .procure import plot_pareto, procure, render, result_dict
+    from optimizer.io.loader import load_procure
+    from optimizer.drivers.procure import plot_pareto, procure, render, result_dict
 
     _check_plot(args.plot)
     pp = load_procure(args.problem)
@@ -234,8 +234,8 @@ def cmd_procure(args) -> int:
 
 
 def cmd_fleet(args) -> int:
-    from .fleet import fleet, plot_gantt, render, result_dict
-    from .loader import load_fleet
+    from optimizer.drivers.fleet import fleet, plot_gantt, render, result_dict
+    from optimizer.io.loader import load_fleet
 
     _check_plot(args.plot)
     fp = load_fleet(args.problem)
@@ -254,10 +254,10 @@ def cmd_fleet(args) -> int:
 def cmd_study(args) -> int:
     from pathlib import Path
 
-    from .study import load_study, plot_study, run_study
+    from optimizer.drivers.study import load_study, plot_study, run_study
 
     if args.workers is not None and not 1 <= args.workers <= 1024:
-        from .errors import ProblemError
+        from optimizer.errors import ProblemError
 
         raise ProblemError("--workers", None, None, f"{args.workers} is outside 1..1024")
     study, _, _ = load_study(args.study)
@@ -275,8 +275,8 @@ def cmd_study(args) -> int:
 
 
 def cmd_whatif(args) -> int:
-    from .loader import load_problem
-    from .whatif import plot_tornado, render, whatif
+    from optimizer.io.loader import load_problem
+    from optimizer.drivers.whatif import plot_tornado, render, whatif
 
     _check_plot(args.plot)
     problem = load_problem(args.problem)
@@ -293,12 +293,12 @@ def cmd_whatif(args) -> int:
 
 
 def cmd_schema(args) -> int:
-    from .schema import LLM, Problem, System
-    from .schema.procure import Catalog, ProcureProblem
-    from .schema.run import Run
+    from optimizer.schema import LLM, Problem, System
+    from optimizer.schema.procure import Catalog, ProcureProblem
+    from optimizer.schema.run import Run
 
-    from .schema.fleet import FleetProblem
-    from .schema.study import Study
+    from optimizer.schema.fleet import FleetProblem
+    from optimizer.schema.study import Study
 
     model = {"problem": Problem, "procure": ProcureProblem, "catalog": Catalog, "system": System, "llm": LLM,
              "run": Run, "fleet": FleetProblem, "study": Study}[args.kind]
@@ -309,7 +309,7 @@ def cmd_schema(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="paraplan", description="Plan LLM training: fastest parallel execution, "
                                  "feasibility, hardware procurement (CP-SAT over an analytical model).")
-    from . import __version__
+    from optimizer import __version__
 
     ap.add_argument("--version", action="version", version=f"paraplan {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -388,10 +388,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .errors import ParaplanError, ProblemErrors
+    from optimizer.errors import ParaplanError, ProblemErrors
 
     args = build_parser().parse_args(argv)
-    from . import progress
+    from optimizer import progress
 
     progress.QUIET = bool(getattr(args, "quiet", False))
     try:

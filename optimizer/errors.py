@@ -39,7 +39,7 @@ class ProblemErrors(ParaplanError):
 class Reason(StrEnum):
     """Why no plan was given, the same set from every solve path (CP-SAT, enumeration, check)."""
 
-    RULES = "rules"  # no candidate satisfies the integer rules (optimizer.layout)
+    RULES = "rules"  # no candidate satisfies the integer rules (optimizer.rules.layout)
     MEMORY = "memory"  # none fits in memory (HBM, offload memory)
     TARGET = "target"  # some fit, none meets the objective's target (step time, days, GPU-hours)
     TIME_LIMIT = "time_limit"  # the solver's time limit passed before any plan was found

@@ -22,8 +22,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from optimizer.loader import load_problem
-from optimizer.solve import solve
+from optimizer.io.loader import load_problem
+from optimizer.drivers.solve import solve
 
 CASES = ["gpt3-175b-1024xh100", "gpt3-175b-4096xa100", "gpt3-175b-upto6144xa100"]
 

@@ -37,7 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from optimizer.loader import load_named  # noqa: E402
+from optimizer.io.loader import load_named  # noqa: E402
 from optimizer.model.hardware import Hardware  # noqa: E402
 from optimizer.model.layer import clamp_passes, expert_bias_passes, flash_attention  # noqa: E402
 from optimizer.schema import LLM, Execution, Precision, Problem, System, Training  # noqa: E402

@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from optimizer.loader import load_problem  # noqa: E402
+from optimizer.io.loader import load_problem  # noqa: E402
 from optimizer.model.knobs import Knobs  # noqa: E402
 from optimizer.model.step import evaluate, make_ctx  # noqa: E402
 

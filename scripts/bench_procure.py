@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from optimizer.loader import load_procure  # noqa: E402
-from optimizer.procure import procure  # noqa: E402
+from optimizer.io.loader import load_procure  # noqa: E402
+from optimizer.drivers.procure import procure  # noqa: E402
 
 CASES = {  # name: (problem, with the Pareto front)
     "gpt3-175b-40musd-8types-mix": ("problems/studies/procure/gpt3-175b-40musd-mix.yaml", False),

@@ -26,8 +26,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from optimizer.loader import load_problem  # noqa: E402
-from optimizer.solve import solve  # noqa: E402
+from optimizer.io.loader import load_problem  # noqa: E402
+from optimizer.drivers.solve import solve  # noqa: E402
 
 CASES = ["gpt3-175b-1024xh100", "gpt3-175b-4096xa100", "gpt3-175b-upto6144xa100", "gpt3-175b-1024xh100-precision"]
 

@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from optimizer.study import run_study  # noqa: E402
+from optimizer.drivers.study import run_study  # noqa: E402
 
 def study(folder: Path, last: int) -> Path:
     path = folder / f"sweep-{last}.yaml"

@@ -41,8 +41,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from optimizer.errors import ProblemError  # noqa: E402
-from optimizer.loader import find_in_library, read_yaml, validate_model  # noqa: E402
-from optimizer.runs import load_runs, map_run, predict, run_target, stack_of  # noqa: E402
+from optimizer.io.loader import find_in_library, read_yaml, validate_model  # noqa: E402
+from optimizer.io.runs import load_runs, map_run, predict, run_target, stack_of  # noqa: E402
 from optimizer.schema import System  # noqa: E402
 
 KNOTS = [10.0, 300.0, 3000.0]  # GFLOP per GEMM
@@ -252,7 +252,7 @@ def _set_key(lines: list[str], key: str, block: list[str]) -> list[str]:
 
 
 def stacks_of(run_ids: list[str], stack_by_id: dict[str, str]) -> dict[str, int] | None:
-    """Runs per software stack (`optimizer.runs.stack_of`), most runs first; None when a run is not known."""
+    """Runs per software stack (`optimizer.io.runs.stack_of`), most runs first; None when a run is not known."""
     if any(r not in stack_by_id for r in run_ids):
         return None
     out: dict[str, int] = {}

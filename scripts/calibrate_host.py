@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 import optimizer.model.layer as layer  # noqa: E402
 from grid_fit import best_row, held_out, set_constant  # noqa: E402
 from optimizer.errors import ParaplanError  # noqa: E402
-from optimizer.runs import load_runs, map_run, predict, run_target, stack_of  # noqa: E402
+from optimizer.io.runs import load_runs, map_run, predict, run_target, stack_of  # noqa: E402
 
 GRID_MS = np.round(np.arange(0.0, 12.001, 0.25), 2)
 

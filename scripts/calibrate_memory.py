@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from grid_fit import best_row, held_out, set_constant  # noqa: E402
 from optimizer.errors import ParaplanError  # noqa: E402
-from optimizer.runs import load_runs, map_run, predict  # noqa: E402
+from optimizer.io.runs import load_runs, map_run, predict  # noqa: E402
 
 GIB = 2.0**30
 GRID = np.round(np.arange(0.0, 0.3001, 0.005), 3)

@@ -9,7 +9,7 @@ per measured configuration (12-step benchmark runs). Get the file with
     git -C llm-foundry show 061f2c7:scripts/train/benchmarking/README.md > README.md
     python scripts/import_llmfoundry.py README.md
 
-Every row becomes one run in the calibration-run schema (`optimizer.runs`); nothing is dropped except the row
+Every row becomes one run in the calibration-run schema (`optimizer.io.runs`); nothing is dropped except the row
 already in ``shared/calibration/public_runs.yaml`` (MPT-7B, 2048 tokens, 8 A100 80GB) and rows whose numbers
 contradict each other (stated below, with the reason, when the script runs). The model shapes are those of the
 repository's ``scripts/train/yamls/pretrain/mpt-<size>.yaml`` at the same commit, and each is checked against the

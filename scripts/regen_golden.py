@@ -14,8 +14,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from optimizer.loader import load_problem  # noqa: E402
-from optimizer.solve import solve  # noqa: E402
+from optimizer.io.loader import load_problem  # noqa: E402
+from optimizer.drivers.solve import solve  # noqa: E402
 
 PROBLEMS = ["default.yaml", "studies/solve/gpt3-175b-1024xh100.yaml", "studies/solve/gpt3-175b-4096xa100.yaml",
             "studies/solve/gpt3-175b-upto6144xa100.yaml", "studies/solve/gpt3-175b-1024xh100-precision.yaml"]

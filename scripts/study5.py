@@ -22,8 +22,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from optimizer.loader import load_procure  # noqa: E402
-from optimizer.procure import procure  # noqa: E402
+from optimizer.io.loader import load_procure  # noqa: E402
+from optimizer.drivers.procure import procure  # noqa: E402
 
 # Table 3: (HBM GiB, DDR GiB) -> {model: (GPUs, Perf, Perf/$M)}; the second "40G 1T" row is 20G/1T by the
 # price pattern (see the catalog's header).

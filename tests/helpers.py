@@ -6,7 +6,7 @@ import functools
 from pathlib import Path
 
 
-from optimizer.loader import load_named
+from optimizer.io.loader import load_named
 from optimizer.schema import LLM, Execution, Problem, System, Training
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +44,7 @@ def grid_leave_one_out(runs: list[dict], base: System, grid: list[dict]) -> list
     step-time error, %."""
     import numpy as np
 
-    from optimizer.runs import map_run, predict, run_target
+    from optimizer.io.runs import map_run, predict, run_target
 
     cal = load_script("calibrate")
     mapped = [map_run(r, {base.name: base}) for r in runs]

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from optimizer.check import check
+from optimizer.drivers.check import check
 from optimizer.cli import main
-from optimizer.loader import load_problem_doc
-from optimizer.solve import solve
+from optimizer.io.loader import load_problem_doc
+from optimizer.drivers.solve import solve
 
 GIB = 2.0**30
 
@@ -44,7 +44,7 @@ def test_fits_reports_the_fastest_plan_and_its_margin(tmp_path):
     assert r.fits
     best = solve(load_problem_doc(path)[0], "enumerate").plans[0]
     assert r.plan.plans[0].objective_s == pytest.approx(best.objective_s, rel=1e-3)
-    from optimizer.check import result_dict
+    from optimizer.drivers.check import result_dict
 
     d = result_dict(r)["memory"]["hbm"]
     used = r.plan.plans[0].evaluation.result["hbm"] / GIB

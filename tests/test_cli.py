@@ -10,7 +10,7 @@ import yaml
 
 from helpers import ROOT
 from optimizer.cli import main
-from optimizer.loader import load_problem
+from optimizer.io.loader import load_problem
 
 DEFAULT = str(ROOT / "problems" / "default.yaml")
 
@@ -276,7 +276,7 @@ def test_validate_reports_the_precision_order():
     Hand-made rows: group A (two precisions) ordered as measured, group B not; a group with one precision twice
     (two micro-batch sizes, say) is no precision comparison."""
     from optimizer.report.text import render_validation
-    from optimizer.scoring import _summarise
+    from optimizer.drivers.validate import _summarise
 
     def row(rid, group, prec, target, pred):
         return {"id": rid, "status": "ok", "reason": None, "predicted_step_time_s": pred, "target_step_time_s": target,

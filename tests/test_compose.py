@@ -59,10 +59,10 @@ def test_uneven_pipeline_is_timed_by_its_busiest_stage(tmp_path):
     split whose every stage holds the busiest stage's ceil(L / pp) layers; without it the split is an error."""
     import pytest
 
-    from optimizer.evaluate import evaluate_execution
-    from optimizer.loader import load_problem
+    from optimizer.drivers.evaluate import evaluate_execution
+    from optimizer.io.loader import load_problem
     from optimizer.schema import Execution
-    from optimizer.validate import execution_errors
+    from optimizer.rules.cross_field import execution_errors
 
     def problem(layers: int):
         path = tmp_path / f"p{layers}.yaml"

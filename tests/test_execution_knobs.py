@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from helpers import library_llm, library_system
-from optimizer.evaluate import evaluate_execution
+from optimizer.drivers.evaluate import evaluate_execution
 from optimizer.schema import Execution, Problem, Training
 
 GIB = 1024 ** 3
@@ -123,8 +123,8 @@ RUNS_2025 = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "pu
 def test_runs_read_recipe_knobs_from_notes():
     """DeepSeek-V3 records state MLA, the dense layers' ffn, the dispatcher, overlap and recompute modules in
     their notes; Llama 3 70B on GB200 offloads 40 layers' activations: every published run then fits."""
-    from optimizer.runs import load_runs, map_run
-    from optimizer.scoring import score_runs
+    from optimizer.io.runs import load_runs, map_run
+    from optimizer.drivers.validate import score_runs
 
     runs = {r["id"]: r for r in load_runs(str(RUNS_2025)).data}
     ds = map_run(runs["bridge2604-deepseekv3-b200-mxfp8-256gpu"]).problem
@@ -142,8 +142,8 @@ def test_solve_decides_the_moe_dispatcher_and_overlap_when_search_names_them(tmp
     when its experts span nodes it uses the node-deduplicated dispatcher (the oracle case
     qwen3-235b-ep-dispatch-overlap-128xh100 checks CP-SAT against enumeration). A stack without them refuses."""
     from optimizer.errors import ProblemErrors
-    from optimizer.loader import load_problem
-    from optimizer.solve import solve
+    from optimizer.io.loader import load_problem
+    from optimizer.drivers.solve import solve
 
     base = ("name: q\nllm: qwen3-235b-a22b\nsystem: h100-sxm-80gb\nnum_gpus: 128\n"
             "training: {global_batch: 512, seq_len: 4096, precision: bf16}\n")

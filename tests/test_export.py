@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from optimizer.export import emit
+from optimizer.report.export import emit
 from optimizer.schema import Execution, Training
 from tests.helpers import library_llm, library_system, problem_and_knobs
 
@@ -110,8 +110,8 @@ def test_unknown_target():
 
 
 def _plan(tmp_path, text):
-    from optimizer.loader import load_problem
-    from optimizer.solve import solve
+    from optimizer.io.loader import load_problem
+    from optimizer.drivers.solve import solve
 
     path = tmp_path / "p.yaml"
     path.write_text(text)

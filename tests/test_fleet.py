@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from optimizer.errors import ProblemError, ProblemErrors
-from optimizer.fleet import Rate, fleet
-from optimizer.loader import load_fleet
+from optimizer.drivers.fleet import Rate, fleet
+from optimizer.io.loader import load_fleet
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from helpers import ROOT
-from optimizer.loader import load_problem
-from optimizer.solve import solve
+from optimizer.io.loader import load_problem
+from optimizer.drivers.solve import solve
 
 GOLDEN = json.loads((ROOT / "tests" / "golden" / "solve.json").read_text())
 

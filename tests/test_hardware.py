@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from optimizer.loader import find_in_library, read_yaml, validate_model
+from optimizer.io.loader import find_in_library, read_yaml, validate_model
 from optimizer.model.hardware import BYTES, QUANTIZED, Hardware
-from optimizer.runs import gpu_systems, map_run
+from optimizer.io.runs import gpu_systems, map_run
 from optimizer.schema import Precision, System
 
 NEW = ["b200-sxm-180gb", "b300-sxm-270gb", "gb200-nvl72", "gb300-nvl72", "h200-sxm-141gb", "mi300x", "mi325x",
@@ -192,7 +192,7 @@ def test_model_orders_precisions_as_measured():
     put the other way while the fits' MXFP8 factor sat at its bound; 3 of 4 before the block-scaled formats'
     sequence-parallel all-gathers were priced in their quantised bytes, 4 of 4 before GB300's refit with the
     all-to-all dispatcher's sort, 2 of 4 while the LM head was priced at the FP8 peak)."""
-    from optimizer.scoring import score_runs
+    from optimizer.drivers.validate import score_runs
 
     po = score_runs(str(RUNS_2025))["summary"]["precision_order"]
     assert po["n_groups"] == 4  # llama3-70b and llama3.1-405b, each on GB200 and GB300, in fp8/mxfp8/nvfp4
@@ -209,7 +209,7 @@ def test_hgx_blackwell_is_its_rack_part_at_its_own_clock_leave_one_out():
     other 10: mean |held-out error| <= 12% (measured 8.8% here and 8.4% with calibrate.py since GPT-OSS's attention
     sinks and eager expert passes, 10.3% and 9.9% before them, 12.5% and 12.2% before the host launch floor of
     eager MoE layers; 16.75% with B200's own four-parameter fit, two of them at their bounds)."""
-    from optimizer.runs import load_runs
+    from optimizer.io.runs import load_runs
 
     for hgx, rack in (("b200-sxm-180gb", "gb200-nvl72"), ("b300-sxm-270gb", "gb300-nvl72")):
         a, b = system(hgx), system(rack)
@@ -239,8 +239,8 @@ catalog:
 def test_procure_flags_and_can_exclude_prior_only_types(tmp_path):
     """MI300X (prior efficiencies, cheaper) wins silently on main; now the answer says it is prior-only,
     and procure.calibrated_only: true leaves only the calibrated H100."""
-    from optimizer.loader import load_procure
-    from optimizer.procure import procure, render, result_dict
+    from optimizer.io.loader import load_procure
+    from optimizer.drivers.procure import procure, render, result_dict
 
     results = {}
     for cal in ("false", "true"):
@@ -266,8 +266,8 @@ def test_nvl72_racks_are_bought_whole_and_compared_with_nodes():
     """catalogs/racks-2025.yaml: NVL72 types are sold in whole racks (unit_nodes 18 trays of 4 GPUs); every
     purchase of them is a multiple of 18 trays, the limit is whole racks within the budget, and the racks are
     ranked against 8-GPU nodes in one answer."""
-    from optimizer.loader import load_procure
-    from optimizer.procure import procure, render
+    from optimizer.io.loader import load_procure
+    from optimizer.drivers.procure import procure, render
 
     root = Path(__file__).resolve().parents[1]
     pp = load_procure(root / "problems/studies/procure/gpt3-175b-racks-vs-nodes.yaml")
@@ -292,10 +292,10 @@ def test_fp8_scaling_recipes():
     communication (tp 1 here: with sequence parallelism the per-tensor recipes also gather in 1 byte, see
     `test_sequence_parallel_gathers_travel_quantised_in_per_tensor_fp8`); each is emitted as its framework's
     recipe."""
-    from optimizer.evaluate import evaluate_execution
-    from optimizer.export import emit
+    from optimizer.drivers.evaluate import evaluate_execution
+    from optimizer.report.export import emit
     from optimizer.schema import Execution, Problem, Training
-    from optimizer.loader import load_named
+    from optimizer.io.loader import load_named
     from optimizer.schema import LLM
 
     h100 = system("h100-sxm-80gb")
@@ -537,7 +537,7 @@ def test_power_cap_clock_scales_every_compute_peak_but_not_mfu():
     from optimizer.model.knobs import from_execution
     from optimizer.model.step import evaluate
     from optimizer.schema import Execution, Problem, Training
-    from optimizer.loader import load_named
+    from optimizer.io.loader import load_named
     from optimizer.schema import LLM
     llm = load_named("llm", "llama3.1-8b", LLM)
     r = {}

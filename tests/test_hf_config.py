@@ -1,4 +1,4 @@
-"""`llm:` from a Hugging Face config.json (optimizer/hf_config.py): the shipped configs of five published
+"""`llm:` from a Hugging Face config.json (optimizer/io/hf_config.py): the shipped configs of five published
 models map to the library's YAML of the same model (every shape field and the parameter counts) or to the
 published total, and bad configs are file:line:field errors."""
 
@@ -8,7 +8,7 @@ import pytest
 
 from helpers import ROOT, library_llm
 from optimizer.cli import main
-from optimizer.loader import load_problem
+from optimizer.io.loader import load_problem
 from optimizer.model.params import count
 
 HF = ROOT / "problems" / "hf"

@@ -18,7 +18,7 @@ MEAS = ROOT.parent / "shared" / "measurements" / "h100-sxm-80gb-microbench.json"
 @pytest.mark.skipif(not MEAS.is_file(), reason="measurements not present")
 def test_blocks_within_seven_percent_and_every_class_scored():
     bk = load_script("bench_kernels")
-    from optimizer.loader import load_named
+    from optimizer.io.loader import load_named
     from optimizer.schema import System
 
     data = json.loads(MEAS.read_text())
@@ -73,7 +73,7 @@ def test_h200_blocks_within_seven_percent_of_the_project_s_own_measurements():
     whole blocks, eager and compiled, within 7% (median) with the H200's system file (tables transferred from the
     H100, the H200's HBM); every class is scored to finite, sane ratios."""
     bk = load_script("bench_kernels")
-    from optimizer.loader import load_named
+    from optimizer.io.loader import load_named
     from optimizer.schema import System
 
     data = json.loads(H200.read_text())
@@ -102,7 +102,7 @@ def test_head_size_scale_matches_the_h200_attention_kernels():
         rate = (d128[backend]["fwbw_s"] / 2.0) / d64[backend]["fwbw_s"]  # half the FLOPs at head size 64
         modelled = float(np.interp(6.0, *HEAD_DIM_SCALE[cls]))
         assert abs(rate / modelled - 1.0) <= 0.10, (backend, rate, modelled)
-    from optimizer.loader import load_named
+    from optimizer.io.loader import load_named
     from optimizer.schema import System
 
     h200 = load_named("system", "h200-sxm-141gb", System)
@@ -135,7 +135,7 @@ def test_ring_attention_compute_matches_the_h200_measurement():
     forward+backward with FlashAttention-2 (the torchtitan runs' kernel) at every cp (1-8, 32K-256K tokens) and
     within 15% with cuDNN."""
     bk = load_script("bench_kernels")
-    from optimizer.loader import load_named
+    from optimizer.io.loader import load_named
     from optimizer.schema import System
 
     data = json.loads((ROOT / "problems" / "measurements" / "h200-ring-attention.json").read_text())
@@ -152,7 +152,7 @@ def test_attention_sinks_backward_matches_the_h200_measurement():
     bench_kernels.py's `sinks` class: the backward time the model's sinks add (`Hardware.sink_backward`) is within
     10% of the measured difference at the median and within 35% everywhere; the forward is left as it is."""
     bk = load_script("bench_kernels")
-    from optimizer.loader import load_named
+    from optimizer.io.loader import load_named
     from optimizer.model.layer import flash_attention
     from optimizer.schema import System
 
@@ -198,7 +198,7 @@ def test_eager_expert_passes_match_the_h200_measurement():
     longer than the model's passes (host-bound, the eager MoE host floor's part), as documented."""
     bk = load_script("bench_kernels")
     import optimizer.model.layer as layer
-    from optimizer.loader import load_named
+    from optimizer.io.loader import load_named
     from optimizer.schema import System
 
     data = json.loads((ROOT / "problems" / "measurements" / "h200-expert-eager.json").read_text())
@@ -218,7 +218,7 @@ def test_precisions_against_transformer_engine_b300_gemms():
     measured ratio, NVFP4's (whose factor the GB300 runs fit, not this file) within 20%, the model NVFP4 too fast
     (-11 to -14.5%)."""
     bk = load_script("bench_kernels")
-    from optimizer.loader import load_named
+    from optimizer.io.loader import load_named
     from optimizer.model.hardware import BLOCK_SCALED_KERNEL
     from optimizer.schema import Precision, System
 

@@ -1,4 +1,4 @@
-"""`optimizer.layout`: the one place where a layout's legality lives, and the wrong answers it fixed.
+"""`optimizer.rules.layout`: the one place where a layout's legality lives, and the wrong answers it fixed.
 
 Each of the four cases below gave a wrong answer while the rules lived in four places (validate, space,
 the explanation model, the ZeRO rule): the space and the explanation disagreed on the embedding/loss
@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from formulations import rules
-from optimizer.check import check
-from optimizer.layout import CAPS, Group, divisors, legal, placement, rule_masks
-from optimizer.loader import load_problem_doc
-from optimizer.solve import solve
-from optimizer.space import compact_space
+from optimizer.drivers.check import check
+from optimizer.rules.layout import CAPS, Group, divisors, legal, placement, rule_masks
+from optimizer.io.loader import load_problem_doc
+from optimizer.drivers.solve import solve
+from optimizer.prepare.space import compact_space
 
 TINY14 = ("{name: t14, hidden: 1024, ffn: 4096, layers: 14, heads: 16, seq_len: 1024, vocab: 32000}")
 

@@ -9,7 +9,7 @@ import pytest
 
 from helpers import ROOT, library_system, load_script
 from optimizer.model.hardware import TRITON_FA2_SLOWDOWN, Hardware
-from optimizer.runs import load_runs, map_run
+from optimizer.io.runs import load_runs, map_run
 from optimizer.schema import Precision
 
 RUNS = ROOT / "problems" / "runs" / "llmfoundry-mpt.yaml"
@@ -78,7 +78,7 @@ def test_triton_flash_attention_runs_at_the_fa2_class_efficiency_divided_by_the_
 
 @pytest.fixture(scope="module")
 def scored():
-    from optimizer.scoring import score_runs
+    from optimizer.drivers.validate import score_runs
 
     return score_runs(str(RUNS))
 

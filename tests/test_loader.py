@@ -13,7 +13,7 @@ import pytest
 from helpers import ROOT, library_llm, library_system
 from optimizer.cli import main
 from optimizer.errors import ProblemError, ProblemErrors
-from optimizer.loader import load_problem, parse_yaml
+from optimizer.io.loader import load_problem, parse_yaml
 
 
 
@@ -302,7 +302,7 @@ def test_search_errors_carry_file_line_field(tmp_path, capsys, search, line, fie
 
 
 def test_typed_search_restricts_the_space(tmp_path):
-    from optimizer.space import knob_domains
+    from optimizer.prepare.space import knob_domains
 
     p = load_problem(_write(tmp_path, textwrap.dedent(VALID).lstrip("\n") + "search:\n  tp: [2, 4]\n  vpp: {max: 2}\n  recompute: full\n"
                                                "  sequence_parallel: true\n", name="ok.yaml"))

@@ -219,7 +219,7 @@ def test_embedding_and_loss_as_layer_slots_by_hand():
 
 
 def test_embedding_loss_split_needs_a_pipeline():
-    from optimizer.validate import execution_errors
+    from optimizer.rules.cross_field import execution_errors
 
     llm = library_llm("llama3.1-8b")
     p, _ = problem_and_knobs(llm, library_system(H100), 8, Training(global_batch=64),
@@ -286,7 +286,7 @@ def test_host_floor_under_all_to_all_overlap_counts_the_merged_backward():
 def test_runs_read_their_cuda_graphs_from_the_notes():
     """The Megatron-Bridge presets' CUDA graphs as the runs' notes state them: full-iteration graphs, Transformer
     Engine graphs of attention/router/preprocess, or none (eager, also when the notes say "no CUDA graphs")."""
-    from optimizer.runs import map_run
+    from optimizer.io.runs import map_run
 
     base = {"id": "x", "source": "Test 2026", "tier": "A",
             "model": {"hidden": 2048, "ffn": 768, "layers": 4, "heads": 32, "kv_heads": 4, "head_dim": 128,

@@ -9,9 +9,9 @@ import pytest
 
 from optimizer.cli import main
 from optimizer.errors import Infeasible
-from optimizer.loader import load_procure
-from optimizer.procure import best_of_type, procure, sub_problem
-from optimizer.solve import solve
+from optimizer.io.loader import load_procure
+from optimizer.drivers.procure import best_of_type, procure, sub_problem
+from optimizer.drivers.solve import solve
 
 TINY_LLM = "{name: tiny, hidden: 2048, ffn: 8192, layers: 16, heads: 16, seq_len: 2048, vocab: 32000}"
 
@@ -216,7 +216,7 @@ def test_catalog_variants_expand(tmp_path):
 def test_tables_of_a_larger_purchase_serve_a_smaller_one(tmp_path):
     """formulations.tables.restrict: the tables filled for 6 nodes, restricted to 2 and 4, give the same proven
     optimum and space size as solving those purchases from scratch."""
-    from optimizer.purchase import TablesCache
+    from optimizer.drivers.purchase import TablesCache
 
     pp = load_procure(write(tmp_path, "{goal: throughput, budget_usd: 2.0e+6}"))
     cache = TablesCache()
@@ -237,7 +237,7 @@ def test_pareto_plot_has_a_legend_by_type_and_the_choice(tmp_path, monkeypatch):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from optimizer.procure import plot_pareto
+    from optimizer.drivers.procure import plot_pareto
 
     pp = load_procure(write(tmp_path, "{goal: throughput, budget_usd: 2.0e+6}"))
     r = procure(pp, pareto=True)
@@ -276,7 +276,7 @@ def test_report_shows_each_plan_on_the_gpus_bought_and_evaluate_names_idle_gpus(
     import re
     from dataclasses import replace
 
-    from optimizer.procure import render, result_dict
+    from optimizer.drivers.procure import render, result_dict
     from optimizer.report.text import render_evaluation
 
     pp = load_procure(write(tmp_path, "{goal: throughput, budget_usd: 1.05e+6}", slow_extra="max_nodes: 1"))

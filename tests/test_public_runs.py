@@ -10,7 +10,7 @@ import statistics
 
 import pytest
 
-from optimizer.scoring import score_runs
+from optimizer.drivers.validate import score_runs
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ import pytest
 from oracle_cases import CASES as ORACLE
 from test_solve_cpsat import SMALL
 
-from optimizer.loader import load_problem
-from optimizer.solve import solve
+from optimizer.io.loader import load_problem
+from optimizer.drivers.solve import solve
 
 
 def load_text(tmp_path, name: str, text: str):

@@ -158,7 +158,7 @@ def test_plot_checked_before_any_work(tmp_path, capsys):
 
 
 def test_enumerate_refuses_a_space_too_large_for_memory(tmp_path, capsys, monkeypatch):
-    import optimizer.solve as solve_mod
+    import optimizer.drivers.solve as solve_mod
 
     monkeypatch.setattr(solve_mod, "ENUMERATE_MAX", 1000)
     rc, _, err, _, _ = run(tmp_path, capsys, BASE, "--method", "enumerate")
@@ -258,7 +258,7 @@ def test_margin_warning_follows_the_memory_models_error(tmp_path):
     """A plan whose HBM margin is below the memory model's stated error (MEMORY_ERROR_PCT of its use) gets a
     warning naming the headroom to set; one with a wide margin does not."""
     from optimizer.model.capacity import MEMORY_ERROR_PCT, memory_margin_warning
-    from optimizer.loader import load_problem
+    from optimizer.io.loader import load_problem
 
     path = tmp_path / "p.yaml"
     path.write_text(BASE)

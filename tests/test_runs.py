@@ -1,11 +1,11 @@
-"""Targets of calibration records (`optimizer.runs.run_target`), worked by hand."""
+"""Targets of calibration records (`optimizer.io.runs.run_target`), worked by hand."""
 
 from __future__ import annotations
 
 import pytest
 
 from helpers import library_system
-from optimizer.runs import map_run, run_target
+from optimizer.io.runs import map_run, run_target
 
 
 def record(measured: dict) -> dict:
@@ -90,7 +90,7 @@ def test_attention_sinks_named_in_the_notes_are_modelled():
     LLM carries them, says so, and its predicted step is longer (the sinks' gradient in the attention backward);
     the library's gpt-oss-120b has them too."""
     from helpers import library_llm
-    from optimizer.runs import predict
+    from optimizer.io.runs import predict
 
     systems = {"h100-sxm-80gb": library_system("h100-sxm-80gb")}
     r = record({"step_time_s": 1.0}) | {"source": "Test 2025"}  # a year of flash attention
@@ -107,7 +107,7 @@ def test_clamped_glu_and_fused_expert_mlp_named_in_the_notes_are_modelled():
     """GPT-OSS records state "clamped SwiGLU (limit 7.0)"; the 26.06 presets' "fused grouped MLP" (Transformer
     Engine's op fuser) runs the experts' clamp and biases inside fused ops: a mapped MoE run carries the clamp,
     and the fused expert MLP only where its notes name it, and is slower eager than fused."""
-    from optimizer.runs import predict
+    from optimizer.io.runs import predict
 
     systems = {"h100-sxm-80gb": library_system("h100-sxm-80gb")}
     r = record({"step_time_s": 1.0}) | {"source": "Test 2025"}
@@ -124,7 +124,7 @@ def test_clamped_glu_and_fused_expert_mlp_named_in_the_notes_are_modelled():
     # the experts' biases come from the library model of the record's shape (gpt-oss-120b), not from the notes
     assert not eager.problem.llm.moe.expert_bias
     from helpers import ROOT
-    from optimizer.runs import load_runs
+    from optimizer.io.runs import load_runs
 
     oss = [x for x in load_runs(str(ROOT / "problems" / "runs" / "bridge-2606.yaml")).data if "gptoss" in x["id"]]
     assert oss and all(map_run(x).problem.llm.moe.expert_bias for x in oss)
@@ -134,7 +134,7 @@ def test_a_broken_library_file_is_no_twin(tmp_path, monkeypatch):
     """The experts' biases come from a library model of the record's shape; an unreadable file in the library
     (here a binary one under $PARAPLAN_LIBRARY) is passed over, not raised from the mapping of every run."""
     from helpers import ROOT
-    from optimizer.runs import load_runs
+    from optimizer.io.runs import load_runs
 
     (tmp_path / "llms").mkdir()
     (tmp_path / "llms" / "broken.yaml").write_bytes(b"\xff\x00\x01 not yaml")
@@ -149,7 +149,7 @@ def test_held_out_moe_runs_carry_their_recipes_a2a_overlap_and_dispatcher():
     mapping follows: the all-to-all overlaps another micro-batch's compute, Qwen3-235B's TP collectives do not
     overlap their matmuls; GPT-OSS's H100 preset has no A2A overlap."""
     from helpers import ROOT
-    from optimizer.runs import load_runs
+    from optimizer.io.runs import load_runs
 
     runs = {r["id"]: r for r in load_runs(str(ROOT / "problems" / "runs" / "published-moe-fp8.yaml")).data}
     qwen = [i for i in runs if "qwen3" in i]
@@ -168,7 +168,7 @@ def test_tp_comm_overlap_the_notes_turn_off_is_not_chosen():
     FP4 parameter gather cannot run beside it) has its TP collectives exposed; without such a phrase a recent run
     leaves the choice to the model. The four NVFP4 runs of the 2025 file say so."""
     from helpers import CALIBRATION
-    from optimizer.runs import load_runs
+    from optimizer.io.runs import load_runs
 
     r = record({"step_time_s": 1.0})
     r["source"] = "Test 2026"
@@ -195,8 +195,8 @@ def test_the_next_release_is_predicted_held_out():
     full-iteration CUDA graphs, a fused grouped GEMM + GLU, FP8 attention) the model has the overlap, and that
     alone predicts the gain within 5% (1.31x and 1.27x)."""
     from helpers import CALIBRATION, ROOT
-    from optimizer.runs import load_runs, predict
-    from optimizer.scoring import score_runs
+    from optimizer.io.runs import load_runs, predict
+    from optimizer.drivers.validate import score_runs
 
     path = ROOT / "problems" / "runs" / "bridge-2606.yaml"
     out = score_runs(str(path))

@@ -10,11 +10,11 @@ from formulations.pairs import pair_columns
 from formulations.tables import build_tables
 from optimizer.model.capacity import feasible
 from optimizer.errors import Infeasible
-from optimizer.loader import load_problem
+from optimizer.io.loader import load_problem
 from optimizer.model.step import evaluate
-from optimizer.objective import gpus_used
-from optimizer.solve import solve
-from optimizer.space import build_space, compact_space
+from optimizer.prepare.objective import gpus_used
+from optimizer.drivers.solve import solve
+from optimizer.prepare.space import build_space, compact_space
 
 from oracle_cases import CASES as ORACLE
 
@@ -304,7 +304,7 @@ objective: {objective}
 @pytest.mark.parametrize("objective", ["{goal: tokens_per_gpu}", "{goal: fewest_gpus, max_step_time_s: 2.0}",
                                        "{goal: fewest_gpus, max_days: 0.05}"])
 def test_other_objectives_match_enumeration(tmp_path, objective):
-    from optimizer.objective import score
+    from optimizer.prepare.objective import score
 
     p = load_text(tmp_path, "idle", IDLE.format(objective=objective))
     e = solve(p, "enumerate")

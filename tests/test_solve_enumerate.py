@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from optimizer.cli import main
-from optimizer.enumerate import enumerate_best
+from formulations.enumerate import enumerate_best
 from optimizer.model.capacity import feasible
 from optimizer.model.knobs import from_execution, to_execution
 from optimizer.model.step import evaluate
-from optimizer.space import build_space
+from optimizer.prepare.space import build_space
 
 
 def tiny_problem(tmp_path, extra: str = "", hbm: str = "", gpus: int = 8, batch: int = 16) -> str:
@@ -29,7 +29,7 @@ training: {{global_batch: {batch}}}
 
 
 def load(path):
-    from optimizer.loader import load_problem
+    from optimizer.io.loader import load_problem
 
     return load_problem(path)
 

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.check import check, fixed_knobs
+from optimizer.drivers.check import check, fixed_knobs
 from optimizer.cli import main
 from optimizer.errors import ProblemError, ProblemErrors
-from optimizer.evaluate import evaluate_execution
-from optimizer.loader import load_problem
-from optimizer.runs import stack_of
+from optimizer.drivers.evaluate import evaluate_execution
+from optimizer.io.loader import load_problem
+from optimizer.io.runs import stack_of
 from optimizer.schema import Execution, Recompute
-from optimizer.solve import solve
+from optimizer.drivers.solve import solve
 
 BASE = "llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 16\ntraining: {global_batch: 64}\n"
 
@@ -101,7 +101,7 @@ RUNS = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "public_
 
 @pytest.mark.skipif(not RUNS.is_file(), reason="calibration data not present")
 def test_validate_reports_error_per_stack():
-    from optimizer.scoring import score_runs
+    from optimizer.drivers.validate import score_runs
 
     s = score_runs(str(RUNS))["summary"]
     by = s["by_stack"]

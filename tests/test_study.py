@@ -14,8 +14,8 @@ import pytest
 
 from helpers import ROOT
 from optimizer.cli import main
-from optimizer.loader import load_problem
-from optimizer.solve import solve
+from optimizer.io.loader import load_problem
+from optimizer.drivers.solve import solve
 
 BASE = "llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 8\ntraining: {global_batch: 16}\n"
 

@@ -11,7 +11,7 @@ import pytest
 from helpers import ROOT, library_system, load_script, problem_and_knobs
 from optimizer.model.layer import block_cost
 from optimizer.model.step import ALLOCATOR_SLACK, GIB, evaluate, layer_params_per_gpu, make_ctx
-from optimizer.runs import load_runs, map_run
+from optimizer.io.runs import load_runs, map_run
 from optimizer.schema import LLM, Execution, Training
 
 RUNS = ROOT / "problems" / "runs" / "torchtitan-h100-h200.yaml"
@@ -143,7 +143,7 @@ def test_vanilla_tp_run_is_not_given_async_tp(titan_runs):
     choose, and came out 13% fast) and the async run keeps its overlap: its collectives are hidden, and its matmuls
     next to them run decomposed (`test_async_tp_runs_the_matmuls_next_to_tp_collectives_as_tp_smaller_ones`), so its
     forward is longer and its step still shorter."""
-    from optimizer.runs import predict
+    from optimizer.io.runs import predict
 
     runs = {k: map_run(titan_runs[f"tt2412-llama3.1-70b-fsdp32-tp8-{k}"]) for k in ("tp", "asynctp")}
     assert runs["tp"].problem.execution.tp_overlap.value == "none" and "tp_overlap" not in runs["tp"].free
@@ -189,7 +189,7 @@ def test_async_tp_benchmark_of_june_2025_held_out():
     file (in sample) and these 8, the mean signed error is within 5% (-4.7%). Async TP's gain over vanilla TP, model
     against measured, 70B BF16 / 70B Float8 / 8B BF16 / 8B Float8: 8.7 / 11.0 / 11.9 / 12.4% against 9.2 / 16.4 /
     9.9 / 9.7% (17.7 / 18.4 / 24.3 / 21.4% before): a gain in every pair, within 6 points of the measured one."""
-    from optimizer.scoring import score_runs
+    from optimizer.drivers.validate import score_runs
 
     f = ROOT / "problems" / "runs" / "torchtitan-asynctp-2506.yaml"
     s = score_runs(str(f))
@@ -211,7 +211,7 @@ def test_async_tp_benchmark_of_june_2025_held_out():
 def test_torchtitan_runs_peak_memory_within_10pct(titan_runs):
     """Every run scored and fitting; the predicted reserved peaks against the measured ones (Tables 1-6 of
     the torchtitan 2024-12 benchmark and the Trainy H200 runs): MAPE <= 10%, none worse than 20%."""
-    from optimizer.scoring import score_runs
+    from optimizer.drivers.validate import score_runs
 
     s = score_runs(str(RUNS))
     assert s["summary"]["n_scored"] == len(titan_runs) == 19 and s["summary"]["n_not_fitting"] == 0
@@ -347,7 +347,7 @@ def test_fsdp1_keeps_no_sharded_16bit_copy_under_zero3():
 def test_published_runs_are_predicted_with_their_stack_defaults(titan_runs):
     """A run's execution keeps the stack's own values for the knobs the record leaves unwritten (torchtitan:
     whole activations between stages, its TP keeping the gathered input) when `predict` varies its free knobs."""
-    from optimizer.runs import predict
+    from optimizer.io.runs import predict
 
     pred = predict(map_run(titan_runs["tt2412-llama3.1-405b-fsdp8-tp8-pp8-1f1b"]))
     assert pred.execution.pp_rs_ag is False and pred.execution.sp_ag_redo is False

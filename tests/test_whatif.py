@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 from optimizer.cli import main
-from optimizer.loader import load_problem
-from optimizer.whatif import whatif
+from optimizer.io.loader import load_problem
+from optimizer.drivers.whatif import whatif
 
 BASE = ("llm: llama3.1-8b\nsystem: {base: h100-sxm-80gb, offload: {capacity_gib: 256, bandwidth_gbps: 64}}\n"
         "num_gpus: 16\ntraining: {global_batch: 32}\n")
@@ -43,9 +43,9 @@ def test_robust_plan_is_best_worst_case_over_the_space(tmp_path):
     nominal plans' worst cases (each evaluated at all 8 corners), and the all-low corner is each plan's worst."""
     import itertools
 
-    from optimizer.evaluate import evaluate_execution
-    from optimizer.solve import solve
-    from optimizer.whatif import _corner, robust
+    from optimizer.drivers.evaluate import evaluate_execution
+    from optimizer.drivers.solve import solve
+    from optimizer.drivers.whatif import _corner, robust
 
     path = tmp_path / "p.yaml"
     path.write_text(BASE)

@@ -10,7 +10,7 @@ Written once in numpy, it evaluates one configuration or arrays of candidate con
 - `step`: pipeline schedule, bubble, data-parallel traffic and overlap, optimizer, offload: the step time.
 """
 
-from .knobs import Knobs
-from .step import StepResult, evaluate
+from optimizer.model.knobs import Knobs
+from optimizer.model.step import StepResult, evaluate
 
 __all__ = ["Knobs", "StepResult", "evaluate"]

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..schema import Problem
-from .knobs import Knobs
-from .step import GIB, StepResult
+from optimizer.schema import Problem
+from optimizer.model.knobs import Knobs
+from optimizer.model.step import GIB, StepResult
 
 
-from ..schema.common import MEMORY_ERROR_PCT  # the memory model's stated error (reports warn below it)
+from optimizer.schema.common import MEMORY_ERROR_PCT  # the memory model's stated error (reports warn below it)
 
 
 def memory_margin_warning(used_bytes: float, problem: Problem) -> str | None:

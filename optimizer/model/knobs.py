@@ -10,8 +10,9 @@ from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
-from ..schema.common import RECOMPUTE_BITS
-from ..schema import AttentionKernel, CudaGraphs, EpDispatcher, Execution, Recompute, Schedule, System, TpComm, TpOverlap
+from optimizer.schema.common import RECOMPUTE_BITS
+from optimizer.rules.layout import tier_index
+from optimizer.schema import AttentionKernel, CudaGraphs, EpDispatcher, Execution, Recompute, Schedule, System, TpComm, TpOverlap
 
 RECOMPUTE = [Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL]  # code = index
 TP_OVERLAP = [TpOverlap.NONE, TpOverlap.PIPE, TpOverlap.RING]
@@ -45,7 +46,7 @@ class Knobs:
     weight_offload: np.ndarray  # 0/1
     activation_offload: np.ndarray  # 0/1
     optimizer_offload: np.ndarray  # 0/1
-    tier_tp: np.ndarray  # network tier index of each axis (optimizer.layout.placement)
+    tier_tp: np.ndarray  # network tier index of each axis (optimizer.rules.layout.placement)
     tier_cp: np.ndarray
     tier_ep: np.ndarray
     tier_dp: np.ndarray
@@ -92,23 +93,12 @@ class Knobs:
 
 
 def default_tiers(system: System, degrees: dict[str, int]) -> dict[str, int]:
-    """Tier of each axis of one layout by `optimizer.layout.placement` (Megatron rank order)."""
-    from ..layout import placement
+    """Tier of each axis of one layout by `optimizer.rules.layout.placement` (Megatron rank order)."""
+    from optimizer.rules.layout import placement
 
     g = {ax: int(degrees.get(ax, 1)) for ax in ("tp", "cp", "dp", "pp", "ep")}
     etp = int(degrees.get("etp") or g["tp"])
     return placement([n.size for n in system.networks], g["tp"], g["cp"], g["dp"], g["pp"], g["ep"], etp)
-
-
-def tier_index(system: System, value: str | int) -> int:
-    if isinstance(value, int):
-        if not 0 <= value < len(system.networks):
-            raise ValueError(f"tier {value} out of range (0..{len(system.networks) - 1})")
-        return value
-    names = [n.name for n in system.networks]
-    if value not in names:
-        raise ValueError(f"unknown network '{value}' (system has {', '.join(names)})")
-    return names.index(value)
 
 
 def from_execution(ex: Execution, system: System, num_gpus: int) -> Knobs:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..schema import LLM
+from optimizer.schema import LLM
 
 
 @dataclass(frozen=True)

@@ -27,15 +27,15 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from ..schema import Precision, Problem
-from ..schema.stack import Stack, fsdp_copy_bytes, zero2_regathers
-from .hardware import Hardware, Tiers, collective_time, tier_of
-from .knobs import Knobs
-from .compose import activations as compose_activations
-from .compose import dp_exposed as dp_exposed_by_zero
-from .compose import dp_links, edge_head, fsdp_traffic, layout_factors, mb_factors, p2p_steady, pipeline, vpp_factors
-from .layer import BlockCost, Ctx, block_cost, kv_per_rank
-from .params import attention_params, count, mlp_matrices, model_flops_per_token
+from optimizer.schema import Precision, Problem
+from optimizer.schema.stack import Stack, fsdp_copy_bytes, zero2_regathers
+from optimizer.model.hardware import Hardware, Tiers, collective_time, tier_of
+from optimizer.model.knobs import Knobs
+from optimizer.model.compose import activations as compose_activations
+from optimizer.model.compose import dp_exposed as dp_exposed_by_zero
+from optimizer.model.compose import dp_links, edge_head, fsdp_traffic, layout_factors, mb_factors, p2p_steady, pipeline, vpp_factors
+from optimizer.model.layer import BlockCost, Ctx, block_cost, kv_per_rank
+from optimizer.model.params import attention_params, count, mlp_matrices, model_flops_per_token
 
 GIB = 2.0**30
 ALLOCATOR_SLACK = 0.105  # PyTorch caching allocator: reserved / allocated - 1 at the peak; fitted by

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .text import MEM_PARTS, TIME_PARTS
+from optimizer.report.text import MEM_PARTS, TIME_PARTS
 
 GIB = 2.0**30
 

@@ -7,7 +7,7 @@ import csv
 import io
 from typing import Any
 
-from .text import evaluation_dict
+from optimizer.report.text import evaluation_dict
 
 
 def _flat(prefix: str, d: dict) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..objective import gpus_used
+from optimizer.prepare.objective import gpus_used
 
 GIB = 2.0**30
 
@@ -132,7 +132,7 @@ def render_evaluation(ev: Any) -> str:
     if d["time_to_train_s"]:
         out.append(f"time to train {p.training.tokens:.3g} tokens: {d['time_to_train_s'] / 86400:.2f} days")
     out.append(f"fits in memory: {'yes' if d['fits'] else 'NO'}")
-    from ..model.capacity import memory_margin_warning
+    from optimizer.model.capacity import memory_margin_warning
 
     margin = memory_margin_warning(ev.result["hbm"], p) if d["fits"] else None
     if margin:

@@ -1,10 +1,10 @@
 """Typed, frozen schemas of problem files (pydantic v2, unknown keys rejected)."""
 
-from .common import (AttentionKernel, CudaGraphs, EpDispatcher, Axis, MlpKind, Precision, ProcessingMode, Recompute, Schedule, TpComm,
+from optimizer.schema.common import (AttentionKernel, CudaGraphs, EpDispatcher, Axis, MlpKind, Precision, ProcessingMode, Recompute, Schedule, TpComm,
                      TpOverlap)
-from .llm import LLM, MLA, MoE
-from .problem import Execution, Options, Problem, Range, Search, Training
-from .system import Calibration, Network, OffloadMemory, System
+from optimizer.schema.llm import LLM, MLA, MoE
+from optimizer.schema.problem import Execution, Options, Problem, Range, Search, Training
+from optimizer.schema.system import Calibration, Network, OffloadMemory, System
 
 __all__ = [
     "AttentionKernel", "Axis", "CudaGraphs", "EpDispatcher", "MlpKind", "Precision", "ProcessingMode", "Recompute", "Schedule", "TpComm",

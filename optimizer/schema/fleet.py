@@ -8,10 +8,10 @@ from enum import StrEnum
 
 from pydantic import Field, model_validator
 
-from .common import Frozen, PositiveFloat, PositiveInt
-from .llm import LLM
-from .problem import Options, Training
-from .procure import Catalog
+from optimizer.schema.common import Frozen, PositiveFloat, PositiveInt
+from optimizer.schema.llm import LLM
+from optimizer.schema.problem import Options, Training
+from optimizer.schema.procure import Catalog
 
 
 class FleetGoal(StrEnum):

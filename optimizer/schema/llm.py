@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from .common import Float, Frozen, Int, MlpKind, PositiveFloat, PositiveInt
+from optimizer.schema.common import Float, Frozen, Int, MlpKind, PositiveFloat, PositiveInt
 
 
 class MoE(Frozen):

@@ -6,9 +6,9 @@ from enum import StrEnum
 
 from pydantic import Field, StrictBool, StrictInt, model_validator
 
-from .stack import Stack
+from optimizer.schema.stack import Stack
 
-from .common import (
+from optimizer.schema.common import (
     MEMORY_ERROR_PCT,
     AttentionKernel,
     CudaGraphs,
@@ -25,8 +25,8 @@ from .common import (
     TpComm,
     TpOverlap,
 )
-from .llm import LLM
-from .system import System
+from optimizer.schema.llm import LLM
+from optimizer.schema.system import System
 
 
 class Training(Frozen):
@@ -192,7 +192,7 @@ class Search(Frozen):
     """Restrictions of the knob space that `solve` searches: per knob a value (`tp: 8`), a list
     (`tp: [4, 8]`) or, for integers, a range (`vpp: {max: 4}`). A knob left out takes every legal value (fused
     kernels, flash attention, scatter-gather p2p, 1F1B and the SP all-gather redo stay fixed unless named).
-    Naming a knob also lifts its default cap (`optimizer.layout.Caps`)."""
+    Naming a knob also lifts its default cap (`optimizer.rules.layout.Caps`)."""
 
     tp: IntRule | None = Field(None, description="Tensor-parallel degrees.")
     pp: IntRule | None = Field(None, description="Pipeline-parallel degrees.")
@@ -225,7 +225,7 @@ class Search(Frozen):
                                                           "only): solve decides among those the system has a peak for.")
 
     def rules(self) -> dict:
-        """{knob: value | list | {min, max, in}} of the knobs named (the form `optimizer.space` reads)."""
+        """{knob: value | list | {min, max, in}} of the knobs named (the form `optimizer.prepare.space` reads)."""
         out = {}
         for k in type(self).model_fields:
             v = getattr(self, k)
@@ -271,7 +271,7 @@ class Problem(Frozen):
 
     @model_validator(mode="after")
     def _stack_offers_search(self):
-        from .stack import precision_unsupported, unsupported, written_unsupported
+        from optimizer.schema.stack import precision_unsupported, unsupported, written_unsupported
 
         prec = None if "precision" in self.user_search_rules() else self.training.precision
         errs = [(f"search.{k}", m) for k, m in unsupported(self.stack, self.user_search_rules(), prec)]
@@ -288,7 +288,7 @@ class Problem(Frozen):
         """Execution knobs the file left at their default take the stack's value where the stack does not offer
         the default (torchtitan sends whole activations between stages: pp_rs_ag false), so that `evaluate` and
         published runs model what the framework runs; the knobs stay unwritten (not fixed by the file)."""
-        from .stack import stack_defaults
+        from optimizer.schema.stack import stack_defaults
 
         ex = stack_defaults(self.stack, self.execution)
         if ex is not self.execution:
@@ -306,7 +306,7 @@ class Problem(Frozen):
     def search_rules(self) -> dict:
         """The knob space's restrictions: the file's `search` narrowed to what the stack offers at the training
         precision (a search over precisions solves each at its own: `solve._solve_precisions`)."""
-        from .stack import restrict
+        from optimizer.schema.stack import restrict
 
         return restrict(self.stack, self.user_search_rules(), self.training.precision)
 

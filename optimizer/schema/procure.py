@@ -9,11 +9,11 @@ from enum import StrEnum
 
 from pydantic import Field, model_validator
 
-from .common import Frozen, NonNegativeFloat, PositiveFloat, PositiveInt
-from .llm import LLM
-from .problem import Options, Search, Training
-from .stack import Stack
-from .system import Network, System
+from optimizer.schema.common import Frozen, NonNegativeFloat, PositiveFloat, PositiveInt
+from optimizer.schema.llm import LLM
+from optimizer.schema.problem import Options, Search, Training
+from optimizer.schema.stack import Stack
+from optimizer.schema.system import Network, System
 
 
 def whole_units(nodes_used, unit_nodes: int):
@@ -93,7 +93,7 @@ class Heterogeneous(StrEnum):
 
     NONE = "none"
     DATA = "data"  # data-parallel replicas on different types, global batch split in proportion to speed
-    PIPELINE = "pipeline"  # pipeline stages on different types, uneven layers per stage (optimizer.pipeline_mix)
+    PIPELINE = "pipeline"  # pipeline stages on different types, uneven layers per stage (optimizer.drivers.pipeline_mix)
     ALL = "all"  # both families
 
 

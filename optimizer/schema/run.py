@@ -10,7 +10,7 @@ from pydantic import Field
 
 from enum import StrEnum
 
-from .common import Frozen, MlpKind, NonNegativeFloat, PositiveFloat, PositiveInt, Precision, Recompute
+from optimizer.schema.common import Frozen, MlpKind, NonNegativeFloat, PositiveFloat, PositiveInt, Precision, Recompute
 
 
 class Sharding(StrEnum):

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from .common import EpDispatcher, Precision, Recompute, TpOverlap
+from optimizer.schema.common import EpDispatcher, Precision, Recompute, TpOverlap
 
 
 class Stack(StrEnum):
@@ -161,7 +161,7 @@ def stack_defaults(stack: Stack, ex):
     return new
 
 
-def _layout_unsupported(stack: Stack, ex) -> list[tuple[str, str]]:
+def layout_unsupported(stack: Stack, ex) -> list[tuple[str, str]]:
     """(knob, message) for each knob of the execution outside what the stack offers in its layout."""
     out = []
     for knob, degree in LAYOUT_KNOBS.items():
@@ -221,24 +221,10 @@ def written_unsupported(stack: Stack, ex, precision=None) -> list[tuple[str, str
     allowed_by = profile(stack, precision)
     out = [(knob, not_offered(stack, knob, getattr(ex, knob), precision))
            for knob in sorted(ex.model_fields_set & set(allowed_by)) if getattr(ex, knob) not in allowed_by[knob]]
-    return out + [(k, m) for k, m in _layout_unsupported(stack, ex) if k in ex.model_fields_set and k not in dict(out)]
+    return out + [(k, m) for k, m in layout_unsupported(stack, ex) if k in ex.model_fields_set and k not in dict(out)]
 
 
 def precision_unsupported(stack: Stack, precision) -> str | None:
     """Why the stack cannot train in `precision` (None: it can)."""
     allowed = PROFILES[Stack(stack)].get("precision")
     return None if allowed is None or precision in allowed else not_offered(stack, "precision", precision)
-
-
-def execution_warnings(stack: Stack, ex, precision=None) -> list[str]:
-    """Knobs of an execution (`evaluate`, `--emit`) that the stack does not offer (at `precision`), unless moot in
-    its layout (`layout.moot`: e.g. sequence parallelism at tp 1)."""
-    from ..layout import moot
-
-    no_dp = ex.dp == 1 and ex.cp == 1
-    out = [f"{knob}={not_offered(stack, knob, getattr(ex, knob), precision)}"
-           for knob, allowed in profile(stack, precision).items()
-           if knob != "precision" and getattr(ex, knob) not in allowed
-           and not moot(knob, ex.tp, ex.pp, no_dp, ex.ep == 1)]
-    return out + [f"{k}={m}" for k, m in _layout_unsupported(stack, ex)
-                  if not any(w.startswith(f"{k}=") for w in out) and not moot(k, ex.tp, ex.pp, no_dp, ex.ep == 1)]

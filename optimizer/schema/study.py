@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from .common import Frozen, Int, PositiveFloat, PositiveInt
+from optimizer.schema.common import Frozen, Int, PositiveFloat, PositiveInt
 
 
 class StudyCommand(StrEnum):

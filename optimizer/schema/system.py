@@ -10,7 +10,7 @@ import numpy as np
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator, model_validator
 
-from .common import EFFICIENCY_OF, Frozen, Precision, ProcessingMode, peak_precision
+from optimizer.schema.common import EFFICIENCY_OF, Frozen, Precision, ProcessingMode, peak_precision
 
 EfficiencyTable = list[tuple[float, float]]
 

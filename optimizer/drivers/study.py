@@ -21,15 +21,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .errors import Infeasible, ParaplanError, ProblemError
+from optimizer.errors import Infeasible, ParaplanError, ProblemError
 
 REF_KINDS = {"llm": "llm", "system": "system"}
 
 
 def load_study(path: str | Path):
     """The validated study and the base problem document (a `Sourced`, references unresolved)."""
-    from .loader import read_yaml, validate_model
-    from .schema.study import Study
+    from optimizer.io.loader import read_yaml, validate_model
+    from optimizer.schema.study import Study
 
     doc = read_yaml(path)
     if not isinstance(doc.data, dict):
@@ -40,7 +40,7 @@ def load_study(path: str | Path):
         base = read_yaml(base_path)
         near = base_path.parent
     else:
-        from .loader import Sourced
+        from optimizer.io.loader import Sourced
 
         base = Sourced(copy.deepcopy(study.base), {k[1:]: v for k, v in doc.where.items() if k[:1] == ("base",)},
                        doc.file)
@@ -76,7 +76,7 @@ def _set(data: dict, path: str, value: Any) -> None:
 
 def point_problem(base, near: Path, axes: dict[str, Any]):
     """The problem of one point (resolved and validated like a file)."""
-    from .loader import Sourced, resolve_document, validate_problem
+    from optimizer.io.loader import Sourced, resolve_document, validate_problem
 
     data = copy.deepcopy(base.data)
     for k, v in axes.items():
@@ -95,7 +95,7 @@ def shared_tables(problem, most: int | None, run: str = ""):
     worker builds them again for a new run rather than keeping an earlier run's."""
     if not most or not problem.options.allow_idle_gpus:
         return None
-    from .purchase import TablesCache
+    from optimizer.drivers.purchase import TablesCache
 
     if run not in _CACHE:
         _CACHE.clear()
@@ -112,7 +112,7 @@ def run_point(args: tuple) -> dict[str, Any]:
     try:
         problem = point_problem(base, near, axes)
         if command == "check":
-            from .check import check
+            from optimizer.drivers.check import check
 
             r = check(problem, None)
             row["status"] = "fits" if r.fits else "does not fit"
@@ -120,13 +120,13 @@ def run_point(args: tuple) -> dict[str, Any]:
             if not r.fits:
                 row["reason"] = "; ".join(g for g, _ in r.conflicts)
         else:
-            from .solve import solve
+            from optimizer.drivers.solve import solve
 
             r = solve(problem, time_limit_s=limit, tables=shared_tables(problem, most, run))
             row["status"] = r.status
             plan = r.plans[0]
         if plan is not None:
-            from .report.table import row as plan_row
+            from optimizer.report.table import row as plan_row
 
             row |= plan_row(plan.evaluation)
     except Infeasible as e:
@@ -161,8 +161,8 @@ def run_study(path: str | Path, output: str | Path, workers: int | None = None, 
               use_ray: bool = False) -> list[dict]:
     """Run (or resume) a study; returns the rows in point order and writes `output` (CSV, and Parquet next to it
     when pyarrow is installed)."""
-    from .progress import progress
-    from .report.table import to_csv
+    from optimizer.progress import progress
+    from optimizer.report.table import to_csv
 
     study, base, near = load_study(path)
     pts = points(study)
@@ -180,7 +180,7 @@ def run_study(path: str | Path, output: str | Path, workers: int | None = None, 
         elif (workers or os.cpu_count() or 1) > 1 and len(todo) > 1:
             from concurrent.futures import as_completed
 
-            from .pool import process_pool
+            from optimizer.drivers.pool import process_pool
 
             with process_pool(workers or os.cpu_count() or 1) as ex:
                 futs = [ex.submit(run_point, t) for t in todo]
@@ -243,7 +243,7 @@ def plot_study(rows: list[dict], study, folder: str | Path) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .report.text import TIME_PARTS
+    from optimizer.report.text import TIME_PARTS
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .schema import Execution, Problem
+from optimizer.schema import Execution, Problem
 
 
 @dataclass
@@ -19,8 +19,8 @@ class Evaluation:
 
 
 def evaluate_execution(problem: Problem, ex: Execution | None = None) -> Evaluation:
-    from .model.knobs import from_execution, to_execution
-    from .model.step import GIB, evaluate
+    from optimizer.model.knobs import from_execution, to_execution
+    from optimizer.model.step import GIB, evaluate
 
     ex = ex or problem.execution
     k = from_execution(ex, problem.system, problem.num_gpus)
@@ -28,7 +28,7 @@ def evaluate_execution(problem: Problem, ex: Execution | None = None) -> Evaluat
     full_ex = to_execution(k, problem.system)
     cap = (problem.system.hbm_gib - problem.headroom_gib()) * GIB
     fits = r["hbm"] <= cap
-    from .schema.stack import execution_warnings
+    from optimizer.rules.cross_field import execution_warnings
 
     warnings: list[str] = execution_warnings(problem.stack, full_ex, problem.training.precision)
     nets = problem.system.networks
@@ -56,6 +56,6 @@ def evaluate_execution(problem: Problem, ex: Execution | None = None) -> Evaluat
 
 
 def as_json(ev: Evaluation) -> dict[str, Any]:
-    from .report.text import evaluation_dict
+    from optimizer.report.text import evaluation_dict
 
     return evaluation_dict(ev)

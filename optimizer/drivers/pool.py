@@ -12,7 +12,7 @@ import multiprocessing as mp
 import os
 from concurrent.futures import ProcessPoolExecutor
 
-_PRELOAD = ["optimizer.study", "optimizer.procure", "formulations.tables"]
+_PRELOAD = ["optimizer.drivers.study", "optimizer.drivers.procure", "formulations.tables"]
 
 
 def process_pool(max_workers: int) -> ProcessPoolExecutor:
@@ -20,7 +20,7 @@ def process_pool(max_workers: int) -> ProcessPoolExecutor:
     default: fork where the platform has it, else spawn)."""
     method = os.environ.get("PARAPLAN_MP_START") or ("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     if method not in mp.get_all_start_methods():
-        from .errors import ParaplanError
+        from optimizer.errors import ParaplanError
 
         raise ParaplanError(f"PARAPLAN_MP_START={method!r}: this platform starts processes by "
                             f"{', '.join(mp.get_all_start_methods())}")

@@ -9,20 +9,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .errors import ProblemError, ProblemErrors
+from optimizer.errors import ProblemError, ProblemErrors
+from optimizer.rules.layout import moot
+from optimizer.schema.stack import Stack, layout_unsupported, not_offered, profile
 
 if TYPE_CHECKING:
-    from .loader import Sourced
-    from .schema import Execution, Problem
+    from optimizer.io.loader import Sourced
+    from optimizer.schema import Execution, Problem
 
 
 def execution_errors(problem: "Problem", ex: "Execution | None" = None) -> list[tuple[str, str]]:
-    """(field path, message) for every rule the execution breaks: `optimizer.layout`'s rule groups on this
+    """(field path, message) for every rule the execution breaks: `optimizer.rules.layout`'s rule groups on this
     one execution, worded on the user's fields, plus the knob rules a layout does not cover (sequence
     parallelism with all-reduce, offload without offload memory, a precision the system lacks, explicit
     placement)."""
-    from .layout import Group, placement, rule_masks, tier_spans
-    from .model.knobs import tier_index
+    from optimizer.rules.layout import Group, placement, rule_masks, tier_index, tier_spans
 
     p = problem
     ex = ex or p.execution
@@ -145,3 +146,15 @@ def check_problem(problem: "Problem", doc: "Sourced | None" = None) -> None:
             file, line = "<problem>", None
         out.append(ProblemError(file, line, fieldpath, msg))
     raise ProblemErrors(out)
+
+
+def execution_warnings(stack: Stack, ex, precision=None) -> list[str]:
+    """Knobs of an execution (`evaluate`, `--emit`) that the stack does not offer (at `precision`), unless moot in
+    its layout (`rules.layout.moot`: e.g. sequence parallelism at tp 1)."""
+    no_dp = ex.dp == 1 and ex.cp == 1
+    out = [f"{knob}={not_offered(stack, knob, getattr(ex, knob), precision)}"
+           for knob, allowed in profile(stack, precision).items()
+           if knob != "precision" and getattr(ex, knob) not in allowed
+           and not moot(knob, ex.tp, ex.pp, no_dp, ex.ep == 1)]
+    return out + [f"{k}={m}" for k, m in layout_unsupported(stack, ex)
+                  if not any(w.startswith(f"{k}=") for w in out) and not moot(k, ex.tp, ex.pp, no_dp, ex.ep == 1)]

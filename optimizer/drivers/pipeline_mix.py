@@ -1,11 +1,11 @@
-"""Solve driver for heterogeneous pipelines (`optimizer.model.pipemix`): stages on different node types.
+"""Solve driver for heterogeneous pipelines (`optimizer.model.pipeline_mix`): stages on different node types.
 
 prepare: the node types on offer (`TypeOffer`: each type's problem, node limit, price, power); for every
 data-parallel degree d and micro-batch b with d*b dividing the batch, and every pipeline position, a
 candidate table (type, tp, recompute, stages, layers per stage) filled by the analytical model and filtered
 by what must hold whatever the other positions choose (GPUs within the type's limit, the position's memory
 with the fewest micro-batches in flight it can have). build/solve: one CP-SAT model per (d, b)
-(`formulations.pipemix`), each cut by the best step time found so far, so the best over all is proven
+(`formulations.pipeline_mix`), each cut by the best step time found so far, so the best over all is proven
 optimal within the modelled family when every model is solved or proven unable to beat it. extract/verify:
 the plan re-evaluated by `evaluate_mix`; objective and model agree within 0.1% and memory fits.
 
@@ -22,15 +22,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import VerificationError
-from .layout import axis_values, divisors
-from .model.capacity import capacity_bytes
-from .model.hardware import collective_time
-from .model.knobs import RECOMPUTE
-from .model.pipemix import (LAST, MIDDLE, MixPlan, MixResult, StageGroup, compose_step, evaluate_mix, group_terms,
+from optimizer.errors import VerificationError
+from optimizer.rules.layout import axis_values, divisors
+from optimizer.model.capacity import capacity_bytes
+from optimizer.model.hardware import collective_time
+from optimizer.model.knobs import RECOMPUTE
+from optimizer.model.pipeline_mix import (LAST, MIDDLE, MixPlan, MixResult, StageGroup, compose_step, evaluate_mix, group_terms,
                             join_network, join_time, role_of)
-from .schema import Problem
-from .schema.procure import whole_units
+from optimizer.schema import Problem
+from optimizer.schema.procure import whole_units
 
 MICRO_BATCHES = (1, 2, 4, 8)
 
@@ -99,7 +99,7 @@ def _undominated(keys: np.ndarray, worse: np.ndarray) -> np.ndarray:
 
 
 def candidates(o: TypeOffer, g: int, G: int, d: int, b: int, jt: list, prune: bool = True) -> dict[str, np.ndarray] | None:
-    """The candidate rows of type o at position g (floats; module docstring of `formulations.pipemix`);
+    """The candidate rows of type o at position g (floats; module docstring of `formulations.pipeline_mix`);
     `prune` drops rows another (tp, recompute) of the same stages and layers beats on every column; `jt`:
     every offered type's join network (`join_network`), giving the columns join0, join1, ... (this row's
     message over type i's network)."""
@@ -152,7 +152,7 @@ def _rmax(c: dict, n_mb: int) -> np.ndarray:
 
 def _ints(c: dict, tid: int, o: TypeOffer, role: str, n_mb: int) -> dict[str, np.ndarray]:
     """Integer columns (ns, KiB, USD, W) of one type's candidates for the CP-SAT tables."""
-    from formulations.pipemix import NS
+    from formulations.pipeline_mix import NS
 
     ns = lambda x: np.rint(np.asarray(x) * NS).astype(np.int64)  # noqa: E731
     n = len(c["tp"])
@@ -188,7 +188,7 @@ def solve_pipeline_mix(offers: list[TypeOffer], groups: int = 2, budget_usd: flo
     """The fastest heterogeneous pipeline of `groups` positions over the offered types (None: none fits)."""
     from ortools.sat.python import cp_model
 
-    from formulations.pipemix import NS, Position, build
+    from formulations.pipeline_mix import NS, Position, build
 
     t0 = time.perf_counter()
     G = groups
@@ -337,7 +337,7 @@ class PipelineChoice:
     """The best pipelined mix of a procurement, as a purchase, with why each type holds what it holds."""
 
     solution: MixSolution
-    purchase: object  # optimizer.purchase.Purchase
+    purchase: object  # optimizer.drivers.purchase.Purchase
     reasons: list[str]  # per group, in pipeline order
     verdict: str  # against the best single-type purchase
     offered: list[str]
@@ -346,7 +346,7 @@ class PipelineChoice:
 def _offers(pp, rows) -> list:
     """Which node types the pipeline search is given (at most OFFERED): the two best single-type purchases,
     then the types with the most HBM within their limit (memory the pipeline can pool), then the most FLOP/s."""
-    from .purchase import rank_key
+    from optimizer.drivers.purchase import rank_key
 
     live = [r for r in rows if r.max_nodes >= 1 and r.status != "excluded"]
     ranked = sorted([r for r in live if r.purchase is not None], key=lambda r: rank_key(pp, r.purchase))
@@ -366,9 +366,9 @@ def procure_pipeline(pp, rows, time_limit_s: float = 60.0) -> PipelineChoice | N
     """The fastest heterogeneous pipeline the procurement allows over the offered types (`_offers`), with
     2..min(max_types, 3) groups; capex budgets and power caps are constraints of the solve, a rental budget
     is checked on the result (its cost follows the time to train)."""
-    from .progress import progress
-    from .purchase import Group, purchase_of, rank_key, sub_problem
-    from .schema.procure import Pricing
+    from optimizer.progress import progress
+    from optimizer.drivers.purchase import Group, purchase_of, rank_key, sub_problem
+    from optimizer.schema.procure import Pricing
 
     pr = pp.procure
     chosen = _offers(pp, rows)

@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ProblemError
-from .layout import Group, axis_values, capped, divisors, moot, placement, rule_masks
-from .model.knobs import ATTENTION, RECOMPUTE, TP_OVERLAP, Knobs
-from .schema import AttentionKernel, Problem, Search
-from .schema.stack import Stack, by_layout
+from optimizer.errors import ProblemError
+from optimizer.rules.layout import Group, axis_values, capped, divisors, moot, placement, rule_masks
+from optimizer.model.knobs import ATTENTION, RECOMPUTE, TP_OVERLAP, Knobs
+from optimizer.schema import AttentionKernel, Problem, Search
+from optimizer.schema.stack import Stack, by_layout
 
 BOOL = [False, True]
 
@@ -205,7 +205,7 @@ def _expand(p: Problem, dom: dict[str, list], lay: np.ndarray) -> np.ndarray:
 
 
 def compact_space(problem: Problem) -> Compact:
-    """Legal layouts and (layout, vpp, micro-batch) triples, every rule from `optimizer.layout` evaluated on
+    """Legal layouts and (layout, vpp, micro-batch) triples, every rule from `optimizer.rules.layout` evaluated on
     whole arrays at once."""
     p, llm = problem, problem.llm
     per_cache: dict[tuple[bool, bool, bool, bool], list] = {}

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import shlex
 
-from ..model.hardware import QUANTIZED
-from ..schema import Precision
+from optimizer.model.hardware import QUANTIZED
+from optimizer.schema import Precision
 
 # Megatron-Core's low-precision recipes (TransformerEngine; NeMo 2 sets the same through trainer.plugins):
 # precision -> (format, recipe). MXFP8 from Megatron-Core 0.13, NVFP4 (the --fp4-* flags) from 0.14.

@@ -3,7 +3,7 @@
 One module per target, each with ``emit(problem, execution) -> str``: Megatron-LM (a runnable bash command),
 NeMo 2 (recipe overrides, Python), torchtitan (job config, TOML), DeepSpeed (config, JSON).
 """
-from . import deepspeed, megatron, nemo, torchtitan
+from optimizer.report.export import deepspeed, megatron, nemo, torchtitan
 
 EMITTERS = {"megatron": megatron.emit, "nemo": nemo.emit, "torchtitan": torchtitan.emit, "deepspeed": deepspeed.emit}
 TITLES = {"megatron": "Megatron-LM command", "nemo": "NeMo 2 recipe overrides", "torchtitan": "torchtitan config",
@@ -22,7 +22,7 @@ STACK_OF = {"megatron": "megatron-core", "nemo": "megatron-core", "torchtitan": 
 
 def stack_warnings(target: str, execution) -> list[str]:
     """Knobs of the plan that the target framework does not offer (`optimizer.schema.stack`)."""
-    from ..schema.stack import execution_warnings
+    from optimizer.rules.cross_field import execution_warnings
 
     return execution_warnings(STACK_OF[target], execution)
 

@@ -1,5 +1,5 @@
-"""CP-SAT model of a heterogeneous pipeline (`optimizer.model.pipemix`) for one data-parallel degree d and
-micro-batch b (the driver `optimizer.pipeline_mix` runs it over every legal (d, b)).
+"""CP-SAT model of a heterogeneous pipeline (`optimizer.model.pipeline_mix`) for one data-parallel degree d and
+micro-batch b (the driver `optimizer.drivers.pipeline_mix` runs it over every legal (d, b)).
 
 Decision: per pipeline position g (G positions, in order), one row of that position's candidate table, a
 (node type, tp, recompute, stages s_g, layers per stage L_g) whose terms the analytical model filled
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from .common import new_int
+from formulations.common import new_int
 
 NS = 1e9  # time unit: ns
 KIB = 1024.0

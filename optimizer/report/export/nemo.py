@@ -4,8 +4,8 @@ and optimizer config (NeMo Framework user guide, "Batching" and "Parallelisms" o
 
 from __future__ import annotations
 
-from ..model.hardware import QUANTIZED
-from .megatron import LOW_PRECISION
+from optimizer.model.hardware import QUANTIZED
+from optimizer.report.export.megatron import LOW_PRECISION
 
 
 def _val(v):

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import Infeasible, Reason, VerificationError
-from .evaluate import Evaluation, evaluate_execution
-from .model.knobs import to_execution
-from .schema import Precision, Problem
-from .space import build_space
+from optimizer.errors import Infeasible, Reason, VerificationError
+from optimizer.drivers.evaluate import Evaluation, evaluate_execution
+from optimizer.model.knobs import to_execution
+from optimizer.schema import Precision, Problem
+from optimizer.prepare.space import build_space
 
 REL_TOL = 1e-3  # solver objective vs re-evaluated step time
 ENUMERATE_MAX = 40_000_000  # candidates the enumerator materialises (~0.3 KB each: ~12 GB at most)
@@ -65,7 +65,7 @@ def _solve_precisions(problem: Problem, precs: list, kw: dict) -> SolveResult:
     """Precision as a decision: one solve per precision the system has a matrix peak for (each space is the
     whole problem at that precision), the best by the objective's score; a proven optimum over the precisions
     since each branch is proven (branching on the precision is exact)."""
-    from .objective import gpus_used, score
+    from optimizer.prepare.objective import gpus_used, score
 
     t0 = time.perf_counter()
     # the file's own rules: each branch narrows them to what the stack offers at its precision (`search_rules`)
@@ -116,7 +116,7 @@ def solve(problem: Problem, method: str = "cpsat", top: int = 1, time_limit_s: f
     """The best plans of the problem. `backend` cpsat (default) or pyomo (the same kept pairs as a MILP,
     `formulations.pyomo_model`, with `solver`); `tables` (CP-SAT): tables built for the same problem with
     more GPUs and idle GPUs allowed, reused for this GPU limit (`formulations.tables.restrict`)."""
-    from .objective import describe, gpus_used
+    from optimizer.prepare.objective import describe, gpus_used
 
     kw = dict(method=method, top=top, time_limit_s=time_limit_s, params=params, tables=tables, backend=backend,
               solver=solver)
@@ -139,9 +139,9 @@ def solve(problem: Problem, method: str = "cpsat", top: int = 1, time_limit_s: f
         return SolveResult(backend, o.status, plans, o.candidates, None, time.perf_counter() - t0,
                            bound_s=o.bound_s, gap=o.gap, notes=notes)
     if method == "enumerate":
-        from .enumerate import enumerate_best
-        from .errors import ProblemError
-        from .space import compact_space
+        from formulations.enumerate import enumerate_best
+        from optimizer.errors import ProblemError
+        from optimizer.prepare.space import compact_space
 
         size = compact_space(problem).size
         if size > ENUMERATE_MAX:
@@ -164,7 +164,7 @@ def solve(problem: Problem, method: str = "cpsat", top: int = 1, time_limit_s: f
 
 
 def result_dict(problem: Problem, r: SolveResult) -> dict:
-    from .report.text import evaluation_dict
+    from optimizer.report.text import evaluation_dict
 
     return {
         "method": r.method, "status": r.status, "solve_time_s": r.seconds, "candidates": r.candidates,
@@ -175,7 +175,7 @@ def result_dict(problem: Problem, r: SolveResult) -> dict:
 
 
 def render(problem: Problem, r: SolveResult, emit: str | None = None) -> str:
-    from .report.text import render_evaluation
+    from optimizer.report.text import render_evaluation
 
     out = [f"paraplan solve ({r.method}): {r.status}; {r.candidates:,} candidates in the space"
            + (f", {r.feasible_candidates:,} fit" if r.feasible_candidates is not None else "")
@@ -186,7 +186,7 @@ def render(problem: Problem, r: SolveResult, emit: str | None = None) -> str:
         out += ["", f"=== plan {i + 1} of {len(r.plans)}: step time {p.evaluation.result['step_time']:.4f} s ==="]
         out.append(render_evaluation(p.evaluation))
         if emit:
-            from .export import block
+            from optimizer.report.export import block
 
             out += ["", block(emit, problem, p.evaluation.execution)]
     for n in r.notes:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .schema import Problem
-from .schema.problem import Goal
+from optimizer.schema import Problem
+from optimizer.schema.problem import Goal
 
 BIG_S = 1.0e5  # s: larger than any step time
 

@@ -2,7 +2,7 @@
 
 Two stages:
 1. Throughput table. For every (job, node type, size in nodes of `fleet.sizes_nodes`) the CP-SAT planner
-   (`optimizer.solve`, goal step_time, whole nodes, idle GPUs allowed) proves the fastest step; the job then
+   (`optimizer.drivers.solve`, goal step_time, whole nodes, idle GPUs allowed) proves the fastest step; the job then
    trains rate = global_batch x seq_len / step_time tokens/s, i.e. rate x period_days x 86400 tokens per period.
    Sizes where nothing fits are left out.
 2. Portfolio MILP (Pyomo, HiGHS through highspy in a worker process, formulations.pyomo_model.run_highs):
@@ -28,10 +28,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from .errors import Infeasible
-from .schema import Options, Problem
-from .schema.fleet import FleetGoal, FleetProblem
-from .schema.problem import Objective
+from optimizer.errors import Infeasible
+from optimizer.schema import Options, Problem
+from optimizer.schema.fleet import FleetGoal, FleetProblem
+from optimizer.schema.problem import Objective
 
 SECONDS_PER_DAY = 86400.0
 
@@ -72,8 +72,8 @@ def sub_problem(fp: FleetProblem, job, t, nodes: int) -> Problem:
 
 
 def throughput_table(fp: FleetProblem, time_limit_s: float = 60.0) -> list[Rate]:
-    from .objective import gpus_used
-    from .solve import solve
+    from optimizer.prepare.objective import gpus_used
+    from optimizer.drivers.solve import solve
 
     out = []
     for job in fp.jobs:

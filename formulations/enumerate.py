@@ -10,12 +10,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .model.capacity import feasible
-from .model.knobs import Knobs
-from .objective import score
-from .model.step import evaluate, make_ctx
-from .schema import Problem
-from .space import Space, build_space
+from optimizer.model.capacity import feasible
+from optimizer.model.knobs import Knobs
+from optimizer.prepare.objective import score
+from optimizer.model.step import evaluate, make_ctx
+from optimizer.schema import Problem
+from optimizer.prepare.space import Space, build_space
 
 
 @dataclass
@@ -25,7 +25,7 @@ class EnumResult:
     n_candidates: int
     n_feasible: int  # within memory (before any objective target)
     seconds: float
-    score: np.ndarray | None = None  # optimizer.objective.score of the top candidates
+    score: np.ndarray | None = None  # optimizer.prepare.objective.score of the top candidates
 
 
 def enumerate_best(problem: Problem, space: Space | None = None, top: int = 1,

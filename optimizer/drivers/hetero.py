@@ -27,11 +27,11 @@ the best purchase found.
 
 from __future__ import annotations
 
-from .model.hardware import Tiers, collective_time
-from .model.params import count
-from .model.step import make_ctx
-from .schema.procure import Pricing, ProcureProblem
-from .purchase import Group, Purchase, TypeRow, best_of_type, node_limit, purchase_of, rank_key
+from optimizer.model.hardware import Tiers, collective_time
+from optimizer.model.params import count
+from optimizer.model.step import make_ctx
+from optimizer.schema.procure import Pricing, ProcureProblem
+from optimizer.drivers.purchase import Group, Purchase, TypeRow, best_of_type, node_limit, purchase_of, rank_key
 
 SHARES = 16  # the batch split is searched over multiples of B/SHARES
 PARTNERS = 3  # next-best node types tried as the partner of the anchor

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from .errors import ProblemError, ProblemErrors
+from optimizer.errors import ProblemError, ProblemErrors
 
 Loc = tuple[str | int, ...]
 
@@ -256,8 +256,8 @@ def resolve_ref(doc: Sourced, loc: Loc, kind: str, near: Path | None) -> None:
     if not isinstance(value, str):
         return  # inline definition, validated as is
     file, line = doc.locate(loc)
-    if kind == "llm" and value.endswith(".json"):  # a Hugging Face config.json (optimizer.hf_config)
-        from .hf_config import resolve as resolve_hf
+    if kind == "llm" and value.endswith(".json"):  # a Hugging Face config.json (optimizer.io.hf_config)
+        from optimizer.io.hf_config import resolve as resolve_hf
 
         tr = doc.data.get("training") if isinstance(doc.data, dict) else None
         seq = tr.get("seq_len") if isinstance(tr, dict) and isinstance(tr.get("seq_len"), int) else None
@@ -417,8 +417,8 @@ def resolve_document(doc: Sourced, near: Path) -> Sourced:
 
 def validate_problem(doc: Sourced):
     """A resolved problem document as a `Problem`, with the checks every problem gets (precision)."""
-    from .schema import Problem
-    from .validate import precision_errors, raise_errors
+    from optimizer.schema import Problem
+    from optimizer.rules.cross_field import precision_errors, raise_errors
 
     problem = validate_model(Problem, doc)
     raise_errors(precision_errors(problem.system, problem.training.precision), doc)
@@ -428,7 +428,7 @@ def validate_problem(doc: Sourced):
 def load_problem(path: str | os.PathLike, require_execution: bool = False):
     """Load and validate a problem file (stages load + validate). The execution's integer rules are checked
     when the file writes an `execution` or the caller needs one (`evaluate`); `solve` searches knobs."""
-    from .validate import check_problem
+    from optimizer.rules.cross_field import check_problem
 
     doc = load_document(path)
     problem = validate_problem(doc)
@@ -529,8 +529,8 @@ def load_procure_document(path: str | os.PathLike) -> Sourced:
 
 def load_procure(path: str | os.PathLike):
     """Load and validate a procurement problem (`paraplan procure`)."""
-    from .schema.procure import ProcureProblem
-    from .validate import precision_errors, raise_errors
+    from optimizer.schema.procure import ProcureProblem
+    from optimizer.rules.cross_field import precision_errors, raise_errors
 
     doc = load_procure_document(path)
     pp = validate_model(ProcureProblem, doc)
@@ -543,7 +543,7 @@ def load_procure(path: str | os.PathLike):
 def load_fleet(path: str | os.PathLike):
     """Load and validate a fleet problem (`paraplan fleet`): the catalog, every node type's system and every
     job's llm are resolved like procurement's."""
-    from .schema.fleet import FleetProblem
+    from optimizer.schema.fleet import FleetProblem
 
     doc = load_procure_document(path)
     near = Path(path).parent

@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import Infeasible, Reason
-from .schema import Problem
-from .space import SEARCHABLE
+from optimizer.errors import Infeasible, Reason
+from optimizer.schema import Problem
+from optimizer.prepare.space import SEARCHABLE
 
 GIB = 2.0**30
 @dataclass
@@ -67,7 +67,7 @@ def fixed_knobs(problem: Problem, written: dict | None) -> dict[str, list]:
 def freed_knobs(problem: Problem, fixed: dict[str, list], ex) -> dict[str, tuple]:
     """Searchable knobs the problem did not fix whose chosen value differs from the execution default:
     (chosen, default), so a "fits" never hides a knob the solver moved (cp, say) that the user did not write."""
-    from .schema import Execution
+    from optimizer.schema import Execution
 
     default = Execution()
     out = {}
@@ -97,8 +97,8 @@ def _with_training(problem: Problem, fixed: dict[str, list], **update) -> Proble
 def _step(problem: Problem) -> float | None:
     """The fastest step time of a changed problem by `solve` (None: nothing fits). One solve answers both
     "does it fit" and "how fast then"."""
-    from .progress import tick
-    from .solve import solve
+    from optimizer.progress import tick
+    from optimizer.drivers.solve import solve
 
     tick()
     try:
@@ -126,7 +126,7 @@ def _without(fixed: dict[str, list], *knobs: str) -> dict[str, list]:
 
 def check(problem: Problem, written_execution: dict | None = None, offload_gib: float = 512.0,
           offload_gbps: float = 64.0) -> CheckResult:
-    from .progress import progress
+    from optimizer.progress import progress
 
     with progress("check: solves", None):
         return _check(problem, written_execution, offload_gib, offload_gbps)
@@ -137,7 +137,7 @@ def _check(problem: Problem, written_execution: dict | None, offload_gib: float,
     fixed = fixed_knobs(problem, written_execution)
     p = with_fixed(problem, fixed)
     out = CheckResult(problem, fixed, False)
-    from .solve import solve
+    from optimizer.drivers.solve import solve
 
     try:
         out.plan = solve(p, "cpsat")
@@ -160,7 +160,7 @@ def _check(problem: Problem, written_execution: dict | None, offload_gib: float,
 def _explain_target(p: Problem, fixed: dict[str, list], out: CheckResult) -> None:
     """Plans fit in memory but none meets the objective's target: name the target, and the best the space
     can do without it (a solve with the target dropped)."""
-    from .schema.problem import Objective
+    from optimizer.schema.problem import Objective
 
     o = p.objective
     what = (f"max_step_time_s = {o.max_step_time_s:g} s" if o.max_step_time_s is not None else
@@ -187,7 +187,7 @@ def _explain_rules(p: Problem, fixed: dict[str, list], out: CheckResult) -> None
     out.conflicts = [(g, rules.describe(p, g, fixed)) for g in core]
     n, B = p.num_gpus, p.training.global_batch
     if "rules.batch" in core:
-        from .space import divisors
+        from optimizer.prepare.space import divisors
 
         dps = rules.values(p, fixed, "dp", {"rules.batch", "rules.interleave"}, divisors(n))
         out.explanation.append(f"global batch {B} cannot be split: no dp in {dps} (what the other rules leave on "
@@ -207,7 +207,7 @@ def _relax_rules(problem: Problem, p: Problem, fixed: dict[str, list], out: Chec
             out.relaxations.append(Relaxation("release", f"release {k} (fixed to {fixed[k]})", k, st is not None, st))
     B = p.training.global_batch
     if "rules.batch" in core or "rules.interleave" in core:
-        from .space import divisors
+        from optimizer.prepare.space import divisors
 
         dps = rules.values(p, fixed, "dp", {"rules.batch", "rules.interleave"}, divisors(p.num_gpus))
         cands = sorted({(B // d) * d for d in dps if B // d} | {-(-B // d) * d for d in dps})
@@ -227,9 +227,9 @@ def _explain_memory(p: Problem, out: CheckResult):
     """The memory conflict; returns the smallest-memory plan (formulations.fit.MinMemory)."""
     from formulations.fit import min_memory
 
-    from .model.capacity import capacity_bytes
-    from .evaluate import evaluate_execution
-    from .model.knobs import to_execution
+    from optimizer.model.capacity import capacity_bytes
+    from optimizer.drivers.evaluate import evaluate_execution
+    from optimizer.model.knobs import to_execution
 
     mm = min_memory(p)
     cap = capacity_bytes(p) / GIB
@@ -370,7 +370,7 @@ def _relax_offload(problem: Problem, fixed: dict[str, list], out: CheckResult, o
                                           "bandwidth_gbps": sysm.offload.bandwidth_gbps or offload_gbps})
     free = _without(fixed, "weight_offload", "activation_offload", "optimizer_offload")
     q = with_fixed(problem, free, system=sysm.model_copy(update={"offload": off}))
-    from .solve import solve
+    from optimizer.drivers.solve import solve
 
     try:
         plan = solve(q, "cpsat").plans[0]
@@ -401,7 +401,7 @@ def result_dict(r: CheckResult) -> dict:
         d["plan"] = {"execution": ev.execution.model_dump(mode="json"), "step_time_s": res["step_time"],
                      "status": r.plan.status}
         d["freed"] = {k: {"chosen": v[0], "default": v[1]} for k, v in r.freed.items()}
-        from .model.capacity import memory_margin_warning
+        from optimizer.model.capacity import memory_margin_warning
 
         d["memory_warning"] = memory_margin_warning(res["hbm"], r.problem)
         d["memory"] = {"hbm": {"used_gib": round(used, 3), "capacity_gib": cap,
@@ -424,7 +424,7 @@ def render(r: CheckResult) -> str:
     d = result_dict(r)
     name = r.problem.name or "problem"
     fixed = ", ".join(f"{k}={v[0] if len(v) == 1 else v}" for k, v in r.fixed.items()) or "none"
-    from .report.text import calibration_line
+    from optimizer.report.text import calibration_line
 
     lines = [f"paraplan check: {name}  (fixed knobs: {fixed})", calibration_line(r.problem.system, r.problem.stack)]
     if r.fits:

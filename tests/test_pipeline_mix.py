@@ -1,4 +1,4 @@
-"""Heterogeneous pipelines (`optimizer.model.pipemix`, `optimizer.pipeline_mix`): one type split in two groups
+"""Heterogeneous pipelines (`optimizer.model.pipeline_mix`, `optimizer.drivers.pipeline_mix`): one type split in two groups
 is the homogeneous model; CP-SAT equals the exhaustive oracle on small instances; the shipped examples win
 and lose with their reasons."""
 
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.evaluate import evaluate_execution
-from optimizer.loader import load_problem, load_procure
-from optimizer.model.pipemix import MixPlan, StageGroup, evaluate_mix
-from optimizer.pipeline_mix import TypeOffer, enumerate_pipeline_mix, solve_pipeline_mix
-from optimizer.procure import procure, render
+from optimizer.drivers.evaluate import evaluate_execution
+from optimizer.io.loader import load_problem, load_procure
+from optimizer.model.pipeline_mix import MixPlan, StageGroup, evaluate_mix
+from optimizer.drivers.pipeline_mix import TypeOffer, enumerate_pipeline_mix, solve_pipeline_mix
+from optimizer.drivers.procure import procure, render
 from optimizer.schema import Execution, Recompute
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,7 +102,7 @@ def test_memory_bound_mix_beats_each_type_alone(tmp_path):
     """In the memory-bound instance the A100 node alone holds nothing and the H100 node alone is slower than
     the pipeline over both (the homogeneous solves of each type on its own nodes)."""
     from optimizer.errors import Infeasible
-    from optimizer.solve import solve
+    from optimizer.drivers.solve import solve
 
     specs, _, layers, _ = SMALL["memory-bound"]
     offers = _offers(tmp_path, specs, layers=layers)
@@ -123,7 +123,7 @@ def test_shipped_example_wins_with_reason():
     assert r.pipeline.solution.result.fits and len(r.pipeline.solution.plan.groups) == 2
     text = render(r)
     assert "no single node type trains the model" in text and "memory:" in text
-    from optimizer.procure import result_dict
+    from optimizer.drivers.procure import result_dict
 
     d = result_dict(r)["pipeline"]
     assert d["status"] == "optimal" and len(d["groups"]) == 2

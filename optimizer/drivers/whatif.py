@@ -20,8 +20,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from .errors import Infeasible
-from .schema import Problem
+from optimizer.errors import Infeasible
+from optimizer.schema import Problem
 
 
 @dataclass
@@ -61,8 +61,8 @@ def levers(problem: Problem, pct: float) -> list[Lever]:
 
 def whatif(problem: Problem, pct: float = 20.0, top: int = 10, band: float = 0.1) -> dict:
     """{"base_step_s", "levers": [{name, step_s, saved_s, saved_pct}], "robust": {...}} (see module docstring)."""
-    from .progress import progress
-    from .solve import solve
+    from optimizer.progress import progress
+    from optimizer.drivers.solve import solve
 
     base = solve(problem, top=top)
     t0 = base.plans[0].evaluation.result["step_time"]
@@ -92,8 +92,8 @@ def _corner(problem: Problem, g: float, h: float, n: float) -> Problem:
 
 def robust(problem: Problem, base, band: float) -> dict:
     """The plan best in the worst case over the efficiency bands, and the optimum's regret (module docstring)."""
-    from .evaluate import evaluate_execution
-    from .solve import solve
+    from optimizer.drivers.evaluate import evaluate_execution
+    from optimizer.drivers.solve import solve
 
     corners = [_corner(problem, *c) for c in itertools.product((1 - band, 1 + band), repeat=3)]
     low = corners[0]  # (1 - band) on every efficiency: the worst case of every plan

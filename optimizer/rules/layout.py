@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from .schema import Problem
+    from optimizer.schema import Problem, System
 
 
 class Group(StrEnum):
@@ -164,6 +164,18 @@ def innermost_tier(sizes, span):
     fits = sz.reshape((1,) * span.ndim + (-1,)) >= span[..., None]
     out = np.where(fits.any(axis=-1), fits.argmax(axis=-1), len(sizes) - 1)
     return int(out) if out.ndim == 0 else out
+
+
+def tier_index(system: System, value: str | int) -> int:
+    """Index of a network tier named in a placement (its name in `system.networks`, or its index)."""
+    if isinstance(value, int):
+        if not 0 <= value < len(system.networks):
+            raise ValueError(f"tier {value} out of range (0..{len(system.networks) - 1})")
+        return value
+    names = [n.name for n in system.networks]
+    if value not in names:
+        raise ValueError(f"unknown network '{value}' (system has {', '.join(names)})")
+    return names.index(value)
 
 
 def placement(sizes, tp, cp, dp, pp, ep=1, etp=None) -> dict[str, np.ndarray | int]:

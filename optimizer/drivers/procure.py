@@ -13,7 +13,7 @@ Goals (B sequences of S tokens per step, T the step time, n GPUs, steps = tokens
     throughput, time_to_train   min T            (tokens/s = B S / T; days = steps T / 86400)
     cost                        capex: min n (fewest GPUs) with steps T <= deadline; rental: min n T
     throughput_per_usd          min n T (capex: tokens/s per $ = B S / (T n c_t / g); rental: per $/h)
-Heterogeneous mixes (`procure.heterogeneous: data`, two node types): `optimizer.hetero`.
+Heterogeneous mixes (`procure.heterogeneous: data`, two node types): `optimizer.drivers.hetero`.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from .objective import BIG_S
-from .progress import progress
-from .purchase import (Group, Purchase, TablesCache, TypeRow, best_of_type, node_limit, purchase_of,  # noqa: F401
+from optimizer.prepare.objective import BIG_S
+from optimizer.progress import progress
+from optimizer.drivers.purchase import (Group, Purchase, TablesCache, TypeRow, best_of_type, node_limit, purchase_of,  # noqa: F401
                        rank_key, sub_problem, system_tables_key)
-from .schema.problem import Goal, Objective
-from .schema.procure import Pricing, ProcureGoal, ProcureProblem
+from optimizer.schema.problem import Goal, Objective
+from optimizer.schema.procure import Pricing, ProcureGoal, ProcureProblem
 
 
 @dataclass
@@ -40,7 +40,7 @@ class ProcureResult:
     status: str
     pareto: list[Purchase] | None = None
     mixes_considered: int = 0
-    pipeline: object = None  # optimizer.pipeline_mix.PipelineChoice (heterogeneous: pipeline | all)
+    pipeline: object = None  # optimizer.drivers.pipeline_mix.PipelineChoice (heterogeneous: pipeline | all)
     notes: list[str] = field(default_factory=list)
 
 
@@ -72,13 +72,13 @@ def _procure(pp, pareto, time_limit_s, t0, cache, limits, todo, pool) -> Procure
     cands = [r.purchase for r in rows if r.purchase is not None]
     res = ProcureResult(pp, None, rows, sum(r.candidates for r in rows), 0.0, "infeasible")
     if pp.procure.max_types >= 2 and pp.procure.heterogeneous.value in ("pipeline", "all"):
-        from .pipeline_mix import procure_pipeline
+        from optimizer.drivers.pipeline_mix import procure_pipeline
 
         res.pipeline = procure_pipeline(pp, rows, time_limit_s=time_limit_s)
         if res.pipeline is not None:
             cands.append(res.pipeline.purchase)
     if pp.procure.max_types >= 2 and pp.procure.heterogeneous.value in ("data", "all"):
-        from .hetero import best_mix
+        from optimizer.drivers.hetero import best_mix
 
         mix, n_mix = best_mix(pp, rows, time_limit_s=time_limit_s, cache=cache,
                               solve_group=lambda t, n, b: pool.run("group", pp, t, (n, b), time_limit_s, cache))
@@ -209,7 +209,7 @@ class TypePool:
         self.ex: list = []
         if self.w == 1:
             return
-        from .pool import process_pool
+        from optimizer.drivers.pool import process_pool
 
         by_key: dict[str, list] = {}
         for t in types:
@@ -273,7 +273,7 @@ def per_type(pp: ProcureProblem, types: list, kind: str, args_by_name: dict, tim
 
 # ---------------------------------------------------------------------------------------------- report
 def _purchase_dict(p: Purchase) -> dict:
-    from .report.text import evaluation_dict
+    from optimizer.report.text import evaluation_dict
 
     return {
         "label": p.label(), "nodes": p.nodes, "gpus": p.gpus, "cost_usd": p.cost_usd, "power_kw": p.power_kw,
@@ -333,7 +333,7 @@ def _render_pipeline(c) -> list[str]:
 def _within_bands(r: ProcureResult) -> str | None:
     """When the runner-up node type's best purchase is within the stated step-time uncertainties of the best
     (each type's `calibration.band_pct`), say so: the ranking between them is not settled by the model."""
-    from .purchase import rank_key
+    from optimizer.drivers.purchase import rank_key
 
     if r.best is None or len(r.best.groups) != 1 or r.problem.procure.goal.value not in ("throughput",
                                                                                          "time_to_train"):
@@ -359,7 +359,7 @@ def _money(x: float) -> str:
 
 
 def render(r: ProcureResult) -> str:
-    from .report.text import render_evaluation
+    from optimizer.report.text import render_evaluation
 
     pp, pr = r.problem, r.problem.procure
     lim = [f"budget {_money(pr.budget_usd)}" if pr.budget_usd else "no budget",

@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .errors import ProblemError
+from optimizer.errors import ProblemError
 
 SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
              "gpt_neox")

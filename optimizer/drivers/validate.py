@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import ParaplanError
-from .runs import load_runs, map_run, order_precisions, precision_key, predict, run_target
+from optimizer.errors import ParaplanError
+from optimizer.io.runs import load_runs, map_run, order_precisions, precision_key, predict, run_target
 
 def _group(rows: list[dict], key: str) -> dict:
     """Rows by the value of `key`, in sorted order of the values (None last)."""
@@ -18,7 +18,7 @@ def _group(rows: list[dict], key: str) -> dict:
 def score_runs(path: str) -> dict[str, Any]:
     """The JSON object of `paraplan validate --json` (see README). Records are checked by the run schema
     when loaded (`runs.load_runs`); a run the model cannot express is an error row, never skipped."""
-    from .progress import progress
+    from optimizer.progress import progress
 
     doc = load_runs(path)
     rows: list[dict[str, Any]] = []

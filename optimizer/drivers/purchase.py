@@ -1,5 +1,5 @@
 """Purchases of one node type: the per-type sub-problem, its proven best purchase, and the types that
-`optimizer.procure` (single types, Pareto fronts) and `optimizer.hetero` (mixes) share.
+`optimizer.drivers.procure` (single types, Pareto fronts) and `optimizer.drivers.hetero` (mixes) share.
 
 Per node type t with g GPUs per node, price c_t per node (price_usd + extra_usd) and power p_t:
     nodes <= min(max_nodes_t, floor(budget / c_t), floor(power_cap / p_t))          (capex)
@@ -12,12 +12,12 @@ import json
 import math
 from dataclasses import dataclass, replace
 
-from .errors import Infeasible
-from .objective import gpus_used
-from .schema import Options, Problem
-from .schema.common import MAX_COUNT
-from .schema.problem import Goal, Objective
-from .schema.procure import NodeType, Pricing, ProcureGoal, ProcureProblem
+from optimizer.errors import Infeasible
+from optimizer.prepare.objective import gpus_used
+from optimizer.schema import Options, Problem
+from optimizer.schema.common import MAX_COUNT
+from optimizer.schema.problem import Goal, Objective
+from optimizer.schema.procure import NodeType, Pricing, ProcureGoal, ProcureProblem
 
 
 @dataclass
@@ -29,8 +29,8 @@ class Group:
     gpus_used: int
     global_batch: int  # sequences per step this group processes
     step_time_s: float
-    plan: object  # optimizer.solve.Plan
-    solve: object = None  # optimizer.solve.SolveResult
+    plan: object  # optimizer.drivers.solve.Plan
+    solve: object = None  # optimizer.drivers.solve.SolveResult
 
 
 @dataclass
@@ -172,7 +172,7 @@ class TablesCache:
         """Tables that hold `q`'s space (None: it is empty), built at max(q.num_gpus, at_gpus) GPUs when needed."""
         from formulations.tables import build_all
 
-        from .space import compact_space
+        from optimizer.prepare.space import compact_space
 
         key = tables_key(q)
         hit = self.by_key.get(key)
@@ -195,7 +195,7 @@ def best_of_type(pp: ProcureProblem, t: NodeType, nodes: int, global_batch: int 
                  cache: TablesCache | None = None) -> tuple[Group | None, int, str]:
     """The proven-best group of type t with at most `nodes` nodes (None: nothing fits), the space size and
     the status. `cache`: reuse tables across calls (Pareto fronts, mixes)."""
-    from .solve import solve
+    from optimizer.drivers.solve import solve
 
     if nodes < 1:
         return None, 0, "infeasible"
@@ -206,7 +206,7 @@ def best_of_type(pp: ProcureProblem, t: NodeType, nodes: int, global_batch: int 
             return None, 0, "infeasible"
         r = solve(q, "cpsat", time_limit_s=time_limit_s, tables=tables)
     except Infeasible:
-        from .space import compact_space
+        from optimizer.prepare.space import compact_space
 
         return None, compact_space(q).size, "infeasible"
     plan = r.plans[0]

@@ -43,13 +43,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..layout import placement
-from ..schema import Execution, Problem, Recompute
-from .compose import dp_exposed as dp_exposed_by_zero
-from .compose import edge_head
-from .hardware import Tiers, collective_time
-from .knobs import RECOMPUTE, Knobs, from_execution
-from .step import GIB, adam_time, dp_reductions, evaluate, layer_params_per_gpu, make_ctx, state_bytes
+from optimizer.rules.layout import placement
+from optimizer.schema import Execution, Problem, Recompute
+from optimizer.model.compose import dp_exposed as dp_exposed_by_zero
+from optimizer.model.compose import edge_head
+from optimizer.model.hardware import Tiers, collective_time
+from optimizer.model.knobs import RECOMPUTE, Knobs, from_execution
+from optimizer.model.step import GIB, adam_time, dp_reductions, evaluate, layer_params_per_gpu, make_ctx, state_bytes
 
 FIRST, MIDDLE, LAST = "first", "middle", "last"
 
@@ -198,7 +198,7 @@ class MixResult:
 
 def evaluate_mix(problems: dict[str, Problem], plan: MixPlan, joining=None) -> MixResult:
     """Step time and memory of one heterogeneous pipeline plan; `problems` maps node type to its problem."""
-    from .capacity import capacity_bytes
+    from optimizer.model.capacity import capacity_bytes
 
     gs = plan.groups
     G = len(gs)

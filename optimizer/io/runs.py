@@ -36,11 +36,11 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ProblemError
-from .loader import Sourced, available, find_in_library, read_yaml, validate_model
-from .schema import MLA, Options, LLM, Execution, MoE, Problem, System, Training
-from .schema.llm import SlidingWindow
-from .schema.common import RecomputeModule
+from optimizer.errors import ProblemError
+from optimizer.io.loader import Sourced, available, find_in_library, read_yaml, validate_model
+from optimizer.schema import MLA, Options, LLM, Execution, MoE, Problem, System, Training
+from optimizer.schema.llm import SlidingWindow
+from optimizer.schema.common import RecomputeModule
 
 MAX_FREE_MICRO_BATCH = 4  # an unstated micro-batch is chosen among 1..4 (Megatron recipes use 1-4)
 ZERO = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
@@ -148,7 +148,7 @@ def convention_flops(run: dict, llm: LLM) -> tuple[float, str]:
         return 96.0 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h)), "Narayanan 2021 Eq. 3"
     if "full-mha" in conv.lower():  # MHA and a 4h MLP regardless of the real shape
         return 72.0 * B * s * L * h * h * (1 + s / (6 * h) + V / (12 * L * h)), "full-MHA 4h-MLP formula"
-    from .model.params import model_flops_per_token
+    from optimizer.model.params import model_flops_per_token
 
     return model_flops_per_token(llm, s) * B * s, "6N + attention (PaLM App. B)"
 
@@ -246,7 +246,7 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     try:
         llm = _llm_of(run, year)
     except (ValidationError, ValueError) as e:  # a shape the LLM schema rejects (heads vs hidden, ...)
-        from .errors import ParaplanError
+        from optimizer.errors import ParaplanError
 
         raise ParaplanError(f"run {run['id']}: its model is not a valid LLM: {str(e).splitlines()[-1].strip()}") from None
     if llm.sliding_window is not None:
@@ -442,11 +442,11 @@ class Prediction:
 
 def predict(mapped: Mapped) -> Prediction:
     """Evaluate the run's configuration; free knobs are chosen as the fastest setting that fits."""
-    from .model.knobs import from_execution
-    from .model.capacity import feasible
-    from .model.step import evaluate, make_ctx
-    from .schema.stack import stack_defaults
-    from .validate import execution_errors
+    from optimizer.model.knobs import from_execution
+    from optimizer.model.capacity import feasible
+    from optimizer.model.step import evaluate, make_ctx
+    from optimizer.schema.stack import stack_defaults
+    from optimizer.rules.cross_field import execution_errors
 
     p = mapped.problem
     assert p is not None
@@ -464,7 +464,7 @@ def predict(mapped: Mapped) -> Prediction:
         knobs.append(from_execution(ex, p.system, p.num_gpus))
     if not execs:
         raise ProblemError(mapped.run["id"], None, "parallel", "no valid configuration for this run")
-    from .model.knobs import Knobs
+    from optimizer.model.knobs import Knobs
 
     K = Knobs.concat(knobs)
     res = evaluate(p, K, make_ctx(p))
@@ -477,9 +477,9 @@ def predict(mapped: Mapped) -> Prediction:
 def load_runs(path: str) -> Sourced:
     """A runs file, every record checked against the run schema (`optimizer.schema.run`: unknown keys and
     wrong types are file:line:field errors); the records come back with every key present."""
-    from .errors import ProblemErrors
-    from .loader import validate_model
-    from .schema.run import Run
+    from optimizer.errors import ProblemErrors
+    from optimizer.io.loader import validate_model
+    from optimizer.schema.run import Run
 
     doc = read_yaml(path)
     if not isinstance(doc.data, list):
