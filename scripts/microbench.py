@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Measure your own GPU's kernels and write them in the layout of ../shared/measurements (issue 15).
+"""Measure your own GPU's kernels and write them in the layout of ../shared/measurements.
 
     python scripts/microbench.py OUT.json [--device cuda] [--quick] [--compile] [--queue N] [--only attn,elem]
                                           [--attn-grid wide]

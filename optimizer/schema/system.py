@@ -53,7 +53,7 @@ class OffloadMemory(Frozen):
 
 
 PRIOR_BAND_PCT = 30.0  # a prior-only system's step-time uncertainty: the uncalibrated GEMM-efficiency prior
-# (0.85) against the values fitted on published H100/A100 runs (0.60-0.65) is ~30% off (issue 16's measurement)
+# (0.85) against the values fitted on published H100/A100 runs (0.60-0.65) is ~30% off
 STACK_TRANSFER_BAND_PCT = 8.2  # the added step-time uncertainty of a plan for a stack none of the system's
 # calibration runs used, measured on runs of one stack predicted with a calibration from another's: torchtitan's
 # two H200 runs (problems/runs/torchtitan-h100-h200.yaml) on H200's Megatron-Core calibration, -4.5% and -6.2%,
