@@ -25,7 +25,8 @@ fits to max 6.0% (held out: mean 2.9%, max 6.2%) and all 21 to 2.85% (held out 3
 Held out, llm-foundry's MPT-7B run is 11-13% fast with either: the minimax term only bent the fit
 towards it in-sample.
 With --write the system file's values and its `calibration` block are updated in place through a ruamel.yaml
-round trip (every other value, the comments and the order are kept; fitted lines get a comment naming the runs).
+round trip (every other value, the comments and the order are kept; fitted lines get a comment naming the
+runs).
 """
 
 from __future__ import annotations
@@ -237,8 +238,8 @@ def main() -> int:
 
 
 def _eol(text: str, rest: str = "") -> CommentToken:
-    """An end-of-line comment `  # text` (two spaces after the value), followed by `rest` (the comment lines the
-    file had below the value, kept)."""
+    """An end-of-line comment `  # text` (two spaces after the value), followed by `rest` (the comment lines
+    the file had below the value, kept)."""
     return CommentToken(f" # {text}\n{rest}", CommentMark(0))
 
 
@@ -251,8 +252,8 @@ def _comment_of(cm: CommentedMap, key: str) -> str:
 
 
 def _set_comment(cm: CommentedMap, key: str, text: str) -> None:
-    """Put `# text` at the end of `key`'s line (a block collection's too: ruamel keeps that comment on the key),
-    replacing the comment there; comment lines below a scalar value stay."""
+    """Put `# text` at the end of `key`'s line (a block collection's too: ruamel keeps that comment on the
+    key), replacing the comment there; comment lines below a scalar value stay."""
     items = cm.ca.items.setdefault(key, [None] * 4)
     old = items[2]
     rest = old.value.split("\n", 1)[1] if old is not None and "\n" in old.value else ""
@@ -278,7 +279,8 @@ def _flow(value):
 
 
 def _table(points) -> CommentedSeq:
-    """An efficiency table as a block list of `[GFLOP, fraction]` flow pairs, whole sizes written as integers."""
+    """An efficiency table as a block list of `[GFLOP, fraction]` flow pairs, whole sizes written as
+    integers."""
     out = CommentedSeq(_flow([int(g) if float(g).is_integer() else g, v]) for g, v in points)
     out.fa.set_block_style()
     return out
@@ -294,8 +296,8 @@ def _copied(value):
 
 
 def _set_key(doc: CommentedMap, key: str, value, comment: str) -> None:
-    """Set the top-level `key` to `value` with its line's comment; a key the file lacks goes after the file's last
-    attention key (before vector_tflops when it has none, else at the end)."""
+    """Set the top-level `key` to `value` with its line's comment; a key the file lacks goes after the file's
+    last attention key (before vector_tflops when it has none, else at the end)."""
     if key not in doc:
         keys = list(doc)
         at = max((i + 1 for i, k in enumerate(keys) if k.startswith("attention_")),
@@ -346,7 +348,8 @@ def _calibration(head: dict, runs: list[str], stacks: dict[str, int] | None, fit
 def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: float | None = None,
           stack_by_id: dict[str, str] | None = None) -> None:
     """Write the fitted values `x` into the system file at `path` (a ruamel.yaml round trip: every other value
-    and comment stays), each fitted line with a comment naming the fit, and rewrite its `calibration:` block."""
+    and comment stays), each fitted line with a comment naming the fit, and rewrite its `calibration:`
+    block."""
     rt, doc = _load(path)
     note = f"calibrated by scripts/calibrate.py on {len(run_ids)} runs (see calibration.runs)"
     fitted = []
@@ -357,7 +360,8 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: floa
         fitted.append("matrix_efficiency")
     if "clock_scale" in x:
         _set_key(doc, "clock_scale", _fixed(x["clock_scale"], 4),
-                 f"{note}: the sustained clock against the datasheet's (its power limit), on every compute peak")
+                 f"{note}: the sustained clock against the datasheet's (its power limit), on every compute "
+                 "peak")
         fitted.append("clock_scale")
         if shape_as_is(x):
             _set_key(doc, "matrix_efficiency", _table(SHAPE["curve"]),
@@ -370,12 +374,13 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: floa
     scales = {p: x[f"{p}_scale"] for p in SCALED if f"{p}_scale" in x}
     if scales:
         old_scale = validate_model(System, read_yaml(path)).matrix_efficiency_scale
-        merged = {**{str(k): _fixed(v, 4) for k, v in old_scale.items()}, **{p: _fixed(v, 4) for p, v in scales.items()}}
+        merged = {**{str(k): _fixed(v, 4) for k, v in old_scale.items()},
+                  **{p: _fixed(v, 4) for p, v in scales.items()}}
         _set_key(doc, "matrix_efficiency_scale", _flow(merged),
                  f"{note} of {runs_file} (each factor on its precision's runs)")
         fitted.append("matrix_efficiency_scale")
-    for key, digits in (("attention_efficiency", 4), ("attention_overhead_keys", 0), ("attention_efficiency_fa2", 4),
-                        ("attention_overhead_keys_triton", 0)):
+    for key, digits in (("attention_efficiency", 4), ("attention_overhead_keys", 0),
+                        ("attention_efficiency_fa2", 4), ("attention_overhead_keys_triton", 0)):
         if key in x:
             _set_key(doc, key, round(float(x[key])) if digits == 0 else _fixed(x[key], digits), note)
             fitted.append(key)
@@ -406,7 +411,7 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: floa
         if added is not None:
             both = {k: stacks.get(k, 0) + added.get(k, 0) for k in {**stacks, **added}}
             stacks = dict(sorted(both.items(), key=lambda kv: (-kv[1], kv[0])))
-    # a leave-one-out figure carried over from the file keeps its comment (it names the command that measured it)
+    # a leave-one-out figure carried over from the file keeps its comment (the command that measured it)
     file_cal = doc.get("calibration") or CommentedMap()
     loo = []
     if old is not None and loo_pct is not None and loo_pct == old.loo_mape_pct and "loo_mape_pct" in file_cal:
@@ -418,8 +423,8 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: floa
                     _comment_of(file_cal, "loo_mape_pct_by_stack")))
     doc["calibration"] = _calibration(
         {"shape_from": shape_from} if shape_from else {}, run_ids, stacks, fitted, loo,
-        "fitted by scripts/calibrate.py (one parameter set for this GPU type, shared by every run on it); every "
-        "other value is a datasheet value or a documented prior")
+        "fitted by scripts/calibrate.py (one parameter set for this GPU type, shared by every run on it); "
+        "every other value is a datasheet value or a documented prior")
     _dump(rt, doc, path)
     print(f"wrote {path}")
 
@@ -437,7 +442,8 @@ def write_loo(path: Path, loo_pct: float, n: int, params: str, runs: list[str] |
         old = validate_model(System, read_yaml(path)).calibration.loo_mape_pct_by_stack
         value = _flow({k: _fixed(v, 2) for k, v in {**old, stack: loo_pct}.items()})
         how = (f"{n} runs held out whole (no fit used them)" if not params else f"leave-one-out over {n} runs")
-        comment = f"{stack}: {how}: scripts/calibrate.py {files} --stack {stack} --loo --params '{params}' --write-loo"
+        comment = (f"{stack}: {how}: scripts/calibrate.py {files} --stack {stack} --loo --params '{params}' "
+                   "--write-loo")
     else:
         key = "loo_mape_pct"
         value = _fixed(loo_pct, 2)
@@ -482,14 +488,15 @@ def transfer(src: str, targets: list[str], library: Path | None = None) -> int:
                     # an earlier transfer's wrong label on a prior: put it right
                     _set_comment(doc, key, f"prior, not calibrated (not fitted on {src} either)")
                 continue
-            _set_key(doc, key, _copied(src_doc[key]), f"transferred from {src} (same GPU die; fitted there, see its calibration)")
+            _set_key(doc, key, _copied(src_doc[key]),
+                     f"transferred from {src} (same GPU die; fitted there, see its calibration)")
             copied.append(key)
-        loo = [(key, _copied(src_doc["calibration"][key]), f"{src}'s") for key in ("loo_mape_pct", "loo_mape_pct_by_stack")
-               if key in src_doc["calibration"]]
+        loo = [(key, _copied(src_doc["calibration"][key]), f"{src}'s")
+               for key in ("loo_mape_pct", "loo_mape_pct_by_stack") if key in src_doc["calibration"]]
         doc["calibration"] = _calibration(
             {"transferred_from": src}, list(src_cal.runs), src_cal.stacks, copied, loo,
-            f"transferred from {src} by scripts/calibrate.py --transfer (same GPU die): the fitted fields listed "
-            f"were fitted on the runs of {src}; every other value is a datasheet value or a prior")
+            f"transferred from {src} by scripts/calibrate.py --transfer (same GPU die): the fitted fields "
+            f"listed were fitted on the runs of {src}; every other value is a datasheet value or a prior")
         _dump(rt, doc, path)
         print(f"wrote {path} (copied: {', '.join(copied) or 'nothing fitted in ' + src})")
     return 0

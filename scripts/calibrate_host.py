@@ -8,8 +8,9 @@ token counts), so its forward takes at least the host time to issue it (`layer.M
 CUDA graphs replay: `layer.GRAPH_HOST_SHARE`). One parameter for the Megatron-Core stack, shared by every GPU
 (it is the host's work, not the GPU's), fitted on every Megatron-Core MoE run of the files by a grid search
 minimising the mean |error| of their step times with every system as calibrated (`grid_fit.best_row`); each
-run's leave-one-out error is always printed (`grid_fit.held_out`). `--write` sets `moe_host_fw_s` (its value and
-the runs files) in optimizer/model/fitted.yaml, which `layer.MOE_HOST_FW_S` reads. The systems' own fits (scripts/calibrate.py) come after this one, on the model with it.
+run's leave-one-out error is always printed (`grid_fit.held_out`). `--write` sets `moe_host_fw_s` (its value
+and the runs files) in optimizer/model/fitted.yaml, which `layer.MOE_HOST_FW_S` reads. The systems' own fits
+(scripts/calibrate.py) come after this one, on the model with it.
 """
 
 from __future__ import annotations

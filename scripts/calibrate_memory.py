@@ -12,7 +12,8 @@ the runtime leaves it. One parameter, shared by every run, GPU and stack (they a
 
 It is fitted by a grid search minimising the mean |error| of the predicted peaks (`grid_fit.best_row`), and
 each run's leave-one-out error is always printed (`grid_fit.held_out`). `--write` sets `allocator_slack_ratio`
-(its value and the runs files) in optimizer/model/fitted.yaml, which `step.ALLOCATOR_SLACK` reads. Runs without `measured.peak_memory_gib` are ignored; a run the model cannot express is reported, not fitted.
+(its value and the runs files) in optimizer/model/fitted.yaml, which `step.ALLOCATOR_SLACK` reads. Runs
+without `measured.peak_memory_gib` are ignored; a run the model cannot express is reported, not fitted.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ def error_table(rows) -> np.ndarray:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("runs", nargs="+")
-    ap.add_argument("--write", action="store_true", help="set allocator_slack_ratio in optimizer/model/fitted.yaml")
+    ap.add_argument("--write", action="store_true",
+                    help="set allocator_slack_ratio in optimizer/model/fitted.yaml")
     args = ap.parse_args()
     rows = measured_runs(args.runs)
     if not rows:

@@ -26,8 +26,8 @@ def held_out(err: np.ndarray) -> np.ndarray:
 
 def round_trip():
     """A ruamel.yaml round-trip reader/writer laid out as the project's YAML files are (2-space mappings, list
-    items indented 2 under their key, long lines kept whole): loading and dumping a file unchanged gives it back
-    byte for byte, comments, order and flow style included."""
+    items indented 2 under their key, long lines kept whole): loading and dumping a file unchanged gives it
+    back byte for byte, comments, order and flow style included."""
     from ruamel.yaml import YAML  # script-only dependency (the `calibrate` extra)
 
     rt = YAML(typ="rt")

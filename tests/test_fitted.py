@@ -1,5 +1,6 @@
-"""The model's fitted constants are data (optimizer/model/fitted.yaml, loaded by optimizer/model/fitted.py), and the
-calibration scripts write YAML through a ruamel.yaml round trip (scripts/grid_fit.py), never by rewriting text."""
+"""The model's fitted constants are data (optimizer/model/fitted.yaml, loaded by optimizer/model/fitted.py),
+and the calibration scripts write YAML through a ruamel.yaml round trip (scripts/grid_fit.py), never by
+rewriting text."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ def _changed(before: list[str], after: list[str]) -> list[str]:
 
 
 def test_the_loaded_constants_are_the_yaml_and_the_model_reads_them():
-    """Every field of `FITTED` is its entry's value in fitted.yaml (and every entry a field, with its provenance);
-    the model's module constants are those values."""
+    """Every field of `FITTED` is its entry's value in fitted.yaml (and every entry a field, with its
+    provenance); the model's module constants are those values."""
     from optimizer.model import hardware, layer, step
     from optimizer.schema import Precision
 
@@ -58,8 +59,8 @@ def test_the_loader_refuses_a_file_it_cannot_type(tmp_path, edit, match):
 
 
 def test_the_yaml_writer_changes_only_the_value(tmp_path, capsys):
-    """grid_fit.set_fitted rewrites one entry's value (and, given, its data files) and nothing else: the header
-    comments, the folded descriptions and the order stay byte for byte; an unknown entry is refused."""
+    """grid_fit.set_fitted rewrites one entry's value (and, given, its data files) and nothing else: the
+    header comments, the folded descriptions and the order stay byte for byte; an unknown entry is refused."""
     gf = load_script("grid_fit")
     path = tmp_path / "fitted.yaml"
     shutil.copy(fitted.PATH, path)
@@ -79,8 +80,8 @@ def test_the_yaml_writer_changes_only_the_value(tmp_path, capsys):
 
 
 def test_every_shipped_yaml_the_scripts_write_round_trips_unchanged():
-    """The round trip the scripts write with (grid_fit.round_trip) gives fitted.yaml and every system file back
-    byte for byte, so a write changes only what it sets."""
+    """The round trip the scripts write with (grid_fit.round_trip) gives fitted.yaml and every system file
+    back byte for byte, so a write changes only what it sets."""
     rt = load_script("grid_fit").round_trip()
     for path in [fitted.PATH, *sorted((ROOT / "problems" / "systems").glob("*.yaml"))]:
         text = path.read_text()
@@ -97,8 +98,9 @@ def test_no_script_rewrites_python_source():
 
 
 def test_calibrate_write_changes_only_the_fitted_lines_and_the_calibration_block(tmp_path, monkeypatch):
-    """scripts/calibrate.py --write on a system file (a round trip): a fit of the NVLink efficiency rewrites that
-    value with its provenance comment and the `calibration:` block; every other line, comments included, stays."""
+    """scripts/calibrate.py --write on a system file (a round trip): a fit of the NVLink efficiency rewrites
+    that value with its provenance comment and the `calibration:` block; every other line, comments included,
+    stays."""
     from optimizer.io.loader import find_in_library, read_yaml, validate_model
     from optimizer.schema import System
 
@@ -112,8 +114,9 @@ def test_calibrate_write_changes_only_the_fitted_lines_and_the_calibration_block
     cal.write(path, {"net0_eff": 0.81234}, ["r1"], "runs.yaml", None, {})
     after = path.read_text().splitlines()
     changed = _changed(before[:cut], after[:after.index("calibration:")])
+    note = "calibrated by scripts/calibrate.py on 1 runs (see calibration.runs)"
     assert changed == ["-    efficiency: 0.75  # prior, not calibrated (to be calibrated)",
-                       "+    efficiency: 0.8123  # calibrated by scripts/calibrate.py on 1 runs (see calibration.runs)"]
+                       f"+    efficiency: 0.8123  # {note}"]
     c = validate_model(System, read_yaml(path)).calibration
     assert c.runs[-1] == "r1" and c.fitted[-1] == "networks[0].efficiency" and c.loo_mape_pct == 5.27
     assert "  loo_mape_pct: 5.27  # leave-one-out over 8 runs: scripts/calibrate.py" in path.read_text()

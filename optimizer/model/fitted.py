@@ -40,8 +40,8 @@ def _typed(name: str, kind: str, value):
 
 
 def load(path: Path = PATH) -> Fitted:
-    """The constants of `path` (fitted.yaml); a missing or unknown entry, an entry without one of `ENTRY_KEYS`, a
-    unit that does not match the field's suffix or a value of the wrong type is an error."""
+    """The constants of `path` (fitted.yaml); a missing or unknown entry, an entry without one of
+    `ENTRY_KEYS`, a unit that does not match the field's suffix or a value of the wrong type is an error."""
     doc = yaml.safe_load(Path(path).read_text()) or {}
     want = {f.name: str(f.type) for f in fields(Fitted)}
     if set(doc) != set(want):
