@@ -24,14 +24,15 @@ to 2.95% (held out 3.67%, tier-weighted 3.83%); with --max-weight 0.25 (the earl
 fits to max 6.0% (held out: mean 2.9%, max 6.2%) and all 21 to 2.85% (held out 3.25%, weighted 3.56%).
 Held out, llm-foundry's MPT-7B run is 11-13% fast with either: the minimax term only bent the fit
 towards it in-sample.
-With --write the system file's values and its `calibration` block are updated in place (comments on
-datasheet values are kept; fitted lines get a comment naming the runs).
+With --write the system file's values and its `calibration` block are updated in place through a ruamel.yaml
+round trip (every other value, the comments and the order are kept; fitted lines get a comment naming the
+runs).
 """
 
 from __future__ import annotations
 
 import argparse
-import re
+import copy
 import sys
 from pathlib import Path
 
@@ -44,6 +45,13 @@ from optimizer.errors import ProblemError  # noqa: E402
 from optimizer.io.loader import find_in_library, read_yaml, validate_model  # noqa: E402
 from optimizer.io.runs import load_runs, map_run, predict, run_target, stack_of  # noqa: E402
 from optimizer.schema import System  # noqa: E402
+
+from grid_fit import round_trip  # noqa: E402
+from ruamel.yaml.comments import CommentedMap, CommentedSeq  # noqa: E402
+from ruamel.yaml.error import CommentMark  # noqa: E402
+from ruamel.yaml.scalarfloat import ScalarFloat  # noqa: E402
+from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString  # noqa: E402
+from ruamel.yaml.tokens import CommentToken  # noqa: E402
 
 KNOTS = [10.0, 300.0, 3000.0]  # GFLOP per GEMM
 
@@ -229,26 +237,85 @@ def main() -> int:
     return 0
 
 
-def _replace_block(lines: list[str], key: str, new: list[str]) -> list[str]:
-    """Replace the top-level `key:` entry (its line and any more-indented lines after it)."""
-    for i, line in enumerate(lines):
-        if line.startswith(key + ":"):
-            j = i + 1
-            while j < len(lines) and (lines[j].startswith((" ", "-")) and not lines[j].startswith("  #")) and \
-                    lines[j].strip() and not re.match(r"^[A-Za-z_]", lines[j]):
-                j += 1
-            return lines[:i] + new + lines[j:]
-    return lines + new
+def _eol(text: str, rest: str = "") -> CommentToken:
+    """An end-of-line comment `  # text` (two spaces after the value), followed by `rest` (the comment lines
+    the file had below the value, kept)."""
+    return CommentToken(f" # {text}\n{rest}", CommentMark(0))
 
 
-def _set_key(lines: list[str], key: str, block: list[str]) -> list[str]:
-    """Replace the top-level `key:` entry (its line and its list lines) with `block`, or add `block` after the
-    file's last attention line when the file has no such key."""
-    if any(x.startswith(key + ":") for x in lines):
-        return _replace_block(lines, key, block)
-    at = max((i + 1 for i, x in enumerate(lines) if x.startswith("attention_")),
-             default=next((i for i, x in enumerate(lines) if x.startswith("vector_tflops")), len(lines)))
-    return lines[:at] + block + lines[at:]
+def _comment_of(cm: CommentedMap, key: str) -> str:
+    """The end-of-line comment on `key`'s line, without its `#`; '' when it has none."""
+    tok = cm.ca.items.get(key, [None] * 4)[2]
+    if tok is None and isinstance(cm.get(key), (CommentedMap, CommentedSeq)) and cm[key].ca.comment:
+        tok = cm[key].ca.comment[0]
+    return tok.value.split("\n", 1)[0].strip().lstrip("#").strip() if tok is not None else ""
+
+
+def _set_comment(cm: CommentedMap, key: str, text: str) -> None:
+    """Put `# text` at the end of `key`'s line (a block collection's too: ruamel keeps that comment on the
+    key), replacing the comment there; comment lines below a scalar value stay."""
+    items = cm.ca.items.setdefault(key, [None] * 4)
+    old = items[2]
+    rest = old.value.split("\n", 1)[1] if old is not None and "\n" in old.value else ""
+    items[2] = _eol(text, rest)
+
+
+def _fixed(value: float, digits: int) -> ScalarFloat:
+    """`value` written with `digits` decimals (0.8500), as the fitted values of the system files are."""
+    text = f"{float(value):.{digits}f}"
+    return ScalarFloat(float(text), width=len(text), prec=text.index("."), m_sign=False, m_lead0=0)
+
+
+def _flow(value):
+    """`value` (lists, dicts, numbers) as ruamel flow-style collections."""
+    if isinstance(value, dict):
+        out = CommentedMap((k, _flow(v)) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        out = CommentedSeq(_flow(v) for v in value)
+    else:
+        return value
+    out.fa.set_flow_style()
+    return out
+
+
+def _table(points) -> CommentedSeq:
+    """An efficiency table as a block list of `[GFLOP, fraction]` flow pairs, whole sizes written as
+    integers."""
+    out = CommentedSeq(_flow([int(g) if float(g).is_integer() else g, v]) for g, v in points)
+    out.fa.set_block_style()
+    return out
+
+
+def _copied(value):
+    """A deep copy of a value of another file, its formatting kept and its own comments dropped."""
+    out = copy.deepcopy(value)
+    if isinstance(out, (CommentedMap, CommentedSeq)):
+        out.ca.comment = None
+        out.ca.items.clear()
+    return out
+
+
+def _set_key(doc: CommentedMap, key: str, value, comment: str) -> None:
+    """Set the top-level `key` to `value` with its line's comment; a key the file lacks goes after the file's
+    last attention key (before vector_tflops when it has none, else at the end)."""
+    if key not in doc:
+        keys = list(doc)
+        at = max((i + 1 for i, k in enumerate(keys) if k.startswith("attention_")),
+                 default=keys.index("vector_tflops") if "vector_tflops" in keys else len(keys))
+        doc.insert(at, key, value)
+    else:
+        doc[key] = value
+    _set_comment(doc, key, comment)
+
+
+def _load(path: Path) -> tuple[object, CommentedMap]:
+    rt = round_trip()
+    return rt, rt.load(path.read_text())
+
+
+def _dump(rt, doc: CommentedMap, path: Path) -> None:
+    with path.open("w") as f:
+        rt.dump(doc, f)
 
 
 def stacks_of(run_ids: list[str], stack_by_id: dict[str, str]) -> dict[str, int] | None:
@@ -261,61 +328,67 @@ def stacks_of(run_ids: list[str], stack_by_id: dict[str, str]) -> dict[str, int]
     return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def _stacks_line(stacks: dict[str, int]) -> list[str]:
-    return [f"  stacks: {{{', '.join(f'{s}: {n}' for s, n in stacks.items())}}}"] if stacks else []
+def _calibration(head: dict, runs: list[str], stacks: dict[str, int] | None, fitted: list[str],
+                 loo: list[tuple[str, object, str | None]], note: str) -> CommentedMap:
+    """A `calibration:` block: `head` entries, the runs (a block list), their stacks, the fitted fields, the
+    leave-one-out entries (key, value, its comment) and the note."""
+    cal = CommentedMap(head)
+    cal["runs"] = CommentedSeq(runs) if runs else _flow([])
+    if stacks:
+        cal["stacks"] = _flow(stacks)
+    cal["fitted"] = _flow([SingleQuotedScalarString(f) for f in fitted])
+    for key, value, comment in loo:
+        cal[key] = value
+        if comment:
+            _set_comment(cal, key, comment)
+    cal["note"] = DoubleQuotedScalarString(note)
+    return cal
 
 
 def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: float | None = None,
           stack_by_id: dict[str, str] | None = None) -> None:
-    lines = path.read_text().splitlines()
+    """Write the fitted values `x` into the system file at `path` (a ruamel.yaml round trip: every other value
+    and comment stays), each fitted line with a comment naming the fit, and rewrite its `calibration:`
+    block."""
+    rt, doc = _load(path)
     note = f"calibrated by scripts/calibrate.py on {len(run_ids)} runs (see calibration.runs)"
     fitted = []
     if "e1" in x or "level" in x:
         table = curve(x["e1"], x["e2"], x["e3"]) if "e1" in x else shaped(x["level"])
         how = "" if "e1" in x else f" as one level {x['level']:.4f} on the shape of {SHAPE['of']}'s curve"
-        lines = _replace_block(lines, "matrix_efficiency", [
-            f"matrix_efficiency:  # {note}{how}; [GFLOP per GEMM, fraction of peak]"]
-            + [f"  - [{p:g}, {v}]" for p, v in table])
+        _set_key(doc, "matrix_efficiency", _table(table), f"{note}{how}; [GFLOP per GEMM, fraction of peak]")
         fitted.append("matrix_efficiency")
     if "clock_scale" in x:
-        new = [f"clock_scale: {x['clock_scale']:.4f}  # {note}: the sustained clock against the datasheet's "
-               "(its power limit), on every compute peak"]
-        lines = _set_key(lines, "clock_scale", new)
+        _set_key(doc, "clock_scale", _fixed(x["clock_scale"], 4),
+                 f"{note}: the sustained clock against the datasheet's (its power limit), on every compute "
+                 "peak")
         fitted.append("clock_scale")
         if shape_as_is(x):
-            lines = _replace_block(lines, "matrix_efficiency", [
-                f"matrix_efficiency:  # {SHAPE['of']}'s curve as it is (same die; its clock is clock_scale); "
-                "[GFLOP per GEMM, fraction of peak]"] + [f"  - [{p:g}, {v}]" for p, v in SHAPE["curve"]])
+            _set_key(doc, "matrix_efficiency", _table(SHAPE["curve"]),
+                     f"{SHAPE['of']}'s curve as it is (same die; its clock is clock_scale); "
+                     "[GFLOP per GEMM, fraction of peak]")
     if "hbm_scale" in x:
-        t = hbm_table(x["hbm_scale"])
-        lines = _replace_block(lines, "hbm_efficiency", [
-            f"hbm_efficiency: {t}  # {note}: prior {HBM_PRIOR} x {x['hbm_scale']:.4f}"])
+        _set_key(doc, "hbm_efficiency", _flow(hbm_table(x["hbm_scale"])),
+                 f"{note}: prior {HBM_PRIOR} x {x['hbm_scale']:.4f}")
         fitted.append("hbm_efficiency")
     scales = {p: x[f"{p}_scale"] for p in SCALED if f"{p}_scale" in x}
     if scales:
         old_scale = validate_model(System, read_yaml(path)).matrix_efficiency_scale
-        merged = {**{str(k): v for k, v in old_scale.items()}, **scales}
-        body = ", ".join(f"{p}: {v:.4f}" for p, v in merged.items())
-        lines = _replace_block(lines, "matrix_efficiency_scale", [
-            f"matrix_efficiency_scale: {{{body}}}  # {note} of {runs_file} (each factor on its precision's runs)"])
+        merged = {**{str(k): _fixed(v, 4) for k, v in old_scale.items()},
+                  **{p: _fixed(v, 4) for p, v in scales.items()}}
+        _set_key(doc, "matrix_efficiency_scale", _flow(merged),
+                 f"{note} of {runs_file} (each factor on its precision's runs)")
         fitted.append("matrix_efficiency_scale")
-    if "attention_efficiency" in x:
-        lines = _replace_block(lines, "attention_efficiency",
-                               [f"attention_efficiency: {x['attention_efficiency']:.4f}  # {note}"])
-        fitted.append("attention_efficiency")
-    for key, fmt in (("attention_overhead_keys", ".0f"), ("attention_efficiency_fa2", ".4f"),
-                     ("attention_overhead_keys_triton", ".0f")):
+    for key, digits in (("attention_efficiency", 4), ("attention_overhead_keys", 0),
+                        ("attention_efficiency_fa2", 4), ("attention_overhead_keys_triton", 0)):
         if key in x:
-            lines = _set_key(lines, key, [f"{key}: {x[key]:{fmt}}  # {note}"])
+            _set_key(doc, key, round(float(x[key])) if digits == 0 else _fixed(x[key], digits), note)
             fitted.append(key)
-    eff_lines = [i for i, line in enumerate(lines) if re.match(r"^\s+efficiency:", line)]
-    net_start = next(i for i, line in enumerate(lines) if line.startswith("networks:"))
-    eff_lines = [i for i in eff_lines if i > net_start]
     for key, idx in (("net0_eff", 0), ("net1_eff", 1)):
-        if key in x and idx < len(eff_lines):
-            i = eff_lines[idx]
-            indent = lines[i][: lines[i].index("efficiency")]
-            lines[i] = f"{indent}efficiency: {x[key]:.4f}  # {note}"
+        if key in x and idx < len(doc["networks"]):
+            net = doc["networks"][idx]
+            net["efficiency"] = _fixed(x[key], 4)
+            _set_comment(net, "efficiency", note)
             fitted.append(f"networks[{idx}].efficiency")
     # a partial fit (some parameters) keeps the runs and fields fitted before; on a file a transfer just wrote, those
     # are the source's: the file then states its own runs and fields, on the source's tables (`shape_from`)
@@ -338,54 +411,57 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: floa
         if added is not None:
             both = {k: stacks.get(k, 0) + added.get(k, 0) for k in {**stacks, **added}}
             stacks = dict(sorted(both.items(), key=lambda kv: (-kv[1], kv[0])))
-    # a leave-one-out figure carried over from the file keeps its line (it names the command that measured it)
-    kept = [x for x in lines if x.startswith(("  loo_mape_pct:", "  loo_mape_pct_by_stack:"))] if old else []
-    loo_lines = [x for x in kept if x.startswith("  loo_mape_pct:")] if old and loo_pct == old.loo_mape_pct else []
-    cal = (["calibration:"] + ([f"  shape_from: {shape_from}"] if shape_from else []) + ["  runs:"]
-           + [f"    - {r}" for r in run_ids] + _stacks_line(stacks or {})
-           + ["  fitted: [" + ", ".join(f"'{f}'" for f in fitted) + "]"]
-           + (loo_lines or ([] if loo_pct is None else
-                            [f"  loo_mape_pct: {loo_pct:.2f}  # leave-one-out, scripts/calibrate.py --loo"]))
-           + [x for x in kept if x.startswith("  loo_mape_pct_by_stack:")]
-           + [
-              '  note: "fitted by scripts/calibrate.py (one parameter set for this GPU type, shared by every run on '
-              'it); every other value is a datasheet value or a documented prior"'])
-    lines = _replace_block(lines, "calibration", cal)
-    path.write_text("\n".join(lines) + "\n")
+    # a leave-one-out figure carried over from the file keeps its comment (the command that measured it)
+    file_cal = doc.get("calibration") or CommentedMap()
+    loo = []
+    if old is not None and loo_pct is not None and loo_pct == old.loo_mape_pct and "loo_mape_pct" in file_cal:
+        loo.append(("loo_mape_pct", file_cal["loo_mape_pct"], _comment_of(file_cal, "loo_mape_pct")))
+    elif loo_pct is not None:
+        loo.append(("loo_mape_pct", _fixed(loo_pct, 2), "leave-one-out, scripts/calibrate.py --loo"))
+    if old is not None and "loo_mape_pct_by_stack" in file_cal:
+        loo.append(("loo_mape_pct_by_stack", file_cal["loo_mape_pct_by_stack"],
+                    _comment_of(file_cal, "loo_mape_pct_by_stack")))
+    doc["calibration"] = _calibration(
+        {"shape_from": shape_from} if shape_from else {}, run_ids, stacks, fitted, loo,
+        "fitted by scripts/calibrate.py (one parameter set for this GPU type, shared by every run on it); "
+        "every other value is a datasheet value or a documented prior")
+    _dump(rt, doc, path)
     print(f"wrote {path}")
 
 
 def write_loo(path: Path, loo_pct: float, n: int, params: str, runs: list[str] | None = None,
               stack: str | None = None) -> None:
     """Set `calibration.loo_mape_pct` in the system file, nothing else; with `stack`, that stack's entry of
-    `calibration.loo_mape_pct_by_stack` instead (the other stacks' entries are kept). The line replaces the
-    file's own and goes at the end of the `calibration:` block."""
+    `calibration.loo_mape_pct_by_stack` instead (the other stacks' entries are kept). The entry replaces the
+    file's own and goes at the end of the `calibration:` block, its comment naming the command."""
     files = " ".join(Path(r).name for r in runs or [])
+    rt, doc = _load(path)
+    cal = doc["calibration"]
     if stack is not None:
         key = "loo_mape_pct_by_stack"
         old = validate_model(System, read_yaml(path)).calibration.loo_mape_pct_by_stack
-        body = ", ".join(f"{k}: {v:.2f}" for k, v in {**old, stack: round(loo_pct, 2)}.items())
+        value = _flow({k: _fixed(v, 2) for k, v in {**old, stack: loo_pct}.items()})
         how = (f"{n} runs held out whole (no fit used them)" if not params else f"leave-one-out over {n} runs")
-        line = (f"  {key}: {{{body}}}  # {stack}: {how}: "
-                f"scripts/calibrate.py {files} --stack {stack} --loo --params '{params}' --write-loo")
+        comment = (f"{stack}: {how}: scripts/calibrate.py {files} --stack {stack} --loo --params '{params}' "
+                   "--write-loo")
     else:
         key = "loo_mape_pct"
-        line = (f"  {key}: {loo_pct:.2f}  # leave-one-out over {n} runs: scripts/calibrate.py {files} "
-                f"--loo --params {params} --write-loo").replace("  --loo", " --loo")
-    lines = [x for x in path.read_text().splitlines() if not x.startswith(f"  {key}:")]
-    j = next(i for i, x in enumerate(lines) if x.startswith("calibration:")) + 1
-    while j < len(lines) and (lines[j].startswith("  ") or not lines[j].strip()):
-        j += 1
-    lines.insert(j, line)
-    path.write_text("\n".join(lines) + "\n")
+        value = _fixed(loo_pct, 2)
+        comment = (f"leave-one-out over {n} runs: scripts/calibrate.py {files} "
+                   f"--loo --params {params} --write-loo").replace("  --loo", " --loo")
+    if key in cal:
+        del cal[key]
+        cal.ca.items.pop(key, None)
+    cal[key] = value
+    _set_comment(cal, key, comment)
+    _dump(rt, doc, path)
     print(f"wrote calibration.{key}{'.' + stack if stack else ''} {loo_pct:.2f} into {path}")
 
 
-def _is_fitted(line: str) -> bool:
-    """True when the line's comment says the value was fitted here by this script ('calibrated by'),
-    not 'prior, not calibrated' nor itself a transfer."""
-    comment = line.split("#", 1)[1] if "#" in line else ""
-    return comment.strip().startswith("calibrated by")
+def _is_fitted(doc: CommentedMap, key: str) -> bool:
+    """True when `key`'s comment says the value was fitted here by this script ('calibrated by'), not 'prior,
+    not calibrated' nor itself a transfer."""
+    return _comment_of(doc, key).startswith("calibrated by")
 
 
 def transfer(src: str, targets: list[str], library: Path | None = None) -> int:
@@ -396,51 +472,32 @@ def transfer(src: str, targets: list[str], library: Path | None = None) -> int:
     if src_path is None:
         print(f"no system file '{src}'", file=sys.stderr)
         return 2
-    src_lines = src_path.read_text().splitlines()
+    _, src_doc = _load(src_path)
     src_cal = validate_model(System, read_yaml(src_path)).calibration
-
-    def block(key: str) -> list[str]:
-        out = []
-        for i, line in enumerate(src_lines):
-            if line.startswith(key + ":"):
-                out = [line]
-                for nxt in src_lines[i + 1:]:
-                    if nxt.startswith("  - "):
-                        out.append(nxt)
-                    else:
-                        break
-        return out
-
     for t in targets:
         path = find_in_library("system", t, library)
         if path is None:
             print(f"no system file '{t}'", file=sys.stderr)
             return 2
-        lines = path.read_text().splitlines()
+        rt, doc = _load(path)
         copied = []
         for key in ("matrix_efficiency", "matrix_efficiency_scale", "hbm_efficiency", "attention_efficiency",
                     "attention_overhead_keys", "attention_efficiency_fa2", "attention_overhead_keys_triton"):
-            b = block(key)
-            if not (b and _is_fitted(b[0])):
-                for i, line in enumerate(lines):  # an earlier transfer's wrong label on a prior: put it right
-                    if line.startswith(key + ":") and "# transferred from" in line:
-                        lines[i] = re.sub(r"#.*", f"# prior, not calibrated (not fitted on {src} either)", line)
+            if not (key in src_doc and _is_fitted(src_doc, key)):
+                if key in doc and _comment_of(doc, key).startswith("transferred from"):
+                    # an earlier transfer's wrong label on a prior: put it right
+                    _set_comment(doc, key, f"prior, not calibrated (not fitted on {src} either)")
                 continue
-            head = re.sub(r"#.*", f"# transferred from {src} (same GPU die; fitted there, see its calibration)",
-                          b[0])
-            lines = _set_key(lines, key, [head] + b[1:])
+            _set_key(doc, key, _copied(src_doc[key]),
+                     f"transferred from {src} (same GPU die; fitted there, see its calibration)")
             copied.append(key)
-        cal = (["calibration:", f"  transferred_from: {src}", "  runs:" + ("" if src_cal.runs else " []")]
-               + [f"    - {r}" for r in src_cal.runs] + _stacks_line(src_cal.stacks)
-               + ["  fitted: [" + ", ".join(f"'{f}'" for f in copied) + "]"]
-               + ([] if src_cal.loo_mape_pct is None else [f"  loo_mape_pct: {src_cal.loo_mape_pct:.2f}  # {src}'s"])
-               + ([] if not src_cal.loo_mape_pct_by_stack else [
-                   "  loo_mape_pct_by_stack: {"
-                   + ", ".join(f"{k}: {v:.2f}" for k, v in src_cal.loo_mape_pct_by_stack.items()) + f"}}  # {src}'s"])
-               + [f'  note: "transferred from {src} by scripts/calibrate.py --transfer (same GPU die): the fitted '
-                  f'fields listed were fitted on the runs of {src}; every other value is a datasheet value or a prior"'])
-        lines = _replace_block(lines, "calibration", cal)
-        path.write_text("\n".join(lines) + "\n")
+        loo = [(key, _copied(src_doc["calibration"][key]), f"{src}'s")
+               for key in ("loo_mape_pct", "loo_mape_pct_by_stack") if key in src_doc["calibration"]]
+        doc["calibration"] = _calibration(
+            {"transferred_from": src}, list(src_cal.runs), src_cal.stacks, copied, loo,
+            f"transferred from {src} by scripts/calibrate.py --transfer (same GPU die): the fitted fields "
+            f"listed were fitted on the runs of {src}; every other value is a datasheet value or a prior")
+        _dump(rt, doc, path)
         print(f"wrote {path} (copied: {', '.join(copied) or 'nothing fitted in ' + src})")
     return 0
 

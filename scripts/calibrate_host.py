@@ -8,8 +8,9 @@ token counts), so its forward takes at least the host time to issue it (`layer.M
 CUDA graphs replay: `layer.GRAPH_HOST_SHARE`). One parameter for the Megatron-Core stack, shared by every GPU
 (it is the host's work, not the GPU's), fitted on every Megatron-Core MoE run of the files by a grid search
 minimising the mean |error| of their step times with every system as calibrated (`grid_fit.best_row`); each
-run's leave-one-out error is always printed (`grid_fit.held_out`). `--write` sets `MOE_HOST_FW_S` in
-optimizer/model/layer.py. The systems' own fits (scripts/calibrate.py) come after this one, on the model with it.
+run's leave-one-out error is always printed (`grid_fit.held_out`). `--write` sets `moe_host_fw_s` (its value
+and the runs files) in optimizer/model/fitted.yaml, which `layer.MOE_HOST_FW_S` reads. The systems' own fits
+(scripts/calibrate.py) come after this one, on the model with it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import optimizer.model.layer as layer  # noqa: E402
-from grid_fit import best_row, held_out, set_constant  # noqa: E402
+from grid_fit import best_row, held_out, set_fitted  # noqa: E402
 from optimizer.errors import ParaplanError  # noqa: E402
 from optimizer.io.runs import load_runs, map_run, predict, run_target, stack_of  # noqa: E402
 
@@ -66,7 +67,7 @@ def error_table(runs: list[tuple[str, dict]]) -> tuple[list[str], np.ndarray]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("runs", nargs="+")
-    ap.add_argument("--write", action="store_true", help="set MOE_HOST_FW_S in optimizer/model/layer.py")
+    ap.add_argument("--write", action="store_true", help="set moe_host_fw_s in optimizer/model/fitted.yaml")
     args = ap.parse_args(argv)
     try:
         runs = moe_runs(args.runs)
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"MOE_HOST_FW_S {GRID_MS[b]:.2f} ms on {len(ids)} runs: MAPE {np.mean(np.abs(err[b])):.2f}% "
           f"(without the floor {np.mean(np.abs(err[0])):.2f}%); leave-one-out MAPE {np.mean(np.abs(held)):.2f}%")
     if args.write:
-        return set_constant(ROOT / "optimizer" / "model" / "layer.py", "MOE_HOST_FW_S", f"{GRID_MS[b] / 1e3:.2e}")
+        return set_fitted("moe_host_fw_s", round(float(GRID_MS[b]) * 1e-3, 6), " ".join(args.runs))
     return 0
 
 

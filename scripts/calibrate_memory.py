@@ -11,8 +11,9 @@ the runtime leaves it. One parameter, shared by every run, GPU and stack (they a
     reserved = min(allocated x (1 + ALLOCATOR_SLACK), hbm_gib - reserved_gib)
 
 It is fitted by a grid search minimising the mean |error| of the predicted peaks (`grid_fit.best_row`), and
-each run's leave-one-out error is always printed (`grid_fit.held_out`). `--write` sets `ALLOCATOR_SLACK` in
-optimizer/model/step.py. Runs without `measured.peak_memory_gib` are ignored; a run the model cannot express is reported, not fitted.
+each run's leave-one-out error is always printed (`grid_fit.held_out`). `--write` sets `allocator_slack_ratio`
+(its value and the runs files) in optimizer/model/fitted.yaml, which `step.ALLOCATOR_SLACK` reads. Runs
+without `measured.peak_memory_gib` are ignored; a run the model cannot express is reported, not fitted.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grid_fit import best_row, held_out, set_constant  # noqa: E402
+from grid_fit import best_row, held_out, set_fitted  # noqa: E402
 from optimizer.errors import ParaplanError  # noqa: E402
 from optimizer.io.runs import load_runs, map_run, predict  # noqa: E402
 
@@ -69,7 +70,8 @@ def error_table(rows) -> np.ndarray:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("runs", nargs="+")
-    ap.add_argument("--write", action="store_true", help="set ALLOCATOR_SLACK in optimizer/model/step.py")
+    ap.add_argument("--write", action="store_true",
+                    help="set allocator_slack_ratio in optimizer/model/fitted.yaml")
     args = ap.parse_args()
     rows = measured_runs(args.runs)
     if not rows:
@@ -83,7 +85,7 @@ def main() -> int:
     print(f"ALLOCATOR_SLACK {s:.3f} on {len(rows)} runs: MAPE {np.mean(np.abs(e)):.2f}%  max {np.max(np.abs(e)):.1f}%;"
           f" leave-one-out MAPE {np.mean(np.abs(held)):.2f}%  max {np.max(np.abs(held)):.1f}%")
     if args.write:
-        return set_constant(ROOT / "optimizer" / "model" / "step.py", "ALLOCATOR_SLACK", f"{s:.3f}")
+        return set_fitted("allocator_slack_ratio", round(s, 3), " ".join(args.runs))
     return 0
 
 

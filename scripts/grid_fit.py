@@ -1,15 +1,16 @@
 """One model-wide value fitted on a grid, as the calibration scripts that fit one do (calibrate_memory.py,
 calibrate_host.py; tests/helpers.grid_leave_one_out for a system's parameters): the grid row with the smallest
-mean |error|, each run's leave-one-out error on that rule, and writing the fitted constant into the model's
-source (`NAME = value` at the start of a line)."""
+mean |error|, each run's leave-one-out error on that rule, and writing the fitted value into the model's
+fitted-constants file (optimizer/model/fitted.yaml, read by optimizer/model/fitted.py) as YAML data."""
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
 import numpy as np
+
+FITTED_YAML = Path(__file__).resolve().parent.parent / "optimizer" / "model" / "fitted.yaml"
 
 
 def best_row(err: np.ndarray) -> int:
@@ -23,14 +24,32 @@ def held_out(err: np.ndarray) -> np.ndarray:
     return np.array([err[best_row(np.delete(err, j, axis=1)), j] for j in range(err.shape[1])])
 
 
-def set_constant(path: Path, name: str, value: str) -> int:
-    """Replace the one `name = <number>` line of `path` by `name = value`; 0, or 2 (with a message) when the
-    file has no such line or several."""
-    text = path.read_text()
-    new, n = re.subn(rf"^{re.escape(name)} = [0-9.eE+-]+", f"{name} = {value}", text, flags=re.M)
-    if n != 1:
-        print(f"{'no' if n == 0 else 'more than one'} {name} line in {path}", file=sys.stderr)
+def round_trip():
+    """A ruamel.yaml round-trip reader/writer laid out as the project's YAML files are (2-space mappings, list
+    items indented 2 under their key, long lines kept whole): loading and dumping a file unchanged gives it
+    back byte for byte, comments, order and flow style included."""
+    from ruamel.yaml import YAML  # script-only dependency (the `calibrate` extra)
+
+    rt = YAML(typ="rt")
+    rt.indent(mapping=2, sequence=4, offset=2)
+    rt.preserve_quotes = True
+    rt.width = 4096
+    return rt
+
+
+def set_fitted(name: str, value, data: str | None = None, path: Path = FITTED_YAML) -> int:
+    """Set the `value` (and, given, the `data` files) of entry `name` of the fitted-constants file
+    (optimizer/model/fitted.yaml) through a round-trip dump: every other line, comments included, stays as it
+    is. 0, or 2 (with a message) when the file has no such entry."""
+    rt = round_trip()
+    doc = rt.load(path.read_text())
+    if name not in (doc or {}):
+        print(f"no {name} entry in {path}", file=sys.stderr)
         return 2
-    path.write_text(new)
-    print(f"wrote {path}")
+    doc[name]["value"] = value
+    if data is not None:
+        doc[name]["data"] = data
+    with path.open("w") as f:
+        rt.dump(doc, f)
+    print(f"wrote {name} = {value} into {path}")
     return 0

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from optimizer.model.fitted import FITTED
 from optimizer.schema import Precision, ProcessingMode, System
 
 # Bytes per GEMM-operand element, block scales included: MXFP8 1 byte + one 1-byte E8M0 scale per 32 elements
@@ -39,7 +40,7 @@ CAST_COPIES = {Precision.MXFP8: 2.0, Precision.NVFP4: 2.0}
 # pre-quantised, 6.812 ms per-tensor FP8 against 7.161 ms MXFP8 (forward 0.91, data gradient 0.97, weight gradient
 # 0.97); `scripts/bench_kernels.py` derives it from that file (`block_scaled_kernel`). Applied on top of a system's
 # FP8 efficiency (`System.efficiency_scale`); the factor is NVIDIA's kernels' (MI355X's MXFP8 is a prior).
-BLOCK_SCALED_KERNEL = {Precision.MXFP8: 0.951}
+BLOCK_SCALED_KERNEL = {Precision.MXFP8: FITTED.mxfp8_kernel_ratio}
 # Precisions whose GEMM operands are quantised from 16-bit activations by cast kernels (Transformer Engine);
 # attention, element-wise ops and activations between ops stay 16-bit.
 QUANTIZED = frozenset({Precision.FP8, Precision.FP8_CURRENT, Precision.FP8_BLOCK, Precision.MXFP8, Precision.NVFP4})

@@ -37,6 +37,7 @@ from ..schema.common import RECOMPUTE_BITS, RecomputeModule
 from ..schema.stack import Stack
 from .hardware import (BYTES, CAST_COPIES, CAST_READS, QUANTIZED, Hardware, Tiers, a2a_time,
                        collective_time, tier_of)
+from .fitted import FITTED
 from .knobs import Knobs
 from .params import attention_params
 
@@ -48,7 +49,7 @@ from .params import attention_params
 # dispatcher's preprocessing, taken as half of the layer's host work (those modules against the dispatch, experts
 # and combine they leave eager, by a reading of Megatron-Core's MoE layer: an estimate, neither counted kernel by
 # kernel nor fitted); full graphs replay everything.
-MOE_HOST_FW_S = 5.00e-03
+MOE_HOST_FW_S = FITTED.moe_host_fw_s
 GRAPH_HOST_SHARE = np.array([1.0, 0.5, 0.0])
 
 
@@ -247,7 +248,7 @@ def _elementwise(hw: Hardware, n, flops_per, bytes_per, passes):
 # widths, 2 and 16 local experts; at 16384 rows over 16 experts the biases' 64 small kernels take longer still,
 # host-bound: the eager MoE host floor's part). `python scripts/bench_kernels.py --measurements
 # problems/measurements/h200-expert-eager.json --system h200-sxm-141gb` prints these values from the file.
-EAGER_EXPERT_MEASURED = {"clamp": (2.09, 3.34), "bias": (1.74, 3.06)}
+EAGER_EXPERT_MEASURED = {"clamp": FITTED.eager_expert_clamp_ratio, "bias": FITTED.eager_expert_bias_ratio}
 
 
 def clamp_passes(hw: Hardware, n_up, e):

@@ -29,6 +29,7 @@ import numpy as np
 
 from optimizer.schema import Precision, Problem
 from optimizer.schema.stack import Stack, fsdp_copy_bytes, zero2_regathers
+from optimizer.model.fitted import FITTED
 from optimizer.model.hardware import Hardware, Tiers, collective_time, tier_of
 from optimizer.model.knobs import Knobs
 from optimizer.model.compose import activations as compose_activations
@@ -38,8 +39,8 @@ from optimizer.model.layer import BlockCost, Ctx, block_cost, kv_per_rank
 from optimizer.model.params import attention_params, count, mlp_matrices, model_flops_per_token
 
 GIB = 2.0**30
-ALLOCATOR_SLACK = 0.105  # PyTorch caching allocator: reserved / allocated - 1 at the peak; fitted by
-# scripts/calibrate_memory.py on the 20 published runs with a measured peak (torch.cuda max reserved)
+ALLOCATOR_SLACK = FITTED.allocator_slack_ratio  # PyTorch caching allocator: reserved / allocated - 1 at the
+# peak; fitted by scripts/calibrate_memory.py on the published runs with a measured peak (fitted.yaml)
 
 
 def make_ctx(problem: Problem) -> Ctx:
