@@ -46,10 +46,10 @@ def test_points_cross_and_each_row_is_its_solve(tmp_path):
                                                   rel=1e-12)
 
 
-def test_bad_point_is_an_error_row_and_bad_study_exit_two(tmp_path, capsys):
+def test_bad_point_is_an_error_row_and_exit_two(tmp_path, capsys):
     s = write(tmp_path, "  num_gpus: [8, -1]\n")
     out = tmp_path / "t.csv"
-    assert main(["study", str(s), "-o", str(out), "--workers", "1"]) == 0
+    assert main(["study", str(s), "-o", str(out), "--workers", "1"]) == 2  # a failed point: the table is written
     r = rows(out)
     assert r[0]["status"] == "optimal" and r[1]["status"] == "error" and "num_gpus" in r[1]["reason"]
     bad = tmp_path / "bad.yaml"

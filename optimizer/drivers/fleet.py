@@ -60,6 +60,7 @@ class FleetResult:
     seconds: float
     explanation: list[str] = field(default_factory=list)
     bound: float | None = None
+    problem: FleetProblem | None = None  # the fleet problem solved
 
 
 def sub_problem(fp: FleetProblem, job, t, nodes: int) -> Problem:
@@ -175,7 +176,7 @@ def fleet(fp: FleetProblem, time_limit_s: float = 60.0, rates: list[Rate] | None
     P = fp.fleet.periods
     if r["objective"] is None:
         return FleetResult("infeasible", fp.fleet.goal.value, None, {}, [], {}, rates, time.perf_counter() - t0,
-                           explain(fp, rates, time_limit_s))
+                           explain(fp, rates, time_limit_s), problem=fp)
     v = r["by_name"]
     buy = {t.name: [int(round(v.get(f"buy[{t.name},{q}]", 0.0))) for q in range(1, P + 1)] for t in fp.node_types}
     sched, trained = [], {j.name: 0.0 for j in fp.jobs}
@@ -192,7 +193,7 @@ def fleet(fp: FleetProblem, time_limit_s: float = 60.0, rates: list[Rate] | None
     cost = sum(types[t].node_usd * n for t, ns in buy.items() for n in ns)
     status = "optimal" if r["status"] == "Optimal" else "feasible"
     return FleetResult(status, fp.fleet.goal.value, cost, buy, sched, trained, rates, time.perf_counter() - t0,
-                       bound=r["bound"])
+                       bound=r["bound"], problem=fp)
 
 
 def explain(fp: FleetProblem, rates: list[Rate], time_limit_s: float) -> list[str]:
@@ -229,57 +230,3 @@ def explain(fp: FleetProblem, rates: list[Rate], time_limit_s: float) -> list[st
     return out or ["infeasible (limits interact: no single deadline or the budget explains it)"]
 
 
-def result_dict(r: FleetResult) -> dict:
-    return {"status": r.status, "goal": r.goal, "cost_usd": r.cost_usd, "solve_time_s": r.seconds,
-            "buy_nodes": r.buy, "schedule": r.schedule, "trained_tokens": r.trained,
-            "throughput_table": [vars(x) for x in r.rates], "explanation": r.explanation}
-
-
-def render(fp: FleetProblem, r: FleetResult) -> str:
-    out = [f"paraplan fleet: {r.status} (goal {r.goal}); {len(r.rates)} (job, type, size) plans proven by "
-           f"CP-SAT; solved in {r.seconds:.2f} s"]
-    if r.status == "infeasible":
-        out += [f"  {e}" for e in r.explanation]
-        return "\n".join(out)
-    out.append(f"cost ${r.cost_usd:,.0f}" + (f" of a ${fp.fleet.budget_usd:,.0f} budget" if fp.fleet.budget_usd
-                                              else ""))
-    out.append("")
-    out.append("purchase (nodes bought at the start of each period):")
-    out.append(f"  {'type':18}" + "".join(f"{'P' + str(q):>7}" for q in range(1, fp.fleet.periods + 1)))
-    for t, ns in r.buy.items():
-        if any(ns):
-            out.append(f"  {t:18}" + "".join(f"{n:>7}" for n in ns))
-    out += ["", "schedule:", f"  {'job':16} {'period':>6} {'type':18} {'nodes':>6} {'step s':>8} {'tokens (B)':>11}"]
-    for s in r.schedule:
-        out.append(f"  {s['job']:16} {s['period']:>6} {s['node_type']:18} {s['nodes']:>6} {s['step_time_s']:8.3f} "
-                   f"{s['tokens'] / 1e9:11.1f}")
-    out += ["", "trained by the deadline (B tokens):"]
-    for j in fp.jobs:
-        out.append(f"  {j.name:16} {r.trained[j.name] / 1e9:10.1f} of {j.training.tokens / 1e9:,.1f}")
-    return "\n".join(out)
-
-
-def plot_gantt(fp: FleetProblem, r: FleetResult, path: str) -> None:
-    """Gantt chart: one row per job, one bar per period it runs, labelled with type x nodes."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    jobs = [j.name for j in fp.jobs]
-    colors = {t.name: f"C{i}" for i, t in enumerate(fp.node_types)}
-    fig, ax = plt.subplots(figsize=(2 + 1.6 * fp.fleet.periods, 1 + 0.6 * len(jobs)))
-    for s in r.schedule:
-        y = jobs.index(s["job"])
-        ax.barh(y, 1.0, left=s["period"] - 1, color=colors[s["node_type"]], edgecolor="black")
-        ax.text(s["period"] - 0.5, y, f"{s['node_type']}\nx{s['nodes']}", ha="center", va="center", fontsize=7)
-    for j in fp.jobs:
-        if j.deadline_period:
-            ax.plot([j.deadline_period] * 2, [jobs.index(j.name) - 0.45, jobs.index(j.name) + 0.45], "r-")
-    ax.set_yticks(range(len(jobs)), jobs)
-    ax.set_xticks(range(fp.fleet.periods + 1))
-    ax.set_xlabel(f"period ({fp.fleet.period_days:g} days); red: deadline")
-    ax.set_title(f"{fp.name or 'fleet'}: cost ${(r.cost_usd or 0) / 1e6:,.1f}M")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

@@ -18,12 +18,34 @@ import itertools
 import json
 import os
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from optimizer.errors import Infeasible, ParaplanError, ProblemError
+from optimizer.errors import Infeasible, ParaplanError, ProblemError, TimeLimit
 
 REF_KINDS = {"llm": "llm", "system": "system"}
+
+
+@dataclass
+class StudyResult:
+    """The rows of a study's points in order (`run_point`); a point's `status` is its solve's (optimal,
+    feasible), its check's (fits, does not fit), `infeasible` (proven: an answer), `time_limit` (no plan by the
+    limit, exit 4's meaning) or `error` (its values make an invalid problem, exit 2's meaning)."""
+
+    study: object  # optimizer.schema.study.Study
+    rows: list[dict]
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.rows:
+            out[r["status"]] = out.get(r["status"], 0) + 1
+        return out
+
+    def exit_code(self) -> int:
+        """2 when a point is an `error`, else 4 when a point passed its time limit without a plan, else 0."""
+        statuses = {r["status"] for r in self.rows}
+        return 2 if "error" in statuses else 4 if "time_limit" in statuses else 0
 
 
 def load_study(path: str | Path):
@@ -131,6 +153,8 @@ def run_point(args: tuple) -> dict[str, Any]:
             row |= plan_row(plan.evaluation)
     except Infeasible as e:
         row |= {"status": "infeasible", "reason": str(e.reason)}
+    except TimeLimit as e:
+        row |= {"status": "time_limit", "reason": str(e).replace("\n", "; ")}
     except ParaplanError as e:
         row |= {"status": "error", "reason": str(e).replace("\n", "; ")}
     return row  # no wall-clock column: a resumed study's table equals an uninterrupted one's
@@ -158,11 +182,10 @@ class Journal:
 
 
 def run_study(path: str | Path, output: str | Path, workers: int | None = None, ray_address: str | None = None,
-              use_ray: bool = False) -> list[dict]:
-    """Run (or resume) a study; returns the rows in point order and writes `output` (CSV, and Parquet next to it
-    when pyarrow is installed)."""
+              use_ray: bool = False) -> StudyResult:
+    """Run (or resume) a study; returns its rows in point order. Finished points are journalled in
+    `<output>.journal.jsonl` (the table itself is written by the caller: `optimizer.report.output`)."""
     from optimizer.progress import progress
-    from optimizer.report.table import to_csv
 
     study, base, near = load_study(path)
     pts = points(study)
@@ -191,18 +214,7 @@ def run_study(path: str | Path, output: str | Path, workers: int | None = None, 
             for t in todo:
                 journal.add(run_point(t))
                 step()
-    rows = [journal.rows[i] for i in range(len(pts))]
-    out.write_text(to_csv(rows))
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        cols = list(dict.fromkeys(c for r in rows for c in r))
-        table = pa.table({c: [None if r.get(c) is None else str(r.get(c)) for r in rows] for c in cols})
-        pq.write_table(table, out.with_suffix(".parquet"))
-    except ImportError:
-        pass
-    return rows
+    return StudyResult(study, [journal.rows[i] for i in range(len(pts))])
 
 
 def _run_ray(todo: list, journal: Journal, step, address: str | None, workers: int | None) -> None:
@@ -235,84 +247,3 @@ def _run_ray(todo: list, journal: Journal, step, address: str | None, workers: i
             ray.shutdown()
 
 
-def plot_study(rows: list[dict], study, folder: str | Path) -> list[str]:
-    """Line plot over the first axis (step time and MFU), heatmap over the first two (step time), stacked
-    breakdown of step time per point; PNG files in `folder`, their paths returned."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from optimizer.report.text import TIME_PARTS
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    keys = list(study.axes)
-    ok = [r for r in rows if r.get("step_time_s") not in (None, "")]
-    files = []
-    k0 = f"axis.{keys[0]}"
-    numeric = all(isinstance(r.get(k0), (int, float)) for r in ok)
-    if ok and (len(keys) == 1 or study.mode.value == "zip"):
-        fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=130)
-        xs = [r[k0] if numeric else i for i, r in enumerate(ok)]
-        ax.plot(xs, [r["step_time_s"] for r in ok], ".-", color="tab:blue", label="step time, s")
-        ax.set_xlabel(keys[0])
-        ax.set_ylabel("step time, s")
-        ax2 = ax.twinx()
-        ax2.plot(xs, [100 * r["mfu"] for r in ok], ".-", color="tab:orange", label="MFU, %")
-        ax2.set_ylabel("MFU, %")
-        fig.legend(loc="upper right", fontsize=7)
-        ax.grid(True, alpha=0.3)
-        ax.set_title(study.name or "study", fontsize=9)
-        fig.tight_layout()
-        files.append(str(folder / "line.png"))
-        fig.savefig(files[-1])
-        plt.close(fig)
-    if ok and len(keys) >= 2 and study.mode.value == "cross":
-        k1 = f"axis.{keys[1]}"
-        def order(vals):
-            vals = set(vals)
-            num = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals)
-            return sorted(vals, key=(lambda v: v) if num else str)
-
-        xv = order(r[k0] for r in rows)
-        yv = order(r[k1] for r in rows)
-        import numpy as np
-
-        z = np.full((len(yv), len(xv)), np.nan)
-        for r in ok:
-            z[yv.index(r[k1]), xv.index(r[k0])] = r["step_time_s"]
-        fig, ax = plt.subplots(figsize=(1.6 + 0.7 * len(xv), 1.4 + 0.5 * len(yv)), dpi=130)
-        im = ax.imshow(z, cmap="viridis_r", aspect="auto")
-        ax.set_xticks(range(len(xv)), [str(v) for v in xv], fontsize=7)
-        ax.set_yticks(range(len(yv)), [str(v) for v in yv], fontsize=7)
-        ax.set_xlabel(keys[0])
-        ax.set_ylabel(keys[1])
-        for (yi, xi), v in np.ndenumerate(z):
-            if v == v:
-                ax.text(xi, yi, f"{v:.3g}", ha="center", va="center", fontsize=6, color="white")
-        fig.colorbar(im, ax=ax, label="step time, s")
-        ax.set_title(f"{study.name or 'study'}: step time (blank: nothing fits)", fontsize=8)
-        fig.tight_layout()
-        files.append(str(folder / "heatmap.png"))
-        fig.savefig(files[-1])
-        plt.close(fig)
-    if ok and len(ok) <= 64:
-        fig, ax = plt.subplots(figsize=(8, 1.6 + 0.3 * len(ok)), dpi=130)
-        left = [0.0] * len(ok)
-        cmap = plt.get_cmap("tab20")
-        for j, (name, key) in enumerate(TIME_PARTS):
-            vals = [float(r.get(f"time_s.{key}") or 0.0) for r in ok]
-            if any(vals):
-                ax.barh(range(len(ok)), vals, left=left, color=cmap(j % 20), label=name)
-                left = [a + b for a, b in zip(left, vals)]
-        ax.set_yticks(range(len(ok)), [", ".join(f"{k}={r[f'axis.{k}']}" for k in keys) for r in ok], fontsize=6)
-        ax.invert_yaxis()
-        ax.set_xlabel("step time, s")
-        ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncols=4, frameon=False)
-        ax.set_title(f"{study.name or 'study'}: step time by part", fontsize=9)
-        fig.tight_layout()
-        files.append(str(folder / "breakdown.png"))
-        fig.savefig(files[-1])
-        plt.close(fig)
-    return files

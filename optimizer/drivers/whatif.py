@@ -59,12 +59,13 @@ def levers(problem: Problem, pct: float) -> list[Lever]:
     return out
 
 
-def whatif(problem: Problem, pct: float = 20.0, top: int = 10, band: float = 0.1) -> dict:
-    """{"base_step_s", "levers": [{name, step_s, saved_s, saved_pct}], "robust": {...}} (see module docstring)."""
+def whatif(problem: Problem, pct: float = 20.0, top: int = 10, band: float = 0.1, time_limit_s: float = 60.0) -> dict:
+    """{"base_step_s", "levers": [{name, step_s, saved_s, saved_pct}], "robust": {...}} (see module docstring);
+    `time_limit_s`: of each solve."""
     from optimizer.progress import progress
     from optimizer.drivers.solve import solve
 
-    base = solve(problem, top=top)
+    base = solve(problem, top=top, time_limit_s=time_limit_s)
     t0 = base.plans[0].evaluation.result["step_time"]
     rows = []
     lv = levers(problem, pct)
@@ -72,13 +73,13 @@ def whatif(problem: Problem, pct: float = 20.0, top: int = 10, band: float = 0.1
         for lever in lv:
             step()
             try:
-                t = solve(lever.problem).plans[0].evaluation.result["step_time"]
+                t = solve(lever.problem, time_limit_s=time_limit_s).plans[0].evaluation.result["step_time"]
             except Infeasible:
                 t = None
             rows.append({"name": lever.name, "step_s": t, "saved_s": None if t is None else t0 - t,
                          "saved_pct": None if t is None else 100 * (t0 - t) / t0})
     rows.sort(key=lambda r: -(r["saved_s"] or 0))
-    return {"base_step_s": t0, "pct": pct, "levers": rows, "robust": robust(problem, base, band)}
+    return {"base_step_s": t0, "pct": pct, "levers": rows, "robust": robust(problem, base, band, time_limit_s)}
 
 
 def _corner(problem: Problem, g: float, h: float, n: float) -> Problem:
@@ -90,7 +91,7 @@ def _corner(problem: Problem, g: float, h: float, n: float) -> Problem:
         "hbm_efficiency": _scale_table(s.hbm_efficiency, h), "networks": nets})})
 
 
-def robust(problem: Problem, base, band: float) -> dict:
+def robust(problem: Problem, base, band: float, time_limit_s: float = 60.0) -> dict:
     """The plan best in the worst case over the efficiency bands, and the optimum's regret (module docstring)."""
     from optimizer.drivers.evaluate import evaluate_execution
     from optimizer.drivers.solve import solve
@@ -103,7 +104,7 @@ def robust(problem: Problem, base, band: float) -> dict:
         worst_low &= ts[0] >= max(ts) * (1 - 1e-12)
     nominal = base.plans[0].evaluation.execution
     nominal_worst = evaluate_execution(low, nominal).result["step_time"]
-    r = solve(low)
+    r = solve(low, time_limit_s=time_limit_s)
     ex = r.plans[0].evaluation.execution
     robust_worst = r.plans[0].evaluation.result["step_time"]
     same = ex == nominal or robust_worst >= nominal_worst * (1 - 1e-9)
@@ -114,36 +115,3 @@ def robust(problem: Problem, base, band: float) -> dict:
             "robust_nominal_s": evaluate_execution(problem, nominal if same else ex).result["step_time"]}
 
 
-def render(problem: Problem, r: dict) -> str:
-    out = [f"paraplan whatif: {problem.name or problem.llm.name}: fastest step {r['base_step_s']:.4g} s; each "
-           f"resource +{r['pct']:g}% (a solve each):"]
-    for x in r["levers"]:
-        v = "nothing fits" if x["step_s"] is None else f"{x['step_s']:.4g} s  saves {x['saved_pct']:5.1f}%"
-        out.append(f"  {x['name']:40s} {v}")
-    rb = r["robust"]
-    out.append(f"robustness, efficiencies +-{100 * rb['band']:g}% (best worst case over the whole space, {rb['status']}): "
-               f"the optimum's worst "
-               f"case {rb['nominal_worst_s']:.4g} s; " + ("it is also the robust choice" if rb["robust_is_nominal"] else
-               f"robust choice worst case {rb['robust_worst_s']:.4g} s (nominal {rb['robust_nominal_s']:.4g} s), the "
-               f"optimum's regret {rb['regret_s']:.4g} s"))
-    return "\n".join(out)
-
-
-def plot_tornado(r: dict, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = [x for x in r["levers"] if x["saved_pct"] is not None][::-1]
-    fig, ax = plt.subplots(figsize=(7, 1.2 + 0.35 * len(rows)), dpi=130)
-    ax.barh([x["name"] for x in rows], [x["saved_pct"] for x in rows],
-            color=["tab:green" if x["saved_pct"] >= 0 else "tab:red" for x in rows])
-    ax.axvline(0, color="0.3", lw=0.8)
-    ax.set_xlabel(f"step time saved by +{r['pct']:g}% of the resource, %")
-    ax.tick_params(axis="y", labelsize=7)
-    ax.grid(True, axis="x", alpha=0.3)
-    ax.set_title("what each resource is worth", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)

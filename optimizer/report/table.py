@@ -20,6 +20,11 @@ def _flat(prefix: str, d: dict) -> dict[str, Any]:
     return out
 
 
+def flat(d: dict) -> dict[str, Any]:
+    """A nested dict as one flat row: keys joined by dots, lists left out."""
+    return _flat("", d)
+
+
 def row(ev: Any, **extra) -> dict[str, Any]:
     """One flat row of an evaluation: execution.*, step_time_s, time_s.*, memory_gib.*, mfu, hfu, ..."""
     d = evaluation_dict(ev)
