@@ -272,9 +272,9 @@ def _model_of(run: dict, year: int | None, out: Mapped) -> LLM:
 
 
 def _precision_of(run: dict, year: int | None, notes: str, out: Mapped) -> str:
-    """The training precision: the run's, 16-bit null as fp16 up to 2022 and bf16 after; FP8 with per-tensor
-    current scaling when the notes name it (Transformer Engine's Float8CurrentScaling: an amax pass before each
-    cast)."""
+    """The training precision: the run's, 16-bit null as fp16 up to 2022 and bf16 after; FP8 with
+    per-tensor current scaling when the notes name it (Transformer Engine's Float8CurrentScaling: an amax pass
+    before each cast)."""
     prec = run["parallel"].get("precision")
     if prec is None:
         prec = "fp16" if year is not None and year <= 2022 else "bf16"
@@ -287,9 +287,9 @@ def _precision_of(run: dict, year: int | None, notes: str, out: Mapped) -> str:
 
 def _attention(run: dict, stack: str, notes: str, flash: bool, out: Mapped) -> str:
     """The attention kernel: materialised (`standard`) or FlashAttention; its Triton kernel when the notes say
-    attn_impl triton or the run is from llm-foundry's benchmark tables (whose script defaults to it);
-    FlashAttention-2 when the notes name it or under torchtitan (PyTorch SDPA's flash backend), unless the notes
-    name cuDNN or FA3."""
+    attn_impl triton or the run is from llm-foundry's benchmark tables (measured with submit_benchmarks.py,
+    whose attn_impl default is triton); FlashAttention-2 when the notes name it or under torchtitan (PyTorch
+    SDPA's flash backend), unless the notes name cuDNN or FA3."""
     attention = "flash" if flash else "standard"
     bench = "llm-foundry scripts/train/benchmarking" in str(run.get("source") or "")
     if flash and ("attn_impl triton" in notes or bench):
@@ -307,8 +307,8 @@ def _attention(run: dict, stack: str, notes: str, flash: bool, out: Mapped) -> s
 
 def _kernel_knobs(run: dict, llm: LLM, year: int | None, stack: str, notes: str, flash: bool,
                   out: Mapped) -> dict[str, Any]:
-    """The fixed parallel degrees and kernel knobs: attention (`_attention`), fused element-wise kernels unless
-    the notes say eager, an unfused fp32 loss when they say not compiled, and torchtitan's K/V repeat for GQA
+    """The fixed parallel degrees and kernel knobs: attention (`_attention`), fused element-wise kernels
+    unless the notes say eager, an unfused fp32 loss when they say not compiled, and torchtitan's K/V repeat for GQA
     before `FEATURE_YEAR['gqa_without_kv_repeat']`."""
     par = run["parallel"]
     eager = "eager" in notes
@@ -471,8 +471,8 @@ def _overlap_knobs(run: dict, year: int | None, notes: str, fixed: dict, free: d
 
 
 def _grad_precision(run: dict, precision: str, notes: str, out: Mapped) -> str:
-    """The precision gradients are accumulated and reduced in: fp16 with fp16, else fp32 (Megatron's main_grad,
-    FSDP's reduce dtype); bf16 for the NeMo / Megatron-Bridge performance tables (their recipes set
+    """The precision gradients are accumulated and reduced in: fp16 with fp16, else fp32 (Megatron's
+    main_grad, FSDP's reduce dtype); bf16 for the NeMo / Megatron-Bridge performance tables (their recipes set
     grad_reduce_in_fp32 = False) and for bf16 runs whose notes say so (e.g. FSDP mixed_precision PURE)."""
     grad = "fp16" if precision == "fp16" else "fp32"
     if "performance summary" in str(run.get("source") or "").lower() and precision != "fp16":
@@ -487,8 +487,8 @@ def _grad_precision(run: dict, precision: str, notes: str, out: Mapped) -> str:
 
 def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     """Turn one calibration record into a problem (or a reason to skip it): the fixed execution knobs go into
-    the problem, the ones left to choose into `Mapped.free`, every assumption into `Mapped.assumptions` (module
-    docstring), in the order system, era, model, precision, kernels, notes, batch and pipeline, memory,
+    the problem, the ones left to choose into `Mapped.free`, every assumption into `Mapped.assumptions`
+    (module docstring), in the order system, era, model, precision, kernels, notes, batch and pipeline, memory,
     overlap, gradient precision."""
     out = Mapped(run)
     system = _system_of(run, systems, out)
@@ -508,7 +508,8 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     _memory_knobs(run, year, notes, fixed, free, out)
     _overlap_knobs(run, year, notes, fixed, free, out)
     grad = _grad_precision(run, precision, notes, out)
-    training = Training(global_batch=run["parallel"]["global_batch"], precision=precision, grad_precision=grad)
+    B = run["parallel"]["global_batch"]
+    training = Training(global_batch=B, precision=precision, grad_precision=grad)
     try:
         # a measured run ran: it fits if it fits the physical HBM (no planning headroom)
         out.problem = Problem(name=run["id"], llm=llm, system=system, num_gpus=run["hardware"]["num_gpus"],
