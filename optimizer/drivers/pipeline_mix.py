@@ -182,27 +182,14 @@ def _solution(offers, plan: MixPlan, status: str, models: int, t0: float, joinin
     return MixSolution(plan, res, status, models, time.perf_counter() - t0, nodes, cost, power)
 
 
-def solve_pipeline_mix(offers: list[TypeOffer], groups: int = 2, budget_usd: float | None = None,
-                       power_kw: float | None = None, joining=None, time_limit_s: float = 60.0,
-                       step=None) -> MixSolution | None:
-    """The fastest heterogeneous pipeline of `groups` positions over the offered types (None: none fits)."""
-    from ortools.sat.python import cp_model
-
-    from formulations.pipeline_mix import NS, Position, build
-
-    t0 = time.perf_counter()
-    G = groups
-    if len(offers) < G:
-        return None
-    jt = [join_network(o.problem, joining) for o in offers]
+def _bounded_outer(offers: list[TypeOffer], G: int) -> list[tuple[float, int, int, int]]:
+    """(lower bound s, d, b, n_mb) for every (d, b) of `outer` that G positions can fill, fastest bound first.
+    The bound comes from the per-layer times alone (every type, tp and recomputation: a superset of the rows,
+    so it holds): each micro-batch needs >= L*min(tau*tp) GPU-seconds from at most N/d GPUs per replica
+    pipeline in the steady state, and fill and drain pass every layer once."""
     B = offers[0].problem.training.global_batch
     L = offers[0].problem.llm.layers
-    best, best_ns, status, models = None, None, "optimal", 0
-    deadline = t0 + time_limit_s
     N = sum(o.max_gpus for o in offers)
-    # a lower bound per (d, b) from the per-layer times alone (every type, tp and recomputation: a superset of
-    # the rows, so the bound holds): each micro-batch needs >= L*min(tau*tp) GPU-seconds from at most N/d GPUs
-    # per replica pipeline in the steady state, and fill and drain pass every layer once
     prepared = []
     for d, b in outer(offers, G):
         n_mb = B // (d * b)
@@ -222,7 +209,88 @@ def solve_pipeline_mix(offers: list[TypeOffer], groups: int = 2, budget_usd: flo
         lb = (n_mb - 1) * L * np.concatenate(gpu_taus).min() * d / N + L * np.concatenate(taus).min()
         prepared.append((float(lb), d, b, n_mb))
     prepared.sort(key=lambda x: x[0])
-    for lb, d, b, n_mb in prepared:
+    return prepared
+
+
+def _positions(offers: list[TypeOffer], G: int, d: int, b: int, n_mb: int,
+               jt: list) -> tuple[list, list] | None:
+    """The CP-SAT tables of the G positions at (d, b) (`formulations.pipeline_mix.Position`, every offered
+    type's candidates stacked) and, per position, the (type id, float candidates) they were stacked from;
+    None when a position has no candidate."""
+    from formulations.pipeline_mix import Position
+
+    pos, raw = [], []
+    for g in range(G):
+        cols, rw = [], []
+        for tid, o in enumerate(offers):
+            c = candidates(o, g, G, d, b, jt)
+            if c is None or len(c["tp"]) == 0:
+                continue
+            cols.append(_ints(c, tid, o, role_of(g, G), n_mb))
+            rw.append((tid, c))
+        if not cols:
+            return None
+        pos.append(Position({k: np.concatenate([x[k] for x in cols]) for k in cols[0]}))
+        raw.append(rw)
+    return pos, raw
+
+
+def _solve_position_model(pos: list, L: int, n_mb: int, budget_usd: float | None, power_kw: float | None,
+                          best_ns: int | None, deadline: float) -> tuple[tuple[list[int], int] | None, bool]:
+    """Build and solve one CP-SAT model (`formulations.pipeline_mix.build`), cut below the incumbent
+    `best_ns` (ns) and stopped at `deadline` (perf_counter s). Returns ((chosen row per position, step ns) or
+    None, proven): proven is False when the solver stopped before proving its answer (unknown, or feasible
+    only)."""
+    from ortools.sat.python import cp_model
+
+    from formulations.pipeline_mix import build
+
+    m = cp_model.CpModel()
+    budget = None if budget_usd is None else int(math.floor(budget_usd + 1e-6))
+    power = None if power_kw is None else int(math.floor(1000 * power_kw + 1e-6))
+    pv = build(m, pos, L, n_mb, budget, power, upper=None if best_ns is None else best_ns - 1)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(1.0, deadline - time.perf_counter())
+    solver.parameters.num_workers = min(8, os.cpu_count() or 1)  # CP-SAT's portfolio on every core
+    st = solver.Solve(m)
+    if st == cp_model.UNKNOWN:
+        return None, False
+    if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None, True
+    return (pv.extract(solver), solver.Value(pv.objective)), st == cp_model.OPTIMAL
+
+
+def _picks(rows: list[int], raw: list) -> list[tuple[int, dict, int]]:
+    """(type id, candidates, row) per position from the stacked row the solver chose (`_positions`)."""
+    picks = []
+    for g, r in enumerate(rows):
+        off = 0
+        for tid, c in raw[g]:
+            if r < off + len(c["tp"]):
+                picks.append((tid, c, r - off))
+                break
+            off += len(c["tp"])
+    return picks
+
+
+def solve_pipeline_mix(offers: list[TypeOffer], groups: int = 2, budget_usd: float | None = None,
+                       power_kw: float | None = None, joining=None, time_limit_s: float = 60.0,
+                       step=None) -> MixSolution | None:
+    """The fastest heterogeneous pipeline of `groups` positions over the offered types (None: none fits):
+    one CP-SAT model per (d, b), lowest bound first (`_bounded_outer`), each cut by the incumbent; a (d, b)
+    whose bound cannot beat it is passed over. The plan is re-evaluated by `evaluate_mix` and must agree with
+    the solver's step time within 0.1% and fit (else VerificationError)."""
+    from formulations.pipeline_mix import NS
+
+    t0 = time.perf_counter()
+    G = groups
+    if len(offers) < G:
+        return None
+    jt = [join_network(o.problem, joining) for o in offers]
+    L = offers[0].problem.llm.layers
+    best, best_ns, status, models = None, None, "optimal", 0
+    deadline = t0 + time_limit_s
+    for lb, d, b, n_mb in _bounded_outer(offers, G):
         if step:
             step()
         if best_ns is not None and lb * NS >= best_ns:
@@ -230,47 +298,16 @@ def solve_pipeline_mix(offers: list[TypeOffer], groups: int = 2, budget_usd: flo
         if time.perf_counter() > deadline:
             status = "feasible"  # the time limit: the best found so far, not proven
             break
-        pos, raw = [], []
-        for g in range(G):
-            cols, rw = [], []
-            for tid, o in enumerate(offers):
-                c = candidates(o, g, G, d, b, jt)
-                if c is None or len(c["tp"]) == 0:
-                    continue
-                cols.append(_ints(c, tid, o, role_of(g, G), n_mb))
-                rw.append((tid, c))
-            if not cols:
-                break
-            pos.append(Position({k: np.concatenate([x[k] for x in cols]) for k in cols[0]}))
-            raw.append(rw)
-        if len(pos) < G:
+        tables = _positions(offers, G, d, b, n_mb, jt)
+        if tables is None:
             continue
-        m = cp_model.CpModel()
-        budget = None if budget_usd is None else int(math.floor(budget_usd + 1e-6))
-        power = None if power_kw is None else int(math.floor(1000 * power_kw + 1e-6))
-        pv = build(m, pos, L, n_mb, budget, power, upper=None if best_ns is None else best_ns - 1)
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = max(1.0, deadline - time.perf_counter())
-        solver.parameters.num_workers = min(8, os.cpu_count() or 1)  # CP-SAT's portfolio on every core
-        st = solver.Solve(m)
+        found, proven = _solve_position_model(tables[0], L, n_mb, budget_usd, power_kw, best_ns, deadline)
         models += 1
-        if st == cp_model.UNKNOWN:
+        if not proven:
             status = "feasible"
+        if found is None:
             continue
-        if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            continue
-        if st == cp_model.FEASIBLE:
-            status = "feasible"
-        rows = pv.extract(solver)
-        picks = []
-        for g, r in enumerate(rows):
-            off = 0
-            for tid, c in raw[g]:
-                if r < off + len(c["tp"]):
-                    picks.append((tid, c, r - off))
-                    break
-                off += len(c["tp"])
-        best = (_plan(offers, picks, d, b), solver.Value(pv.objective))
+        best = (_plan(offers, _picks(found[0], tables[1]), d, b), found[1])
         best_ns = best[1]
     if best is None:
         return None

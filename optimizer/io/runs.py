@@ -216,16 +216,16 @@ def stack_of(run: dict) -> str:
     return next((stack for word, stack in STACK_WORDS if word in txt), "megatron-core")
 
 
-def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
-    """Turn one calibration record into a problem (or a reason to skip it)."""
-    out = Mapped(run)
-    hwr, par, m = run["hardware"], run["parallel"], run["model"]
+def _system_of(run: dict, systems: dict[str, System] | None, out: Mapped) -> System | None:
+    """The library system of the run's GPU (`gpu_systems`), from `systems` when it holds it; None (and `out`
+    skipped) when no system file names that GPU. A node size other than the system's is noted."""
+    hwr = run["hardware"]
     gpu = hwr["gpu"]
     known = gpu_systems()
     sysname = known.get(gpu)
     if sysname is None:
         out.skip = f"no system file for gpu '{gpu}' (known: {', '.join(sorted(known))})"
-        return out
+        return None
     if systems is not None and sysname in systems:
         system = systems[sysname]
     else:
@@ -234,15 +234,24 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     if hwr["gpus_per_node"] != system.gpus_per_node:
         out.assumptions.append(f"node of {hwr['gpus_per_node']} GPUs modelled as {system.name} "
                                f"({system.gpus_per_node} per node)")
-    year = run_year(run)
-    stack = stack_of(run)
-    notes = _notes(run)
+    return system
+
+
+def _era(year: int | None, notes: str, out: Mapped) -> bool:
+    """Whether the run used FlashAttention (notes, else the publication year, `FEATURE_YEAR`), noting it with
+    the era's dropout (0.1 up to 2022, none after)."""
     old = year is not None and year <= 2022
     era = f"published {year}" if year else "no year in source"
     flash = ("flash" in notes) or _has(year, "flash_attention")
     out.assumptions.append(
         f"{era}: {'FlashAttention' if flash else 'materialised (standard) attention'}, "
         f"{'dropout 0.1' if old else 'no dropout'}")
+    return flash
+
+
+def _model_of(run: dict, year: int | None, out: Mapped) -> LLM:
+    """The run's LLM (`_llm_of`), noting the features read from its notes or the library; a shape the LLM
+    schema rejects is a ParaplanError naming the run."""
     try:
         llm = _llm_of(run, year)
     except (ValidationError, ValueError) as e:  # a shape the LLM schema rejects (heads vs hidden, ...)
@@ -259,25 +268,31 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
         out.assumptions.append(f"the GLU's halves clamped at {llm.activation_clamp:g} (notes)")
     if llm.moe is not None and llm.moe.expert_bias:
         out.assumptions.append("biased experts (the library model of this shape; the notes do not state them)")
-    prec = par.get("precision")
+    return llm
+
+
+def _precision_of(run: dict, year: int | None, notes: str, out: Mapped) -> str:
+    """The training precision: the run's, 16-bit null as fp16 up to 2022 and bf16 after; FP8 with
+    per-tensor current scaling when the notes name it (Transformer Engine's Float8CurrentScaling: an amax pass
+    before each cast)."""
+    prec = run["parallel"].get("precision")
     if prec is None:
-        prec = "fp16" if old else "bf16"
+        prec = "fp16" if year is not None and year <= 2022 else "bf16"
         out.assumptions.append(f"precision null (16-bit): {prec}")
-    precision = prec
-    # the FP8 recipe the notes name: Transformer Engine's Float8CurrentScaling (an amax pass before each cast)
-    if precision == "fp8" and "current scaling" in notes:
-        precision = "fp8_current"
+    if prec == "fp8" and "current scaling" in notes:
+        prec = "fp8_current"
         out.assumptions.append("FP8 per-tensor current scaling (notes): fp8_current")
-    if system.peak_tflops(precision) is None:
-        out.skip = f"system {system.name} has no {precision} peak"
-        return out
-    eager = "eager" in notes
-    if eager:
-        out.assumptions.append("eager mode (notes): unfused element-wise kernels")
+    return prec
+
+
+def _attention(run: dict, stack: str, notes: str, flash: bool, out: Mapped) -> str:
+    """The attention kernel: materialised (`standard`) or FlashAttention; its Triton kernel when the notes say
+    attn_impl triton or the run is from llm-foundry's benchmark tables (measured with submit_benchmarks.py,
+    whose attn_impl default is triton); FlashAttention-2 when the notes name it or under torchtitan (PyTorch
+    SDPA's flash backend), unless the notes name cuDNN or FA3."""
     attention = "flash" if flash else "standard"
     bench = "llm-foundry scripts/train/benchmarking" in str(run.get("source") or "")
     if flash and ("attn_impl triton" in notes or bench):
-        # llm-foundry's throughput tables were measured with submit_benchmarks.py, whose attn_impl default is triton
         attention = "flash-triton"
         out.assumptions.append("FlashAttention's Triton kernel (" + ("notes: attn_impl triton)" if "attn_impl triton"
                                in notes else "llm-foundry's benchmark script runs attn_impl triton by default)"))
@@ -287,6 +302,19 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
         out.assumptions.append("FlashAttention-2 kernels: " + ("notes" if "flashattention-2" in notes else
                                "torchtitan runs PyTorch SDPA, whose flash backend is FlashAttention-2 (cuDNN "
                                "attention is the default only from PyTorch 2.9); notes naming cuDNN or FA3 win"))
+    return attention
+
+
+def _kernel_knobs(run: dict, llm: LLM, year: int | None, stack: str, notes: str, flash: bool,
+                  out: Mapped) -> dict[str, Any]:
+    """The fixed parallel degrees and kernel knobs: attention (`_attention`), fused element-wise kernels
+    unless the notes say eager, an unfused fp32 loss when they say not compiled, and torchtitan's K/V repeat for GQA
+    before `FEATURE_YEAR['gqa_without_kv_repeat']`."""
+    par = run["parallel"]
+    eager = "eager" in notes
+    if eager:
+        out.assumptions.append("eager mode (notes): unfused element-wise kernels")
+    attention = _attention(run, stack, notes, flash, out)
     fixed: dict[str, Any] = dict(tp=par["tp"], pp=par["pp"], dp=par["dp"], cp=par["cp"], ep=par["ep"],
                                  attention=attention, fused_layers=not eager)
     if "not compiled" in notes and not eager:
@@ -296,7 +324,16 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
         fixed["kv_repeat"] = True
         out.assumptions.append("K/V heads repeated to the query heads before SDPA (torchtitan's repeat_kv until "
                                "'GQA without kv repeats', pytorch/torchtitan#2259, 2026-01)")
-    free: dict[str, list] = {}
+    return fixed
+
+
+def _notes_knobs(run: dict, notes: str, fixed: dict, free: dict, out: Mapped) -> None:
+    """Knobs the schema has no field for, as the notes state them: activation offload (Megatron-Core
+    cpu_offloading_num_layers), the MoE dispatcher (DeepEP / HybridEP) and all-to-all overlap, CUDA graphs
+    (Megatron-Bridge presets' cuda_graph_impl / cuda_graph_scope; none named: eager), Transformer Engine's
+    fused expert MLP (use_transformer_engine_op_fuser, cutedsl_fused_grouped_mlp); and expert tensor
+    parallelism, left free between 1 and tp for an MoE with tp > 1."""
+    par, m = run["parallel"], run["model"]
     off = re.search(r"cpu_offloading_num_layers\s*=\s*(\d+)", notes)
     if off:
         fixed.update(activation_offload=True, activation_offload_layers=int(off.group(1)))
@@ -308,8 +345,6 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     if m.get("moe") and par["ep"] > 1 and re.search(r"a2a overlap on", notes):
         fixed["ep_overlap"] = True
         out.assumptions.append("MoE all-to-all overlapped with another micro-batch's compute (notes: EP A2A overlap)")
-    # CUDA graphs as the notes state them (Megatron-Bridge presets' cuda_graph_impl / cuda_graph_scope); a run
-    # that names none ran eagerly
     if re.search(r"full-iteration cuda graphs|cuda_graph_impl[ =]*full_iteration", notes):
         fixed["cuda_graphs"] = "full"
         out.assumptions.append("the whole iteration replayed as CUDA graphs (notes: full-iteration CUDA graphs)")
@@ -317,8 +352,6 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
         fixed["cuda_graphs"] = "partial"
         out.assumptions.append("Transformer Engine CUDA graphs of the attention, router and dispatcher "
                                "preprocessing (notes)")
-    # Transformer Engine's fused expert MLP (Megatron-Core use_transformer_engine_op_fuser; Megatron-Bridge's
-    # cutedsl_fused_grouped_mlp presets): biases and a clamped GLU inside its fused ops
     if m.get("moe") and re.search(r"fused grouped mlp|op fuser", notes):
         fixed["moe_fused_mlp"] = True
         out.assumptions.append("the experts' MLP as Transformer Engine's fused ops (notes: fused grouped MLP)")
@@ -326,16 +359,15 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
         free["etp"] = sorted({1, par["tp"]})
         out.assumptions.append("MoE with tp > 1: expert tensor parallelism (etp) not in the schema, chosen by the "
                                "model between 1 and tp")
-    B = par["global_batch"]
-    dp = par["dp"]
-    if par.get("micro_batch") is None:
-        free["micro_batch"] = [b for b in range(1, B // dp + 1) if (B // dp) % b == 0 and b <= MAX_FREE_MICRO_BATCH]
-        out.assumptions.append("micro_batch null: chosen by the model (fastest that fits)")
-    else:
-        fixed["micro_batch"] = par["micro_batch"]
+
+
+def _pipeline_layout(run: dict, stack: str, fixed: dict, out: Mapped) -> None:
+    """How layers that pp*vpp does not divide are split: by module outside Megatron-Core (only it gives the
+    embedding and the loss a pipeline layer slot); with the embedding and the loss as slots when layers + 2
+    divide; else a custom layout. The uneven layouts time and size the busiest chunk."""
+    par = run["parallel"]
     vpp_known = par.get("vpp") or 1
-    L = m["layers"]
-    # only Megatron-Core gives the embedding and the loss a pipeline layer slot; other stacks split by module
+    L = run["model"]["layers"]
     if stack != "megatron-core" and par["pp"] > 1 and L % (par["pp"] * vpp_known):
         fixed["pp_uneven"] = True
         out.assumptions.append(f"layers {L} not divisible by pp*vpp = {par['pp'] * vpp_known}: {stack} splits "
@@ -351,6 +383,20 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
         out.assumptions.append(f"neither layers {L} nor layers + 2 divide by pp*vpp = {par['pp'] * vpp_known}: a "
                                "custom pipeline layout (Megatron-Core pipeline_model_parallel_layout); the model "
                                f"times and sizes the busiest chunk, ceil({L} / {par['pp'] * vpp_known}) layers")
+
+
+def _batch_and_pipeline(run: dict, stack: str, fixed: dict, free: dict, out: Mapped) -> None:
+    """The micro-batch (an unstated one chosen among the divisors of the per-replica batch up to
+    MAX_FREE_MICRO_BATCH), the pipeline layout (`_pipeline_layout`) and vpp (unstated: 1, interleaving being
+    opt-in)."""
+    par = run["parallel"]
+    B, dp = par["global_batch"], par["dp"]
+    if par.get("micro_batch") is None:
+        free["micro_batch"] = [b for b in range(1, B // dp + 1) if (B // dp) % b == 0 and b <= MAX_FREE_MICRO_BATCH]
+        out.assumptions.append("micro_batch null: chosen by the model (fastest that fits)")
+    else:
+        fixed["micro_batch"] = par["micro_batch"]
+    _pipeline_layout(run, stack, fixed, out)
     if par.get("vpp") is None:
         fixed["vpp"] = 1
         if par["pp"] > 1:
@@ -358,6 +404,13 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
                                    "feature is taken as off)")
     else:
         fixed["vpp"] = par["vpp"]
+
+
+def _memory_knobs(run: dict, year: int | None, notes: str, fixed: dict, free: dict, out: Mapped) -> None:
+    """Recomputation (the modules the notes list for a selective one; unstated: chosen among what the year's
+    software offered), sequence parallelism (unstated: chosen when tp > 1 and offered) and optimizer sharding
+    (unstated: none before the distributed optimizer, else chosen between none and ZeRO-1)."""
+    par = run["parallel"]
     mods = re.search(r"recompute_modules \[([^\]]*)\]", notes)
     if par.get("recompute") == "selective" and mods:
         names = re.findall(r"'([a-z_]+)'", mods.group(1))
@@ -386,7 +439,14 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
             out.assumptions.append("optimizer_sharding null: chosen by the model")
     else:
         fixed["zero"] = ZERO[par["optimizer_sharding"]]
-    # knobs the schema does not carry
+
+
+def _overlap_knobs(run: dict, year: int | None, notes: str, fixed: dict, free: dict, out: Mapped) -> None:
+    """Communication overlap, which the schema does not carry: interleaved pipeline exchanges exposed before
+    overlap_p2p_comm; gradient reduction not overlapped when the notes say so or before the year it was
+    offered, else chosen; TP communication overlap as the notes state it, else off before it was offered and
+    chosen after (tp > 1 only)."""
+    par = run["parallel"]
     if par["pp"] > 1 and (par.get("vpp") or 1) > 1 and not _has(year, "pp_overlap"):
         fixed["pp_overlap"] = False
         out.assumptions.append("interleaved pipeline exchanges on the critical path (Megatron-LM before "
@@ -408,21 +468,52 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
         else:
             free["tp_overlap"] = ["none", "ring"]
             out.assumptions.append("TP communication overlap: chosen by the model")
+
+
+def _grad_precision(run: dict, precision: str, notes: str, out: Mapped) -> str:
+    """The precision gradients are accumulated and reduced in: fp16 with fp16, else fp32 (Megatron's
+    main_grad, FSDP's reduce dtype); bf16 for the NeMo / Megatron-Bridge performance tables (their recipes set
+    grad_reduce_in_fp32 = False) and for bf16 runs whose notes say so (e.g. FSDP mixed_precision PURE)."""
     grad = "fp16" if precision == "fp16" else "fp32"
     if "performance summary" in str(run.get("source") or "").lower() and precision != "fp16":
-        # NeMo's scripts/performance and Megatron-Bridge's performance configs set grad_reduce_in_fp32 = False:
-        # gradients are accumulated and reduce-scattered in bf16 (the tables these runs come from)
         grad = "bf16"
         out.assumptions.append("gradients reduced in bf16: the NeMo / Megatron-Bridge performance recipes set "
                                "grad_reduce_in_fp32 = False")
     if precision == "bf16" and "gradients reduced in bf16" in notes:
-        grad = "bf16"  # e.g. PyTorch FSDP mixed_precision PURE (Composer): reduce_dtype bf16
+        grad = "bf16"
         out.assumptions.append("gradients reduced in bf16 (notes)")
+    return grad
+
+
+def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
+    """Turn one calibration record into a problem (or a reason to skip it): the fixed execution knobs go into
+    the problem, the ones left to choose into `Mapped.free`, every assumption into `Mapped.assumptions`
+    (module docstring), in the order system, era, model, precision, kernels, notes, batch and pipeline, memory,
+    overlap, gradient precision."""
+    out = Mapped(run)
+    system = _system_of(run, systems, out)
+    if system is None:
+        return out
+    year, stack, notes = run_year(run), stack_of(run), _notes(run)
+    flash = _era(year, notes, out)
+    llm = _model_of(run, year, out)
+    precision = _precision_of(run, year, notes, out)
+    if system.peak_tflops(precision) is None:
+        out.skip = f"system {system.name} has no {precision} peak"
+        return out
+    fixed = _kernel_knobs(run, llm, year, stack, notes, flash, out)
+    free: dict[str, list] = {}
+    _notes_knobs(run, notes, fixed, free, out)
+    _batch_and_pipeline(run, stack, fixed, free, out)
+    _memory_knobs(run, year, notes, fixed, free, out)
+    _overlap_knobs(run, year, notes, fixed, free, out)
+    grad = _grad_precision(run, precision, notes, out)
+    B = run["parallel"]["global_batch"]
     training = Training(global_batch=B, precision=precision, grad_precision=grad)
     try:
         # a measured run ran: it fits if it fits the physical HBM (no planning headroom)
-        out.problem = Problem(name=run["id"], llm=llm, system=system, num_gpus=hwr["num_gpus"], training=training,
-                              execution=Execution(**{k: v for k, v in fixed.items()}),
+        out.problem = Problem(name=run["id"], llm=llm, system=system, num_gpus=run["hardware"]["num_gpus"],
+                              training=training, execution=Execution(**fixed),
                               options=Options(memory_headroom_gib=0.0), stack=stack)
     except (ValidationError, ValueError, TypeError) as e:  # a record the schema cannot express
         why = "; ".join(x["msg"] for x in e.errors()) if isinstance(e, ValidationError) else str(e)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from optimizer.errors import ProblemError, ProblemErrors
-from optimizer.rules.layout import moot
+from optimizer.rules.layout import Group, moot, placement, rule_masks, tier_index, tier_spans
 from optimizer.schema.stack import Stack, layout_unsupported, not_offered, profile
 
 if TYPE_CHECKING:
@@ -23,86 +23,130 @@ def execution_errors(problem: "Problem", ex: "Execution | None" = None) -> list[
     one execution, worded on the user's fields, plus the knob rules a layout does not cover (sequence
     parallelism with all-reduce, offload without offload memory, a precision the system lacks, explicit
     placement)."""
-    from optimizer.rules.layout import Group, placement, rule_masks, tier_index, tier_spans
-
     p = problem
     ex = ex or p.execution
-    llm, sysm = p.llm, p.system
-    out: list[tuple[str, str]] = []
     n = p.num_gpus
     dp = ex.dp if ex.dp is not None else n // (ex.tp * ex.pp * ex.cp)
-    used = ex.tp * ex.pp * ex.cp * dp
     if dp < 1:
-        out.append(("execution.tp", f"tp*pp*cp = {ex.tp * ex.pp * ex.cp} exceeds num_gpus = {n}"))
-        return out
+        return [("execution.tp", f"tp*pp*cp = {ex.tp * ex.pp * ex.cp} exceeds num_gpus = {n}")]
     etp = ex.etp or ex.tp
-    el = int(ex.pp_embedding_loss)
     ok = {g: bool(v) for g, v in rule_masks(p, ex.tp, ex.pp, dp, ex.cp, ex.vpp, ex.micro_batch, ex.ep, etp,
-                                              el, int(ex.pp_uneven)).items()}
+                                              int(ex.pp_embedding_loss), int(ex.pp_uneven)).items()}
+    out: list[tuple[str, str]] = []
     if not ok[Group.GPUS]:
-        if used > n:
-            out.append(("execution.dp", f"tp*pp*dp*cp = {used} exceeds num_gpus = {n}"))
-        elif used < n and not p.options.allow_idle_gpus:
-            out.append(("execution.dp" if ex.dp is not None else "execution.tp",
-                        f"tp*pp*dp*cp = {used} leaves {n - used} of {n} GPUs idle (set options.allow_idle_gpus)"))
-        if used % p.options.gpu_multiple:
-            out.append(("execution.dp", f"tp*pp*dp*cp = {used} is not a multiple of options.gpu_multiple = "
-                        f"{p.options.gpu_multiple}"))
+        out += _gpu_errors(p, ex, dp)
     if not ok[Group.TP_SPLIT]:
-        if llm.heads % ex.tp:
-            out.append(("execution.tp", f"heads ({llm.heads}) not divisible by tp ({ex.tp})"))
-        if llm.kv % ex.tp and ex.tp % llm.kv:
-            out.append(("execution.tp", f"kv_heads ({llm.kv}) and tp ({ex.tp}): neither divides the other"))
-        if llm.ffn % ex.tp:
-            out.append(("execution.tp", f"ffn ({llm.ffn}) not divisible by tp ({ex.tp})"))
+        out += _tp_split_errors(p.llm, ex.tp)
     # no rule on vocab % tp: Megatron pads the vocabulary to a multiple of tp
     if not ok[Group.LAYERS]:
-        slots = llm.layers + 2 * el
-        if ex.pp_embedding_loss and ex.pp == 1:
-            out.append(("execution.pp_embedding_loss", "the embedding/loss pipeline split needs pp > 1"))
-        elif ex.vpp > 1 and ex.pp == 1:
-            out.append(("execution.vpp", "interleaving (vpp > 1) needs pp > 1"))
-        else:
-            what = f"layers + 2 ({slots})" if ex.pp_embedding_loss else f"layers ({llm.layers})"
-            out.append(("execution.pp", f"{what} not divisible by pp*vpp ({ex.pp}*{ex.vpp})"))
-    B = p.training.global_batch
-    if not ok[Group.BATCH]:
-        out.append(("training.global_batch",
-                    f"global batch {B} not divisible by dp*micro_batch = {dp}*{ex.micro_batch}"))
-    elif not ok[Group.INTERLEAVE]:
-        n_mb = B // (dp * ex.micro_batch)
-        out.append(("execution.vpp", f"interleaved schedule needs micro-batches ({n_mb}) divisible by pp ({ex.pp})"))
+        out += _layer_errors(p.llm, ex)
+    out += _batch_errors(p, ex, dp, ok)
     if not ok[Group.CONTEXT]:
         out.append(("execution.cp", f"seq_len {p.seq_len} not divisible by 2*cp = {2 * ex.cp} (load-balanced causal)"))
     if not ok[Group.EXPERTS]:
-        if llm.moe is None:
-            if ex.ep > 1:
-                out.append(("execution.ep", "expert parallelism needs an MoE model"))
-            if etp != ex.tp:
-                out.append(("execution.etp", "expert tensor parallelism needs an MoE model"))
-        elif llm.moe.experts % ex.ep:
-            out.append(("execution.ep", f"experts ({llm.moe.experts}) not divisible by ep ({ex.ep})"))
-        elif ex.tp % etp:
-            out.append(("execution.etp", f"etp ({etp}) must divide tp ({ex.tp})"))
-        elif llm.moe.expert_ffn % etp:
-            out.append(("execution.etp", f"expert_ffn ({llm.moe.expert_ffn}) not divisible by etp ({etp})"))
-        else:
-            out.append(("execution.ep", f"ep*etp ({ex.ep}*{etp}) must divide the tp*cp*dp = {ex.tp * ex.cp * dp} "
-                        "ranks of a pipeline stage (Megatron-Core expert groups)"))
+        out += _expert_errors(p.llm, ex, dp, etp)
+    out += _knob_errors(p, ex)
+    return out + _placement_errors(p.system, ex, dp, etp)
+
+
+def _gpu_errors(p: Problem, ex: Execution, dp: int) -> list[tuple[str, str]]:
+    """The GPUS group: tp*pp*dp*cp within num_gpus, leaving none idle unless allowed, a multiple of
+    options.gpu_multiple."""
+    n = p.num_gpus
+    used = ex.tp * ex.pp * ex.cp * dp
+    out = []
+    if used > n:
+        out.append(("execution.dp", f"tp*pp*dp*cp = {used} exceeds num_gpus = {n}"))
+    elif used < n and not p.options.allow_idle_gpus:
+        out.append(("execution.dp" if ex.dp is not None else "execution.tp",
+                    f"tp*pp*dp*cp = {used} leaves {n - used} of {n} GPUs idle (set options.allow_idle_gpus)"))
+    if used % p.options.gpu_multiple:
+        out.append(("execution.dp", f"tp*pp*dp*cp = {used} is not a multiple of options.gpu_multiple = "
+                    f"{p.options.gpu_multiple}"))
+    return out
+
+
+def _tp_split_errors(llm, tp: int) -> list[tuple[str, str]]:
+    """The TP_SPLIT group: heads and ffn divisible by tp; K/V heads and tp, one dividing the other."""
+    out = []
+    if llm.heads % tp:
+        out.append(("execution.tp", f"heads ({llm.heads}) not divisible by tp ({tp})"))
+    if llm.kv % tp and tp % llm.kv:
+        out.append(("execution.tp", f"kv_heads ({llm.kv}) and tp ({tp}): neither divides the other"))
+    if llm.ffn % tp:
+        out.append(("execution.tp", f"ffn ({llm.ffn}) not divisible by tp ({tp})"))
+    return out
+
+
+def _layer_errors(llm, ex: Execution) -> list[tuple[str, str]]:
+    """The LAYERS group: the embedding/loss split and interleaving need pp > 1; else layers (+ 2 with the
+    embedding and loss as slots) divisible by pp*vpp."""
+    if ex.pp_embedding_loss and ex.pp == 1:
+        return [("execution.pp_embedding_loss", "the embedding/loss pipeline split needs pp > 1")]
+    if ex.vpp > 1 and ex.pp == 1:
+        return [("execution.vpp", "interleaving (vpp > 1) needs pp > 1")]
+    slots = llm.layers + 2 * int(ex.pp_embedding_loss)
+    what = f"layers + 2 ({slots})" if ex.pp_embedding_loss else f"layers ({llm.layers})"
+    return [("execution.pp", f"{what} not divisible by pp*vpp ({ex.pp}*{ex.vpp})")]
+
+
+def _batch_errors(p: Problem, ex: Execution, dp: int, ok: dict) -> list[tuple[str, str]]:
+    """The BATCH group (global batch divisible by dp*micro_batch), else the INTERLEAVE group (micro-batches
+    divisible by pp for the interleaved schedule)."""
+    B = p.training.global_batch
+    if not ok[Group.BATCH]:
+        return [("training.global_batch",
+                 f"global batch {B} not divisible by dp*micro_batch = {dp}*{ex.micro_batch}")]
+    if not ok[Group.INTERLEAVE]:
+        n_mb = B // (dp * ex.micro_batch)
+        return [("execution.vpp",
+                 f"interleaved schedule needs micro-batches ({n_mb}) divisible by pp ({ex.pp})")]
+    return []
+
+
+def _expert_errors(llm, ex: Execution, dp: int, etp: int) -> list[tuple[str, str]]:
+    """The EXPERTS group: ep and etp need an MoE model; experts divisible by ep, etp dividing tp and the
+    expert ffn, ep*etp dividing a pipeline stage's ranks (Megatron-Core expert groups)."""
+    if llm.moe is None:
+        out = []
+        if ex.ep > 1:
+            out.append(("execution.ep", "expert parallelism needs an MoE model"))
+        if etp != ex.tp:
+            out.append(("execution.etp", "expert tensor parallelism needs an MoE model"))
+        return out
+    if llm.moe.experts % ex.ep:
+        return [("execution.ep", f"experts ({llm.moe.experts}) not divisible by ep ({ex.ep})")]
+    if ex.tp % etp:
+        return [("execution.etp", f"etp ({etp}) must divide tp ({ex.tp})")]
+    if llm.moe.expert_ffn % etp:
+        return [("execution.etp", f"expert_ffn ({llm.moe.expert_ffn}) not divisible by etp ({etp})")]
+    return [("execution.ep", f"ep*etp ({ex.ep}*{etp}) must divide the tp*cp*dp = {ex.tp * ex.cp * dp} "
+             "ranks of a pipeline stage (Megatron-Core expert groups)")]
+
+
+def _knob_errors(p: Problem, ex: Execution) -> list[tuple[str, str]]:
+    """Knob rules no layout group covers: sequence parallelism needs reduce-scatter/all-gather TP
+    communication, offload needs offload memory, the precision needs the system's matrix peak."""
+    out = []
     if ex.sequence_parallel and ex.tp_comm is not None and ex.tp_comm.value == "allreduce":
         out.append(("execution.tp_comm", "sequence parallelism needs tp_comm rs_ag"))
-    if (ex.weight_offload or ex.activation_offload or ex.optimizer_offload) and sysm.offload.capacity_gib <= 0:
+    offload = ex.weight_offload or ex.activation_offload or ex.optimizer_offload
+    if offload and p.system.offload.capacity_gib <= 0:
         out.append(("execution.weight_offload", "offload needs system.offload.capacity_gib > 0"))
-    out += precision_errors(sysm, p.training.precision)
-    # network placement: nested tiers hold the product of the degrees placed on them and below
+    return out + precision_errors(p.system, p.training.precision)
+
+
+def _placement_errors(sysm, ex: Execution, dp: int, etp: int) -> list[tuple[str, str]]:
+    """Network placement: nested tiers hold the product of the degrees placed on them and below, within each
+    tier's size, dividing it when the tier must be filled; an explicit placement must name known tiers."""
     sizes = [x.size for x in sysm.networks]
     try:
         tiers = placement(sizes, ex.tp, ex.cp, dp, ex.pp, ex.ep, etp)
         for ax, v in (ex.placement or {}).items():
             tiers[ax] = tier_index(sysm, v)
     except ValueError as e:
-        out.append(("execution.placement", str(e)))
-        return out
+        return [("execution.placement", str(e))]
+    out = []
     for net, span in zip(sysm.networks, tier_spans(sizes, tiers, ex.tp, ex.cp, dp, ex.pp)):
         span = int(span)
         if span > net.size:

@@ -19,10 +19,8 @@ LOW_PRECISION = {Precision.FP8: ("hybrid", "delayed"), Precision.FP8_CURRENT: ("
 assert set(LOW_PRECISION) == set(QUANTIZED)
 
 
-def args(problem, ex) -> tuple[list[str], list[str]]:
-    """(arguments, notes) for the plan ``ex`` (a resolved Execution) of ``problem``."""
-    llm, tr = problem.llm, problem.training
-    notes: list[str] = []
+def _parallel_flags(ex) -> list[str]:
+    """Tensor, pipeline (interleaved, with the embedding and loss as slots) and context parallel sizes."""
     a = [f"--tensor-model-parallel-size {ex.tp}", f"--pipeline-model-parallel-size {ex.pp}"]
     if ex.vpp > 1:
         a.append(f"--num-virtual-stages-per-pipeline-rank {ex.vpp}")
@@ -31,18 +29,31 @@ def args(problem, ex) -> tuple[list[str], list[str]]:
         a += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
     if ex.cp > 1:
         a.append(f"--context-parallel-size {ex.cp}")
-    a += [f"--micro-batch-size {ex.micro_batch}", f"--global-batch-size {tr.global_batch}",
-          f"--num-layers {llm.layers}", f"--hidden-size {llm.hidden}", f"--ffn-hidden-size {llm.ffn}",
-          f"--num-attention-heads {llm.heads}", f"--seq-length {problem.seq_len}",
-          f"--max-position-embeddings {problem.seq_len}"]
+    return a
+
+
+def _shape_flags(problem, ex) -> list[str]:
+    """Batch sizes and the transformer's shape: layers, hidden and ffn sizes, heads (head size when not
+    hidden / heads, query groups for GQA) and sequence length."""
+    llm = problem.llm
+    a = [f"--micro-batch-size {ex.micro_batch}", f"--global-batch-size {problem.training.global_batch}",
+         f"--num-layers {llm.layers}", f"--hidden-size {llm.hidden}", f"--ffn-hidden-size {llm.ffn}",
+         f"--num-attention-heads {llm.heads}", f"--seq-length {problem.seq_len}",
+         f"--max-position-embeddings {problem.seq_len}"]
     if llm.head_dim is not None and llm.head_dim * llm.heads != llm.hidden:
         a.append(f"--kv-channels {llm.head_dim}")
     kv = llm.kv_heads or llm.heads
     if kv != llm.heads:
         a += ["--group-query-attention", f"--num-query-groups {kv}"]
+    return a
+
+
+def _architecture_flags(llm, notes: list[str]) -> list[str]:
+    """The MLP kind (gated ones Llama-style, with RMSNorm and rotary positions), untied embeddings, bias-free
+    linears."""
+    a = []
     mlp = llm.mlp.value
     if mlp in ("swiglu", "geglu"):
-        # Llama-style: gated MLP, RMSNorm, rotary positions.
         a += ["--swiglu", "--normalization RMSNorm", "--position-embedding-type rope"]
         if mlp == "geglu":
             notes.append("GeGLU: Megatron has no flag; --swiglu gives the same shapes")
@@ -52,6 +63,13 @@ def args(problem, ex) -> tuple[list[str], list[str]]:
         a.append("--untie-embeddings-and-output-weights")
     if not llm.bias:
         a.append("--disable-bias-linear")
+    return a
+
+
+def _moe_mla_flags(llm, ex) -> list[str]:
+    """Mixture of experts (experts, top-k, expert ffn, expert and expert-tensor parallel sizes, shared
+    experts) and multi-latent attention (its low ranks and head sizes)."""
+    a = []
     if llm.moe is not None:
         m = llm.moe
         a += [f"--num-experts {m.experts}", f"--moe-router-topk {m.top_k}",
@@ -65,7 +83,13 @@ def args(problem, ex) -> tuple[list[str], list[str]]:
               f"--qk-pos-emb-head-dim {ml.qk_rope_head_dim}", f"--v-head-dim {ml.v_head_dim}"]
         if ml.q_lora_rank:
             a.append(f"--q-lora-rank {ml.q_lora_rank}")
-    prec = tr.precision
+    return a
+
+
+def _precision_flags(prec) -> list[str]:
+    """16-bit compute (bf16 also around low-precision GEMMs) and the FP8 / FP4 format and recipe
+    (`LOW_PRECISION`)."""
+    a = []
     if prec == Precision.BF16 or prec in QUANTIZED:
         a.append("--bf16")  # 16-bit master compute around the low-precision GEMMs
     if prec == Precision.FP16:
@@ -74,6 +98,13 @@ def args(problem, ex) -> tuple[list[str], list[str]]:
         fmt, recipe = LOW_PRECISION[prec]
         bits = "fp4" if prec == Precision.NVFP4 else "fp8"
         a += [f"--{bits}-format {fmt}", f"--{bits}-recipe {recipe}"]
+    return a
+
+
+def _memory_flags(ex, notes: list[str]) -> list[str]:
+    """Sequence parallelism, recomputation and the distributed optimizer (ZeRO-1; higher stages have no
+    flag)."""
+    a = []
     if ex.sequence_parallel:
         a.append("--sequence-parallel")
     if ex.recompute.value == "selective":
@@ -84,6 +115,13 @@ def args(problem, ex) -> tuple[list[str], list[str]]:
         a.append("--use-distributed-optimizer")
     if ex.zero >= 2:
         notes.append(f"ZeRO-{ex.zero} has no Megatron-LM flag: use Megatron FSDP or torch FSDP for this plan")
+    return a
+
+
+def _overlap_flags(ex) -> list[str]:
+    """Communication overlap and dispatch: gradient reduce and parameter gather, the MoE token dispatcher and
+    expert-parallel overlap, TP communication, interleaved pipeline exchanges."""
+    a = []
     if ex.dp_overlap:
         a.append("--overlap-grad-reduce")
         if ex.zero >= 1:
@@ -96,6 +134,13 @@ def args(problem, ex) -> tuple[list[str], list[str]]:
         a.append("--tp-comm-overlap")
     if ex.pp > 1 and ex.vpp > 1 and not ex.pp_overlap:
         a.append("--no-overlap-p2p-communication")  # Megatron-LM overlaps interleaved p2p by default
+    return a
+
+
+def _kernel_offload_flags(ex, notes: list[str]) -> list[str]:
+    """FlashAttention, the fused cross-entropy loss and optimizer CPU offload; weight and activation offload
+    have no flag."""
+    a = []
     if ex.attention.value in ("flash", "flash2", "flash-triton"):
         a.append("--use-flash-attn")
     if ex.attention.value == "flash-triton":
@@ -107,6 +152,22 @@ def args(problem, ex) -> tuple[list[str], list[str]]:
         a.append("--cross-entropy-loss-fusion")
     if ex.weight_offload or ex.activation_offload:
         notes.append("weight/activation offload has no Megatron-LM flag")
+    return a
+
+
+def args(problem, ex) -> tuple[list[str], list[str]]:
+    """(arguments, notes) for the plan ``ex`` (a resolved Execution) of ``problem``: the flag groups in
+    order (parallel sizes, shape, architecture, MoE and MLA, precision, memory, overlap, kernels and offload);
+    the notes say what has no flag."""
+    llm = problem.llm
+    notes: list[str] = []
+    a = _parallel_flags(ex) + _shape_flags(problem, ex)
+    a += _architecture_flags(llm, notes)
+    a += _moe_mla_flags(llm, ex)
+    a += _precision_flags(problem.training.precision)
+    a += _memory_flags(ex, notes)
+    a += _overlap_flags(ex)
+    a += _kernel_offload_flags(ex, notes)
     return a, notes
 
 
