@@ -18,7 +18,6 @@ PENDING = {
     "optimizer.model.layer:block_cost",
     "optimizer.model.step:evaluate",
     "formulations.tables:build_all",
-    "optimizer.drivers.study:plot_study",
 }
 
 
