@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""CP-SAT against the Pyomo MILP solved by HiGHS (issue 17), side by side in one run.
+"""CP-SAT against the Pyomo MILP solved by HiGHS side by side in one run.
 
     python scripts/bench_backends.py [--json] [--case NAME ...] [--quick]
 

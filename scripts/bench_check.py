@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Wall time of the whole `paraplan check` command, process start included (issue 4, item 4).
+"""Wall time of the whole `paraplan check` command, process start included.
 
     python scripts/bench_check.py [--json] [--repeat 5] [--quick] [PROBLEM ...]
 

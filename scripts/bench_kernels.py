@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The model's kernels against a real GPU's microbenchmarks (issue 15's size-aware kernels).
+"""The model's kernels against a real GPU's microbenchmarks (the size-aware kernels).
 
     python scripts/bench_kernels.py [--json] [--measurements FILE] [--system h100-sxm-80gb] [--quick]
 
@@ -22,7 +22,7 @@ mean signed error (model / measured - 1), and the worst case:
   Engine's benchmark_gemm.py tables (problems/measurements/b300-te-gemm-precisions.json, inputs pre-quantised),
   and the MXFP8 kernel factor `hardware.BLOCK_SCALED_KERNEL` derived from them (`block_scaled_kernel`).
 The default file is ../shared/measurements/h100-sxm-80gb-microbench.json (beside the project); targets of the
-issue, checked on that file (exit 1 when missed; the model is deterministic): attention and GEMM median
+model's kernels, checked on that file (exit 1 when missed; the model is deterministic): attention and GEMM median
 |error| <= 15%, block <= 7%. --quick: without --measurements, the shipped
 problems/measurements/h200-sxm-141gb-microbench.json on h200-sxm-141gb (a smoke test that needs nothing beside
 the project).
@@ -268,7 +268,7 @@ def summary(rows: list[tuple[str, float]]) -> dict:
 
 
 def missed_targets(out: dict) -> list[str]:
-    """The classes whose median |error| is above the issue's target (`TARGETS`, percent)."""
+    """The classes whose median |error| is above its target (`TARGETS`, percent)."""
     return [f"{k}: median |error| {out[k]['median_abs_error_pct']}% > {t}%" for k, t in TARGETS.items()
             if out[k]["n"] and out[k]["median_abs_error_pct"] > t]
 

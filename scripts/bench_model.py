@@ -5,7 +5,7 @@
 
 Builds a random grid of executions of GPT-3 175B on 1024 H100 (every knob varied, legal or not: the model
 evaluates them all) and times `optimizer.model.step.evaluate` on it, median of --repeat runs. Also times the same
-candidates one by one on a sample, and prints the ratio. Target (foundation issue): >= 100,000 per second
+candidates one by one on a sample, and prints the ratio. Target: >= 100,000 per second
 (machine-dependent: reported, not checked). --quick: 2,000 candidates, one run, a sample of 20 (a smoke test).
 """
 

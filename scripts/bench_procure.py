@@ -1,4 +1,4 @@
-"""Benchmark of `paraplan procure` (issue 5): proven-optimal purchases from catalogs of node types.
+"""Benchmark of `paraplan procure`: proven-optimal purchases from catalogs of node types.
 
     python scripts/bench_procure.py [--json] [--quick]
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""CP-SAT against the exhaustive enumerator, side by side in one run (issue 3, item 6).
+"""CP-SAT against the exhaustive enumerator, side by side in one run.
 
     python scripts/bench_solve.py [--json] [--repeat 5] [--case NAME ...] [--quick]
 
