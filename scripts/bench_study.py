@@ -2,12 +2,14 @@
 """Benchmark of `paraplan study`: the 1,024-point sweep of GPT-3 175B on H100, 8 to 8192 GPUs in steps of 8
 (idle GPUs allowed, so every point is a full solve: the fastest plan on at most that many GPUs).
 
-    python scripts/bench_study.py [--json] [--points 1024] [--ray-points N]
+    python scripts/bench_study.py [--json] [--points 1024] [--ray-points N] [--quick]
 
 Prints {"points", "seconds", "ray_speedup", "resume_identical"}: the sweep's wall time on local processes
 (every core), Ray with 2 workers in flight against 1 on the same sweep (one local Ray instance of 2 CPUs, up
 and warm before timing; same machine, one run each; null without Ray), and whether a study killed half way
-and resumed writes the same CSV as the whole run.
+and resumed writes the same CSV as the whole run. Exit 1 when the resumed run or the two Ray runs write a CSV
+other than the whole local run's (timings are reported, not checked). --quick: Llama 3.1 8B on 8 to 16 GPUs
+(2 points), a smoke test of the same paths.
 """
 
 from __future__ import annotations
@@ -27,24 +29,28 @@ sys.path.insert(0, str(ROOT))
 
 from optimizer.drivers.study import run_study  # noqa: E402
 
-def study(folder: Path, last: int) -> Path:
+def study(folder: Path, last: int, llm: str = "gpt3-175b", global_batch: int = 1536) -> Path:
     path = folder / f"sweep-{last}.yaml"
-    path.write_text(f"name: gpt3-175b-h100-sweep\nbase:\n  llm: gpt3-175b\n  system: h100-sxm-80gb\n  num_gpus: 8\n"
-                    "  training: {global_batch: 1536}\n  options: {allow_idle_gpus: true}\n"
+    path.write_text(f"name: {llm}-h100-sweep\nbase:\n  llm: {llm}\n  system: h100-sxm-80gb\n  num_gpus: 8\n"
+                    f"  training: {{global_batch: {global_batch}}}\n  options: {{allow_idle_gpus: true}}\n"
                     f"axes:\n  num_gpus: {{from: 8, to: {last}, step: 8}}\n")
     return path
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--points", type=int, default=1024)
     ap.add_argument("--ray-points", type=int, default=0, help="points of the Ray comparison (0: --points)")
-    a = ap.parse_args()
+    ap.add_argument("--quick", action="store_true", help="a 2-point sweep of Llama 3.1 8B (a smoke test)")
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.points, a.ray_points = 2, 2
+    model = {"llm": "llama3.1-8b", "global_batch": 64} if a.quick else {}
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        s = study(tmp, 8 * a.points)
+        s = study(tmp, 8 * a.points, **model)
         t0 = time.perf_counter()
         rows = run_study(s, tmp / "full.csv")
         out["points"] = len(rows)
@@ -69,8 +75,8 @@ def main() -> int:
             # warm-up study starts both worker processes; then the same sweep with 1 and with 2 workers in flight
             ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
             try:
-                run_study(study(tmp, 8 * 4), tmp / "warm.csv", workers=2, use_ray=True)
-                sr = study(tmp, 8 * (a.ray_points or a.points))
+                run_study(study(tmp, 8 * 4, **model), tmp / "warm.csv", workers=2, use_ray=True)
+                sr = study(tmp, 8 * (a.ray_points or a.points), **model)
                 times = {}
                 for w in (1, 2):
                     t0 = time.perf_counter()
@@ -87,10 +93,14 @@ def main() -> int:
     if a.json:
         print(json.dumps(out, indent=2))
     else:
+        ray_text = ("not installed" if out["ray_speedup"] is None else
+                    f"{out['ray_speedup']}x ({out['ray_seconds']}; identical: {out['ray_identical']})")
         print(f"{out['points']} points in {out['seconds']} s on {os.cpu_count()} cores ({out['statuses']}); resumed "
-              f"run identical: {out['resume_identical']}; Ray 2 workers vs 1: {out['ray_speedup']}x "
-              f"({out.get('ray_seconds')})")
-    return 0
+              f"run identical: {out['resume_identical']}; Ray 2 workers vs 1: {ray_text}")
+    bad = [k for k in ("resume_identical", "ray_identical") if out.get(k) is False]
+    for k in bad:
+        print(f"FAILED: {k}: the CSVs differ", file=sys.stderr)
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":
