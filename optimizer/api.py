@@ -114,10 +114,10 @@ def study(path: str | Path, output: str | Path | None = None, workers: int | Non
     return r
 
 
-def whatif(problem: Problem, pct: float = 20.0, top: int = 10, band: float = 0.1,
-           time_limit_s: float = 60.0) -> dict[str, Any]:
+def whatif(problem: Problem, pct: float = 20.0, top: int = 10, band: float = 0.1, time_limit_s: float = 60.0):
     """What +pct% of each resource saves of the fastest step (s), and the plan best in the worst case over
-    efficiency bands of +-band (`paraplan whatif --json`'s object); `time_limit_s` of each solve."""
+    efficiency bands of +-band (a `WhatifResult`: `.base_step_s`, `.levers`, `.robust`); `time_limit_s` of
+    each solve."""
     from optimizer.drivers.whatif import whatif as _whatif
 
     return _whatif(problem, pct=pct, top=top, band=band, time_limit_s=time_limit_s)
@@ -139,8 +139,8 @@ def schema(kind: str = "problem") -> dict[str, Any]:
     return model.model_json_schema()
 
 
-def validate(runs_path: str | Path) -> dict[str, Any]:
-    """The model against published runs (`paraplan validate --json`'s object)."""
+def validate(runs_path: str | Path):
+    """The model against published runs (a `ValidateResult`: `.runs`, one row each, and `.summary`)."""
     from optimizer.drivers.validate import score_runs
 
     return score_runs(str(runs_path))
@@ -185,7 +185,7 @@ def text(result, problem: Problem | None = None, emit: str | None = None) -> str
     elif kind == "validate":
         from optimizer.report.text import render_validation
 
-        out = render_validation(result)
+        out = render_validation(result.as_dict())
     else:
         import importlib
 
@@ -199,7 +199,7 @@ def as_dict(result, problem: Problem | None = None) -> dict[str, Any]:
     """The JSON object of any command's result, as `--json` prints it."""
     kind = _kind(result)
     if kind in ("whatif", "validate"):
-        return result
+        return result.as_dict()
     if kind == "evaluate":
         from optimizer.report.text import evaluation_dict
 
@@ -253,7 +253,7 @@ def plan_of(result, problem: Problem | None = None):
         plan = result.best.groups[0].plan
         ev, problem = (None, None) if plan is None else (plan.evaluation, None)
     elif kind == "whatif" and problem is not None:
-        return problem, Execution.model_validate(result["robust"]["robust_plan"])
+        return problem, Execution.model_validate(result.robust.robust_plan)
     return None if ev is None else (problem or ev.problem, ev.execution)
 
 
@@ -265,15 +265,14 @@ def _kind(result) -> str:
     from optimizer.drivers.procure import ProcureResult
     from optimizer.drivers.solve import SolveResult
     from optimizer.drivers.study import StudyResult
+    from optimizer.drivers.validate import ValidateResult
+    from optimizer.drivers.whatif import WhatifResult
 
     for kind, cls in (("evaluate", Evaluation), ("solve", SolveResult), ("check", CheckResult),
-                      ("procure", ProcureResult), ("fleet", FleetResult), ("study", StudyResult)):
+                      ("procure", ProcureResult), ("fleet", FleetResult), ("study", StudyResult),
+                      ("whatif", WhatifResult), ("validate", ValidateResult)):
         if isinstance(result, cls):
             return kind
-    if isinstance(result, dict) and "levers" in result:
-        return "whatif"
-    if isinstance(result, dict) and "runs" in result:
-        return "validate"
     raise TypeError(f"not a paraplan result: {type(result).__name__}")
 
 

@@ -134,7 +134,7 @@ def test_runs_read_recipe_knobs_from_notes():
     assert [m.value for m in ex.recompute_modules] == ["mla_up_proj", "mlp"]
     ll = map_run(runs["bridge2604-llama3-70b-gb200-fp8-64gpu"]).problem.execution
     assert ll.activation_offload and ll.activation_offload_layers == 40
-    assert score_runs(str(RUNS_2025))["summary"]["n_not_fitting"] == 0
+    assert score_runs(str(RUNS_2025)).as_dict()["summary"]["n_not_fitting"] == 0
 
 
 def test_solve_decides_the_moe_dispatcher_and_overlap_when_search_names_them(tmp_path):

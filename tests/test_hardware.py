@@ -194,7 +194,7 @@ def test_model_orders_precisions_as_measured():
     all-to-all dispatcher's sort, 2 of 4 while the LM head was priced at the FP8 peak)."""
     from optimizer.drivers.validate import score_runs
 
-    po = score_runs(str(RUNS_2025))["summary"]["precision_order"]
+    po = score_runs(str(RUNS_2025)).as_dict()["summary"]["precision_order"]
     assert po["n_groups"] == 4  # llama3-70b and llama3.1-405b, each on GB200 and GB300, in fp8/mxfp8/nvfp4
     assert all(set(g["measured"]) == {"fp8", "mxfp8", "nvfp4"} for g in po["groups"])
     assert all(g["measured"] == ["nvfp4", "fp8", "mxfp8"] for g in po["groups"])

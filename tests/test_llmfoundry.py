@@ -80,7 +80,7 @@ def test_triton_flash_attention_runs_at_the_fa2_class_efficiency_divided_by_the_
 def scored():
     from optimizer.drivers.validate import score_runs
 
-    return score_runs(str(RUNS))
+    return score_runs(str(RUNS)).as_dict()
 
 
 def test_every_llmfoundry_run_is_scored_and_fits(scored):

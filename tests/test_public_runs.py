@@ -15,7 +15,7 @@ from optimizer.drivers.validate import score_runs
 
 @pytest.fixture(scope="module")
 def scored(calibration_file):
-    return score_runs(str(calibration_file))
+    return score_runs(str(calibration_file)).as_dict()
 
 
 def table5(scored):

@@ -199,7 +199,7 @@ def test_the_next_release_is_predicted_held_out():
     from optimizer.drivers.validate import score_runs
 
     path = ROOT / "problems" / "runs" / "bridge-2606.yaml"
-    out = score_runs(str(path))
+    out = score_runs(str(path)).as_dict()
     s = out["summary"]
     assert s["n_runs"] == 20 and s["n_scored"] == 20 and s["n_not_fitting"] == 0
     assert s["mape_pct"] <= 8.0

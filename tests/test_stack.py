@@ -103,7 +103,7 @@ RUNS = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "public_
 def test_validate_reports_error_per_stack():
     from optimizer.drivers.validate import score_runs
 
-    s = score_runs(str(RUNS))["summary"]
+    s = score_runs(str(RUNS)).as_dict()["summary"]
     by = s["by_stack"]
     assert "megatron-core" in by and sum(b["n"] for b in by.values()) == s["n_scored"]
     assert set(by) >= {"torchtitan", "fsdp"}

@@ -192,12 +192,12 @@ def test_async_tp_benchmark_of_june_2025_held_out():
     from optimizer.drivers.validate import score_runs
 
     f = ROOT / "problems" / "runs" / "torchtitan-asynctp-2506.yaml"
-    s = score_runs(str(f))
+    s = score_runs(str(f)).as_dict()
     rows = {r["id"]: r for r in s["runs"]}
     assert s["summary"]["n_scored"] == len(rows) == 8 and s["summary"]["n_not_fitting"] == 0
     err = np.array([r["error_pct"] for r in rows.values()])
     assert np.mean(np.abs(err)) <= 8.0
-    fitted = [r["error_pct"] for r in score_runs(str(RUNS))["runs"] if r["error_pct"] is not None]
+    fitted = [r["error_pct"] for r in score_runs(str(RUNS)).as_dict()["runs"] if r["error_pct"] is not None]
     assert len(fitted) == 19 and abs(np.mean(np.concatenate([fitted, err]))) <= 5.0
     for rid, r in rows.items():
         if "-asynctp" not in rid:
@@ -213,7 +213,7 @@ def test_torchtitan_runs_peak_memory_within_10pct(titan_runs):
     the torchtitan 2024-12 benchmark and the Trainy H200 runs): MAPE <= 10%, none worse than 20%."""
     from optimizer.drivers.validate import score_runs
 
-    s = score_runs(str(RUNS))
+    s = score_runs(str(RUNS)).as_dict()
     assert s["summary"]["n_scored"] == len(titan_runs) == 19 and s["summary"]["n_not_fitting"] == 0
     mem = [100 * (r["predicted_peak_memory_gib"] - r["target_peak_memory_gib"]) / r["target_peak_memory_gib"]
            for r in s["runs"]]

@@ -18,15 +18,15 @@ def test_every_lever_helps_or_is_neutral(tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text(BASE)
     r = whatif(load_problem(path), pct=20, top=5, band=0.1)
-    names = {x["name"].split(" +")[0] for x in r["levers"]}
+    names = {x.name.split(" +")[0] for x in r.levers}
     assert {"HBM capacity", "HBM bandwidth", "matrix FLOP/s", "offload capacity", "offload bandwidth"} <= names
     assert any(n.startswith("GPUs") for n in names)
-    for x in r["levers"]:
-        assert x["step_s"] is not None and x["saved_s"] >= -1e-9 * r["base_step_s"], x
-    flops = next(x for x in r["levers"] if x["name"].startswith("matrix FLOP/s"))
-    assert flops["saved_pct"] > 0
-    rb = r["robust"]
-    assert rb["robust_worst_s"] <= rb["nominal_worst_s"] + 1e-12 and rb["regret_s"] >= 0
+    for x in r.levers:
+        assert x.step_s is not None and x.saved_s >= -1e-9 * r.base_step_s, x
+    flops = next(x for x in r.levers if x.name.startswith("matrix FLOP/s"))
+    assert flops.saved_pct > 0
+    rb = r.robust
+    assert rb.robust_worst_s <= rb.nominal_worst_s + 1e-12 and rb.regret_s >= 0
 
 
 def test_cli_json_and_tornado(tmp_path, capsys):
@@ -52,9 +52,9 @@ def test_robust_plan_is_best_worst_case_over_the_space(tmp_path):
     problem = load_problem(path)
     base = solve(problem, top=6)
     rb = robust(problem, base, band=0.3)
-    assert rb["worst_corner_is_low"] and rb["status"] == "optimal"
+    assert rb.worst_corner_is_low and rb.status == "optimal"
     corners = [_corner(problem, *c) for c in itertools.product((0.7, 1.3), repeat=3)]
     for p in base.plans:
         worst = max(evaluate_execution(c, p.evaluation.execution).result["step_time"] for c in corners)
-        assert rb["robust_worst_s"] <= worst * (1 + 1e-9)
-    assert abs(rb["regret_s"] - (rb["nominal_worst_s"] - rb["robust_worst_s"])) < 1e-12
+        assert rb.robust_worst_s <= worst * (1 + 1e-9)
+    assert abs(rb.regret_s - (rb.nominal_worst_s - rb.robust_worst_s)) < 1e-12

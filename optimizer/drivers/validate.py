@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from optimizer.errors import ParaplanError
@@ -15,8 +16,23 @@ def _group(rows: list[dict], key: str) -> dict:
     return out
 
 
-def score_runs(path: str) -> dict[str, Any]:
-    """The JSON object of `paraplan validate --json` (see README). Records are checked by the run schema
+@dataclass(frozen=True)
+class ValidateResult:
+    """`paraplan validate`'s answer: one row per run (`runs`: id, status ok|skipped|error, reason, predicted and
+    target step time in s, error_pct, predicted and target peak memory in GiB, fits, stack, assumptions,
+    precision, precision_group) and their `summary` (n_runs, n_scored, mape_pct, max_abs_error_pct,
+    memory_mape_pct, n_not_fitting, by_stack, precision_order); the CLI reference gives the JSON shape."""
+
+    runs: list[dict[str, Any]]
+    summary: dict[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `--json` object."""
+        return {"runs": self.runs, "summary": self.summary}
+
+
+def score_runs(path: str) -> ValidateResult:
+    """Every run of a file predicted and scored (`paraplan validate`). Records are checked by the run schema
     when loaded (`runs.load_runs`); a run the model cannot express is an error row, never skipped."""
     from optimizer.progress import progress
 
@@ -72,7 +88,7 @@ def _score_one(doc, i: int, run: dict, rows: list, systems: dict) -> None:
     row["precision_group"] = list(precision_key(run))
 
 
-def _summarise(rows: list) -> dict[str, Any]:
+def _summarise(rows: list) -> ValidateResult:
     """The rows and their summary (runs scored, MAPE, memory MAPE, by stack)."""
     scored = [r for r in rows if r["status"] == "ok" and r["error_pct"] is not None]
     mem = [r for r in scored if r["target_peak_memory_gib"]]
@@ -89,7 +105,7 @@ def _summarise(rows: list) -> dict[str, Any]:
                      for st, rs in _group(scored, "stack").items()},
         "precision_order": _precision_order(scored),
     }
-    return {"runs": rows, "summary": summary}
+    return ValidateResult(rows, summary)
 
 
 def _precision_order(scored: list) -> dict[str, Any]:

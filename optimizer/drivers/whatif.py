@@ -17,7 +17,9 @@ checks the monotonicity claim on them (`worst_corner_is_low`).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+from dataclasses import dataclass
 from dataclasses import dataclass
 
 from optimizer.errors import Infeasible
@@ -59,9 +61,51 @@ def levers(problem: Problem, pct: float) -> list[Lever]:
     return out
 
 
-def whatif(problem: Problem, pct: float = 20.0, top: int = 10, band: float = 0.1, time_limit_s: float = 60.0) -> dict:
-    """{"base_step_s", "levers": [{name, step_s, saved_s, saved_pct}], "robust": {...}} (see module docstring);
-    `time_limit_s`: of each solve."""
+@dataclass(frozen=True)
+class LeverValue:
+    """What +pct% of one resource is worth: the fastest step with it (s; None: nothing fits) and the time
+    saved against the base problem's fastest step (s, and % of it)."""
+
+    name: str
+    step_s: float | None
+    saved_s: float | None
+    saved_pct: float | None
+
+
+@dataclass(frozen=True)
+class RobustPlan:
+    """The plan best in the worst case over efficiency bands of +-`band` (module docstring): step times in s."""
+
+    band: float
+    plans: int  # nominal plans evaluated at every corner (`--top`)
+    status: str  # the worst-corner solve's status (optimal or feasible)
+    worst_corner_is_low: bool  # every evaluated plan's worst case was the all-low corner
+    nominal_worst_s: float  # the nominal optimum's worst case
+    robust_worst_s: float  # the robust plan's worst case
+    robust_plan: dict  # the robust plan's execution (JSON form)
+    robust_is_nominal: bool
+    regret_s: float  # the nominal optimum's worst case minus the robust plan's
+    robust_nominal_s: float  # the robust plan's step at nominal efficiencies
+
+
+@dataclass(frozen=True)
+class WhatifResult:
+    """`paraplan whatif`'s answer: the base problem's fastest step (s), each resource's value (most saved
+    first) and the robust plan."""
+
+    base_step_s: float
+    pct: float
+    levers: list[LeverValue]
+    robust: RobustPlan
+
+    def as_dict(self) -> dict:
+        """The `--json` object."""
+        return dataclasses.asdict(self)
+
+
+def whatif(problem: Problem, pct: float = 20.0, top: int = 10, band: float = 0.1,
+           time_limit_s: float = 60.0) -> WhatifResult:
+    """Each resource's value and the robust plan (module docstring); `time_limit_s`: of each solve."""
     from optimizer.progress import progress
     from optimizer.drivers.solve import solve
 
@@ -76,10 +120,10 @@ def whatif(problem: Problem, pct: float = 20.0, top: int = 10, band: float = 0.1
                 t = solve(lever.problem, time_limit_s=time_limit_s).plans[0].evaluation.result["step_time"]
             except Infeasible:
                 t = None
-            rows.append({"name": lever.name, "step_s": t, "saved_s": None if t is None else t0 - t,
-                         "saved_pct": None if t is None else 100 * (t0 - t) / t0})
-    rows.sort(key=lambda r: -(r["saved_s"] or 0))
-    return {"base_step_s": t0, "pct": pct, "levers": rows, "robust": robust(problem, base, band, time_limit_s)}
+            rows.append(LeverValue(lever.name, t, None if t is None else t0 - t,
+                                   None if t is None else 100 * (t0 - t) / t0))
+    rows.sort(key=lambda r: -(r.saved_s or 0))
+    return WhatifResult(t0, pct, rows, robust(problem, base, band, time_limit_s))
 
 
 def _corner(problem: Problem, g: float, h: float, n: float) -> Problem:
@@ -91,7 +135,7 @@ def _corner(problem: Problem, g: float, h: float, n: float) -> Problem:
         "hbm_efficiency": _scale_table(s.hbm_efficiency, h), "networks": nets})})
 
 
-def robust(problem: Problem, base, band: float, time_limit_s: float = 60.0) -> dict:
+def robust(problem: Problem, base, band: float, time_limit_s: float = 60.0) -> RobustPlan:
     """The plan best in the worst case over the efficiency bands, and the optimum's regret (module docstring)."""
     from optimizer.drivers.evaluate import evaluate_execution
     from optimizer.drivers.solve import solve
@@ -108,10 +152,10 @@ def robust(problem: Problem, base, band: float, time_limit_s: float = 60.0) -> d
     ex = r.plans[0].evaluation.execution
     robust_worst = r.plans[0].evaluation.result["step_time"]
     same = ex == nominal or robust_worst >= nominal_worst * (1 - 1e-9)
-    return {"band": band, "plans": len(base.plans), "status": r.status, "worst_corner_is_low": bool(worst_low),
-            "nominal_worst_s": nominal_worst, "robust_worst_s": min(robust_worst, nominal_worst),
-            "robust_plan": (nominal if same else ex).model_dump(mode="json"), "robust_is_nominal": bool(same),
-            "regret_s": max(0.0, nominal_worst - robust_worst),
-            "robust_nominal_s": evaluate_execution(problem, nominal if same else ex).result["step_time"]}
+    return RobustPlan(band=band, plans=len(base.plans), status=r.status, worst_corner_is_low=bool(worst_low),
+                      nominal_worst_s=nominal_worst, robust_worst_s=min(robust_worst, nominal_worst),
+                      robust_plan=(nominal if same else ex).model_dump(mode="json"), robust_is_nominal=bool(same),
+                      regret_s=max(0.0, nominal_worst - robust_worst),
+                      robust_nominal_s=evaluate_execution(problem, nominal if same else ex).result["step_time"])
 
 

@@ -11,6 +11,7 @@ from optimizer.schema.procure import Pricing
 
 if TYPE_CHECKING:
     from optimizer.drivers.fleet import FleetResult
+    from optimizer.drivers.whatif import WhatifResult
     from optimizer.drivers.procure import ProcureResult
     from optimizer.schema.fleet import FleetProblem
 
@@ -161,18 +162,19 @@ def _study_breakdown(plt, ok: list[dict], study, keys: list[str]):
     return fig
 
 
-def plot_tornado(r: dict, path: str) -> None:
+def plot_tornado(r: WhatifResult, path: str) -> None:
+    """Bar chart of the step time (%) each resource's +pct% saves (`paraplan whatif --plot`)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [x for x in r["levers"] if x["saved_pct"] is not None][::-1]
+    rows = [x for x in r.levers if x.saved_pct is not None][::-1]
     fig, ax = plt.subplots(figsize=(7, 1.2 + 0.35 * len(rows)), dpi=130)
-    ax.barh([x["name"] for x in rows], [x["saved_pct"] for x in rows],
-            color=["tab:green" if x["saved_pct"] >= 0 else "tab:red" for x in rows])
+    ax.barh([x.name for x in rows], [x.saved_pct for x in rows],
+            color=["tab:green" if x.saved_pct >= 0 else "tab:red" for x in rows])
     ax.axvline(0, color="0.3", lw=0.8)
-    ax.set_xlabel(f"step time saved by +{r['pct']:g}% of the resource, %")
+    ax.set_xlabel(f"step time saved by +{r.pct:g}% of the resource, %")
     ax.tick_params(axis="y", labelsize=7)
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_title("what each resource is worth", fontsize=9)

@@ -5,19 +5,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from optimizer.drivers.whatif import WhatifResult
     from optimizer.schema import Problem
 
 
-def render(problem: Problem, r: dict) -> str:
-    out = [f"paraplan whatif: {problem.name or problem.llm.name}: fastest step {r['base_step_s']:.4g} s; each "
-           f"resource +{r['pct']:g}% (a solve each):"]
-    for x in r["levers"]:
-        v = "nothing fits" if x["step_s"] is None else f"{x['step_s']:.4g} s  saves {x['saved_pct']:5.1f}%"
-        out.append(f"  {x['name']:40s} {v}")
-    rb = r["robust"]
-    out.append(f"robustness, efficiencies +-{100 * rb['band']:g}% (best worst case over the whole space, {rb['status']}): "
-               f"the optimum's worst "
-               f"case {rb['nominal_worst_s']:.4g} s; " + ("it is also the robust choice" if rb["robust_is_nominal"] else
-               f"robust choice worst case {rb['robust_worst_s']:.4g} s (nominal {rb['robust_nominal_s']:.4g} s), the "
-               f"optimum's regret {rb['regret_s']:.4g} s"))
+def render(problem: Problem, r: WhatifResult) -> str:
+    out = [f"paraplan whatif: {problem.name or problem.llm.name}: fastest step {r.base_step_s:.4g} s; each "
+           f"resource +{r.pct:g}% (a solve each):"]
+    for x in r.levers:
+        v = "nothing fits" if x.step_s is None else f"{x.step_s:.4g} s  saves {x.saved_pct:5.1f}%"
+        out.append(f"  {x.name:40s} {v}")
+    rb = r.robust
+    same = "it is also the robust choice"
+    other = (f"robust choice worst case {rb.robust_worst_s:.4g} s (nominal {rb.robust_nominal_s:.4g} s), the "
+             f"optimum's regret {rb.regret_s:.4g} s")
+    out.append(f"robustness, efficiencies +-{100 * rb.band:g}% (best worst case over the whole space, {rb.status}): "
+               f"the optimum's worst case {rb.nominal_worst_s:.4g} s; " + (same if rb.robust_is_nominal else other))
     return "\n".join(out)
