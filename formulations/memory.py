@@ -36,7 +36,8 @@ def build(T: Tables, m: cp_model.CpModel, c: ChoiceVars) -> MemoryVars:
         m.Add(state >= c.col(f"state_hbm_bytes_z{z}")).OnlyEnforceIf(c.z_lits[j])
     m.Add(state + c.col("act") <= T.cap_kib).OnlyEnforceIf(enforce)
     cols = c.pre.cols
-    if not any(np.any(cols[f"state_offload_bytes_z{z}"] != 0) for z in T.z_vals) and not np.any(cols["offact"] != 0):
+    offloads = any(np.any(cols[f"state_offload_bytes_z{z}"] != 0) for z in T.z_vals)
+    if not offloads and not np.any(cols["offact"] != 0):
         return MemoryVars(state, enforce)
     enf_off = m.NewBoolVar("memory.offload")
     off_state = m.NewIntVar(0, 2**62 // 4, "memory.offload_state")

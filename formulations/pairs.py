@@ -93,7 +93,8 @@ def compose(T: Tables, l, vi, mi, col) -> dict[str, np.ndarray]:
     out = _pipeline_columns(T, l, vi, mi, col)
     acts = activations(LV["inflv"][lv], LM["infl1"][lm], LM["NL"][lm], Lt["Ls"][l], np.array(T.v_vals)[vi],
                        T.lay["pp"][l], bool(T.fixed["schedule"]), bool(T.fixed["activation_offload"]),
-                       col("act_stored_bytes"), col("act_working_bytes"), col("emb_out_bytes"), col("logits_bytes"))
+                       col("act_stored_bytes"), col("act_working_bytes"), col("emb_out_bytes"),
+                       col("logits_bytes"))
     out["act"] = acts["act"] + Lt["reserved_bytes"][l]
     out["offact"] = acts["offact"]
     out["pu"] = np.rint(np.array(T.pu_tiers)[T.lay["tier_dp"][l]] * Q).astype(np.int64)

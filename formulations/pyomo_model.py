@@ -10,7 +10,7 @@ in w:
     sum_c w[c] = 1                                             (one pair, one ZeRO stage, one DP overlap)
     step[c] = pipe[p] + (link_z[p] | ceil(ovl_z[p] / Q)) + opt_z[p]      (formulations.time: y_dp, y_opt
                                                                integers minimised, hence the ceiling)
-    memory.hbm:      sum_c (state_hbm_bytes_z[p] + act[p]) w[c] <= HBM - headroom (KiB)   (formulations.memory)
+    memory.hbm:      sum_c (state_hbm_bytes_z[p] + act[p]) w[c] <= HBM - headroom (KiB)  (formulations.memory)
     memory.offload:  sum_c (state_offload_bytes_z[p] + offact[p]) w[c] <= offload memory (KiB)
     target:          sum_c step[c] w[c] <= target;  sum_c n[p] step[c] w[c] <= GPU-seconds cap
     minimise         sum_c score[c] w[c]        (optimizer.prepare.objective: step time, GPUs x step, GPUs x BIG + step)
@@ -60,14 +60,16 @@ def choices(T, pre) -> dict[str, np.ndarray]:
             else:
                 dp = np.asarray(cols[f"link{z}"], dtype=np.int64)
             dp = np.maximum(dp, 0)
-            step = compose_step(pipe, dp, 0, np.asarray(cols[f"opt{z}"], dtype=np.int64), 0)  # (step_time.build)
+            # as step_time.build: the DP and optimizer parts hold the slowdown and FSDP's copies
+            step = compose_step(pipe, dp, 0, np.asarray(cols[f"opt{z}"], dtype=np.int64), 0)
             idx = np.nonzero(ok)[0]
             out["p"].append(idx)
             out["zi"].append(np.full(len(idx), j))
             out["di"].append(np.full(len(idx), k))
             out["step"].append(step[idx])
             out["hbm"].append((np.asarray(cols[f"state_hbm_bytes_z{z}"], dtype=np.int64) + cols["act"])[idx])
-            out["off"].append((np.asarray(cols[f"state_offload_bytes_z{z}"], dtype=np.int64) + cols["offact"])[idx])
+            off = np.asarray(cols[f"state_offload_bytes_z{z}"], dtype=np.int64) + cols["offact"]
+            out["off"].append(off[idx])
             out["n"].append(ngpu[idx])
     return {k: np.concatenate(v) for k, v in out.items()}
 

@@ -25,22 +25,23 @@ Columns (the composition factors are defined in `optimizer.model.compose`):
                         pp > 1, no (expert-)data-parallel group (`rules.layout.has_dp_group`); hc [0..2]: head
                         column (pp = 1; pp > 1; pp > 1 with embedding/loss slots)
                         dp_allreduce_s, dp_reduce_scatter_s, dp_allgather_s [ns]: the stage's DP collectives;
-                        F [ns]: FSDP traffic per micro-batch (2 AG + RS); ARb, RSb, AGb, Fb [ns]: one bucket (a
-                        layer) of each; optimizer_s_z{z} [ns], state_hbm_bytes_z{z} / state_offload_bytes_z{z}
-                        [KiB]: per ZeRO stage z; reserved_bytes [KiB]; fsdp_copy_allreduce_s,
-                        fsdp_copy_reduce_s, fsdp_copy_gather_s [ns]: PyTorch FSDP's copies around one gradient
-                        all-reduce / reduce-scatter / parameter gather (0 on other stacks)
+                        F [ns]: FSDP traffic per micro-batch (2 AG + RS); ARb, RSb, AGb, Fb [ns]: one
+                        bucket (a layer) of each; optimizer_s_z{z} [ns], state_hbm_bytes_z{z} /
+                        state_offload_bytes_z{z} [KiB]: per ZeRO stage z; reserved_bytes [KiB];
+                        fsdp_copy_allreduce_s, fsdp_copy_reduce_s, fsdp_copy_gather_s [ns]: PyTorch FSDP's
+                        copies around one gradient all-reduce / reduce-scatter / parameter gather (0 on other
+                        stacks)
     per (layout, vpp)   Lc [layers], Wm [layer backwards], E [exchanges x sequences], Bf [layer times],
                         inflv [layers]: vpp factors; ARv, RSv [ns]: the all-reduce and reduce-scatter over vpp
     per (layout, mb)    nmb [micro-batches], NL [layers x micro-batches], infl1 [layers]: micro-batch factors
     per block (BETA)    layer_s [ns]: one layer, one micro-batch; tau_mb [ns/sequence]: layer_s / mb;
-                        layer_fw_s, layer_bw_s, fbt [ns]: its forward, backward, both; head_s [ns] per (head
-                        column, PP tier): the edge stage's LM head and loss per micro-batch (the p2p it hides is
-                        taken off per pair, `formulations.pairs.compose`); p2p_s [ns] per PP tier: one exchange;
-                        p2p_window [ns]: a layer's forward, which Lc of hide an interleaved exchange
-                        (`compose.p2p_steady`); offx_mb [ns/sequence]: exposed offload streaming of a layer;
-                        act_stored_bytes, act_working_bytes, emb_out_bytes, logits_bytes [KiB]: activations of a
-                        layer kept, rebuilt by recompute, the embedding output and the logits
+                        layer_fw_s, layer_bw_s, fbt [ns]: its forward, backward, both; head_s [ns] per
+                        (head column, PP tier): the edge stage's LM head and loss per micro-batch (the p2p it
+                        hides is taken off per pair, `formulations.pairs.compose`); p2p_s [ns] per PP tier:
+                        one exchange; p2p_window [ns]: a layer's forward, which Lc of hide an interleaved
+                        exchange (`compose.p2p_steady`); offx_mb [ns/sequence]: exposed offload streaming of a
+                        layer; act_stored_bytes, act_working_bytes, emb_out_bytes, logits_bytes [KiB]:
+                        activations of a layer kept, rebuilt by recompute, the embedding output and the logits
 """
 
 from __future__ import annotations
@@ -257,7 +258,8 @@ def _lv_lm_tables(B: int, slots, lay: dict, vals: dict):
     pp2, dp2 = np.repeat(lay["pp"], nV), np.repeat(lay["dp"], nV)
     v2 = np.tile(np.array(vals["vpp"]), nL)
     okv = (np.repeat(slots, nV) % (pp2 * v2)) == 0
-    LV = {"v": v2} | {k: np.where(okv, x, 0) for k, x in vpp_factors(B, np.repeat(slots, nV), dp2, pp2, v2).items()}
+    fv = vpp_factors(B, np.repeat(slots, nV), dp2, pp2, v2)
+    LV = {"v": v2} | {k: np.where(okv, x, 0) for k, x in fv.items()}
     ppm, dpm = np.repeat(lay["pp"], nM), np.repeat(lay["dp"], nM)
     m2 = np.tile(np.array(vals["mb"]), nL)
     okm = (B % (dpm * m2)) == 0
@@ -281,7 +283,8 @@ def _block_rows(lay: dict, L0: dict, tpcp: list, vals: dict) -> tuple[dict, np.n
     return cols, mb_b
 
 
-def _block_tables(problem: Problem, lay: dict, L0: dict, tpcp: list, vals: dict, run, nVar: int) -> list[dict]:
+def _block_tables(problem: Problem, lay: dict, L0: dict, tpcp: list, vals: dict, run,
+                  nVar: int) -> list[dict]:
     """Per variant, the per-block columns (module docstring): one layer's times and activations, and the edge
     stage's head per (head column, PP tier) and one p2p exchange per PP tier, from pp = 2 grids."""
     cols, mb_b = _block_rows(lay, L0, tpcp, vals)
@@ -310,7 +313,7 @@ def _block_tables(problem: Problem, lay: dict, L0: dict, tpcp: list, vals: dict,
                 head[:, 2, tpp] = t_int(rpe[tpp].head_s[j])
             p2p[:, tpp] = t_int(rp.p2p_s[j])
         BETA["head_s"], BETA["p2p_s"] = head.reshape(-1), p2p.reshape(-1)
-        BETA["p2p_window"] = BETA["layer_fw_s"]  # one layer's forward per micro-batch: x Lc, the chunk it hides under
+        BETA["p2p_window"] = BETA["layer_fw_s"]  # a layer's forward per micro-batch: x Lc hides an exchange
         out.append(BETA)
     return out
 
@@ -326,7 +329,8 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
     # the block's group key: (tp, cp, ep, etp) (their tiers follow from them)
     tpcp = sorted({tuple(int(x) for x in key) for key in zip(lay["tp"], lay["cp"], lay["ep"], lay["etp"])})
     run = _runner(problem, allv)
-    slots, L0, Lv, r = _layout_tables(problem, lay, {x: i for i, x in enumerate(tpcp)}, vals["zero"], run, nVar)
+    tpcp_index = {x: i for i, x in enumerate(tpcp)}
+    slots, L0, Lv, r = _layout_tables(problem, lay, tpcp_index, vals["zero"], run, nVar)
     pu_tiers = [float(n.processor_usage) for n in problem.system.networks]
     LV, LM = _lv_lm_tables(problem.training.global_batch, slots, lay, vals)
     legal_all = np.stack([c.triples[:, 0], np.searchsorted(vals["vpp"], c.triples[:, 1]),
@@ -343,6 +347,6 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
                    RSv=t_int(np.repeat(r.dp_reduce_scatter_s[j], nV) / v2))
         legal = legal_all[admits[j][legal_all[:, 0]]]
         out.append(Tables(problem, lay, Lv[j], vals["vpp"], vals["mb"], vals["recompute"], vals["sp"],
-                          vals["tp_overlap"], vals["zero"], vals["dp_overlap"], tpcp, LVj, LM, BETAs[j], legal, cap,
-                          c.size, dict(v), pu_tiers, off_cap, j, cand))
+                          vals["tp_overlap"], vals["zero"], vals["dp_overlap"], tpcp, LVj, LM, BETAs[j],
+                          legal, cap, c.size, dict(v), pu_tiers, off_cap, j, cand))
     return out

@@ -216,7 +216,8 @@ def test_interleaved_exchanges_overlap_a_chunk_forward():
     nets = [n.model_copy(update={"bandwidth_gbps": 0.05}) if i == 1 else n for i, n in enumerate(base.networks)]
     slow = p.model_copy(update={"system": base.model_copy(update={"networks": nets})})
     r = evaluate(slow, _knobs(slow, [Execution(tp=2, pp=4, vpp=2)]))
-    t, window = float(r.terms.p2p_s[0]), 32 / (pp * vpp) * float(r.terms.layer_fw_s[0])  # Lc = 32/(pp*vpp) = 4
+    t = float(r.terms.p2p_s[0])
+    window = 32 / (pp * vpp) * float(r.terms.layer_fw_s[0])  # Lc = 32/(pp*vpp) = 4
     assert t > window
     assert float(r.pp_exposed[0]) == pytest.approx(2 * n_mb * vpp * (t - window) + 2 * (pp - 1) * t
                                                    - n_mb * min(t - window, float(r.head[0]) / n_mb), rel=1e-9)

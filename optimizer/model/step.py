@@ -33,8 +33,8 @@ from optimizer.model.hardware import Hardware, Tiers, collective_time, tier_of
 from optimizer.model.knobs import Knobs
 from optimizer.model.compose import activations as compose_activations
 from optimizer.model.compose import dp_exposed as dp_exposed_by_zero
-from optimizer.model.compose import (PIPE, dp_links, edge_head, fsdp_traffic, layout_factors, mb_factors, p2p_steady,
-                                     pipeline, vpp_factors)
+from optimizer.model.compose import (PIPE, dp_links, edge_head, fsdp_traffic, layout_factors, mb_factors,
+                                     p2p_steady, pipeline, vpp_factors)
 from optimizer.model.terms import StepTerms, step_of
 from optimizer.rules.layout import has_dp_group
 from optimizer.model.layer import BlockCost, Ctx, block_cost, kv_per_rank
@@ -204,7 +204,8 @@ def _shape(ctx: Ctx, k: Knobs) -> _Shape:
     uneven = k.pp_uneven.astype(bool) & (pp > 1)
     slots = np.where(uneven, np.ceil(slots / (pp * vpp)) * pp * vpp, slots)
     Ls = slots / pp  # transformer layers of the busiest stage (a middle one when el)
-    return _Shape(tp, pp, dp, cp, vpp, mb, B, s, L, n_mb, el, slots, Ls, mb * s / cp, k.sequence_parallel.astype(bool))
+    return _Shape(tp, pp, dp, cp, vpp, mb, B, s, L, n_mb, el, slots, Ls, mb * s / cp,
+                  k.sequence_parallel.astype(bool))
 
 
 def _layer(ctx: Ctx, k: Knobs, pp):
@@ -242,8 +243,8 @@ def _edge_work(ctx: Ctx, k: Knobs, g: _Shape):
         3.0 * collective_time("ar", T * 4.0, tp, k.tier_tp, tiers)
     last_stage_extra = head_fw + head_bw + loss_fw + loss_bw + head_comm
     first_stage_extra = emb_fw + emb_bw + emb_comm
-    pp = g.pp
-    return np.where(pp > 1, np.maximum(last_stage_extra, first_stage_extra), last_stage_extra + first_stage_extra), M
+    both = last_stage_extra + first_stage_extra
+    return np.where(g.pp > 1, np.maximum(last_stage_extra, first_stage_extra), both), M
 
 
 def _p2p_time(ctx: Ctx, k: Knobs, g: _Shape, M):
@@ -315,8 +316,8 @@ def _dp_collectives(ctx: Ctx, k: Knobs, g: _Shape, P: _Params):
     RS, AR, AG = dp_reductions(P.non_expert, gb, wb, P.dpg, k.tier_dp, tiers, stride=g.tp)
     if ctx.llm.moe is not None:
         # expert-data-parallel ranks are ep*etp apart (Megatron-Core expert rank order)
-        ex_rs, ex_ar, ex_ag = dp_reductions(P.expert, gb, wb, P.edp, tier_of(tiers, g.tp * g.cp * g.dp), tiers,
-                                            stride=k.ep * k.etp)
+        tier = tier_of(tiers, g.tp * g.cp * g.dp)
+        ex_rs, ex_ar, ex_ag = dp_reductions(P.expert, gb, wb, P.edp, tier, tiers, stride=k.ep * k.etp)
         RS, AR, AG = RS + ex_rs, AR + ex_ar, AG + ex_ag
     return RS, AR, AG
 
@@ -327,22 +328,23 @@ def _at_zero(z, per_stage: dict):
 
 
 def _fsdp_copies(ctx: Ctx, P: _Params):
-    """PyTorch FSDP's copies and casts (stack.fsdp_copy_bytes), s: element-wise passes over a layer's unsharded
-    parameters around one gradient all-reduce, reduce-scatter and parameter gather of the stage."""
+    """PyTorch FSDP's copies and casts (stack.fsdp_copy_bytes), s: element-wise passes over a layer's
+    unsharded parameters around one gradient all-reduce, reduce-scatter and parameter gather of the stage."""
     wb, gb, _ = state_bytes(ctx)
     cb_ar, cb_red, cb_gat = fsdp_copy_bytes(ctx.stack, wb, gb)
     unit = np.maximum(P.layer, 1.0)  # one layer's parameters: FSDP's unit (a FlatParameter / parameter group)
 
     def passes(nbytes_per_param):
-        return (P.stage / unit) * ctx.hw.vector(unit, unit * nbytes_per_param) if nbytes_per_param else 0.0 * unit
+        if not nbytes_per_param:
+            return 0.0 * unit
+        return (P.stage / unit) * ctx.hw.vector(unit, unit * nbytes_per_param)
     return passes(cb_ar), passes(cb_red), passes(cb_gat)
 
 
 def _dp_time(ctx: Ctx, k: Knobs, g: _Shape, P: _Params, blk: BlockCost, f_v: dict, f_m: dict) -> dict:
-    """Data-parallel traffic (its link time per ZeRO stage, what overlap leaves exposed, the overlap's slowdown)
-    and FSDP's copies, s; the collectives and copies themselves for the tables."""
-    AR_RS_AG = _dp_collectives(ctx, k, g, P)
-    RS, AR, AG = AR_RS_AG
+    """Data-parallel traffic (its link time per ZeRO stage, what overlap leaves exposed, the overlap's
+    slowdown) and FSDP's copies, s; the collectives and copies themselves for the tables."""
+    RS, AR, AG = _dp_collectives(ctx, k, g, P)
     z, vpp, Ls, n_mb = k.zero, g.vpp, g.Ls, g.n_mb
     F = fsdp_traffic(AG, RS)
     regather = zero2_regathers(ctx.stack)
@@ -354,14 +356,15 @@ def _dp_time(ctx: Ctx, k: Knobs, g: _Shape, P: _Params, blk: BlockCost, f_v: dic
     bucket = 1.0 / np.maximum(Ls, 1.0)
     t_cb = f_v["Lc"] * blk.bw_total  # backward of one chunk for one micro-batch
     window = f_v["Wm"] * blk.bw_total
-    exp = dp_exposed_by_zero(AR, RS, AG, F, AR * bucket, RS * bucket, AG * bucket, F * bucket, AR / vpp, RS / vpp, t_cb,
-                             window, Ls * blk.fw_total, n_mb, f_m["NL"], blk.bw_total, blk.fw_total + blk.bw_total,
-                             regather)
+    exp = dp_exposed_by_zero(AR, RS, AG, F, AR * bucket, RS * bucket, AG * bucket, F * bucket, AR / vpp,
+                             RS / vpp, t_cb, window, Ls * blk.fw_total, n_mb, f_m["NL"], blk.bw_total,
+                             blk.fw_total + blk.bw_total, regather)
     dp_exp_ov = _at_zero(z, exp)
     has_dp = has_dp_group(P.dpg, P.edp)
     dp_exposed = np.where(has_dp, np.where(ov, dp_exp_ov, dp_link), 0.0)
+    pu = ctx.tiers.processor_usage[k.tier_dp]
     return dict(AR=AR, RS=RS, AG=AG, bucket=bucket, dp_link=dp_link, dp_exposed=dp_exposed,
-                dp_slow=np.where(ov & has_dp, ctx.tiers.processor_usage[k.tier_dp] * (dp_link - dp_exposed), 0.0),
+                dp_slow=np.where(ov & has_dp, pu * (dp_link - dp_exposed), 0.0),
                 fsdp_copies=np.where(has_dp, _at_zero(z, cps), 0.0), fsdp_ar=fsdp_ar, fsdp_red=fsdp_red,
                 fsdp_gat=fsdp_gat)
 
@@ -486,7 +489,8 @@ def _throughput(ctx: Ctx, g: _Shape, blk: BlockCost, step) -> dict:
                 hfu=hwf / (step * n_gpus * peak), tokens_per_s=tokens / step, samples_per_s=B / step)
 
 
-def _terms(g: _Shape, pl: dict, dpt: dict, optimizer, blk: BlockCost, head, t_p2p, off_exp_layer, mem) -> StepTerms:
+def _terms(pl: dict, dpt: dict, optimizer, blk: BlockCost, head, t_p2p, off_exp_layer, mem) -> StepTerms:
+    """The `StepTerms` of the evaluation from its parts."""
     return StepTerms(
         **{n: pl[n] for n in PIPE}, pipeline_s=pl["pipeline_s"], dp_exposed_s=dpt["dp_exposed"],
         dp_slowdown_s=dpt["dp_slow"], optimizer_s=optimizer, fsdp_copies_s=dpt["fsdp_copies"],
@@ -518,7 +522,7 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     mem = _memory(problem, ctx, k, g, P, blk, f_v, f_m)
     off_exp_layer, offload_bw_need = _offload_streaming(problem, ctx, k, P, blk, mem)
     pl, t_ss = _pipeline_time(k, g, blk, head, t_p2p, off_exp_layer, f_l, f_v)
-    terms = _terms(g, pl, dpt, optimizer, blk, head, t_p2p, off_exp_layer, mem)
+    terms = _terms(pl, dpt, optimizer, blk, head, t_p2p, off_exp_layer, mem)
     step = step_of(terms)
     # the report's parts: layers + head per micro-batch, bubble, p2p less what the edge stage's head hides
     pp_exposed = pl["p2p_steady_s"] + pl["p2p_fill_s"] - np.where(pp > 1, n_mb * np.minimum(t_ss, head), 0.0)
@@ -529,12 +533,14 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
         tp_exposed=per_step * blk.tp_exposed, cp_exposed=per_step * blk.cp_exp,
         ep_exposed=per_step * blk.ep_exp, pp_exposed=pp_exposed,
         dp_exposed=dpt["dp_exposed"], bubble=pl["bubble_s"], offload_exposed=pl["offload_exposed_s"],
-        head=n_mb * head, overlap_slowdown=per_step * blk.tp_slow + dpt["dp_slow"], fsdp_copies=dpt["fsdp_copies"],
+        head=n_mb * head, overlap_slowdown=per_step * blk.tp_slow + dpt["dp_slow"],
+        fsdp_copies=dpt["fsdp_copies"],
         host_wait=per_step * (blk.host_fw + blk.host_re), step_time=step,
         tp_link=per_step * (blk.tp_fw + blk.tp_bw + blk.tp_re), dp_link=dpt["dp_link"],
         pp_link=np.where(pp > 1, 2.0 * n_mb * g.vpp * t_p2p, 0.0),
         cp_link=per_step * blk.cp_link, ep_link=per_step * blk.ep_link,
-        weights=mem["weights"], grads=mem["grads"], optim_state=mem["optim_state"], activations=mem["activations"],
+        weights=mem["weights"], grads=mem["grads"], optim_state=mem["optim_state"],
+        activations=mem["activations"],
         reserved=mem["reserved"], hbm=hbm, hbm_reserved=mem["hbm_reserved"],
         act_loss_logits=mem["logits"] + 0.0 * hbm, act_working=mem["working"] + 0.0 * hbm,
         offload_mem=mem["offload_mem"], offload_bw_need=offload_bw_need, n_mb=n_mb,

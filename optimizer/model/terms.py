@@ -8,10 +8,10 @@ The step time of the slowest pipeline stage (Narayanan et al. 2021, Sec. 2.2) is
 
     step = pipeline + dp_exposed + dp_slowdown + optimizer + fsdp_copies        (`compose_step`)
 
-with pipeline the sum of `PIPE` (`optimizer.model.compose.pipeline`). The float model calls `compose_step`
-on arrays; the integer formulations call it on their columns and solver variables, where the DP variable
-already holds exposure plus overlap slowdown (Q*y_dp >= pu*link + (Q-pu)*exposed) and the optimizer column
-already holds FSDP's copies, so those two parts are passed as 0.
+with pipeline the sum of `PIPE` (`optimizer.model.compose.pipeline`). The float model calls
+`compose_step` on arrays; the integer formulations call it on their columns and solver variables, where
+the DP variable already holds exposure plus overlap slowdown (Q*y_dp >= pu*link + (Q-pu)*exposed) and the
+optimizer column already holds FSDP's copies, so those two parts are passed as 0.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class StepTerms:
     # ---- data-parallel traffic of the busiest stage, link seconds per step (before overlap)
     dp_allreduce_s: Arr  # ring all-reduce of the gradients (ZeRO 0)
     dp_reduce_scatter_s: Arr  # reduce-scatter of the gradients (ZeRO >= 1; per micro-batch at ZeRO >= 2)
-    dp_allgather_s: Arr  # all-gather of the weights (ZeRO >= 1; forward and backward of each micro-batch at 3)
+    dp_allgather_s: Arr  # all-gather of the weights (ZeRO >= 1; each micro-batch's forward and backward at 3)
     dp_bucket_fraction: Arr  # one layer's share of the stage's DP traffic, 1/Ls: the bucket always exposed
     fsdp_copy_allreduce_s: Arr  # PyTorch FSDP's passes around one gradient all-reduce (0 on other stacks)
     fsdp_copy_reduce_s: Arr  # ... around one gradient reduce-scatter

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from optimizer.errors import ProblemError
-from optimizer.rules.layout import (Group, axis_values, capped, divisors, has_dp_group, moot, placement, rule_masks,
-                                    zero_allowed)
+from optimizer.rules.layout import (Group, axis_values, capped, divisors, has_dp_group, moot, placement,
+                                    rule_masks, zero_allowed)
 from optimizer.model.knobs import ATTENTION, RECOMPUTE, TP_OVERLAP, Knobs
 from optimizer.schema import AttentionKernel, Problem, Search
 from optimizer.schema.stack import Stack, by_layout

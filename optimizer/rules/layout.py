@@ -257,8 +257,8 @@ def legal(problem: "Problem", **knobs) -> np.ndarray:
 
 
 def has_dp_group(dp_cp, edp):
-    """Whether there is a data-parallel group to reduce gradients over and shard state across: dp*cp > 1 ranks,
-    or, MoE, an expert-data-parallel group of edp = tp*cp*dp/(ep*etp) > 1 ranks (Megatron-Core)."""
+    """Whether there is a data-parallel group to reduce gradients over and shard state across: dp*cp > 1
+    ranks, or, MoE, an expert-data-parallel group of edp = tp*cp*dp/(ep*etp) > 1 ranks (Megatron-Core)."""
     return (np.asarray(dp_cp) > 1) | (np.asarray(edp) > 1)
 
 
