@@ -29,8 +29,9 @@ from optimizer.model.capacity import feasible
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate
 from optimizer.prepare.objective import score
+from optimizer.rules.layout import zero_allowed
 
-from formulations.pairs import compose, pair_columns, state_min, zero_legal
+from formulations.pairs import compose, pair_columns, state_min
 from formulations.tables import TIME_UNIT, Tables, knob_grid
 
 UB_SLACK = 1e-4  # relative: the integer objective of the incumbent may differ from the model's by rounding
@@ -83,8 +84,8 @@ def expand(T: Tables, tri: np.ndarray) -> Pairs:
 
 def _bound(T: Tables, terms: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(LB of the objective, can fit) from the terms of `formulations.pairs.compose`."""
-    _, _, rest, fits = state_min(T, terms, act_kib=terms["act"])
-    return terms["pipe"] + rest, fits
+    _, _, lb, fits = state_min(T, terms, act_kib=terms["act"])
+    return lb, fits
 
 
 def triple_cols(T: Tables, tri: np.ndarray):
@@ -109,13 +110,14 @@ def triple_cols(T: Tables, tri: np.ndarray):
 
     l, mi = tri[:, 0], tri[:, 2]
     g = T.L["tpcp"][l] * nM + mi
-    mins = {n: gmin(BE[n])[:, 0] for n in ("tau_mb", "tau", "stored", "working", "embout", "logits", "offx_mb")}
+    mins = {n: gmin(BE[n])[:, 0] for n in ("tau_mb", "layer_s", "act_stored_bytes", "act_working_bytes",
+                                            "emb_out_bytes", "logits_bytes", "offx_mb")}
     # the overlapped exchange max(p2p - Lc*window, 0) falls with the window: its largest keeps the bound a bound
     mins["p2p_window"] = -gmin(-BE["p2p_window"])[:, 0]
     # the pipeline's head and exchanges grow with the head and t_p2p (2*vpp >= 2 exchanges per head hidden)
-    head, p2p = gmin(BE["head"], 3 * nT), gmin(BE["p2p"], nT)
+    head, p2p = gmin(BE["head_s"], 3 * nT), gmin(BE["p2p_s"], nT)
     tpp = T.lay["tier_pp"][l]
-    got = {"head": head[g, T.L["hc"][l] * nT + tpp], "p2p": p2p[g, tpp]}
+    got = {"head_s": head[g, T.L["hc"][l] * nT + tpp], "p2p_s": p2p[g, tpp]}
     return lambda name: got[name] if name in got else mins[name][g]
 
 
@@ -249,7 +251,7 @@ def incumbent(Ts: Tables | list[Tables], sel: Pairs, top: int = 1) -> Incumbent:
     z, d = np.tile(zz, len(sel)), np.tile(dd, len(sel))
     dpg1 = T.L["dpg1"][rep.l]
     # as the space: ZeRO only with a data-parallel group, and the (moot) DP overlap flag on without one
-    legal = zero_legal(np.array(T.z_vals)[z], dpg1) & ((dpg1 == 0) | (np.array(T.dpo_vals)[d] == 1)
+    legal = zero_allowed(np.array(T.z_vals)[z], dpg1) & ((dpg1 == 0) | (np.array(T.dpo_vals)[d] == 1)
                                                        | (1 not in T.dpo_vals))
     pos = np.repeat(np.arange(len(sel)), nz * nd)[legal]
     rep, z, d = rep.take(np.nonzero(legal)[0]), z[legal], d[legal]

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
+from optimizer.rules.layout import zero_allowed
+
 from formulations.bounds import Presolved
 from formulations.common import Lookups, index_literals
 from formulations.tables import Tables
@@ -63,7 +65,7 @@ def build(T: Tables, m: cp_model.CpModel, pre: Presolved) -> ChoiceVars:
     dpg1 = m.NewBoolVar("dp*cp==1")
     m.Add(dpg1 == by_pair.get("dpg1", pre.cols["dpg1"]))
     for j, z in enumerate(T.z_vals):
-        if z != 0:
+        if not zero_allowed(z, no_dp_group=True):
             m.Add(zi != j).OnlyEnforceIf(dpg1)
     dpo_on = m.NewBoolVar("dp_overlap")
     m.AddElement(di, [int(v) for v in T.dpo_vals], dpo_on)

@@ -8,23 +8,26 @@ A pair is a legal (layout, vpp, micro-batch) triple with one block setting (reco
 What a pair does not decide is left to the solver: the ZeRO stage z, DP overlap on/off, hence the DP time
 and the state memory. Columns (integers; time in TIME_UNIT, memory in KiB, usage rounded up):
 
-    pipe_layers = n_mb*Ls*tau      = A1[l]*tau_mb[beta]       (Narayanan 2021, Sec. 2.2)
-    pipe_head   = n_mb*head        = A2[l]*edge_head(head[beta, hc, tier_pp], t_p2p, pp)/mb (hc: pp = 1;
+    pipe_layers_s = n_mb*Ls*tau    = A1[l]*tau_mb[beta]       (Narayanan 2021, Sec. 2.2)
+    pipe_head_s = n_mb*head        = A2[l]*edge_head(head_s[beta, hc, tier_pp], t_p2p, pp)/mb (hc: pp = 1;
                                    pp > 1; pp > 1 with the embedding and loss as layer slots, where the head
                                    hides behind the layer it replaces); with pp > 1 the edge stage's extra work
                                    hides one p2p exchange per micro-batch: max(head - t_p2p, 0)
-    bubble      = (pp-1)/vpp*Ls*tau = Bf[lv]*tau[beta]
-    p2p_steady  = 2*n_mb*vpp*t_p2p = E[lv]*p2p[beta, tier_pp]/mb;  p2p_fill = 2(pp-1)*t_p2p; interleaved
+    bubble_s    = (pp-1)/vpp*Ls*tau = Bf[lv]*layer_s[beta]
+    p2p_steady_s = 2*n_mb*vpp*t_p2p = E[lv]*p2p_s[beta, tier_pp]/mb;  p2p_fill_s = 2(pp-1)*t_p2p; interleaved
                                    (vpp > 1, overlap_p2p_comm) t_p2p -> max(t_p2p - Lc*fw, 0) in both and in
                                    the edge stage's head (`compose.p2p_steady`)
-    offload     = n_mb*Ls*exposed weight/activation streaming per layer = A1[l]*offx_mb[beta]
+    offload_exposed_s = n_mb*Ls*exposed weight/activation streaming per layer = A1[l]*offx_mb[beta]
+    pipeline_s  their sum (`compose.pipeline`)
     link{z}     DP traffic of ZeRO stage z on its link: AR; RS+AG; n_mb*RS+AG (PyTorch FSDP stacks: n_mb*(RS+AG));
                 n_mb*(2AG+RS)
     exp{z}      its exposed part with overlap: max(one bucket, traffic - backward window) (Calculon's window)
     ovl{z}      Q x DP time with overlap = pu*link + (Q-pu)*exp (pu: processor usage of the DP tier, x Q)
     opt{z}      optimizer step, plus PyTorch FSDP's copies around its reductions and gathers, counted as the
-                traffic is (PA, PR, PG through dp_links);   wgo{z} weights + gradients + optimizer state in HBM
-    off{z}      weights, gradients and optimizer state in offload memory (per the variant's offload flags)
+                traffic is (the fsdp_copy_* columns through dp_links)
+    state_hbm_bytes_z{z}      weights + gradients + optimizer state in HBM
+    state_offload_bytes_z{z}  weights, gradients and optimizer state in offload memory (per the variant's
+                offload flags)
     act         activations of the worst stage + runtime reserve (first: in-flight layers x stored +
                 working + embedding output; last: Ls x stored + working + logits; Korthikanti 2022;
                 GPipe: every micro-batch in flight; activation offload: two layers in HBM)
@@ -37,31 +40,29 @@ from __future__ import annotations
 import numpy as np
 
 from optimizer.model.compose import activations, dp_exposed, dp_links, edge_head, fsdp_traffic, p2p_steady, pipeline
+from optimizer.model.terms import compose_step
+from optimizer.rules.layout import zero_allowed
 from optimizer.schema.stack import zero2_regathers
 
-from formulations.tables import Tables
+from formulations.tables import DP_COLUMNS, FSDP_COPY_COLUMNS, Tables
 
 Q = 10_000  # fixed-point scale of the processor-usage fractions
 
 
-def zero_legal(z, dpg1) -> np.ndarray:
-    """ZeRO stage z is open unless there is no data-parallel group (dp*cp == 1: nothing to shard), as in
-    `optimizer.prepare.space`; `choice` posts the same rule."""
-    return (np.asarray(dpg1) == 0) | (np.asarray(z) == 0)
-
-
 def state_min(T: Tables, cols: dict[str, np.ndarray], act_kib: np.ndarray | None = None):
     """Per row, over the legal ZeRO stages whose offload memory fits (and whose HBM fits next to `act_kib`
-    when given): the smallest state memory wgo_z (KiB), its ZeRO index, and for bounds the cheapest
-    optimizer + pu x link time."""
+    when given): the smallest state memory (KiB), its ZeRO index, and for bounds the cheapest step time
+    `compose_step` of the pipeline, pu x the DP link time and the optimizer."""
     big = np.iinfo(np.int64).max // 4
     mem, time = [], []
     for z in T.z_vals:
-        ok = zero_legal(z, cols["dpg1"]) & (cols[f"off{z}"] + cols["offact"] <= T.off_cap_kib)
+        hbm, off = cols[f"state_hbm_bytes_z{z}"], cols[f"state_offload_bytes_z{z}"]
+        ok = zero_allowed(z, cols["dpg1"]) & (off + cols["offact"] <= T.off_cap_kib)
         if act_kib is not None:
-            ok = ok & (cols[f"wgo{z}"] + act_kib <= T.cap_kib)
-        mem.append(np.where(ok, cols[f"wgo{z}"], big))
-        time.append(np.where(ok, cols[f"opt{z}"] + (cols["pu"] * cols[f"link{z}"]) // Q, big))
+            ok = ok & (hbm + act_kib <= T.cap_kib)
+        mem.append(np.where(ok, hbm, big))
+        step = compose_step(cols["pipeline_s"], (cols["pu"] * cols[f"link{z}"]) // Q, 0, cols[f"opt{z}"], 0)
+        time.append(np.where(ok, step, big))
     mem, time = np.stack(mem), np.stack(time)
     return mem.min(axis=0), mem.argmin(axis=0), time.min(axis=0), time.min(axis=0) < big
 
@@ -71,32 +72,44 @@ def block_index(T: Tables, l, mi, ri, si, oi) -> np.ndarray:
     return (((T.L["tpcp"][l] * nM + mi) * nR + ri) * nS + si) * nO + oi
 
 
+def _pipeline_columns(T: Tables, l, vi, mi, col) -> dict[str, np.ndarray]:
+    """The pipeline's parts (`compose.pipeline`) of rows (l, vi, mi). Interleaved schedules overlap each
+    steady-state exchange with a chunk's forward (Execution.pp_overlap, which `solve` keeps on): what exceeds
+    Lc layers' forward stays, and the edge stage's head hides that remainder."""
+    lv = l * T.nV + vi
+    Lt, LV = T.L, T.LV
+    mbv, pp = np.array(T.mb_vals)[mi], T.lay["pp"][l]
+    t_ss = p2p_steady(col("p2p_s"), LV["Lc"][lv] * col("p2p_window"), (np.array(T.v_vals)[vi] > 1) & (pp > 1))
+    return pipeline(Lt["A1"][l], Lt["A2"][l], LV["Bf"][lv], LV["E"][lv], Lt["pm2"][l], col("tau_mb"),
+                    edge_head(col("head_s"), t_ss, pp) // mbv, col("layer_s"), t_ss // mbv, col("p2p_s"),
+                    col("offx_mb"))
+
+
 def compose(T: Tables, l, vi, mi, col) -> dict[str, np.ndarray]:
     """Terms of rows (l, vi, mi) with block columns `col(name)` (exact per pair; for bounds, the minimum
     over a triple's block settings, which makes every term a lower bound since all are monotone)."""
     lv, lm = l * T.nV + vi, l * T.nM + mi
     Lt, LV, LM = T.L, T.LV, T.LM
-    # interleaved schedules overlap each steady-state exchange with a chunk's forward (Execution.pp_overlap, which
-    # `solve` keeps on): what exceeds Lc layers' forward stays, and the edge stage's head hides that remainder
-    mbv, pp = np.array(T.mb_vals)[mi], T.lay["pp"][l]
-    t_ss = p2p_steady(col("p2p"), LV["Lc"][lv] * col("p2p_window"), (np.array(T.v_vals)[vi] > 1) & (pp > 1))
-    out = pipeline(Lt["A1"][l], Lt["A2"][l], LV["Bf"][lv], LV["E"][lv], Lt["pm2"][l], col("tau_mb"),
-                   edge_head(col("head"), t_ss, pp) // mbv, col("tau"), t_ss // mbv, col("p2p"), col("offx_mb"))
+    out = _pipeline_columns(T, l, vi, mi, col)
     acts = activations(LV["inflv"][lv], LM["infl1"][lm], LM["NL"][lm], Lt["Ls"][l], np.array(T.v_vals)[vi],
-                       T.lay["pp"][l], bool(T.fixed["schedule"]), bool(T.fixed["activation_offload"]), col("stored"), col("working"),
-                       col("embout"), col("logits"))
-    out["act"] = acts["act"] + Lt["reserved"][l]
+                       T.lay["pp"][l], bool(T.fixed["schedule"]), bool(T.fixed["activation_offload"]),
+                       col("act_stored_bytes"), col("act_working_bytes"), col("emb_out_bytes"),
+                       col("logits_bytes"))
+    out["act"] = acts["act"] + Lt["reserved_bytes"][l]
     out["offact"] = acts["offact"]
     out["pu"] = np.rint(np.array(T.pu_tiers)[T.lay["tier_dp"][l]] * Q).astype(np.int64)
-    links = dp_links(Lt["AR"][l], Lt["RS"][l], Lt["AG"][l], Lt["F"][l], LM["nmb"][lm],
-                     zero2_regathers(T.problem.stack))
+    regather = zero2_regathers(T.problem.stack)
+    AR, RS, AG = (Lt[n][l] for n in DP_COLUMNS)
+    links = dp_links(AR, RS, AG, Lt["F"][l], LM["nmb"][lm], regather)
     for z in range(4):
         out[f"link{z}"] = links[z]
-    copies = dp_links(Lt["PA"][l], Lt["PR"][l], Lt["PG"][l], fsdp_traffic(Lt["PG"][l], Lt["PR"][l]), LM["nmb"][lm],
-                      zero2_regathers(T.problem.stack))
+    PA, PR, PG = (Lt[n][l] for n in FSDP_COPY_COLUMNS)
+    copies = dp_links(PA, PR, PG, fsdp_traffic(PG, PR), LM["nmb"][lm], regather)
     for z in T.z_vals:
-        out[f"opt{z}"] = Lt[f"opt{z}"][l] + (1 - Lt["dpg1"][l]) * copies[z]  # none without a data-parallel group
-        out[f"wgo{z}"], out[f"off{z}"] = Lt[f"wgo{z}"][l], Lt[f"off{z}"][l]
+        # the optimizer column holds FSDP's copies too (`compose_step`'s fsdp_copies); none without a DP group
+        out[f"opt{z}"] = Lt[f"optimizer_s_z{z}"][l] + (1 - Lt["dpg1"][l]) * copies[z]
+        for name in ("state_hbm_bytes", "state_offload_bytes"):
+            out[f"{name}_z{z}"] = Lt[f"{name}_z{z}"][l]
     out["dpg1"] = Lt["dpg1"][l]
     out["n_gpus"] = T.gpus(l)
     return out
@@ -106,11 +119,12 @@ def exposures(T: Tables, l, vi, mi, col, out: dict[str, np.ndarray]) -> None:
     """Add exp{z} and ovl{z} (exact per pair: the windows depend on the block's backward/forward time)."""
     lv, lm = l * T.nV + vi, l * T.nM + mi
     Lt, LV, LM = T.L, T.LV, T.LM
-    bwt, fwt, fbt = col("bwt"), col("fwt"), col("fbt")
+    bwt, fwt, fbt = col("layer_bw_s"), col("layer_fw_s"), col("fbt")
     t_cb, W = LV["Lc"][lv] * bwt, LV["Wm"][lv] * bwt
     Lfw, NL = Lt["Ls"][l] * fwt, LM["NL"][lm]
     nmb = LM["nmb"][lm]
-    exp = dp_exposed(Lt["AR"][l], Lt["RS"][l], Lt["AG"][l], Lt["F"][l], Lt["ARb"][l], Lt["RSb"][l], Lt["AGb"][l],
+    AR, RS, AG = (Lt[n][l] for n in DP_COLUMNS)
+    exp = dp_exposed(AR, RS, AG, Lt["F"][l], Lt["ARb"][l], Lt["RSb"][l], Lt["AGb"][l],
                      Lt["Fb"][l], LV["ARv"][lv], LV["RSv"][lv], t_cb, W, Lfw, nmb, NL, bwt, fbt,
                      zero2_regathers(T.problem.stack))
     pu = out["pu"]
@@ -123,7 +137,7 @@ def pair_columns(T: Tables, l, vi, mi, ri, si, oi) -> dict[str, np.ndarray]:
     """Every term of the given pairs (arrays of indices)."""
     b = block_index(T, l, mi, ri, si, oi)
     nT = len(T.problem.system.networks)
-    at = {"head": (3 * b + T.L["hc"][l]) * nT + T.lay["tier_pp"][l], "p2p": nT * b + T.lay["tier_pp"][l]}
+    at = {"head_s": (3 * b + T.L["hc"][l]) * nT + T.lay["tier_pp"][l], "p2p_s": nT * b + T.lay["tier_pp"][l]}
 
     def col(name):
         return T.BETA[name][at.get(name, b)]

@@ -10,8 +10,8 @@ in w:
     sum_c w[c] = 1                                             (one pair, one ZeRO stage, one DP overlap)
     step[c] = pipe[p] + (link_z[p] | ceil(ovl_z[p] / Q)) + opt_z[p]      (formulations.time: y_dp, y_opt
                                                                integers minimised, hence the ceiling)
-    memory.hbm:      sum_c (wgo_z[p] + act[p]) w[c] <= HBM - headroom (KiB)   (formulations.memory)
-    memory.offload:  sum_c (off_z[p] + offact[p]) w[c] <= offload memory (KiB)
+    memory.hbm:      sum_c (state_hbm_bytes_z[p] + act[p]) w[c] <= HBM - headroom (KiB)  (formulations.memory)
+    memory.offload:  sum_c (state_offload_bytes_z[p] + offact[p]) w[c] <= offload memory (KiB)
     target:          sum_c step[c] w[c] <= target;  sum_c n[p] step[c] w[c] <= GPU-seconds cap
     minimise         sum_c score[c] w[c]        (optimizer.prepare.objective: step time, GPUs x step, GPUs x BIG + step)
 Rules that CP-SAT posts on (zi, di): no ZeRO stage > 0 and DP overlap forced on without a data-parallel
@@ -25,11 +25,13 @@ import time as _time
 import numpy as np
 
 from optimizer.errors import Infeasible, ProblemError, Reason, TimeLimit
-from optimizer.model.compose import PIPE
+from optimizer.model.compose import PIPE, pipeline_sum
+from optimizer.model.terms import compose_step
 from optimizer.prepare.objective import gpu_time_cap, target
 from optimizer.prepare.objective import score as objective_score
 from optimizer.schema import Problem
 from optimizer.prepare.space import compact_space
+from optimizer.rules.layout import zero_allowed
 
 from formulations.bounds import NONE, knobs_of_pairs, presolve
 from formulations.model import Outcome, _infeasible
@@ -44,15 +46,13 @@ def choices(T, pre) -> dict[str, np.ndarray]:
     memory terms (integers: TIME_UNIT, KiB)."""
     cols, P = pre.cols, pre.pairs
     n = len(P)
-    pipe = sum(np.asarray(cols[k], dtype=np.int64) for k in PIPE)
+    pipe = pipeline_sum({k: np.asarray(cols[k], dtype=np.int64) for k in PIPE})
     dpg1 = np.asarray(cols["dpg1"]).astype(bool)
     out = {k: [] for k in ("p", "zi", "di", "step", "hbm", "off", "n")}
     ngpu = np.asarray(cols["n_gpus"], dtype=np.int64) * np.ones(n, dtype=np.int64)
     for j, z in enumerate(T.z_vals):
         for k, d in enumerate(T.dpo_vals):
-            ok = np.ones(n, dtype=bool)
-            if z != 0:
-                ok &= ~dpg1
+            ok = zero_allowed(z, dpg1) & np.ones(n, dtype=bool)
             if (1 in T.dpo_vals) and int(d) != 1:
                 ok &= ~dpg1
             if d:
@@ -60,14 +60,16 @@ def choices(T, pre) -> dict[str, np.ndarray]:
             else:
                 dp = np.asarray(cols[f"link{z}"], dtype=np.int64)
             dp = np.maximum(dp, 0)
-            step = pipe + dp + np.asarray(cols[f"opt{z}"], dtype=np.int64)
+            # as step_time.build: the DP and optimizer parts hold the slowdown and FSDP's copies
+            step = compose_step(pipe, dp, 0, np.asarray(cols[f"opt{z}"], dtype=np.int64), 0)
             idx = np.nonzero(ok)[0]
             out["p"].append(idx)
             out["zi"].append(np.full(len(idx), j))
             out["di"].append(np.full(len(idx), k))
             out["step"].append(step[idx])
-            out["hbm"].append((np.asarray(cols[f"wgo{z}"], dtype=np.int64) + cols["act"])[idx])
-            out["off"].append((np.asarray(cols[f"off{z}"], dtype=np.int64) + cols["offact"])[idx])
+            out["hbm"].append((np.asarray(cols[f"state_hbm_bytes_z{z}"], dtype=np.int64) + cols["act"])[idx])
+            off = np.asarray(cols[f"state_offload_bytes_z{z}"], dtype=np.int64) + cols["offact"]
+            out["off"].append(off[idx])
             out["n"].append(ngpu[idx])
     return {k: np.concatenate(v) for k, v in out.items()}
 

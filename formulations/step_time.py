@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from formulations.choice import ChoiceVars
-from optimizer.model.compose import PIPE
+from optimizer.model.compose import PIPE, pipeline_sum
+from optimizer.model.terms import compose_step
 
 from formulations.pairs import Q
 from formulations.tables import Tables
@@ -28,7 +29,7 @@ class TimeVars:
 
 
 def build(T: Tables, m: cp_model.CpModel, c: ChoiceVars) -> TimeVars:
-    terms = {k: c.col(k) for k in PIPE}
+    parts = {k: c.col(k) for k in PIPE}
     big = 10**14  # 10^5 s in ns; Q * big < 2^63
     y_dp = m.NewIntVar(0, big, "time.dp")
     y_opt = m.NewIntVar(0, big, "time.optimizer")
@@ -37,5 +38,6 @@ def build(T: Tables, m: cp_model.CpModel, c: ChoiceVars) -> TimeVars:
         m.Add(y_dp >= c.col(f"link{z}")).OnlyEnforceIf([zl, c.dpo_on.Not()])
         m.Add(Q * y_dp >= c.col(f"ovl{z}")).OnlyEnforceIf([zl, c.dpo_on])
         m.Add(y_opt >= c.col(f"opt{z}")).OnlyEnforceIf(zl)
-    terms.update(dp=y_dp, optimizer=y_opt)
-    return TimeVars(terms, sum(terms.values()))
+    # the DP variable holds exposure and overlap slowdown, the optimizer column FSDP's copies (`compose_step`)
+    objective = compose_step(pipeline_sum(parts), y_dp, 0, y_opt, 0)
+    return TimeVars(parts | {"dp": y_dp, "optimizer": y_opt}, objective)

@@ -11,38 +11,42 @@ The step time (`optimizer.model.step`) is composed of terms that each depend on 
 The knobs in `OTHER_KNOBS` (kernels, p2p, schedule, SP redo, offload flags) change every table: each
 combination the space allows is a *variant* with its own tables (`build_all`), all filled by the same
 model calls (the variant knobs are extra columns of each grid).
-Each table is read from `evaluate(...).terms` on a small grid of candidates, so the numbers are the
-model's own; `formulations.step_time` combines them with the same sums, products and maxima as
-`optimizer.model.step`. Units: time in `TIME_UNIT` = 1 ns, memory in KiB (usage rounded up, capacity
-rounded down: a plan the solver accepts never exceeds a capacity of the exact model).
+Each table is read from `evaluate(...).terms` (an `optimizer.model.terms.StepTerms`) on a small grid of
+candidates, so the numbers are the model's own; `formulations.pairs` combines them with the composition
+functions of `optimizer.model.compose` and the step-time sum `optimizer.model.terms.compose_step`. Units: time
+in `TIME_UNIT` = 1 ns, memory in KiB (usage rounded up, capacity rounded down: a plan the solver accepts never
+exceeds a capacity of the exact model). A column named after a `StepTerms` field is that field in these
+integer units (a `_s` field in ns, a `_bytes` field in KiB); `_z{z}` names its value at ZeRO stage z.
 
 Columns (the composition factors are defined in `optimizer.model.compose`):
 
     per layout (L)      A1 [sequences x layers], A2 [sequences], Ls [layers], pm2 [exchanges]: layout factors
                         tpcp [index]: the block group (tp, cp, ep, etp); tp1, ppgt1, dpg1 [0/1]: tp == 1,
-                        pp > 1, no (expert-)data-parallel group; hc [0..2]: head column (pp = 1; pp > 1;
-                        pp > 1 with embedding/loss slots)
-                        AR, RS, AG [ns]: the stage's DP all-reduce, reduce-scatter, all-gather; F [ns]: FSDP
-                        traffic per micro-batch (2 AG + RS); ARb, RSb, AGb, Fb [ns]: one bucket (a layer) of each
-                        opt{z} [ns]: optimizer step, wgo{z} / off{z} [KiB]: state in HBM / offload memory, per
-                        ZeRO stage z; reserved [KiB]: runtime reserve; PA, PR, PG [ns]: PyTorch FSDP's copies
-                        around one gradient all-reduce / reduce-scatter / parameter gather (0 on other stacks)
+                        pp > 1, no (expert-)data-parallel group (`rules.layout.has_dp_group`); hc [0..2]: head
+                        column (pp = 1; pp > 1; pp > 1 with embedding/loss slots)
+                        dp_allreduce_s, dp_reduce_scatter_s, dp_allgather_s [ns]: the stage's DP collectives;
+                        F [ns]: FSDP traffic per micro-batch (2 AG + RS); ARb, RSb, AGb, Fb [ns]: one
+                        bucket (a layer) of each; optimizer_s_z{z} [ns], state_hbm_bytes_z{z} /
+                        state_offload_bytes_z{z} [KiB]: per ZeRO stage z; reserved_bytes [KiB];
+                        fsdp_copy_allreduce_s, fsdp_copy_reduce_s, fsdp_copy_gather_s [ns]: PyTorch FSDP's
+                        copies around one gradient all-reduce / reduce-scatter / parameter gather (0 on other
+                        stacks)
     per (layout, vpp)   Lc [layers], Wm [layer backwards], E [exchanges x sequences], Bf [layer times],
-                        inflv [layers]: vpp factors; ARv, RSv [ns]: AR and RS over vpp
+                        inflv [layers]: vpp factors; ARv, RSv [ns]: the all-reduce and reduce-scatter over vpp
     per (layout, mb)    nmb [micro-batches], NL [layers x micro-batches], infl1 [layers]: micro-batch factors
-    per block (BETA)    tau [ns]: one layer, one micro-batch; tau_mb [ns/sequence]: tau / mb; fwt, bwt, fbt
-                        [ns]: its forward, backward, both; head [ns] per (head column, PP tier): the edge
-                        stage's LM head and loss per micro-batch (the p2p it hides is taken off per pair,
-                        `formulations.pairs.compose`); p2p [ns] per PP tier: one exchange; p2p_window [ns]: a
-                        layer's forward, which Lc of hide an interleaved exchange (`compose.p2p_steady`);
-                        offx_mb [ns/sequence]: exposed offload streaming of a layer; stored, working,
-                        embout, logits [KiB]: activations of a layer kept, rebuilt
-                        by recompute, the embedding output and the logits
+    per block (BETA)    layer_s [ns]: one layer, one micro-batch; tau_mb [ns/sequence]: layer_s / mb;
+                        layer_fw_s, layer_bw_s, fbt [ns]: its forward, backward, both; head_s [ns] per
+                        (head column, PP tier): the edge stage's LM head and loss per micro-batch (the p2p it
+                        hides is taken off per pair, `formulations.pairs.compose`); p2p_s [ns] per PP tier:
+                        one exchange; p2p_window [ns]: a layer's forward, which Lc of hide an interleaved
+                        exchange (`compose.p2p_steady`); offx_mb [ns/sequence]: exposed offload streaming of a
+                        layer; act_stored_bytes, act_working_bytes, emb_out_bytes, logits_bytes [KiB]:
+                        activations of a layer kept, rebuilt by recompute, the embedding output and the logits
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from itertools import product
 
 import numpy as np
@@ -51,11 +55,15 @@ from optimizer.model.capacity import capacity_bytes
 from optimizer.model.compose import fsdp_traffic, layout_factors, mb_factors, vpp_factors
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate, make_ctx
+from optimizer.model.terms import StepTerms
+from optimizer.rules.layout import has_dp_group
 from optimizer.schema import Problem
 from optimizer.prepare.space import Compact
 
 TIME_UNIT = 1e9  # integer time unit per second (1 ns)
 KIB = 1024.0
+DP_COLUMNS = ("dp_allreduce_s", "dp_reduce_scatter_s", "dp_allgather_s")
+FSDP_COPY_COLUMNS = ("fsdp_copy_allreduce_s", "fsdp_copy_reduce_s", "fsdp_copy_gather_s")
 
 
 def t_int(x) -> np.ndarray:
@@ -164,145 +172,181 @@ def restrict(Ts: list[Tables], problem: Problem) -> tuple[list[Tables], int]:
     return out, int(T0.cand_per_layout[keep_l].sum())
 
 
-def build_all(problem: Problem, c: Compact) -> list[Tables]:
-    """The tables of every variant of the space that has legal triples, filled in one pass: each call to the
-    model evaluates the grid of every variant at once (the variant knobs as columns)."""
-    if c.size == 0:
-        raise ValueError("empty space: solve_cpsat answers it before building tables")
-    union = _union(c)
-    # which variants each layout admits (the space narrows some knobs per layout: no p2p without pp, ...)
+def _variants_admitted(c: Compact) -> tuple[list[dict[str, int]], np.ndarray]:
+    """The variants some layout admits (the space narrows some knobs per layout: no p2p without pp, ...) and,
+    per variant, which layouts admit it (a bool array variants x layouts)."""
     allv = variants(c)
-    nL = len(c.layouts)
-    admits = np.zeros((len(allv), nL), dtype=bool)
-    for li in range(nL):
+    admits = np.zeros((len(allv), len(c.layouts)), dtype=bool)
+    for li in range(len(c.layouts)):
         per = {n: set(vs) for n, vs in c.other[li] if n in OTHER_KNOBS}
         for vi_, v in enumerate(allv):
             admits[vi_, li] = all(v[k] in per[k] for k in v)
     keep_v = [i for i in range(len(allv)) if admits[i].any()]
-    allv, admits = [allv[i] for i in keep_v], admits[keep_v]
-    nVar = len(allv)
-    fixed_cols = {k: np.array([v[k] for v in allv], dtype=np.int64) for k in OTHER_KNOBS}
+    return [allv[i] for i in keep_v], admits[keep_v]
 
+
+def _layout_columns(c: Compact) -> dict[str, np.ndarray]:
+    """Knob columns per layout: tp, pp, cp, dp, ep, etp, pp_embedding_loss and the tier of each axis."""
     lay = {n: np.array([lt[i] for lt in c.layouts])
            for i, n in enumerate(("tp", "pp", "cp", "dp", "ep", "etp", "pp_embedding_loss"))}
     for ax in ("tp", "cp", "dp", "pp", "ep"):
         lay[f"tier_{ax}"] = np.array([t[ax] for t in c.tiers])
+    return lay
 
-    def dom_codes(name):
-        return sorted(union[name])
 
-    vals = {"vpp": np.unique(c.triples[:, 1]).tolist(), "mb": np.unique(c.triples[:, 2]).tolist(),
-            "recompute": dom_codes("recompute"), "sp": dom_codes("sequence_parallel"),
-            "tp_overlap": dom_codes("tp_overlap"), "zero": dom_codes("zero"), "dp_overlap": dom_codes("dp_overlap")}
-    # the block's group key: (tp, cp, ep, etp) (their tiers follow from them)
-    tpcp = sorted({tuple(int(x) for x in key) for key in zip(lay["tp"], lay["cp"], lay["ep"], lay["etp"])})
-    tpcp_index = {x: i for i, x in enumerate(tpcp)}
-    ctx = make_ctx(problem)
-    llm = problem.llm
-    B, Lyr = problem.training.global_batch, llm.layers
+def _values(c: Compact) -> dict[str, list[int]]:
+    """The values of the per-candidate knobs: vpp and micro-batch of the triples, the others coded."""
+    union = _union(c)
+    return {"vpp": np.unique(c.triples[:, 1]).tolist(), "mb": np.unique(c.triples[:, 2]).tolist(),
+            "recompute": sorted(union["recompute"]), "sp": sorted(union["sequence_parallel"]),
+            "tp_overlap": sorted(union["tp_overlap"]), "zero": sorted(union["zero"]),
+            "dp_overlap": sorted(union["dp_overlap"])}
 
-    def run(n: int, **cols) -> dict[str, np.ndarray]:
-        """The model's terms on n rows per variant, as arrays of shape (nVar, n)."""
+
+def _runner(problem: Problem, allv: list[dict[str, int]]):
+    """run(n, **cols): the model's `StepTerms` on n rows per variant, every field an array (nVar, n)."""
+    fixed_cols = {k: np.array([v[k] for v in allv], dtype=np.int64) for k in OTHER_KNOBS}
+    nVar, ctx = len(allv), make_ctx(problem)
+
+    def run(n: int, **cols) -> StepTerms:
         fx = {k: np.repeat(v, n) for k, v in fixed_cols.items()}
         tiled = {k: np.tile(np.broadcast_to(np.asarray(v), (n,)), nVar) for k, v in cols.items()}
-        terms = evaluate(problem, knob_grid(fx, nVar * n, **tiled), ctx).terms
-        return {k: np.broadcast_to(np.asarray(v, dtype=float), (nVar * n,)).reshape(nVar, n)
-                if np.ndim(v) else v for k, v in terms.items()}
+        t = evaluate(problem, knob_grid(fx, nVar * n, **tiled), ctx).terms
+        return StepTerms(**{f.name: np.broadcast_to(np.asarray(getattr(t, f.name), dtype=float), (nVar * n,))
+                            .reshape(nVar, n) for f in fields(StepTerms)})
+    return run
 
-    # ---------------------------------------------------------------- per layout (variant-independent)
+
+def _layout_tables(problem: Problem, lay: dict, tpcp_index: dict, z_vals: list[int], run, nVar: int):
+    """Per layout: the composition factors and flags (variant-independent, L0) and, per variant, the DP
+    collectives, FSDP's copies, the reserve and the optimizer and state of each ZeRO stage."""
     L0: dict[str, np.ndarray] = {}
-    slots = Lyr + 2 * lay["pp_embedding_loss"]  # layer slots of the pipeline split (embedding and loss take one each)
-    L0.update(layout_factors(B, slots, lay["dp"], lay["pp"]))  # A1, A2, Ls, pm2 (optimizer.model.compose)
+    slots = problem.llm.layers + 2 * lay["pp_embedding_loss"]  # the embedding and loss take a layer slot each
+    L0.update(layout_factors(problem.training.global_batch, slots, lay["dp"], lay["pp"]))  # A1, A2, Ls, pm2
     L0["tpcp"] = np.array([tpcp_index[tuple(int(x) for x in key)]
                            for key in zip(lay["tp"], lay["cp"], lay["ep"], lay["etp"])])
     L0["tp1"] = (lay["tp"] == 1).astype(np.int64)
     edp = lay["tp"] * lay["cp"] * lay["dp"] // (lay["ep"] * lay["etp"])
-    L0["dpg1"] = ((lay["dp"] * lay["cp"] == 1) & (edp == 1)).astype(np.int64)
+    L0["dpg1"] = (~has_dp_group(lay["dp"] * lay["cp"], edp)).astype(np.int64)
     L0["ppgt1"] = (lay["pp"] > 1).astype(np.int64)
-    L0["hc"] = L0["ppgt1"] + lay["pp_embedding_loss"]  # head column: pp = 1; pp > 1; pp > 1 with embedding/loss slots
-    # ---------------------------------------------------------------- per layout, per variant
+    L0["hc"] = L0["ppgt1"] + lay["pp_embedding_loss"]  # head column: pp = 1; pp > 1; pp > 1 with el slots
+    nL = len(lay["tp"])
     r = run(nL, **lay)
     Lv: list[dict[str, np.ndarray]] = [dict(L0) for _ in range(nVar)]
-    bkt = r["bucket"]
-    for j in range(nVar):
-        Lt = Lv[j]
-        Lt["AR"], Lt["RS"], Lt["AG"] = t_int(r["AR"][j]), t_int(r["RS"][j]), t_int(r["AG"][j])
-        Lt["ARb"], Lt["RSb"], Lt["AGb"] = (t_int(r[x][j] * bkt[j]) for x in ("AR", "RS", "AG"))
-        Lt["F"] = t_int(fsdp_traffic(r["AG"][j], r["RS"][j]))
-        Lt["Fb"] = t_int(fsdp_traffic(r["AG"][j], r["RS"][j]) * bkt[j])
-        Lt["reserved"] = kib_up(r["reserved"][j])
-        Lt["PA"], Lt["PR"], Lt["PG"] = t_int(r["fsdp_ar"][j]), t_int(r["fsdp_red"][j]), t_int(r["fsdp_gat"][j])
-    for z in vals["zero"]:
+    bkt = r.dp_bucket_fraction
+    for j, Lt in enumerate(Lv):
+        for name in DP_COLUMNS + FSDP_COPY_COLUMNS:
+            Lt[name] = t_int(getattr(r, name)[j])
+        for name, b in zip(DP_COLUMNS, ("ARb", "RSb", "AGb")):
+            Lt[b] = t_int(getattr(r, name)[j] * bkt[j])
+        F = fsdp_traffic(r.dp_allgather_s[j], r.dp_reduce_scatter_s[j])
+        Lt["F"], Lt["Fb"] = t_int(F), t_int(F * bkt[j])
+        Lt["reserved_bytes"] = kib_up(r.reserved_bytes[j])
+    for z in z_vals:
         rz = run(nL, **lay, zero=z)
-        for j in range(nVar):
-            Lv[j][f"opt{z}"] = t_int(rz["optimizer"][j])
-            Lv[j][f"wgo{z}"] = kib_up(rz["wgo"][j])
-            Lv[j][f"off{z}"] = kib_up(rz["off_state"][j])
-    pu_tiers = [float(n.processor_usage) for n in problem.system.networks]
+        for j, Lt in enumerate(Lv):
+            Lt[f"optimizer_s_z{z}"] = t_int(rz.optimizer_s[j])
+            Lt[f"state_hbm_bytes_z{z}"] = kib_up(rz.state_hbm_bytes[j])
+            Lt[f"state_offload_bytes_z{z}"] = kib_up(rz.state_offload_bytes[j])
+    return slots, L0, Lv, r
 
-    # ---------------------------------------------------------------- per (layout, vpp) and (layout, mb)
-    nV, nM = len(vals["vpp"]), len(vals["mb"])
-    pp2 = np.repeat(lay["pp"], nV)
-    dp2 = np.repeat(lay["dp"], nV)
+
+def _lv_lm_tables(B: int, slots, lay: dict, vals: dict):
+    """Per (layout, vpp) and (layout, micro-batch) rows: the vpp and micro-batch factors; rows of an illegal
+    combination are zero (never read by a legal triple)."""
+    nL, nV, nM = len(lay["tp"]), len(vals["vpp"]), len(vals["mb"])
+    pp2, dp2 = np.repeat(lay["pp"], nV), np.repeat(lay["dp"], nV)
     v2 = np.tile(np.array(vals["vpp"]), nL)
-    sl2 = np.repeat(slots, nV)
-    okv = (sl2 % (pp2 * v2)) == 0  # rows of illegal (layout, vpp) are zero (never read by a legal triple)
-    LV = {"v": v2} | {k: np.where(okv, x, 0) for k, x in vpp_factors(B, sl2, dp2, pp2, v2).items()}
-    ppm = np.repeat(lay["pp"], nM)
-    dpm = np.repeat(lay["dp"], nM)
+    okv = (np.repeat(slots, nV) % (pp2 * v2)) == 0
+    fv = vpp_factors(B, np.repeat(slots, nV), dp2, pp2, v2)
+    LV = {"v": v2} | {k: np.where(okv, x, 0) for k, x in fv.items()}
+    ppm, dpm = np.repeat(lay["pp"], nM), np.repeat(lay["dp"], nM)
     m2 = np.tile(np.array(vals["mb"]), nL)
     okm = (B % (dpm * m2)) == 0
     LM = {k: np.where(okm, x, 0) for k, x in mb_factors(B, np.repeat(slots, nM), dpm, ppm, m2).items()}
-    legal_all = np.stack([c.triples[:, 0], np.searchsorted(vals["vpp"], c.triples[:, 1]),
-                          np.searchsorted(vals["mb"], c.triples[:, 2])], axis=1)
+    return LV, LM
 
-    # ---------------------------------------------------------------- per block beta, per variant
-    shape = (len(tpcp), nM, len(vals["recompute"]), len(vals["sp"]), len(vals["tp_overlap"]))
-    nB = int(np.prod(shape))
-    nT = len(problem.system.networks)
-    tiers_pp = sorted(set(int(x) for x in lay["tier_pp"]))
+
+def _block_rows(lay: dict, L0: dict, tpcp: list, vals: dict) -> tuple[dict, np.ndarray]:
+    """The knob columns of every block beta = (tp, cp, ep, etp group, micro-batch, recompute, SP, TP overlap)
+    (the group's tiers are those of one of its layouts), and each block's micro-batch."""
+    shape = (len(tpcp), len(vals["mb"]), len(vals["recompute"]), len(vals["sp"]), len(vals["tp_overlap"]))
     ti, mi, ri, si, oi = (a.reshape(-1) for a in np.indices(shape))
     grp = np.array(tpcp, dtype=np.int64)[ti]
-    _, first = np.unique(L0["tpcp"], return_index=True)  # a layout of each block group (its tiers are the group's)
+    _, first = np.unique(L0["tpcp"], return_index=True)
     tier_of_grp = {ax: lay[f"tier_{ax}"][first][ti] for ax in ("tp", "cp", "ep")}
     mb_b = np.array(vals["mb"])[mi]
     cols = dict(tp=grp[:, 0], cp=grp[:, 1], ep=grp[:, 2], etp=grp[:, 3], micro_batch=mb_b,
                 recompute=np.array(vals["recompute"])[ri], sequence_parallel=np.array(vals["sp"])[si],
                 tp_overlap=np.array(vals["tp_overlap"])[oi], tier_tp=tier_of_grp["tp"], tier_cp=tier_of_grp["cp"],
                 tier_ep=tier_of_grp["ep"])
+    return cols, mb_b
+
+
+def _block_tables(problem: Problem, lay: dict, L0: dict, tpcp: list, vals: dict, run,
+                  nVar: int) -> list[dict]:
+    """Per variant, the per-block columns (module docstring): one layer's times and activations, and the edge
+    stage's head per (head column, PP tier) and one p2p exchange per PP tier, from pp = 2 grids."""
+    cols, mb_b = _block_rows(lay, L0, tpcp, vals)
+    nB, nT = len(mb_b), len(problem.system.networks)
+    tiers_pp = sorted(set(int(x) for x in lay["tier_pp"]))
     rb = run(nB, **cols, pp=1)
     rps = {tpp: run(nB, **cols, pp=2, tier_pp=tpp) for tpp in tiers_pp}
-    rpe = {tpp: run(nB, **cols, pp=2, pp_embedding_loss=1, tier_pp=tpp) for tpp in tiers_pp} if lay["pp_embedding_loss"].any() else None
+    rpe = ({tpp: run(nB, **cols, pp=2, pp_embedding_loss=1, tier_pp=tpp) for tpp in tiers_pp}
+           if lay["pp_embedding_loss"].any() else None)
+    out = []
+    for j in range(nVar):
+        BETA = {name: t_int(getattr(rb, name)[j]) for name in ("layer_s", "layer_fw_s", "layer_bw_s")}
+        BETA["tau_mb"] = t_int(rb.layer_s[j] / mb_b)
+        BETA["fbt"] = t_int(rb.layer_fw_s[j] + rb.layer_bw_s[j])
+        for name in ("act_stored_bytes", "act_working_bytes", "emb_out_bytes", "logits_bytes"):
+            BETA[name] = kib_up(getattr(rb, name)[j])
+        BETA["offx_mb"] = t_int(rb.offload_layer_s[j] / mb_b)
+        # head column (hc) x PP tier: the edge stage's LM head and loss per micro-batch (hc: pp = 1; pp > 1; pp > 1
+        # with the embedding and loss as layer slots); the exchange it hides is taken off per pair
+        head = np.zeros((nB, 3, nT), dtype=np.int64)
+        head[:, 0, :] = t_int(rb.head_s[j])[:, None]
+        p2p = np.zeros((nB, nT), dtype=np.int64)
+        for tpp, rp in rps.items():
+            head[:, 1, tpp] = t_int(rp.head_s[j])
+            if rpe is not None:
+                head[:, 2, tpp] = t_int(rpe[tpp].head_s[j])
+            p2p[:, tpp] = t_int(rp.p2p_s[j])
+        BETA["head_s"], BETA["p2p_s"] = head.reshape(-1), p2p.reshape(-1)
+        BETA["p2p_window"] = BETA["layer_fw_s"]  # a layer's forward per micro-batch: x Lc hides an exchange
+        out.append(BETA)
+    return out
+
+
+def build_all(problem: Problem, c: Compact) -> list[Tables]:
+    """The tables of every variant of the space that has legal triples, filled in one pass: each call to the
+    model evaluates the grid of every variant at once (the variant knobs as columns)."""
+    if c.size == 0:
+        raise ValueError("empty space: solve_cpsat answers it before building tables")
+    allv, admits = _variants_admitted(c)
+    nVar, nL = len(allv), len(c.layouts)
+    lay, vals = _layout_columns(c), _values(c)
+    # the block's group key: (tp, cp, ep, etp) (their tiers follow from them)
+    tpcp = sorted({tuple(int(x) for x in key) for key in zip(lay["tp"], lay["cp"], lay["ep"], lay["etp"])})
+    run = _runner(problem, allv)
+    tpcp_index = {x: i for i, x in enumerate(tpcp)}
+    slots, L0, Lv, r = _layout_tables(problem, lay, tpcp_index, vals["zero"], run, nVar)
+    pu_tiers = [float(n.processor_usage) for n in problem.system.networks]
+    LV, LM = _lv_lm_tables(problem.training.global_batch, slots, lay, vals)
+    legal_all = np.stack([c.triples[:, 0], np.searchsorted(vals["vpp"], c.triples[:, 1]),
+                          np.searchsorted(vals["mb"], c.triples[:, 2])], axis=1)
+    BETAs = _block_tables(problem, lay, L0, tpcp, vals, run, nVar)
     cap = int(np.floor(capacity_bytes(problem) / KIB))
     off_cap = int(np.floor(problem.system.offload.capacity_gib * 2.0**30 / KIB))
     n_other = np.array([int(np.prod([len(vs) for _, vs in per])) for per in c.other], dtype=np.int64)
     cand = np.bincount(c.triples[:, 0], minlength=nL) * n_other
+    v2, nV = LV["v"], len(vals["vpp"])
     out = []
     for j, v in enumerate(allv):
-        BETA: dict[str, np.ndarray] = {}
-        BETA["tau"] = t_int(rb["tau"][j])
-        BETA["tau_mb"] = t_int(rb["tau"][j] / mb_b)
-        BETA["fwt"], BETA["bwt"] = t_int(rb["fwt"][j]), t_int(rb["bwt"][j])
-        BETA["fbt"] = t_int(rb["fwt"][j] + rb["bwt"][j])
-        BETA["stored"], BETA["working"] = kib_up(rb["stored"][j]), kib_up(rb["working"][j])
-        BETA["embout"], BETA["logits"] = kib_up(rb["emb_out"][j]), kib_up(rb["logits"][j])
-        BETA["offx_mb"] = t_int(rb["off_layer"][j] / mb_b)
-        # head column (hc) x PP tier: the edge stage's LM head and loss per micro-batch (hc: pp = 1; pp > 1; pp > 1
-        # with the embedding and loss as layer slots); the exchange it hides is taken off per pair
-        head = np.zeros((nB, 3, nT), dtype=np.int64)
-        head[:, 0, :] = t_int(rb["head"][j])[:, None]
-        p2p = np.zeros((nB, nT), dtype=np.int64)
-        for tpp, rp in rps.items():
-            head[:, 1, tpp] = t_int(rp["head"][j])
-            if rpe is not None:
-                head[:, 2, tpp] = t_int(rpe[tpp]["head"][j])
-            p2p[:, tpp] = t_int(rp["t_p2p"][j])
-        BETA["head"], BETA["p2p"] = head.reshape(-1), p2p.reshape(-1)
-        BETA["p2p_window"] = BETA["fwt"]  # one layer's forward per micro-batch: x Lc, the chunk an exchange hides under
-        Lt = Lv[j]
-        LVj = dict(LV, ARv=t_int(np.repeat(r["AR"][j], nV) / v2), RSv=t_int(np.repeat(r["RS"][j], nV) / v2))
+        LVj = dict(LV, ARv=t_int(np.repeat(r.dp_allreduce_s[j], nV) / v2),
+                   RSv=t_int(np.repeat(r.dp_reduce_scatter_s[j], nV) / v2))
         legal = legal_all[admits[j][legal_all[:, 0]]]
-        out.append(Tables(problem, lay, Lt, vals["vpp"], vals["mb"], vals["recompute"], vals["sp"],
-                          vals["tp_overlap"], vals["zero"], vals["dp_overlap"], tpcp, LVj, LM, BETA, legal, cap,
-                          c.size, dict(v), pu_tiers, off_cap, j, cand))
+        out.append(Tables(problem, lay, Lv[j], vals["vpp"], vals["mb"], vals["recompute"], vals["sp"],
+                          vals["tp_overlap"], vals["zero"], vals["dp_overlap"], tpcp, LVj, LM, BETAs[j],
+                          legal, cap, c.size, dict(v), pu_tiers, off_cap, j, cand))
     return out

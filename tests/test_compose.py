@@ -28,7 +28,7 @@ def test_same_answer_on_floats_and_integers():
     for regather in (False, True):  # ZeRO-2's gather once a step, or per micro-batch (PyTorch FSDP stacks)
         for d in (ints, fl):
             d["pipe"] = pipeline(24, 4, 2, 24, 2, d["tau_mb"], d["head_mb"], d["tau"], d["p2p_mb"], d["p2p"],
-                                 d["offx_mb"])["pipe"]
+                                 d["offx_mb"])["pipeline_s"]
             d["links"] = dp_links(d["AR"], d["RS"], d["AG"], 2 * d["AG"] + d["RS"], 4, regather)
             d["exp"] = dp_exposed(d["AR"], d["RS"], d["AG"], 2 * d["AG"] + d["RS"], d["AR"] // 6, d["RS"] // 6,
                                   d["AG"] // 6, (2 * d["AG"] + d["RS"]) // 6, d["AR"] // 3, d["RS"] // 3, d["t_cb"],

@@ -79,7 +79,8 @@ def test_unfused_loss_holds_twelve_bytes_per_logit():
     unfused = evaluate(p2, k2)
     assert float(unfused.activations[0] - fused.activations[0]) == S * 32000 * (12 - 6)
     p3, k3 = _pk(stack="torchtitan", fused_layers=False)  # eager: the loss is not fused either
-    assert float(evaluate(p3, k3).terms["logits"][0]) == float(unfused.terms["logits"][0]) == S * 32000 * 12
+    fused_logits = float(evaluate(p3, k3).terms.logits_bytes[0])
+    assert fused_logits == float(unfused.terms.logits_bytes[0]) == S * 32000 * 12
 
 
 def test_fsdp2_keeps_no_sharded_16bit_copy_and_reduces_one_layer_through_fp32():
@@ -428,18 +429,19 @@ def test_fsdp_copies_and_casts_around_each_reduction_and_gather():
     assert float(out["megatron-core", 3].fsdp_copies[0]) == 0.0
     assert float(out["torchtitan", 0].fsdp_copies[0]) == 0.0  # DDP's bucket copies are not modelled
     # FSDP1 NO_SHARD: its all-reduce, counted once a step as its traffic is, with the post-divide
-    assert float(out["fsdp", 0].fsdp_copies[0]) == pytest.approx(float(out["fsdp", 0].terms["fsdp_ar"][0]))
-    assert float(out["fsdp", 0].terms["fsdp_ar"][0]) == pytest.approx(
-        26.0 / 18.0 * float(out["fsdp", 3].terms["fsdp_red"][0]), rel=0.02)
+    no_shard = out["fsdp", 0]
+    assert float(no_shard.fsdp_copies[0]) == pytest.approx(float(no_shard.terms.fsdp_copy_allreduce_s[0]))
+    assert float(out["fsdp", 0].terms.fsdp_copy_allreduce_s[0]) == pytest.approx(
+        26.0 / 18.0 * float(out["fsdp", 3].terms.fsdp_copy_reduce_s[0]), rel=0.02)
     # one GPU: no data-parallel group, no reduction, no copies
     p1, k1 = _pk(stack="fsdp", num_gpus=1, zero=0)
     assert float(evaluate(p1, k1, make_ctx(p1)).fsdp_copies[0]) == 0.0
     for st in ("fsdp", "torchtitan"):
         t = out[st, 3].terms
-        red, gat = float(t["fsdp_red"][0]), float(t["fsdp_gat"][0])
+        red, gat = float(t.fsdp_copy_reduce_s[0]), float(t.fsdp_copy_gather_s[0])
         assert red > 0.0
         assert float(out[st, 3].fsdp_copies[0]) == pytest.approx(4 * (red + 2 * gat))
     # FSDP1's reduction moves 18 bytes per parameter, FSDP2's 6: the same parameters, the same HBM
     t1, t2 = out["fsdp", 3].terms, out["torchtitan", 3].terms
-    assert float(t1["fsdp_red"][0]) / float(t2["fsdp_red"][0]) == pytest.approx(3.0, rel=0.05)
-    assert float(t1["fsdp_gat"][0]) == 0.0 and float(t2["fsdp_gat"][0]) > 0.0
+    assert float(t1.fsdp_copy_reduce_s[0]) / float(t2.fsdp_copy_reduce_s[0]) == pytest.approx(3.0, rel=0.05)
+    assert float(t1.fsdp_copy_gather_s[0]) == 0.0 and float(t2.fsdp_copy_gather_s[0]) > 0.0

@@ -206,7 +206,7 @@ def test_interleaved_exchanges_overlap_a_chunk_forward():
     p = _problem("h100-sxm-80gb", "llama3.1-8b")  # tp 2 x pp 4 x dp 8, 16 micro-batches
     on, off = (evaluate(p, _knobs(p, [Execution(tp=2, pp=4, vpp=2, pp_overlap=o)])) for o in (True, False))
     n_mb, pp, vpp = 16, 4, 2
-    t_p2p = float(on.terms["t_p2p"][0])
+    t_p2p = float(on.terms.p2p_s[0])
     assert float(on.pp_exposed[0]) == pytest.approx(2 * (pp - 1) * t_p2p, rel=1e-9)
     assert float(off.pp_exposed[0]) == pytest.approx(2 * (n_mb * vpp + pp - 1) * t_p2p - n_mb * t_p2p, rel=1e-9)
     assert float(on.step_time[0]) < float(off.step_time[0])
@@ -216,7 +216,8 @@ def test_interleaved_exchanges_overlap_a_chunk_forward():
     nets = [n.model_copy(update={"bandwidth_gbps": 0.05}) if i == 1 else n for i, n in enumerate(base.networks)]
     slow = p.model_copy(update={"system": base.model_copy(update={"networks": nets})})
     r = evaluate(slow, _knobs(slow, [Execution(tp=2, pp=4, vpp=2)]))
-    t, window = float(r.terms["t_p2p"][0]), 32 / (pp * vpp) * float(r.terms["fwt"][0])  # Lc = 32/(pp*vpp) = 4
+    t = float(r.terms.p2p_s[0])
+    window = 32 / (pp * vpp) * float(r.terms.layer_fw_s[0])  # Lc = 32/(pp*vpp) = 4
     assert t > window
     assert float(r.pp_exposed[0]) == pytest.approx(2 * n_mb * vpp * (t - window) + 2 * (pp - 1) * t
                                                    - n_mb * min(t - window, float(r.head[0]) / n_mb), rel=1e-9)

@@ -74,22 +74,27 @@ def fsdp_traffic(AG, RS):
     return 2 * AG + RS
 
 
-PIPE = ("pipe_layers", "pipe_head", "bubble", "p2p_steady", "p2p_fill", "offload")
+PIPE = ("pipe_layers_s", "pipe_head_s", "bubble_s", "p2p_steady_s", "p2p_fill_s", "offload_exposed_s")
+"""The parts of the pipeline's share of the step (`optimizer.model.terms.StepTerms` fields), in sum order."""
+
+
+def pipeline_sum(parts) -> object:
+    """The pipeline's share of the step: the sum of the `PIPE` parts of `parts` (a mapping; floats, arrays or
+    solver expressions)."""
+    return sum(parts[k] for k in PIPE)
 
 
 def pipeline(A1, A2, Bf, E, pm2, tau_mb, head_mb, tau, p2p_mb, p2p, offx_mb) -> dict:
-    """The pipeline's share of the step on its busiest stage:
+    """The pipeline's share of the step on its busiest stage (keys: `PIPE` and their sum `pipeline_s`):
 
-        pipe_layers = n_mb*Ls*tau           = A1 * tau/mb
-        pipe_head   = n_mb*max(head - t_p2p, 0) with pp > 1 (the edge stage's LM head and loss hide one p2p
-                      exchange per micro-batch), n_mb*head without a pipeline = A2 * head_mb
-        bubble      = (pp-1)/vpp*Ls*tau     = Bf * tau
-        p2p_steady  = 2*n_mb*vpp*t_p2p      = E * t_p2p/mb;   p2p_fill = 2*(pp-1)*t_p2p
-        offload     = n_mb*Ls*(exposed weight/activation streaming per layer) = A1 * offx/mb
-    and their sum `pipe`."""
-    out = {"pipe_layers": A1 * tau_mb, "pipe_head": A2 * head_mb, "bubble": Bf * tau, "p2p_steady": E * p2p_mb,
-           "p2p_fill": pm2 * p2p, "offload": A1 * offx_mb}
-    out["pipe"] = sum(out[k] for k in PIPE)
+        pipe_layers_s = n_mb*Ls*tau           = A1 * tau/mb
+        pipe_head_s   = n_mb*max(head - t_p2p, 0) with pp > 1 (the edge stage's LM head and loss hide one p2p
+                        exchange per micro-batch), n_mb*head without a pipeline = A2 * head_mb
+        bubble_s      = (pp-1)/vpp*Ls*tau     = Bf * tau
+        p2p_steady_s  = 2*n_mb*vpp*t_p2p      = E * t_p2p/mb;   p2p_fill_s = 2*(pp-1)*t_p2p
+        offload_exposed_s = n_mb*Ls*(exposed weight/activation streaming per layer) = A1 * offx/mb"""
+    out = dict(zip(PIPE, (A1 * tau_mb, A2 * head_mb, Bf * tau, E * p2p_mb, pm2 * p2p, A1 * offx_mb)))
+    out["pipeline_s"] = pipeline_sum(out)
     return out
 
 

@@ -122,12 +122,13 @@ def group_terms(problem: Problem, dp: int, mb: int, n_mb: int, role: str, tp, re
     pos = np.vectorize(lambda a, b: idx[(int(a), int(b))], otypes=[np.int64])(tp, rec) if tp.size else tp
 
     def per(name):
-        v = np.broadcast_to(np.asarray(te[name], dtype=float), (len(keys),))
+        v = np.broadcast_to(np.asarray(getattr(te, name), dtype=float), (len(keys),))
         return v[pos]
 
     p_layer = np.broadcast_to(np.asarray(layer_params_per_gpu(ctx, kn), dtype=float), (len(keys),))[pos]
-    tau, head, fwt, bwt = per("tau"), per("head"), per("fwt"), per("bwt")
-    stored, working, logits, emb_out = per("stored"), per("working"), per("logits"), per("emb_out")
+    tau, head, fwt, bwt = per("layer_s"), per("head_s"), per("layer_fw_s"), per("layer_bw_s")
+    stored, working = per("act_stored_bytes"), per("act_working_bytes")
+    logits, emb_out = per("logits_bytes"), per("emb_out_bytes")
     L = layers.astype(float)
     llm = ctx.llm
     e = ctx.e

@@ -34,7 +34,10 @@ from optimizer.model.hardware import Hardware, Tiers, collective_time, tier_of
 from optimizer.model.knobs import Knobs
 from optimizer.model.compose import activations as compose_activations
 from optimizer.model.compose import dp_exposed as dp_exposed_by_zero
-from optimizer.model.compose import dp_links, edge_head, fsdp_traffic, layout_factors, mb_factors, p2p_steady, pipeline, vpp_factors
+from optimizer.model.compose import (PIPE, dp_links, edge_head, fsdp_traffic, layout_factors, mb_factors,
+                                     p2p_steady, pipeline, vpp_factors)
+from optimizer.model.terms import StepTerms, step_of
+from optimizer.rules.layout import has_dp_group
 from optimizer.model.layer import BlockCost, Ctx, block_cost, kv_per_rank
 from optimizer.model.params import attention_params, count, mlp_matrices, model_flops_per_token
 
@@ -98,8 +101,8 @@ class StepResult:
     hfu: np.ndarray
     tokens_per_s: np.ndarray
     samples_per_s: np.ndarray
-    # intermediate terms the step time is composed of (`compose`), for the CP-SAT tables
-    terms: dict | None = None
+    # the parts the step time is composed of (`compose_step`), for the solvers' tables
+    terms: StepTerms | None = None
 
     def row(self, i: int = 0) -> dict[str, float]:
         return {f.name: float(np.asarray(getattr(self, f.name)).reshape(-1)[i] if np.ndim(getattr(self, f.name))
@@ -168,27 +171,32 @@ def adam_time(hw: Hardware, P_upd, gb: float, ob: float, wb: float):
     return hw.vector(12.0 * P_upd, P_upd * (gb + 2.0 * ob + wb), fp32=True)
 
 
-def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
-    """Step time and memory of every candidate in `k` (the single source of truth)."""
-    ctx = ctx or make_ctx(problem)
-    llm, hw, tiers = ctx.llm, ctx.hw, ctx.tiers
+@dataclass(frozen=True)
+class _Shape:
+    """A candidate's layout as floats (the module docstring's symbols): the knobs, the global batch B, the
+    sequence length s, the layers L, n_mb micro-batches, el (embedding and loss take a layer slot each),
+    the layer slots of the split and Ls of the busiest stage, T tokens of a micro-batch on one CP rank."""
+
+    tp: np.ndarray
+    pp: np.ndarray
+    dp: np.ndarray
+    cp: np.ndarray
+    vpp: np.ndarray
+    mb: np.ndarray
+    B: float
+    s: float
+    L: float
+    n_mb: np.ndarray
+    el: np.ndarray
+    slots: np.ndarray
+    Ls: np.ndarray
+    T: np.ndarray
+    sp: np.ndarray
+
+
+def _shape(ctx: Ctx, k: Knobs) -> _Shape:
     tp, pp, dp, cp, vpp, mb = (x.astype(float) for x in (k.tp, k.pp, k.dp, k.cp, k.vpp, k.micro_batch))
-    moe = llm.moe is not None
-    blk_d: BlockCost = block_cost(ctx, k)
-    if moe:
-        # per-layer time and activations: the model-wide share of MoE layers (a stage of a model whose few
-        # dense layers come first is modelled at the mean; this keeps tau independent of pp, as the
-        # solver's tables need); weights: the stage holding the most MoE layers (below)
-        blk_m = block_cost(ctx, k, moe=True)
-        w_stage = moe_layers_on_stage(llm, pp) / (llm.layers / pp)
-        blk = blk_d.mix(blk_m, llm.moe_layer_count / llm.layers)
-    else:
-        blk = blk_d
-    B = float(ctx.global_batch)
-    s = float(ctx.seq_len)
-    L = float(llm.layers)
-    h, V = llm.hidden, llm.vocab
-    e = ctx.e
+    B, s, L = float(ctx.global_batch), float(ctx.seq_len), float(ctx.llm.layers)
     n_mb = B / (dp * mb)
     el = (k.pp_embedding_loss.astype(bool) & (pp > 1)).astype(float)  # embedding and loss take a layer slot each
     # layer slots of the split: with pp_uneven (a custom layout) padded to the busiest chunk's ceil, so that every
@@ -197,10 +205,29 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     uneven = k.pp_uneven.astype(bool) & (pp > 1)
     slots = np.where(uneven, np.ceil(slots / (pp * vpp)) * pp * vpp, slots)
     Ls = slots / pp  # transformer layers of the busiest stage (a middle one when el)
-    T = mb * s / cp
-    sp = k.sequence_parallel.astype(bool)
+    return _Shape(tp, pp, dp, cp, vpp, mb, B, s, L, n_mb, el, slots, Ls, mb * s / cp,
+                  k.sequence_parallel.astype(bool))
 
-    # ------------------------------------------------------------ embedding, LM head, loss (per micro-batch)
+
+def _layer(ctx: Ctx, k: Knobs, pp):
+    """(one layer's cost, the MoE layers' share of the busiest stage's weights; None for a dense model)."""
+    llm = ctx.llm
+    blk_d: BlockCost = block_cost(ctx, k)
+    if llm.moe is None:
+        return blk_d, None
+    # per-layer time and activations: the model-wide share of MoE layers (a stage of a model whose few
+    # dense layers come first is modelled at the mean; this keeps tau independent of pp, as the
+    # solver's tables need); weights: the stage holding the most MoE layers (`_stage_params`)
+    blk_m = block_cost(ctx, k, moe=True)
+    w_stage = moe_layers_on_stage(llm, pp) / (llm.layers / pp)
+    return blk_d.mix(blk_m, llm.moe_layer_count / llm.layers), w_stage
+
+
+def _edge_work(ctx: Ctx, k: Knobs, g: _Shape):
+    """The edge stages' extra work per micro-batch, s: the embedding (first stage) and the LM head and loss
+    (last), the larger of the two with a pipeline, both without; and M, a micro-batch's activation, bytes."""
+    hw, tiers, tp, T, sp = ctx.hw, ctx.tiers, g.tp, g.T, g.sp
+    h, V, e = ctx.llm.hidden, ctx.llm.vocab, ctx.e
     emb_fw = hw.mem_time(2.0 * T * h * e)
     emb_bw = hw.mem_time(T * h * (e + 4.0))
     M = T * h * e
@@ -217,31 +244,50 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
         3.0 * collective_time("ar", T * 4.0, tp, k.tier_tp, tiers)
     last_stage_extra = head_fw + head_bw + loss_fw + loss_bw + head_comm
     first_stage_extra = emb_fw + emb_bw + emb_comm
-    head = np.where(pp > 1, np.maximum(last_stage_extra, first_stage_extra), last_stage_extra + first_stage_extra)
+    both = last_stage_extra + first_stage_extra
+    return np.where(g.pp > 1, np.maximum(last_stage_extra, first_stage_extra), both), M
 
-    # ------------------------------------------------------------ pipeline (composed in `compose.pipeline`)
-    tau = blk.total
-    # with el the first/last stage trade one layer for the embedding / LM head and loss
-    head = np.where(el > 0, np.maximum(head - tau, 0.0), head)
-    gp = k.schedule.astype(bool)
-    f_l, f_v, f_m = (layout_factors(B, slots, dp, pp), vpp_factors(B, slots, dp, pp, vpp),
-                     mb_factors(B, slots, dp, pp, mb))
-    # p2p: one activation per micro-batch per chunk boundary, forward and backward. In the 1F1B steady
-    # state a middle stage exchanges with both neighbours per chunk (2*vpp exchanges per micro-batch, each
-    # a rendezvous on the critical path), while an edge stage has one neighbour for its edge chunk:
-    # its cycle is stage + head + (2*vpp-1)*t_p2p against a middle stage's stage + 2*vpp*t_p2p, so the
-    # period is stage + 2*vpp*t_p2p + max(head - t_p2p, 0): the edge's extra work hides one exchange.
-    # Fill and drain cross pp-1 boundaries each way.
+
+def _p2p_time(ctx: Ctx, k: Knobs, g: _Shape, M):
+    """One pipeline exchange, s. p2p: one activation per micro-batch per chunk boundary, forward and backward.
+    In the 1F1B steady state a middle stage exchanges with both neighbours per chunk (2*vpp exchanges per
+    micro-batch, each a rendezvous on the critical path), while an edge stage has one neighbour for its edge
+    chunk: its cycle is stage + head + (2*vpp-1)*t_p2p against a middle stage's stage + 2*vpp*t_p2p, so the
+    period is stage + 2*vpp*t_p2p + max(head - t_p2p, 0): the edge's extra work hides one exchange. Fill and
+    drain cross pp-1 boundaries each way."""
+    tp, sp, tiers = g.tp, g.sp, ctx.tiers
     scatter = sp | k.pp_rs_ag.astype(bool)
     msg = np.where(scatter, M / tp, M)
-    t_p2p = collective_time("p2p", msg, 2.0, k.tier_pp, tiers) + \
+    return collective_time("p2p", msg, 2.0, k.tier_pp, tiers) + \
         np.where(k.pp_rs_ag.astype(bool) & ~sp, collective_time("ag", M, tp, k.tier_tp, tiers), 0.0)
-    pp_link = np.where(pp > 1, 2.0 * n_mb * vpp * t_p2p, 0.0)
 
-    # ------------------------------------------------------------ parameters per GPU (worst stage)
+
+@dataclass(frozen=True)
+class _Params:
+    """Parameters per GPU of the busiest stage: of one layer (`layer`), of the stage (`stage`: routed-expert
+    `expert` and the rest `non_expert`), its transformer layers `L_stage`, over the DP groups dpg = dp*cp and,
+    MoE, edp (expert-data-parallel)."""
+
+    layer: np.ndarray
+    stage: np.ndarray
+    non_expert: np.ndarray
+    expert: np.ndarray
+    L_stage: np.ndarray
+    dpg: np.ndarray
+    edp: np.ndarray
+
+    def sharded(self, shard):
+        """Parameters of the stage held per GPU when `shard` (ZeRO) divides them over their DP groups."""
+        return np.where(shard, self.non_expert / self.dpg + self.expert / self.edp, self.stage)
+
+
+def _stage_params(ctx: Ctx, k: Knobs, g: _Shape, w_stage) -> _Params:
+    """Parameters per GPU of the stage that bounds DP traffic and the optimizer (the worst stage)."""
+    llm, tp, pp, Ls, el = ctx.llm, g.tp, g.pp, g.Ls, g.el
+    h, V = llm.hidden, llm.vocab
     P_layer = layer_params_per_gpu(ctx, k)
     P_ex_layer = 0.0
-    if moe:
+    if w_stage is not None:
         ne, ex = moe_layer_params_per_gpu(ctx, k)
         P_layer = (1.0 - w_stage) * P_layer + w_stage * (ne + ex)
         P_ex_layer = w_stage * ex
@@ -259,68 +305,92 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     # edp = tp*cp*dp/(ep*etp) (Megatron-Core), everything else over dp*cp
     L_stage = np.where(P_mid >= P_edge, Ls, Ls - el)  # transformer layers of the stage that holds the most
     P_ex = L_stage * P_ex_layer
-    P_ne = P_stage - P_ex
+    dpg = g.dp * g.cp
+    edp = tp * g.cp * g.dp / (k.ep * k.etp) if w_stage is not None else dpg
+    return _Params(P_layer, P_stage, P_stage - P_ex, P_ex, L_stage, dpg, edp)
 
-    # ------------------------------------------------------------ data-parallel traffic and overlap
-    dpg = dp * cp
-    z = k.zero
-    wb, gb, ob = state_bytes(ctx)
-    RS, AR, AG = dp_reductions(P_ne, gb, wb, dpg, k.tier_dp, tiers, stride=tp)
-    if moe:
-        edp = tp * cp * dp / (k.ep * k.etp)
+
+def _dp_collectives(ctx: Ctx, k: Knobs, g: _Shape, P: _Params):
+    """(reduce-scatter, all-reduce, all-gather) of the stage's gradients / weights over its DP groups, s."""
+    wb, gb, _ = state_bytes(ctx)
+    tiers = ctx.tiers
+    RS, AR, AG = dp_reductions(P.non_expert, gb, wb, P.dpg, k.tier_dp, tiers, stride=g.tp)
+    if ctx.llm.moe is not None:
         # expert-data-parallel ranks are ep*etp apart (Megatron-Core expert rank order)
-        ex_rs, ex_ar, ex_ag = dp_reductions(P_ex, gb, wb, edp, tier_of(tiers, tp * cp * dp), tiers, stride=k.ep * k.etp)
+        tier = tier_of(tiers, g.tp * g.cp * g.dp)
+        ex_rs, ex_ar, ex_ag = dp_reductions(P.expert, gb, wb, P.edp, tier, tiers, stride=k.ep * k.etp)
         RS, AR, AG = RS + ex_rs, AR + ex_ar, AG + ex_ag
-    else:
-        edp = dpg
+    return RS, AR, AG
 
-    def sharded(shard):
-        """Parameters of the stage held per GPU when `shard` (ZeRO) divides them over their DP groups."""
-        return np.where(shard, P_ne / dpg + P_ex / edp, P_stage)
-    F = fsdp_traffic(AG, RS)
-    regather = zero2_regathers(ctx.stack)
-    links = dp_links(AR, RS, AG, F, n_mb, regather)
 
-    def at_zero(per_stage: dict):
-        """Each candidate's entry of a {ZeRO stage: value} composition (`compose.dp_links`, `dp_exposed`)."""
-        return np.select([z == i for i in range(4)], [per_stage[i] for i in range(4)])
-    dp_link = at_zero(links)
-    # PyTorch FSDP's copies and casts (stack.fsdp_copy_bytes): element-wise passes over a layer's unsharded
-    # parameters at each gradient reduction and parameter gather, counted as the traffic is (dp_links)
+def _at_zero(z, per_stage: dict):
+    """Each candidate's entry of a {ZeRO stage: value} composition (`compose.dp_links`, `dp_exposed`)."""
+    return np.select([z == i for i in range(4)], [per_stage[i] for i in range(4)])
+
+
+def _fsdp_copies(ctx: Ctx, P: _Params):
+    """PyTorch FSDP's copies and casts (stack.fsdp_copy_bytes), s: element-wise passes over a layer's
+    unsharded parameters around one gradient all-reduce, reduce-scatter and parameter gather of the stage."""
+    wb, gb, _ = state_bytes(ctx)
     cb_ar, cb_red, cb_gat = fsdp_copy_bytes(ctx.stack, wb, gb)
-    unit = np.maximum(P_layer, 1.0)  # one layer's parameters: FSDP's unit (a FlatParameter / parameter group)
+    unit = np.maximum(P.layer, 1.0)  # one layer's parameters: FSDP's unit (a FlatParameter / parameter group)
 
     def passes(nbytes_per_param):
-        return (P_stage / unit) * hw.vector(unit, unit * nbytes_per_param) if nbytes_per_param else 0.0 * unit
-    fsdp_ar, fsdp_red, fsdp_gat = passes(cb_ar), passes(cb_red), passes(cb_gat)
+        if not nbytes_per_param:
+            return 0.0 * unit
+        return (P.stage / unit) * ctx.hw.vector(unit, unit * nbytes_per_param)
+    return passes(cb_ar), passes(cb_red), passes(cb_gat)
+
+
+def _dp_time(ctx: Ctx, k: Knobs, g: _Shape, P: _Params, blk: BlockCost, f_v: dict, f_m: dict) -> dict:
+    """Data-parallel traffic (its link time per ZeRO stage, what overlap leaves exposed, the overlap's
+    slowdown) and FSDP's copies, s; the collectives and copies themselves for the tables."""
+    RS, AR, AG = _dp_collectives(ctx, k, g, P)
+    z, vpp, Ls, n_mb = k.zero, g.vpp, g.Ls, g.n_mb
+    F = fsdp_traffic(AG, RS)
+    regather = zero2_regathers(ctx.stack)
+    dp_link = _at_zero(z, dp_links(AR, RS, AG, F, n_mb, regather))
+    # FSDP's copies are counted as the traffic is (dp_links)
+    fsdp_ar, fsdp_red, fsdp_gat = _fsdp_copies(ctx, P)
     cps = dp_links(fsdp_ar, fsdp_red, fsdp_gat, fsdp_traffic(fsdp_gat, fsdp_red), n_mb, regather)
     ov = k.dp_overlap.astype(bool)
     bucket = 1.0 / np.maximum(Ls, 1.0)
     t_cb = f_v["Lc"] * blk.bw_total  # backward of one chunk for one micro-batch
     window = f_v["Wm"] * blk.bw_total
-    exp = dp_exposed_by_zero(AR, RS, AG, F, AR * bucket, RS * bucket, AG * bucket, F * bucket, AR / vpp, RS / vpp, t_cb,
-                     window, Ls * blk.fw_total, n_mb, f_m["NL"], blk.bw_total, blk.fw_total + blk.bw_total,
-                     regather)
-    dp_exp_ov = at_zero(exp)
-    has_dp = (dpg > 1) | (edp > 1)  # a data-parallel group (or, MoE, an expert-data-parallel one)
-    fsdp_copies = np.where(has_dp, at_zero(cps), 0.0)
+    exp = dp_exposed_by_zero(AR, RS, AG, F, AR * bucket, RS * bucket, AG * bucket, F * bucket, AR / vpp,
+                             RS / vpp, t_cb, window, Ls * blk.fw_total, n_mb, f_m["NL"], blk.bw_total,
+                             blk.fw_total + blk.bw_total, regather)
+    dp_exp_ov = _at_zero(z, exp)
+    has_dp = has_dp_group(P.dpg, P.edp)
     dp_exposed = np.where(has_dp, np.where(ov, dp_exp_ov, dp_link), 0.0)
-    dp_slow = np.where(ov & has_dp, tiers.processor_usage[k.tier_dp] * (dp_link - dp_exposed), 0.0)
+    pu = ctx.tiers.processor_usage[k.tier_dp]
+    return dict(AR=AR, RS=RS, AG=AG, bucket=bucket, dp_link=dp_link, dp_exposed=dp_exposed,
+                dp_slow=np.where(ov & has_dp, pu * (dp_link - dp_exposed), 0.0),
+                fsdp_copies=np.where(has_dp, _at_zero(z, cps), 0.0), fsdp_ar=fsdp_ar, fsdp_red=fsdp_red,
+                fsdp_gat=fsdp_gat)
 
-    # ------------------------------------------------------------ optimizer step (memory-bound Adam)
-    P_upd = sharded(z >= 1)
+
+def _offload_bw_s(problem: Problem) -> float:
+    """The offload link's sustained bandwidth, byte/s."""
     off = problem.system.offload
-    off_bw = max(off.bandwidth_gbps * 1e9 * off.efficiency, 1.0)
-    o_off = k.optimizer_offload.astype(bool)
-    opt_gpu = adam_time(hw, P_upd, gb, ob, wb)
-    opt_off = (P_upd * (gb + 2.0 * ob + wb)) / off_bw  # stream state over the offload link
-    optimizer = np.where(o_off, np.maximum(opt_gpu, opt_off), opt_gpu)
+    return max(off.bandwidth_gbps * 1e9 * off.efficiency, 1.0)
 
-    # ------------------------------------------------------------ memory per GPU (bytes)
-    w_off, a_on = k.weight_offload.astype(bool), k.activation_offload.astype(bool)
-    a_off = a_on & (k.activation_offload_layers == 0)  # every stored layer but the two in use
-    a_part = np.where(a_on & ~a_off, np.minimum(k.activation_offload_layers / np.maximum(Ls, 1), 1.0), 0.0)  # some layers
-    two_layers = 2.0 * P_layer
+
+def _optimizer_time(problem: Problem, ctx: Ctx, k: Knobs, P: _Params):
+    """The optimizer step, s: memory-bound Adam over the parameters a GPU updates (a ZeRO shard), or, with
+    optimizer offload, the slower of that and streaming its state over the offload link."""
+    wb, gb, ob = state_bytes(ctx)
+    P_upd = P.sharded(k.zero >= 1)
+    opt_gpu = adam_time(ctx.hw, P_upd, gb, ob, wb)
+    opt_off = (P_upd * (gb + 2.0 * ob + wb)) / _offload_bw_s(problem)  # stream state over the offload link
+    return np.where(k.optimizer_offload.astype(bool), np.maximum(opt_gpu, opt_off), opt_gpu)
+
+
+def _state_memory(ctx: Ctx, k: Knobs, P: _Params) -> dict:
+    """Weights, gradients and optimizer state per GPU in HBM, and those moved to offload memory, bytes."""
+    wb, gb, ob = state_bytes(ctx)
+    z, w_off, o_off = k.zero, k.weight_offload.astype(bool), k.optimizer_offload.astype(bool)
+    two_layers = 2.0 * P.layer
     # FSDP (ZeRO-3) gathers two layers at a time (the one computing and the one prefetched). PyTorch FSDP2
     # (torchtitan) keeps no sharded 16-bit copy, its sharded fp32 parameters are the master weights (counted in
     # the optimizer state), and it reduce-scatters one layer's unsharded 16-bit gradients through an fp32 copy
@@ -332,12 +402,22 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     # (without an fp32 master copy in the optimizer state, as in fp32 training, the sharded parameters are the
     # weights themselves and count here)
     shard_copy = 0.0 if ctx.stack in (Stack.TORCHTITAN, Stack.FSDP) and ctx.keeps_master else 1.0
-    weights_full = np.where(z == 3, shard_copy * sharded(True) * wb + two_layers * wb, P_stage * wb)
-    weights = np.where(w_off, two_layers * wb + (P_stage - L_stage * P_layer) * wb, weights_full)
-    grads_full = sharded(z >= 2) * gb + np.where((z == 3) & fsdp2, P_layer * (wb + gb), 0.0)
-    grads = np.where(o_off, P_layer * gb, grads_full)
-    optim_full = sharded(z >= 1) * ob
+    weights_full = np.where(z == 3, shard_copy * P.sharded(True) * wb + two_layers * wb, P.stage * wb)
+    weights = np.where(w_off, two_layers * wb + (P.stage - P.L_stage * P.layer) * wb, weights_full)
+    grads_full = P.sharded(z >= 2) * gb + np.where((z == 3) & fsdp2, P.layer * (wb + gb), 0.0)
+    grads = np.where(o_off, P.layer * gb, grads_full)
+    optim_full = P.sharded(z >= 1) * ob
     optim_state = np.where(o_off, 0.0, optim_full)
+    off_state = np.where(w_off, weights_full - weights, 0.0) + np.where(o_off, grads_full - grads + optim_full, 0.0)
+    return dict(weights=weights, grads=grads, optim_state=optim_state, off_state=off_state)
+
+
+def _activation_memory(ctx: Ctx, k: Knobs, g: _Shape, blk: BlockCost, f_v: dict, f_m: dict) -> dict:
+    """Activations of the worst stage (`compose.activations`) and what activation offload moves, bytes."""
+    h, V, e = ctx.llm.hidden, ctx.llm.vocab, ctx.e
+    a_on = k.activation_offload.astype(bool)
+    a_off = a_on & (k.activation_offload_layers == 0)  # every stored layer but the two in use
+    a_part = np.where(a_on & ~a_off, np.minimum(k.activation_offload_layers / np.maximum(g.Ls, 1), 1.0), 0.0)  # some layers
     rec = k.recompute
     # recompute rebuilds, for one layer at a time, what the forward did not keep
     working = np.where(rec == 2, blk.act_full, np.where(rec == 1, blk.act_full - blk.act_stored, 0.0))
@@ -346,70 +426,124 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     # log-softmax output, its gradient and the input's gradient, 12 bytes per logit (torchtitan before its loss
     # was compiled)
     loss_b = np.where(k.fused_loss.astype(bool) & k.fused_layers.astype(bool), e + 4.0, 12.0)
-    logits = T * V / tp * loss_b
-    acts = compose_activations(f_v["inflv"], f_m["infl1"], f_m["NL"], Ls, vpp, pp, gp, a_off, blk.act_stored,
-                               working, 2.0 * T * h * e, logits, a_part)
-    inflight, activations = acts["inflight"], acts["act"]
+    logits = g.T * V / g.tp * loss_b
+    emb_out = 2.0 * g.T * h * e
+    acts = compose_activations(f_v["inflv"], f_m["infl1"], f_m["NL"], g.Ls, g.vpp, g.pp, k.schedule.astype(bool),
+                               a_off, blk.act_stored, working, emb_out, logits, a_part)
+    return dict(acts, working=working, logits_bytes=logits, emb_out=emb_out, a_off=a_off, a_part=a_part)
+
+
+def _memory(problem: Problem, ctx: Ctx, k: Knobs, g: _Shape, P: _Params, blk: BlockCost, f_v, f_m) -> dict:
+    """Memory per GPU of the worst stage, bytes: state, activations, the runtime reserve; allocated (`hbm`,
+    what has to fit), reserved by the caching allocator, and offload memory."""
+    st = _state_memory(ctx, k, P)
+    ac = _activation_memory(ctx, k, g, blk, f_v, f_m)
+    activations = ac["act"]
     reserved = np.full_like(activations, problem.system.reserved_gib * GIB)
-    hbm = weights + grads + optim_state + activations + reserved
+    hbm = st["weights"] + st["grads"] + st["optim_state"] + activations + reserved
     # what PyTorch's caching allocator holds at that peak (torch.cuda.max_memory_reserved, the figure frameworks
     # report): the tensors plus its slack (block rounding, freed blocks kept for reuse), up to the memory the
     # runtime leaves it; `hbm` (allocated) is what has to fit
     usable = problem.system.hbm_gib * GIB - reserved
     hbm_reserved = np.minimum((hbm - reserved) * (1.0 + ALLOCATOR_SLACK), np.maximum(usable, hbm - reserved))
-    off_state = np.where(w_off, weights_full - weights, 0.0) + np.where(o_off, grads_full - grads + optim_full, 0.0)
-    offload_mem = off_state + acts["offact"]
+    return st | ac | dict(activations=activations, reserved=reserved, hbm=hbm, hbm_reserved=hbm_reserved,
+                          offload_mem=st["off_state"] + ac["offact"])
 
-    # ------------------------------------------------------------ offload transfers per layer per micro-batch
-    wl = P_layer * wb
+
+def _offload_streaming(problem: Problem, ctx: Ctx, k: Knobs, P: _Params, blk: BlockCost, mem: dict):
+    """Offload transfers per layer per micro-batch: (the time not hidden behind the layer's forward and
+    backward, s; the bandwidth the link must sustain to hide them, byte/s)."""
+    off, off_bw = problem.system.offload, _offload_bw_s(problem)
+    w_off, a_on = k.weight_offload.astype(bool), k.activation_offload.astype(bool)
+    wl = P.layer * state_bytes(ctx)[0]
     al = blk.act_stored
-    a_frac = np.where(a_off, 1.0, a_part)  # of each layer's stored activations, spread over the layers
+    a_frac = np.where(mem["a_off"], 1.0, mem["a_part"])  # of each layer's stored activations, spread over the layers
     x_fw = np.where(w_off, wl, 0.0) + a_frac * al
     x_bw = np.where(w_off, wl, 0.0) + a_frac * al
     off_exp_layer = np.maximum(x_fw / off_bw - blk.fw_total, 0.0) + np.maximum(x_bw / off_bw - blk.bw_total, 0.0)
     need = np.maximum(x_fw / np.maximum(blk.fw_total, 1e-12), x_bw / np.maximum(blk.bw_total, 1e-12))
-    offload_bw_need = np.where(w_off | a_on, need, 0.0) / max(off.efficiency, 1e-9)
+    return off_exp_layer, np.where(w_off | a_on, need, 0.0) / max(off.efficiency, 1e-9)
 
-    # ------------------------------------------------------------ total
+
+def _pipeline_time(k: Knobs, g: _Shape, blk: BlockCost, head, t_p2p, off_exp_layer, f_l, f_v):
+    """The pipeline's parts (`compose.pipeline`), s, and the steady-state exchange t_ss it used."""
+    pp, vpp, mb, tau = g.pp, g.vpp, g.mb, blk.total
     # interleaved 1F1B with overlap_p2p_comm: a steady-state exchange waits only for what exceeds a chunk's forward
     t_ss = p2p_steady(t_p2p, f_v["Lc"] * blk.fw_total, k.pp_overlap.astype(bool) & (vpp > 1))
     head_mb = edge_head(head, t_ss, pp) / mb
     pl = pipeline(f_l["A1"], f_l["A2"], f_v["Bf"], f_v["E"], f_l["pm2"], tau / mb, head_mb, tau, t_ss / mb,
                   np.where(pp > 1, t_p2p, 0.0), off_exp_layer / mb)
-    step = pl["pipe"] + dp_exposed + dp_slow + optimizer + fsdp_copies
-    # the report's parts: layers + head per micro-batch, bubble, p2p less what the edge stage's head hides
-    pipe = n_mb * (Ls * tau + head)
-    bubble, offload_exposed = pl["bubble"], pl["offload"]
-    pp_exposed = pl["p2p_steady"] + pl["p2p_fill"] - np.where(pp > 1, n_mb * np.minimum(t_ss, head), 0.0)
-    terms = dict(
-        pipe=pipe, bubble=bubble, pp_exposed=pp_exposed, optimizer=optimizer, offload_exposed=offload_exposed,
-        AR=AR, RS=RS, AG=AG, n_mb=n_mb, bucket=bucket, t_cb=t_cb, window=window, vpp=vpp, dpg=dpg,
-        Ls_fw=Ls * blk.fw_total, Ls_bw=Ls * blk.bw_total, pu_dp=tiers.processor_usage[k.tier_dp],
-        weights=weights, grads=grads, optim_state=optim_state, activations=activations, reserved=reserved,
-        offload_mem=offload_mem, dp_exposed=dp_exposed, dp_slow=dp_slow,
-        tau=tau, head=head, t_p2p=t_p2p, fwt=blk.fw_total, bwt=blk.bw_total, stored=blk.act_stored,
-        working=working, emb_out=2.0 * T * h * e, logits=logits, inflight=inflight,
-        wgo=weights + grads + optim_state, off_layer=off_exp_layer,
-        off_state=off_state, fsdp_ar=fsdp_ar, fsdp_red=fsdp_red, fsdp_gat=fsdp_gat,
-    )
+    return pl, t_ss
+
+
+def _throughput(ctx: Ctx, g: _Shape, blk: BlockCost, step) -> dict:
+    """Model and hardware FLOP per step (whole job), MFU and HFU against the datasheet peak (as published),
+    tokens and samples per second."""
+    llm, hw, B, s, mb = ctx.llm, ctx.hw, g.B, g.s, g.mb
     tokens = B * s
     mf = model_flops_per_token(llm, int(s)) * tokens
-    n_gpus = tp * pp * dp * cp
-    peak = hw.datasheet_peak  # MFU against the datasheet peak, as published
+    n_gpus = g.tp * g.pp * g.dp * g.cp
+    peak = hw.datasheet_peak
     hw_layer = blk.hw_flops_fw + blk.hw_flops_bw + blk.hw_flops_re
-    hwf = (hw_layer * L * (B / mb) * tp * cp) + 6.0 * V * h * tokens  # per step, whole job
+    hwf = (hw_layer * g.L * (B / mb) * g.tp * g.cp) + 6.0 * llm.vocab * llm.hidden * tokens  # per step, whole job
+    return dict(model_flops=np.full_like(step, mf), hw_flops=hwf, mfu=mf / (step * n_gpus * peak),
+                hfu=hwf / (step * n_gpus * peak), tokens_per_s=tokens / step, samples_per_s=B / step)
+
+
+def _terms(pl: dict, dpt: dict, optimizer, blk: BlockCost, head, t_p2p, off_exp_layer, mem) -> StepTerms:
+    """The `StepTerms` of the evaluation from its parts."""
+    return StepTerms(
+        **{n: pl[n] for n in PIPE}, pipeline_s=pl["pipeline_s"], dp_exposed_s=dpt["dp_exposed"],
+        dp_slowdown_s=dpt["dp_slow"], optimizer_s=optimizer, fsdp_copies_s=dpt["fsdp_copies"],
+        dp_allreduce_s=dpt["AR"], dp_reduce_scatter_s=dpt["RS"], dp_allgather_s=dpt["AG"],
+        dp_bucket_fraction=dpt["bucket"], fsdp_copy_allreduce_s=dpt["fsdp_ar"],
+        fsdp_copy_reduce_s=dpt["fsdp_red"], fsdp_copy_gather_s=dpt["fsdp_gat"],
+        layer_s=blk.total, layer_fw_s=blk.fw_total, layer_bw_s=blk.bw_total, head_s=head, p2p_s=t_p2p,
+        offload_layer_s=off_exp_layer, state_hbm_bytes=mem["weights"] + mem["grads"] + mem["optim_state"],
+        state_offload_bytes=mem["off_state"], reserved_bytes=mem["reserved"], act_stored_bytes=blk.act_stored,
+        act_working_bytes=mem["working"], emb_out_bytes=mem["emb_out"], logits_bytes=mem["logits_bytes"])
+
+
+def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
+    """Step time and memory of every candidate in `k` (the single source of truth)."""
+    ctx = ctx or make_ctx(problem)
+    g = _shape(ctx, k)
+    pp, n_mb, Ls = g.pp, g.n_mb, g.Ls
+    blk, w_stage = _layer(ctx, k, pp)
+    tau = blk.total
+    head, M = _edge_work(ctx, k, g)
+    # with el the first/last stage trade one layer for the embedding / LM head and loss
+    head = np.where(g.el > 0, np.maximum(head - tau, 0.0), head)
+    t_p2p = _p2p_time(ctx, k, g, M)
+    f_l, f_v, f_m = (layout_factors(g.B, g.slots, g.dp, pp), vpp_factors(g.B, g.slots, g.dp, pp, g.vpp),
+                     mb_factors(g.B, g.slots, g.dp, pp, g.mb))
+    P = _stage_params(ctx, k, g, w_stage)
+    dpt = _dp_time(ctx, k, g, P, blk, f_v, f_m)
+    optimizer = _optimizer_time(problem, ctx, k, P)
+    mem = _memory(problem, ctx, k, g, P, blk, f_v, f_m)
+    off_exp_layer, offload_bw_need = _offload_streaming(problem, ctx, k, P, blk, mem)
+    pl, t_ss = _pipeline_time(k, g, blk, head, t_p2p, off_exp_layer, f_l, f_v)
+    terms = _terms(pl, dpt, optimizer, blk, head, t_p2p, off_exp_layer, mem)
+    step = step_of(terms)
+    # the report's parts: layers + head per micro-batch, bubble, p2p less what the edge stage's head hides
+    pp_exposed = pl["p2p_steady_s"] + pl["p2p_fill_s"] - np.where(pp > 1, n_mb * np.minimum(t_ss, head), 0.0)
+    per_step = n_mb * Ls  # layer passes of the busiest stage per step
+    hbm = mem["hbm"]
     return StepResult(
-        fw=n_mb * Ls * blk.fw, bw=n_mb * Ls * blk.bw, recompute=n_mb * Ls * blk.re, optimizer=optimizer,
-        tp_exposed=n_mb * Ls * blk.tp_exposed, cp_exposed=n_mb * Ls * blk.cp_exp,
-        ep_exposed=n_mb * Ls * blk.ep_exp, pp_exposed=pp_exposed,
-        dp_exposed=dp_exposed, bubble=bubble, offload_exposed=offload_exposed, head=n_mb * head,
-        overlap_slowdown=n_mb * Ls * blk.tp_slow + dp_slow, fsdp_copies=fsdp_copies,
-        host_wait=n_mb * Ls * (blk.host_fw + blk.host_re), step_time=step,
-        tp_link=n_mb * Ls * (blk.tp_fw + blk.tp_bw + blk.tp_re), dp_link=dp_link, pp_link=pp_link,
-        cp_link=n_mb * Ls * blk.cp_link, ep_link=n_mb * Ls * blk.ep_link,
-        weights=weights, grads=grads, optim_state=optim_state, activations=activations, reserved=reserved,
-        hbm=hbm, hbm_reserved=hbm_reserved, act_loss_logits=acts["logits"] + 0.0 * hbm, act_working=working + 0.0 * hbm,
-        offload_mem=offload_mem, offload_bw_need=offload_bw_need, n_mb=n_mb,
-        model_flops=np.full_like(step, mf), hw_flops=hwf, mfu=mf / (step * n_gpus * peak),
-        hfu=hwf / (step * n_gpus * peak), tokens_per_s=tokens / step, samples_per_s=B / step, terms=terms,
+        fw=per_step * blk.fw, bw=per_step * blk.bw, recompute=per_step * blk.re, optimizer=optimizer,
+        tp_exposed=per_step * blk.tp_exposed, cp_exposed=per_step * blk.cp_exp,
+        ep_exposed=per_step * blk.ep_exp, pp_exposed=pp_exposed,
+        dp_exposed=dpt["dp_exposed"], bubble=pl["bubble_s"], offload_exposed=pl["offload_exposed_s"],
+        head=n_mb * head, overlap_slowdown=per_step * blk.tp_slow + dpt["dp_slow"],
+        fsdp_copies=dpt["fsdp_copies"],
+        host_wait=per_step * (blk.host_fw + blk.host_re), step_time=step,
+        tp_link=per_step * (blk.tp_fw + blk.tp_bw + blk.tp_re), dp_link=dpt["dp_link"],
+        pp_link=np.where(pp > 1, 2.0 * n_mb * g.vpp * t_p2p, 0.0),
+        cp_link=per_step * blk.cp_link, ep_link=per_step * blk.ep_link,
+        weights=mem["weights"], grads=mem["grads"], optim_state=mem["optim_state"],
+        activations=mem["activations"],
+        reserved=mem["reserved"], hbm=hbm, hbm_reserved=mem["hbm_reserved"],
+        act_loss_logits=mem["logits"] + 0.0 * hbm, act_working=mem["working"] + 0.0 * hbm,
+        offload_mem=mem["offload_mem"], offload_bw_need=offload_bw_need, n_mb=n_mb,
+        **_throughput(ctx, g, blk, step), terms=terms,
     )

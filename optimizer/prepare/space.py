@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from optimizer.errors import ProblemError
-from optimizer.rules.layout import Group, axis_values, capped, divisors, moot, placement, rule_masks
+from optimizer.rules.layout import (Group, axis_values, capped, divisors, has_dp_group, moot, placement,
+                                    rule_masks, zero_allowed)
 from optimizer.model.knobs import ATTENTION, RECOMPUTE, TP_OVERLAP, Knobs
 from optimizer.schema import AttentionKernel, Problem, Search
 from optimizer.schema.stack import Stack, by_layout
@@ -151,7 +152,7 @@ def _other_values(dom: dict[str, list], tp: int, pp: int, no_dp: bool, moe: bool
             if name == "tp_overlap":
                 vals = [v for v in vals if str(getattr(v, "value", v)) == "none"] or vals[:1]
             elif name == "zero":
-                vals = [0]  # nothing to shard
+                vals = [z for z in range(4) if zero_allowed(z, no_dp_group=True)]  # nothing to shard
             elif name == "dp_overlap":
                 vals = [True] if True in vals else vals[:1]  # no data-parallel traffic
             else:
@@ -226,7 +227,7 @@ def compact_space(problem: Problem) -> Compact:
     for x in np.nonzero(ok.any(axis=(1, 2)))[0].tolist():
         t_, p_, c_, d_, e_, et_, el_ = (int(v) for v in X[x])
         edp = t_ * c_ * d_ // (e_ * et_)
-        key = (t_ == 1, d_ * c_ == 1 and edp == 1, p_ == 1, e_ == 1)
+        key = (t_ == 1, not bool(has_dp_group(d_ * c_, edp)), p_ == 1, e_ == 1)
         if key not in per_cache:
             per_cache[key] = _other_values(dom, t_, p_, key[1], llm.moe is not None, e_ == 1, p.stack)
         per = per_cache[key]

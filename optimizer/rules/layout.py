@@ -256,10 +256,16 @@ def legal(problem: "Problem", **knobs) -> np.ndarray:
     return out
 
 
-def zero_legal(z, dp_group_is_one) -> np.ndarray:
-    """A ZeRO stage above 0 needs a data-parallel group to shard over (dp*cp > 1, or, MoE, an
-    expert-data-parallel one): without one, only z = 0 is legal."""
-    return (np.asarray(dp_group_is_one) == 0) | (np.asarray(z) == 0)
+def has_dp_group(dp_cp, edp):
+    """Whether there is a data-parallel group to reduce gradients over and shard state across: dp*cp > 1
+    ranks, or, MoE, an expert-data-parallel group of edp = tp*cp*dp/(ep*etp) > 1 ranks (Megatron-Core)."""
+    return (np.asarray(dp_cp) > 1) | (np.asarray(edp) > 1)
+
+
+def zero_allowed(z, no_dp_group):
+    """Whether ZeRO stage `z` is legal: stage 0 always, a stage above 0 only with a data-parallel group to
+    shard over (`no_dp_group` false; `has_dp_group`). Works on scalars and arrays."""
+    return (np.asarray(z) == 0) | ~np.asarray(no_dp_group, dtype=bool)
 
 
 _MOOT_WHEN = {  # knob -> the layouts where it has no effect: tp == 1, pp == 1, no data-parallel group, ep == 1
