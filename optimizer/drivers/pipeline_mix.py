@@ -27,7 +27,7 @@ from optimizer.rules.layout import axis_values, divisors
 from optimizer.model.capacity import capacity_bytes
 from optimizer.model.hardware import collective_time
 from optimizer.model.knobs import RECOMPUTE
-from optimizer.model.pipeline_mix import (LAST, MIDDLE, MixPlan, MixResult, StageGroup, compose_step, evaluate_mix, group_terms,
+from optimizer.model.pipeline_mix import (LAST, MIDDLE, MixPlan, MixResult, StageGroup, compose_mix_step, evaluate_mix, group_terms,
                             join_network, join_time, role_of)
 from optimizer.schema import Problem
 from optimizer.schema.procure import whole_units
@@ -322,7 +322,7 @@ def solve_pipeline_mix(offers: list[TypeOffer], groups: int = 2, budget_usd: flo
 def enumerate_pipeline_mix(offers: list[TypeOffer], groups: int = 2, budget_usd: float | None = None,
                            power_kw: float | None = None, joining=None) -> MixSolution | None:
     """Exhaustive oracle over the same family: every (d, b), ordered choice of distinct types and tuple of
-    candidates, composed by `compose_step` and checked with the model's memory rule; small instances only."""
+    candidates, composed by `compose_mix_step` and checked with the model's memory rule; small instances only."""
     t0 = time.perf_counter()
     G = groups
     jt = [join_network(o.problem, joining) for o in offers]
@@ -356,7 +356,7 @@ def enumerate_pipeline_mix(offers: list[TypeOffer], groups: int = 2, budget_usd:
             msg = col("msg")
             joins = [join_time(np.maximum(msg[g], msg[g + 1]), [jt[types[g]], jt[types[g + 1]]])
                      for g in range(G - 1)]
-            t = compose_step(n_mb, col("u"), st, col("he")[-1], col("p2p"), joins, col("x"))["step_time"]
+            t = compose_mix_step(n_mb, col("u"), st, col("he")[-1], col("p2p"), joins, col("x"))["step_time"]
             t = np.where(ok, t, np.inf)
             i = int(np.argmin(t))
             if t[i] < best_t:

@@ -7,10 +7,14 @@ Written once in numpy, it evaluates one configuration or arrays of candidate con
   efficiency table by op size) and collective time on a network tier (alpha-beta ring model);
 - `layer`: one transformer block, op by op, forward / backward / recompute, and its TP/CP traffic;
 - `memory`: bytes per GPU by tier (weights, gradients, optimizer, activations after Korthikanti 2022);
-- `step`: pipeline schedule, bubble, data-parallel traffic and overlap, optimizer, offload: the step time.
+- `step`: pipeline schedule, bubble, data-parallel traffic and overlap, optimizer, offload: the step time;
+- `terms`: `StepTerms`, the typed parts of a step that the formulations read (seconds and bytes), and
+  `compose_step`, the one step-time sum over them;
+- `fitted`: the model-wide constants fitted on published runs (`fitted.yaml`).
 """
 
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import StepResult, evaluate
+from optimizer.model.terms import StepTerms, compose_step
 
-__all__ = ["Knobs", "StepResult", "evaluate"]
+__all__ = ["Knobs", "StepResult", "StepTerms", "compose_step", "evaluate"]

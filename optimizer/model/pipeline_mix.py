@@ -170,7 +170,7 @@ def inflight(n_mb: int, stages: list[int]) -> list[int]:
     return [min(n_mb, sum(stages[g:])) for g in range(len(stages))]
 
 
-def compose_step(n_mb, u: list, s: list, he, p2p: list, joins: list, x: list) -> dict:
+def compose_mix_step(n_mb, u: list, s: list, he, p2p: list, joins: list, x: list) -> dict:
     """The step time from the groups' terms (module docstring); floats or numpy arrays (candidates)."""
     G = len(u)
     M = np.maximum(np.maximum.reduce(list(u)), u[-1] + he)
@@ -216,7 +216,7 @@ def evaluate_mix(problems: dict[str, Problem], plan: MixPlan, joining=None) -> M
     jt = [join_network(problems[g.node_type], joining) for g in gs]
     joins = [float(join_time(max(t[i]["msg"], t[i + 1]["msg"]), [jt[i], jt[i + 1]])) for i in range(G - 1)]
     s = [g.stages for g in gs]
-    parts = {k: float(v) for k, v in compose_step(n_mb, [x["u"] for x in t], s, t[-1]["he"], [x["p2p"] for x in t],
+    parts = {k: float(v) for k, v in compose_mix_step(n_mb, [x["u"] for x in t], s, t[-1]["he"], [x["p2p"] for x in t],
                                                    joins, [x["x"] for x in t]).items()}
     infl = inflight(n_mb, s)
     hbm = [max(x["fixed"] + i * x["a"], x["last_alt"]) for x, i in zip(t, infl)]
