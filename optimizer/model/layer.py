@@ -29,10 +29,11 @@ overlap), forward and backward (and again under full recompute).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from typing import NamedTuple
 
 import numpy as np
 
-from ..schema import LLM, MlpKind, Precision
+from ..schema import LLM, MlpKind, MoE, Precision
 from ..schema.common import RECOMPUTE_BITS, RecomputeModule
 from ..schema.stack import Stack
 from .hardware import (BYTES, CAST_COPIES, CAST_READS, QUANTIZED, Hardware, Tiers, a2a_time,
@@ -271,11 +272,49 @@ def expert_bias_passes(hw: Hardware, n_h, e):
     return kf * _elementwise(hw, n_h, 2.0, 2.0 * e, 3.0), kb * _elementwise(hw, n_h, 2.0, 1.5 * e, 4.0)
 
 
-def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
-    """Cost of one transformer block (dense, or with an MoE MLP when `moe`) for every candidate in `k`."""
-    llm, hw = ctx.llm, ctx.hw
-    h, a = llm.hidden, llm.heads
-    d = llm.core_dim  # per-head size of the attention core (head_dim; MLA: mean of q/k and v sizes)
+# ---------------------------------------------------------------------------------------------- one block, by physics
+# `block_cost` composes the functions below, one per kind of work. Where several add into one of the block's sums
+# they are added in the order the model always has: float addition is not associative, and that order is part of
+# the model's numbers.
+
+
+@dataclass(frozen=True)
+class BlockShape:
+    """Per-GPU shape of one block for every candidate (arrays over the candidates of `Knobs`; see the module
+    docstring): sizes in elements, tokens and heads; `e` and `gi` in bytes per element."""
+
+    moe: MoE | None  # the routed experts (None: a dense layer)
+    h: int  # hidden size
+    d: float  # per-head size of the attention core (head_dim; MLA: mean of q/k and v sizes)
+    f: int  # width of the TP-sharded dense MLP: the layer's MLP, or an MoE layer's shared experts (0: none)
+    tp: np.ndarray
+    cp: np.ndarray
+    b: np.ndarray  # sequences of the micro-batch
+    s: float  # sequence length
+    sq: np.ndarray  # queries of a sequence on this rank (s/cp)
+    T: np.ndarray  # tokens of the micro-batch on this rank (b s/cp)
+    Tn: np.ndarray  # tokens seen by norms / dropouts (T/tp under sequence parallelism)
+    sp: np.ndarray  # sequence parallelism (bool)
+    fused: np.ndarray  # fused kernels (bool)
+    flash: np.ndarray  # flash, flash2 or flash-triton: a fused attention kernel (bool)
+    rec: np.ndarray  # recompute code: 0 none, 1 selective, 2 full
+    titan: bool  # torchtitan's stack
+    e: int  # bytes of an activation element
+    gi: float  # bytes of a GEMM input as cast, gathered and kept for wgrad (16-bit: e)
+    kvr: np.ndarray  # K/V heads held per rank (`kv_per_rank`)
+    ah: np.ndarray  # q heads per rank
+    kva: np.ndarray  # K/V heads the attention kernel reads and a CP ring carries
+    gated: bool  # a gated MLP
+    up_n: np.ndarray  # width of the dense up-projection per rank (gated: 2f/tp)
+    drop: bool  # dropout
+    qkv_p: np.ndarray  # per-rank input-projection weights (MLA included)
+    out_p: np.ndarray  # per-rank output-projection weights
+
+
+def block_shape(ctx: Ctx, k: Knobs, moe: bool) -> BlockShape:
+    """The per-GPU shape of the block (dense, or with an MoE MLP when `moe`) for every candidate in `k`: tokens
+    T = b*s/cp, q heads a/tp, K/V heads g/tp (at least 1), MLP width f/tp (module docstring)."""
+    llm = ctx.llm
     mo = llm.moe if moe else None
     # the TP-sharded dense MLP: the layer's MLP, or the shared experts of an MoE layer (width 0: none)
     f = llm.ffn if mo is None else mo.shared_experts * mo.expert_ffn
@@ -283,96 +322,213 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     cp = k.cp.astype(float)
     b = k.micro_batch.astype(float)
     s = float(ctx.seq_len)
-    T = b * s / cp  # tokens of the micro-batch on this rank
+    T = b * s / cp
     sp = k.sequence_parallel.astype(bool)
-    fused = k.fused_layers.astype(bool)
-    flash = k.attention > 0  # flash, flash2 or flash-triton (fused); 2: FlashAttention-2 class; 3: Triton
-    rec = k.recompute
-    titan = ctx.stack == Stack.TORCHTITAN
-    e, gi = ctx.e, ctx.gemm_in  # gi: bytes of a GEMM input as cast, gathered and kept for wgrad (16-bit: e)
     kvr = kv_per_rank(llm, tp)
-    ah = a / tp  # q heads per rank
+    ah = llm.heads / tp
+    qkv_p, out_p = attention_params(llm, tp)
     # K/V heads the attention kernel reads (and a CP ring carries): the model's, or every query head's when they
     # are repeated before the kernel (`Execution.kv_repeat`)
     kva = np.where(k.kv_repeat.astype(bool), ah, kvr)
-    Tn = np.where(sp, T / tp, T)  # tokens seen by norms / dropouts
-    gated = llm.mlp.gated
-    up_n = f / tp * (2 if gated else 1)
-    drop = llm.dropout
+    return BlockShape(moe=mo, h=llm.hidden, d=llm.core_dim, f=f, tp=tp, cp=cp, b=b, s=s, sq=s / cp, T=T,
+                      Tn=np.where(sp, T / tp, T), sp=sp, fused=k.fused_layers.astype(bool), flash=k.attention > 0,
+                      rec=k.recompute, titan=ctx.stack == Stack.TORCHTITAN, e=ctx.e, gi=ctx.gemm_in, kvr=kvr,
+                      ah=ah, kva=kva, gated=llm.mlp.gated, up_n=f / tp * (2 if llm.mlp.gated else 1),
+                      drop=llm.dropout, qkv_p=qkv_p, out_p=out_p)
 
-    # ---------------------------------------------------------------- GEMMs (fw; bw = 2 GEMMs each)
-    # torchtitan's async TP (PyTorch's micro-pipelined TP: torch._inductor fx_passes/micro_pipeline_tp fuses each
-    # all-gather -> matmul and matmul -> reduce-scatter of the compiled graph into fused_all_gather_matmul /
-    # fused_matmul_reduce_scatter) runs every matmul next to a TP collective, forward and data gradient, as tp
-    # matmuls of T/tp rows, one per chunk the copy engines deliver or send (Wang et al., "Introducing Async Tensor
-    # Parallelism in PyTorch", 2024): smaller GEMMs at the efficiency of their size (`Hardware.linear` split)
-    split = np.where((k.tp_overlap > 0) & (tp > 1) & titan, tp, 1.0)
+
+# ------------------------------------------------------------------------------------------------ GEMMs
+class LinearCost(NamedTuple):
+    """One linear layer (or a group of them) per micro-batch: forward s, backward s (activation and weight
+    gradients: two GEMMs the size of the forward's), forward FLOPs (2mnk)."""
+
+    fw_s: np.ndarray | float
+    bw_s: np.ndarray | float
+    flops: np.ndarray | float
+
+
+NO_LINEAR = LinearCost(0.0, 0.0, 0.0)
+
+
+@dataclass(frozen=True)
+class DenseLinears:
+    """The block's TP-sharded linear layers: QKV, output projection, MLP up and down (0 without a dense MLP)."""
+
+    qkv: LinearCost
+    proj: LinearCost
+    up: LinearCost
+    down: LinearCost
+
+    @property
+    def fw_s(self):
+        return self.qkv.fw_s + self.proj.fw_s + self.up.fw_s + self.down.fw_s
+
+    @property
+    def bw_s(self):
+        return self.qkv.bw_s + self.proj.bw_s + self.up.bw_s + self.down.bw_s
+
+    @property
+    def flops(self):
+        return self.qkv.flops + self.proj.flops + self.up.flops + self.down.flops
+
+
+def dense_linears(ctx: Ctx, k: Knobs, sh: BlockShape) -> DenseLinears:
+    """The dense linear layers' GEMMs (`Hardware.linear`: seconds and FLOPs; fw one GEMM, bw two of its size).
+
+    torchtitan's async TP (PyTorch's micro-pipelined TP: torch._inductor fx_passes/micro_pipeline_tp fuses each
+    all-gather -> matmul and matmul -> reduce-scatter of the compiled graph into fused_all_gather_matmul /
+    fused_matmul_reduce_scatter) runs every matmul next to a TP collective, forward and data gradient, as tp
+    matmuls of T/tp rows, one per chunk the copy engines deliver or send (Wang et al., "Introducing Async Tensor
+    Parallelism in PyTorch", 2024): smaller GEMMs at the efficiency of their size (`Hardware.linear` split)."""
+    split = np.where((k.tp_overlap > 0) & (sh.tp > 1) & sh.titan, sh.tp, 1.0)
 
     def g3(m, n, kk):
-        return hw.linear(m, n, kk, in_bytes=gi, out_bytes=e, split=split)
+        return LinearCost(*ctx.hw.linear(m, n, kk, in_bytes=sh.gi, out_bytes=sh.e, split=split))
 
-    qkv_p, out_p = attention_params(llm, tp)  # per-rank projection weights (MLA included)
-    qkv_fw, qkv_bw, qkv_fl = g3(T, qkv_p / h, h)
-    prj_fw, prj_bw, prj_fl = g3(T, h, out_p / h)
-    if f > 0:
-        up_fw, up_bw, up_fl = g3(T, up_n, h)
-        dn_fw, dn_bw, dn_fl = g3(T, h, f / tp)
-    else:
-        up_fw = up_bw = up_fl = dn_fw = dn_bw = dn_fl = 0.0
-    gemm_fw = qkv_fw + prj_fw + up_fw + dn_fw
-    gemm_bw = qkv_bw + prj_bw + up_bw + dn_bw
-    gemm_fl = qkv_fl + prj_fl + up_fl + dn_fl
+    T, h = sh.T, sh.h
+    qkv, proj = g3(T, sh.qkv_p / h, h), g3(T, h, sh.out_p / h)
+    if sh.f > 0:
+        return DenseLinears(qkv, proj, g3(T, sh.up_n, h), g3(T, h, sh.f / sh.tp))
+    return DenseLinears(qkv, proj, NO_LINEAR, NO_LINEAR)
 
-    # ---------------------------------------------------------------- attention core
-    sq, sk = s / cp, s
-    # standard: two batched GEMMs over the full (masked) s x s scores
-    batch = b * ah
+
+# ------------------------------------------------------------------------------------------------ attention core
+@dataclass(frozen=True)
+class AttentionCore:
+    """The attention core (QK^T, softmax, PV) of the micro-batch on this rank, standard or flash per candidate:
+    seconds, FLOPs, and the standard path's score matrix (its elements, over `batch` sequence-heads)."""
+
+    fw_s: np.ndarray
+    bw_s: np.ndarray
+    flops_fw: np.ndarray
+    flops_bw: np.ndarray
+    batch: np.ndarray  # sequence-heads of this rank (b a/tp)
+    n_scores: np.ndarray  # score elements of the standard path (batch x sq x s)
+
+
+def standard_attention(ctx: Ctx, sh: BlockShape) -> tuple:
+    """Standard attention with materialised scores (forward s, backward s, forward FLOPs): the QK^T and PV batched
+    GEMMs over the full (masked) sq x s scores, softmax (scale, mask, softmax: 3 memory passes unfused, 1 fused)
+    and attention dropout as memory-bound kernels; backward two GEMMs per forward GEMM."""
+    hw, e, d = ctx.hw, sh.e, sh.d
+    sq, sk = sh.sq, sh.s
+    batch = sh.b * sh.ah
     qk_fw = hw.gemm(sq, sk, d, batch=batch, in_bytes=e, out_bytes=e)
     pv_fw = hw.gemm(sq, d, sk, batch=batch, in_bytes=e, out_bytes=e)
     n_sc = batch * sq * sk  # score elements
-    sm_passes = np.where(fused, 1.0, 3.0)  # scale, mask, softmax unfused
+    sm_passes = np.where(sh.fused, 1.0, 3.0)  # scale, mask, softmax unfused
     softmax_fw = _elementwise(hw, n_sc, 5.0, 2.0 * e, sm_passes)
     softmax_bw = _elementwise(hw, n_sc, 8.0, 3.0 * e, sm_passes)
-    adrop_fw = _elementwise(hw, n_sc, 2.0, 2.0 * e + 1.0, 1.0) if drop else 0.0
-    adrop_bw = _elementwise(hw, n_sc, 1.0, 2.0 * e + 1.0, 1.0) if drop else 0.0
+    adrop_fw = _elementwise(hw, n_sc, 2.0, 2.0 * e + 1.0, 1.0) if sh.drop else 0.0
+    adrop_bw = _elementwise(hw, n_sc, 1.0, 2.0 * e + 1.0, 1.0) if sh.drop else 0.0
     std_fw = qk_fw + pv_fw + softmax_fw + adrop_fw
     std_bw = 2.0 * (qk_fw + pv_fw) + softmax_bw + adrop_bw
-    std_fl = 4.0 * batch * sq * sk * d
-    kern = dict(fa2=k.attention == 2, triton=k.attention == 3, sinks=llm.attention_sinks)  # the fused kernel
-    fla_fw, fla_bw, fl_flops = flash_attention(hw, b, ah, kva, d, sq, sk, e, cp=cp, **kern)
+    return std_fw, std_bw, 4.0 * batch * sq * sk * d
+
+
+def fused_attention(ctx: Ctx, k: Knobs, sh: BlockShape) -> tuple:
+    """The fused kernel (`flash_attention`: forward s, backward s, forward FLOPs) of the knob's class (2:
+    FlashAttention-2, 3: Triton), with learned sinks if the model has them. Layers with a sliding window weigh in
+    by their share of the layers (`LLM.window_share`): the per-layer mean."""
+    llm = ctx.llm
+    kern = {"fa2": k.attention == 2, "triton": k.attention == 3, "sinks": llm.attention_sinks}  # the kernel class
+    args = (ctx.hw, sh.b, sh.ah, sh.kva, sh.d, sh.sq, sh.s, sh.e)
+    fla_fw, fla_bw, fl_flops = flash_attention(*args, cp=sh.cp, **kern)
     ws = llm.window_share  # layers with sliding-window attention: their share of every layer's attention
     if ws > 0:
-        w_fw, w_bw, w_fl = flash_attention(hw, b, ah, kva, d, sq, sk, e, cp=cp,
-                                           window=float(llm.sliding_window.tokens),
-                                           **kern)
+        w_fw, w_bw, w_fl = flash_attention(*args, cp=sh.cp, window=float(llm.sliding_window.tokens), **kern)
         fla_fw, fla_bw, fl_flops = ((1 - ws) * x + ws * y
                                     for x, y in ((fla_fw, w_fw), (fla_bw, w_bw), (fl_flops, w_fl)))
-    attn_fw = np.where(flash, fla_fw, std_fw)
-    attn_bw = np.where(flash, fla_bw, std_bw)
-    attn_fl_fw = np.where(flash, fl_flops, std_fl)
-    attn_fl_bw = np.where(flash, 2.5 * fl_flops, 2.0 * std_fl)
+    return fla_fw, fla_bw, fl_flops
 
-    # ---------------------------------------------------------------- element-wise ops
-    # Unfused (eager) kernels make one memory pass each: a norm is ~4 (square-mean, rsqrt, scale,
-    # weight), a gated activation 3 (act, cast, multiply), rotary embedding ~6 (split, 2 mul, 2 add, cat).
-    n_h = Tn * h
-    norm_passes = np.where(fused, 1.0, 4.0)
-    norm_fw = _elementwise(hw, n_h, 5.0, 2.0 * e, norm_passes)
-    norm_bw = _elementwise(hw, n_h, 8.0, 3.0 * e, norm_passes)
-    # bias + dropout + residual add: fused one kernel (read x, residual; write y), else 2-3 kernels
-    bda_passes = np.where(fused, 1.0, (1.0 if llm.bias else 0.0) + (1.0 if drop else 0.0) + 1.0)
-    bda_fw = _elementwise(hw, n_h, 3.0, 3.0 * e + (1.0 if drop else 0.0), bda_passes)
-    bda_bw = _elementwise(hw, n_h, 2.0, 3.0 * e + (1.0 if drop else 0.0), bda_passes)
-    n_f = T * f / tp
-    act_in = 2.0 if gated else 1.0
+
+def attention_core(ctx: Ctx, k: Knobs, sh: BlockShape) -> AttentionCore:
+    """The attention core per candidate: the fused kernel where `Knobs.attention` names one, else standard
+    attention (seconds; FLOPs forward, backward: 2.5x forward for flash, 2x for standard)."""
+    std_fw, std_bw, std_fl = standard_attention(ctx, sh)
+    fla_fw, fla_bw, fl_flops = fused_attention(ctx, k, sh)
+    flash = sh.flash
+    batch = sh.b * sh.ah
+    return AttentionCore(fw_s=np.where(flash, fla_fw, std_fw), bw_s=np.where(flash, fla_bw, std_bw),
+                         flops_fw=np.where(flash, fl_flops, std_fl),
+                         flops_bw=np.where(flash, 2.5 * fl_flops, 2.0 * std_fl),
+                         batch=batch, n_scores=batch * sh.sq * sh.s)
+
+
+# ------------------------------------------------------------------------------------------------ element-wise ops
+class MlpActivation(NamedTuple):
+    """The MLP activation kernel's shape, shared by the dense MLP and the routed experts."""
+
+    inputs: float  # elements read per output element (gated: 2)
+    flops: float  # FLOPs per output element
+    passes: np.ndarray  # memory passes (fused: 1)
+
+
+def mlp_activation(llm: LLM, fused: np.ndarray) -> MlpActivation:
+    """The activation's inputs, FLOPs and memory passes per output element: unfused, one pass, one more with a
+    bias, two more when gated (a gated activation: act, cast, multiply); fused, one."""
+    gated = llm.mlp.gated
     act_flops = {MlpKind.GELU: 8.0, MlpKind.GEGLU: 9.0, MlpKind.SWIGLU: 6.0, MlpKind.RELU: 1.0,
                  MlpKind.SQUARED_RELU: 2.0}[llm.mlp]
     act_passes = np.where(fused, 1.0, (2.0 if llm.bias else 1.0) + (2.0 if gated else 0.0))
-    act_fw = _elementwise(hw, n_f, act_flops, (act_in + 1.0) * e, act_passes)
-    act_bw = _elementwise(hw, n_f, 1.6 * act_flops, (act_in * 2.0 + 1.0) * e, act_passes)
-    rope_fw = _elementwise(hw, T * (ah + kvr) * d, 3.0, 2.0 * e, np.where(fused, 1.0, 6.0))
-    ew_fw = 2 * norm_fw + 2 * bda_fw + act_fw + rope_fw
-    ew_bw = 2 * norm_bw + 2 * bda_bw + act_bw + rope_fw
+    return MlpActivation(2.0 if gated else 1.0, act_flops, act_passes)
+
+
+def activation_pass_s(hw: Hardware, n, act: MlpActivation, e) -> tuple:
+    """(forward s, backward s) of the MLP activation over `n` output elements of `e` bytes (backward: 1.6x the
+    FLOPs, reading the inputs and the output gradient, writing the input gradients)."""
+    return (_elementwise(hw, n, act.flops, (act.inputs + 1.0) * e, act.passes),
+            _elementwise(hw, n, 1.6 * act.flops, (act.inputs * 2.0 + 1.0) * e, act.passes))
+
+
+@dataclass(frozen=True)
+class DenseElementwise:
+    """The dense block's memory-bound kernels (seconds): norms, bias-dropout-adds, MLP activation, rotary."""
+
+    norm_fw_s: np.ndarray  # one norm, forward
+    act_fw_s: np.ndarray  # the dense MLP activation, forward
+    fw_s: np.ndarray  # all of them, forward
+    bw_s: np.ndarray  # all of them, backward
+
+
+def dense_elementwise(ctx: Ctx, sh: BlockShape, act: MlpActivation) -> DenseElementwise:
+    """Element-wise kernels of the dense block (seconds): two norms and two (bias-)dropout-adds on the Tn tokens
+    of the norm region, the MLP activation, rotary embedding on q and k. Unfused (eager) kernels make one memory
+    pass each: a norm is ~4 (square-mean, rsqrt, scale, weight), rotary embedding ~6 (split, 2 mul, 2 add, cat);
+    bias + dropout + residual add is one fused kernel (read x, residual; write y), else 2-3 kernels."""
+    llm, hw, e, fused = ctx.llm, ctx.hw, sh.e, sh.fused
+    n_h = sh.Tn * sh.h
+    norm_passes = np.where(fused, 1.0, 4.0)
+    norm_fw = _elementwise(hw, n_h, 5.0, 2.0 * e, norm_passes)
+    norm_bw = _elementwise(hw, n_h, 8.0, 3.0 * e, norm_passes)
+    drop = sh.drop
+    bda_passes = np.where(fused, 1.0, (1.0 if llm.bias else 0.0) + (1.0 if drop else 0.0) + 1.0)
+    bda_fw = _elementwise(hw, n_h, 3.0, 3.0 * e + (1.0 if drop else 0.0), bda_passes)
+    bda_bw = _elementwise(hw, n_h, 2.0, 3.0 * e + (1.0 if drop else 0.0), bda_passes)
+    act_fw, act_bw = activation_pass_s(hw, sh.T * sh.f / sh.tp, act, e)
+    rope_fw = _elementwise(hw, sh.T * (sh.ah + sh.kvr) * sh.d, 3.0, 2.0 * e, np.where(fused, 1.0, 6.0))
+    return DenseElementwise(norm_fw_s=norm_fw, act_fw_s=act_fw, fw_s=2 * norm_fw + 2 * bda_fw + act_fw + rope_fw,
+                            bw_s=2 * norm_bw + 2 * bda_bw + act_bw + rope_fw)
+
+
+def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
+    """Cost of one transformer block (dense, or with an MoE MLP when `moe`) for every candidate in `k`."""
+    llm, hw = ctx.llm, ctx.hw
+    sh = block_shape(ctx, k, moe)
+    h, d, mo, f, tp, cp, b, s, T, Tn = sh.h, sh.d, sh.moe, sh.f, sh.tp, sh.cp, sh.b, sh.s, sh.T, sh.Tn
+    sp, fused, flash, rec, titan, e, gi = sh.sp, sh.fused, sh.flash, sh.rec, sh.titan, sh.e, sh.gi
+    kvr, ah, kva, gated, up_n, drop = sh.kvr, sh.ah, sh.kva, sh.gated, sh.up_n, sh.drop
+    qkv_p, out_p = sh.qkv_p, sh.out_p
+    lin = dense_linears(ctx, k, sh)
+    (qkv_fw, _, qkv_fl), (up_fw, _, up_fl), (dn_fw, _, dn_fl) = lin.qkv, lin.up, lin.down
+    gemm_fw, gemm_bw, gemm_fl = lin.fw_s, lin.bw_s, lin.flops
+    att = attention_core(ctx, k, sh)
+    attn_fw, attn_bw, attn_fl_fw, attn_fl_bw = att.fw_s, att.bw_s, att.flops_fw, att.flops_bw
+    sq, batch, n_sc = sh.sq, att.batch, att.n_scores
+    act = mlp_activation(llm, fused)
+    act_in, act_flops, act_passes = act
+    ew = dense_elementwise(ctx, sh, act)
+    norm_fw, act_fw, ew_fw, ew_bw = ew.norm_fw_s, ew.act_fw_s, ew.fw_s, ew.bw_s
 
     # ---------------------------------------------------------------- routed experts (MoE layers)
     ep_fw = ep_bw = moe_store = moe_act_in = eact_fw = moe_gemm_fw = 0.0
