@@ -511,14 +511,200 @@ def dense_elementwise(ctx: Ctx, sh: BlockShape, act: MlpActivation) -> DenseElem
                             bw_s=2 * norm_bw + 2 * bda_bw + act_bw + rope_fw)
 
 
+# ------------------------------------------------------------------------------------------------ routed experts
+@dataclass(frozen=True)
+class MoeShape:
+    """Where a rank's routed tokens go (module docstring): counts of experts, rows and elements."""
+
+    ep: np.ndarray  # expert-parallel ranks
+    etp: np.ndarray  # expert-TP ranks
+    E: float  # routed experts
+    kk: float  # top_k
+    cf: float  # capacity factor
+    Ts: np.ndarray  # tokens routed by this rank (its SP shard; Megatron-Core requires SP with TP and MoE)
+    R: np.ndarray  # expert rows this rank computes after dispatch and the expert-TP gather (Ts k cf etp)
+    n_loc: np.ndarray  # local experts (E/ep)
+    m_e: np.ndarray  # rows per local expert (grouped GEMM)
+    fe_r: np.ndarray  # expert width per expert-TP rank
+    up_e: np.ndarray  # expert up-projection width per rank (gated: 2 fe_r)
+
+
+def moe_shape(k: Knobs, sh: BlockShape) -> MoeShape:
+    """The routed experts' shape on this rank, for every candidate."""
+    mo = sh.moe
+    ep = k.ep.astype(float)
+    etp = k.etp.astype(float)
+    E, kk, cf, fe = float(mo.experts), float(mo.top_k), float(mo.capacity_factor), float(mo.expert_ffn)
+    Ts = sh.Tn
+    R = Ts * kk * cf * etp
+    n_loc = E / ep
+    fe_r = fe / etp
+    return MoeShape(ep=ep, etp=etp, E=E, kk=kk, cf=cf, Ts=Ts, R=R, n_loc=n_loc, m_e=R / n_loc, fe_r=fe_r,
+                    up_e=fe_r * (2 if sh.gated else 1))
+
+
+@dataclass(frozen=True)
+class MoeLinears:
+    """The router GEMM and the routed experts' grouped GEMMs."""
+
+    router: LinearCost
+    up: LinearCost
+    down: LinearCost
+
+    @property
+    def fw_s(self):
+        """Router and routed experts, forward (s)."""
+        return self.router.fw_s + self.up.fw_s + self.down.fw_s
+
+    def added_to(self, fw_s, bw_s, flops) -> tuple:
+        """The block's GEMM sums (forward s, backward s, forward FLOPs) with these added."""
+        return (fw_s + self.fw_s, bw_s + self.router.bw_s + self.up.bw_s + self.down.bw_s,
+                flops + self.router.flops + (self.up.flops + self.down.flops))  # experts: 2 R h (up_e + fe_r)
+
+
+def moe_linears(ctx: Ctx, sh: BlockShape, ms: MoeShape) -> MoeLinears:
+    """The router, a GEMM of Ts x E x h outside the FP8 autocast (Megatron-Core's router_gating_linear, 16-bit or
+    fp32 logits), and the E/ep local experts as grouped GEMMs of m_e rows each (`Hardware.linear`: s, FLOPs)."""
+    hw, h, e, gi = ctx.hw, sh.h, sh.e, sh.gi
+    return MoeLinears(router=LinearCost(*hw.linear(ms.Ts, ms.E, h, in_bytes=e, out_bytes=e, wide=True)),
+                      up=LinearCost(*hw.linear(ms.m_e, ms.up_e, h, batch=ms.n_loc, in_bytes=gi, out_bytes=e)),
+                      down=LinearCost(*hw.linear(ms.m_e, h, ms.fe_r, batch=ms.n_loc, in_bytes=gi, out_bytes=e)))
+
+
+def eager_expert_passes(ctx: Ctx, k: Knobs, sh: BlockShape, ms: MoeShape) -> tuple:
+    """Megatron-Core's eager expert MLP (without Transformer Engine's op fuser, whose fused ops do both): the
+    clamped GLU's clamps (part of the activation, so `moe_act` recompute repeats them) and the experts'
+    probability-scaled down-projection biases, as (clamps, biases), each (forward s, backward s); clamps None
+    for a model without `activation_clamp`, biases 0 without `expert_bias`."""
+    eager = 1.0 - k.moe_fused_mlp.astype(float)
+    clamps, biases = None, (0.0, 0.0)
+    if ctx.llm.activation_clamp is not None:
+        c_fw, c_bw = clamp_passes(ctx.hw, ms.R * ms.up_e, sh.e)
+        clamps = eager * c_fw, eager * c_bw
+    if sh.moe.expert_bias:
+        biases = tuple(eager * x for x in expert_bias_passes(ctx.hw, ms.R * sh.h, sh.e))
+    return clamps, biases
+
+
+@dataclass(frozen=True)
+class MoeElementwise:
+    """The MoE layer's memory-bound kernels, each (forward s, backward s)."""
+
+    topk: tuple  # router softmax / top-k
+    perm_fw_s: np.ndarray  # permute, un-permute and weighted combine, forward (backward: twice that)
+    resort_s: np.ndarray  # rows sorted into expert order and back, each direction
+    act: tuple  # the experts' activation (with the eager clamps)
+    bias: tuple  # the eager experts' biases
+
+    def added_to(self, fw_s, bw_s) -> tuple:
+        """The block's element-wise sums (forward s, backward s) with these added."""
+        return (fw_s + self.topk[0] + self.perm_fw_s + self.resort_s + self.act[0] + self.bias[0],
+                bw_s + self.topk[1] + 2.0 * self.perm_fw_s + self.resort_s + self.act[1] + self.bias[1])
+
+
+def moe_elementwise(ctx: Ctx, k: Knobs, sh: BlockShape, ms: MoeShape, act: MlpActivation) -> MoeElementwise:
+    """Softmax/top-k over Ts x E (fp32); permute and un-permute (gather/scatter of rows) + the weighted sum; the
+    activation function on the R x f_e/etp expert rows; the eager expert passes (`eager_expert_passes`).
+
+    The plain all-to-all delivers rows grouped by source rank; with several local experts they are sorted into
+    expert order after the dispatch (and the expert-TP gather: R rows) and back before the combine (Megatron-Core
+    MoEAlltoAllTokenDispatcher sort_chunks_by_idxs, one fused gather pass each way; its backward is the reverse
+    gather, one pass each way). The flex dispatchers (DeepEP, HybridEP) hand over rows the local permutation
+    already orders."""
+    hw, h, e, fused = ctx.hw, sh.h, sh.e, sh.fused
+    n_r = ms.Ts * ms.E
+    topk_fw = _elementwise(hw, n_r, 6.0, 4.0 + 4.0, np.where(fused, 1.0, 3.0))
+    topk_bw = _elementwise(hw, n_r, 6.0, 3.0 * 4.0, np.where(fused, 1.0, 3.0))
+    n_rows = ms.Ts * ms.kk * ms.cf * h
+    perm_fw = _elementwise(hw, n_rows, 1.0, 2.0 * e, 2.0)  # permute + un-permute (one pass each)
+    perm_fw = perm_fw + _elementwise(hw, n_rows, 2.0, 2.0 * e, 1.0)  # probability-weighted combine
+    resort = (k.ep_dispatcher == 0) & (ms.n_loc > 1)
+    sort_t = np.where(resort, _elementwise(hw, ms.R * h, 1.0, 2.0 * e, 2.0), 0.0)
+    eact_fw, eact_bw = activation_pass_s(hw, ms.R * ms.fe_r, act, e)
+    clamps, biases = eager_expert_passes(ctx, k, sh, ms)
+    if clamps is not None:
+        eact_fw, eact_bw = eact_fw + clamps[0], eact_bw + clamps[1]
+    return MoeElementwise(topk=(topk_fw, topk_bw), perm_fw_s=perm_fw, resort_s=sort_t, act=(eact_fw, eact_bw),
+                          bias=biases)
+
+
+def moe_dispatch_combine_s(ctx: Ctx, k: Knobs, sh: BlockShape, ms: MoeShape) -> tuple:
+    """Link time (s) of the MoE token movement, as (forward s, backward s), each the dispatch and combine
+    all-to-alls over ep (rows of h, 16-bit; `a2a_time`, whose `copies` = top_k models the flex dispatchers' node
+    deduplication) and the expert-TP all-gather and reduce-scatter over etp."""
+    h, e = sh.h, sh.e
+    a2a = a2a_time(ms.Ts * ms.kk * ms.cf * h * e, ms.ep, k.tier_ep, ctx.tiers, stride=ms.etp,
+                   copies=np.where(k.ep_dispatcher.astype(bool), ms.kk, 1.0))  # flex: node-deduplicated
+    t_etp = tier_of(ctx.tiers, ms.etp)
+    etp_c = collective_time("ag", ms.R * h * e, ms.etp, t_etp, ctx.tiers) + \
+        collective_time("rs", ms.R * h * e, ms.etp, t_etp, ctx.tiers)
+    return 2.0 * a2a + etp_c, 2.0 * a2a + etp_c
+
+
+def moe_stored_bytes(sh: BlockShape, ms: MoeShape, act: MlpActivation) -> tuple:
+    """Bytes an MoE layer keeps for backward: router input and probabilities, permuted rows (GEMM input), expert
+    up-projection output and activation output, rows kept for the weighted combine. Returns (all of them, the
+    expert down-projection's input: what `moe_act` recompute drops)."""
+    gi, e, h = sh.gi, sh.e, sh.h
+    Ts, R, fe_r = ms.Ts, ms.R, ms.fe_r
+    moe_act_in = gi * R * fe_r  # the expert down-projection's input (the activation's output)
+    return (gi * Ts * h + 4.0 * Ts * ms.E + gi * R * h + e * R * fe_r * act.inputs + moe_act_in
+            + e * Ts * ms.kk * ms.cf * h), moe_act_in
+
+
+@dataclass(frozen=True)
+class MoeCost:
+    """The routed experts of an MoE layer; a dense layer's (`MoeCost()`) is 0 throughout."""
+
+    gemm_fw_s: np.ndarray | float = 0.0  # router and routed experts, forward
+    act_fw_s: np.ndarray | float = 0.0  # the experts' activation, forward
+    ep_fw_s: np.ndarray | float = 0.0  # dispatch/combine + expert-TP link time, forward
+    ep_bw_s: np.ndarray | float = 0.0  # ... backward
+    stored_bytes: np.ndarray | float = 0.0  # kept for backward
+    act_out_bytes: np.ndarray | float = 0.0  # the activation's output (what `moe_act` recompute drops)
+    shape: MoeShape | None = None
+    linears: MoeLinears | None = None
+    elementwise: MoeElementwise | None = None
+
+
+def moe_cost(ctx: Ctx, k: Knobs, sh: BlockShape, act: MlpActivation) -> MoeCost:
+    """The routed experts of the MoE layer `sh` (module docstring): GEMMs, element-wise kernels, token movement
+    and stored bytes."""
+    ms = moe_shape(k, sh)
+    lin = moe_linears(ctx, sh, ms)
+    ew = moe_elementwise(ctx, k, sh, ms, act)
+    ep_fw, ep_bw = moe_dispatch_combine_s(ctx, k, sh, ms)
+    stored, act_out = moe_stored_bytes(sh, ms, act)
+    return MoeCost(gemm_fw_s=lin.fw_s, act_fw_s=ew.act[0], ep_fw_s=ep_fw, ep_bw_s=ep_bw, stored_bytes=stored,
+                   act_out_bytes=act_out, shape=ms, linears=lin, elementwise=ew)
+
+
+# ------------------------------------------------------------------------------------------------ precision casts
+def quantisation_casts_s(ctx: Ctx, sh: BlockShape, ms: MoeShape | None) -> tuple:
+    """(forward s, backward s) of the casts of a quantised recipe (FP8 with Transformer Engine; MXFP8, NVFP4).
+
+    Every FP8 GEMM operand is cast from 16 bit (read e, write 1 byte, amax): forward, the activations entering
+    each GEMM unless the producing kernel writes FP8 itself (fused norm / activation: only the attention output is
+    cast); backward, the output gradient of every GEMM. Weights are cast once a step. MXFP8 / NVFP4: the same
+    casts, writing gemm_in bytes per element (block scales included)."""
+    T, h, f, tp, fused, e = sh.T, sh.h, sh.f, sh.tp, sh.fused, sh.e
+    n_in = T * sh.out_p / h + np.where(fused, 0.0, T * h + (T * h if f > 0 else 0.0) + T * f / tp)
+    n_go = T * (sh.qkv_p / h + h) + (T * (sh.up_n + h) if f > 0 else 0.0)
+    if ms is not None:
+        n_in = n_in + ms.R * h + np.where(fused, 0.0, ms.R * ms.fe_r)
+        n_go = n_go + ms.R * (ms.up_e + h)
+    rd = CAST_READS.get(ctx.precision, 1.0) * e  # current scaling: an amax pass, then the cast
+    wr = CAST_COPIES.get(ctx.precision, 1.0) * sh.gi  # block-scaled formats: a rowwise and a columnwise copy
+    return _elementwise(ctx.hw, n_in, 2.0, rd + wr, 1.0), _elementwise(ctx.hw, n_go, 2.0, rd + wr, 1.0)
+
+
 def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     """Cost of one transformer block (dense, or with an MoE MLP when `moe`) for every candidate in `k`."""
-    llm, hw = ctx.llm, ctx.hw
+    llm = ctx.llm
     sh = block_shape(ctx, k, moe)
     h, d, mo, f, tp, cp, b, s, T, Tn = sh.h, sh.d, sh.moe, sh.f, sh.tp, sh.cp, sh.b, sh.s, sh.T, sh.Tn
     sp, fused, flash, rec, titan, e, gi = sh.sp, sh.fused, sh.flash, sh.rec, sh.titan, sh.e, sh.gi
-    kvr, ah, kva, gated, up_n, drop = sh.kvr, sh.ah, sh.kva, sh.gated, sh.up_n, sh.drop
-    qkv_p, out_p = sh.qkv_p, sh.out_p
+    kvr, ah, kva, drop, out_p = sh.kvr, sh.ah, sh.kva, sh.drop, sh.out_p
     lin = dense_linears(ctx, k, sh)
     (qkv_fw, _, qkv_fl), (up_fw, _, up_fl), (dn_fw, _, dn_fl) = lin.qkv, lin.up, lin.down
     gemm_fw, gemm_bw, gemm_fl = lin.fw_s, lin.bw_s, lin.flops
@@ -526,91 +712,19 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     attn_fw, attn_bw, attn_fl_fw, attn_fl_bw = att.fw_s, att.bw_s, att.flops_fw, att.flops_bw
     sq, batch, n_sc = sh.sq, att.batch, att.n_scores
     act = mlp_activation(llm, fused)
-    act_in, act_flops, act_passes = act
+    act_in = act.inputs
     ew = dense_elementwise(ctx, sh, act)
     norm_fw, act_fw, ew_fw, ew_bw = ew.norm_fw_s, ew.act_fw_s, ew.fw_s, ew.bw_s
-
-    # ---------------------------------------------------------------- routed experts (MoE layers)
-    ep_fw = ep_bw = moe_store = moe_act_in = eact_fw = moe_gemm_fw = 0.0
+    mc = MoeCost()
     if mo is not None:
-        ep = k.ep.astype(float)
-        etp = k.etp.astype(float)
-        E, kk, cf, fe = float(mo.experts), float(mo.top_k), float(mo.capacity_factor), float(mo.expert_ffn)
-        Ts = Tn  # tokens routed by this rank (its SP shard; Megatron-Core requires SP with TP and MoE)
-        R = Ts * kk * cf * etp  # expert rows this rank computes after dispatch and the expert-TP gather
-        n_loc = E / ep  # local experts
-        m_e = R / n_loc  # rows per local expert (grouped GEMM)
-        fe_r = fe / etp
-        up_e = fe_r * (2 if gated else 1)
-        # router: a GEMM of Ts x E x h outside the FP8 autocast (Megatron-Core's router_gating_linear, 16-bit
-        # or fp32 logits)
-        r_fw, r_bw, r_fl = hw.linear(Ts, E, h, in_bytes=e, out_bytes=e, wide=True)
-        e_up_fw, e_up_bw, up_fl_e = hw.linear(m_e, up_e, h, batch=n_loc, in_bytes=gi, out_bytes=e)
-        e_dn_fw, e_dn_bw, dn_fl_e = hw.linear(m_e, h, fe_r, batch=n_loc, in_bytes=gi, out_bytes=e)
-        e_fl = up_fl_e + dn_fl_e  # 2 R h (up_e + fe_r)
-        moe_gemm_fw = r_fw + e_up_fw + e_dn_fw  # router and routed experts, forward
-        gemm_fw = gemm_fw + moe_gemm_fw
-        gemm_bw = gemm_bw + r_bw + e_up_bw + e_dn_bw
-        gemm_fl = gemm_fl + r_fl + e_fl
-        # softmax/top-k over Ts x E; permute and un-permute (gather/scatter of rows) + weighted sum;
-        # the activation function on the R x f_e/etp expert rows
-        n_r = Ts * E
-        topk_fw = _elementwise(hw, n_r, 6.0, 4.0 + 4.0, np.where(fused, 1.0, 3.0))
-        topk_bw = _elementwise(hw, n_r, 6.0, 3.0 * 4.0, np.where(fused, 1.0, 3.0))
-        n_rows = Ts * kk * cf * h
-        perm_fw = _elementwise(hw, n_rows, 1.0, 2.0 * e, 2.0)  # permute + un-permute (one pass each)
-        perm_fw = perm_fw + _elementwise(hw, n_rows, 2.0, 2.0 * e, 1.0)  # probability-weighted combine
-        # the plain all-to-all delivers rows grouped by source rank; with several local experts they are sorted
-        # into expert order after the dispatch (and the expert-TP gather: R rows) and back before the combine
-        # (Megatron-Core MoEAlltoAllTokenDispatcher sort_chunks_by_idxs, one fused gather pass each way; its
-        # backward is the reverse gather, one pass each way). The flex dispatchers (DeepEP, HybridEP) hand over rows
-        # the local permutation above already orders.
-        resort = (k.ep_dispatcher == 0) & (n_loc > 1)
-        sort_t = np.where(resort, _elementwise(hw, R * h, 1.0, 2.0 * e, 2.0), 0.0)
-        n_ef = R * fe_r
-        eact_fw = _elementwise(hw, n_ef, act_flops, (act_in + 1.0) * e, act_passes)
-        eact_bw = _elementwise(hw, n_ef, 1.6 * act_flops, (act_in * 2.0 + 1.0) * e, act_passes)
-        # Megatron-Core's eager expert MLP (without Transformer Engine's op fuser, whose fused ops do both): the
-        # clamped GLU's clamps (part of the activation, so `moe_act` recompute repeats them) and the experts'
-        # probability-scaled down-projection biases
-        eager = 1.0 - k.moe_fused_mlp.astype(float)
-        if llm.activation_clamp is not None:
-            c_fw, c_bw = clamp_passes(hw, R * up_e, e)
-            eact_fw, eact_bw = eact_fw + eager * c_fw, eact_bw + eager * c_bw
-        eb_fw = eb_bw = 0.0
-        if mo.expert_bias:
-            eb_fw, eb_bw = (eager * x for x in expert_bias_passes(hw, R * h, e))
-        ew_fw = ew_fw + topk_fw + perm_fw + sort_t + eact_fw + eb_fw
-        ew_bw = ew_bw + topk_bw + 2.0 * perm_fw + sort_t + eact_bw + eb_bw
-        # dispatch + combine all-to-all over ep (rows of h, 16-bit), gather/scatter over etp
-        a2a = a2a_time(Ts * kk * cf * h * e, ep, k.tier_ep, ctx.tiers, stride=etp,
-                       copies=np.where(k.ep_dispatcher.astype(bool), kk, 1.0))  # flex: node-deduplicated
-        t_etp = tier_of(ctx.tiers, etp)
-        etp_c = collective_time("ag", R * h * e, etp, t_etp, ctx.tiers) + \
-            collective_time("rs", R * h * e, etp, t_etp, ctx.tiers)
-        ep_fw = 2.0 * a2a + etp_c
-        ep_bw = 2.0 * a2a + etp_c
-        # stored for backward: router input and probabilities, permuted rows (GEMM input), expert
-        # up-projection output and activation output, rows kept for the weighted combine
-        moe_act_in = gi * R * fe_r  # the expert down-projection's input (the activation's output)
-        moe_store = (gi * Ts * h + 4.0 * Ts * E + gi * R * h + e * R * fe_r * act_in + moe_act_in
-                     + e * Ts * kk * cf * h)
-
-    # ---------------------------------------------------------------- FP8 quantisation (Transformer Engine)
-    # Every FP8 GEMM operand is cast from 16 bit (read e, write 1 byte, amax): forward, the activations
-    # entering each GEMM unless the producing kernel writes FP8 itself (fused norm / activation: only the
-    # attention output is cast); backward, the output gradient of every GEMM. Weights are cast once a step.
-    # MXFP8 / NVFP4: the same casts, writing gemm_in bytes per element (block scales included).
+        mc = moe_cost(ctx, k, sh, act)
+        gemm_fw, gemm_bw, gemm_fl = mc.linears.added_to(gemm_fw, gemm_bw, gemm_fl)
+        ew_fw, ew_bw = mc.elementwise.added_to(ew_fw, ew_bw)
     if ctx.precision in QUANTIZED:
-        n_in = T * out_p / h + np.where(fused, 0.0, T * h + (T * h if f > 0 else 0.0) + T * f / tp)
-        n_go = T * (qkv_p / h + h) + (T * (up_n + h) if f > 0 else 0.0)
-        if mo is not None:
-            n_in = n_in + R * h + np.where(fused, 0.0, R * fe_r)
-            n_go = n_go + R * (up_e + h)
-        rd = CAST_READS.get(ctx.precision, 1.0) * e  # current scaling: an amax pass, then the cast
-        wr = CAST_COPIES.get(ctx.precision, 1.0) * gi  # block-scaled formats: a rowwise and a columnwise copy
-        ew_fw = ew_fw + _elementwise(hw, n_in, 2.0, rd + wr, 1.0)
-        ew_bw = ew_bw + _elementwise(hw, n_go, 2.0, rd + wr, 1.0)
+        c_fw, c_bw = quantisation_casts_s(ctx, sh, mc.shape)
+        ew_fw, ew_bw = ew_fw + c_fw, ew_bw + c_bw
+    ep_fw, ep_bw, moe_store, moe_act_in = mc.ep_fw_s, mc.ep_bw_s, mc.stored_bytes, mc.act_out_bytes
+    eact_fw, moe_gemm_fw = mc.act_fw_s, mc.gemm_fw_s
 
     fw = gemm_fw + attn_fw + ew_fw
     bw = gemm_bw + attn_bw + ew_bw
