@@ -337,6 +337,13 @@ def block_shape(ctx: Ctx, k: Knobs, moe: bool) -> BlockShape:
                       drop=llm.dropout, qkv_p=qkv_p, out_p=out_p)
 
 
+def recomputes(k: Knobs, module: RecomputeModule) -> np.ndarray:
+    """Whether selective recompute re-runs `module` (Megatron-Core recompute_modules; none named: the attention
+    core), per candidate."""
+    rm = np.where(k.recompute_modules == 0, RECOMPUTE_BITS[RecomputeModule.CORE_ATTN], k.recompute_modules)
+    return (k.recompute == 1) & ((rm & RECOMPUTE_BITS[module]) > 0)
+
+
 # ------------------------------------------------------------------------------------------------ GEMMs
 class LinearCost(NamedTuple):
     """One linear layer (or a group of them) per micro-batch: forward s, backward s (activation and weight
@@ -698,81 +705,71 @@ def quantisation_casts_s(ctx: Ctx, sh: BlockShape, ms: MoeShape | None) -> tuple
     return _elementwise(ctx.hw, n_in, 2.0, rd + wr, 1.0), _elementwise(ctx.hw, n_go, 2.0, rd + wr, 1.0)
 
 
-def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
-    """Cost of one transformer block (dense, or with an MoE MLP when `moe`) for every candidate in `k`."""
-    llm = ctx.llm
-    sh = block_shape(ctx, k, moe)
-    h, d, mo, f, tp, cp, b, s, T, Tn = sh.h, sh.d, sh.moe, sh.f, sh.tp, sh.cp, sh.b, sh.s, sh.T, sh.Tn
-    sp, fused, flash, rec, titan, e, gi = sh.sp, sh.fused, sh.flash, sh.rec, sh.titan, sh.e, sh.gi
-    kvr, ah, kva, drop, out_p = sh.kvr, sh.ah, sh.kva, sh.drop, sh.out_p
-    lin = dense_linears(ctx, k, sh)
-    (qkv_fw, _, qkv_fl), (up_fw, _, up_fl), (dn_fw, _, dn_fl) = lin.qkv, lin.up, lin.down
-    gemm_fw, gemm_bw, gemm_fl = lin.fw_s, lin.bw_s, lin.flops
-    att = attention_core(ctx, k, sh)
-    attn_fw, attn_bw, attn_fl_fw, attn_fl_bw = att.fw_s, att.bw_s, att.flops_fw, att.flops_bw
-    sq, batch, n_sc = sh.sq, att.batch, att.n_scores
-    act = mlp_activation(llm, fused)
-    act_in = act.inputs
-    ew = dense_elementwise(ctx, sh, act)
-    norm_fw, act_fw, ew_fw, ew_bw = ew.norm_fw_s, ew.act_fw_s, ew.fw_s, ew.bw_s
-    mc = MoeCost()
-    if mo is not None:
-        mc = moe_cost(ctx, k, sh, act)
-        gemm_fw, gemm_bw, gemm_fl = mc.linears.added_to(gemm_fw, gemm_bw, gemm_fl)
-        ew_fw, ew_bw = mc.elementwise.added_to(ew_fw, ew_bw)
-    if ctx.precision in QUANTIZED:
-        c_fw, c_bw = quantisation_casts_s(ctx, sh, mc.shape)
-        ew_fw, ew_bw = ew_fw + c_fw, ew_bw + c_bw
-    ep_fw, ep_bw, moe_store, moe_act_in = mc.ep_fw_s, mc.ep_bw_s, mc.stored_bytes, mc.act_out_bytes
-    eact_fw, moe_gemm_fw = mc.act_fw_s, mc.gemm_fw_s
+# ------------------------------------------------------------------------------------------------ TP collectives
+class TpLinks(NamedTuple):
+    """TP collective link time (s) of one block, before overlap."""
 
-    fw = gemm_fw + attn_fw + ew_fw
-    bw = gemm_bw + attn_bw + ew_bw
-    split_n = np.where(sp, 1.0 / tp, 1.0)  # norm/dropout region
-    ckpt = e * T * h * split_n  # the layer's input, what full recompute keeps
-    if titan:  # `selective` is torchtitan's per-op policy, not Megatron-Core's modules
-        sac = per_op_sac(ctx, k, T, Tn, ah, kvr, d, f, ew_fw, moe_fw=(moe_gemm_fw + eact_fw, ep_fw), ckpt=ckpt)
-    # recompute: full re-runs the forward; selective re-runs the modules of `recompute_modules` (Megatron-Core
-    # recompute_modules; none named: the attention core), costed with the stored bytes below
-    rm = np.where(k.recompute_modules == 0, RECOMPUTE_BITS[RecomputeModule.CORE_ATTN], k.recompute_modules)
+    fw_s: np.ndarray
+    bw_s: np.ndarray
+    re_s: np.ndarray  # re-issued by recompute
 
-    def has(m):
-        return (rec == 1) & ((rm & RECOMPUTE_BITS[m]) > 0)
 
-    # the attention core (and its CP ring) runs again; torchtitan's per-op policy saves the SDPA output and its
-    # log-sum-exp (the ring runs inside that op), and it has no recompute_modules
-    attn_redone = (rec == 2) | (has(RecomputeModule.CORE_ATTN) & (not titan))
-    hw_fw = gemm_fl + attn_fl_fw
-    hw_bw = 2 * gemm_fl + attn_fl_bw
+def tp_collectives_s(ctx: Ctx, k: Knobs, sh: BlockShape) -> TpLinks:
+    """The TP collectives of the attention and MLP column+row pairs (an MoE layer without shared experts has no
+    TP-sharded MLP: one pair): an all-reduce after each, or with SP an all-gather before and a reduce-scatter
+    after (module docstring).
 
-    # ---------------------------------------------------------------- TP collectives
-    M = T * h * e  # one full activation of the micro-batch
-    ar = collective_time("ar", M, tp, k.tier_tp, ctx.tiers)
-    # a sequence-parallel all-gather carries the GEMM input as cast (gi: Transformer Engine's gather_along_first_dim
-    # with the input / grad-output quantizer, _all_gather_fp8 / _fp8_blockwise / _mxfp8 / _nvfp4; torchao
-    # Float8ColwiseParallel), the forward only the rowwise copy its GEMM reads (layernorm_linear.py sets the
-    # quantizer to rowwise before the gather) and backward again for the weight gradient (`sp_ag_redo`), so one
-    # copy per gather in block-scaled formats too; reduce-scatters carry GEMM outputs: 16 bit. The backward's
-    # gather of a row-parallel GEMM's output gradient carries both copies in block-scaled formats: the data gradient
-    # reads it rowwise, the weight gradient columnwise, and a row-scaled copy cannot be turned into a column-scaled
-    # one (Transformer Engine linear.py backward: a second, columnwise all-gather beside the data-gradient GEMM under
-    # Userbuffers; `_all_gather_mxfp8` / `_all_gather_nvfp4` gather both usages without); per-tensor FP8 gathers one
-    ag = collective_time("ag", T * h * gi, tp, k.tier_tp, ctx.tiers)
-    ag_go = collective_time("ag", T * h * gi * CAST_COPIES.get(ctx.precision, 1.0), tp, k.tier_tp, ctx.tiers)
-    rs = collective_time("rs", M, tp, k.tier_tp, ctx.tiers)
+    A sequence-parallel all-gather carries the GEMM input as cast (gi: Transformer Engine's gather_along_first_dim
+    with the input / grad-output quantizer, _all_gather_fp8 / _fp8_blockwise / _mxfp8 / _nvfp4; torchao
+    Float8ColwiseParallel), the forward only the rowwise copy its GEMM reads (layernorm_linear.py sets the
+    quantizer to rowwise before the gather) and backward again for the weight gradient (`sp_ag_redo`), so one
+    copy per gather in block-scaled formats too; reduce-scatters carry GEMM outputs: 16 bit. The backward's
+    gather of a row-parallel GEMM's output gradient carries both copies in block-scaled formats: the data gradient
+    reads it rowwise, the weight gradient columnwise, and a row-scaled copy cannot be turned into a column-scaled
+    one (Transformer Engine linear.py backward: a second, columnwise all-gather beside the data-gradient GEMM under
+    Userbuffers; `_all_gather_mxfp8` / `_all_gather_nvfp4` gather both usages without); per-tensor FP8 gathers one.
+
+    Full recompute re-issues the forward's; torchtitan's per-op policy recomputes k and w3 from the all-gathered
+    norm outputs, which it does not save (its save list holds reduce-scatter outputs, not all-gathers): the
+    sequence-parallel all-gathers run again."""
+    T, h, tp, sp, rec, tiers = sh.T, sh.h, sh.tp, sh.sp, sh.rec, ctx.tiers
+    M = T * h * sh.e  # one full activation of the micro-batch
+    ar = collective_time("ar", M, tp, k.tier_tp, tiers)
+    ag = collective_time("ag", T * h * sh.gi, tp, k.tier_tp, tiers)
+    ag_go = collective_time("ag", T * h * sh.gi * CAST_COPIES.get(ctx.precision, 1.0), tp, k.tier_tp, tiers)
+    rs = collective_time("rs", M, tp, k.tier_tp, tiers)
     rs_ag = k.tp_comm.astype(bool)
     one = np.where(rs_ag, ag + rs, ar)  # one column+row pair (attention or MLP)
-    pairs = 2.0 if f > 0 else 1.0  # an MoE layer without shared experts has no TP-sharded MLP
+    pairs = 2.0 if sh.f > 0 else 1.0
     tp_fw = pairs * one
     redo = sp & k.sp_ag_redo.astype(bool) & (rec != 2)
     tp_bw = pairs * np.where(rs_ag, ag_go + rs, ar) + np.where(redo, pairs * ag, 0.0)
-    # torchtitan's per-op policy recomputes k and w3 from the all-gathered norm outputs, which it does not save
-    # (its save list holds reduce-scatter outputs, not all-gathers): the sequence-parallel all-gathers run again
-    sac_ag = titan & (rec == 1) & sp & (tp > 1)
-    tp_re = np.where(rec == 2, tp_fw, np.where(sac_ag, pairs * ag, 0.0))
+    sac_ag = sh.titan & (rec == 1) & sp & (tp > 1)
+    return TpLinks(tp_fw, tp_bw, np.where(rec == 2, tp_fw, np.where(sac_ag, pairs * ag, 0.0)))
+
+
+@dataclass(frozen=True)
+class TpCost:
+    """TP collectives of one block (s), 0 at tp 1: link time, exposed time after overlap, compute slowdown."""
+
+    fw_s: np.ndarray
+    bw_s: np.ndarray
+    re_s: np.ndarray
+    fw_exp_s: np.ndarray
+    bw_exp_s: np.ndarray
+    re_exp_s: np.ndarray
+    slow_s: np.ndarray  # compute slowed by overlapped collectives (processor usage)
+
+
+def tp_exposure(ctx: Ctx, k: Knobs, sh: BlockShape, links: TpLinks, gemm_fw, gemm_bw, gemm_re) -> TpCost:
+    """What of the TP traffic stays on the critical path (s). With overlap (`tp_overlap`: pipe or ring) the
+    collectives hide behind the GEMMs of the same pass (`gemm_re`: the matmuls recompute runs again) except the
+    first ring tile (1/tp of the traffic), which cannot overlap; pipe adds half a chunk more (Calculon). The
+    collectives' share of the SMs (`processor_usage`) slows the GEMMs they hide under."""
+    tp = sh.tp
+    tp_fw, tp_bw, tp_re = links
     ov = k.tp_overlap
     pu = ctx.tiers.processor_usage[k.tier_tp]
-    # the first ring tile (1/tp of the traffic) cannot overlap; pipe adds half a chunk more (Calculon)
     first = np.where(ov == 2, 1.0 / tp, 1.5 / tp)
 
     def exposed(c, g):
@@ -780,101 +777,212 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
 
     tp_fw_exp = exposed(tp_fw, gemm_fw)
     tp_bw_exp = exposed(tp_bw, gemm_bw)
-    # re-issued collectives hide behind the matmuls that run again: the whole forward's under full recompute, the
-    # recomputed k and w3 under torchtitan's per-op policy
-    g_re = np.where(rec == 2, gemm_fw, sac[3] if titan else 0.0)
-    tp_re_exp = np.where(tp_re > 0, exposed(tp_re, g_re), 0.0)
+    tp_re_exp = np.where(tp_re > 0, exposed(tp_re, gemm_re), 0.0)
     slow = np.where(ov > 0, pu * (np.minimum(tp_fw, gemm_fw) + np.minimum(tp_bw, gemm_bw)
-                                  + np.minimum(tp_re, g_re)), 0.0)
-    tp_slow = np.where(tp > 1, slow, 0.0)
+                                  + np.minimum(tp_re, gemm_re)), 0.0)
+    on = tp > 1
+    return TpCost(fw_s=np.where(on, tp_fw, 0.0), bw_s=np.where(on, tp_bw, 0.0), re_s=np.where(on, tp_re, 0.0),
+                  fw_exp_s=np.where(on, tp_fw_exp, 0.0), bw_exp_s=np.where(on, tp_bw_exp, 0.0),
+                  re_exp_s=np.where(on, tp_re_exp, 0.0), slow_s=np.where(tp > 1, slow, 0.0))
 
-    # ---------------------------------------------------------------- CP ring (K/V exchange)
-    kv_chunk = 2.0 * b * (s / cp) * kva * d * e
+
+# ------------------------------------------------------------------------------------------------ CP ring
+def cp_ring_s(ctx: Ctx, k: Knobs, sh: BlockShape, att: AttentionCore, attn_redone) -> tuple:
+    """Context parallelism's K/V exchange (s): (link time fw + bw + recompute, exposed time). Each of the cp - 1
+    steps moves one K/V chunk to the next rank (`collective_time` p2p), behind the attention kernels.
+
+    Transformer Engine's p2p ring: one exchange per step, each behind that step's kernel; dK, dV travel back with
+    K, V. PyTorch's context parallel (torch.distributed.tensor.experimental._attention, torchtitan's default rotate
+    method): K/V are all-gathered once, before the first step, so the gather hides behind that step's kernel only
+    (1/cp of the attention); backward gathers them again and rotates dK/dV, accumulated in fp32, one send per step
+    behind the next step's kernel, the last one exposed. `attn_redone`: recompute runs the core and its ring again."""
+    cp, e, attn_fw, attn_bw = sh.cp, sh.e, att.fw_s, att.bw_s
+    kv_chunk = 2.0 * sh.b * (sh.s / cp) * sh.kva * sh.d * e
     step = collective_time("p2p", kv_chunk, cp, k.tier_cp, ctx.tiers)
     cp_fw = (cp - 1.0) * step
     att_re = np.where(attn_redone, attn_fw, 0.0)
     cp_re = np.where(attn_redone, cp_fw, 0.0)
-    if titan:
-        # PyTorch's context parallel (torch.distributed.tensor.experimental._attention, torchtitan's default rotate
-        # method): K/V are all-gathered once, before the first step, so the gather hides behind that step's
-        # kernel only (1/cp of the attention); backward gathers them again and rotates dK/dV, accumulated in fp32,
-        # one send per step behind the next step's kernel, the last one exposed
+    if sh.titan:
         dstep = step * 4.0 / e
         cp_bw = cp_fw + (cp - 1.0) * dstep
         cp_exp = np.where(cp > 1, np.maximum(cp_fw - attn_fw / cp, 0.0) + np.maximum(cp_fw - attn_bw / cp, 0.0)
                           + (cp - 1.0) * np.maximum(dstep - attn_bw / cp, 0.0) + dstep
                           + np.where(attn_redone, np.maximum(cp_re - att_re / cp, 0.0), 0.0), 0.0)
-    else:  # Transformer Engine's p2p ring: one exchange per step, each behind that step's kernel
+    else:
         cp_bw = 2.0 * cp_fw  # dK, dV travel back with K, V
         cp_exp = np.where(cp > 1, np.maximum(cp_fw - attn_fw * (cp - 1) / cp, 0.0) + step
                           + np.maximum(cp_bw - attn_bw * (cp - 1) / cp, 0.0) + step
                           + np.where(attn_redone, np.maximum(cp_re - att_re * (cp - 1) / cp, 0.0) + step, 0.0), 0.0)
-    cp_link = cp_fw + cp_bw + cp_re
+    return cp_fw + cp_bw + cp_re, cp_exp
 
-    # ---------------------------------------------------------------- stored activations (bytes)
-    gemm_in_rep = np.where(sp & k.sp_ag_redo.astype(bool), 1.0 / tp, 1.0)  # QKV/up input: SP-sharded if re-gathered
+
+# ------------------------------------------------------------------------------------------------ stored activations
+def checkpoint_bytes(sh: BlockShape):
+    """Bytes of the layer's input (what full recompute keeps): 16-bit, SP-sharded in the norm region."""
+    split_n = np.where(sh.sp, 1.0 / sh.tp, 1.0)  # norm/dropout region
+    return sh.e * sh.T * sh.h * split_n
+
+
+@dataclass(frozen=True)
+class ActivationBytes:
+    """Bytes a block keeps from forward to backward with no recompute (Korthikanti 2022, Sec. 4, generalised),
+    by what keeps them; `full` is their sum."""
+
+    norms: np.ndarray  # the two norms' inputs
+    qkv_in: np.ndarray  # QKV GEMM input (as cast; SP-sharded if re-gathered in backward)
+    q_k_v: np.ndarray  # attention-core inputs
+    scores: np.ndarray  # standard: softmax output (with dropout, its mask and output); flash: fp32 log-sum-exp
+    proj_in: np.ndarray  # output projection input
+    drop_masks: np.ndarray  # the two dropout masks after the attention and the MLP
+    up_in: np.ndarray | float  # MLP up-projection input
+    act_store: np.ndarray | float  # MLP activation input and output
+    full: np.ndarray
+
+
+def activation_bytes(k: Knobs, sh: BlockShape, att: AttentionCore, act: MlpActivation, moe_store) -> ActivationBytes:
+    """Stored activations of the block (bytes), `moe_store` those of its routed experts (Korthikanti et al. 2022,
+    Sec. 4: 34 sbh + 5 a s^2 b with dropout, 16-bit; generalised to GQA, gated MLPs, flash and no dropout)."""
+    T, h, e, gi, tp, f = sh.T, sh.h, sh.e, sh.gi, sh.tp, sh.f
+    split_n = np.where(sh.sp, 1.0 / tp, 1.0)  # norm/dropout region
+    # QKV/up input: SP-sharded if re-gathered
+    gemm_in_rep = np.where(sh.sp & k.sp_ag_redo.astype(bool), 1.0 / tp, 1.0)
+    drop = sh.drop
     dmask = 1.0 if drop else 0.0
     norms = 2.0 * e * T * h * split_n
     qkv_in = gi * T * h * gemm_in_rep
-    q_k_v = e * T * d * (ah + 2.0 * kva)
-    scores = np.where(flash, 4.0 * batch * sq, n_sc * (e + (dmask + e if drop else 0.0)))
-    proj_in = gi * T * out_p / h
+    q_k_v = e * T * sh.d * (sh.ah + 2.0 * sh.kva)
+    scores = np.where(sh.flash, 4.0 * att.batch * sh.sq, att.n_scores * (e + (dmask + e if drop else 0.0)))
+    proj_in = gi * T * sh.out_p / h
     drop_masks = 2.0 * dmask * T * h * split_n
     up_in = gi * T * h * gemm_in_rep if f > 0 else 0.0
-    act_store = e * T * f / tp * act_in + gi * T * f / tp
+    act_store = e * T * f / tp * act.inputs + gi * T * f / tp
     full = norms + qkv_in + q_k_v + scores + proj_in + drop_masks + up_in + act_store + moe_store
-    # selective recompute, per module: (forward time run again, its hardware FLOPs, bytes no longer kept)
+    return ActivationBytes(norms=norms, qkv_in=qkv_in, q_k_v=q_k_v, scores=scores, proj_in=proj_in,
+                           drop_masks=drop_masks, up_in=up_in, act_store=act_store, full=full)
+
+
+def selective_recompute(ctx: Ctx, k: Knobs, sh: BlockShape, lin: DenseLinears, att: AttentionCore,
+                        ew: DenseElementwise, mc: MoeCost, mem: ActivationBytes) -> tuple:
+    """Megatron-Core's selective recompute of the modules `recompute_modules` names (none named: the attention
+    core): (forward time run again s, its hardware FLOPs, bytes no longer kept), summed over the modules chosen."""
     none = (0.0, 0.0, 0.0)
     modules = {
-        RecomputeModule.CORE_ATTN: (attn_fw, attn_fl_fw, np.where(flash, proj_in, scores)),
-        RecomputeModule.LAYERNORM: (2.0 * norm_fw, 0.0, qkv_in + up_in),
-        RecomputeModule.MOE_ACT: (eact_fw, 0.0, moe_act_in),
-        RecomputeModule.MLA_UP_PROJ: (qkv_fw, qkv_fl, q_k_v) if llm.mla is not None else none,
-        RecomputeModule.MLP: (up_fw + dn_fw + act_fw, up_fl + dn_fl, up_in + act_store),
+        RecomputeModule.CORE_ATTN: (att.fw_s, att.flops_fw, np.where(sh.flash, mem.proj_in, mem.scores)),
+        RecomputeModule.LAYERNORM: (2.0 * ew.norm_fw_s, 0.0, mem.qkv_in + mem.up_in),
+        RecomputeModule.MOE_ACT: (mc.act_fw_s, 0.0, mc.act_out_bytes),
+        RecomputeModule.MLA_UP_PROJ: (lin.qkv.fw_s, lin.qkv.flops, mem.q_k_v) if ctx.llm.mla is not None else none,
+        RecomputeModule.MLP: (lin.up.fw_s + lin.down.fw_s + ew.act_fw_s, lin.up.flops + lin.down.flops,
+                              mem.up_in + mem.act_store),
     }
-    sel_t, sel_fl, saved = (sum(np.where(has(m), v[i], 0.0) for m, v in modules.items()) for i in range(3))
-    sel_stored = full - saved
-    if titan:
+    return tuple(sum(np.where(recomputes(k, m), v[i], 0.0) for m, v in modules.items()) for i in range(3))
+
+
+def recompute_and_stored(sh: BlockShape, fw, hw_fw, ckpt, selective: tuple | None, sac: tuple | None,
+                         full) -> tuple:
+    """(recompute s, its hardware FLOPs, stored bytes) per layer per micro-batch: full recompute re-runs the
+    forward and keeps the layer input (`ckpt`); selective recompute runs what `selective` (Megatron-Core's modules)
+    or `sac` (torchtitan's per-op policy, `per_op_sac`) says and keeps the rest of `full`; none keeps `full`."""
+    rec = sh.rec
+    if sh.titan:
         sac_t, sac_fl, sac_stored, _ = sac
         on = rec == 1  # without checkpointing nothing runs again and every activation is kept
         sel_t, sel_fl = np.where(on, sac_t, 0.0), np.where(on, sac_fl, 0.0)
         sel_stored = np.where(on, sac_stored, full)
-    re = np.where(rec == 2, fw, sel_t)
-    hw_re = np.where(rec == 2, hw_fw, sel_fl)
-    stored = np.where(rec == 2, ckpt, sel_stored)
-
-    # MoE all-to-all overlapped with another micro-batch's compute (Megatron-Core
-    # overlap_moe_expert_parallel_comm: the 1F1B steady state merges one micro-batch's forward with another's
-    # backward, so the forward's dispatch/combine runs under the other's backward compute and the backward's
-    # under the other's forward): what exceeds that compute stays exposed, and the communication kernels'
-    # share of the SMs slows the compute they hide under
-    ep_link = ep_fw + ep_bw + np.where(rec == 2, ep_fw, 0.0)
-    if mo is not None:
-        ep_ov = k.ep_overlap.astype(bool) & (k.ep > 1)
-        pu_ep = ctx.tiers.processor_usage[k.tier_ep]
-        bw_c = bw + re
-        ep_b = ep_link - ep_fw
-        hidden = np.minimum(ep_fw, bw_c) + np.minimum(ep_b, fw)
-        ep_exp = np.where(ep_ov, ep_link - hidden + pu_ep * hidden, ep_link)
     else:
-        ep_exp = ep_link
-    blk = BlockCost(fw=fw, bw=bw, re=re, gemm_fw=gemm_fw, gemm_bw=gemm_bw, attn_fw=attn_fw, attn_bw=attn_bw,
-                    tp_fw=np.where(tp > 1, tp_fw, 0.0), tp_bw=np.where(tp > 1, tp_bw, 0.0),
-                    tp_re=np.where(tp > 1, tp_re, 0.0),
-                    tp_fw_exp=np.where(tp > 1, tp_fw_exp, 0.0), tp_bw_exp=np.where(tp > 1, tp_bw_exp, 0.0),
-                    tp_re_exp=np.where(tp > 1, tp_re_exp, 0.0), tp_slow=tp_slow,
-                    cp_link=cp_link, cp_exp=cp_exp, ep_link=ep_link + 0.0 * tp, ep_fw=ep_fw + 0.0 * tp,
-                    ep_exp=ep_exp + 0.0 * tp, act_stored=stored, act_full=full, ckpt=ckpt,
-                    hw_flops_fw=hw_fw, hw_flops_bw=hw_bw, hw_flops_re=hw_re)
-    # ---------------------------------------------------------------- host launch floor (eager dropless MoE)
-    # The layer reads its routed token counts on the host once per forward (Megatron-Core TEGroupedMLP.forward
-    # `tokens_per_expert.tolist()`, the dispatchers' cuda_sync_point), so the host cannot run ahead of it and the
-    # forward takes at least the host time to issue it (MOE_HOST_FW_S, less what CUDA graphs replay). With the
-    # all-to-all overlap the forward runs merged with another micro-batch's backward, whose GPU work covers the
-    # host too. Full recompute issues the forward again.
-    if mo is None or ctx.stack != Stack.MEGATRON_CORE:
-        return blk
+        sel_t, sel_fl, saved = selective
+        sel_stored = full - saved
+    return np.where(rec == 2, fw, sel_t), np.where(rec == 2, hw_fw, sel_fl), np.where(rec == 2, ckpt, sel_stored)
+
+
+# ------------------------------------------------------------------------------------------------ EP exposure
+def ep_overlapped(k: Knobs) -> np.ndarray:
+    """Whether the MoE all-to-all overlaps another micro-batch's compute (`ep_overlap`, at ep > 1)."""
+    return k.ep_overlap.astype(bool) & (k.ep > 1)
+
+
+def ep_exposed_s(ctx: Ctx, k: Knobs, sh: BlockShape, mc: MoeCost, fw, bw, re) -> tuple:
+    """(link time s, exposed s) of the MoE token movement, forward, backward and again under full recompute.
+
+    MoE all-to-all overlapped with another micro-batch's compute (Megatron-Core overlap_moe_expert_parallel_comm:
+    the 1F1B steady state merges one micro-batch's forward with another's backward, so the forward's
+    dispatch/combine runs under the other's backward compute and the backward's under the other's forward): what
+    exceeds that compute stays exposed, and the communication kernels' share of the SMs slows the compute they
+    hide under."""
+    ep_fw = mc.ep_fw_s
+    ep_link = ep_fw + mc.ep_bw_s + np.where(sh.rec == 2, ep_fw, 0.0)
+    if sh.moe is None:
+        return ep_link, ep_link
+    pu_ep = ctx.tiers.processor_usage[k.tier_ep]
+    bw_c = bw + re
+    ep_b = ep_link - ep_fw
+    hidden = np.minimum(ep_fw, bw_c) + np.minimum(ep_b, fw)
+    return ep_link, np.where(ep_overlapped(k), ep_link - hidden + pu_ep * hidden, ep_link)
+
+
+# ------------------------------------------------------------------------------------------------ host floor
+def host_floor_s(k: Knobs, blk: BlockCost) -> tuple:
+    """(forward s, recompute s) the GPU waits for the host issuing an eager dropless MoE layer (Megatron-Core).
+
+    The layer reads its routed token counts on the host once per forward (Megatron-Core TEGroupedMLP.forward
+    `tokens_per_expert.tolist()`, the dispatchers' cuda_sync_point), so the host cannot run ahead of it and the
+    forward takes at least the host time to issue it (MOE_HOST_FW_S, less what CUDA graphs replay). With the
+    all-to-all overlap the forward runs merged with another micro-batch's backward, whose GPU work covers the
+    host too. Full recompute issues the forward again."""
     host = MOE_HOST_FW_S * GRAPH_HOST_SHARE[np.asarray(k.cuda_graphs, dtype=int)]
-    gpu = blk.fw_total + np.where(ep_ov, blk.bw_total, 0.0)  # the GPU's critical path while the host issues
+    # the GPU's critical path while the host issues
+    gpu = blk.fw_total + np.where(ep_overlapped(k), blk.bw_total, 0.0)
     host_fw = np.maximum(host - gpu, 0.0)
-    return replace(blk, host_fw=host_fw, host_re=np.where(rec == 2, host_fw, 0.0))
+    return host_fw, np.where(k.recompute == 2, host_fw, 0.0)
+
+
+# ------------------------------------------------------------------------------------------------ the block
+def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
+    """Cost of one transformer block (dense, or with an MoE MLP when `moe`) for every candidate in `k`: seconds,
+    bytes and FLOPs per layer per micro-batch on one GPU, composed of the functions above."""
+    sh = block_shape(ctx, k, moe)
+    rec, tp = sh.rec, sh.tp
+    lin = dense_linears(ctx, k, sh)
+    att = attention_core(ctx, k, sh)
+    act = mlp_activation(ctx.llm, sh.fused)
+    ew = dense_elementwise(ctx, sh, act)
+    gemm_fw, gemm_bw, gemm_fl = lin.fw_s, lin.bw_s, lin.flops
+    ew_fw, ew_bw = ew.fw_s, ew.bw_s
+    mc = MoeCost()
+    if sh.moe is not None:
+        mc = moe_cost(ctx, k, sh, act)
+        gemm_fw, gemm_bw, gemm_fl = mc.linears.added_to(gemm_fw, gemm_bw, gemm_fl)
+        ew_fw, ew_bw = mc.elementwise.added_to(ew_fw, ew_bw)
+    if ctx.precision in QUANTIZED:
+        c_fw, c_bw = quantisation_casts_s(ctx, sh, mc.shape)
+        ew_fw, ew_bw = ew_fw + c_fw, ew_bw + c_bw
+    fw = gemm_fw + att.fw_s + ew_fw
+    bw = gemm_bw + att.bw_s + ew_bw
+    ckpt = checkpoint_bytes(sh)
+    sac = None
+    if sh.titan:  # `selective` is torchtitan's per-op policy, not Megatron-Core's modules
+        sac = per_op_sac(ctx, k, sh.T, sh.Tn, sh.ah, sh.kvr, sh.d, sh.f, ew_fw,
+                         moe_fw=(mc.gemm_fw_s + mc.act_fw_s, mc.ep_fw_s), ckpt=ckpt)
+    # the attention core (and its CP ring) runs again; torchtitan's per-op policy saves the SDPA output and its
+    # log-sum-exp (the ring runs inside that op), and it has no recompute_modules
+    attn_redone = (rec == 2) | (recomputes(k, RecomputeModule.CORE_ATTN) & (not sh.titan))
+    hw_fw = gemm_fl + att.flops_fw
+    hw_bw = 2 * gemm_fl + att.flops_bw
+    # re-issued collectives hide behind the matmuls that run again: the whole forward's under full recompute, the
+    # recomputed k and w3 under torchtitan's per-op policy
+    g_re = np.where(rec == 2, gemm_fw, sac[3] if sh.titan else 0.0)
+    tpc = tp_exposure(ctx, k, sh, tp_collectives_s(ctx, k, sh), gemm_fw, gemm_bw, g_re)
+    cp_link, cp_exp = cp_ring_s(ctx, k, sh, att, attn_redone)
+    mem = activation_bytes(k, sh, att, act, mc.stored_bytes)
+    selective = None if sh.titan else selective_recompute(ctx, k, sh, lin, att, ew, mc, mem)
+    re, hw_re, stored = recompute_and_stored(sh, fw, hw_fw, ckpt, selective, sac, mem.full)
+    ep_link, ep_exp = ep_exposed_s(ctx, k, sh, mc, fw, bw, re)
+    blk = BlockCost(fw=fw, bw=bw, re=re, gemm_fw=gemm_fw, gemm_bw=gemm_bw, attn_fw=att.fw_s, attn_bw=att.bw_s,
+                    tp_fw=tpc.fw_s, tp_bw=tpc.bw_s, tp_re=tpc.re_s, tp_fw_exp=tpc.fw_exp_s, tp_bw_exp=tpc.bw_exp_s,
+                    tp_re_exp=tpc.re_exp_s, tp_slow=tpc.slow_s, cp_link=cp_link, cp_exp=cp_exp,
+                    ep_link=ep_link + 0.0 * tp, ep_fw=mc.ep_fw_s + 0.0 * tp, ep_exp=ep_exp + 0.0 * tp,
+                    act_stored=stored, act_full=mem.full, ckpt=ckpt, hw_flops_fw=hw_fw, hw_flops_bw=hw_bw,
+                    hw_flops_re=hw_re)
+    if sh.moe is None or ctx.stack != Stack.MEGATRON_CORE:  # the host floor: eager dropless MoE layers
+        return blk
+    host_fw, host_re = host_floor_s(k, blk)
+    return replace(blk, host_fw=host_fw, host_re=host_re)
