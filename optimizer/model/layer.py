@@ -29,10 +29,11 @@ overlap), forward and backward (and again under full recompute).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from typing import NamedTuple
 
 import numpy as np
 
-from ..schema import LLM, MlpKind, Precision
+from ..schema import LLM, MlpKind, MoE, Precision
 from ..schema.common import RECOMPUTE_BITS, RecomputeModule
 from ..schema.stack import Stack
 from .hardware import (BYTES, CAST_COPIES, CAST_READS, QUANTIZED, Hardware, Tiers, a2a_time,
@@ -272,11 +273,49 @@ def expert_bias_passes(hw: Hardware, n_h, e):
     return kf * _elementwise(hw, n_h, 2.0, 2.0 * e, 3.0), kb * _elementwise(hw, n_h, 2.0, 1.5 * e, 4.0)
 
 
-def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
-    """Cost of one transformer block (dense, or with an MoE MLP when `moe`) for every candidate in `k`."""
-    llm, hw = ctx.llm, ctx.hw
-    h, a = llm.hidden, llm.heads
-    d = llm.core_dim  # per-head size of the attention core (head_dim; MLA: mean of q/k and v sizes)
+# ---------------------------------------------------------------------------------------------- one block, by physics
+# `block_cost` composes the functions below, one per kind of work. Where several add into one of the block's sums
+# they are added in the order the model always has: float addition is not associative, and that order is part of
+# the model's numbers.
+
+
+@dataclass(frozen=True)
+class BlockShape:
+    """Per-GPU shape of one block for every candidate (arrays over the candidates of `Knobs`; see the module
+    docstring): sizes in elements, tokens and heads; `e` and `gi` in bytes per element."""
+
+    moe: MoE | None  # the routed experts (None: a dense layer)
+    h: int  # hidden size
+    d: float  # per-head size of the attention core (head_dim; MLA: mean of q/k and v sizes)
+    f: int  # width of the TP-sharded dense MLP: the layer's MLP, or an MoE layer's shared experts (0: none)
+    tp: np.ndarray
+    cp: np.ndarray
+    b: np.ndarray  # sequences of the micro-batch
+    s: float  # sequence length
+    sq: np.ndarray  # queries of a sequence on this rank (s/cp)
+    T: np.ndarray  # tokens of the micro-batch on this rank (b s/cp)
+    Tn: np.ndarray  # tokens seen by norms / dropouts (T/tp under sequence parallelism)
+    sp: np.ndarray  # sequence parallelism (bool)
+    fused: np.ndarray  # fused kernels (bool)
+    flash: np.ndarray  # flash, flash2 or flash-triton: a fused attention kernel (bool)
+    rec: np.ndarray  # recompute code: 0 none, 1 selective, 2 full
+    titan: bool  # torchtitan's stack
+    e: int  # bytes of an activation element
+    gi: float  # bytes of a GEMM input as cast, gathered and kept for wgrad (16-bit: e)
+    kvr: np.ndarray  # K/V heads held per rank (`kv_per_rank`)
+    ah: np.ndarray  # q heads per rank
+    kva: np.ndarray  # K/V heads the attention kernel reads and a CP ring carries
+    gated: bool  # a gated MLP
+    up_n: np.ndarray  # width of the dense up-projection per rank (gated: 2f/tp)
+    drop: bool  # dropout
+    qkv_p: np.ndarray  # per-rank input-projection weights (MLA included)
+    out_p: np.ndarray  # per-rank output-projection weights
+
+
+def block_shape(ctx: Ctx, k: Knobs, moe: bool) -> BlockShape:
+    """The per-GPU shape of the block (dense, or with an MoE MLP when `moe`) for every candidate in `k`: tokens
+    T = b*s/cp, q heads a/tp, K/V heads g/tp (at least 1), MLP width f/tp (module docstring)."""
+    llm = ctx.llm
     mo = llm.moe if moe else None
     # the TP-sharded dense MLP: the layer's MLP, or the shared experts of an MoE layer (width 0: none)
     f = llm.ffn if mo is None else mo.shared_experts * mo.expert_ffn
@@ -284,226 +323,454 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     cp = k.cp.astype(float)
     b = k.micro_batch.astype(float)
     s = float(ctx.seq_len)
-    T = b * s / cp  # tokens of the micro-batch on this rank
+    T = b * s / cp
     sp = k.sequence_parallel.astype(bool)
-    fused = k.fused_layers.astype(bool)
-    flash = k.attention > 0  # flash, flash2 or flash-triton (fused); 2: FlashAttention-2 class; 3: Triton
-    rec = k.recompute
-    titan = ctx.stack == Stack.TORCHTITAN
-    e, gi = ctx.e, ctx.gemm_in  # gi: bytes of a GEMM input as cast, gathered and kept for wgrad (16-bit: e)
     kvr = kv_per_rank(llm, tp)
-    ah = a / tp  # q heads per rank
+    ah = llm.heads / tp
+    qkv_p, out_p = attention_params(llm, tp)
     # K/V heads the attention kernel reads (and a CP ring carries): the model's, or every query head's when they
     # are repeated before the kernel (`Execution.kv_repeat`)
     kva = np.where(k.kv_repeat.astype(bool), ah, kvr)
-    Tn = np.where(sp, T / tp, T)  # tokens seen by norms / dropouts
-    gated = llm.mlp.gated
-    up_n = f / tp * (2 if gated else 1)
-    drop = llm.dropout
+    return BlockShape(moe=mo, h=llm.hidden, d=llm.core_dim, f=f, tp=tp, cp=cp, b=b, s=s, sq=s / cp, T=T,
+                      Tn=np.where(sp, T / tp, T), sp=sp, fused=k.fused_layers.astype(bool), flash=k.attention > 0,
+                      rec=k.recompute, titan=ctx.stack == Stack.TORCHTITAN, e=ctx.e, gi=ctx.gemm_in, kvr=kvr,
+                      ah=ah, kva=kva, gated=llm.mlp.gated, up_n=f / tp * (2 if llm.mlp.gated else 1),
+                      drop=llm.dropout, qkv_p=qkv_p, out_p=out_p)
 
-    # ---------------------------------------------------------------- GEMMs (fw; bw = 2 GEMMs each)
-    # torchtitan's async TP (PyTorch's micro-pipelined TP: torch._inductor fx_passes/micro_pipeline_tp fuses each
-    # all-gather -> matmul and matmul -> reduce-scatter of the compiled graph into fused_all_gather_matmul /
-    # fused_matmul_reduce_scatter) runs every matmul next to a TP collective, forward and data gradient, as tp
-    # matmuls of T/tp rows, one per chunk the copy engines deliver or send (Wang et al., "Introducing Async Tensor
-    # Parallelism in PyTorch", 2024): smaller GEMMs at the efficiency of their size (`Hardware.linear` split)
-    split = np.where((k.tp_overlap > 0) & (tp > 1) & titan, tp, 1.0)
+
+def recomputes(k: Knobs, module: RecomputeModule) -> np.ndarray:
+    """Whether selective recompute re-runs `module` (Megatron-Core recompute_modules; none named: the attention
+    core), per candidate."""
+    rm = np.where(k.recompute_modules == 0, RECOMPUTE_BITS[RecomputeModule.CORE_ATTN], k.recompute_modules)
+    return (k.recompute == 1) & ((rm & RECOMPUTE_BITS[module]) > 0)
+
+
+# ------------------------------------------------------------------------------------------------ GEMMs
+class LinearCost(NamedTuple):
+    """One linear layer (or a group of them) per micro-batch: forward s, backward s (activation and weight
+    gradients: two GEMMs the size of the forward's), forward FLOPs (2mnk)."""
+
+    fw_s: np.ndarray | float
+    bw_s: np.ndarray | float
+    flops: np.ndarray | float
+
+
+NO_LINEAR = LinearCost(0.0, 0.0, 0.0)
+
+
+@dataclass(frozen=True)
+class DenseLinears:
+    """The block's TP-sharded linear layers: QKV, output projection, MLP up and down (0 without a dense MLP)."""
+
+    qkv: LinearCost
+    proj: LinearCost
+    up: LinearCost
+    down: LinearCost
+
+    @property
+    def fw_s(self):
+        return self.qkv.fw_s + self.proj.fw_s + self.up.fw_s + self.down.fw_s
+
+    @property
+    def bw_s(self):
+        return self.qkv.bw_s + self.proj.bw_s + self.up.bw_s + self.down.bw_s
+
+    @property
+    def flops(self):
+        return self.qkv.flops + self.proj.flops + self.up.flops + self.down.flops
+
+
+def dense_linears(ctx: Ctx, k: Knobs, sh: BlockShape) -> DenseLinears:
+    """The dense linear layers' GEMMs (`Hardware.linear`: seconds and FLOPs; fw one GEMM, bw two of its size).
+
+    torchtitan's async TP (PyTorch's micro-pipelined TP: torch._inductor fx_passes/micro_pipeline_tp fuses each
+    all-gather -> matmul and matmul -> reduce-scatter of the compiled graph into fused_all_gather_matmul /
+    fused_matmul_reduce_scatter) runs every matmul next to a TP collective, forward and data gradient, as tp
+    matmuls of T/tp rows, one per chunk the copy engines deliver or send (Wang et al., "Introducing Async Tensor
+    Parallelism in PyTorch", 2024): smaller GEMMs at the efficiency of their size (`Hardware.linear` split)."""
+    split = np.where((k.tp_overlap > 0) & (sh.tp > 1) & sh.titan, sh.tp, 1.0)
 
     def g3(m, n, kk):
-        return hw.linear(m, n, kk, in_bytes=gi, out_bytes=e, split=split)
+        return LinearCost(*ctx.hw.linear(m, n, kk, in_bytes=sh.gi, out_bytes=sh.e, split=split))
 
-    qkv_p, out_p = attention_params(llm, tp)  # per-rank projection weights (MLA included)
-    qkv_fw, qkv_bw, qkv_fl = g3(T, qkv_p / h, h)
-    prj_fw, prj_bw, prj_fl = g3(T, h, out_p / h)
-    if f > 0:
-        up_fw, up_bw, up_fl = g3(T, up_n, h)
-        dn_fw, dn_bw, dn_fl = g3(T, h, f / tp)
-    else:
-        up_fw = up_bw = up_fl = dn_fw = dn_bw = dn_fl = 0.0
-    gemm_fw = qkv_fw + prj_fw + up_fw + dn_fw
-    gemm_bw = qkv_bw + prj_bw + up_bw + dn_bw
-    gemm_fl = qkv_fl + prj_fl + up_fl + dn_fl
+    T, h = sh.T, sh.h
+    qkv, proj = g3(T, sh.qkv_p / h, h), g3(T, h, sh.out_p / h)
+    if sh.f > 0:
+        return DenseLinears(qkv, proj, g3(T, sh.up_n, h), g3(T, h, sh.f / sh.tp))
+    return DenseLinears(qkv, proj, NO_LINEAR, NO_LINEAR)
 
-    # ---------------------------------------------------------------- attention core
-    sq, sk = s / cp, s
-    # standard: two batched GEMMs over the full (masked) s x s scores
-    batch = b * ah
+
+# ------------------------------------------------------------------------------------------------ attention core
+@dataclass(frozen=True)
+class AttentionCore:
+    """The attention core (QK^T, softmax, PV) of the micro-batch on this rank, standard or flash per candidate:
+    seconds, FLOPs, and the standard path's score matrix (its elements, over `batch` sequence-heads)."""
+
+    fw_s: np.ndarray
+    bw_s: np.ndarray
+    flops_fw: np.ndarray
+    flops_bw: np.ndarray
+    batch: np.ndarray  # sequence-heads of this rank (b a/tp)
+    n_scores: np.ndarray  # score elements of the standard path (batch x sq x s)
+
+
+def standard_attention(ctx: Ctx, sh: BlockShape) -> tuple:
+    """Standard attention with materialised scores (forward s, backward s, forward FLOPs): the QK^T and PV batched
+    GEMMs over the full (masked) sq x s scores, softmax (scale, mask, softmax: 3 memory passes unfused, 1 fused)
+    and attention dropout as memory-bound kernels; backward two GEMMs per forward GEMM."""
+    hw, e, d = ctx.hw, sh.e, sh.d
+    sq, sk = sh.sq, sh.s
+    batch = sh.b * sh.ah
     qk_fw = hw.gemm(sq, sk, d, batch=batch, in_bytes=e, out_bytes=e)
     pv_fw = hw.gemm(sq, d, sk, batch=batch, in_bytes=e, out_bytes=e)
     n_sc = batch * sq * sk  # score elements
-    sm_passes = np.where(fused, 1.0, 3.0)  # scale, mask, softmax unfused
+    sm_passes = np.where(sh.fused, 1.0, 3.0)  # scale, mask, softmax unfused
     softmax_fw = _elementwise(hw, n_sc, 5.0, 2.0 * e, sm_passes)
     softmax_bw = _elementwise(hw, n_sc, 8.0, 3.0 * e, sm_passes)
-    adrop_fw = _elementwise(hw, n_sc, 2.0, 2.0 * e + 1.0, 1.0) if drop else 0.0
-    adrop_bw = _elementwise(hw, n_sc, 1.0, 2.0 * e + 1.0, 1.0) if drop else 0.0
+    adrop_fw = _elementwise(hw, n_sc, 2.0, 2.0 * e + 1.0, 1.0) if sh.drop else 0.0
+    adrop_bw = _elementwise(hw, n_sc, 1.0, 2.0 * e + 1.0, 1.0) if sh.drop else 0.0
     std_fw = qk_fw + pv_fw + softmax_fw + adrop_fw
     std_bw = 2.0 * (qk_fw + pv_fw) + softmax_bw + adrop_bw
-    std_fl = 4.0 * batch * sq * sk * d
-    kern = dict(fa2=k.attention == 2, triton=k.attention == 3, sinks=llm.attention_sinks)  # the fused kernel
-    fla_fw, fla_bw, fl_flops = flash_attention(hw, b, ah, kva, d, sq, sk, e, cp=cp, **kern)
+    return std_fw, std_bw, 4.0 * batch * sq * sk * d
+
+
+def fused_attention(ctx: Ctx, k: Knobs, sh: BlockShape) -> tuple:
+    """The fused kernel (`flash_attention`: forward s, backward s, forward FLOPs) of the knob's class (2:
+    FlashAttention-2, 3: Triton), with learned sinks if the model has them. Layers with a sliding window weigh in
+    by their share of the layers (`LLM.window_share`): the per-layer mean."""
+    llm = ctx.llm
+    kern = {"fa2": k.attention == 2, "triton": k.attention == 3, "sinks": llm.attention_sinks}  # the kernel class
+    args = (ctx.hw, sh.b, sh.ah, sh.kva, sh.d, sh.sq, sh.s, sh.e)
+    fla_fw, fla_bw, fl_flops = flash_attention(*args, cp=sh.cp, **kern)
     ws = llm.window_share  # layers with sliding-window attention: their share of every layer's attention
     if ws > 0:
-        w_fw, w_bw, w_fl = flash_attention(hw, b, ah, kva, d, sq, sk, e, cp=cp,
-                                           window=float(llm.sliding_window.tokens),
-                                           **kern)
+        w_fw, w_bw, w_fl = flash_attention(*args, cp=sh.cp, window=float(llm.sliding_window.tokens), **kern)
         fla_fw, fla_bw, fl_flops = ((1 - ws) * x + ws * y
                                     for x, y in ((fla_fw, w_fw), (fla_bw, w_bw), (fl_flops, w_fl)))
-    attn_fw = np.where(flash, fla_fw, std_fw)
-    attn_bw = np.where(flash, fla_bw, std_bw)
-    attn_fl_fw = np.where(flash, fl_flops, std_fl)
-    attn_fl_bw = np.where(flash, 2.5 * fl_flops, 2.0 * std_fl)
+    return fla_fw, fla_bw, fl_flops
 
-    # ---------------------------------------------------------------- element-wise ops
-    # Unfused (eager) kernels make one memory pass each: a norm is ~4 (square-mean, rsqrt, scale,
-    # weight), a gated activation 3 (act, cast, multiply), rotary embedding ~6 (split, 2 mul, 2 add, cat).
-    n_h = Tn * h
-    norm_passes = np.where(fused, 1.0, 4.0)
-    norm_fw = _elementwise(hw, n_h, 5.0, 2.0 * e, norm_passes)
-    norm_bw = _elementwise(hw, n_h, 8.0, 3.0 * e, norm_passes)
-    # bias + dropout + residual add: fused one kernel (read x, residual; write y), else 2-3 kernels
-    bda_passes = np.where(fused, 1.0, (1.0 if llm.bias else 0.0) + (1.0 if drop else 0.0) + 1.0)
-    bda_fw = _elementwise(hw, n_h, 3.0, 3.0 * e + (1.0 if drop else 0.0), bda_passes)
-    bda_bw = _elementwise(hw, n_h, 2.0, 3.0 * e + (1.0 if drop else 0.0), bda_passes)
-    n_f = T * f / tp
-    act_in = 2.0 if gated else 1.0
+
+def attention_core(ctx: Ctx, k: Knobs, sh: BlockShape) -> AttentionCore:
+    """The attention core per candidate: the fused kernel where `Knobs.attention` names one, else standard
+    attention (seconds; FLOPs forward, backward: 2.5x forward for flash, 2x for standard)."""
+    std_fw, std_bw, std_fl = standard_attention(ctx, sh)
+    fla_fw, fla_bw, fl_flops = fused_attention(ctx, k, sh)
+    flash = sh.flash
+    batch = sh.b * sh.ah
+    return AttentionCore(fw_s=np.where(flash, fla_fw, std_fw), bw_s=np.where(flash, fla_bw, std_bw),
+                         flops_fw=np.where(flash, fl_flops, std_fl),
+                         flops_bw=np.where(flash, 2.5 * fl_flops, 2.0 * std_fl),
+                         batch=batch, n_scores=batch * sh.sq * sh.s)
+
+
+# ------------------------------------------------------------------------------------------------ element-wise ops
+class MlpActivation(NamedTuple):
+    """The MLP activation kernel's shape, shared by the dense MLP and the routed experts."""
+
+    inputs: float  # elements read per output element (gated: 2)
+    flops: float  # FLOPs per output element
+    passes: np.ndarray  # memory passes (fused: 1)
+
+
+def mlp_activation(llm: LLM, fused: np.ndarray) -> MlpActivation:
+    """The activation's inputs, FLOPs and memory passes per output element: unfused, one pass, one more with a
+    bias, two more when gated (a gated activation: act, cast, multiply); fused, one."""
+    gated = llm.mlp.gated
     act_flops = {MlpKind.GELU: 8.0, MlpKind.GEGLU: 9.0, MlpKind.SWIGLU: 6.0, MlpKind.RELU: 1.0,
                  MlpKind.SQUARED_RELU: 2.0}[llm.mlp]
     act_passes = np.where(fused, 1.0, (2.0 if llm.bias else 1.0) + (2.0 if gated else 0.0))
-    act_fw = _elementwise(hw, n_f, act_flops, (act_in + 1.0) * e, act_passes)
-    act_bw = _elementwise(hw, n_f, 1.6 * act_flops, (act_in * 2.0 + 1.0) * e, act_passes)
-    rope_fw = _elementwise(hw, T * (ah + kvr) * d, 3.0, 2.0 * e, np.where(fused, 1.0, 6.0))
-    ew_fw = 2 * norm_fw + 2 * bda_fw + act_fw + rope_fw
-    ew_bw = 2 * norm_bw + 2 * bda_bw + act_bw + rope_fw
+    return MlpActivation(2.0 if gated else 1.0, act_flops, act_passes)
 
-    # ---------------------------------------------------------------- routed experts (MoE layers)
-    ep_fw = ep_bw = moe_store = moe_act_in = eact_fw = moe_gemm_fw = 0.0
-    if mo is not None:
-        ep = k.ep.astype(float)
-        etp = k.etp.astype(float)
-        E, kk, cf, fe = float(mo.experts), float(mo.top_k), float(mo.capacity_factor), float(mo.expert_ffn)
-        Ts = Tn  # tokens routed by this rank (its SP shard; Megatron-Core requires SP with TP and MoE)
-        R = Ts * kk * cf * etp  # expert rows this rank computes after dispatch and the expert-TP gather
-        n_loc = E / ep  # local experts
-        m_e = R / n_loc  # rows per local expert (grouped GEMM)
-        fe_r = fe / etp
-        up_e = fe_r * (2 if gated else 1)
-        # router: a GEMM of Ts x E x h outside the FP8 autocast (Megatron-Core's router_gating_linear, 16-bit
-        # or fp32 logits)
-        r_fw, r_bw, r_fl = hw.linear(Ts, E, h, in_bytes=e, out_bytes=e, wide=True)
-        e_up_fw, e_up_bw, up_fl_e = hw.linear(m_e, up_e, h, batch=n_loc, in_bytes=gi, out_bytes=e)
-        e_dn_fw, e_dn_bw, dn_fl_e = hw.linear(m_e, h, fe_r, batch=n_loc, in_bytes=gi, out_bytes=e)
-        e_fl = up_fl_e + dn_fl_e  # 2 R h (up_e + fe_r)
-        moe_gemm_fw = r_fw + e_up_fw + e_dn_fw  # router and routed experts, forward
-        gemm_fw = gemm_fw + moe_gemm_fw
-        gemm_bw = gemm_bw + r_bw + e_up_bw + e_dn_bw
-        gemm_fl = gemm_fl + r_fl + e_fl
-        # softmax/top-k over Ts x E; permute and un-permute (gather/scatter of rows) + weighted sum;
-        # the activation function on the R x f_e/etp expert rows
-        n_r = Ts * E
-        topk_fw = _elementwise(hw, n_r, 6.0, 4.0 + 4.0, np.where(fused, 1.0, 3.0))
-        topk_bw = _elementwise(hw, n_r, 6.0, 3.0 * 4.0, np.where(fused, 1.0, 3.0))
-        n_rows = Ts * kk * cf * h
-        perm_fw = _elementwise(hw, n_rows, 1.0, 2.0 * e, 2.0)  # permute + un-permute (one pass each)
-        perm_fw = perm_fw + _elementwise(hw, n_rows, 2.0, 2.0 * e, 1.0)  # probability-weighted combine
-        # the plain all-to-all delivers rows grouped by source rank; with several local experts they are sorted
-        # into expert order after the dispatch (and the expert-TP gather: R rows) and back before the combine
-        # (Megatron-Core MoEAlltoAllTokenDispatcher sort_chunks_by_idxs, one fused gather pass each way; its
-        # backward is the reverse gather, one pass each way). The flex dispatchers (DeepEP, HybridEP) hand over rows
-        # the local permutation above already orders.
-        resort = (k.ep_dispatcher == 0) & (n_loc > 1)
-        sort_t = np.where(resort, _elementwise(hw, R * h, 1.0, 2.0 * e, 2.0), 0.0)
-        n_ef = R * fe_r
-        eact_fw = _elementwise(hw, n_ef, act_flops, (act_in + 1.0) * e, act_passes)
-        eact_bw = _elementwise(hw, n_ef, 1.6 * act_flops, (act_in * 2.0 + 1.0) * e, act_passes)
-        # Megatron-Core's eager expert MLP (without Transformer Engine's op fuser, whose fused ops do both): the
-        # clamped GLU's clamps (part of the activation, so `moe_act` recompute repeats them) and the experts'
-        # probability-scaled down-projection biases
-        eager = 1.0 - k.moe_fused_mlp.astype(float)
-        if llm.activation_clamp is not None:
-            c_fw, c_bw = clamp_passes(hw, R * up_e, e)
-            eact_fw, eact_bw = eact_fw + eager * c_fw, eact_bw + eager * c_bw
-        eb_fw = eb_bw = 0.0
-        if mo.expert_bias:
-            eb_fw, eb_bw = (eager * x for x in expert_bias_passes(hw, R * h, e))
-        ew_fw = ew_fw + topk_fw + perm_fw + sort_t + eact_fw + eb_fw
-        ew_bw = ew_bw + topk_bw + 2.0 * perm_fw + sort_t + eact_bw + eb_bw
-        # dispatch + combine all-to-all over ep (rows of h, 16-bit), gather/scatter over etp
-        a2a = a2a_time(Ts * kk * cf * h * e, ep, k.tier_ep, ctx.tiers, stride=etp,
-                       copies=np.where(k.ep_dispatcher.astype(bool), kk, 1.0))  # flex: node-deduplicated
-        t_etp = tier_of(ctx.tiers, etp)
-        etp_c = collective_time("ag", R * h * e, etp, t_etp, ctx.tiers) + \
-            collective_time("rs", R * h * e, etp, t_etp, ctx.tiers)
-        ep_fw = 2.0 * a2a + etp_c
-        ep_bw = 2.0 * a2a + etp_c
-        # stored for backward: router input and probabilities, permuted rows (GEMM input), expert
-        # up-projection output and activation output, rows kept for the weighted combine
-        moe_act_in = gi * R * fe_r  # the expert down-projection's input (the activation's output)
-        moe_store = (gi * Ts * h + 4.0 * Ts * E + gi * R * h + e * R * fe_r * act_in + moe_act_in
-                     + e * Ts * kk * cf * h)
 
-    # ---------------------------------------------------------------- FP8 quantisation (Transformer Engine)
-    # Every FP8 GEMM operand is cast from 16 bit (read e, write 1 byte, amax): forward, the activations
-    # entering each GEMM unless the producing kernel writes FP8 itself (fused norm / activation: only the
-    # attention output is cast); backward, the output gradient of every GEMM. Weights are cast once a step.
-    # MXFP8 / NVFP4: the same casts, writing gemm_in bytes per element (block scales included).
-    if ctx.precision in QUANTIZED:
-        n_in = T * out_p / h + np.where(fused, 0.0, T * h + (T * h if f > 0 else 0.0) + T * f / tp)
-        n_go = T * (qkv_p / h + h) + (T * (up_n + h) if f > 0 else 0.0)
-        if mo is not None:
-            n_in = n_in + R * h + np.where(fused, 0.0, R * fe_r)
-            n_go = n_go + R * (up_e + h)
-        rd = CAST_READS.get(ctx.precision, 1.0) * e  # current scaling: an amax pass, then the cast
-        wr = CAST_COPIES.get(ctx.precision, 1.0) * gi  # block-scaled formats: a rowwise and a columnwise copy
-        ew_fw = ew_fw + _elementwise(hw, n_in, 2.0, rd + wr, 1.0)
-        ew_bw = ew_bw + _elementwise(hw, n_go, 2.0, rd + wr, 1.0)
+def activation_pass_s(hw: Hardware, n, act: MlpActivation, e) -> tuple:
+    """(forward s, backward s) of the MLP activation over `n` output elements of `e` bytes (backward: 1.6x the
+    FLOPs, reading the inputs and the output gradient, writing the input gradients)."""
+    return (_elementwise(hw, n, act.flops, (act.inputs + 1.0) * e, act.passes),
+            _elementwise(hw, n, 1.6 * act.flops, (act.inputs * 2.0 + 1.0) * e, act.passes))
 
-    fw = gemm_fw + attn_fw + ew_fw
-    bw = gemm_bw + attn_bw + ew_bw
-    split_n = np.where(sp, 1.0 / tp, 1.0)  # norm/dropout region
-    ckpt = e * T * h * split_n  # the layer's input, what full recompute keeps
-    if titan:  # `selective` is torchtitan's per-op policy, not Megatron-Core's modules
-        sac = per_op_sac(ctx, k, T, Tn, ah, kvr, d, f, ew_fw, moe_fw=(moe_gemm_fw + eact_fw, ep_fw), ckpt=ckpt)
-    # recompute: full re-runs the forward; selective re-runs the modules of `recompute_modules` (Megatron-Core
-    # recompute_modules; none named: the attention core), costed with the stored bytes below
-    rm = np.where(k.recompute_modules == 0, RECOMPUTE_BITS[RecomputeModule.CORE_ATTN], k.recompute_modules)
 
-    def has(m):
-        return (rec == 1) & ((rm & RECOMPUTE_BITS[m]) > 0)
+@dataclass(frozen=True)
+class DenseElementwise:
+    """The dense block's memory-bound kernels (seconds): norms, bias-dropout-adds, MLP activation, rotary."""
 
-    # the attention core (and its CP ring) runs again; torchtitan's per-op policy saves the SDPA output and its
-    # log-sum-exp (the ring runs inside that op), and it has no recompute_modules
-    attn_redone = (rec == 2) | (has(RecomputeModule.CORE_ATTN) & (not titan))
-    hw_fw = gemm_fl + attn_fl_fw
-    hw_bw = 2 * gemm_fl + attn_fl_bw
+    norm_fw_s: np.ndarray  # one norm, forward
+    act_fw_s: np.ndarray  # the dense MLP activation, forward
+    fw_s: np.ndarray  # all of them, forward
+    bw_s: np.ndarray  # all of them, backward
 
-    # ---------------------------------------------------------------- TP collectives
-    M = T * h * e  # one full activation of the micro-batch
-    ar = collective_time("ar", M, tp, k.tier_tp, ctx.tiers)
-    # a sequence-parallel all-gather carries the GEMM input as cast (gi: Transformer Engine's gather_along_first_dim
-    # with the input / grad-output quantizer, _all_gather_fp8 / _fp8_blockwise / _mxfp8 / _nvfp4; torchao
-    # Float8ColwiseParallel), the forward only the rowwise copy its GEMM reads (layernorm_linear.py sets the
-    # quantizer to rowwise before the gather) and backward again for the weight gradient (`sp_ag_redo`), so one
-    # copy per gather in block-scaled formats too; reduce-scatters carry GEMM outputs: 16 bit. The backward's
-    # gather of a row-parallel GEMM's output gradient carries both copies in block-scaled formats: the data gradient
-    # reads it rowwise, the weight gradient columnwise, and a row-scaled copy cannot be turned into a column-scaled
-    # one (Transformer Engine linear.py backward: a second, columnwise all-gather beside the data-gradient GEMM under
-    # Userbuffers; `_all_gather_mxfp8` / `_all_gather_nvfp4` gather both usages without); per-tensor FP8 gathers one
-    ag = collective_time("ag", T * h * gi, tp, k.tier_tp, ctx.tiers)
-    ag_go = collective_time("ag", T * h * gi * CAST_COPIES.get(ctx.precision, 1.0), tp, k.tier_tp, ctx.tiers)
-    rs = collective_time("rs", M, tp, k.tier_tp, ctx.tiers)
+
+def dense_elementwise(ctx: Ctx, sh: BlockShape, act: MlpActivation) -> DenseElementwise:
+    """Element-wise kernels of the dense block (seconds): two norms and two (bias-)dropout-adds on the Tn tokens
+    of the norm region, the MLP activation, rotary embedding on q and k. Unfused (eager) kernels make one memory
+    pass each: a norm is ~4 (square-mean, rsqrt, scale, weight), rotary embedding ~6 (split, 2 mul, 2 add, cat);
+    bias + dropout + residual add is one fused kernel (read x, residual; write y), else 2-3 kernels."""
+    llm, hw, e, fused = ctx.llm, ctx.hw, sh.e, sh.fused
+    n_h = sh.Tn * sh.h
+    norm_passes = np.where(fused, 1.0, 4.0)
+    norm_fw = _elementwise(hw, n_h, 5.0, 2.0 * e, norm_passes)
+    norm_bw = _elementwise(hw, n_h, 8.0, 3.0 * e, norm_passes)
+    drop = sh.drop
+    bda_passes = np.where(fused, 1.0, (1.0 if llm.bias else 0.0) + (1.0 if drop else 0.0) + 1.0)
+    bda_fw = _elementwise(hw, n_h, 3.0, 3.0 * e + (1.0 if drop else 0.0), bda_passes)
+    bda_bw = _elementwise(hw, n_h, 2.0, 3.0 * e + (1.0 if drop else 0.0), bda_passes)
+    act_fw, act_bw = activation_pass_s(hw, sh.T * sh.f / sh.tp, act, e)
+    rope_fw = _elementwise(hw, sh.T * (sh.ah + sh.kvr) * sh.d, 3.0, 2.0 * e, np.where(fused, 1.0, 6.0))
+    return DenseElementwise(norm_fw_s=norm_fw, act_fw_s=act_fw, fw_s=2 * norm_fw + 2 * bda_fw + act_fw + rope_fw,
+                            bw_s=2 * norm_bw + 2 * bda_bw + act_bw + rope_fw)
+
+
+# ------------------------------------------------------------------------------------------------ routed experts
+@dataclass(frozen=True)
+class MoeShape:
+    """Where a rank's routed tokens go (module docstring): counts of experts, rows and elements."""
+
+    ep: np.ndarray  # expert-parallel ranks
+    etp: np.ndarray  # expert-TP ranks
+    E: float  # routed experts
+    kk: float  # top_k
+    cf: float  # capacity factor
+    Ts: np.ndarray  # tokens routed by this rank (its SP shard; Megatron-Core requires SP with TP and MoE)
+    R: np.ndarray  # expert rows this rank computes after dispatch and the expert-TP gather (Ts k cf etp)
+    n_loc: np.ndarray  # local experts (E/ep)
+    m_e: np.ndarray  # rows per local expert (grouped GEMM)
+    fe_r: np.ndarray  # expert width per expert-TP rank
+    up_e: np.ndarray  # expert up-projection width per rank (gated: 2 fe_r)
+
+
+def moe_shape(k: Knobs, sh: BlockShape) -> MoeShape:
+    """The routed experts' shape on this rank, for every candidate."""
+    mo = sh.moe
+    ep = k.ep.astype(float)
+    etp = k.etp.astype(float)
+    E, kk, cf, fe = float(mo.experts), float(mo.top_k), float(mo.capacity_factor), float(mo.expert_ffn)
+    Ts = sh.Tn
+    R = Ts * kk * cf * etp
+    n_loc = E / ep
+    fe_r = fe / etp
+    return MoeShape(ep=ep, etp=etp, E=E, kk=kk, cf=cf, Ts=Ts, R=R, n_loc=n_loc, m_e=R / n_loc, fe_r=fe_r,
+                    up_e=fe_r * (2 if sh.gated else 1))
+
+
+@dataclass(frozen=True)
+class MoeLinears:
+    """The router GEMM and the routed experts' grouped GEMMs."""
+
+    router: LinearCost
+    up: LinearCost
+    down: LinearCost
+
+    @property
+    def fw_s(self):
+        """Router and routed experts, forward (s)."""
+        return self.router.fw_s + self.up.fw_s + self.down.fw_s
+
+    def added_to(self, fw_s, bw_s, flops) -> tuple:
+        """The block's GEMM sums (forward s, backward s, forward FLOPs) with these added."""
+        return (fw_s + self.fw_s, bw_s + self.router.bw_s + self.up.bw_s + self.down.bw_s,
+                flops + self.router.flops + (self.up.flops + self.down.flops))  # experts: 2 R h (up_e + fe_r)
+
+
+def moe_linears(ctx: Ctx, sh: BlockShape, ms: MoeShape) -> MoeLinears:
+    """The router, a GEMM of Ts x E x h outside the FP8 autocast (Megatron-Core's router_gating_linear, 16-bit or
+    fp32 logits), and the E/ep local experts as grouped GEMMs of m_e rows each (`Hardware.linear`: s, FLOPs)."""
+    hw, h, e, gi = ctx.hw, sh.h, sh.e, sh.gi
+    return MoeLinears(router=LinearCost(*hw.linear(ms.Ts, ms.E, h, in_bytes=e, out_bytes=e, wide=True)),
+                      up=LinearCost(*hw.linear(ms.m_e, ms.up_e, h, batch=ms.n_loc, in_bytes=gi, out_bytes=e)),
+                      down=LinearCost(*hw.linear(ms.m_e, h, ms.fe_r, batch=ms.n_loc, in_bytes=gi, out_bytes=e)))
+
+
+def eager_expert_passes(ctx: Ctx, k: Knobs, sh: BlockShape, ms: MoeShape) -> tuple:
+    """Megatron-Core's eager expert MLP (without Transformer Engine's op fuser, whose fused ops do both): the
+    clamped GLU's clamps (part of the activation, so `moe_act` recompute repeats them) and the experts'
+    probability-scaled down-projection biases, as (clamps, biases), each (forward s, backward s); clamps None
+    for a model without `activation_clamp`, biases 0 without `expert_bias`."""
+    eager = 1.0 - k.moe_fused_mlp.astype(float)
+    clamps, biases = None, (0.0, 0.0)
+    if ctx.llm.activation_clamp is not None:
+        c_fw, c_bw = clamp_passes(ctx.hw, ms.R * ms.up_e, sh.e)
+        clamps = eager * c_fw, eager * c_bw
+    if sh.moe.expert_bias:
+        biases = tuple(eager * x for x in expert_bias_passes(ctx.hw, ms.R * sh.h, sh.e))
+    return clamps, biases
+
+
+@dataclass(frozen=True)
+class MoeElementwise:
+    """The MoE layer's memory-bound kernels, each (forward s, backward s)."""
+
+    topk: tuple  # router softmax / top-k
+    perm_fw_s: np.ndarray  # permute, un-permute and weighted combine, forward (backward: twice that)
+    resort_s: np.ndarray  # rows sorted into expert order and back, each direction
+    act: tuple  # the experts' activation (with the eager clamps)
+    bias: tuple  # the eager experts' biases
+
+    def added_to(self, fw_s, bw_s) -> tuple:
+        """The block's element-wise sums (forward s, backward s) with these added."""
+        return (fw_s + self.topk[0] + self.perm_fw_s + self.resort_s + self.act[0] + self.bias[0],
+                bw_s + self.topk[1] + 2.0 * self.perm_fw_s + self.resort_s + self.act[1] + self.bias[1])
+
+
+def moe_elementwise(ctx: Ctx, k: Knobs, sh: BlockShape, ms: MoeShape, act: MlpActivation) -> MoeElementwise:
+    """Softmax/top-k over Ts x E (fp32); permute and un-permute (gather/scatter of rows) + the weighted sum; the
+    activation function on the R x f_e/etp expert rows; the eager expert passes (`eager_expert_passes`).
+
+    The plain all-to-all delivers rows grouped by source rank; with several local experts they are sorted into
+    expert order after the dispatch (and the expert-TP gather: R rows) and back before the combine (Megatron-Core
+    MoEAlltoAllTokenDispatcher sort_chunks_by_idxs, one fused gather pass each way; its backward is the reverse
+    gather, one pass each way). The flex dispatchers (DeepEP, HybridEP) hand over rows the local permutation
+    already orders."""
+    hw, h, e, fused = ctx.hw, sh.h, sh.e, sh.fused
+    n_r = ms.Ts * ms.E
+    topk_fw = _elementwise(hw, n_r, 6.0, 4.0 + 4.0, np.where(fused, 1.0, 3.0))
+    topk_bw = _elementwise(hw, n_r, 6.0, 3.0 * 4.0, np.where(fused, 1.0, 3.0))
+    n_rows = ms.Ts * ms.kk * ms.cf * h
+    perm_fw = _elementwise(hw, n_rows, 1.0, 2.0 * e, 2.0)  # permute + un-permute (one pass each)
+    perm_fw = perm_fw + _elementwise(hw, n_rows, 2.0, 2.0 * e, 1.0)  # probability-weighted combine
+    resort = (k.ep_dispatcher == 0) & (ms.n_loc > 1)
+    sort_t = np.where(resort, _elementwise(hw, ms.R * h, 1.0, 2.0 * e, 2.0), 0.0)
+    eact_fw, eact_bw = activation_pass_s(hw, ms.R * ms.fe_r, act, e)
+    clamps, biases = eager_expert_passes(ctx, k, sh, ms)
+    if clamps is not None:
+        eact_fw, eact_bw = eact_fw + clamps[0], eact_bw + clamps[1]
+    return MoeElementwise(topk=(topk_fw, topk_bw), perm_fw_s=perm_fw, resort_s=sort_t, act=(eact_fw, eact_bw),
+                          bias=biases)
+
+
+def moe_dispatch_combine_s(ctx: Ctx, k: Knobs, sh: BlockShape, ms: MoeShape) -> tuple:
+    """Link time (s) of the MoE token movement, as (forward s, backward s), each the dispatch and combine
+    all-to-alls over ep (rows of h, 16-bit; `a2a_time`, whose `copies` = top_k models the flex dispatchers' node
+    deduplication) and the expert-TP all-gather and reduce-scatter over etp."""
+    h, e = sh.h, sh.e
+    a2a = a2a_time(ms.Ts * ms.kk * ms.cf * h * e, ms.ep, k.tier_ep, ctx.tiers, stride=ms.etp,
+                   copies=np.where(k.ep_dispatcher.astype(bool), ms.kk, 1.0))  # flex: node-deduplicated
+    t_etp = tier_of(ctx.tiers, ms.etp)
+    etp_c = collective_time("ag", ms.R * h * e, ms.etp, t_etp, ctx.tiers) + \
+        collective_time("rs", ms.R * h * e, ms.etp, t_etp, ctx.tiers)
+    return 2.0 * a2a + etp_c, 2.0 * a2a + etp_c
+
+
+def moe_stored_bytes(sh: BlockShape, ms: MoeShape, act: MlpActivation) -> tuple:
+    """Bytes an MoE layer keeps for backward: router input and probabilities, permuted rows (GEMM input), expert
+    up-projection output and activation output, rows kept for the weighted combine. Returns (all of them, the
+    expert down-projection's input: what `moe_act` recompute drops)."""
+    gi, e, h = sh.gi, sh.e, sh.h
+    Ts, R, fe_r = ms.Ts, ms.R, ms.fe_r
+    moe_act_in = gi * R * fe_r  # the expert down-projection's input (the activation's output)
+    return (gi * Ts * h + 4.0 * Ts * ms.E + gi * R * h + e * R * fe_r * act.inputs + moe_act_in
+            + e * Ts * ms.kk * ms.cf * h), moe_act_in
+
+
+@dataclass(frozen=True)
+class MoeCost:
+    """The routed experts of an MoE layer; a dense layer's (`MoeCost()`) is 0 throughout."""
+
+    gemm_fw_s: np.ndarray | float = 0.0  # router and routed experts, forward
+    act_fw_s: np.ndarray | float = 0.0  # the experts' activation, forward
+    ep_fw_s: np.ndarray | float = 0.0  # dispatch/combine + expert-TP link time, forward
+    ep_bw_s: np.ndarray | float = 0.0  # ... backward
+    stored_bytes: np.ndarray | float = 0.0  # kept for backward
+    act_out_bytes: np.ndarray | float = 0.0  # the activation's output (what `moe_act` recompute drops)
+    shape: MoeShape | None = None
+    linears: MoeLinears | None = None
+    elementwise: MoeElementwise | None = None
+
+
+def moe_cost(ctx: Ctx, k: Knobs, sh: BlockShape, act: MlpActivation) -> MoeCost:
+    """The routed experts of the MoE layer `sh` (module docstring): GEMMs, element-wise kernels, token movement
+    and stored bytes."""
+    ms = moe_shape(k, sh)
+    lin = moe_linears(ctx, sh, ms)
+    ew = moe_elementwise(ctx, k, sh, ms, act)
+    ep_fw, ep_bw = moe_dispatch_combine_s(ctx, k, sh, ms)
+    stored, act_out = moe_stored_bytes(sh, ms, act)
+    return MoeCost(gemm_fw_s=lin.fw_s, act_fw_s=ew.act[0], ep_fw_s=ep_fw, ep_bw_s=ep_bw, stored_bytes=stored,
+                   act_out_bytes=act_out, shape=ms, linears=lin, elementwise=ew)
+
+
+# ------------------------------------------------------------------------------------------------ precision casts
+def quantisation_casts_s(ctx: Ctx, sh: BlockShape, ms: MoeShape | None) -> tuple:
+    """(forward s, backward s) of the casts of a quantised recipe (FP8 with Transformer Engine; MXFP8, NVFP4).
+
+    Every FP8 GEMM operand is cast from 16 bit (read e, write 1 byte, amax): forward, the activations entering
+    each GEMM unless the producing kernel writes FP8 itself (fused norm / activation: only the attention output is
+    cast); backward, the output gradient of every GEMM. Weights are cast once a step. MXFP8 / NVFP4: the same
+    casts, writing gemm_in bytes per element (block scales included)."""
+    T, h, f, tp, fused, e = sh.T, sh.h, sh.f, sh.tp, sh.fused, sh.e
+    n_in = T * sh.out_p / h + np.where(fused, 0.0, T * h + (T * h if f > 0 else 0.0) + T * f / tp)
+    n_go = T * (sh.qkv_p / h + h) + (T * (sh.up_n + h) if f > 0 else 0.0)
+    if ms is not None:
+        n_in = n_in + ms.R * h + np.where(fused, 0.0, ms.R * ms.fe_r)
+        n_go = n_go + ms.R * (ms.up_e + h)
+    rd = CAST_READS.get(ctx.precision, 1.0) * e  # current scaling: an amax pass, then the cast
+    wr = CAST_COPIES.get(ctx.precision, 1.0) * sh.gi  # block-scaled formats: a rowwise and a columnwise copy
+    return _elementwise(ctx.hw, n_in, 2.0, rd + wr, 1.0), _elementwise(ctx.hw, n_go, 2.0, rd + wr, 1.0)
+
+
+# ------------------------------------------------------------------------------------------------ TP collectives
+class TpLinks(NamedTuple):
+    """TP collective link time (s) of one block, before overlap."""
+
+    fw_s: np.ndarray
+    bw_s: np.ndarray
+    re_s: np.ndarray  # re-issued by recompute
+
+
+def tp_collectives_s(ctx: Ctx, k: Knobs, sh: BlockShape) -> TpLinks:
+    """The TP collectives of the attention and MLP column+row pairs (an MoE layer without shared experts has no
+    TP-sharded MLP: one pair): an all-reduce after each, or with SP an all-gather before and a reduce-scatter
+    after (module docstring).
+
+    A sequence-parallel all-gather carries the GEMM input as cast (gi: Transformer Engine's gather_along_first_dim
+    with the input / grad-output quantizer, _all_gather_fp8 / _fp8_blockwise / _mxfp8 / _nvfp4; torchao
+    Float8ColwiseParallel), the forward only the rowwise copy its GEMM reads (layernorm_linear.py sets the
+    quantizer to rowwise before the gather) and backward again for the weight gradient (`sp_ag_redo`), so one
+    copy per gather in block-scaled formats too; reduce-scatters carry GEMM outputs: 16 bit. The backward's
+    gather of a row-parallel GEMM's output gradient carries both copies in block-scaled formats: the data gradient
+    reads it rowwise, the weight gradient columnwise, and a row-scaled copy cannot be turned into a column-scaled
+    one (Transformer Engine linear.py backward: a second, columnwise all-gather beside the data-gradient GEMM under
+    Userbuffers; `_all_gather_mxfp8` / `_all_gather_nvfp4` gather both usages without); per-tensor FP8 gathers one.
+
+    Full recompute re-issues the forward's; torchtitan's per-op policy recomputes k and w3 from the all-gathered
+    norm outputs, which it does not save (its save list holds reduce-scatter outputs, not all-gathers): the
+    sequence-parallel all-gathers run again."""
+    T, h, tp, sp, rec, tiers = sh.T, sh.h, sh.tp, sh.sp, sh.rec, ctx.tiers
+    M = T * h * sh.e  # one full activation of the micro-batch
+    ar = collective_time("ar", M, tp, k.tier_tp, tiers)
+    ag = collective_time("ag", T * h * sh.gi, tp, k.tier_tp, tiers)
+    ag_go = collective_time("ag", T * h * sh.gi * CAST_COPIES.get(ctx.precision, 1.0), tp, k.tier_tp, tiers)
+    rs = collective_time("rs", M, tp, k.tier_tp, tiers)
     rs_ag = k.tp_comm.astype(bool)
     one = np.where(rs_ag, ag + rs, ar)  # one column+row pair (attention or MLP)
-    pairs = 2.0 if f > 0 else 1.0  # an MoE layer without shared experts has no TP-sharded MLP
+    pairs = 2.0 if sh.f > 0 else 1.0
     tp_fw = pairs * one
     redo = sp & k.sp_ag_redo.astype(bool) & (rec != 2)
     tp_bw = pairs * np.where(rs_ag, ag_go + rs, ar) + np.where(redo, pairs * ag, 0.0)
-    # torchtitan's per-op policy recomputes k and w3 from the all-gathered norm outputs, which it does not save
-    # (its save list holds reduce-scatter outputs, not all-gathers): the sequence-parallel all-gathers run again
-    sac_ag = titan & (rec == 1) & sp & (tp > 1)
-    tp_re = np.where(rec == 2, tp_fw, np.where(sac_ag, pairs * ag, 0.0))
+    sac_ag = sh.titan & (rec == 1) & sp & (tp > 1)
+    return TpLinks(tp_fw, tp_bw, np.where(rec == 2, tp_fw, np.where(sac_ag, pairs * ag, 0.0)))
+
+
+@dataclass(frozen=True)
+class TpCost:
+    """TP collectives of one block (s), 0 at tp 1: link time, exposed time after overlap, compute slowdown."""
+
+    fw_s: np.ndarray
+    bw_s: np.ndarray
+    re_s: np.ndarray
+    fw_exp_s: np.ndarray
+    bw_exp_s: np.ndarray
+    re_exp_s: np.ndarray
+    slow_s: np.ndarray  # compute slowed by overlapped collectives (processor usage)
+
+
+def tp_exposure(ctx: Ctx, k: Knobs, sh: BlockShape, links: TpLinks, gemm_fw, gemm_bw, gemm_re) -> TpCost:
+    """What of the TP traffic stays on the critical path (s). With overlap (`tp_overlap`: pipe or ring) the
+    collectives hide behind the GEMMs of the same pass (`gemm_re`: the matmuls recompute runs again) except the
+    first ring tile (1/tp of the traffic), which cannot overlap; pipe adds half a chunk more (Calculon). The
+    collectives' share of the SMs (`processor_usage`) slows the GEMMs they hide under."""
+    tp = sh.tp
+    tp_fw, tp_bw, tp_re = links
     ov = k.tp_overlap
     pu = ctx.tiers.processor_usage[k.tier_tp]
-    # the first ring tile (1/tp of the traffic) cannot overlap; pipe adds half a chunk more (Calculon)
     first = np.where(ov == 2, 1.0 / tp, 1.5 / tp)
 
     def exposed(c, g):
@@ -511,101 +778,212 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
 
     tp_fw_exp = exposed(tp_fw, gemm_fw)
     tp_bw_exp = exposed(tp_bw, gemm_bw)
-    # re-issued collectives hide behind the matmuls that run again: the whole forward's under full recompute, the
-    # recomputed k and w3 under torchtitan's per-op policy
-    g_re = np.where(rec == 2, gemm_fw, sac[3] if titan else 0.0)
-    tp_re_exp = np.where(tp_re > 0, exposed(tp_re, g_re), 0.0)
+    tp_re_exp = np.where(tp_re > 0, exposed(tp_re, gemm_re), 0.0)
     slow = np.where(ov > 0, pu * (np.minimum(tp_fw, gemm_fw) + np.minimum(tp_bw, gemm_bw)
-                                  + np.minimum(tp_re, g_re)), 0.0)
-    tp_slow = np.where(tp > 1, slow, 0.0)
+                                  + np.minimum(tp_re, gemm_re)), 0.0)
+    on = tp > 1
+    return TpCost(fw_s=np.where(on, tp_fw, 0.0), bw_s=np.where(on, tp_bw, 0.0), re_s=np.where(on, tp_re, 0.0),
+                  fw_exp_s=np.where(on, tp_fw_exp, 0.0), bw_exp_s=np.where(on, tp_bw_exp, 0.0),
+                  re_exp_s=np.where(on, tp_re_exp, 0.0), slow_s=np.where(tp > 1, slow, 0.0))
 
-    # ---------------------------------------------------------------- CP ring (K/V exchange)
-    kv_chunk = 2.0 * b * (s / cp) * kva * d * e
+
+# ------------------------------------------------------------------------------------------------ CP ring
+def cp_ring_s(ctx: Ctx, k: Knobs, sh: BlockShape, att: AttentionCore, attn_redone) -> tuple:
+    """Context parallelism's K/V exchange (s): (link time fw + bw + recompute, exposed time). Each of the cp - 1
+    steps moves one K/V chunk to the next rank (`collective_time` p2p), behind the attention kernels.
+
+    Transformer Engine's p2p ring: one exchange per step, each behind that step's kernel; dK, dV travel back with
+    K, V. PyTorch's context parallel (torch.distributed.tensor.experimental._attention, torchtitan's default rotate
+    method): K/V are all-gathered once, before the first step, so the gather hides behind that step's kernel only
+    (1/cp of the attention); backward gathers them again and rotates dK/dV, accumulated in fp32, one send per step
+    behind the next step's kernel, the last one exposed. `attn_redone`: recompute runs the core and its ring again."""
+    cp, e, attn_fw, attn_bw = sh.cp, sh.e, att.fw_s, att.bw_s
+    kv_chunk = 2.0 * sh.b * (sh.s / cp) * sh.kva * sh.d * e
     step = collective_time("p2p", kv_chunk, cp, k.tier_cp, ctx.tiers)
     cp_fw = (cp - 1.0) * step
     att_re = np.where(attn_redone, attn_fw, 0.0)
     cp_re = np.where(attn_redone, cp_fw, 0.0)
-    if titan:
-        # PyTorch's context parallel (torch.distributed.tensor.experimental._attention, torchtitan's default rotate
-        # method): K/V are all-gathered once, before the first step, so the gather hides behind that step's
-        # kernel only (1/cp of the attention); backward gathers them again and rotates dK/dV, accumulated in fp32,
-        # one send per step behind the next step's kernel, the last one exposed
+    if sh.titan:
         dstep = step * 4.0 / e
         cp_bw = cp_fw + (cp - 1.0) * dstep
         cp_exp = np.where(cp > 1, np.maximum(cp_fw - attn_fw / cp, 0.0) + np.maximum(cp_fw - attn_bw / cp, 0.0)
                           + (cp - 1.0) * np.maximum(dstep - attn_bw / cp, 0.0) + dstep
                           + np.where(attn_redone, np.maximum(cp_re - att_re / cp, 0.0), 0.0), 0.0)
-    else:  # Transformer Engine's p2p ring: one exchange per step, each behind that step's kernel
+    else:
         cp_bw = 2.0 * cp_fw  # dK, dV travel back with K, V
         cp_exp = np.where(cp > 1, np.maximum(cp_fw - attn_fw * (cp - 1) / cp, 0.0) + step
                           + np.maximum(cp_bw - attn_bw * (cp - 1) / cp, 0.0) + step
                           + np.where(attn_redone, np.maximum(cp_re - att_re * (cp - 1) / cp, 0.0) + step, 0.0), 0.0)
-    cp_link = cp_fw + cp_bw + cp_re
+    return cp_fw + cp_bw + cp_re, cp_exp
 
-    # ---------------------------------------------------------------- stored activations (bytes)
-    gemm_in_rep = np.where(sp & k.sp_ag_redo.astype(bool), 1.0 / tp, 1.0)  # QKV/up input: SP-sharded if re-gathered
+
+# ------------------------------------------------------------------------------------------------ stored activations
+def checkpoint_bytes(sh: BlockShape):
+    """Bytes of the layer's input (what full recompute keeps): 16-bit, SP-sharded in the norm region."""
+    split_n = np.where(sh.sp, 1.0 / sh.tp, 1.0)  # norm/dropout region
+    return sh.e * sh.T * sh.h * split_n
+
+
+@dataclass(frozen=True)
+class ActivationBytes:
+    """Bytes a block keeps from forward to backward with no recompute (Korthikanti 2022, Sec. 4, generalised),
+    by what keeps them; `full` is their sum."""
+
+    norms: np.ndarray  # the two norms' inputs
+    qkv_in: np.ndarray  # QKV GEMM input (as cast; SP-sharded if re-gathered in backward)
+    q_k_v: np.ndarray  # attention-core inputs
+    scores: np.ndarray  # standard: softmax output (with dropout, its mask and output); flash: fp32 log-sum-exp
+    proj_in: np.ndarray  # output projection input
+    drop_masks: np.ndarray  # the two dropout masks after the attention and the MLP
+    up_in: np.ndarray | float  # MLP up-projection input
+    act_store: np.ndarray | float  # MLP activation input and output
+    full: np.ndarray
+
+
+def activation_bytes(k: Knobs, sh: BlockShape, att: AttentionCore, act: MlpActivation, moe_store) -> ActivationBytes:
+    """Stored activations of the block (bytes), `moe_store` those of its routed experts (Korthikanti et al. 2022,
+    Sec. 4: 34 sbh + 5 a s^2 b with dropout, 16-bit; generalised to GQA, gated MLPs, flash and no dropout)."""
+    T, h, e, gi, tp, f = sh.T, sh.h, sh.e, sh.gi, sh.tp, sh.f
+    split_n = np.where(sh.sp, 1.0 / tp, 1.0)  # norm/dropout region
+    # QKV/up input: SP-sharded if re-gathered
+    gemm_in_rep = np.where(sh.sp & k.sp_ag_redo.astype(bool), 1.0 / tp, 1.0)
+    drop = sh.drop
     dmask = 1.0 if drop else 0.0
     norms = 2.0 * e * T * h * split_n
     qkv_in = gi * T * h * gemm_in_rep
-    q_k_v = e * T * d * (ah + 2.0 * kva)
-    scores = np.where(flash, 4.0 * batch * sq, n_sc * (e + (dmask + e if drop else 0.0)))
-    proj_in = gi * T * out_p / h
+    q_k_v = e * T * sh.d * (sh.ah + 2.0 * sh.kva)
+    scores = np.where(sh.flash, 4.0 * att.batch * sh.sq, att.n_scores * (e + (dmask + e if drop else 0.0)))
+    proj_in = gi * T * sh.out_p / h
     drop_masks = 2.0 * dmask * T * h * split_n
     up_in = gi * T * h * gemm_in_rep if f > 0 else 0.0
-    act_store = e * T * f / tp * act_in + gi * T * f / tp
+    act_store = e * T * f / tp * act.inputs + gi * T * f / tp
     full = norms + qkv_in + q_k_v + scores + proj_in + drop_masks + up_in + act_store + moe_store
-    # selective recompute, per module: (forward time run again, its hardware FLOPs, bytes no longer kept)
+    return ActivationBytes(norms=norms, qkv_in=qkv_in, q_k_v=q_k_v, scores=scores, proj_in=proj_in,
+                           drop_masks=drop_masks, up_in=up_in, act_store=act_store, full=full)
+
+
+def selective_recompute(ctx: Ctx, k: Knobs, sh: BlockShape, lin: DenseLinears, att: AttentionCore,
+                        ew: DenseElementwise, mc: MoeCost, mem: ActivationBytes) -> tuple:
+    """Megatron-Core's selective recompute of the modules `recompute_modules` names (none named: the attention
+    core): (forward time run again s, its hardware FLOPs, bytes no longer kept), summed over the modules chosen."""
     none = (0.0, 0.0, 0.0)
     modules = {
-        RecomputeModule.CORE_ATTN: (attn_fw, attn_fl_fw, np.where(flash, proj_in, scores)),
-        RecomputeModule.LAYERNORM: (2.0 * norm_fw, 0.0, qkv_in + up_in),
-        RecomputeModule.MOE_ACT: (eact_fw, 0.0, moe_act_in),
-        RecomputeModule.MLA_UP_PROJ: (qkv_fw, qkv_fl, q_k_v) if llm.mla is not None else none,
-        RecomputeModule.MLP: (up_fw + dn_fw + act_fw, up_fl + dn_fl, up_in + act_store),
+        RecomputeModule.CORE_ATTN: (att.fw_s, att.flops_fw, np.where(sh.flash, mem.proj_in, mem.scores)),
+        RecomputeModule.LAYERNORM: (2.0 * ew.norm_fw_s, 0.0, mem.qkv_in + mem.up_in),
+        RecomputeModule.MOE_ACT: (mc.act_fw_s, 0.0, mc.act_out_bytes),
+        RecomputeModule.MLA_UP_PROJ: (lin.qkv.fw_s, lin.qkv.flops, mem.q_k_v) if ctx.llm.mla is not None else none,
+        RecomputeModule.MLP: (lin.up.fw_s + lin.down.fw_s + ew.act_fw_s, lin.up.flops + lin.down.flops,
+                              mem.up_in + mem.act_store),
     }
-    sel_t, sel_fl, saved = (sum(np.where(has(m), v[i], 0.0) for m, v in modules.items()) for i in range(3))
-    sel_stored = full - saved
-    if titan:
+    return tuple(sum(np.where(recomputes(k, m), v[i], 0.0) for m, v in modules.items()) for i in range(3))
+
+
+def recompute_and_stored(sh: BlockShape, fw, hw_fw, ckpt, selective: tuple | None, sac: tuple | None,
+                         full) -> tuple:
+    """(recompute s, its hardware FLOPs, stored bytes) per layer per micro-batch: full recompute re-runs the
+    forward and keeps the layer input (`ckpt`); selective recompute runs what `selective` (Megatron-Core's modules)
+    or `sac` (torchtitan's per-op policy, `per_op_sac`) says and keeps the rest of `full`; none keeps `full`."""
+    rec = sh.rec
+    if sh.titan:
         sac_t, sac_fl, sac_stored, _ = sac
         on = rec == 1  # without checkpointing nothing runs again and every activation is kept
         sel_t, sel_fl = np.where(on, sac_t, 0.0), np.where(on, sac_fl, 0.0)
         sel_stored = np.where(on, sac_stored, full)
-    re = np.where(rec == 2, fw, sel_t)
-    hw_re = np.where(rec == 2, hw_fw, sel_fl)
-    stored = np.where(rec == 2, ckpt, sel_stored)
-
-    # MoE all-to-all overlapped with another micro-batch's compute (Megatron-Core
-    # overlap_moe_expert_parallel_comm: the 1F1B steady state merges one micro-batch's forward with another's
-    # backward, so the forward's dispatch/combine runs under the other's backward compute and the backward's
-    # under the other's forward): what exceeds that compute stays exposed, and the communication kernels'
-    # share of the SMs slows the compute they hide under
-    ep_link = ep_fw + ep_bw + np.where(rec == 2, ep_fw, 0.0)
-    if mo is not None:
-        ep_ov = k.ep_overlap.astype(bool) & (k.ep > 1)
-        pu_ep = ctx.tiers.processor_usage[k.tier_ep]
-        bw_c = bw + re
-        ep_b = ep_link - ep_fw
-        hidden = np.minimum(ep_fw, bw_c) + np.minimum(ep_b, fw)
-        ep_exp = np.where(ep_ov, ep_link - hidden + pu_ep * hidden, ep_link)
     else:
-        ep_exp = ep_link
-    blk = BlockCost(fw=fw, bw=bw, re=re, gemm_fw=gemm_fw, gemm_bw=gemm_bw, attn_fw=attn_fw, attn_bw=attn_bw,
-                    tp_fw=np.where(tp > 1, tp_fw, 0.0), tp_bw=np.where(tp > 1, tp_bw, 0.0),
-                    tp_re=np.where(tp > 1, tp_re, 0.0),
-                    tp_fw_exp=np.where(tp > 1, tp_fw_exp, 0.0), tp_bw_exp=np.where(tp > 1, tp_bw_exp, 0.0),
-                    tp_re_exp=np.where(tp > 1, tp_re_exp, 0.0), tp_slow=tp_slow,
-                    cp_link=cp_link, cp_exp=cp_exp, ep_link=ep_link + 0.0 * tp, ep_fw=ep_fw + 0.0 * tp,
-                    ep_exp=ep_exp + 0.0 * tp, act_stored=stored, act_full=full, ckpt=ckpt,
-                    hw_flops_fw=hw_fw, hw_flops_bw=hw_bw, hw_flops_re=hw_re)
-    # ---------------------------------------------------------------- host launch floor (eager dropless MoE)
-    # The layer reads its routed token counts on the host once per forward (Megatron-Core TEGroupedMLP.forward
-    # `tokens_per_expert.tolist()`, the dispatchers' cuda_sync_point), so the host cannot run ahead of it and the
-    # forward takes at least the host time to issue it (MOE_HOST_FW_S, less what CUDA graphs replay). With the
-    # all-to-all overlap the forward runs merged with another micro-batch's backward, whose GPU work covers the
-    # host too. Full recompute issues the forward again.
-    if mo is None or ctx.stack != Stack.MEGATRON_CORE:
-        return blk
+        sel_t, sel_fl, saved = selective
+        sel_stored = full - saved
+    return np.where(rec == 2, fw, sel_t), np.where(rec == 2, hw_fw, sel_fl), np.where(rec == 2, ckpt, sel_stored)
+
+
+# ------------------------------------------------------------------------------------------------ EP exposure
+def ep_overlapped(k: Knobs) -> np.ndarray:
+    """Whether the MoE all-to-all overlaps another micro-batch's compute (`ep_overlap`, at ep > 1)."""
+    return k.ep_overlap.astype(bool) & (k.ep > 1)
+
+
+def ep_exposed_s(ctx: Ctx, k: Knobs, sh: BlockShape, mc: MoeCost, fw, bw, re) -> tuple:
+    """(link time s, exposed s) of the MoE token movement, forward, backward and again under full recompute.
+
+    MoE all-to-all overlapped with another micro-batch's compute (Megatron-Core overlap_moe_expert_parallel_comm:
+    the 1F1B steady state merges one micro-batch's forward with another's backward, so the forward's
+    dispatch/combine runs under the other's backward compute and the backward's under the other's forward): what
+    exceeds that compute stays exposed, and the communication kernels' share of the SMs slows the compute they
+    hide under."""
+    ep_fw = mc.ep_fw_s
+    ep_link = ep_fw + mc.ep_bw_s + np.where(sh.rec == 2, ep_fw, 0.0)
+    if sh.moe is None:
+        return ep_link, ep_link
+    pu_ep = ctx.tiers.processor_usage[k.tier_ep]
+    bw_c = bw + re
+    ep_b = ep_link - ep_fw
+    hidden = np.minimum(ep_fw, bw_c) + np.minimum(ep_b, fw)
+    return ep_link, np.where(ep_overlapped(k), ep_link - hidden + pu_ep * hidden, ep_link)
+
+
+# ------------------------------------------------------------------------------------------------ host floor
+def host_floor_s(k: Knobs, blk: BlockCost) -> tuple:
+    """(forward s, recompute s) the GPU waits for the host issuing an eager dropless MoE layer (Megatron-Core).
+
+    The layer reads its routed token counts on the host once per forward (Megatron-Core TEGroupedMLP.forward
+    `tokens_per_expert.tolist()`, the dispatchers' cuda_sync_point), so the host cannot run ahead of it and the
+    forward takes at least the host time to issue it (MOE_HOST_FW_S, less what CUDA graphs replay). With the
+    all-to-all overlap the forward runs merged with another micro-batch's backward, whose GPU work covers the
+    host too. Full recompute issues the forward again."""
     host = MOE_HOST_FW_S * GRAPH_HOST_SHARE[np.asarray(k.cuda_graphs, dtype=int)]
-    gpu = blk.fw_total + np.where(ep_ov, blk.bw_total, 0.0)  # the GPU's critical path while the host issues
+    # the GPU's critical path while the host issues
+    gpu = blk.fw_total + np.where(ep_overlapped(k), blk.bw_total, 0.0)
     host_fw = np.maximum(host - gpu, 0.0)
-    return replace(blk, host_fw=host_fw, host_re=np.where(rec == 2, host_fw, 0.0))
+    return host_fw, np.where(k.recompute == 2, host_fw, 0.0)
+
+
+# ------------------------------------------------------------------------------------------------ the block
+def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
+    """Cost of one transformer block (dense, or with an MoE MLP when `moe`) for every candidate in `k`: seconds,
+    bytes and FLOPs per layer per micro-batch on one GPU, composed of the functions above."""
+    sh = block_shape(ctx, k, moe)
+    rec, tp = sh.rec, sh.tp
+    lin = dense_linears(ctx, k, sh)
+    att = attention_core(ctx, k, sh)
+    act = mlp_activation(ctx.llm, sh.fused)
+    ew = dense_elementwise(ctx, sh, act)
+    gemm_fw, gemm_bw, gemm_fl = lin.fw_s, lin.bw_s, lin.flops
+    ew_fw, ew_bw = ew.fw_s, ew.bw_s
+    mc = MoeCost()
+    if sh.moe is not None:
+        mc = moe_cost(ctx, k, sh, act)
+        gemm_fw, gemm_bw, gemm_fl = mc.linears.added_to(gemm_fw, gemm_bw, gemm_fl)
+        ew_fw, ew_bw = mc.elementwise.added_to(ew_fw, ew_bw)
+    if ctx.precision in QUANTIZED:
+        c_fw, c_bw = quantisation_casts_s(ctx, sh, mc.shape)
+        ew_fw, ew_bw = ew_fw + c_fw, ew_bw + c_bw
+    fw = gemm_fw + att.fw_s + ew_fw
+    bw = gemm_bw + att.bw_s + ew_bw
+    ckpt = checkpoint_bytes(sh)
+    sac = None
+    if sh.titan:  # `selective` is torchtitan's per-op policy, not Megatron-Core's modules
+        sac = per_op_sac(ctx, k, sh.T, sh.Tn, sh.ah, sh.kvr, sh.d, sh.f, ew_fw,
+                         moe_fw=(mc.gemm_fw_s + mc.act_fw_s, mc.ep_fw_s), ckpt=ckpt)
+    # the attention core (and its CP ring) runs again; torchtitan's per-op policy saves the SDPA output and its
+    # log-sum-exp (the ring runs inside that op), and it has no recompute_modules
+    attn_redone = (rec == 2) | (recomputes(k, RecomputeModule.CORE_ATTN) & (not sh.titan))
+    hw_fw = gemm_fl + att.flops_fw
+    hw_bw = 2 * gemm_fl + att.flops_bw
+    # re-issued collectives hide behind the matmuls that run again: the whole forward's under full recompute, the
+    # recomputed k and w3 under torchtitan's per-op policy
+    g_re = np.where(rec == 2, gemm_fw, sac[3] if sh.titan else 0.0)
+    tpc = tp_exposure(ctx, k, sh, tp_collectives_s(ctx, k, sh), gemm_fw, gemm_bw, g_re)
+    cp_link, cp_exp = cp_ring_s(ctx, k, sh, att, attn_redone)
+    mem = activation_bytes(k, sh, att, act, mc.stored_bytes)
+    selective = None if sh.titan else selective_recompute(ctx, k, sh, lin, att, ew, mc, mem)
+    re, hw_re, stored = recompute_and_stored(sh, fw, hw_fw, ckpt, selective, sac, mem.full)
+    ep_link, ep_exp = ep_exposed_s(ctx, k, sh, mc, fw, bw, re)
+    blk = BlockCost(fw=fw, bw=bw, re=re, gemm_fw=gemm_fw, gemm_bw=gemm_bw, attn_fw=att.fw_s, attn_bw=att.bw_s,
+                    tp_fw=tpc.fw_s, tp_bw=tpc.bw_s, tp_re=tpc.re_s, tp_fw_exp=tpc.fw_exp_s, tp_bw_exp=tpc.bw_exp_s,
+                    tp_re_exp=tpc.re_exp_s, tp_slow=tpc.slow_s, cp_link=cp_link, cp_exp=cp_exp,
+                    ep_link=ep_link + 0.0 * tp, ep_fw=mc.ep_fw_s + 0.0 * tp, ep_exp=ep_exp + 0.0 * tp,
+                    act_stored=stored, act_full=mem.full, ckpt=ckpt, hw_flops_fw=hw_fw, hw_flops_bw=hw_bw,
+                    hw_flops_re=hw_re)
+    if sh.moe is None or ctx.stack != Stack.MEGATRON_CORE:  # the host floor: eager dropless MoE layers
+        return blk
+    host_fw, host_re = host_floor_s(k, blk)
+    return replace(blk, host_fw=host_fw, host_re=host_re)
