@@ -13,11 +13,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("optimizer", "formulations")
 MAX_LINES = 80
 
-# Functions still being split elsewhere, tolerated until their splits are merged. This set must shrink to empty.
-PENDING = {
-    "optimizer.model.layer:block_cost",
-}
-
 
 def long_functions(source: str, module: str, max_lines: int = MAX_LINES) -> list[tuple[str, int]]:
     """(``module:qualified.name``, lines) of every function in `source` longer than `max_lines`."""
@@ -49,17 +44,8 @@ def test_no_function_over_max_lines():
     for pkg in PACKAGES:
         for path in sorted((ROOT / pkg).rglob("*.py")):
             found += long_functions(path.read_text(encoding="utf-8"), _module(path))
-    over = [f"{name}:{lines}" for name, lines in found if name not in PENDING]
+    over = [f"{name}:{lines}" for name, lines in found]
     assert not over, f"functions longer than {MAX_LINES} lines (split them): " + ", ".join(over)
-
-
-def test_pending_still_long():
-    """Every tolerated name is a function still over the limit: a split (or renamed) one leaves the set."""
-    found = set()
-    for pkg in PACKAGES:
-        for path in sorted((ROOT / pkg).rglob("*.py")):
-            found |= {name for name, _ in long_functions(path.read_text(encoding="utf-8"), _module(path))}
-    assert PENDING <= found, f"remove from PENDING (no longer over {MAX_LINES} lines): {sorted(PENDING - found)}"
 
 
 def test_checker_flags_planted_long_function():
