@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from optimizer.drivers.study import run_study  # noqa: E402
+from optimizer.api import study as run_study  # noqa: E402  (solves every point, writes the table)
 
 def study(folder: Path, last: int, llm: str = "gpt3-175b", global_batch: int = 1536) -> Path:
     path = folder / f"sweep-{last}.yaml"
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmp)
         s = study(tmp, 8 * a.points, **model)
         t0 = time.perf_counter()
-        rows = run_study(s, tmp / "full.csv")
+        rows = run_study(s, tmp / "full.csv").rows
         out["points"] = len(rows)
         out["seconds"] = round(time.perf_counter() - t0, 1)
         out["statuses"] = {st: sum(1 for r in rows if r["status"] == st) for st in {r["status"] for r in rows}}

@@ -290,7 +290,7 @@ def test_validate_reports_the_precision_order():
             row("c1", ["m-c", "h100-sxm-80gb", 8, 2048, 64], "fp8", 1.0, 1.0),  # one precision: no group
             *(row(f"d{i}", ["m-d", "a100-sxm-80gb", 8, 2048, 64], p, 1.0 + i / 10, 1.0)  # bf16 twice: none
               for i, p in enumerate(("bf16", "bf16", "fp8")))]
-    v = _summarise(rows)
+    v = _summarise(rows).as_dict()
     po = v["summary"]["precision_order"]
     assert po["n_groups"] == 2 and po["n_ordered"] == 1
     assert po["groups"][0] == {"group": a, "measured": ["fp8", "mxfp8"], "predicted": ["fp8", "mxfp8"], "ordered": True}
