@@ -65,7 +65,12 @@ def differences(stored: dict, fresh: dict) -> list[str]:
         for key in sorted(set(s) | set(f)):
             a, b = s.get(key), f.get(key)
             same = (abs(a - b) <= REL_TOL * abs(b) if key == "objective_s" and None not in (a, b) else a == b)
-            if not same:
+            if same:
+                continue
+            if isinstance(a, dict) and isinstance(b, dict):  # the execution: name only the knobs that differ
+                out += [f"{name}.{key}.{k}: stored {a.get(k)!r}, enumerated {b.get(k)!r}"
+                        for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+            else:
                 out.append(f"{name}.{key}: stored {a!r}, enumerated {b!r}")
     return out
 
