@@ -1,9 +1,13 @@
-"""Twenty varied problems on which CP-SAT must reach the exhaustive oracle's optimum (issue 3, item 5):
-1B to 1T parameters, 8 to 16,384 GPUs, A100 and H100 (and V100), loose and tight memory, fixed and free
-knobs, idle GPUs allowed or not, long sequences with context parallelism; and (issue 6) mixtures of experts
-with ep and etp free, with and without context parallelism."""
+"""The problems on which CP-SAT (and the Pyomo MILP) must reach the exhaustive oracle's optimum.
 
-CASES = {
+ORACLE: varied problems, 1B to 1T parameters, 8 to 16,384 GPUs, A100 and H100 (and V100), loose and tight memory,
+fixed and free knobs, idle GPUs allowed or not, long sequences with context parallelism, mixtures of experts
+with ep and etp free (with and without context parallelism), and the other objectives. SMALL: tiny problems
+that each exercise one formulation feature. Their enumerated optima are stored in
+tests/golden/oracle_optima.json, written only by scripts/regen_oracle.py.
+"""
+
+ORACLE = {
     "1.7b-8xa100-40": """
 llm: narayanan2021-1.7b
 system: a100-sxm-40gb
@@ -179,3 +183,64 @@ training: {global_batch: 512, seq_len: 4096, precision: bf16}
 search: {vpp: 1, micro_batch: {max: 2}, ep_dispatcher: [alltoall, flex], ep_overlap: [false, true]}
 """,
 }
+
+# small problems that exercise one formulation feature each (kernels, schedule, offload, embedding/loss
+# slots, experts); tests/test_solve_cpsat.py solves several of them again for their own assertions
+SMALL = {
+    "dense-8gpu": """
+llm: {name: tiny, hidden: 1024, ffn: 4096, layers: 8, heads: 16, seq_len: 1024, vocab: 32000}
+system: a100-sxm-80gb
+num_gpus: 8
+training: {global_batch: 16}
+""",
+    "gqa-swiglu-16gpu-tight-memory": """
+llm: {name: g, hidden: 2048, ffn: 5632, layers: 16, heads: 16, kv_heads: 4, seq_len: 2048, vocab: 32000,
+      mlp: swiglu}
+system: {base: h100-sxm-80gb, hbm_gib: 6}
+num_gpus: 16
+training: {global_batch: 32}
+search: {cp: 1}
+""",
+    "fixed-knobs": """
+llm: {name: f, hidden: 1024, ffn: 4096, layers: 12, heads: 16, seq_len: 2048, vocab: 50000}
+system: a100-sxm-40gb
+num_gpus: 16
+training: {global_batch: 64}
+search: {tp: [2, 4], recompute: [none, selective], vpp: {max: 2}, cp: 1}
+""",
+    "open-kernels-schedule-16gpu": """
+llm: {name: k, hidden: 1024, ffn: 4096, layers: 8, heads: 16, seq_len: 2048, vocab: 32000, dropout: true,
+      bias: true}
+system: a100-sxm-40gb
+num_gpus: 16
+training: {global_batch: 32}
+search: {fused_layers: [true, false], attention: [flash, standard], schedule: [1f1b, gpipe],
+         pp_rs_ag: [true, false], sp_ag_redo: [true, false], cp: 1}
+""",
+    "offload-13b-8gpu-24gib": """
+llm: {name: o, hidden: 5120, ffn: 20480, layers: 40, heads: 40, seq_len: 2048, vocab: 32000}
+system: {base: h100-sxm-80gb, hbm_gib: 24, offload: {capacity_gib: 256, bandwidth_gbps: 50}}
+num_gpus: 8
+training: {global_batch: 32, precision: bf16}
+search: {cp: 1}
+options: {memory_headroom_gib: 0}
+""",
+    "embedding-loss-slots-16gpu": """
+llm: {name: e, hidden: 2048, ffn: 8192, layers: 14, heads: 16, seq_len: 2048, vocab: 128000}
+system: a100-sxm-80gb
+num_gpus: 16
+training: {global_batch: 64}
+search: {pp: [4, 8], cp: 1}
+""",
+    "moe-ep-etp-16gpu": """
+llm: {name: m, hidden: 2048, ffn: 4096, layers: 8, heads: 16, kv_heads: 4, seq_len: 2048, vocab: 32000,
+      mlp: swiglu, moe: {experts: 16, top_k: 2, expert_ffn: 1408, shared_experts: 1}}
+system: h100-sxm-80gb
+num_gpus: 16
+training: {global_batch: 64, precision: fp8}
+search: {cp: [1, 2]}
+""",
+}
+
+# every case the oracle test compares CP-SAT with; tests/golden/oracle_optima.json holds their optima
+CASES = {**SMALL, **ORACLE}

@@ -137,6 +137,7 @@ def test_bad_fleet_file_names_file_line_field(tmp_path):
     assert "jobs.1.wieght" in str(e.value) and ":10" in str(e.value)
 
 
+@pytest.mark.slow
 def test_shipped_example_is_optimal():
     f = ROOT / "problems" / "fleet" / "three-jobs-fleet.yaml"
     out = subprocess.run([sys.executable, "-m", "optimizer.cli", "fleet", str(f), "--json"], capture_output=True,

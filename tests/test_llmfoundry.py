@@ -125,6 +125,7 @@ def test_triton_overhead_leave_one_out_on_the_h100_runs():
     assert len(held) == 62 and np.mean(np.abs(held)) <= 6.0
 
 
+@pytest.mark.slow
 def test_clock_leave_one_out_on_the_a100_40gb_runs():
     """The A100 40GB part carries the 80GB part's fitted tables (same die) and fits one value on its own 78 runs,
     the sustained clock on every compute peak (`clock_scale`, as calibrate.py --shape a100-sxm-80gb --params
@@ -139,6 +140,7 @@ def test_clock_leave_one_out_on_the_a100_40gb_runs():
     assert np.mean(np.abs(as_is)) > np.mean(np.abs(held)) + 0.8
 
 
+@pytest.mark.slow
 def test_attention_fit_leave_one_out_on_the_a100_80gb_runs():
     """Leave-one-out, not in-sample: A100's fused-attention efficiency and per-tile overhead (in keys), the two
     values scripts/calibrate.py --stack fsdp fits on these runs, chosen on a grid for all runs but one, that one

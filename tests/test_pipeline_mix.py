@@ -116,6 +116,7 @@ def test_memory_bound_mix_beats_each_type_alone(tmp_path):
     assert alone[0] is None and alone[1] > mix.result.step_time_s
 
 
+@pytest.mark.slow
 def test_shipped_example_wins_with_reason():
     r = procure(load_procure(ROOT / "problems/studies/procure/llama70b-pipeline-mix-wins.yaml"))
     assert all(x.purchase is None for x in r.rows)  # no single type fits
@@ -131,6 +132,7 @@ def test_shipped_example_wins_with_reason():
     assert all(g["hbm_gib"] <= g["capacity_gib"] and g["reason"] for g in d["groups"])
 
 
+@pytest.mark.slow
 def test_shipped_example_loses_with_reason():
     r = procure(load_procure(ROOT / "problems/studies/procure/llama70b-pipeline-mix-loses.yaml"))
     assert r.pipeline is not None and r.best is not r.pipeline.purchase

@@ -146,6 +146,7 @@ def test_heterogeneous_mix_beats_every_homogeneous_purchase(tmp_path):
     assert r.best.step_time_s == pytest.approx(max(g.step_time_s for g in r.best.groups) + r.best.sync_s)
 
 
+@pytest.mark.slow
 def test_heterogeneous_mix_every_batch_split_is_tried(tmp_path):
     """A group's step time is not monotone in its batch share (the share must divide over its data-parallel
     ranks), so the best split is found by trying every share: 2 fast + 8 slow nodes on 48/48 sequences (the

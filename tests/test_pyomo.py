@@ -1,6 +1,7 @@
-"""`--backend pyomo` (issue 17): the MILP over the kept pairs reaches CP-SAT's proven optimum on every oracle
+"""`--backend pyomo`: the MILP over the kept pairs reaches CP-SAT's proven optimum on every oracle
 problem (CP-SAT equals the enumerator there: tests/test_solve_cpsat.py), and the enumerator's on the small
-ones directly, with the same top-K list and an LP/MPS file any solver can read."""
+ones directly, with the same top-K list and an LP/MPS file any solver can read. The fast set keeps one small
+case (FAST) of each comparison; the rest are marked slow."""
 
 from __future__ import annotations
 
@@ -9,11 +10,10 @@ import subprocess
 import sys
 
 import pytest
-from oracle_cases import CASES as ORACLE
-from test_solve_cpsat import SMALL
+from oracle_cases import ORACLE, SMALL
 
-from optimizer.io.loader import load_problem
 from optimizer.drivers.solve import solve
+from optimizer.io.loader import load_problem
 
 
 def load_text(tmp_path, name: str, text: str):
@@ -22,7 +22,15 @@ def load_text(tmp_path, name: str, text: str):
     return load_problem(path)
 
 
-@pytest.mark.parametrize("name", list(ORACLE) + list(SMALL))
+FAST = {"dense-8gpu"}  # the representative of the fast set
+
+
+def twin(name: str):
+    """A pytest parameter of `name`, marked slow unless it is a fast-set representative."""
+    return pytest.param(name, marks=() if name in FAST else pytest.mark.slow)
+
+
+@pytest.mark.parametrize("name", [twin(n) for n in list(ORACLE) + list(SMALL)])
 def test_pyomo_matches_cpsat(tmp_path, name):
     p = load_text(tmp_path, name, {**ORACLE, **SMALL}[name])
     c = solve(p, "cpsat", time_limit_s=120)
@@ -33,7 +41,7 @@ def test_pyomo_matches_cpsat(tmp_path, name):
     assert h.candidates == c.candidates
 
 
-@pytest.mark.parametrize("name", ["dense-8gpu", "fixed-knobs", "offload-13b-8gpu-24gib"])
+@pytest.mark.parametrize("name", [twin(n) for n in ("dense-8gpu", "fixed-knobs", "offload-13b-8gpu-24gib")])
 def test_pyomo_matches_enumeration_top5(tmp_path, name):
     p = load_text(tmp_path, name, SMALL[name])
     e = solve(p, "enumerate", top=5)

@@ -1,81 +1,28 @@
-"""CP-SAT (`--method cpsat`) against the exhaustive oracle, and each constraint group on tiny problems."""
+"""CP-SAT (`--method cpsat`) against the exhaustive oracle (its stored optima; enumerated afresh in the slow set),
+and each constraint group on tiny problems."""
 
 from __future__ import annotations
 
+import functools
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pytest
+from helpers import load_script
+from oracle_cases import CASES, SMALL
 
 from formulations.bounds import presolve
 from formulations.pairs import pair_columns
 from formulations.tables import build_tables
-from optimizer.model.capacity import feasible
+from optimizer.drivers.solve import solve
 from optimizer.errors import Infeasible
 from optimizer.io.loader import load_problem
+from optimizer.model.capacity import feasible
 from optimizer.model.step import evaluate
 from optimizer.prepare.objective import gpus_used
-from optimizer.drivers.solve import solve
 from optimizer.prepare.space import build_space, compact_space
 from optimizer.rules.layout import zero_allowed
-
-from oracle_cases import CASES as ORACLE
-
-SMALL = {
-    "dense-8gpu": """
-llm: {name: tiny, hidden: 1024, ffn: 4096, layers: 8, heads: 16, seq_len: 1024, vocab: 32000}
-system: a100-sxm-80gb
-num_gpus: 8
-training: {global_batch: 16}
-""",
-    "gqa-swiglu-16gpu-tight-memory": """
-llm: {name: g, hidden: 2048, ffn: 5632, layers: 16, heads: 16, kv_heads: 4, seq_len: 2048, vocab: 32000,
-      mlp: swiglu}
-system: {base: h100-sxm-80gb, hbm_gib: 6}
-num_gpus: 16
-training: {global_batch: 32}
-search: {cp: 1}
-""",
-    "fixed-knobs": """
-llm: {name: f, hidden: 1024, ffn: 4096, layers: 12, heads: 16, seq_len: 2048, vocab: 50000}
-system: a100-sxm-40gb
-num_gpus: 16
-training: {global_batch: 64}
-search: {tp: [2, 4], recompute: [none, selective], vpp: {max: 2}, cp: 1}
-""",
-    "open-kernels-schedule-16gpu": """
-llm: {name: k, hidden: 1024, ffn: 4096, layers: 8, heads: 16, seq_len: 2048, vocab: 32000, dropout: true,
-      bias: true}
-system: a100-sxm-40gb
-num_gpus: 16
-training: {global_batch: 32}
-search: {fused_layers: [true, false], attention: [flash, standard], schedule: [1f1b, gpipe],
-         pp_rs_ag: [true, false], sp_ag_redo: [true, false], cp: 1}
-""",
-    "offload-13b-8gpu-24gib": """
-llm: {name: o, hidden: 5120, ffn: 20480, layers: 40, heads: 40, seq_len: 2048, vocab: 32000}
-system: {base: h100-sxm-80gb, hbm_gib: 24, offload: {capacity_gib: 256, bandwidth_gbps: 50}}
-num_gpus: 8
-training: {global_batch: 32, precision: bf16}
-search: {cp: 1}
-options: {memory_headroom_gib: 0}
-""",
-    "embedding-loss-slots-16gpu": """
-llm: {name: e, hidden: 2048, ffn: 8192, layers: 14, heads: 16, seq_len: 2048, vocab: 128000}
-system: a100-sxm-80gb
-num_gpus: 16
-training: {global_batch: 64}
-search: {pp: [4, 8], cp: 1}
-""",
-    "moe-ep-etp-16gpu": """
-llm: {name: m, hidden: 2048, ffn: 4096, layers: 8, heads: 16, kv_heads: 4, seq_len: 2048, vocab: 32000,
-      mlp: swiglu, moe: {experts: 16, top_k: 2, expert_ffn: 1408, shared_experts: 1}}
-system: h100-sxm-80gb
-num_gpus: 16
-training: {global_batch: 64, precision: fp8}
-search: {cp: [1, 2]}
-""",
-}
-CASES = {**SMALL, **ORACLE}
-
 
 
 def load_text(tmp_path, name: str, text: str):
@@ -84,21 +31,53 @@ def load_text(tmp_path, name: str, text: str):
     return load_problem(path)
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_cpsat_matches_enumeration(tmp_path, name):
-    """Issue 3, item 5: the optimum of CP-SAT equals the enumerated optimum within 0.1%, proven."""
-    p = load_text(tmp_path, name, CASES[name])
-    e = solve(p, "enumerate")
-    c = solve(p, "cpsat", time_limit_s=120)
+ORACLE_OPTIMA = load_script("regen_oracle")  # scripts/regen_oracle.py: the stored optima and how they are made
+
+
+@functools.cache
+def cpsat_of_case(name: str):
+    """The problem of an oracle case and CP-SAT's solve of it (shared by the fast and the slow test)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        p = load_text(Path(tmp), name, CASES[name])
+    return p, solve(p, "cpsat", time_limit_s=120)
+
+
+def assert_cpsat_reaches(name: str, optimum: dict):
+    """CP-SAT's plan is proven optimal and its objective equals the enumerated optimum within 0.1%, on the same
+    space (other goals: the same number of GPUs, a zero gap)."""
+    p, c = cpsat_of_case(name)
     assert c.method == "cpsat" and c.status == "optimal"
-    assert c.plans[0].objective_s == pytest.approx(e.plans[0].objective_s, rel=1e-3)
+    assert optimum["goal"] == p.objective.goal.value
+    assert c.plans[0].objective_s == pytest.approx(optimum["objective_s"], rel=1e-3)
     if p.objective.goal.value == "step_time":  # other goals bound their score, not the step time
         assert c.bound_s == pytest.approx(c.plans[0].objective_s, rel=1e-3)
     else:
         assert c.gap == pytest.approx(0.0, abs=1e-9)
-        used = [gpus_used(r.plans[0].evaluation.execution) for r in (c, e)]
-        assert used[0] == used[1]
-    assert c.candidates == e.candidates  # the same space
+        assert gpus_used(c.plans[0].evaluation.execution) == optimum["gpus_used"]
+    assert c.candidates == optimum["candidates"]  # the same space
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_cpsat_matches_stored_enumeration(name):
+    """The optimum of CP-SAT equals the exhaustive oracle's (stored in tests/golden/oracle_optima.json by
+    scripts/regen_oracle.py) within 0.1%, proven, on every oracle case."""
+    stored = ORACLE_OPTIMA.load()
+    assert name in stored, "run scripts/regen_oracle.py"
+    assert_cpsat_reaches(name, stored[name])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(CASES))
+def test_cpsat_matches_fresh_enumeration(name):
+    """The enumerator walks the whole space afresh: its optimum equals the stored one (a model change that
+    forgets scripts/regen_oracle.py fails here), and CP-SAT reaches it."""
+    fresh = ORACLE_OPTIMA.enumerate_case(name, CASES[name])
+    assert ORACLE_OPTIMA.differences({name: ORACLE_OPTIMA.load().get(name)}, {name: fresh}) == []
+    assert_cpsat_reaches(name, fresh)
+
+
+def test_stored_optima_cover_exactly_the_cases():
+    assert sorted(ORACLE_OPTIMA.load()) == sorted(CASES)
 
 
 def test_top_k_matches_enumeration(tmp_path):
@@ -335,7 +314,7 @@ def test_tokens_per_gpu_prefers_efficiency_over_speed(tmp_path):
     p = load_text(tmp_path, "idle", IDLE.format(objective="{goal: tokens_per_gpu}"))
     fast = solve(load_text(tmp_path, "fast", IDLE.format(objective="{goal: step_time}")), "cpsat").plans[0]
     eff = solve(p, "cpsat").plans[0]
-    n = lambda pl: pl.evaluation.execution.tp * pl.evaluation.execution.pp * pl.evaluation.execution.dp  # noqa: E731
+    n = lambda pl: pl.evaluation.execution.tp * pl.evaluation.execution.pp * pl.evaluation.execution.dp
     assert eff.objective_s >= fast.objective_s * (1 - 1e-9)
     assert n(eff) * eff.objective_s <= n(fast) * fast.objective_s * (1 + 1e-9)
 

@@ -58,6 +58,7 @@ def test_bad_point_is_an_error_row_and_exit_two(tmp_path, capsys):
     assert f"{bad}:3: mode" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_killed_study_resumes_to_the_same_table(tmp_path):
     s = write(tmp_path, "  training.global_batch: {from: 8, to: 256, step: 8}\n")
     full = tmp_path / "full.csv"
@@ -95,6 +96,7 @@ def test_ray_local_cluster_equals_local(tmp_path):
     assert a.read_text() == b.read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["study1-megatron-1t-splits", "study4-offload"])
 def test_shipped_calculon_studies_run_and_plot(tmp_path, name):
     out = tmp_path / f"{name}.csv"
