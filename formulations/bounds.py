@@ -25,14 +25,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from formulations.pairs import compose, pair_columns, state_min
+from formulations.tables import TIME_UNIT, Tables, knob_grid
 from optimizer.model.capacity import feasible
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate
 from optimizer.prepare.objective import score
 from optimizer.rules.layout import zero_allowed
-
-from formulations.pairs import compose, pair_columns, state_min
-from formulations.tables import TIME_UNIT, Tables, knob_grid
 
 UB_SLACK = 1e-4  # relative: the integer objective of the incumbent may differ from the model's by rounding
 
@@ -54,12 +53,14 @@ class Pairs:
     def __len__(self) -> int:
         return len(self.l)
 
-    def take(self, idx) -> "Pairs":
-        return Pairs(*(getattr(self, n)[idx] for n in ("l", "vi", "mi", "ri", "si", "oi", "lb", "var")),
-                     None if self.slb is None else self.slb[idx])
+    def take(self, idx) -> Pairs:
+        return Pairs(
+            *(getattr(self, n)[idx] for n in ("l", "vi", "mi", "ri", "si", "oi", "lb", "var")),
+            None if self.slb is None else self.slb[idx],
+        )
 
     @staticmethod
-    def concat(parts: list["Pairs"]) -> "Pairs":
+    def concat(parts: list[Pairs]) -> Pairs:
         names = ("l", "vi", "mi", "ri", "si", "oi", "lb", "var")
         slb = None if any(p.slb is None for p in parts) else np.concatenate([p.slb for p in parts])
         return Pairs(*(np.concatenate([getattr(p, n) for p in parts]) for n in names), slb)
@@ -78,8 +79,16 @@ def expand(T: Tables, tri: np.ndarray) -> Pairs:
     ri, si, oi = (np.tile(subs[:, j], len(tri)) for j in range(3))
     ok = (T.L["tp1"][l] == 0) | ((si == 0) & (oi == 0))
     idx = np.nonzero(ok)[0]
-    return Pairs(l[idx], vi[idx], mi[idx], ri[idx], si[idx], oi[idx], np.zeros(len(idx), dtype=np.int64),
-                 np.full(len(idx), T.var, dtype=np.int64))
+    return Pairs(
+        l[idx],
+        vi[idx],
+        mi[idx],
+        ri[idx],
+        si[idx],
+        oi[idx],
+        np.zeros(len(idx), dtype=np.int64),
+        np.full(len(idx), T.var, dtype=np.int64),
+    )
 
 
 def _bound(T: Tables, terms: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -96,7 +105,7 @@ def triple_cols(T: Tables, tri: np.ndarray):
     BE = T.BETA
     tp1_of_g = np.zeros(nG, dtype=bool)
     for li in range(len(T.lay["tp"])):
-        tp1_of_g[T.L["tpcp"][li] * nM: (T.L["tpcp"][li] + 1) * nM] = T.L["tp1"][li] == 1
+        tp1_of_g[T.L["tpcp"][li] * nM : (T.L["tpcp"][li] + 1) * nM] = T.L["tp1"][li] == 1
     mask = np.ones((nR, nS, nO), dtype=bool)
     mask1 = np.zeros((nR, nS, nO), dtype=bool)
     mask1[:, 0, 0] = True
@@ -110,8 +119,18 @@ def triple_cols(T: Tables, tri: np.ndarray):
 
     l, mi = tri[:, 0], tri[:, 2]
     g = T.L["tpcp"][l] * nM + mi
-    mins = {n: gmin(BE[n])[:, 0] for n in ("tau_mb", "layer_s", "act_stored_bytes", "act_working_bytes",
-                                            "emb_out_bytes", "logits_bytes", "offx_mb")}
+    mins = {
+        n: gmin(BE[n])[:, 0]
+        for n in (
+            "tau_mb",
+            "layer_s",
+            "act_stored_bytes",
+            "act_working_bytes",
+            "emb_out_bytes",
+            "logits_bytes",
+            "offx_mb",
+        )
+    }
     # the overlapped exchange max(p2p - Lc*window, 0) falls with the window: its largest keeps the bound a bound
     mins["p2p_window"] = -gmin(-BE["p2p_window"])[:, 0]
     # the pipeline's head and exchanges grow with the head and t_p2p (2*vpp >= 2 exchanges per head hidden)
@@ -128,7 +147,7 @@ class Presolved:
     n_triples: int  # legal triples
     n_triples_kept: int  # triples whose bound survives the incumbent
     n_pairs_fit: int  # pairs of the kept triples that can fit
-    incumbent: "Incumbent"
+    incumbent: Incumbent
 
 
 NONE = np.iinfo(np.int64).max // 2  # "no bound"
@@ -185,8 +204,16 @@ def presolve(Ts: Tables | list[Tables], top: int = 1, n_triples: int = 96) -> Pr
     return Presolved(P, cols, n_tri, n_kept_t, n_fit, inc)
 
 
-def refine(Ts: list[Tables], P: Pairs, cols: dict[str, np.ndarray], inc: "Incumbent", top: int,
-           keep_at_most: int = 64, batch: int = 8192, rounds: int = 32):
+def refine(
+    Ts: list[Tables],
+    P: Pairs,
+    cols: dict[str, np.ndarray],
+    inc: Incumbent,
+    top: int,
+    keep_at_most: int = 64,
+    batch: int = 8192,
+    rounds: int = 32,
+):
     """While more than `keep_at_most` pairs survive, evaluate the `batch` pairs of smallest bound with the
     model (every ZeRO stage and DP overlap): their bound becomes their exact score (less the integer
     objective's rounding slack), and a better incumbent prunes the rest again. The triple-level incumbent is
@@ -225,10 +252,18 @@ def knobs_of_pairs(Ts: Tables | list[Tables], P: Pairs, z: np.ndarray, d: np.nda
         by_var[t.var] = [t.fixed[k] for k in T.fixed]
     fixed = {k: by_var[P.var, i] for i, k in enumerate(T.fixed)}
     lay = {k: v[P.l] for k, v in T.lay.items()}
-    return knob_grid(fixed, len(P), **lay, vpp=np.array(T.v_vals)[P.vi], micro_batch=np.array(T.mb_vals)[P.mi],
-                     recompute=np.array(T.rec_vals)[P.ri], sequence_parallel=np.array(T.sp_vals)[P.si],
-                     tp_overlap=np.array(T.ov_vals)[P.oi], zero=np.array(T.z_vals)[z],
-                     dp_overlap=np.array(T.dpo_vals)[d])
+    return knob_grid(
+        fixed,
+        len(P),
+        **lay,
+        vpp=np.array(T.v_vals)[P.vi],
+        micro_batch=np.array(T.mb_vals)[P.mi],
+        recompute=np.array(T.rec_vals)[P.ri],
+        sequence_parallel=np.array(T.sp_vals)[P.si],
+        tp_overlap=np.array(T.ov_vals)[P.oi],
+        zero=np.array(T.z_vals)[z],
+        dp_overlap=np.array(T.dpo_vals)[d],
+    )
 
 
 @dataclass
@@ -236,7 +271,9 @@ class Incumbent:
     ub: int  # score in TIME_UNIT; pairs with score LB > ub are pruned (huge: nothing evaluated fits)
     hint: dict[str, int] | None  # the best incumbent as indices of the CP-SAT decision variables
     evaluated: int
-    pair_lb: np.ndarray | None = None  # per evaluated pair: its exact score less the rounding slack (NONE: none fits)
+    pair_lb: np.ndarray | None = (
+        None  # per evaluated pair: its exact score less the rounding slack (NONE: none fits)
+    )
 
 
 def incumbent(Ts: Tables | list[Tables], sel: Pairs, top: int = 1) -> Incumbent:
@@ -251,8 +288,9 @@ def incumbent(Ts: Tables | list[Tables], sel: Pairs, top: int = 1) -> Incumbent:
     z, d = np.tile(zz, len(sel)), np.tile(dd, len(sel))
     dpg1 = T.L["dpg1"][rep.l]
     # as the space: ZeRO only with a data-parallel group, and the (moot) DP overlap flag on without one
-    legal = zero_allowed(np.array(T.z_vals)[z], dpg1) & ((dpg1 == 0) | (np.array(T.dpo_vals)[d] == 1)
-                                                       | (1 not in T.dpo_vals))
+    legal = zero_allowed(np.array(T.z_vals)[z], dpg1) & (
+        (dpg1 == 0) | (np.array(T.dpo_vals)[d] == 1) | (1 not in T.dpo_vals)
+    )
     pos = np.repeat(np.arange(len(sel)), nz * nd)[legal]
     rep, z, d = rep.take(np.nonzero(legal)[0]), z[legal], d[legal]
     k = knobs_of_pairs(Ts, rep, z, d)
@@ -262,7 +300,9 @@ def incumbent(Ts: Tables | list[Tables], sel: Pairs, top: int = 1) -> Incumbent:
     # each evaluated pair's exact score (its best ZeRO stage and overlap) less the rounding slack of the
     # integer objective, on the step time: a lower bound as tight as the model
     lo_step = np.floor(res.step_time * TIME_UNIT * (1 - UB_SLACK)).astype(np.int64) - 1
-    lb = np.where(fits, score(T.problem, T.gpus(rep.l), lo_step, unit=TIME_UNIT, missed=NONE), NONE).astype(np.int64)
+    lb = np.where(fits, score(T.problem, T.gpus(rep.l), lo_step, unit=TIME_UNIT, missed=NONE), NONE).astype(
+        np.int64
+    )
     pair_lb = np.full(len(sel), NONE, dtype=np.int64)
     np.minimum.at(pair_lb, pos, lb)
     order = np.argsort(t, kind="stable")
@@ -270,13 +310,22 @@ def incumbent(Ts: Tables | list[Tables], sel: Pairs, top: int = 1) -> Incumbent:
     if len(good) == 0:
         return Incumbent(np.iinfo(np.int64).max, None, len(t), pair_lb)
     i = int(good[0])
-    hint = dict(l=int(rep.l[i]), vi=int(rep.vi[i]), mi=int(rep.mi[i]), ri=int(rep.ri[i]), si=int(rep.si[i]),
-                oi=int(rep.oi[i]), var=int(rep.var[i]), zi=int(z[i]), di=int(d[i]))
+    hint = dict(
+        l=int(rep.l[i]),
+        vi=int(rep.vi[i]),
+        mi=int(rep.mi[i]),
+        ri=int(rep.ri[i]),
+        si=int(rep.si[i]),
+        oi=int(rep.oi[i]),
+        var=int(rep.var[i]),
+        zi=int(z[i]),
+        di=int(d[i]),
+    )
     if len(good) < top:
         return Incumbent(np.iinfo(np.int64).max, hint, len(t), pair_lb)
     j = int(good[top - 1])
     # the slack is on the step time (the integer objective rounds it), not on the score: a relative slack on
     # GPUs x BIG + T (fewest_gpus) would span seconds of step time and prune nothing
     step_ub = np.ceil(float(res.step_time[j]) * TIME_UNIT * (1 + UB_SLACK)) + 1
-    ub = score(T.problem, np.array([int(T.gpus(rep.l[j:j + 1])[0])]), np.array([step_ub]), unit=TIME_UNIT)
+    ub = score(T.problem, np.array([int(T.gpus(rep.l[j : j + 1])[0])]), np.array([step_ub]), unit=TIME_UNIT)
     return Incumbent(int(np.ceil(float(ub[0]))), hint, len(t), pair_lb)

@@ -16,11 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from optimizer.rules.layout import zero_allowed
-
 from formulations.bounds import Presolved
 from formulations.common import Lookups, index_literals
 from formulations.tables import Tables
+from optimizer.rules.layout import zero_allowed
 
 KEYS = ("l", "vi", "mi", "ri", "si", "oi", "var")
 

@@ -29,8 +29,8 @@ def bounds(m: cp_model.CpModel, v: cp_model.IntVar) -> tuple[int, int]:
 
 class Lookups:
     """Tables sharing one index, read through a single table constraint [index, col1, col2, ...]:
-    one encoding of the index for all columns instead of one element constraint per column. Only the rows
-in use (`rows`: those the kept pairs read) enter the table and the columns' domains."""
+        one encoding of the index for all columns instead of one element constraint per column. Only the rows
+    in use (`rows`: those the kept pairs read) enter the table and the columns' domains."""
 
     def __init__(self, m: cp_model.CpModel, index, n: int, name: str, rows: np.ndarray | None = None):
         self.m, self.index, self.n, self.name = m, index, n, name

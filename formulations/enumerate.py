@@ -12,10 +12,10 @@ import numpy as np
 
 from optimizer.model.capacity import feasible
 from optimizer.model.knobs import Knobs
-from optimizer.prepare.objective import score
 from optimizer.model.step import evaluate, make_ctx
-from optimizer.schema import Problem
+from optimizer.prepare.objective import score
 from optimizer.prepare.space import Space, build_space
+from optimizer.schema import Problem
 
 
 @dataclass
@@ -28,8 +28,9 @@ class EnumResult:
     score: np.ndarray | None = None  # optimizer.prepare.objective.score of the top candidates
 
 
-def enumerate_best(problem: Problem, space: Space | None = None, top: int = 1,
-                   chunk: int = 250_000) -> EnumResult:
+def enumerate_best(
+    problem: Problem, space: Space | None = None, top: int = 1, chunk: int = 250_000
+) -> EnumResult:
     t0 = time.perf_counter()
     space = space or build_space(problem)
     ctx = make_ctx(problem)

@@ -13,12 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.schema import Problem
-from optimizer.prepare.space import compact_space
-
 from formulations.bounds import expand, knobs_of_pairs, triple_cols
 from formulations.pairs import compose, pair_columns, state_min
 from formulations.tables import KIB, build_all
+from optimizer.prepare.space import compact_space
+from optimizer.schema import Problem
 
 
 @dataclass

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import sys
 
-
 MARKER = "paraplan-highs-result: "
 
 
@@ -22,16 +21,26 @@ def main(argv: list[str]) -> int:
 
     path, limit = argv[0], float(argv[1])
     h = highspy.Highs()
-    for k, v in (("output_flag", False), ("threads", 1), ("random_seed", 0), ("time_limit", limit),
-                 ("mip_rel_gap", 0.0), ("mip_abs_gap", 0.0)):
+    for k, v in (
+        ("output_flag", False),
+        ("threads", 1),
+        ("random_seed", 0),
+        ("time_limit", limit),
+        ("mip_rel_gap", 0.0),
+        ("mip_abs_gap", 0.0),
+    ):
         h.setOptionValue(k, v)
     h.readModel(path)
     h.run()
     st = h.modelStatusToString(h.getModelStatus())
     info = h.getInfo()
     has = info.primal_solution_status == 2  # kSolutionStatusFeasible
-    out = {"status": st, "objective": info.objective_function_value if has else None,
-           "bound": info.mip_dual_bound if has else None, "values": {}}
+    out = {
+        "status": st,
+        "objective": info.objective_function_value if has else None,
+        "bound": info.mip_dual_bound if has else None,
+        "values": {},
+    }
     if has:
         names = h.getLp().col_names_
         vals = h.getSolution().col_value

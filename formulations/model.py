@@ -21,19 +21,18 @@ from dataclasses import dataclass, field
 import numpy as np
 from ortools.sat.python import cp_model
 
-from optimizer.errors import Infeasible, Reason, TimeLimit, VerificationError
-from optimizer.model.knobs import Knobs
-from optimizer.prepare.objective import BIG_S, gpu_time_cap, target
-from optimizer.schema import Problem
-from optimizer.schema.problem import Objective
-from optimizer.prepare.space import compact_space
-
 from formulations import choice as choice_mod
 from formulations import memory as memory_mod
 from formulations import step_time as time_mod
 from formulations.bounds import NONE, Pairs, Presolved, knobs_of_pairs, presolve
 from formulations.common import new_int, product
 from formulations.tables import TIME_UNIT, Tables, build_all, restrict
+from optimizer.errors import Infeasible, Reason, TimeLimit, VerificationError
+from optimizer.model.knobs import Knobs
+from optimizer.prepare.objective import BIG_S, gpu_time_cap, target
+from optimizer.prepare.space import compact_space
+from optimizer.schema import Problem
+from optimizer.schema.problem import Objective
 
 # solver parameters as data (`paraplan solve --sat-params`). One worker: on two cores it is the fastest and
 # deterministic. Keep CP-SAT's presolve on: with cp_model_presolve=False, ortools 9.15 returned OPTIMAL with
@@ -41,8 +40,15 @@ from formulations.tables import TIME_UNIT, Tables, build_all, restrict
 # probing and no symmetry search: on the oracle problems (tests/oracle_cases.py) the default presolve spent
 # up to 2.4 s on a 456-pair model; these settings, no LP relaxation (the model is a table plus a few
 # linear rows: the LP only costs set-up time) and a complete hint take 0.4 s at worst, with the same optima.
-SOLVER_PARAMS = {"num_workers": 1, "random_seed": 0, "log_search_progress": False, "max_presolve_iterations": 1,
-                 "cp_model_probing_level": 0, "symmetry_level": 0, "linearization_level": 0}
+SOLVER_PARAMS = {
+    "num_workers": 1,
+    "random_seed": 0,
+    "log_search_progress": False,
+    "max_presolve_iterations": 1,
+    "cp_model_probing_level": 0,
+    "symmetry_level": 0,
+    "linearization_level": 0,
+}
 
 
 def check_params(params: dict) -> None:
@@ -54,7 +60,9 @@ def check_params(params: dict) -> None:
     fields = sat_parameters_pb2.SatParameters.DESCRIPTOR.fields_by_name
     for k, v in params.items():
         if k not in fields:
-            raise ProblemError("--sat-params", None, k, "unknown CP-SAT parameter (see ortools' sat_parameters.proto)")
+            raise ProblemError(
+                "--sat-params", None, k, "unknown CP-SAT parameter (see ortools' sat_parameters.proto)"
+            )
         try:
             set_params(cp_model.CpSolver(), {k: v})
         except (TypeError, ValueError, AttributeError) as e:
@@ -151,14 +159,23 @@ def no_plan_reason(problem: Problem) -> Reason:
 
 def _infeasible(problem: Problem, size: int) -> Infeasible:
     reason = no_plan_reason(problem)
-    what = ("is within memory and meets the objective's target" if reason == Reason.TARGET else
-            "is within memory")
-    return Infeasible(f"nothing fits: none of {size:,} candidates {what} (run `paraplan check` for why and what "
-                      "would fit)", reason=reason)
+    what = (
+        "is within memory and meets the objective's target" if reason == Reason.TARGET else "is within memory"
+    )
+    return Infeasible(
+        f"nothing fits: none of {size:,} candidates {what} (run `paraplan check` for why and what would fit)",
+        reason=reason,
+    )
 
 
-def solve_cpsat(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: float | None = None,
-                params: dict | None = None, tables: list[Tables] | None = None) -> Outcome:
+def solve_cpsat(
+    problem: Problem,
+    top: int = 1,
+    time_limit_s: float = 60.0,
+    t0: float | None = None,
+    params: dict | None = None,
+    tables: list[Tables] | None = None,
+) -> Outcome:
     """`tables`: those of the same problem with more GPUs and idle GPUs allowed (`tables.restrict`), to solve
     many GPU limits of one problem (procurement) without filling tables again."""
     t0 = t0 if t0 is not None else time.perf_counter()
@@ -170,8 +187,11 @@ def solve_cpsat(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: 
         size = c.size
         Ts = build_all(problem, c) if size else []
     if size == 0 or not Ts:
-        raise Infeasible("no legal plan: no (tp, pp, dp, vpp, micro-batch) satisfies the integer rules "
-                         "(run `paraplan check` for why)", reason=Reason.RULES)
+        raise Infeasible(
+            "no legal plan: no (tp, pp, dp, vpp, micro-batch) satisfies the integer rules "
+            "(run `paraplan check` for why)",
+            reason=Reason.RULES,
+        )
     T = Ts[0]  # layouts, value lists and capacities are shared by the variants
     pre = presolve(Ts, top)
     if len(pre.pairs) == 0:
@@ -195,12 +215,17 @@ def solve_cpsat(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: 
             if st == cp_model.INFEASIBLE:
                 raise _infeasible(problem, size)
             if pre.incumbent.hint is None:
-                raise TimeLimit(f"no plan found within {time_limit_s:g} s ({solver.StatusName(st)}): not a proof "
-                                "that nothing fits; raise --time-limit")
+                raise TimeLimit(
+                    f"no plan found within {time_limit_s:g} s ({solver.StatusName(st)}): not a proof "
+                    "that nothing fits; raise --time-limit"
+                )
             # the presolve's incumbent is a plan the model evaluated: answer with it and the bound
             h = pre.incumbent.hint
-            P = Pairs(*(np.array([h[n]]) for n in ("l", "vi", "mi", "ri", "si", "oi")), np.zeros(1, dtype=np.int64),
-                      np.array([h["var"]]))
+            P = Pairs(
+                *(np.array([h[n]]) for n in ("l", "vi", "mi", "ri", "si", "oi")),
+                np.zeros(1, dtype=np.int64),
+                np.array([h["var"]]),
+            )
             knobs.append(knobs_of_pairs(Ts, P, np.array([h["zi"]]), np.array([h["di"]])))
             objs.append(None)
             lb = int(pre.pairs.slb.min())
@@ -215,16 +240,23 @@ def solve_cpsat(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: 
                 status_name = "feasible"
         a = ch.extract(solver)
         objs.append(solver.Value(tv.objective) / TIME_UNIT)
-        knobs.append(knobs_of_pairs(Ts, pre.pairs.take(np.array([a["pair"]])), np.array([a["zi"]]),
-                                    np.array([a["di"]])))
+        knobs.append(
+            knobs_of_pairs(
+                Ts, pre.pairs.take(np.array([a["pair"]])), np.array([a["zi"]]), np.array([a["di"]])
+            )
+        )
         m.AddForbiddenAssignments(ch.key(), [[a["pair"], a["zi"], a["di"]]])
     inc = pre.incumbent
     var = f" in {len(Ts)} variants (kernels, schedule, offload)" if len(Ts) > 1 else ""
-    notes = [f"presolve: {pre.n_triples_kept:,} of {pre.n_triples:,} (layout, vpp, micro-batch) triples{var} "
-             f"within the incumbent's bound ({inc.evaluated:,} plans evaluated); of their {pre.n_pairs_fit:,} "
-             f"(triple, block) pairs that fit, {len(pre.pairs):,} kept",
-             f"CP-SAT model: {len(m.Proto().variables)} variables, {len(m.Proto().constraints)} constraints"]
+    notes = [
+        f"presolve: {pre.n_triples_kept:,} of {pre.n_triples:,} (layout, vpp, micro-batch) triples{var} "
+        f"within the incumbent's bound ({inc.evaluated:,} plans evaluated); of their {pre.n_pairs_fit:,} "
+        f"(triple, block) pairs that fit, {len(pre.pairs):,} kept",
+        f"CP-SAT model: {len(m.Proto().variables)} variables, {len(m.Proto().constraints)} constraints",
+    ]
     if objs and objs[0] is None:
-        notes.append(f"time limit of {time_limit_s:g} s reached: the plan is the presolve's best evaluated plan, "
-                     "not proven optimal")
+        notes.append(
+            f"time limit of {time_limit_s:g} s reached: the plan is the presolve's best evaluated plan, "
+            "not proven optimal"
+        )
     return Outcome(status_name, knobs, objs, size, bound, gap, notes)

@@ -39,12 +39,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from optimizer.model.compose import activations, dp_exposed, dp_links, edge_head, fsdp_traffic, p2p_steady, pipeline
+from formulations.tables import DP_COLUMNS, FSDP_COPY_COLUMNS, Tables
+from optimizer.model.compose import (
+    activations,
+    dp_exposed,
+    dp_links,
+    edge_head,
+    fsdp_traffic,
+    p2p_steady,
+    pipeline,
+)
 from optimizer.model.terms import compose_step
 from optimizer.rules.layout import zero_allowed
 from optimizer.schema.stack import zero2_regathers
-
-from formulations.tables import DP_COLUMNS, FSDP_COPY_COLUMNS, Tables
 
 Q = 10_000  # fixed-point scale of the processor-usage fractions
 
@@ -80,9 +87,19 @@ def _pipeline_columns(T: Tables, l, vi, mi, col) -> dict[str, np.ndarray]:
     Lt, LV = T.L, T.LV
     mbv, pp = np.array(T.mb_vals)[mi], T.lay["pp"][l]
     t_ss = p2p_steady(col("p2p_s"), LV["Lc"][lv] * col("p2p_window"), (np.array(T.v_vals)[vi] > 1) & (pp > 1))
-    return pipeline(Lt["A1"][l], Lt["A2"][l], LV["Bf"][lv], LV["E"][lv], Lt["pm2"][l], col("tau_mb"),
-                    edge_head(col("head_s"), t_ss, pp) // mbv, col("layer_s"), t_ss // mbv, col("p2p_s"),
-                    col("offx_mb"))
+    return pipeline(
+        Lt["A1"][l],
+        Lt["A2"][l],
+        LV["Bf"][lv],
+        LV["E"][lv],
+        Lt["pm2"][l],
+        col("tau_mb"),
+        edge_head(col("head_s"), t_ss, pp) // mbv,
+        col("layer_s"),
+        t_ss // mbv,
+        col("p2p_s"),
+        col("offx_mb"),
+    )
 
 
 def compose(T: Tables, l, vi, mi, col) -> dict[str, np.ndarray]:
@@ -91,10 +108,20 @@ def compose(T: Tables, l, vi, mi, col) -> dict[str, np.ndarray]:
     lv, lm = l * T.nV + vi, l * T.nM + mi
     Lt, LV, LM = T.L, T.LV, T.LM
     out = _pipeline_columns(T, l, vi, mi, col)
-    acts = activations(LV["inflv"][lv], LM["infl1"][lm], LM["NL"][lm], Lt["Ls"][l], np.array(T.v_vals)[vi],
-                       T.lay["pp"][l], bool(T.fixed["schedule"]), bool(T.fixed["activation_offload"]),
-                       col("act_stored_bytes"), col("act_working_bytes"), col("emb_out_bytes"),
-                       col("logits_bytes"))
+    acts = activations(
+        LV["inflv"][lv],
+        LM["infl1"][lm],
+        LM["NL"][lm],
+        Lt["Ls"][l],
+        np.array(T.v_vals)[vi],
+        T.lay["pp"][l],
+        bool(T.fixed["schedule"]),
+        bool(T.fixed["activation_offload"]),
+        col("act_stored_bytes"),
+        col("act_working_bytes"),
+        col("emb_out_bytes"),
+        col("logits_bytes"),
+    )
     out["act"] = acts["act"] + Lt["reserved_bytes"][l]
     out["offact"] = acts["offact"]
     out["pu"] = np.rint(np.array(T.pu_tiers)[T.lay["tier_dp"][l]] * Q).astype(np.int64)
@@ -124,9 +151,26 @@ def exposures(T: Tables, l, vi, mi, col, out: dict[str, np.ndarray]) -> None:
     Lfw, NL = Lt["Ls"][l] * fwt, LM["NL"][lm]
     nmb = LM["nmb"][lm]
     AR, RS, AG = (Lt[n][l] for n in DP_COLUMNS)
-    exp = dp_exposed(AR, RS, AG, Lt["F"][l], Lt["ARb"][l], Lt["RSb"][l], Lt["AGb"][l],
-                     Lt["Fb"][l], LV["ARv"][lv], LV["RSv"][lv], t_cb, W, Lfw, nmb, NL, bwt, fbt,
-                     zero2_regathers(T.problem.stack))
+    exp = dp_exposed(
+        AR,
+        RS,
+        AG,
+        Lt["F"][l],
+        Lt["ARb"][l],
+        Lt["RSb"][l],
+        Lt["AGb"][l],
+        Lt["Fb"][l],
+        LV["ARv"][lv],
+        LV["RSv"][lv],
+        t_cb,
+        W,
+        Lfw,
+        nmb,
+        NL,
+        bwt,
+        fbt,
+        zero2_regathers(T.problem.stack),
+    )
     pu = out["pu"]
     for z in T.z_vals:
         out[f"exp{z}"] = exp[z]

@@ -36,7 +36,9 @@ KIB = 1024.0
 class Position:
     """The candidate table of one pipeline position: integer columns of equal length."""
 
-    cols: dict[str, np.ndarray]  # type, tp, rec, stages, layers, u, he, p2p_in, join, su, fill, x, a, slack, cost, power
+    cols: dict[
+        str, np.ndarray
+    ]  # type, tp, rec, stages, layers, u, he, p2p_in, join, su, fill, x, a, slack, cost, power
 
     @property
     def n(self) -> int:
@@ -52,8 +54,15 @@ class PieceVars:
         return [next(r for r, x in enumerate(xs) if solver.BooleanValue(x)) for xs in self.rows]
 
 
-def build(m: cp_model.CpModel, pos: list[Position], layers: int, n_mb: int, budget: int | None,
-          power: int | None, upper: int | None = None) -> PieceVars:
+def build(
+    m: cp_model.CpModel,
+    pos: list[Position],
+    layers: int,
+    n_mb: int,
+    budget: int | None,
+    power: int | None,
+    upper: int | None = None,
+) -> PieceVars:
     """The model of one (d, b) (module docstring); `upper`: an incumbent's step time (ns), a cut. Rows are
     one-hot literals per position, so every column is a linear sum and the LP relaxation bounds the step."""
     G = len(pos)
@@ -65,8 +74,9 @@ def build(m: cp_model.CpModel, pos: list[Position], layers: int, n_mb: int, budg
 
     def col(g: int, k: str):
         v = pos[g].cols[k]
-        return cp_model.LinearExpr.WeightedSum([xs[g][r] for r in range(pos[g].n) if v[r]],
-                                               [int(v[r]) for r in range(pos[g].n) if v[r]])
+        return cp_model.LinearExpr.WeightedSum(
+            [xs[g][r] for r in range(pos[g].n) if v[r]], [int(v[r]) for r in range(pos[g].n) if v[r]]
+        )
 
     types = sorted({int(t) for p in pos for t in p.cols["type"]})
     for t in types:  # a type holds at most one group
@@ -91,6 +101,7 @@ def build(m: cp_model.CpModel, pos: list[Position], layers: int, n_mb: int, budg
     def used(g: int, t: int):
         """1 when position g's row is of type t (a linear expression of its literals)."""
         return sum(xs[g][r] for r in np.flatnonzero(pos[g].cols["type"] == t))
+
     Pmax = new_int(m, 0, pbig, "p2p_max_ns")
     joins = []
     for g in range(G - 1):
@@ -110,10 +121,22 @@ def build(m: cp_model.CpModel, pos: list[Position], layers: int, n_mb: int, budg
     X = new_int(m, 0, xbig, "dp_optimizer_ns")
     for g in range(G):
         m.Add(X >= col(g, "x"))
-    T = (n_mb - 1) * M + sum(col(g, "su") for g in range(G)) + col(G - 1, "he") + 2 * n_mb * Pmax \
-        + 2 * (sum(col(g, "fill") for g in range(G)) + sum(joins)) + X
-    hi = (n_mb - 1) * big + sum(int(p.cols["su"].max()) for p in pos) + big + 2 * n_mb * pbig \
-        + 2 * (sum(int(p.cols["fill"].max()) for p in pos) + G * pbig) + xbig
+    T = (
+        (n_mb - 1) * M
+        + sum(col(g, "su") for g in range(G))
+        + col(G - 1, "he")
+        + 2 * n_mb * Pmax
+        + 2 * (sum(col(g, "fill") for g in range(G)) + sum(joins))
+        + X
+    )
+    hi = (
+        (n_mb - 1) * big
+        + sum(int(p.cols["su"].max()) for p in pos)
+        + big
+        + 2 * n_mb * pbig
+        + 2 * (sum(int(p.cols["fill"].max()) for p in pos) + G * pbig)
+        + xbig
+    )
     obj = new_int(m, 0, hi, "step_time_ns")
     m.Add(obj == T)
     if upper is not None:

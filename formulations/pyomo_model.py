@@ -24,19 +24,18 @@ import time as _time
 
 import numpy as np
 
+from formulations.bounds import NONE, knobs_of_pairs, presolve
+from formulations.model import Outcome, _infeasible
+from formulations.pairs import Q
+from formulations.tables import TIME_UNIT, build_all
 from optimizer.errors import Infeasible, ProblemError, Reason, TimeLimit
 from optimizer.model.compose import PIPE, pipeline_sum
 from optimizer.model.terms import compose_step
 from optimizer.prepare.objective import gpu_time_cap, target
 from optimizer.prepare.objective import score as objective_score
-from optimizer.schema import Problem
 from optimizer.prepare.space import compact_space
 from optimizer.rules.layout import zero_allowed
-
-from formulations.bounds import NONE, knobs_of_pairs, presolve
-from formulations.model import Outcome, _infeasible
-from formulations.pairs import Q
-from formulations.tables import TIME_UNIT, build_all
+from optimizer.schema import Problem
 
 SOLVERS = ("highs", "gurobi", "cplex", "cbc", "scip", "glpk")
 
@@ -89,6 +88,7 @@ def build_pyomo(problem: Problem, T, pre):
     m.w = pyo.Var(m.C, domain=pyo.Binary)
     f = lambda a: {i: float(a[idx[i]]) for i in range(len(idx))}
     step, hbm, off, scv, ng = f(C["step"]), f(C["hbm"]), f(C["off"]), f(sc), f(C["n"])
+
     def scaled(coef: dict, rhs: float | None = None):
         """MILP solvers refuse coefficients past ~1e15 (HiGHS) and lose precision well before: a row (or the
         objective) whose values exceed 1e12 is divided by a power of ten (GPUs x 10^5 s in ns reaches 1e16)."""
@@ -142,8 +142,12 @@ def run_highs(m, time_limit_s: float) -> dict:
         path = str(Path(d) / "model.mps")
         _, sid = m.write(path, format="mps", io_options={"symbolic_solver_labels": True})
         smap = m.solutions.symbol_map[sid]
-        out = subprocess.run([sys.executable, "-m", "formulations.highs_worker", path, str(max(0.1, time_limit_s))],
-                             capture_output=True, text=True, cwd=str(Path(__file__).resolve().parent.parent))
+        out = subprocess.run(
+            [sys.executable, "-m", "formulations.highs_worker", path, str(max(0.1, time_limit_s))],
+            capture_output=True,
+            text=True,
+            cwd=str(Path(__file__).resolve().parent.parent),
+        )
     if out.returncode != 0:  # pragma: no cover - the worker failed to load highspy
         raise RuntimeError(f"HiGHS worker failed: {out.stderr.strip()[-500:]}")
     from formulations.highs_worker import MARKER
@@ -151,7 +155,7 @@ def run_highs(m, time_limit_s: float) -> dict:
     line = next((x for x in reversed(out.stdout.splitlines()) if x.startswith(MARKER)), None)
     if line is None:  # pragma: no cover - the worker died before printing its result
         raise RuntimeError(f"HiGHS worker gave no result: {(out.stdout + out.stderr).strip()[-500:]}")
-    r = json.loads(line[len(MARKER):])
+    r = json.loads(line[len(MARKER) :])
     r["by_name"] = {smap.bySymbol[n].name: v for n, v in r["values"].items() if n in smap.bySymbol}
     return r
 
@@ -167,8 +171,9 @@ def write_model(problem: Problem, path: str) -> None:
     m.write(path, io_options={"symbolic_solver_labels": True})
 
 
-def solve_pyomo(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: float | None = None,
-                solver: str = "highs") -> Outcome:
+def solve_pyomo(
+    problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: float | None = None, solver: str = "highs"
+) -> Outcome:
     """The same `Outcome` as `formulations.model.solve_cpsat` (assignments, objectives, status, bound);
     extraction and verification are `optimizer.drivers.solve`'s."""
     import pyomo.environ as pyo
@@ -176,8 +181,11 @@ def solve_pyomo(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: 
     t0 = t0 if t0 is not None else _time.perf_counter()
     c = compact_space(problem)
     if c.size == 0:
-        raise Infeasible("no legal plan: no (tp, pp, dp, vpp, micro-batch) satisfies the integer rules "
-                         "(run `paraplan check` for why)", reason=Reason.RULES)
+        raise Infeasible(
+            "no legal plan: no (tp, pp, dp, vpp, micro-batch) satisfies the integer rules "
+            "(run `paraplan check` for why)",
+            reason=Reason.RULES,
+        )
     Ts = build_all(problem, c)
     T = Ts[0]
     pre = presolve(Ts, top)
@@ -205,8 +213,10 @@ def solve_pyomo(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: 
                 break
             if str(tc).lower() == "infeasible":
                 raise _infeasible(problem, c.size)
-            raise TimeLimit(f"no plan found within {time_limit_s:g} s ({solver}: {tc}): not a proof that nothing "
-                            "fits; raise --time-limit")
+            raise TimeLimit(
+                f"no plan found within {time_limit_s:g} s ({solver}: {tc}): not a proof that nothing "
+                "fits; raise --time-limit"
+            )
         if s is None:
             best, bnd = r["objective"], r["bound"]
             best, bnd = best * m.obj_scale, (None if bnd is None else bnd * m.obj_scale)
@@ -227,6 +237,8 @@ def solve_pyomo(problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: 
         objs.append(float(C["step"][sel]) / TIME_UNIT)
         knobs.append(knobs_of_pairs(Ts, pre.pairs.take(np.array([p])), np.array([zi]), np.array([di])))
         m.cuts.add(m.w[sel] == 0)
-    notes = [f"presolve: {pre.n_triples_kept:,} of {pre.n_triples:,} triples kept; {len(pre.pairs):,} pairs",
-             f"Pyomo MILP ({solver}): {len(C['p'])} binaries (pair x ZeRO stage x DP overlap)"]
+    notes = [
+        f"presolve: {pre.n_triples_kept:,} of {pre.n_triples:,} triples kept; {len(pre.pairs):,} pairs",
+        f"Pyomo MILP ({solver}): {len(C['p'])} binaries (pair x ZeRO stage x DP overlap)",
+    ]
     return Outcome(status_name, knobs, objs, c.size, bound, gap, notes)

@@ -45,29 +45,51 @@ def describe(problem: Problem, group: str, fixed: dict[str, list]) -> str:
     if problem.options.gpu_multiple > 1:
         eq = f"be a multiple of {problem.options.gpu_multiple} and {eq}"
     mo = llm.moe
-    experts = (f"ep must divide the {mo.experts} experts, etp must divide tp and the expert ffn ({mo.expert_ffn}), "
-               "and ep*etp the tp*cp*dp ranks of a pipeline stage" if mo else
-               "a dense model has no expert parallelism (ep = 1, etp = tp)")
-    return TEXT[Group(group)].format(eq=eq, n=problem.num_gpus, experts=experts,
-                                     heads=llm.heads, ffn=llm.ffn, kv=llm.kv, layers=llm.layers,
-                                     batch=problem.training.global_batch, seq=problem.seq_len,
-                                     cap=CAPS.cp_limit(problem))
+    experts = (
+        f"ep must divide the {mo.experts} experts, etp must divide tp and the expert ffn ({mo.expert_ffn}), "
+        "and ep*etp the tp*cp*dp ranks of a pipeline stage"
+        if mo
+        else "a dense model has no expert parallelism (ep = 1, etp = tp)"
+    )
+    return TEXT[Group(group)].format(
+        eq=eq,
+        n=problem.num_gpus,
+        experts=experts,
+        heads=llm.heads,
+        ffn=llm.ffn,
+        kv=llm.kv,
+        layers=llm.layers,
+        batch=problem.training.global_batch,
+        seq=problem.seq_len,
+        cap=CAPS.cp_limit(problem),
+    )
 
 
 def domains(problem: Problem, fixed: dict[str, list]) -> dict[str, list[int]]:
     """Candidate values of each knob: what any one group allows, plus the fixed values."""
-    llm, n, B, S, L = problem.llm, problem.num_gpus, problem.training.global_batch, problem.seq_len, problem.llm.layers
+    llm, n, B, S, L = (
+        problem.llm,
+        problem.num_gpus,
+        problem.training.global_batch,
+        problem.seq_len,
+        problem.llm.layers,
+    )
 
     def upto(*sets):
         return {v for s in sets for v in s if v <= n}
 
     dn = divisors(n)
-    dom = {"tp": upto(dn, divisors(llm.heads)), "pp": upto(dn, divisors(L), divisors(L + 2)),
-           "cp": upto(dn, divisors(max(S // 2, 1))), "dp": upto(dn, divisors(B)),
-           "vpp": set(divisors(L)) | set(divisors(L + 2)), "micro_batch": set(divisors(B)),
-           "ep": upto(dn, divisors(llm.moe.experts)) if llm.moe else {1},
-           "etp": upto(dn, divisors(llm.heads), divisors(llm.moe.expert_ffn) if llm.moe else []),
-           "pp_embedding_loss": {0, 1}}
+    dom = {
+        "tp": upto(dn, divisors(llm.heads)),
+        "pp": upto(dn, divisors(L), divisors(L + 2)),
+        "cp": upto(dn, divisors(max(S // 2, 1))),
+        "dp": upto(dn, divisors(B)),
+        "vpp": set(divisors(L)) | set(divisors(L + 2)),
+        "micro_batch": set(divisors(B)),
+        "ep": upto(dn, divisors(llm.moe.experts)) if llm.moe else {1},
+        "etp": upto(dn, divisors(llm.heads), divisors(llm.moe.expert_ffn) if llm.moe else []),
+        "pp_embedding_loss": {0, 1},
+    }
     for k, vals in fixed.items():
         if k in dom:
             dom[k] |= {int(v) for v in vals}
@@ -79,8 +101,18 @@ def _table(problem: Problem, dom: dict[str, list[int]], names: tuple[str, ...], 
     grids = np.meshgrid(*(np.array(dom[k], dtype=np.int64) for k in names), indexing="ij")
     cols = {k: g.reshape(-1) for k, g in zip(names, grids)}
     arg = {"tp": 1, "pp": 1, "dp": 1, "cp": 1} | const | cols
-    ok = rule_masks(problem, arg["tp"], arg["pp"], arg["dp"], arg["cp"], arg.get("vpp", 1), arg.get("micro_batch", 1),
-                    arg.get("ep", 1), arg.get("etp"), arg.get("pp_embedding_loss", 0))[group]
+    ok = rule_masks(
+        problem,
+        arg["tp"],
+        arg["pp"],
+        arg["dp"],
+        arg["cp"],
+        arg.get("vpp", 1),
+        arg.get("micro_batch", 1),
+        arg.get("ep", 1),
+        arg.get("etp"),
+        arg.get("pp_embedding_loss", 0),
+    )[group]
     ok = np.broadcast_to(ok, cols[names[0]].shape)
     return [tuple(int(cols[k][i]) for k in names) for i in np.nonzero(ok)[0]]
 
@@ -99,14 +131,18 @@ def build(problem: Problem, fixed: dict[str, list], skip: frozenset[str] = froze
 
     def allowed(names, g, **const):
         m.AddAllowedAssignments([v[k] for k in names], _table(problem, dom, names, g, **const)).OnlyEnforceIf(
-            group(g))
+            group(g)
+        )
 
     # rules.gpus: the product of the degrees (vectorised check of the full 4-axis grid would be large)
     hi = {k: max(dom[k]) for k in ("tp", "pp", "cp", "dp")}
-    cap = 2**40  # products past it break rules.gpus anyway (num_gpus <= 2^24); keeps CP-SAT's domains in int64
+    cap = (
+        2**40
+    )  # products past it break rules.gpus anyway (num_gpus <= 2^24); keeps CP-SAT's domains in int64
 
     def up(x: int) -> int:
         return min(x, cap)
+
     a = m.NewIntVar(1, up(hi["tp"] * hi["pp"]), "tp*pp")
     b = m.NewIntVar(1, up(hi["tp"] * hi["pp"] * hi["cp"]), "tp*pp*cp")
     tot = m.NewIntVar(1, up(hi["tp"] * hi["pp"] * hi["cp"] * hi["dp"]), "tp*pp*cp*dp")
@@ -117,9 +153,13 @@ def build(problem: Problem, fixed: dict[str, list], skip: frozenset[str] = froze
     (m.Add(tot <= n) if problem.options.allow_idle_gpus else m.Add(tot == n)).OnlyEnforceIf(g)
     k = problem.options.gpu_multiple
     if k > 1:
-        m.Add(tot == k * m.NewIntVar(0, up(hi["tp"] * hi["pp"] * hi["cp"] * hi["dp"]) // k + 1, "nodes")).OnlyEnforceIf(g)
-    m.AddLinearExpressionInDomain(v["tp"], cp_model.Domain.FromValues(
-        [r[0] for r in _table(problem, dom, ("tp",), Group.TP_SPLIT)] or [0])).OnlyEnforceIf(group(Group.TP_SPLIT))
+        m.Add(
+            tot == k * m.NewIntVar(0, up(hi["tp"] * hi["pp"] * hi["cp"] * hi["dp"]) // k + 1, "nodes")
+        ).OnlyEnforceIf(g)
+    m.AddLinearExpressionInDomain(
+        v["tp"],
+        cp_model.Domain.FromValues([r[0] for r in _table(problem, dom, ("tp",), Group.TP_SPLIT)] or [0]),
+    ).OnlyEnforceIf(group(Group.TP_SPLIT))
     allowed(("pp", "vpp", "pp_embedding_loss"), Group.LAYERS)
     if llm.moe is None:
         g = group(Group.EXPERTS)
@@ -127,10 +167,13 @@ def build(problem: Problem, fixed: dict[str, list], skip: frozenset[str] = froze
         m.Add(v["etp"] == v["tp"]).OnlyEnforceIf(g)
     else:
         g = group(Group.EXPERTS)
-        m.AddAllowedAssignments([v["tp"], v["etp"]], [(t, e) for t in dom["tp"] for e in dom["etp"]
-                                                      if t % e == 0 and llm.moe.expert_ffn % e == 0]).OnlyEnforceIf(g)
-        m.AddLinearExpressionInDomain(v["ep"], cp_model.Domain.FromValues(
-            [e for e in dom["ep"] if llm.moe.experts % e == 0] or [0])).OnlyEnforceIf(g)
+        m.AddAllowedAssignments(
+            [v["tp"], v["etp"]],
+            [(t, e) for t in dom["tp"] for e in dom["etp"] if t % e == 0 and llm.moe.expert_ffn % e == 0],
+        ).OnlyEnforceIf(g)
+        m.AddLinearExpressionInDomain(
+            v["ep"], cp_model.Domain.FromValues([e for e in dom["ep"] if llm.moe.experts % e == 0] or [0])
+        ).OnlyEnforceIf(g)
         tc = m.NewIntVar(1, up(hi["tp"] * hi["cp"]), "tp*cp")
         tcd = m.NewIntVar(1, up(hi["tp"] * hi["cp"] * hi["dp"]), "tp*cp*dp")
         m.AddMultiplicationEquality(tc, [v["tp"], v["cp"]])
@@ -156,7 +199,9 @@ def build(problem: Problem, fixed: dict[str, list], skip: frozenset[str] = froze
     for k, vals in fixed.items():
         if k in v:
             g = group(f"fixed.{k}")
-            m.AddLinearExpressionInDomain(v[k], cp_model.Domain.FromValues([int(x) for x in vals])).OnlyEnforceIf(g)
+            m.AddLinearExpressionInDomain(
+                v[k], cp_model.Domain.FromValues([int(x) for x in vals])
+            ).OnlyEnforceIf(g)
     for name in skip:
         if name in lit:
             m.Add(lit[name] == 0)
@@ -183,8 +228,9 @@ def conflict(problem: Problem, fixed: dict[str, list]) -> list[str] | None:
     return core
 
 
-def values(problem: Problem, fixed: dict[str, list], knob: str, without: set[str],
-           candidates: list[int]) -> list[int]:
+def values(
+    problem: Problem, fixed: dict[str, list], knob: str, without: set[str], candidates: list[int]
+) -> list[int]:
     """The candidate values `knob` can take under every group except `without` (a solve per value)."""
     out = []
     s = cp_model.CpSolver()

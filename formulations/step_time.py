@@ -14,12 +14,10 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from formulations.choice import ChoiceVars
-from optimizer.model.compose import PIPE, pipeline_sum
-from optimizer.model.terms import compose_step
-
 from formulations.pairs import Q
 from formulations.tables import Tables
-
+from optimizer.model.compose import PIPE, pipeline_sum
+from optimizer.model.terms import compose_step
 
 
 @dataclass

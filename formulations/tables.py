@@ -56,9 +56,9 @@ from optimizer.model.compose import fsdp_traffic, layout_factors, mb_factors, vp
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate, make_ctx
 from optimizer.model.terms import StepTerms
+from optimizer.prepare.space import Compact
 from optimizer.rules.layout import has_dp_group
 from optimizer.schema import Problem
-from optimizer.prepare.space import Compact
 
 TIME_UNIT = 1e9  # integer time unit per second (1 ns)
 KIB = 1024.0
@@ -114,16 +114,44 @@ class Tables:
         return len(self.mb_vals)
 
 
-OTHER_KNOBS = ("fused_layers", "attention", "sp_ag_redo", "pp_rs_ag", "schedule", "ep_dispatcher", "ep_overlap",
-               "weight_offload", "activation_offload", "optimizer_offload")
+OTHER_KNOBS = (
+    "fused_layers",
+    "attention",
+    "sp_ag_redo",
+    "pp_rs_ag",
+    "schedule",
+    "ep_dispatcher",
+    "ep_overlap",
+    "weight_offload",
+    "activation_offload",
+    "optimizer_offload",
+)
 """Knobs that set a *variant* (one set of tables each): kernels, p2p, schedule, MoE dispatch and offload flags."""
 
 
 def knob_grid(fixed: dict, n: int, **cols) -> Knobs:
     """n candidates: the given columns, the variant's knobs (`fixed`: scalars or arrays of n), everything else
     at its neutral value."""
-    base = dict(tp=1, pp=1, dp=1, cp=1, ep=1, pp_embedding_loss=0, vpp=1, micro_batch=1, recompute=0, sequence_parallel=0, tp_overlap=0, dp_overlap=0, zero=0,
-                tier_tp=0, tier_cp=0, tier_ep=0, tier_dp=0, tier_pp=0)
+    base = dict(
+        tp=1,
+        pp=1,
+        dp=1,
+        cp=1,
+        ep=1,
+        pp_embedding_loss=0,
+        vpp=1,
+        micro_batch=1,
+        recompute=0,
+        sequence_parallel=0,
+        tp_overlap=0,
+        dp_overlap=0,
+        zero=0,
+        tier_tp=0,
+        tier_cp=0,
+        tier_ep=0,
+        tier_dp=0,
+        tier_pp=0,
+    )
     base.update({name: fixed[name] for name in OTHER_KNOBS})
     base.update(cols)
     base["tp_comm"] = base["sequence_parallel"]
@@ -167,8 +195,16 @@ def restrict(Ts: list[Tables], problem: Problem) -> tuple[list[Tables], int]:
     keep_l = T0.gpus(np.arange(len(T0.lay["tp"]))) <= problem.num_gpus
     cap = int(np.floor(capacity_bytes(problem) / KIB))
     off_cap = int(np.floor(problem.system.offload.capacity_gib * 2.0**30 / KIB))
-    out = [replace(T, problem=problem, legal_lvm=T.legal_lvm[keep_l[T.legal_lvm[:, 0]]], cap_kib=cap,
-                   off_cap_kib=off_cap) for T in Ts]
+    out = [
+        replace(
+            T,
+            problem=problem,
+            legal_lvm=T.legal_lvm[keep_l[T.legal_lvm[:, 0]]],
+            cap_kib=cap,
+            off_cap_kib=off_cap,
+        )
+        for T in Ts
+    ]
     return out, int(T0.cand_per_layout[keep_l].sum())
 
 
@@ -187,8 +223,10 @@ def _variants_admitted(c: Compact) -> tuple[list[dict[str, int]], np.ndarray]:
 
 def _layout_columns(c: Compact) -> dict[str, np.ndarray]:
     """Knob columns per layout: tp, pp, cp, dp, ep, etp, pp_embedding_loss and the tier of each axis."""
-    lay = {n: np.array([lt[i] for lt in c.layouts])
-           for i, n in enumerate(("tp", "pp", "cp", "dp", "ep", "etp", "pp_embedding_loss"))}
+    lay = {
+        n: np.array([lt[i] for lt in c.layouts])
+        for i, n in enumerate(("tp", "pp", "cp", "dp", "ep", "etp", "pp_embedding_loss"))
+    }
     for ax in ("tp", "cp", "dp", "pp", "ep"):
         lay[f"tier_{ax}"] = np.array([t[ax] for t in c.tiers])
     return lay
@@ -197,10 +235,15 @@ def _layout_columns(c: Compact) -> dict[str, np.ndarray]:
 def _values(c: Compact) -> dict[str, list[int]]:
     """The values of the per-candidate knobs: vpp and micro-batch of the triples, the others coded."""
     union = _union(c)
-    return {"vpp": np.unique(c.triples[:, 1]).tolist(), "mb": np.unique(c.triples[:, 2]).tolist(),
-            "recompute": sorted(union["recompute"]), "sp": sorted(union["sequence_parallel"]),
-            "tp_overlap": sorted(union["tp_overlap"]), "zero": sorted(union["zero"]),
-            "dp_overlap": sorted(union["dp_overlap"])}
+    return {
+        "vpp": np.unique(c.triples[:, 1]).tolist(),
+        "mb": np.unique(c.triples[:, 2]).tolist(),
+        "recompute": sorted(union["recompute"]),
+        "sp": sorted(union["sequence_parallel"]),
+        "tp_overlap": sorted(union["tp_overlap"]),
+        "zero": sorted(union["zero"]),
+        "dp_overlap": sorted(union["dp_overlap"]),
+    }
 
 
 def _runner(problem: Problem, allv: list[dict[str, int]]):
@@ -212,8 +255,15 @@ def _runner(problem: Problem, allv: list[dict[str, int]]):
         fx = {k: np.repeat(v, n) for k, v in fixed_cols.items()}
         tiled = {k: np.tile(np.broadcast_to(np.asarray(v), (n,)), nVar) for k, v in cols.items()}
         t = evaluate(problem, knob_grid(fx, nVar * n, **tiled), ctx).terms
-        return StepTerms(**{f.name: np.broadcast_to(np.asarray(getattr(t, f.name), dtype=float), (nVar * n,))
-                            .reshape(nVar, n) for f in fields(StepTerms)})
+        return StepTerms(
+            **{
+                f.name: np.broadcast_to(np.asarray(getattr(t, f.name), dtype=float), (nVar * n,)).reshape(
+                    nVar, n
+                )
+                for f in fields(StepTerms)
+            }
+        )
+
     return run
 
 
@@ -223,8 +273,9 @@ def _layout_tables(problem: Problem, lay: dict, tpcp_index: dict, z_vals: list[i
     L0: dict[str, np.ndarray] = {}
     slots = problem.llm.layers + 2 * lay["pp_embedding_loss"]  # the embedding and loss take a layer slot each
     L0.update(layout_factors(problem.training.global_batch, slots, lay["dp"], lay["pp"]))  # A1, A2, Ls, pm2
-    L0["tpcp"] = np.array([tpcp_index[tuple(int(x) for x in key)]
-                           for key in zip(lay["tp"], lay["cp"], lay["ep"], lay["etp"])])
+    L0["tpcp"] = np.array(
+        [tpcp_index[tuple(int(x) for x in key)] for key in zip(lay["tp"], lay["cp"], lay["ep"], lay["etp"])]
+    )
     L0["tp1"] = (lay["tp"] == 1).astype(np.int64)
     edp = lay["tp"] * lay["cp"] * lay["dp"] // (lay["ep"] * lay["etp"])
     L0["dpg1"] = (~has_dp_group(lay["dp"] * lay["cp"], edp)).astype(np.int64)
@@ -276,15 +327,25 @@ def _block_rows(lay: dict, L0: dict, tpcp: list, vals: dict) -> tuple[dict, np.n
     _, first = np.unique(L0["tpcp"], return_index=True)
     tier_of_grp = {ax: lay[f"tier_{ax}"][first][ti] for ax in ("tp", "cp", "ep")}
     mb_b = np.array(vals["mb"])[mi]
-    cols = dict(tp=grp[:, 0], cp=grp[:, 1], ep=grp[:, 2], etp=grp[:, 3], micro_batch=mb_b,
-                recompute=np.array(vals["recompute"])[ri], sequence_parallel=np.array(vals["sp"])[si],
-                tp_overlap=np.array(vals["tp_overlap"])[oi], tier_tp=tier_of_grp["tp"], tier_cp=tier_of_grp["cp"],
-                tier_ep=tier_of_grp["ep"])
+    cols = dict(
+        tp=grp[:, 0],
+        cp=grp[:, 1],
+        ep=grp[:, 2],
+        etp=grp[:, 3],
+        micro_batch=mb_b,
+        recompute=np.array(vals["recompute"])[ri],
+        sequence_parallel=np.array(vals["sp"])[si],
+        tp_overlap=np.array(vals["tp_overlap"])[oi],
+        tier_tp=tier_of_grp["tp"],
+        tier_cp=tier_of_grp["cp"],
+        tier_ep=tier_of_grp["ep"],
+    )
     return cols, mb_b
 
 
-def _block_tables(problem: Problem, lay: dict, L0: dict, tpcp: list, vals: dict, run,
-                  nVar: int) -> list[dict]:
+def _block_tables(
+    problem: Problem, lay: dict, L0: dict, tpcp: list, vals: dict, run, nVar: int
+) -> list[dict]:
     """Per variant, the per-block columns (module docstring): one layer's times and activations, and the edge
     stage's head per (head column, PP tier) and one p2p exchange per PP tier, from pp = 2 grids."""
     cols, mb_b = _block_rows(lay, L0, tpcp, vals)
@@ -292,8 +353,11 @@ def _block_tables(problem: Problem, lay: dict, L0: dict, tpcp: list, vals: dict,
     tiers_pp = sorted(set(int(x) for x in lay["tier_pp"]))
     rb = run(nB, **cols, pp=1)
     rps = {tpp: run(nB, **cols, pp=2, tier_pp=tpp) for tpp in tiers_pp}
-    rpe = ({tpp: run(nB, **cols, pp=2, pp_embedding_loss=1, tier_pp=tpp) for tpp in tiers_pp}
-           if lay["pp_embedding_loss"].any() else None)
+    rpe = (
+        {tpp: run(nB, **cols, pp=2, pp_embedding_loss=1, tier_pp=tpp) for tpp in tiers_pp}
+        if lay["pp_embedding_loss"].any()
+        else None
+    )
     out = []
     for j in range(nVar):
         BETA = {name: t_int(getattr(rb, name)[j]) for name in ("layer_s", "layer_fw_s", "layer_bw_s")}
@@ -333,8 +397,14 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
     slots, L0, Lv, r = _layout_tables(problem, lay, tpcp_index, vals["zero"], run, nVar)
     pu_tiers = [float(n.processor_usage) for n in problem.system.networks]
     LV, LM = _lv_lm_tables(problem.training.global_batch, slots, lay, vals)
-    legal_all = np.stack([c.triples[:, 0], np.searchsorted(vals["vpp"], c.triples[:, 1]),
-                          np.searchsorted(vals["mb"], c.triples[:, 2])], axis=1)
+    legal_all = np.stack(
+        [
+            c.triples[:, 0],
+            np.searchsorted(vals["vpp"], c.triples[:, 1]),
+            np.searchsorted(vals["mb"], c.triples[:, 2]),
+        ],
+        axis=1,
+    )
     BETAs = _block_tables(problem, lay, L0, tpcp, vals, run, nVar)
     cap = int(np.floor(capacity_bytes(problem) / KIB))
     off_cap = int(np.floor(problem.system.offload.capacity_gib * 2.0**30 / KIB))
@@ -343,10 +413,36 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
     v2, nV = LV["v"], len(vals["vpp"])
     out = []
     for j, v in enumerate(allv):
-        LVj = dict(LV, ARv=t_int(np.repeat(r.dp_allreduce_s[j], nV) / v2),
-                   RSv=t_int(np.repeat(r.dp_reduce_scatter_s[j], nV) / v2))
+        LVj = dict(
+            LV,
+            ARv=t_int(np.repeat(r.dp_allreduce_s[j], nV) / v2),
+            RSv=t_int(np.repeat(r.dp_reduce_scatter_s[j], nV) / v2),
+        )
         legal = legal_all[admits[j][legal_all[:, 0]]]
-        out.append(Tables(problem, lay, Lv[j], vals["vpp"], vals["mb"], vals["recompute"], vals["sp"],
-                          vals["tp_overlap"], vals["zero"], vals["dp_overlap"], tpcp, LVj, LM, BETAs[j],
-                          legal, cap, c.size, dict(v), pu_tiers, off_cap, j, cand))
+        out.append(
+            Tables(
+                problem,
+                lay,
+                Lv[j],
+                vals["vpp"],
+                vals["mb"],
+                vals["recompute"],
+                vals["sp"],
+                vals["tp_overlap"],
+                vals["zero"],
+                vals["dp_overlap"],
+                tpcp,
+                LVj,
+                LM,
+                BETAs[j],
+                legal,
+                cap,
+                c.size,
+                dict(v),
+                pu_tiers,
+                off_cap,
+                j,
+                cand,
+            )
+        )
     return out

@@ -86,8 +86,8 @@ def check(path: str | Path, offload_gib: float = 512.0, offload_gbps: float = 64
 
 def procure(path: str | Path, pareto: bool = False, time_limit_s: float = 60.0):
     """What to buy (a `ProcureResult`: `.best`, `.rows` per node type, `.pareto`)."""
-    from optimizer.io.loader import load_procure
     from optimizer.drivers.procure import procure as _procure
+    from optimizer.io.loader import load_procure
 
     return _procure(load_procure(path), pareto=pareto, time_limit_s=time_limit_s)
 
@@ -101,8 +101,13 @@ def fleet(path: str | Path, time_limit_s: float = 60.0):
     return _fleet(load_fleet(path), time_limit_s=time_limit_s)
 
 
-def study(path: str | Path, output: str | Path | None = None, workers: int | None = None,
-          ray_address: str | None = None, use_ray: bool = False):
+def study(
+    path: str | Path,
+    output: str | Path | None = None,
+    workers: int | None = None,
+    ray_address: str | None = None,
+    use_ray: bool = False,
+):
     """Every point of a study file solved (or checked); a `StudyResult` (`.rows`, `.counts()`,
     `.exit_code()`). Resumes from `<output>.journal.jsonl` (output default: `<study>.csv` here) and writes
     the table to `output` by its suffix (CSV with a Parquet beside it when pyarrow is installed)."""
@@ -134,8 +139,16 @@ def schema(kind: str = "problem") -> dict[str, Any]:
     from optimizer.schema.run import Run
     from optimizer.schema.study import Study
 
-    model = {"problem": Problem, "procure": ProcureProblem, "catalog": Catalog, "system": System, "llm": LLM,
-             "run": Run, "fleet": FleetProblem, "study": Study}[kind]
+    model = {
+        "problem": Problem,
+        "procure": ProcureProblem,
+        "catalog": Catalog,
+        "system": System,
+        "llm": LLM,
+        "run": Run,
+        "fleet": FleetProblem,
+        "study": Study,
+    }[kind]
     return model.model_json_schema()
 
 
@@ -154,8 +167,10 @@ def rows(result) -> list[dict[str, Any]]:
 
     kind = _kind(result)
     if kind == "solve":
-        return [row(p.evaluation, plan=i + 1, objective_step_time_s=p.objective_s)
-                for i, p in enumerate(result.plans)]
+        return [
+            row(p.evaluation, plan=i + 1, objective_step_time_s=p.objective_s)
+            for i, p in enumerate(result.plans)
+        ]
     if kind == "evaluate":
         return [row(result)]
     if kind == "check":
@@ -205,8 +220,12 @@ def as_dict(result, problem: Problem | None = None) -> dict[str, Any]:
 
         return evaluation_dict(result)
     if kind == "study":
-        return {"study": result.study.name, "points": len(result.rows), "counts": result.counts(),
-                "rows": result.rows}
+        return {
+            "study": result.study.name,
+            "points": len(result.rows),
+            "counts": result.counts(),
+            "rows": result.rows,
+        }
     import importlib
 
     report = importlib.import_module(f"optimizer.report.{kind}")
@@ -222,8 +241,11 @@ def plot(result, path: str | Path, problem: Problem | None = None) -> list[str]:
         return plots.plot_study(result.rows, result.study, path)
     if kind == "solve":
         name = problem.name if problem is not None else None
-        plots.plot_breakdown([p.evaluation for p in result.plans], path, f"{name or 'solve'}: the "
-                             f"{len(result.plans)} best plans, step time and memory by part")
+        plots.plot_breakdown(
+            [p.evaluation for p in result.plans],
+            path,
+            f"{name or 'solve'}: the {len(result.plans)} best plans, step time and memory by part",
+        )
     elif kind == "procure":
         plots.plot_pareto(result, path)
     elif kind == "fleet":
@@ -268,9 +290,16 @@ def _kind(result) -> str:
     from optimizer.drivers.validate import ValidateResult
     from optimizer.drivers.whatif import WhatifResult
 
-    for kind, cls in (("evaluate", Evaluation), ("solve", SolveResult), ("check", CheckResult),
-                      ("procure", ProcureResult), ("fleet", FleetResult), ("study", StudyResult),
-                      ("whatif", WhatifResult), ("validate", ValidateResult)):
+    for kind, cls in (
+        ("evaluate", Evaluation),
+        ("solve", SolveResult),
+        ("check", CheckResult),
+        ("procure", ProcureResult),
+        ("fleet", FleetResult),
+        ("study", StudyResult),
+        ("whatif", WhatifResult),
+        ("validate", ValidateResult),
+    ):
         if isinstance(result, cls):
             return kind
     raise TypeError(f"not a paraplan result: {type(result).__name__}")
@@ -278,10 +307,14 @@ def _kind(result) -> str:
 
 def emitted(target: str, problem: Problem, execution) -> dict[str, Any]:
     """A plan for a framework as `--json` gives it: {"target", "text", "warnings"}."""
-    from optimizer.report.export import emit as _emit, stack_warnings
+    from optimizer.report.export import emit as _emit
+    from optimizer.report.export import stack_warnings
 
-    return {"target": target, "text": _emit(target, problem, execution),
-            "warnings": stack_warnings(target, execution)}
+    return {
+        "target": target,
+        "text": _emit(target, problem, execution),
+        "warnings": stack_warnings(target, execution),
+    }
 
 
 def emit_block(target: str, problem: Problem, execution) -> str:

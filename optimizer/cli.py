@@ -46,21 +46,28 @@ SHARED = {
     "schema": ("output", "quiet"),
 }
 DEFAULTS = {"json": False, "output": None, "time_limit": 60.0, "quiet": False}
-OUTPUT_HELP = {"study": "the table: .csv (default STUDY.csv here; a Parquet file beside it with pyarrow), "
-                        ".json or text; resumes from FILE.journal.jsonl"}
+OUTPUT_HELP = {
+    "study": "the table: .csv (default STUDY.csv here; a Parquet file beside it with pyarrow), "
+    ".json or text; resumes from FILE.journal.jsonl"
+}
 
 
 def _bounded(kind, lo: float, hi: float, what: str, lo_open: bool = False):
     """An argparse type: a number of `kind` in [lo, hi] ((lo, hi] with lo_open), NaN refused."""
+
     def parse(text: str):
         try:
             v = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
         if not ((lo < v) if lo_open else (lo <= v)) or not v <= hi:
-            raise argparse.ArgumentTypeError(f"{text} is outside {'(' if lo_open else '['}{lo:g}, {hi:g}]"
-                                             if kind is float else f"{v} is outside {lo:g}..{hi:g}")
+            raise argparse.ArgumentTypeError(
+                f"{text} is outside {'(' if lo_open else '['}{lo:g}, {hi:g}]"
+                if kind is float
+                else f"{v} is outside {lo:g}..{hi:g}"
+            )
         return v
+
     return parse
 
 
@@ -94,11 +101,17 @@ def _shared(names, suppress: bool) -> argparse.ArgumentParser:
     if "json" in names:
         sp.add_argument("--json", action="store_true", help="print one JSON object", **d)
     if "output" in names:
-        sp.add_argument("--output", "-o", metavar="FILE", help="write the answer to FILE: .json, .csv (a row "
-                        "per plan) or text", **d)
+        sp.add_argument(
+            "--output",
+            "-o",
+            metavar="FILE",
+            help="write the answer to FILE: .json, .csv (a row per plan) or text",
+            **d,
+        )
     if "time_limit" in names:
-        sp.add_argument("--time-limit", type=_seconds, metavar="S", help="time limit of each solve, s "
-                        "(default 60)", **d)
+        sp.add_argument(
+            "--time-limit", type=_seconds, metavar="S", help="time limit of each solve, s (default 60)", **d
+        )
     if "quiet" in names:
         sp.add_argument("--quiet", "-q", action="store_true", help="no progress bars on stderr", **d)
     return sp
@@ -147,12 +160,27 @@ def cmd_solve(args) -> int:
         if path:  # the MILP of the same kept pairs, for any solver
             api.write_model(problem, path)
     try:
-        r = api.solve(problem, method=args.method, top=args.top, time_limit_s=args.time_limit, params=params,
-                      backend=args.backend, solver=args.solver)
+        r = api.solve(
+            problem,
+            method=args.method,
+            top=args.top,
+            time_limit_s=args.time_limit,
+            params=params,
+            backend=args.backend,
+            solver=args.solver,
+        )
     except (Infeasible, TimeLimit) as e:
         if args.json:
-            print(api.to_json({"status": "infeasible" if isinstance(e, Infeasible) else "time_limit",
-                               "reason": str(e.reason), "message": str(e), "plans": []}))
+            print(
+                api.to_json(
+                    {
+                        "status": "infeasible" if isinstance(e, Infeasible) else "time_limit",
+                        "reason": str(e.reason),
+                        "message": str(e),
+                        "plans": [],
+                    }
+                )
+            )
         raise
     if args.plot:
         _plotted(api.plot(r, args.plot, problem))
@@ -189,8 +217,13 @@ def cmd_study(args) -> int:
     values make an invalid problem); else 4 when a point passed its time limit without a plan."""
     if args.workers is not None and not 1 <= args.workers <= 1024:
         raise ProblemError("--workers", None, None, f"{args.workers} is outside 1..1024")
-    r = api.study(args.study, args.output, workers=args.workers, ray_address=args.ray or None,
-                  use_ray=args.ray is not None)
+    r = api.study(
+        args.study,
+        args.output,
+        workers=args.workers,
+        ray_address=args.ray or None,
+        use_ray=args.ray is not None,
+    )
     if args.json:
         print(api.to_json(api.as_dict(r)))
     else:
@@ -236,62 +269,136 @@ def _command(sub, name: str, func, help: str, positional: str | None = None, emi
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="paraplan", parents=[_shared(DEFAULTS, suppress=True)],
-                                 description="Plan LLM training: fastest parallel execution, feasibility, "
-                                 "hardware procurement (CP-SAT over an analytical model).")
+    ap = argparse.ArgumentParser(
+        prog="paraplan",
+        parents=[_shared(DEFAULTS, suppress=True)],
+        description="Plan LLM training: fastest parallel execution, feasibility, "
+        "hardware procurement (CP-SAT over an analytical model).",
+    )
     from optimizer import __version__
 
     ap.add_argument("--version", action="version", version=f"paraplan {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
-    _command(sub, "evaluate", cmd_evaluate, "step time and memory of the problem's execution", "problem",
-             emit="also print the execution for a training framework")
-    _command(sub, "validate", cmd_validate, "predict published runs (calibration schema) and score the model",
-             "runs")
-    _solve_flags(_command(sub, "solve", cmd_solve, "the fastest execution of the problem (exit 3 when "
-                          "nothing fits)", "problem", emit="also print the plan for a training framework"))
-    p = _command(sub, "check", cmd_check, "does it fit? why not, and what smallest change would (exit 3: "
-                 "does not fit)", "problem", emit="when it fits, also print the plan for a framework")
-    p.add_argument("--offload-gib", type=_amount, default=512.0,
-                   help="offload memory to try when nothing fits")
+    _command(
+        sub,
+        "evaluate",
+        cmd_evaluate,
+        "step time and memory of the problem's execution",
+        "problem",
+        emit="also print the execution for a training framework",
+    )
+    _command(
+        sub,
+        "validate",
+        cmd_validate,
+        "predict published runs (calibration schema) and score the model",
+        "runs",
+    )
+    _solve_flags(
+        _command(
+            sub,
+            "solve",
+            cmd_solve,
+            "the fastest execution of the problem (exit 3 when nothing fits)",
+            "problem",
+            emit="also print the plan for a training framework",
+        )
+    )
+    p = _command(
+        sub,
+        "check",
+        cmd_check,
+        "does it fit? why not, and what smallest change would (exit 3: does not fit)",
+        "problem",
+        emit="when it fits, also print the plan for a framework",
+    )
+    p.add_argument(
+        "--offload-gib", type=_amount, default=512.0, help="offload memory to try when nothing fits"
+    )
     p.add_argument("--offload-gbps", type=_amount, default=64.0, help="its bandwidth, GB/s (PCIe 5 x16: 64)")
-    p = _command(sub, "procure", cmd_procure, "what hardware to buy or rent, and its plan (exit 3: nothing "
-                 "fits)", "problem", emit="also print the best purchase's plan for a training framework (one "
-                 "node type)")
+    p = _command(
+        sub,
+        "procure",
+        cmd_procure,
+        "what hardware to buy or rent, and its plan (exit 3: nothing fits)",
+        "problem",
+        emit="also print the best purchase's plan for a training framework (one node type)",
+    )
     p.add_argument("--pareto", action="store_true", help="also the front of cost against time to train")
     p.add_argument("--plot", metavar="FILE.png", help="plot the Pareto front (implies --pareto)")
-    p = _command(sub, "fleet", cmd_fleet, "nodes to buy per period and a schedule for many training jobs "
-                 "(exit 3: infeasible)", "problem")
+    p = _command(
+        sub,
+        "fleet",
+        cmd_fleet,
+        "nodes to buy per period and a schedule for many training jobs (exit 3: infeasible)",
+        "problem",
+    )
     p.add_argument("--plot", metavar="FILE.png", help="draw the schedule as a Gantt chart")
-    p = _command(sub, "study", cmd_study, "solve (or check) every point of axes over a base problem (exit 2: "
-                 "a point is an error row, its values an invalid problem; else 4: a point passed its time "
-                 "limit without a plan; infeasible points are answers)", "study")
+    p = _command(
+        sub,
+        "study",
+        cmd_study,
+        "solve (or check) every point of axes over a base problem (exit 2: "
+        "a point is an error row, its values an invalid problem; else 4: a point passed its time "
+        "limit without a plan; infeasible points are answers)",
+        "study",
+    )
     p.add_argument("--workers", type=int, help="local processes (default: every core)")
-    p.add_argument("--ray", nargs="?", const="", metavar="ADDRESS", help="run on Ray (an existing cluster's "
-                   "address, or a local one without); needs pip install 'paraplan[ray]'")
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        metavar="ADDRESS",
+        help="run on Ray (an existing cluster's "
+        "address, or a local one without); needs pip install 'paraplan[ray]'",
+    )
     p.add_argument("--plot", metavar="FOLDER", help="line, heatmap and breakdown PNGs in FOLDER")
-    p = _command(sub, "whatif", cmd_whatif, "what +X%% of each resource is worth; the robust plan", "problem",
-                 emit="also print the robust plan for a training framework")
-    p.add_argument("--pct", type=_amount, default=20.0,
-                   help="how much more of each resource, %% (default 20)")
+    p = _command(
+        sub,
+        "whatif",
+        cmd_whatif,
+        "what +X%% of each resource is worth; the robust plan",
+        "problem",
+        emit="also print the robust plan for a training framework",
+    )
+    p.add_argument(
+        "--pct", type=_amount, default=20.0, help="how much more of each resource, %% (default 20)"
+    )
     p.add_argument("--top", type=_top, default=10, help="plans compared for robustness (default 10)")
     p.add_argument("--band", type=float, default=0.1, help="efficiency band, a fraction (default 0.1)")
     p.add_argument("--plot", metavar="FILE.png", help="a tornado chart of the resources' value")
     p = _command(sub, "schema", cmd_schema, "print the JSON Schema of an input format")
-    p.add_argument("--kind", choices=list(api.SCHEMA_KINDS), default="problem",
-                   help="which file format (default: problem)")
+    p.add_argument(
+        "--kind",
+        choices=list(api.SCHEMA_KINDS),
+        default="problem",
+        help="which file format (default: problem)",
+    )
     return ap
 
 
 def _solve_flags(p) -> None:
     p.add_argument("--top", type=_top, default=1, help="K distinct plans, best first (1..1000)")
-    p.add_argument("--method", choices=["cpsat", "enumerate"], default="cpsat",
-                   help="cpsat (proven optimum, default) or enumerate (the exhaustive oracle)")
-    p.add_argument("--sat-params", metavar="JSON", help='CP-SAT parameters, e.g. \'{"num_workers": 2}\'')
+    p.add_argument(
+        "--method",
+        choices=["cpsat", "enumerate"],
+        default="cpsat",
+        help="cpsat (proven optimum, default) or enumerate (the exhaustive oracle)",
+    )
+    p.add_argument("--sat-params", metavar="JSON", help="CP-SAT parameters, e.g. '{\"num_workers\": 2}'")
     p.add_argument("--plot", metavar="FILE.png", help="draw each plan's step time and memory by part")
-    p.add_argument("--backend", choices=["cpsat", "pyomo"], default="cpsat",
-                   help="cpsat (default) or pyomo (the same kept pairs as a MILP)")
-    p.add_argument("--solver", choices=["highs", "gurobi", "cplex", "cbc", "scip", "glpk"], default="highs",
-                   help="MILP solver of --backend pyomo (default highs, via highspy)")
+    p.add_argument(
+        "--backend",
+        choices=["cpsat", "pyomo"],
+        default="cpsat",
+        help="cpsat (default) or pyomo (the same kept pairs as a MILP)",
+    )
+    p.add_argument(
+        "--solver",
+        choices=["highs", "gurobi", "cplex", "cbc", "scip", "glpk"],
+        default="highs",
+        help="MILP solver of --backend pyomo (default highs, via highspy)",
+    )
     p.add_argument("--write-lp", metavar="FILE", help="also write the MILP in LP format")
     p.add_argument("--write-mps", metavar="FILE", help="also write the MILP in MPS format")
 

@@ -50,7 +50,7 @@ class Infeasible(ParaplanError):
 
     exit_code = 3
 
-    def __init__(self, msg: str, reason: "Reason | str"):
+    def __init__(self, msg: str, reason: Reason | str):
         super().__init__(msg)
         self.reason = Reason(reason)
 

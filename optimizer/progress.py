@@ -29,11 +29,24 @@ def progress(description: str, total: int | None):
     if _ACTIVE:  # one bar at a time: an inner long task advances the outer bar
         yield _ACTIVE[-1]
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
     from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
-    cols = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("ETA"), TimeRemainingColumn()]
+    cols = [
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    ]
     with Progress(*cols, console=Console(file=sys.stderr), transient=True) as bar:
         task = bar.add_task(description, total=total)
         _ACTIVE.append(lambda n=1: bar.advance(task, n))

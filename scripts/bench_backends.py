@@ -24,13 +24,14 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from optimizer.io.loader import load_problem
 from optimizer.drivers.solve import solve
+from optimizer.io.loader import load_problem
 
 CASES = ["gpt3-175b-1024xh100", "gpt3-175b-4096xa100", "gpt3-175b-upto6144xa100"]
 QUICK_CASE = "llama3.1-8b-8xh100"
-QUICK_PROBLEM = ("llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 8\n"
-                 "training: {global_batch: 64, precision: bf16}\n")
+QUICK_PROBLEM = (
+    "llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 8\ntraining: {global_batch: 64, precision: bf16}\n"
+)
 
 
 def run_case(name: str, path: Path | None = None) -> dict:
@@ -44,9 +45,16 @@ def run_case(name: str, path: Path | None = None) -> dict:
     h = solve(p, backend="pyomo")
     th = time.perf_counter() - t0
     same = abs(c.plans[0].objective_s - h.plans[0].objective_s) <= 1e-3 * c.plans[0].objective_s
-    return {"name": name, "cpsat_s": round(tc, 4), "pyomo_s": round(th, 4), "same_optimum": bool(same),
-            "cpsat_status": c.status, "pyomo_status": h.status, "step_time_s": round(c.plans[0].objective_s, 6),
-            "pyomo_step_time_s": round(h.plans[0].objective_s, 6)}
+    return {
+        "name": name,
+        "cpsat_s": round(tc, 4),
+        "pyomo_s": round(th, 4),
+        "same_optimum": bool(same),
+        "cpsat_status": c.status,
+        "pyomo_status": h.status,
+        "step_time_s": round(c.plans[0].objective_s, 6),
+        "pyomo_step_time_s": round(h.plans[0].objective_s, 6),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,8 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if bad else 0
     print(f"{'case':28} {'CP-SAT s':>9} {'Pyomo/HiGHS s':>14}  same optimum")
     for r in rows:
-        print(f"{r['name']:28} {r['cpsat_s']:9.3f} {r['pyomo_s']:14.3f}  "
-              f"{'yes' if r['same_optimum'] else 'NO'} ({r['step_time_s']:.4f} s; {r['cpsat_status']}/{r['pyomo_status']})")
+        print(
+            f"{r['name']:28} {r['cpsat_s']:9.3f} {r['pyomo_s']:14.3f}  "
+            f"{'yes' if r['same_optimum'] else 'NO'} ({r['step_time_s']:.4f} s; {r['cpsat_status']}/{r['pyomo_status']})"
+        )
     return 1 if bad else 0
 
 

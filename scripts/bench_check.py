@@ -44,16 +44,21 @@ def main(argv: list[str] | None = None) -> int:
         times, fits = [], None
         for _ in range(repeat + warm):
             t0 = time.perf_counter()
-            p = subprocess.run([sys.executable, "-m", "optimizer.cli", "check", str(path), "--json"], cwd=ROOT,
-                               capture_output=True, text=True)
+            p = subprocess.run(
+                [sys.executable, "-m", "optimizer.cli", "check", str(path), "--json"],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+            )
             times.append(time.perf_counter() - t0)
             if p.returncode not in (0, 3):
                 print(p.stderr, file=sys.stderr)
                 return 1
             fits = json.loads(p.stdout)["fits"]
         shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
-        rows.append({"problem": str(shown), "median_s": round(statistics.median(times[warm:]), 3),
-                     "fits": fits})
+        rows.append(
+            {"problem": str(shown), "median_s": round(statistics.median(times[warm:]), 3), "fits": fits}
+        )
     if a.json:
         print(json.dumps({"cases": [{"problem": r["problem"], "median_s": r["median_s"]} for r in rows]}))
     else:

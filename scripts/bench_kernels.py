@@ -57,7 +57,9 @@ def gemm_errors(data: dict, system: System) -> list[tuple[str, float]]:
         prec = {"fp8": Precision.FP8, "fp32": Precision.FP32}.get(g["dtype"], Precision.BF16)
         hw = Hardware(system, prec)
         t = float(hw.gemm(g["m"], g["n"], g["k"], in_bytes=1 if prec == Precision.FP8 else 2, out_bytes=2))
-        out.append((f"{g['dtype']} {g['m']}x{g['n']}x{g['k']} ({g.get('model')}, {g.get('op')})", t / g["s"] - 1))
+        out.append(
+            (f"{g['dtype']} {g['m']}x{g['n']}x{g['k']} ({g.get('model')}, {g.get('op')})", t / g["s"] - 1)
+        )
     return out
 
 
@@ -93,18 +95,35 @@ def block_errors(data: dict, system: System) -> list[tuple[str, float]]:
         try:
             llm = load_named("llm", r["model"], LLM)
         except Exception:  # a model not in the library: its shape from the record
-            llm = LLM(name=r["model"], hidden=r["hidden"], ffn=r["ffn"], layers=max(r["layers"], 1), heads=r["heads"],
-                      kv_heads=r["kv_heads"], head_dim=r["head_dim"], seq_len=r["seq"], vocab=32000,
-                      mlp="swiglu" if r["gated"] else "gelu")
+            llm = LLM(
+                name=r["model"],
+                hidden=r["hidden"],
+                ffn=r["ffn"],
+                layers=max(r["layers"], 1),
+                heads=r["heads"],
+                kv_heads=r["kv_heads"],
+                head_dim=r["head_dim"],
+                seq_len=r["seq"],
+                vocab=32000,
+                mlp="swiglu" if r["gated"] else "gelu",
+            )
         llm = llm.model_copy(update={"dropout": False})
-        p = Problem(llm=llm, system=system, num_gpus=1, training=Training(global_batch=r["micro_batch"],
-                                                                          seq_len=r["seq"]))
+        p = Problem(
+            llm=llm,
+            system=system,
+            num_gpus=1,
+            training=Training(global_batch=r["micro_batch"], seq_len=r["seq"]),
+        )
         ex = Execution(micro_batch=r["micro_batch"], fused_layers=bool(r["compiled"]))
         k = from_execution(ex, system, 1)
         blk = block_cost(make_ctx(p), k)
         t = float(np.asarray(blk.fw_total + blk.bw_total).reshape(-1)[0])
-        out.append((f"{r['model']} mb{r['micro_batch']} s{r['seq']} {'compiled' if r['compiled'] else 'eager'}",
-                    t / r["per_layer_s"] - 1))
+        out.append(
+            (
+                f"{r['model']} mb{r['micro_batch']} s{r['seq']} {'compiled' if r['compiled'] else 'eager'}",
+                t / r["per_layer_s"] - 1,
+            )
+        )
     return out
 
 
@@ -117,8 +136,18 @@ def ring_errors(data: dict, system: System) -> list[tuple[str, float]]:
     for r in data.get("rows", []):
         if "cp" not in r:  # another file's rows (microbench_cudnn_attention.py's)
             continue
-        fw, bw, _ = flash_attention(hw, 1, r["heads"], r["heads"], r["head_dim"], r["tokens_per_rank"], r["seq"], 2.0,
-                                    fa2=r["backend"] == "flash2", cp=float(r["cp"]))
+        fw, bw, _ = flash_attention(
+            hw,
+            1,
+            r["heads"],
+            r["heads"],
+            r["head_dim"],
+            r["tokens_per_rank"],
+            r["seq"],
+            2.0,
+            fa2=r["backend"] == "flash2",
+            cp=float(r["cp"]),
+        )
         out.append((f"{r['backend']} cp{r['cp']} {r['seq']} tokens", float(fw + bw) / r["fwbw_s"] - 1))
     return out
 
@@ -137,9 +166,18 @@ def cudnn_variants(data: dict, system: System) -> dict[tuple[str, str], tuple[fl
         shape = f"b{r['b']} h{r['heads']}/{r['kv_heads']} d{r['head_dim']} s{r['s']}"
         for name in ("causal", "causal_sink", "window", "window_sink"):
             if name in r:
-                fw, bw, _ = flash_attention(hw, r["b"], r["heads"], r["kv_heads"], r["head_dim"], r["s"], r["s"], 2.0,
-                                            window=win if name.startswith("window") else None,
-                                            sinks=name.endswith("_sink"))
+                fw, bw, _ = flash_attention(
+                    hw,
+                    r["b"],
+                    r["heads"],
+                    r["kv_heads"],
+                    r["head_dim"],
+                    r["s"],
+                    r["s"],
+                    2.0,
+                    window=win if name.startswith("window") else None,
+                    sinks=name.endswith("_sink"),
+                )
                 out[shape, name] = (float(fw), float(bw), r[name]["fw_s"], r[name]["bw_s"])
     return out
 
@@ -148,15 +186,19 @@ def sink_errors(data: dict, system: System) -> list[tuple[str, float]]:
     """Learned attention sinks: the backward time they add (the model's `Hardware.sink_backward`, i.e. backward
     with sinks minus without) against the measured difference, causal and windowed."""
     v = cudnn_variants(data, system)
-    return [(f"{name} {shape}", (bw - v[shape, base][1]) / (mbw - v[shape, base][3]) - 1)
-            for (shape, name), (_, bw, _, mbw) in v.items()
-            if name.endswith("_sink") and (shape, base := name.removesuffix("_sink")) in v]
+    return [
+        (f"{name} {shape}", (bw - v[shape, base][1]) / (mbw - v[shape, base][3]) - 1)
+        for (shape, name), (_, bw, _, mbw) in v.items()
+        if name.endswith("_sink") and (shape, base := name.removesuffix("_sink")) in v
+    ]
 
 
 def cudnn_attention_errors(data: dict, system: System) -> list[tuple[str, float]]:
     """cuDNN's fused attention, forward + backward, per variant (with and without a 128-token window and sinks)."""
-    return [(f"{name} {shape}", (fw + bw) / (mfw + mbw) - 1)
-            for (shape, name), (fw, bw, mfw, mbw) in cudnn_variants(data, system).items()]
+    return [
+        (f"{name} {shape}", (fw + bw) / (mfw + mbw) - 1)
+        for (shape, name), (fw, bw, mfw, mbw) in cudnn_variants(data, system).items()
+    ]
 
 
 EAGER_PASSES = {"clamp": (clamp_passes, "up"), "bias": (expert_bias_passes, "hidden")}
@@ -173,7 +215,9 @@ def expert_eager_errors(data: dict, system: System) -> list[tuple[str, float]]:
             continue
         for name, (fn, width) in EAGER_PASSES.items():
             fw, bw = fn(hw, float(r["rows"]) * data[width], 2.0)
-            out.append((f"{name} {r['rows']} rows / {r['experts']} experts", float(fw + bw) / r[name]["fwbw_s"] - 1))
+            out.append(
+                (f"{name} {r['rows']} rows / {r['experts']} experts", float(fw + bw) / r[name]["fwbw_s"] - 1)
+            )
     return out
 
 
@@ -253,7 +297,12 @@ def precision_errors(data: dict, system: System) -> list[tuple[str, float]]:
             continue
         t = te_layer_time(Hardware(system, prec), linears, BYTES[prec])
         for i, pass_ in enumerate(TE_PASSES):
-            out.append((f"{key} {pass_} / bf16", (t[i] / t16[i]) / (measured(key, pass_) / measured("bf16", pass_)) - 1))
+            out.append(
+                (
+                    f"{key} {pass_} / bf16",
+                    (t[i] / t16[i]) / (measured(key, pass_) / measured("bf16", pass_)) - 1,
+                )
+            )
     return out
 
 
@@ -262,15 +311,21 @@ def summary(rows: list[tuple[str, float]]) -> dict:
         return {"n": 0, "median_abs_error_pct": None, "mean_signed_error_pct": None, "worst": None}
     e = np.array([x for _, x in rows])
     worst = max(rows, key=lambda r: abs(r[1]))
-    return {"n": len(rows), "median_abs_error_pct": round(100 * float(np.median(np.abs(e))), 1),
-            "mean_signed_error_pct": round(100 * float(np.mean(e)), 1),
-            "worst": {"op": worst[0], "error_pct": round(100 * worst[1], 1)}}
+    return {
+        "n": len(rows),
+        "median_abs_error_pct": round(100 * float(np.median(np.abs(e))), 1),
+        "mean_signed_error_pct": round(100 * float(np.mean(e)), 1),
+        "worst": {"op": worst[0], "error_pct": round(100 * worst[1], 1)},
+    }
 
 
 def missed_targets(out: dict) -> list[str]:
     """The classes whose median |error| is above its target (`TARGETS`, percent)."""
-    return [f"{k}: median |error| {out[k]['median_abs_error_pct']}% > {t}%" for k, t in TARGETS.items()
-            if out[k]["n"] and out[k]["median_abs_error_pct"] > t]
+    return [
+        f"{k}: median |error| {out[k]['median_abs_error_pct']}% > {t}%"
+        for k, t in TARGETS.items()
+        if out[k]["n"] and out[k]["median_abs_error_pct"] > t
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -281,7 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="score the shipped H200 file (a smoke test)")
     a = ap.parse_args(argv)
     if a.measurements is None:
-        a.measurements, a.system = (str(QUICK[0]), a.system or QUICK[1]) if a.quick else (str(DEFAULT), a.system)
+        a.measurements, a.system = (
+            (str(QUICK[0]), a.system or QUICK[1]) if a.quick else (str(DEFAULT), a.system)
+        )
     a.system = a.system or "h100-sxm-80gb"
     path = Path(a.measurements)
     if not path.is_file():
@@ -292,28 +349,41 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as ex:
         print(f"{path}: not a measurements file ({ex})", file=sys.stderr)
         return 2
-    if not isinstance(data, dict) or not any(data.get(k) for k in ("gemm", "attn", "elem", "layer", "rows",
-                                                                    "per_layer_ms")):
-        print(f"{path}: no table this script scores (gemm, attn, elem, layer from microbench.py; rows from "
-              "microbench_ring_attention.py and microbench_cudnn_attention.py; per_layer_ms from Transformer "
-              "Engine's benchmark_gemm.py)", file=sys.stderr)
+    if not isinstance(data, dict) or not any(
+        data.get(k) for k in ("gemm", "attn", "elem", "layer", "rows", "per_layer_ms")
+    ):
+        print(
+            f"{path}: no table this script scores (gemm, attn, elem, layer from microbench.py; rows from "
+            "microbench_ring_attention.py and microbench_cudnn_attention.py; per_layer_ms from Transformer "
+            "Engine's benchmark_gemm.py)",
+            file=sys.stderr,
+        )
         return 2
     system = load_named("system", a.system, System)
     try:
-        out = {"system": system.name, "measurements": path.name,
-               "gemm": summary(gemm_errors(data, system)), "attention": summary(attention_errors(data, system)),
-               "elementwise": summary(elementwise_errors(data, system)), "block": summary(block_errors(data, system)),
-               "ring": summary(ring_errors(data, system)),
-               "cudnn_attn": summary(cudnn_attention_errors(data, system)), "sinks": summary(sink_errors(data, system)),
-               "expert_eager": summary(expert_eager_errors(data, system)),
-               "precisions": summary(precision_errors(data, system))}
+        out = {
+            "system": system.name,
+            "measurements": path.name,
+            "gemm": summary(gemm_errors(data, system)),
+            "attention": summary(attention_errors(data, system)),
+            "elementwise": summary(elementwise_errors(data, system)),
+            "block": summary(block_errors(data, system)),
+            "ring": summary(ring_errors(data, system)),
+            "cudnn_attn": summary(cudnn_attention_errors(data, system)),
+            "sinks": summary(sink_errors(data, system)),
+            "expert_eager": summary(expert_eager_errors(data, system)),
+            "precisions": summary(precision_errors(data, system)),
+        }
         if out["expert_eager"]["n"]:
             out["expert_eager_rates"] = expert_eager_rates(data, system)
         if "per_layer_ms" in data:
             out["block_scaled_kernel"] = block_scaled_kernel(data)
     except (KeyError, TypeError) as ex:
-        print(f"{path}: a record lacks a field this script reads ({ex!r}): not a microbench.py / "
-              "microbench_ring_attention.py / microbench_cudnn_attention.py file?", file=sys.stderr)
+        print(
+            f"{path}: a record lacks a field this script reads ({ex!r}): not a microbench.py / "
+            "microbench_ring_attention.py / microbench_cudnn_attention.py file?",
+            file=sys.stderr,
+        )
         return 2
     missed = missed_targets(out) if path.resolve() == DEFAULT.resolve() else []
     for msg in missed:
@@ -322,19 +392,34 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out, indent=2))
     else:
         print(f"model ({system.name}) against {path.name}: median |error|, mean signed error, worst")
-        for k in ("gemm", "attention", "elementwise", "block", "ring", "cudnn_attn", "sinks", "expert_eager",
-                  "precisions"):
+        for k in (
+            "gemm",
+            "attention",
+            "elementwise",
+            "block",
+            "ring",
+            "cudnn_attn",
+            "sinks",
+            "expert_eager",
+            "precisions",
+        ):
             s = out[k]
             if not s["n"]:
                 print(f"  {k:12s} n=   0  (not measured)")
                 continue
-            print(f"  {k:12s} n={s['n']:4d}  median |err| {s['median_abs_error_pct']:6.1f}%  mean {s['mean_signed_error_pct']:+6.1f}%"
-                  f"  worst {s['worst']['error_pct']:+.1f}% ({s['worst']['op']})")
+            print(
+                f"  {k:12s} n={s['n']:4d}  median |err| {s['median_abs_error_pct']:6.1f}%  mean {s['mean_signed_error_pct']:+6.1f}%"
+                f"  worst {s['worst']['error_pct']:+.1f}% ({s['worst']['op']})"
+            )
         if "expert_eager_rates" in out:
-            print(f"  measured rates of the eager expert passes (layer.EAGER_EXPERT_MEASURED): {out['expert_eager_rates']}")
+            print(
+                f"  measured rates of the eager expert passes (layer.EAGER_EXPERT_MEASURED): {out['expert_eager_rates']}"
+            )
         if "block_scaled_kernel" in out:
-            print(f"  MXFP8 kernel throughput against per-tensor FP8 (hardware.BLOCK_SCALED_KERNEL): "
-                  f"{out['block_scaled_kernel']}")
+            print(
+                f"  MXFP8 kernel throughput against per-tensor FP8 (hardware.BLOCK_SCALED_KERNEL): "
+                f"{out['block_scaled_kernel']}"
+            )
     return 1 if missed else 0
 
 

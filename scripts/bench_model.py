@@ -37,13 +37,36 @@ def grid(n: int, rng: np.random.Generator) -> Knobs:
     pp = pick([1, 2, 4, 8, 16])
     cp = np.ones(n, dtype=np.int64)
     dp = 1024 // (tp * pp)
-    return Knobs(tp=tp, pp=pp, dp=dp, cp=cp, ep=np.ones(n, np.int64), etp=tp, vpp=pick([1, 2, 3, 4]),
-                 micro_batch=pick([1, 2, 4]), recompute=pick([0, 1, 2]), sequence_parallel=pick([0, 1]), tp_comm=pick([0, 1]),
-                 sp_ag_redo=pick([0, 1]), tp_overlap=pick([0, 1, 2]), pp_rs_ag=pick([0, 1]), pp_embedding_loss=np.zeros(n, np.int64), dp_overlap=pick([0, 1]),
-                 zero=pick([0, 1, 2, 3]), fused_layers=pick([0, 1]), attention=pick([0, 1]), schedule=pick([0, 1]),
-                 weight_offload=np.zeros(n, np.int64), activation_offload=np.zeros(n, np.int64), optimizer_offload=np.zeros(n, np.int64),
-                 tier_tp=np.zeros(n, np.int64), tier_cp=np.zeros(n, np.int64), tier_ep=np.zeros(n, np.int64),
-                 tier_dp=np.ones(n, np.int64), tier_pp=np.ones(n, np.int64))
+    return Knobs(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        ep=np.ones(n, np.int64),
+        etp=tp,
+        vpp=pick([1, 2, 3, 4]),
+        micro_batch=pick([1, 2, 4]),
+        recompute=pick([0, 1, 2]),
+        sequence_parallel=pick([0, 1]),
+        tp_comm=pick([0, 1]),
+        sp_ag_redo=pick([0, 1]),
+        tp_overlap=pick([0, 1, 2]),
+        pp_rs_ag=pick([0, 1]),
+        pp_embedding_loss=np.zeros(n, np.int64),
+        dp_overlap=pick([0, 1]),
+        zero=pick([0, 1, 2, 3]),
+        fused_layers=pick([0, 1]),
+        attention=pick([0, 1]),
+        schedule=pick([0, 1]),
+        weight_offload=np.zeros(n, np.int64),
+        activation_offload=np.zeros(n, np.int64),
+        optimizer_offload=np.zeros(n, np.int64),
+        tier_tp=np.zeros(n, np.int64),
+        tier_cp=np.zeros(n, np.int64),
+        tier_ep=np.zeros(n, np.int64),
+        tier_dp=np.ones(n, np.int64),
+        tier_pp=np.ones(n, np.int64),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,13 +92,20 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(sample):
         evaluate(problem, k.take([i]), ctx)
     one = (time.perf_counter() - t0) / sample
-    out = {"candidates": args.n, "vectorised_s": vec, "candidates_per_s": args.n / vec,
-           "scalar_s_per_candidate": one, "speedup_vs_scalar": one * args.n / vec}
+    out = {
+        "candidates": args.n,
+        "vectorised_s": vec,
+        "candidates_per_s": args.n / vec,
+        "scalar_s_per_candidate": one,
+        "speedup_vs_scalar": one * args.n / vec,
+    }
     if args.json:
         print(json.dumps(out))
     else:
-        print(f"{args.n} candidates in {vec:.3f} s (median of {args.repeat}): {args.n / vec:,.0f} candidates/s; "
-              f"one at a time {one * 1e3:.2f} ms each: vectorised is {out['speedup_vs_scalar']:.0f}x faster")
+        print(
+            f"{args.n} candidates in {vec:.3f} s (median of {args.repeat}): {args.n / vec:,.0f} candidates/s; "
+            f"one at a time {one * 1e3:.2f} ms each: vectorised is {out['speedup_vs_scalar']:.0f}x faster"
+        )
     return 0
 
 

@@ -24,15 +24,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from optimizer.io.loader import load_procure  # noqa: E402
 from optimizer.drivers.procure import procure  # noqa: E402
+from optimizer.io.loader import load_procure  # noqa: E402
 
 CASES = {  # name: (problem, with the Pareto front, the best purchase expected: "mix", "single" or None)
     "gpt3-175b-40musd-8types-mix": ("problems/studies/procure/gpt3-175b-40musd-mix.yaml", False, None),
     "study5-175b-16variants": ("problems/studies/procure/study5-175b.yaml", False, None),
     "gpt3-175b-40musd-8types-pareto": ("problems/studies/procure/gpt3-175b-40musd-mix.yaml", True, None),
     "llama70b-pipeline-mix-wins": ("problems/studies/procure/llama70b-pipeline-mix-wins.yaml", False, "mix"),
-    "llama70b-pipeline-mix-loses": ("problems/studies/procure/llama70b-pipeline-mix-loses.yaml", False, "single"),
+    "llama70b-pipeline-mix-loses": (
+        "problems/studies/procure/llama70b-pipeline-mix-loses.yaml",
+        False,
+        "single",
+    ),
 }
 QUICK_CASE = "llama8b-2types-pareto"
 QUICK_PROBLEM = """name: llama8b-2types
@@ -52,9 +56,16 @@ def run_case(name: str, path: Path, pareto: bool) -> dict:
     t0 = time.perf_counter()
     r = procure(pp, pareto=pareto)
     dt = time.perf_counter() - t0
-    return {"name": name, "space": r.candidates, "solve_s": round(dt, 3), "status": r.status,
-            "node_types": len(pp.catalog.node_types), "best": r.best.label() if r.best else None,
-            "mixes": r.mixes_considered, "pareto_points": len(r.pareto or [])}
+    return {
+        "name": name,
+        "space": r.candidates,
+        "solve_s": round(dt, 3),
+        "status": r.status,
+        "node_types": len(pp.catalog.node_types),
+        "best": r.best.label() if r.best else None,
+        "mixes": r.mixes_considered,
+        "pareto_points": len(r.pareto or []),
+    }
 
 
 def failures(rows: list[dict], expect: dict[str, str | None]) -> list[str]:
@@ -65,14 +76,18 @@ def failures(rows: list[dict], expect: dict[str, str | None]) -> list[str]:
         if r["best"] is None:
             out.append(f"{r['name']}: no purchase ({r['status']})")
         elif expect.get(r["name"]) and (" + " in r["best"]) != (expect[r["name"]] == "mix"):
-            out.append(f"{r['name']}: best purchase {r['best']}, expected a {expect[r['name']]} of node types")
+            out.append(
+                f"{r['name']}: best purchase {r['best']}, expected a {expect[r['name']]} of node types"
+            )
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--quick", action="store_true", help="one small catalog with its Pareto front (a smoke test)")
+    ap.add_argument(
+        "--quick", action="store_true", help="one small catalog with its Pareto front (a smoke test)"
+    )
     a = ap.parse_args(argv)
     if a.quick:
         with tempfile.TemporaryDirectory() as tmp:
@@ -89,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if bad else 0
     print(f"{'case':32s} {'types':>5s} {'space':>15s} {'solve_s':>8s} {'status':>8s}  best")
     for c in out:
-        print(f"{c['name']:32s} {c['node_types']:5d} {c['space']:15,d} {c['solve_s']:8.2f} {c['status']:>8s}  {c['best']}")
+        print(
+            f"{c['name']:32s} {c['node_types']:5d} {c['space']:15,d} {c['solve_s']:8.2f} {c['status']:>8s}  {c['best']}"
+        )
     return 1 if bad else 0
 
 

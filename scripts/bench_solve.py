@@ -31,13 +31,19 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from optimizer.io.loader import load_problem  # noqa: E402
 from optimizer.drivers.solve import solve  # noqa: E402
+from optimizer.io.loader import load_problem  # noqa: E402
 
-CASES = ["gpt3-175b-1024xh100", "gpt3-175b-4096xa100", "gpt3-175b-upto6144xa100", "gpt3-175b-1024xh100-precision"]
+CASES = [
+    "gpt3-175b-1024xh100",
+    "gpt3-175b-4096xa100",
+    "gpt3-175b-upto6144xa100",
+    "gpt3-175b-1024xh100-precision",
+]
 QUICK_CASE = "llama3.1-8b-8xh100"
-QUICK_PROBLEM = ("llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 8\n"
-                 "training: {global_batch: 64, precision: bf16}\n")
+QUICK_PROBLEM = (
+    "llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 8\ntraining: {global_batch: 64, precision: bf16}\n"
+)
 RATIO_TARGET, RATIO_TARGET_CANDIDATES = 10.0, 10_000_000  # enumerator / CP-SAT on spaces this large
 
 
@@ -54,17 +60,31 @@ def run_case(name: str, repeat: int, path: Path | None = None) -> dict:
     te = time.perf_counter() - t0
     cs = statistics.median(times)
     same = abs(c.plans[0].objective_s - e.plans[0].objective_s) <= 1e-3 * e.plans[0].objective_s
-    return {"name": name, "candidates": e.candidates, "cpsat_s": round(cs, 4), "enumerate_s": round(te, 3),
-            "ratio": round(te / cs, 1), "same_optimum": bool(same), "status": c.status,
-            "step_time_s": round(c.plans[0].objective_s, 6)}
+    return {
+        "name": name,
+        "candidates": e.candidates,
+        "cpsat_s": round(cs, 4),
+        "enumerate_s": round(te, 3),
+        "ratio": round(te / cs, 1),
+        "same_optimum": bool(same),
+        "status": c.status,
+        "step_time_s": round(c.plans[0].objective_s, 6),
+    }
 
 
 def failures(rows: list[dict]) -> list[str]:
     """The checks of the benchmark that do not depend on the machine's speed: the optima agree, and on spaces of
     >= 1e7 candidates CP-SAT is >= 10x faster than the enumerator (a side-by-side ratio)."""
-    out = [f"{r['name']}: CP-SAT and the enumerator disagree on the optimum" for r in rows if not r["same_optimum"]]
-    out += [f"{r['name']}: enumerator / CP-SAT = {r['ratio']} < {RATIO_TARGET}" for r in rows
-            if r["candidates"] >= RATIO_TARGET_CANDIDATES and r["ratio"] < RATIO_TARGET]
+    out = [
+        f"{r['name']}: CP-SAT and the enumerator disagree on the optimum"
+        for r in rows
+        if not r["same_optimum"]
+    ]
+    out += [
+        f"{r['name']}: enumerator / CP-SAT = {r['ratio']} < {RATIO_TARGET}"
+        for r in rows
+        if r["candidates"] >= RATIO_TARGET_CANDIDATES and r["ratio"] < RATIO_TARGET
+    ]
     return out
 
 
@@ -86,14 +106,32 @@ def main(argv: list[str] | None = None) -> int:
     for msg in bad:
         print(f"FAILED: {msg}", file=sys.stderr)
     if a.json:
-        print(json.dumps({"cases": [{k: r[k] for k in ("name", "candidates", "cpsat_s", "enumerate_s", "ratio",
-                                                        "same_optimum")} for r in rows]}))
+        print(
+            json.dumps(
+                {
+                    "cases": [
+                        {
+                            k: r[k]
+                            for k in ("name", "candidates", "cpsat_s", "enumerate_s", "ratio", "same_optimum")
+                        }
+                        for r in rows
+                    ]
+                }
+            )
+        )
         return 1 if bad else 0
-    print(f"{'case':26s} {'candidates':>12s} {'cpsat_s':>8s} {'enum_s':>8s} {'ratio':>7s} {'same':>5s} step_time_s")
+    print(
+        f"{'case':26s} {'candidates':>12s} {'cpsat_s':>8s} {'enum_s':>8s} {'ratio':>7s} {'same':>5s} step_time_s"
+    )
     for r in rows:
-        print(f"{r['name']:26s} {r['candidates']:>12,d} {r['cpsat_s']:>8.3f} {r['enumerate_s']:>8.2f} "
-              f"{r['ratio']:>7.1f} {str(r['same_optimum']):>5s} {r['step_time_s']:.4f} ({r['status']})")
-    print("checks: " + ("FAILED" if bad else "passed (same optima; enumerator / CP-SAT >= 10x on >= 1e7 candidates)"))
+        print(
+            f"{r['name']:26s} {r['candidates']:>12,d} {r['cpsat_s']:>8.3f} {r['enumerate_s']:>8.2f} "
+            f"{r['ratio']:>7.1f} {str(r['same_optimum']):>5s} {r['step_time_s']:.4f} ({r['status']})"
+        )
+    print(
+        "checks: "
+        + ("FAILED" if bad else "passed (same optima; enumerator / CP-SAT >= 10x on >= 1e7 candidates)")
+    )
     return 1 if bad else 0
 
 

@@ -29,11 +29,14 @@ sys.path.insert(0, str(ROOT))
 
 from optimizer.api import study as run_study  # noqa: E402  (solves every point, writes the table)
 
+
 def study(folder: Path, last: int, llm: str = "gpt3-175b", global_batch: int = 1536) -> Path:
     path = folder / f"sweep-{last}.yaml"
-    path.write_text(f"name: {llm}-h100-sweep\nbase:\n  llm: {llm}\n  system: h100-sxm-80gb\n  num_gpus: 8\n"
-                    f"  training: {{global_batch: {global_batch}}}\n  options: {{allow_idle_gpus: true}}\n"
-                    f"axes:\n  num_gpus: {{from: 8, to: {last}, step: 8}}\n")
+    path.write_text(
+        f"name: {llm}-h100-sweep\nbase:\n  llm: {llm}\n  system: h100-sxm-80gb\n  num_gpus: 8\n"
+        f"  training: {{global_batch: {global_batch}}}\n  options: {{allow_idle_gpus: true}}\n"
+        f"axes:\n  num_gpus: {{from: 8, to: {last}, step: 8}}\n"
+    )
     return path
 
 
@@ -55,13 +58,21 @@ def main(argv: list[str] | None = None) -> int:
         rows = run_study(s, tmp / "full.csv").rows
         out["points"] = len(rows)
         out["seconds"] = round(time.perf_counter() - t0, 1)
-        out["statuses"] = {st: sum(1 for r in rows if r["status"] == st) for st in {r["status"] for r in rows}}
+        out["statuses"] = {
+            st: sum(1 for r in rows if r["status"] == st) for st in {r["status"] for r in rows}
+        }
         # resume: kill a run once half its points are journaled, re-run, compare
         part, journal = tmp / "part.csv", tmp / "part.csv.journal.jsonl"
-        proc = subprocess.Popen([sys.executable, "-m", "optimizer.cli", "study", str(s), "-o", str(part), "-q"],
-                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)  # its worker processes die with it
-        while proc.poll() is None and (not journal.exists() or len(journal.read_text().splitlines()) < a.points // 2):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "optimizer.cli", "study", str(s), "-o", str(part), "-q"],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # its worker processes die with it
+        while proc.poll() is None and (
+            not journal.exists() or len(journal.read_text().splitlines()) < a.points // 2
+        ):
             time.sleep(0.2)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -93,10 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         print(json.dumps(out, indent=2))
     else:
-        ray_text = ("not installed" if out["ray_speedup"] is None else
-                    f"{out['ray_speedup']}x ({out['ray_seconds']}; identical: {out['ray_identical']})")
-        print(f"{out['points']} points in {out['seconds']} s on {os.cpu_count()} cores ({out['statuses']}); resumed "
-              f"run identical: {out['resume_identical']}; Ray 2 workers vs 1: {ray_text}")
+        ray_text = (
+            "not installed"
+            if out["ray_speedup"] is None
+            else f"{out['ray_speedup']}x ({out['ray_seconds']}; identical: {out['ray_identical']})"
+        )
+        print(
+            f"{out['points']} points in {out['seconds']} s on {os.cpu_count()} cores ({out['statuses']}); resumed "
+            f"run identical: {out['resume_identical']}; Ray 2 workers vs 1: {ray_text}"
+        )
     bad = [k for k in ("resume_identical", "ray_identical") if out.get(k) is False]
     for k in bad:
         print(f"FAILED: {k}: the CSVs differ", file=sys.stderr)

@@ -41,17 +41,17 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from optimizer.errors import ProblemError  # noqa: E402
-from optimizer.io.loader import find_in_library, read_yaml, validate_model  # noqa: E402
-from optimizer.io.runs import load_runs, map_run, predict, run_target, stack_of  # noqa: E402
-from optimizer.schema import System  # noqa: E402
-
 from grid_fit import round_trip  # noqa: E402
 from ruamel.yaml.comments import CommentedMap, CommentedSeq  # noqa: E402
 from ruamel.yaml.error import CommentMark  # noqa: E402
 from ruamel.yaml.scalarfloat import ScalarFloat  # noqa: E402
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString  # noqa: E402
 from ruamel.yaml.tokens import CommentToken  # noqa: E402
+
+from optimizer.errors import ProblemError  # noqa: E402
+from optimizer.io.loader import find_in_library, read_yaml, validate_model  # noqa: E402
+from optimizer.io.runs import load_runs, map_run, predict, run_target, stack_of  # noqa: E402
+from optimizer.schema import System  # noqa: E402
 
 KNOTS = [10.0, 300.0, 3000.0]  # GFLOP per GEMM
 
@@ -110,7 +110,10 @@ def with_params(base: System, x: dict) -> System:
         d["hbm_efficiency"] = hbm_table(x["hbm_scale"])
     for prec in SCALED:
         if f"{prec}_scale" in x:
-            d["matrix_efficiency_scale"] = {**d.get("matrix_efficiency_scale", {}), prec: float(x[f"{prec}_scale"])}
+            d["matrix_efficiency_scale"] = {
+                **d.get("matrix_efficiency_scale", {}),
+                prec: float(x[f"{prec}_scale"]),
+            }
     for i, key in enumerate(("net0_eff", "net1_eff")):
         if key in x:
             d["networks"][i]["efficiency"] = float(x[key])
@@ -119,29 +122,55 @@ def with_params(base: System, x: dict) -> System:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("runs", nargs="*", help="one or more runs files (the GPU's runs are taken from all); none with "
-                    "--transfer")
+    ap.add_argument(
+        "runs",
+        nargs="*",
+        help="one or more runs files (the GPU's runs are taken from all); none with --transfer",
+    )
     ap.add_argument("--gpu", required=True)
     ap.add_argument("--write", action="store_true")
-    ap.add_argument("--transfer", nargs="*", default=[], metavar="SYSTEM",
-                    help="copy --gpu's fitted efficiency tables into these system files (same GPU die)")
-    ap.add_argument("--params", default="e1,e2,e3,hbm_scale,net0_eff,net1_eff",
-                    help='the parameters to fit; "" fits nothing: with --stack S --loo --write-loo it writes the '
-                         "error of that stack's runs, none of which any fit used, as the stack's stated uncertainty")
-    ap.add_argument("--shape", metavar="SYSTEM",
-                    help="with --params level: the GEMM efficiency curve is SYSTEM's (a calibrated GPU) scaled by one "
-                         "fitted level, instead of a free three-knot curve")
-    ap.add_argument("--precision", help="fit on the runs of this precision only (e.g. fp8 with --params fp8_scale)")
-    ap.add_argument("--stack", help="fit on the runs of this software stack only (e.g. fsdp with --params "
-                    "attention_efficiency,attention_overhead_keys); --write-loo then writes that stack's leave-one-out "
-                    "error (calibration.loo_mape_pct_by_stack)")
+    ap.add_argument(
+        "--transfer",
+        nargs="*",
+        default=[],
+        metavar="SYSTEM",
+        help="copy --gpu's fitted efficiency tables into these system files (same GPU die)",
+    )
+    ap.add_argument(
+        "--params",
+        default="e1,e2,e3,hbm_scale,net0_eff,net1_eff",
+        help='the parameters to fit; "" fits nothing: with --stack S --loo --write-loo it writes the '
+        "error of that stack's runs, none of which any fit used, as the stack's stated uncertainty",
+    )
+    ap.add_argument(
+        "--shape",
+        metavar="SYSTEM",
+        help="with --params level: the GEMM efficiency curve is SYSTEM's (a calibrated GPU) scaled by one "
+        "fitted level, instead of a free three-knot curve",
+    )
+    ap.add_argument(
+        "--precision", help="fit on the runs of this precision only (e.g. fp8 with --params fp8_scale)"
+    )
+    ap.add_argument(
+        "--stack",
+        help="fit on the runs of this software stack only (e.g. fsdp with --params "
+        "attention_efficiency,attention_overhead_keys); --write-loo then writes that stack's leave-one-out "
+        "error (calibration.loo_mape_pct_by_stack)",
+    )
     ap.add_argument("--tier", help="fit on runs of these tiers only (e.g. A)")
     ap.add_argument("--loo", action="store_true", help="also print each run's leave-one-out error")
-    ap.add_argument("--write-loo", action="store_true",
-                    help="with --loo: write only the leave-one-out MAPE into the system file's calibration block "
-                         "(calibration.loo_mape_pct, the stated uncertainty); fitted values are left as they are")
-    ap.add_argument("--max-weight", type=float, default=0.0,
-                    help="add this times the largest |error| to the objective (a minimax term; 0: plain MAPE)")
+    ap.add_argument(
+        "--write-loo",
+        action="store_true",
+        help="with --loo: write only the leave-one-out MAPE into the system file's calibration block "
+        "(calibration.loo_mape_pct, the stated uncertainty); fitted values are left as they are",
+    )
+    ap.add_argument(
+        "--max-weight",
+        type=float,
+        default=0.0,
+        help="add this times the largest |error| to the objective (a minimax term; 0: plain MAPE)",
+    )
     args = ap.parse_args()
     from scipy.optimize import minimize  # script-only dependency
 
@@ -150,15 +179,26 @@ def main() -> int:
     if not args.runs:
         ap.error("the runs files to fit on are required (only --transfer takes none)")
     if args.shape:
-        SHAPE.update(of=args.shape, curve=[list(map(float, pt)) for pt in validate_model(
-            System, read_yaml(find_in_library("system", args.shape))).matrix_efficiency])
+        SHAPE.update(
+            of=args.shape,
+            curve=[
+                list(map(float, pt))
+                for pt in validate_model(
+                    System, read_yaml(find_in_library("system", args.shape))
+                ).matrix_efficiency
+            ],
+        )
     docs = [load_runs(f) for f in args.runs]
     doc = docs[0]
     doc.data = [r for d in docs for r in d.data]
-    runs = [r for r in doc.data if r["hardware"]["gpu"] == args.gpu
-            and (args.precision is None or r["parallel"].get("precision") == args.precision)
-            and (args.stack is None or stack_of(r) == args.stack)
-            and (args.tier is None or r.get("tier") in args.tier)]
+    runs = [
+        r
+        for r in doc.data
+        if r["hardware"]["gpu"] == args.gpu
+        and (args.precision is None or r["parallel"].get("precision") == args.precision)
+        and (args.stack is None or stack_of(r) == args.stack)
+        and (args.tier is None or r.get("tier") in args.tier)
+    ]
     path = find_in_library("system", args.gpu)
     base = validate_model(System, read_yaml(path))
     mapped = [map_run(r, {base.name: base}) for r in runs]
@@ -175,22 +215,67 @@ def main() -> int:
     tg = [run_target(r, m.problem)[0] for r, m in keep]
     uses_flash = any(m.problem.execution.attention.value != "standard" for _, m in keep)
     names = [n for n in args.params.split(",") if n and (not n.startswith("attention_") or uses_flash)]
-    x0 = {"level": 0.6, "e1": 0.5, "e2": 0.7, "e3": 0.85, "hbm_scale": 1.0, "fp8_scale": 0.8, "mxfp8_scale": 0.8, "nvfp4_scale": 0.8, "net0_eff": 0.75,
-          "net1_eff": 0.85, "attention_efficiency": 0.6, "attention_overhead_keys": 3155.0,
-          "attention_efficiency_fa2": 0.34, "attention_overhead_keys_triton": 3155.0, "clock_scale": 0.8}  # fixed start (the uncalibrated files' priors): a re-run
+    x0 = {
+        "level": 0.6,
+        "e1": 0.5,
+        "e2": 0.7,
+        "e3": 0.85,
+        "hbm_scale": 1.0,
+        "fp8_scale": 0.8,
+        "mxfp8_scale": 0.8,
+        "nvfp4_scale": 0.8,
+        "net0_eff": 0.75,
+        "net1_eff": 0.85,
+        "attention_efficiency": 0.6,
+        "attention_overhead_keys": 3155.0,
+        "attention_efficiency_fa2": 0.34,
+        "attention_overhead_keys_triton": 3155.0,
+        "clock_scale": 0.8,
+    }  # fixed start (the uncalibrated files' priors): a re-run
     # on an already calibrated file reproduces its values
-    lo = {"level": 0.2, "fp8_scale": 0.6, "mxfp8_scale": 0.6, "nvfp4_scale": 0.4, "hbm_scale": 0.8, "e1": 0.05, "e2": 0.05, "e3": 0.05, "net0_eff": 0.6, "net1_eff": 0.7, "attention_efficiency": 0.2,
-          "attention_overhead_keys": 50.0, "attention_efficiency_fa2": 0.1, "attention_overhead_keys_triton": 50.0,
-          "clock_scale": 0.5}
-    hi = {"level": 0.95, "fp8_scale": 1.0, "mxfp8_scale": 1.0, "nvfp4_scale": 1.0, "hbm_scale": 1.09, "e1": 0.99, "e2": 0.99, "e3": 0.99, "net0_eff": 0.85, "net1_eff": 0.92, "attention_efficiency": 0.95,
-          "attention_overhead_keys": 10000.0, "attention_efficiency_fa2": 0.95, "attention_overhead_keys_triton": 10000.0,
-          "clock_scale": 1.0}
+    lo = {
+        "level": 0.2,
+        "fp8_scale": 0.6,
+        "mxfp8_scale": 0.6,
+        "nvfp4_scale": 0.4,
+        "hbm_scale": 0.8,
+        "e1": 0.05,
+        "e2": 0.05,
+        "e3": 0.05,
+        "net0_eff": 0.6,
+        "net1_eff": 0.7,
+        "attention_efficiency": 0.2,
+        "attention_overhead_keys": 50.0,
+        "attention_efficiency_fa2": 0.1,
+        "attention_overhead_keys_triton": 50.0,
+        "clock_scale": 0.5,
+    }
+    hi = {
+        "level": 0.95,
+        "fp8_scale": 1.0,
+        "mxfp8_scale": 1.0,
+        "nvfp4_scale": 1.0,
+        "hbm_scale": 1.09,
+        "e1": 0.99,
+        "e2": 0.99,
+        "e3": 0.99,
+        "net0_eff": 0.85,
+        "net1_eff": 0.92,
+        "attention_efficiency": 0.95,
+        "attention_overhead_keys": 10000.0,
+        "attention_efficiency_fa2": 0.95,
+        "attention_overhead_keys_triton": 10000.0,
+        "clock_scale": 1.0,
+    }
     # network bounds: NCCL all-reduce bus bandwidth reaches ~75-85% of NVLink and ~85-92% of IB line rate (the
     # lower bounds, 0.6 and 0.7, keep a fit from buying other errors with a slow network);
     # low-precision factors: a Blackwell/Hopper FP8 or MXFP8 GEMM reaches at least 60% of the BF16 GEMM's
     # efficiency at the FP8 peak (cuBLAS/TE GEMM benchmarks), NVFP4 at least 40%; HBM: 0.8-1.09 x the prior
 
-    unit = {"attention_overhead_keys": 1000.0, "attention_overhead_keys_triton": 1000.0}  # simplex coordinates of order 1 (xatol is absolute)
+    unit = {
+        "attention_overhead_keys": 1000.0,
+        "attention_overhead_keys_triton": 1000.0,
+    }  # simplex coordinates of order 1 (xatol is absolute)
 
     def errors(vec, idx=None):
         x = {n: float(np.clip(v * unit.get(n, 1.0), lo[n], hi[n])) for n, v in zip(names, vec)}
@@ -212,25 +297,37 @@ def main() -> int:
             return float(np.sum(w[idx] * np.abs(e)) / np.sum(w[idx]) + args.max_weight * np.max(np.abs(e)))
 
         start = [x0[n] / unit.get(n, 1.0) for n in names]
-        if not start:  # --params "": nothing fitted, the runs are held out whole (each error is out of sample)
+        if (
+            not start
+        ):  # --params "": nothing fitted, the runs are held out whole (each error is out of sample)
             return np.array([])
-        return minimize(objective, start, method="Nelder-Mead",
-                        options={"maxiter": 400, "xatol": 1e-3, "fatol": 1e-3}).x
+        return minimize(
+            objective, start, method="Nelder-Mead", options={"maxiter": 400, "xatol": 1e-3, "fatol": 1e-3}
+        ).x
 
     e, x = errors(fit(list(range(len(keep)))))
     held = None
     if args.loo:
-        held = np.array([errors(fit([j for j in range(len(keep)) if j != i]), [i])[0][0] for i in range(len(keep))])
+        held = np.array(
+            [errors(fit([j for j in range(len(keep)) if j != i]), [i])[0][0] for i in range(len(keep))]
+        )
     for i, ((r, _), err) in enumerate(zip(keep, e)):
         print(f"  {r['id']:48s} {err:+6.2f}%" + (f"   held out {held[i]:+6.2f}%" if held is not None else ""))
     print(f"{args.gpu}: MAPE {np.mean(np.abs(e)):.2f}%  max {np.max(np.abs(e)):.2f}%  params {x}")
     if held is not None:
-        print(f"leave-one-out: MAPE {np.mean(np.abs(held)):.2f}% (tier-weighted {np.sum(w * np.abs(held)) / np.sum(w):.2f}%)"
-              f"  max {np.max(np.abs(held)):.2f}%")
+        print(
+            f"leave-one-out: MAPE {np.mean(np.abs(held)):.2f}% (tier-weighted {np.sum(w * np.abs(held)) / np.sum(w):.2f}%)"
+            f"  max {np.max(np.abs(held)):.2f}%"
+        )
     if args.write:
-        write(path, x, [r["id"] for r, _ in keep], " ".join(args.runs),
-              None if held is None or args.stack else float(np.mean(np.abs(held))),  # --stack: --write-loo's
-              {r["id"]: stack_of(r) for r in doc.data})
+        write(
+            path,
+            x,
+            [r["id"] for r, _ in keep],
+            " ".join(args.runs),
+            None if held is None or args.stack else float(np.mean(np.abs(held))),  # --stack: --write-loo's
+            {r["id"]: stack_of(r) for r in doc.data},
+        )
     if args.write_loo and held is not None:  # after --write: its line names the command
         how = args.params + (f" --shape {args.shape}" if args.shape else "")
         write_loo(path, float(np.mean(np.abs(held))), len(held), how, args.runs, stack=args.stack)
@@ -300,8 +397,10 @@ def _set_key(doc: CommentedMap, key: str, value, comment: str) -> None:
     last attention key (before vector_tflops when it has none, else at the end)."""
     if key not in doc:
         keys = list(doc)
-        at = max((i + 1 for i, k in enumerate(keys) if k.startswith("attention_")),
-                 default=keys.index("vector_tflops") if "vector_tflops" in keys else len(keys))
+        at = max(
+            (i + 1 for i, k in enumerate(keys) if k.startswith("attention_")),
+            default=keys.index("vector_tflops") if "vector_tflops" in keys else len(keys),
+        )
         doc.insert(at, key, value)
     else:
         doc[key] = value
@@ -328,8 +427,14 @@ def stacks_of(run_ids: list[str], stack_by_id: dict[str, str]) -> dict[str, int]
     return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def _calibration(head: dict, runs: list[str], stacks: dict[str, int] | None, fitted: list[str],
-                 loo: list[tuple[str, object, str | None]], note: str) -> CommentedMap:
+def _calibration(
+    head: dict,
+    runs: list[str],
+    stacks: dict[str, int] | None,
+    fitted: list[str],
+    loo: list[tuple[str, object, str | None]],
+    note: str,
+) -> CommentedMap:
     """A `calibration:` block: `head` entries, the runs (a block list), their stacks, the fitted fields, the
     leave-one-out entries (key, value, its comment) and the note."""
     cal = CommentedMap(head)
@@ -345,8 +450,14 @@ def _calibration(head: dict, runs: list[str], stacks: dict[str, int] | None, fit
     return cal
 
 
-def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: float | None = None,
-          stack_by_id: dict[str, str] | None = None) -> None:
+def write(
+    path: Path,
+    x: dict,
+    run_ids: list[str],
+    runs_file: str,
+    loo_pct: float | None = None,
+    stack_by_id: dict[str, str] | None = None,
+) -> None:
     """Write the fitted values `x` into the system file at `path` (a ruamel.yaml round trip: every other value
     and comment stays), each fitted line with a comment naming the fit, and rewrite its `calibration:`
     block."""
@@ -359,28 +470,49 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: floa
         _set_key(doc, "matrix_efficiency", _table(table), f"{note}{how}; [GFLOP per GEMM, fraction of peak]")
         fitted.append("matrix_efficiency")
     if "clock_scale" in x:
-        _set_key(doc, "clock_scale", _fixed(x["clock_scale"], 4),
-                 f"{note}: the sustained clock against the datasheet's (its power limit), on every compute "
-                 "peak")
+        _set_key(
+            doc,
+            "clock_scale",
+            _fixed(x["clock_scale"], 4),
+            f"{note}: the sustained clock against the datasheet's (its power limit), on every compute peak",
+        )
         fitted.append("clock_scale")
         if shape_as_is(x):
-            _set_key(doc, "matrix_efficiency", _table(SHAPE["curve"]),
-                     f"{SHAPE['of']}'s curve as it is (same die; its clock is clock_scale); "
-                     "[GFLOP per GEMM, fraction of peak]")
+            _set_key(
+                doc,
+                "matrix_efficiency",
+                _table(SHAPE["curve"]),
+                f"{SHAPE['of']}'s curve as it is (same die; its clock is clock_scale); "
+                "[GFLOP per GEMM, fraction of peak]",
+            )
     if "hbm_scale" in x:
-        _set_key(doc, "hbm_efficiency", _flow(hbm_table(x["hbm_scale"])),
-                 f"{note}: prior {HBM_PRIOR} x {x['hbm_scale']:.4f}")
+        _set_key(
+            doc,
+            "hbm_efficiency",
+            _flow(hbm_table(x["hbm_scale"])),
+            f"{note}: prior {HBM_PRIOR} x {x['hbm_scale']:.4f}",
+        )
         fitted.append("hbm_efficiency")
     scales = {p: x[f"{p}_scale"] for p in SCALED if f"{p}_scale" in x}
     if scales:
         old_scale = validate_model(System, read_yaml(path)).matrix_efficiency_scale
-        merged = {**{str(k): _fixed(v, 4) for k, v in old_scale.items()},
-                  **{p: _fixed(v, 4) for p, v in scales.items()}}
-        _set_key(doc, "matrix_efficiency_scale", _flow(merged),
-                 f"{note} of {runs_file} (each factor on its precision's runs)")
+        merged = {
+            **{str(k): _fixed(v, 4) for k, v in old_scale.items()},
+            **{p: _fixed(v, 4) for p, v in scales.items()},
+        }
+        _set_key(
+            doc,
+            "matrix_efficiency_scale",
+            _flow(merged),
+            f"{note} of {runs_file} (each factor on its precision's runs)",
+        )
         fitted.append("matrix_efficiency_scale")
-    for key, digits in (("attention_efficiency", 4), ("attention_overhead_keys", 0),
-                        ("attention_efficiency_fa2", 4), ("attention_overhead_keys_triton", 0)):
+    for key, digits in (
+        ("attention_efficiency", 4),
+        ("attention_overhead_keys", 0),
+        ("attention_efficiency_fa2", 4),
+        ("attention_overhead_keys_triton", 0),
+    ):
         if key in x:
             _set_key(doc, key, round(float(x[key])) if digits == 0 else _fixed(x[key], digits), note)
             fitted.append(key)
@@ -419,18 +551,29 @@ def write(path: Path, x: dict, run_ids: list[str], runs_file: str, loo_pct: floa
     elif loo_pct is not None:
         loo.append(("loo_mape_pct", _fixed(loo_pct, 2), "leave-one-out, scripts/calibrate.py --loo"))
     if old is not None and "loo_mape_pct_by_stack" in file_cal:
-        loo.append(("loo_mape_pct_by_stack", file_cal["loo_mape_pct_by_stack"],
-                    _comment_of(file_cal, "loo_mape_pct_by_stack")))
+        loo.append(
+            (
+                "loo_mape_pct_by_stack",
+                file_cal["loo_mape_pct_by_stack"],
+                _comment_of(file_cal, "loo_mape_pct_by_stack"),
+            )
+        )
     doc["calibration"] = _calibration(
-        {"shape_from": shape_from} if shape_from else {}, run_ids, stacks, fitted, loo,
+        {"shape_from": shape_from} if shape_from else {},
+        run_ids,
+        stacks,
+        fitted,
+        loo,
         "fitted by scripts/calibrate.py (one parameter set for this GPU type, shared by every run on it); "
-        "every other value is a datasheet value or a documented prior")
+        "every other value is a datasheet value or a documented prior",
+    )
     _dump(rt, doc, path)
     print(f"wrote {path}")
 
 
-def write_loo(path: Path, loo_pct: float, n: int, params: str, runs: list[str] | None = None,
-              stack: str | None = None) -> None:
+def write_loo(
+    path: Path, loo_pct: float, n: int, params: str, runs: list[str] | None = None, stack: str | None = None
+) -> None:
     """Set `calibration.loo_mape_pct` in the system file, nothing else; with `stack`, that stack's entry of
     `calibration.loo_mape_pct_by_stack` instead (the other stacks' entries are kept). The entry replaces the
     file's own and goes at the end of the `calibration:` block, its comment naming the command."""
@@ -441,14 +584,17 @@ def write_loo(path: Path, loo_pct: float, n: int, params: str, runs: list[str] |
         key = "loo_mape_pct_by_stack"
         old = validate_model(System, read_yaml(path)).calibration.loo_mape_pct_by_stack
         value = _flow({k: _fixed(v, 2) for k, v in {**old, stack: loo_pct}.items()})
-        how = (f"{n} runs held out whole (no fit used them)" if not params else f"leave-one-out over {n} runs")
-        comment = (f"{stack}: {how}: scripts/calibrate.py {files} --stack {stack} --loo --params '{params}' "
-                   "--write-loo")
+        how = f"{n} runs held out whole (no fit used them)" if not params else f"leave-one-out over {n} runs"
+        comment = (
+            f"{stack}: {how}: scripts/calibrate.py {files} --stack {stack} --loo --params '{params}' "
+            "--write-loo"
+        )
     else:
         key = "loo_mape_pct"
         value = _fixed(loo_pct, 2)
-        comment = (f"leave-one-out over {n} runs: scripts/calibrate.py {files} "
-                   f"--loo --params {params} --write-loo").replace("  --loo", " --loo")
+        comment = (
+            f"leave-one-out over {n} runs: scripts/calibrate.py {files} --loo --params {params} --write-loo"
+        ).replace("  --loo", " --loo")
     if key in cal:
         del cal[key]
         cal.ca.items.pop(key, None)
@@ -481,22 +627,41 @@ def transfer(src: str, targets: list[str], library: Path | None = None) -> int:
             return 2
         rt, doc = _load(path)
         copied = []
-        for key in ("matrix_efficiency", "matrix_efficiency_scale", "hbm_efficiency", "attention_efficiency",
-                    "attention_overhead_keys", "attention_efficiency_fa2", "attention_overhead_keys_triton"):
+        for key in (
+            "matrix_efficiency",
+            "matrix_efficiency_scale",
+            "hbm_efficiency",
+            "attention_efficiency",
+            "attention_overhead_keys",
+            "attention_efficiency_fa2",
+            "attention_overhead_keys_triton",
+        ):
             if not (key in src_doc and _is_fitted(src_doc, key)):
                 if key in doc and _comment_of(doc, key).startswith("transferred from"):
                     # an earlier transfer's wrong label on a prior: put it right
                     _set_comment(doc, key, f"prior, not calibrated (not fitted on {src} either)")
                 continue
-            _set_key(doc, key, _copied(src_doc[key]),
-                     f"transferred from {src} (same GPU die; fitted there, see its calibration)")
+            _set_key(
+                doc,
+                key,
+                _copied(src_doc[key]),
+                f"transferred from {src} (same GPU die; fitted there, see its calibration)",
+            )
             copied.append(key)
-        loo = [(key, _copied(src_doc["calibration"][key]), f"{src}'s")
-               for key in ("loo_mape_pct", "loo_mape_pct_by_stack") if key in src_doc["calibration"]]
+        loo = [
+            (key, _copied(src_doc["calibration"][key]), f"{src}'s")
+            for key in ("loo_mape_pct", "loo_mape_pct_by_stack")
+            if key in src_doc["calibration"]
+        ]
         doc["calibration"] = _calibration(
-            {"transferred_from": src}, list(src_cal.runs), src_cal.stacks, copied, loo,
+            {"transferred_from": src},
+            list(src_cal.runs),
+            src_cal.stacks,
+            copied,
+            loo,
             f"transferred from {src} by scripts/calibrate.py --transfer (same GPU die): the fitted fields "
-            f"listed were fitted on the runs of {src}; every other value is a datasheet value or a prior")
+            f"listed were fitted on the runs of {src}; every other value is a datasheet value or a prior",
+        )
         _dump(rt, doc, path)
         print(f"wrote {path} (copied: {', '.join(copied) or 'nothing fitted in ' + src})")
     return 0

@@ -24,8 +24,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import optimizer.model.layer as layer  # noqa: E402
 from grid_fit import best_row, held_out, set_fitted  # noqa: E402
+
+import optimizer.model.layer as layer  # noqa: E402
 from optimizer.errors import ParaplanError  # noqa: E402
 from optimizer.io.runs import load_runs, map_run, predict, run_target, stack_of  # noqa: E402
 
@@ -34,8 +35,12 @@ GRID_MS = np.round(np.arange(0.0, 12.001, 0.25), 2)
 
 def moe_runs(files: list[str]) -> list[tuple[str, dict]]:
     """(id, record) of every Megatron-Core MoE run of the files."""
-    return [(r["id"], r) for f in files for r in load_runs(f).data
-            if r["model"].get("moe") and stack_of(r) == "megatron-core"]
+    return [
+        (r["id"], r)
+        for f in files
+        for r in load_runs(f).data
+        if r["model"].get("moe") and stack_of(r) == "megatron-core"
+    ]
 
 
 def error_table(runs: list[tuple[str, dict]]) -> tuple[list[str], np.ndarray]:
@@ -81,8 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     b, held = best_row(err), held_out(err)
     for i, rid in enumerate(ids):
         print(f"  {rid:55s} {err[0, i]:+7.1f}% without  {err[b, i]:+7.1f}%   held out {held[i]:+7.1f}%")
-    print(f"MOE_HOST_FW_S {GRID_MS[b]:.2f} ms on {len(ids)} runs: MAPE {np.mean(np.abs(err[b])):.2f}% "
-          f"(without the floor {np.mean(np.abs(err[0])):.2f}%); leave-one-out MAPE {np.mean(np.abs(held)):.2f}%")
+    print(
+        f"MOE_HOST_FW_S {GRID_MS[b]:.2f} ms on {len(ids)} runs: MAPE {np.mean(np.abs(err[b])):.2f}% "
+        f"(without the floor {np.mean(np.abs(err[0])):.2f}%); leave-one-out MAPE {np.mean(np.abs(held)):.2f}%"
+    )
     if args.write:
         return set_fitted("moe_host_fw_s", round(float(GRID_MS[b]) * 1e-3, 6), " ".join(args.runs))
     return 0

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from grid_fit import best_row, held_out, set_fitted  # noqa: E402
+
 from optimizer.errors import ParaplanError  # noqa: E402
 from optimizer.io.runs import load_runs, map_run, predict  # noqa: E402
 
@@ -70,8 +71,9 @@ def error_table(rows) -> np.ndarray:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("runs", nargs="+")
-    ap.add_argument("--write", action="store_true",
-                    help="set allocator_slack_ratio in optimizer/model/fitted.yaml")
+    ap.add_argument(
+        "--write", action="store_true", help="set allocator_slack_ratio in optimizer/model/fitted.yaml"
+    )
     args = ap.parse_args()
     rows = measured_runs(args.runs)
     if not rows:
@@ -82,8 +84,10 @@ def main() -> int:
     s, e, held = float(GRID[b]), table[b], held_out(table)
     for (rid, a, _, m), x, h in zip(rows, e, held):
         print(f"  {rid:50s} allocated {a:6.1f}  measured {m:6.1f} GiB  {x:+6.1f}%   held out {h:+6.1f}%")
-    print(f"ALLOCATOR_SLACK {s:.3f} on {len(rows)} runs: MAPE {np.mean(np.abs(e)):.2f}%  max {np.max(np.abs(e)):.1f}%;"
-          f" leave-one-out MAPE {np.mean(np.abs(held)):.2f}%  max {np.max(np.abs(held)):.1f}%")
+    print(
+        f"ALLOCATOR_SLACK {s:.3f} on {len(rows)} runs: MAPE {np.mean(np.abs(e)):.2f}%  max {np.max(np.abs(e)):.1f}%;"
+        f" leave-one-out MAPE {np.mean(np.abs(held)):.2f}%  max {np.max(np.abs(held)):.1f}%"
+    )
     if args.write:
         return set_fitted("allocator_slack_ratio", round(s, 3), " ".join(args.runs))
     return 0

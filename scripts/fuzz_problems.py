@@ -49,12 +49,21 @@ def main() -> int:
             rcs[out.rc] += 1
             if out.kind != "ok":
                 bad[out.kind].append((case, out))
-                print(f"--- {out.kind} at case {i}: {case.command} {case.source} [{case.what}]\n{out.detail}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"--- {out.kind} at case {i}: {case.command} {case.source} [{case.what}]\n{out.detail}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             if (i + 1) % 100 == 0:
-                print(f"{i + 1} cases, {time.perf_counter() - t0:.0f} s: {dict(counts)}", file=sys.stderr, flush=True)
-    print(f"{a.n} cases in {time.perf_counter() - t0:.0f} s: tracebacks {counts['traceback']}, hangs over "
-          f"{a.limit_s} s {counts['hang']}, errors without file:line {counts['no_line']}; exit codes {dict(rcs)}")
+                print(
+                    f"{i + 1} cases, {time.perf_counter() - t0:.0f} s: {dict(counts)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    print(
+        f"{a.n} cases in {time.perf_counter() - t0:.0f} s: tracebacks {counts['traceback']}, hangs over "
+        f"{a.limit_s} s {counts['hang']}, errors without file:line {counts['no_line']}; exit codes {dict(rcs)}"
+    )
     for kind, items in bad.items():
         for case, out in items[: a.show]:
             print(f"--- {kind}: {case.command} {case.source} [{case.what}]\n{out.detail}")

@@ -26,17 +26,52 @@ from pathlib import Path
 import yaml
 
 COMMIT = "061f2c7"
-SOURCE = ("MosaicML llm-foundry scripts/train/benchmarking/README.md @061f2c7 (2023-10-17), section '{section}', "
-          "row {row}")
+SOURCE = (
+    "MosaicML llm-foundry scripts/train/benchmarking/README.md @061f2c7 (2023-10-17), section '{section}', "
+    "row {row}"
+)
 # scripts/train/yamls/pretrain/mpt-<size>.yaml @061f2c7: d_model, n_heads, n_layers (expansion_ratio 4, vocab 50368)
-SHAPES = {"125m": (768, 12, 12), "350m": (1024, 16, 24), "760m": (1536, 12, 24), "1b": (2048, 16, 24),
-          "3b": (2560, 20, 32), "7b": (4096, 32, 32), "13b": (5120, 40, 40), "30b": (7168, 56, 48),
-          "70b": (8192, 64, 80)}
+SHAPES = {
+    "125m": (768, 12, 12),
+    "350m": (1024, 16, 24),
+    "760m": (1536, 12, 24),
+    "1b": (2048, 16, 24),
+    "3b": (2560, 20, 32),
+    "7b": (4096, 32, 32),
+    "13b": (5120, 40, 40),
+    "30b": (7168, 56, 48),
+    "70b": (8192, 64, 80),
+}
 VOCAB = 50368
 GPUS = {"h100_80gb": "h100-sxm-80gb", "a100_80gb": "a100-sxm-80gb", "a100_40gb": "a100-sxm-40gb"}
-ALREADY = ("7b", 2048, 8, "a100_80gb")  # shared/calibration/public_runs.yaml: llmfoundry-mpt7b-a10080gb-8gpu-seq2048
-COLUMNS = ["model", "seq", "gpus", "gpu", "mfu", "hfu", "model_tflop", "mb", "ga", "gbs", "sps", "tps", "tps_gpu",
-           "gbs_tokens", "precision", "mp_mode", "sharding", "act_ckpt", "offload", "params"]
+ALREADY = (
+    "7b",
+    2048,
+    8,
+    "a100_80gb",
+)  # shared/calibration/public_runs.yaml: llmfoundry-mpt7b-a10080gb-8gpu-seq2048
+COLUMNS = [
+    "model",
+    "seq",
+    "gpus",
+    "gpu",
+    "mfu",
+    "hfu",
+    "model_tflop",
+    "mb",
+    "ga",
+    "gbs",
+    "sps",
+    "tps",
+    "tps_gpu",
+    "gbs_tokens",
+    "precision",
+    "mp_mode",
+    "sharding",
+    "act_ckpt",
+    "offload",
+    "params",
+]
 
 
 def n_params(size: str, seq: int) -> int:
@@ -65,16 +100,22 @@ def run_of(section: str, n: int, c: dict, used: set[str]) -> tuple[dict | None, 
     if (size, seq, gpus, c["gpu"]) == ALREADY:
         return None, "already in shared/calibration/public_runs.yaml"
     if n_params(size, seq) != int(c["params"]):
-        sys.exit(f"{section} row {n}: MPT-{size} shape gives {n_params(size, seq)} parameters, the table "
-                 f"{c['params']}")
+        sys.exit(
+            f"{section} row {n}: MPT-{size} shape gives {n_params(size, seq)} parameters, the table "
+            f"{c['params']}"
+        )
     if gbs % (gpus * mb) or gbs // (gpus * mb) != ga:
-        return None, (f"global batch {gbs} is not {gpus} GPUs x micro-batch {mb} x grad-accum {ga} "
-                      f"(Composer then runs a smaller last micro-batch, which the schema cannot state)")
+        return None, (
+            f"global batch {gbs} is not {gpus} GPUs x micro-batch {mb} x grad-accum {ga} "
+            f"(Composer then runs a smaller last micro-batch, which the schema cannot state)"
+        )
     d, heads, layers = SHAPES[size]
     gpu = GPUS[c["gpu"]]
     prec = {"amp_bf16": "bf16", "bf16": "bf16", "amp_fp8": "fp8"}[c["precision"]]
     ckpt = c["act_ckpt"] == "True"
-    base = f"llmfoundry-mpt{size}-{c['gpu'].replace('_', '')}-{gpus}gpu-seq{seq}" + ("-fp8" if prec == "fp8" else "")
+    base = f"llmfoundry-mpt{size}-{c['gpu'].replace('_', '')}-{gpus}gpu-seq{seq}" + (
+        "-fp8" if prec == "fp8" else ""
+    )
     rid = base if base not in used else f"{base}-mb{mb}"
     used.add(rid)
     pure = c["mp_mode"] == "PURE"
@@ -88,9 +129,12 @@ def run_of(section: str, n: int, c: dict, used: set[str]) -> tuple[dict | None, 
         "kernel (F.layer_norm as low_precision_layernorm, F.gelu, bias in addmm, residual add; no rotary, no dropout)",
         "loss: flash-attn's fused cross-entropy on the bf16 logits (modeling_mpt.py loss_fn default "
         "fused_crossentropy, required: it raises without the xentropy kernel)",
-        ("precision bf16 with FSDP mixed_precision PURE: parameters, gradients and their reduction in bf16, "
-         "gradients reduced in bf16" if pure else
-         f"precision {c['precision']} with FSDP mixed_precision DEFAULT: bf16 compute, fp32 gradient reduction")
+        (
+            "precision bf16 with FSDP mixed_precision PURE: parameters, gradients and their reduction in bf16, "
+            "gradients reduced in bf16"
+            if pure
+            else f"precision {c['precision']} with FSDP mixed_precision DEFAULT: bf16 compute, fp32 gradient reduction"
+        )
         + ("; FP8 GEMMs through Transformer Engine (delayed scaling, 2023)" if prec == "fp8" else ""),
         f"activation checkpointing {'on (every block): recompute full' if ckpt else 'off'}; no CPU offload",
         f"micro-batch {mb} x grad-accum {ga} x {gpus} GPUs = global batch {gbs} (table)",
@@ -101,21 +145,49 @@ def run_of(section: str, n: int, c: dict, used: set[str]) -> tuple[dict | None, 
     if gpu.startswith("h100"):
         notes.append("GPU given as 'h100_80gb': SXM assumed; interconnect not stated")
     else:
-        notes.append(f"GPU given as '{c['gpu']}': SXM assumed (8-GPU nodes); 1600 Gbps RoCE between nodes "
-                     "(section title)")
+        notes.append(
+            f"GPU given as '{c['gpu']}': SXM assumed (8-GPU nodes); 1600 Gbps RoCE between nodes "
+            "(section title)"
+        )
     run = {
         "id": rid,
         "source": SOURCE.format(section=section, row=n),
-        "model": {"hidden": d, "ffn": 4 * d, "layers": layers, "heads": heads, "kv_heads": heads,
-                  "head_dim": d // heads, "seq_len": seq, "vocab": VOCAB, "mlp": "gelu", "moe": None},
+        "model": {
+            "hidden": d,
+            "ffn": 4 * d,
+            "layers": layers,
+            "heads": heads,
+            "kv_heads": heads,
+            "head_dim": d // heads,
+            "seq_len": seq,
+            "vocab": VOCAB,
+            "mlp": "gelu",
+            "moe": None,
+        },
         "hardware": {"gpu": gpu, "num_gpus": gpus, "gpus_per_node": 8},
-        "parallel": {"tp": 1, "pp": 1, "dp": gpus, "cp": 1, "ep": 1, "vpp": 1, "sequence_parallel": False,
-                     "micro_batch": mb, "global_batch": gbs, "recompute": "full" if ckpt else "none",
-                     "optimizer_sharding": "zero3", "precision": prec},
-        "measured": {"step_time_s": None, "derived_step_time_s": round(gbs * seq / tps, 4),
-                     "mfu": round(float(c["mfu"]) / 100.0, 4), "tflops_per_gpu": None,
-                     "tflops_convention": "6N+attn (MFU)", "tokens_per_s_per_gpu": tps_gpu,
-                     "peak_memory_gib": None},
+        "parallel": {
+            "tp": 1,
+            "pp": 1,
+            "dp": gpus,
+            "cp": 1,
+            "ep": 1,
+            "vpp": 1,
+            "sequence_parallel": False,
+            "micro_batch": mb,
+            "global_batch": gbs,
+            "recompute": "full" if ckpt else "none",
+            "optimizer_sharding": "zero3",
+            "precision": prec,
+        },
+        "measured": {
+            "step_time_s": None,
+            "derived_step_time_s": round(gbs * seq / tps, 4),
+            "mfu": round(float(c["mfu"]) / 100.0, 4),
+            "tflops_per_gpu": None,
+            "tflops_convention": "6N+attn (MFU)",
+            "tokens_per_s_per_gpu": tps_gpu,
+            "peak_memory_gib": None,
+        },
         "tier": "A",
         "notes": "; ".join(notes),
     }
@@ -136,16 +208,21 @@ HEADER = """\
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("readme", type=Path, help="llm-foundry scripts/train/benchmarking/README.md at 061f2c7")
-    ap.add_argument("--out", type=Path,
-                    default=Path(__file__).resolve().parents[1] / "problems" / "runs" / "llmfoundry-mpt.yaml")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=Path(__file__).resolve().parents[1] / "problems" / "runs" / "llmfoundry-mpt.yaml",
+    )
     a = ap.parse_args(argv)
     used: set[str] = set()
     runs, left = [], []
     for section, n, cells in rows(a.readme.read_text()):
         run, why = run_of(section, n, cells, used)
         if run is None:
-            left.append(f"#  - '{section}' row {n} (MPT-{cells['model']}, {cells['seq']} tokens, {cells['gpus']} x "
-                        f"{cells['gpu']}): {why}")
+            left.append(
+                f"#  - '{section}' row {n} (MPT-{cells['model']}, {cells['seq']} tokens, {cells['gpus']} x "
+                f"{cells['gpu']}): {why}"
+            )
         else:
             runs.append(run)
     body = yaml.safe_dump(runs, sort_keys=False, width=120, default_flow_style=None)

@@ -41,14 +41,18 @@ def gemms(torch, dev, quick, timer) -> list[dict]:
     for model, (h, f, a, kv, gated) in SHAPES.items():
         qkv = h + 2 * kv * (h // a)
         up = 2 * f if gated else f
-        for tp in ([1] if quick else [1, 2, 4, 8]):
-            for tokens in ([64] if quick else [2048, 8192]):
-                for op, (m, n, k) in {"qkv": (tokens, qkv // tp, h), "proj": (tokens, h, h // tp),
-                                      "up": (tokens, up // tp, h), "down": (tokens, h, f // tp)}.items():
+        for tp in [1] if quick else [1, 2, 4, 8]:
+            for tokens in [64] if quick else [2048, 8192]:
+                for op, (m, n, k) in {
+                    "qkv": (tokens, qkv // tp, h),
+                    "proj": (tokens, h, h // tp),
+                    "up": (tokens, up // tp, h),
+                    "down": (tokens, h, f // tp),
+                }.items():
                     cases.append((model, tp, tokens, op, m, n, k))
         if quick:
             break
-    for sq in ([64, 128] if quick else [256, 512, 1024, 2048, 4096, 8192, 16384]):
+    for sq in [64, 128] if quick else [256, 512, 1024, 2048, 4096, 8192, 16384]:
         cases.append(("square", 1, sq, "square", sq, sq, sq))
     fp8 = fp8_gemm(torch, dev)
     for model, tp, tokens, op, m, n, k in cases:
@@ -57,13 +61,37 @@ def gemms(torch, dev, quick, timer) -> list[dict]:
         a = torch.randn(m, k, device=dev, dtype=dt)
         b = torch.randn(k, n, device=dev, dtype=dt)
         s = timer(lambda: a @ b)
-        out.append({"model": model, "tp": tp, "tokens": tokens, "op": op, "m": m, "n": n, "k": k,
-                    "dtype": "bf16" if dt == torch.bfloat16 else "fp32", "s": s, "tflops": 2 * m * n * k / s / 1e12})
+        out.append(
+            {
+                "model": model,
+                "tp": tp,
+                "tokens": tokens,
+                "op": op,
+                "m": m,
+                "n": n,
+                "k": k,
+                "dtype": "bf16" if dt == torch.bfloat16 else "fp32",
+                "s": s,
+                "tflops": 2 * m * n * k / s / 1e12,
+            }
+        )
         if fp8 is not None and m % 16 == 0 and n % 16 == 0 and k % 16 == 0:
             fn = fp8(a, b)
             s = timer(fn)
-            out.append({"model": model, "tp": tp, "tokens": tokens, "op": op, "m": m, "n": n, "k": k,
-                        "dtype": "fp8", "s": s, "tflops": 2 * m * n * k / s / 1e12})
+            out.append(
+                {
+                    "model": model,
+                    "tp": tp,
+                    "tokens": tokens,
+                    "op": op,
+                    "m": m,
+                    "n": n,
+                    "k": k,
+                    "dtype": "fp8",
+                    "s": s,
+                    "tflops": 2 * m * n * k / s / 1e12,
+                }
+            )
         del a, b
     return out
 
@@ -82,6 +110,7 @@ def fp8_gemm(torch, dev):
         a8 = a.to(torch.float8_e4m3fn)
         b8 = b.t().contiguous().to(torch.float8_e4m3fn).t()
         return lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
     try:
         x = torch.randn(32, 32, device=dev, dtype=torch.bfloat16)
         make(x, x)()
@@ -103,12 +132,24 @@ def attention(torch, dev, quick, timer, wide=False) -> list[dict]:
     if quick:
         grid = [(1, 128, 2, 2, 32)]
     elif wide:
-        grid = [(b, s, hh, kv, d) for d in (128, 64) for s in (1024, 2048, 4096, 8192, 16384) for hh, kv in WIDE_HEADS
-                for b in (1, 4) if b * s <= 16384]
+        grid = [
+            (b, s, hh, kv, d)
+            for d in (128, 64)
+            for s in (1024, 2048, 4096, 8192, 16384)
+            for hh, kv in WIDE_HEADS
+            for b in (1, 4)
+            if b * s <= 16384
+        ]
     else:
-        grid = ([(1, s, hh, kv, 128) for s in (2048, 4096, 8192) for hh, kv in ((96, 96), (64, 8), (32, 8), (12, 12),
-                                                                                 (8, 1))]
-                + [(1, s, 64, 8, 64) for s in (4096, 16384)] + [(1, 32768, 8, 1, 128)])
+        grid = (
+            [
+                (1, s, hh, kv, 128)
+                for s in (2048, 4096, 8192)
+                for hh, kv in ((96, 96), (64, 8), (32, 8), (12, 12), (8, 1))
+            ]
+            + [(1, s, 64, 8, 64) for s in (4096, 16384)]
+            + [(1, 32768, 8, 1, 128)]
+        )
     for b, s, heads, kv, d in grid:
         q = torch.randn(b, heads, s, d, device=dev, dtype=dt, requires_grad=True)
         k = torch.randn(b, kv, s, d, device=dev, dtype=dt, requires_grad=True)
@@ -125,8 +166,7 @@ def attention(torch, dev, quick, timer, wide=False) -> list[dict]:
         for name, ctx in backends(torch, dev):
             try:
                 with ctx():
-                    row[name] = {"fw_s": timer(fw),
-                                 "fwbw_s": timer(fwbw)}
+                    row[name] = {"fw_s": timer(fw), "fwbw_s": timer(fwbw)}
             except RuntimeError:  # this backend does not take the shape (or is not built): not measured
                 continue
         if "default" in row:
@@ -156,16 +196,21 @@ def elementwise(torch, dev, quick, timer) -> list[dict]:
     dt = torch.bfloat16 if dev.startswith("cuda") else torch.float32
     e = 2 if dt == torch.bfloat16 else 4
     out = []
-    for tokens, hidden in ([(64, 128)] if quick else [(512, 1024), (2048, 4096), (8192, 4096), (8192, 8192),
-                                                         (16384, 12288)]):
+    for tokens, hidden in (
+        [(64, 128)] if quick else [(512, 1024), (2048, 4096), (8192, 4096), (8192, 8192), (16384, 12288)]
+    ):
         x = torch.randn(tokens, hidden, device=dev, dtype=dt)
         y = torch.randn(tokens, hidden, device=dev, dtype=dt)
         ln = torch.nn.LayerNorm(hidden, device=dev, dtype=dt)
         rms = torch.nn.RMSNorm(hidden, device=dev, dtype=dt) if hasattr(torch.nn, "RMSNorm") else ln
         n = tokens * hidden
-        ops = {"add": (lambda: x + y, 3 * n * e), "gelu": (lambda: torch.nn.functional.gelu(x), 2 * n * e),
-               "layernorm": (lambda: ln(x), 2 * n * e), "rmsnorm": (lambda: rms(x), 2 * n * e),
-               "dropout": (lambda: torch.nn.functional.dropout(x, 0.1, True), 2 * n * e + n)}
+        ops = {
+            "add": (lambda: x + y, 3 * n * e),
+            "gelu": (lambda: torch.nn.functional.gelu(x), 2 * n * e),
+            "layernorm": (lambda: ln(x), 2 * n * e),
+            "rmsnorm": (lambda: rms(x), 2 * n * e),
+            "dropout": (lambda: torch.nn.functional.dropout(x, 0.1, True), 2 * n * e + n),
+        }
         res = {}
         for name, (fn, nbytes) in ops.items():
             s = timer(fn)
@@ -202,16 +247,25 @@ def blocks(torch, dev, quick, timer, compile_too=False) -> list[dict]:
         layers = []
         for _ in range(n_layers):
             norm = [torch.ones(h, device=dev, dtype=dt, requires_grad=True) for _ in range(2)]
-            nb = [None if gated else torch.zeros(h, device=dev, dtype=dt, requires_grad=True) for _ in range(2)]
-            layers.append({"norm": norm, "nb": nb, "qkv": lin((a + 2 * kv) * d, h, not gated),
-                           "o": lin(h, a * d, not gated), "up": lin(2 * f if gated else f, h, not gated),
-                           "down": lin(h, f, not gated)})
+            nb = [
+                None if gated else torch.zeros(h, device=dev, dtype=dt, requires_grad=True) for _ in range(2)
+            ]
+            layers.append(
+                {
+                    "norm": norm,
+                    "nb": nb,
+                    "qkv": lin((a + 2 * kv) * d, h, not gated),
+                    "o": lin(h, a * d, not gated),
+                    "up": lin(2 * f if gated else f, h, not gated),
+                    "down": lin(h, f, not gated),
+                }
+            )
         pos = torch.arange(s, device=dev, dtype=torch.float32)[:, None]
         ang = pos * (1.0 / 500000 ** (torch.arange(0, d, 2, device=dev, dtype=torch.float32) / d))[None, :]
         cos, sin = ang.cos().to(dt), ang.sin().to(dt)
 
         def rope(x):
-            x1, x2 = x[..., : d // 2], x[..., d // 2:]
+            x1, x2 = x[..., : d // 2], x[..., d // 2 :]
             return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
         def norm(x, w, bias):
@@ -232,7 +286,7 @@ def blocks(torch, dev, quick, timer, compile_too=False) -> list[dict]:
             return x + F.linear(y, *p["down"])
 
         x = torch.randn(b, s, h, device=dev, dtype=dt, requires_grad=True)
-        for compiled in ([False, True] if compile_too else [False]):
+        for compiled in [False, True] if compile_too else [False]:
             fn = torch.compile(block) if compiled else block
 
             def fwbw():
@@ -242,9 +296,23 @@ def blocks(torch, dev, quick, timer, compile_too=False) -> list[dict]:
                 y.sum().backward()
 
             t = timer(fwbw)
-            out.append({"model": model, "hidden": h, "ffn": f, "heads": a, "kv_heads": kv, "head_dim": d,
-                        "gated": gated, "micro_batch": b, "seq": s, "layers": n_layers, "compiled": compiled,
-                        "fwbw_s": t, "per_layer_s": t / n_layers})
+            out.append(
+                {
+                    "model": model,
+                    "hidden": h,
+                    "ffn": f,
+                    "heads": a,
+                    "kv_heads": kv,
+                    "head_dim": d,
+                    "gated": gated,
+                    "micro_batch": b,
+                    "seq": s,
+                    "layers": n_layers,
+                    "compiled": compiled,
+                    "fwbw_s": t,
+                    "per_layer_s": t / n_layers,
+                }
+            )
         del layers, x
     return out
 
@@ -256,11 +324,19 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="tiny shapes: a smoke test of the script")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--compile", action="store_true", help="also time the blocks under torch.compile (slow to start)")
-    ap.add_argument("--queue", type=int, default=1, help="calls timed back to back per measurement (default 1)")
+    ap.add_argument(
+        "--compile", action="store_true", help="also time the blocks under torch.compile (slow to start)"
+    )
+    ap.add_argument(
+        "--queue", type=int, default=1, help="calls timed back to back per measurement (default 1)"
+    )
     ap.add_argument("--only", default="gemm,attn,elem,layer", help="comma-separated tables to measure")
-    ap.add_argument("--attn-grid", choices=("standard", "wide"), default="standard",
-                    help="wide: 4-96 heads, 1K-16K tokens, micro-batch 1 and 4, head size 64 and 128")
+    ap.add_argument(
+        "--attn-grid",
+        choices=("standard", "wide"),
+        default="standard",
+        help="wide: 4-96 heads, 1K-16K tokens, micro-batch 1 and 4, head size 64 and 128",
+    )
     a = ap.parse_args()
     torch = need_torch("microbench", gpu=a.device.startswith("cuda"), smoke_flag="--device cpu --quick")
     dev = a.device
@@ -269,21 +345,30 @@ def main() -> int:
     def timer(fn) -> float:
         """Median seconds of one `fn()` (`torch_timing.median_time`; --queue calls back to back per timed run)."""
         return median_time(torch, fn, a.repeats, a.warmup, queue=queue, cuda=dev.startswith("cuda"))
+
     only = set(a.only.split(","))
     name = torch.cuda.get_device_name(0) if dev.startswith("cuda") else "cpu"
     sms = torch.cuda.get_device_properties(0).multi_processor_count if dev.startswith("cuda") else None
     cudnn = torch.backends.cudnn.version() if dev.startswith("cuda") else None
-    data = {"device": name, "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": cudnn, "sms": sms,
-            "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "queue": queue,
-            "gemm": gemms(torch, dev, a.quick, timer) if "gemm" in only else [],
-            "attn": attention(torch, dev, a.quick, timer, a.attn_grid == "wide") if "attn" in only else [],
-            "elem": elementwise(torch, dev, a.quick, timer) if "elem" in only else [],
-            "layer": blocks(torch, dev, a.quick, timer, a.compile) if "layer" in only else []}
+    data = {
+        "device": name,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": cudnn,
+        "sms": sms,
+        "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "queue": queue,
+        "gemm": gemms(torch, dev, a.quick, timer) if "gemm" in only else [],
+        "attn": attention(torch, dev, a.quick, timer, a.attn_grid == "wide") if "attn" in only else [],
+        "elem": elementwise(torch, dev, a.quick, timer) if "elem" in only else [],
+        "layer": blocks(torch, dev, a.quick, timer, a.compile) if "layer" in only else [],
+    }
     with open(a.out, "w") as f:
         json.dump(data, f, indent=1)
-    print(f"wrote {a.out}: {len(data['gemm'])} GEMMs, {len(data['attn'])} attention, {len(data['elem'])} element-wise "
-          f"sizes, {len(data['layer'])} blocks on {name}")
+    print(
+        f"wrote {a.out}: {len(data['gemm'])} GEMMs, {len(data['attn'])} attention, {len(data['elem'])} element-wise "
+        f"sizes, {len(data['layer'])} blocks on {name}"
+    )
     return 0
 
 

@@ -28,12 +28,25 @@ from torch_timing import median_time, need_torch
 # (micro-batch, query heads, K/V heads, sequence, head size): GPT-OSS-120B's rank at tp 1 with micro-batch 1 (the
 # H100 run) and 4 (the Blackwell runs), at tp 2, 4 and 8 (32, 16, 8 heads), at 2K-16K tokens; Llama-3-class
 # 128-wide heads as the reference
-SHAPES = ((1, 64, 8, 4096, 64), (4, 64, 8, 4096, 64), (1, 32, 8, 4096, 128), (1, 64, 8, 8192, 64),
-          (2, 32, 4, 4096, 64), (1, 16, 2, 4096, 64), (1, 8, 1, 4096, 64), (1, 64, 8, 2048, 64),
-          (1, 64, 8, 16384, 64), (1, 8, 1, 16384, 128))
+SHAPES = (
+    (1, 64, 8, 4096, 64),
+    (4, 64, 8, 4096, 64),
+    (1, 32, 8, 4096, 128),
+    (1, 64, 8, 8192, 64),
+    (2, 32, 4, 4096, 64),
+    (1, 16, 2, 4096, 64),
+    (1, 8, 1, 4096, 64),
+    (1, 64, 8, 2048, 64),
+    (1, 64, 8, 16384, 64),
+    (1, 8, 1, 16384, 128),
+)
 WINDOW = 128
-VARIANTS = {"causal": (None, False), "causal_sink": (None, True), "window": (WINDOW, False),
-            "window_sink": (WINDOW, True)}
+VARIANTS = {
+    "causal": (None, False),
+    "causal_sink": (None, True),
+    "window": (WINDOW, False),
+    "window_sink": (WINDOW, True),
+}
 
 
 def graphs(torch, cudnn, handle, b, hq, hkv, s, d, window, sink):
@@ -50,7 +63,7 @@ def graphs(torch, cudnn, handle, b, hq, hkv, s, d, window, sink):
     dq_g, dk_g, dv_g = torch.empty_like(q_g), torch.empty_like(k_g), torch.empty_like(v_g)
     sink_g = torch.randn(1, hq, 1, 1, device=dev, dtype=torch.float32)
     dsink_g = torch.zeros(1, hq, 1, 1, device=dev, dtype=torch.float32)
-    scale = d ** -0.5
+    scale = d**-0.5
     mask = dict(diagonal_alignment=cudnn.diagonal_alignment.TOP_LEFT, diagonal_band_right_bound=0)
     if window is not None:
         mask["diagonal_band_left_bound"] = window
@@ -92,7 +105,9 @@ def graphs(torch, cudnn, handle, b, hq, hkv, s, d, window, sink):
     if sink:
         bsk, bdsk = gb.tensor_like(sink_g), gb.tensor_like(dsink_g)
         kw["sink_token"], kw["dSink_token"] = bsk, bdsk
-    dq, dk, dv = gb.sdpa_backward(name="bw", q=bq, k=bk, v=bv, o=bo, dO=bdo, stats=bst, attn_scale=scale, **kw)
+    dq, dk, dv = gb.sdpa_backward(
+        name="bw", q=bq, k=bk, v=bv, o=bo, dO=bdo, stats=bst, attn_scale=scale, **kw
+    )
     for t, g in ((dq, dq_g), (dk, dk_g), (dv, dv_g)):
         t.set_output(True).set_dim(list(g.shape)).set_stride(list(g.stride()))
     if sink:
@@ -114,22 +129,32 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     args = ap.parse_args()
-    torch = need_torch("microbench_cudnn_attention", gpu=True, smoke_flag=None)  # cuDNN's graphs run on a GPU only
+    torch = need_torch(
+        "microbench_cudnn_attention", gpu=True, smoke_flag=None
+    )  # cuDNN's graphs run on a GPU only
     torch.cuda.init()
     try:
         import cudnn
     except ImportError:
-        print("microbench_cudnn_attention needs nvidia-cudnn-frontend >= 1.20: pip install nvidia-cudnn-frontend",
-              file=sys.stderr)
+        print(
+            "microbench_cudnn_attention needs nvidia-cudnn-frontend >= 1.20: pip install nvidia-cudnn-frontend",
+            file=sys.stderr,
+        )
         return 2
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     handle = cudnn.create_handle()
     cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)
-    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "cudnn_backend": int(cudnn.backend_version()), "cudnn_frontend": getattr(cudnn, "__version__", "?"),
-           "window": WINDOW, "rows": [], "errors": []}
+    res = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "cudnn_backend": int(cudnn.backend_version()),
+        "cudnn_frontend": getattr(cudnn, "__version__", "?"),
+        "window": WINDOW,
+        "rows": [],
+        "errors": [],
+    }
 
     def timer(fn):
         return median_time(torch, fn, args.repeats, args.warmup)
@@ -151,7 +176,9 @@ def main() -> int:
                 fw_t = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=hkv != hq)  # noqa
                 row["sdpa_cudnn"] = {"fw_s": timer(fw_t), "fwbw_s": timer(lambda: fw_t().sum().backward())}
         except Exception as exc:  # noqa: BLE001
-            res["errors"].append({"shape": [b, hq, hkv, s, d], "variant": "sdpa_cudnn", "error": repr(exc)[:400]})
+            res["errors"].append(
+                {"shape": [b, hq, hkv, s, d], "variant": "sdpa_cudnn", "error": repr(exc)[:400]}
+            )
         res["rows"].append(row)
         del q, k, v
         torch.cuda.empty_cache()

@@ -41,8 +41,14 @@ def main() -> int:
     dt = torch.bfloat16 if dev == "cuda" else torch.float32
     up, hidden = (64, 32) if args.small else (UP, HIDDEN)
     cases = ((256, 4), (512, 2)) if args.small else CASES
-    res = {"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "torch": torch.__version__,
-           "up": up, "hidden": hidden, "dtype": str(dt).replace("torch.", ""), "rows": []}
+    res = {
+        "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "up": up,
+        "hidden": hidden,
+        "dtype": str(dt).replace("torch.", ""),
+        "rows": [],
+    }
 
     def timer(fn):
         return median_time(torch, fn, args.repeats, args.warmup)
@@ -65,15 +71,21 @@ def main() -> int:
         g_h = torch.randn(rows, hidden, device=dev, dtype=dt)
 
         def bias_fw():
-            return torch.cat([tt + bb * pp for tt, bb, pp in zip(torch.split(t, split), bias, torch.split(p, split))]
-                             ).to(dt)
+            return torch.cat(
+                [tt + bb * pp for tt, bb, pp in zip(torch.split(t, split), bias, torch.split(p, split))]
+            ).to(dt)
 
         def bias_fwbw():
             torch.autograd.grad(bias_fw(), [t, p, *bias], g_h)
 
-        res["rows"].append({"rows": rows, "experts": experts,
-                            "clamp": {"fw_s": timer(clamp_fw), "fwbw_s": timer(clamp_fwbw)},
-                            "bias": {"fw_s": timer(bias_fw), "fwbw_s": timer(bias_fwbw)}})
+        res["rows"].append(
+            {
+                "rows": rows,
+                "experts": experts,
+                "clamp": {"fw_s": timer(clamp_fw), "fwbw_s": timer(clamp_fwbw)},
+                "bias": {"fw_s": timer(bias_fw), "fwbw_s": timer(bias_fwbw)},
+            }
+        )
         print(res["rows"][-1], flush=True)
         del x, g_up, t, p, bias, g_h
     with open(args.out, "w") as f:

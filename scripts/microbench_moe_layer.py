@@ -20,6 +20,7 @@ Attention kernels per backend and head size are microbench.py's (`--attn-grid wi
 microbench_ring_attention.py's. `--small` shrinks every shape (a CPU smoke test; the numbers mean nothing).
 Output in problems/measurements/.
 """
+
 import argparse
 import json
 import time
@@ -36,10 +37,17 @@ import torch.nn.functional as F  # noqa: E402
 
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 dt = torch.bfloat16 if dev == "cuda" else torch.float32
-res = {"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "torch": torch.__version__,
-       "gemm": [], "grouped": [], "layer": {}, "errors": []}
+res = {
+    "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
+    "torch": torch.__version__,
+    "gemm": [],
+    "grouped": [],
+    "layer": {},
+    "errors": [],
+}
 try:
     import transformer_engine  # noqa
+
     res["te"] = transformer_engine.__version__
 except Exception as ex:  # noqa
     res["te"] = None
@@ -61,11 +69,18 @@ def r(*shape, grad=False):
 
 # ---------------------------------------------------------------- 1. dense GEMMs
 t0 = time.time()
-shapes = [("qkv", SEQ, (QH + 2 * KVH) * HD, H), ("proj", SEQ, H, QH * HD), ("router", SEQ, 128, H),
-          ("e_up_1024", 1024 // S, 2 * FF, H), ("e_dn_1024", 1024 // S, H, FF),
-          ("e_up_4096", 4096 // S, 2 * FF, H), ("e_up_32768", 32768 // S, 2 * FF, H),
-          ("e_wgrad_up_1024", H, 2 * FF, 1024 // S), ("ref_4096x6144x4096", 4096 // S, 6144 // S, 4096 // S),
-          ("ref_8192x8192x8192", 8192 // S, 8192 // S, 8192 // S)]
+shapes = [
+    ("qkv", SEQ, (QH + 2 * KVH) * HD, H),
+    ("proj", SEQ, H, QH * HD),
+    ("router", SEQ, 128, H),
+    ("e_up_1024", 1024 // S, 2 * FF, H),
+    ("e_dn_1024", 1024 // S, H, FF),
+    ("e_up_4096", 4096 // S, 2 * FF, H),
+    ("e_up_32768", 32768 // S, 2 * FF, H),
+    ("e_wgrad_up_1024", H, 2 * FF, 1024 // S),
+    ("ref_4096x6144x4096", 4096 // S, 6144 // S, 4096 // S),
+    ("ref_8192x8192x8192", 8192 // S, 8192 // S, 8192 // S),
+]
 for name, m, n, k in shapes:
     a, b = r(m, k), r(k, n)
     t = median_time(torch, lambda: a @ b, 15, 3)
@@ -92,9 +107,10 @@ for g, rows in [(16, 1024), (16, 4096), (2, 32768), (4, 8192)]:
         res["grouped"].append(ent)
 save()
 
+
 # ---------------------------------------------------------------- 3. a GPT-OSS layer, eager (EP 8: 16 local experts, balanced)
 def rope(x, cos, sin):
-    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
 
@@ -143,7 +159,7 @@ def moe_block(x):
     probs = torch.softmax(topv.float(), dim=-1).to(dt)
     # force-balanced: the 4*SEQ assignments go round-robin to the 16 local experts (the a2a's rows, as if local)
     flat_tok = torch.arange(SEQ, device=dev).repeat_interleave(4)
-    eid = (torch.arange(4 * SEQ, device=dev) % E_LOC)
+    eid = torch.arange(4 * SEQ, device=dev) % E_LOC
     order = torch.argsort(eid, stable=True)
     if HOST_SYNC[0]:
         counts = torch.bincount(eid, minlength=E_LOC).tolist()  # dropless: tokens per expert to the host
@@ -170,8 +186,10 @@ L = res["layer"]
 for nm, fn in [("attn", attn_block), ("moe", moe_block), ("layer", layer)]:
     try:
         L[nm + "_fw_s"] = median_time(torch, lambda: fn(x0), 20, 3)
+
         def fb():
             fn(x0).backward(gx)
+
         L[nm + "_fwbw_s"] = median_time(torch, fb, 20, 3)
         L[nm + "_fwbw_wall_s"] = wall_time(torch, fb, 20, 3)
     except Exception as ex:  # noqa
@@ -179,16 +197,20 @@ for nm, fn in [("attn", attn_block), ("moe", moe_block), ("layer", layer)]:
     save()
 HOST_SYNC[0] = True
 try:
+
     def fb():
         layer(x0).backward(gx)
+
     L["layer_sync_fwbw_s"] = median_time(torch, fb, 20, 3)
     L["layer_sync_fwbw_wall_s"] = wall_time(torch, fb, 20, 3)
+
     # a stack of 9 layers back to back (one PP stage), with and without the host sync
     def stack():
         y = x0
         for _ in range(9):
             y = layer(y)
         y.backward(gx)
+
     L["stack9_sync_wall_s"] = wall_time(torch, stack, 5, 2)
     HOST_SYNC[0] = False
     L["stack9_nosync_wall_s"] = wall_time(torch, stack, 5, 2)
@@ -198,7 +220,8 @@ except Exception as ex:  # noqa
 save()
 if dev == "cuda":
     try:
-        from torch.profiler import profile, ProfilerActivity
+        from torch.profiler import ProfilerActivity, profile
+
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(3):
                 layer(x0).backward(gx)
@@ -214,4 +237,7 @@ if dev == "cuda":
         res["errors"].append(f"profile: {ex!r}"[:300])
 res["t_total_s"] = time.time() - t0
 save()
-print(f"wrote {_args.out}: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in res["layer"].items() if k.startswith("layer")))
+print(
+    f"wrote {_args.out}: "
+    + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in res["layer"].items() if k.startswith("layer"))
+)

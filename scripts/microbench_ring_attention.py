@@ -16,6 +16,7 @@ sequences of 32K-256K; K/V expanded to the 32 query heads, as the kernels called
 PyTorch's FlashAttention-2 kernel (as those runs) and cuDNN's where it takes the shape. `scripts/bench_kernels.py` is not needed: compare `fwbw_s` with the model's
 `optimizer.model.layer.flash_attention(..., cp=cp)` for the same shapes. `--small`: tiny shapes on any device.
 """
+
 import argparse
 import json
 import sys
@@ -32,7 +33,9 @@ def attn_lse(q, k, v, causal, backend):
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False)[:2]
         return out, lse
     if backend == "cudnn":
-        out, lse = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal, False)[:2]
+        out, lse = torch.ops.aten._scaled_dot_product_cudnn_attention(
+            q, k, v, None, True, 0.0, causal, False
+        )[:2]
         return out, lse.reshape(out.shape[:3])
     s = (q.float() @ k.float().transpose(-1, -2)) / q.shape[-1] ** 0.5
     if causal:
@@ -99,24 +102,43 @@ def main() -> int:
     torch = need_torch("microbench_ring_attention", gpu=not a.small, smoke_flag="--small")
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     dt = torch.bfloat16 if dev == "cuda" else torch.float32
-    res = {"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu", "torch": torch.__version__,
-           "rows": [], "errors": []}
+    res = {
+        "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "rows": [],
+        "errors": [],
+    }
     heads, kvh, d = (32, 8, 128) if not a.small else (4, 1, 32)
     local = 32768 if not a.small else 256
-    for backend in (["flash2", "cudnn"] if dev == "cuda" else ["math"]):
+    for backend in ["flash2", "cudnn"] if dev == "cuda" else ["math"]:
         for cp in (1, 2, 4, 8):
             rank = cp - 1  # load-balanced: every rank has the same work; the last one runs the partial merges
             q = torch.randn(1, heads, local, d, device=dev, dtype=dt, requires_grad=True)
-            ks = [torch.randn(1, heads, local, d, device=dev, dtype=dt, requires_grad=True) for _ in range(cp)]
-            vs = [torch.randn(1, heads, local, d, device=dev, dtype=dt, requires_grad=True) for _ in range(cp)]
-            row = {"backend": backend, "cp": cp, "rank": rank, "tokens_per_rank": local, "seq": local * cp,
-                   "heads": heads, "kv_heads": kvh, "head_dim": d}
+            ks = [
+                torch.randn(1, heads, local, d, device=dev, dtype=dt, requires_grad=True) for _ in range(cp)
+            ]
+            vs = [
+                torch.randn(1, heads, local, d, device=dev, dtype=dt, requires_grad=True) for _ in range(cp)
+            ]
+            row = {
+                "backend": backend,
+                "cp": cp,
+                "rank": rank,
+                "tokens_per_rank": local,
+                "seq": local * cp,
+                "heads": heads,
+                "kv_heads": kvh,
+                "head_dim": d,
+            }
             try:
                 go = torch.randn(1, heads, local, d, device=dev, dtype=dt)
-                row["fw_s"] = median_time(torch, lambda: ring_rank(q, ks, vs, cp, rank, backend), a.repeats, 2)
+                row["fw_s"] = median_time(
+                    torch, lambda: ring_rank(q, ks, vs, cp, rank, backend), a.repeats, 2
+                )
 
                 def fb():
                     ring_rank(q, ks, vs, cp, rank, backend).backward(go)
+
                 row["fwbw_s"] = median_time(torch, fb, a.repeats, 2)
 
                 def kernels():  # the same steps' attention calls alone, forward, no merges
@@ -125,9 +147,12 @@ def main() -> int:
                             if i == 0:
                                 attn_lse(q, ks[i], vs[i], True, backend)
                             elif i <= rank:
-                                attn_lse(q, ks[i][:, :, : local // 2], vs[i][:, :, : local // 2], False, backend)
+                                attn_lse(
+                                    q, ks[i][:, :, : local // 2], vs[i][:, :, : local // 2], False, backend
+                                )
                             else:
-                                attn_lse(q[:, :, local // 2:], ks[i], vs[i], False, backend)
+                                attn_lse(q[:, :, local // 2 :], ks[i], vs[i], False, backend)
+
                 row["kernels_fw_s"] = median_time(torch, kernels, a.repeats, 2)
                 res["rows"].append(row)
             except Exception as ex:  # noqa: BLE001 - a backend that does not take the shape: recorded, not fatal
@@ -137,7 +162,10 @@ def main() -> int:
                 torch.cuda.empty_cache()
             with open(a.out, "w") as fh:
                 json.dump(res, fh, indent=1)
-    print(f"wrote {a.out}: " + ", ".join(f"{r['backend']} cp{r['cp']} {r['fwbw_s'] * 1e3:.1f} ms" for r in res["rows"]))
+    print(
+        f"wrote {a.out}: "
+        + ", ".join(f"{r['backend']} cp{r['cp']} {r['fwbw_s'] * 1e3:.1f} ms" for r in res["rows"])
+    )
     return 0
 
 

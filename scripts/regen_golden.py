@@ -19,8 +19,13 @@ sys.path.insert(0, str(ROOT))
 from optimizer.drivers.solve import solve
 from optimizer.io.loader import load_problem
 
-PROBLEMS = ["default.yaml", "studies/solve/gpt3-175b-1024xh100.yaml", "studies/solve/gpt3-175b-4096xa100.yaml",
-            "studies/solve/gpt3-175b-upto6144xa100.yaml", "studies/solve/gpt3-175b-1024xh100-precision.yaml"]
+PROBLEMS = [
+    "default.yaml",
+    "studies/solve/gpt3-175b-1024xh100.yaml",
+    "studies/solve/gpt3-175b-4096xa100.yaml",
+    "studies/solve/gpt3-175b-upto6144xa100.yaml",
+    "studies/solve/gpt3-175b-1024xh100-precision.yaml",
+]
 
 
 PATH = ROOT / "tests" / "golden" / "solve.json"
@@ -42,13 +47,19 @@ def differences(stored: dict, fresh: dict) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="compare with the stored file; exit 1 on a difference")
+    ap.add_argument(
+        "--check", action="store_true", help="compare with the stored file; exit 1 on a difference"
+    )
     args = ap.parse_args(argv)
     out = {}
     for rel in PROBLEMS:
         r = solve(load_problem(ROOT / "problems" / rel), "cpsat")
-        out[rel] = {"status": r.status, "objective_s": round(r.plans[0].objective_s, 9),
-                    "bound_s": round(r.bound_s, 9), "candidates": r.candidates}
+        out[rel] = {
+            "status": r.status,
+            "objective_s": round(r.plans[0].objective_s, 9),
+            "bound_s": round(r.bound_s, 9),
+            "candidates": r.candidates,
+        }
         print(rel, out[rel])
     if args.check:
         diff = differences(json.loads(PATH.read_text()) if PATH.is_file() else {}, out)

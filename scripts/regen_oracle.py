@@ -42,9 +42,14 @@ def enumerate_case(name: str, text: str) -> dict:
         p = load_problem(path)
     e = solve(p, "enumerate")
     ex = e.plans[0].evaluation.execution
-    return {"goal": p.objective.goal.value, "objective_s": round(e.plans[0].objective_s, 9),
-            "gpus_used": gpus_used(ex), "candidates": e.candidates, "feasible_candidates": e.feasible_candidates,
-            "execution": ex.model_dump(mode="json")}
+    return {
+        "goal": p.objective.goal.value,
+        "objective_s": round(e.plans[0].objective_s, 9),
+        "gpus_used": gpus_used(ex),
+        "candidates": e.candidates,
+        "feasible_candidates": e.feasible_candidates,
+        "execution": ex.model_dump(mode="json"),
+    }
 
 
 def enumerate_all(names: list[str] | None = None) -> dict:
@@ -64,12 +69,15 @@ def differences(stored: dict, fresh: dict) -> list[str]:
         s, f = stored[name], fresh[name]
         for key in sorted(set(s) | set(f)):
             a, b = s.get(key), f.get(key)
-            same = (abs(a - b) <= REL_TOL * abs(b) if key == "objective_s" and None not in (a, b) else a == b)
+            same = abs(a - b) <= REL_TOL * abs(b) if key == "objective_s" and None not in (a, b) else a == b
             if same:
                 continue
             if isinstance(a, dict) and isinstance(b, dict):  # the execution: name only the knobs that differ
-                out += [f"{name}.{key}.{k}: stored {a.get(k)!r}, enumerated {b.get(k)!r}"
-                        for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+                out += [
+                    f"{name}.{key}.{k}: stored {a.get(k)!r}, enumerated {b.get(k)!r}"
+                    for k in sorted(set(a) | set(b))
+                    if a.get(k) != b.get(k)
+                ]
             else:
                 out.append(f"{name}.{key}: stored {a!r}, enumerated {b!r}")
     return out
@@ -81,7 +89,9 @@ def load() -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="compare with the stored file; exit 1 on a difference")
+    ap.add_argument(
+        "--check", action="store_true", help="compare with the stored file; exit 1 on a difference"
+    )
     args = ap.parse_args(argv)
     fresh = {}
     for name, text in CASES.items():

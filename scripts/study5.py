@@ -22,8 +22,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from optimizer.io.loader import load_procure  # noqa: E402
 from optimizer.drivers.procure import procure  # noqa: E402
+from optimizer.io.loader import load_procure  # noqa: E402
 
 # Table 3: (HBM GiB, DDR GiB) -> {model: (GPUs, Perf, Perf/$M)}; the second "40G 1T" row is 20G/1T by the
 # price pattern (see the catalog's header).
@@ -49,6 +49,7 @@ PAPER = {
 
 def spearman(a: list[float], b: list[float]) -> float:
     """Spearman's rank correlation (average ranks for ties)."""
+
     def ranks(x):
         x = np.asarray(x, dtype=float)
         order = np.argsort(x, kind="stable")
@@ -58,6 +59,7 @@ def spearman(a: list[float], b: list[float]) -> float:
             idx = x == v
             r[idx] = r[idx].mean()
         return r
+
     ra, rb = ranks(a), ranks(b)
     if ra.std() == 0 or rb.std() == 0:
         return float("nan")
@@ -75,12 +77,26 @@ def run(model: str) -> dict:
         p = r.purchase
         thr = 0.0 if p is None else pp.training.global_batch / p.step_time_s
         musd = 0.0 if p is None else p.cost_usd / 1e6
-        rows.append({"hbm_gib": key[0], "ddr_gib": key[1], "gpus": 0 if p is None else p.groups[0].gpus_used,
-                     "throughput": thr, "throughput_per_musd": thr / musd if musd else 0.0,
-                     "paper_gpus": paper[0], "paper_throughput": paper[1], "paper_throughput_per_musd": paper[2]})
+        rows.append(
+            {
+                "hbm_gib": key[0],
+                "ddr_gib": key[1],
+                "gpus": 0 if p is None else p.groups[0].gpus_used,
+                "throughput": thr,
+                "throughput_per_musd": thr / musd if musd else 0.0,
+                "paper_gpus": paper[0],
+                "paper_throughput": paper[1],
+                "paper_throughput_per_musd": paper[2],
+            }
+        )
     rho = spearman([x["throughput_per_musd"] for x in rows], [x["paper_throughput_per_musd"] for x in rows])
     best = res.best
-    return {"spearman": rho, "rows": rows, "best": None if best is None else best.label(), "seconds": res.seconds}
+    return {
+        "spearman": rho,
+        "rows": rows,
+        "best": None if best is None else best.label(),
+        "seconds": res.seconds,
+    }
 
 
 def main() -> int:
@@ -93,14 +109,20 @@ def main() -> int:
         print(json.dumps(out, indent=2))
         return 0
     for m, d in out["models"].items():
-        print(f"\n=== {m}: best purchase {d['best']}; Spearman(throughput/$M vs paper) = {d['spearman']:.3f} "
-              f"({d['seconds']:.1f} s)")
-        print(f"{'HBM':>5s} {'DDR':>5s} | {'GPUs':>5s} {'samples/s':>9s} {'per $M':>7s} | paper: {'GPUs':>5s} "
-              f"{'Perf':>5s} {'Perf/$M':>7s}")
+        print(
+            f"\n=== {m}: best purchase {d['best']}; Spearman(throughput/$M vs paper) = {d['spearman']:.3f} "
+            f"({d['seconds']:.1f} s)"
+        )
+        print(
+            f"{'HBM':>5s} {'DDR':>5s} | {'GPUs':>5s} {'samples/s':>9s} {'per $M':>7s} | paper: {'GPUs':>5s} "
+            f"{'Perf':>5s} {'Perf/$M':>7s}"
+        )
         for r in d["rows"]:
-            print(f"{r['hbm_gib']:5d} {r['ddr_gib']:5d} | {r['gpus']:5d} {r['throughput']:9.1f} "
-                  f"{r['throughput_per_musd']:7.2f} |        {r['paper_gpus']:5d} {r['paper_throughput']:5d} "
-                  f"{r['paper_throughput_per_musd']:7d}")
+            print(
+                f"{r['hbm_gib']:5d} {r['ddr_gib']:5d} | {r['gpus']:5d} {r['throughput']:9.1f} "
+                f"{r['throughput_per_musd']:7.2f} |        {r['paper_gpus']:5d} {r['paper_throughput']:5d} "
+                f"{r['paper_throughput_per_musd']:7d}"
+            )
     return 0
 
 

@@ -14,12 +14,17 @@ def need_torch(script: str, gpu: bool, smoke_flag: str | None):
     try:
         import torch
     except ImportError:
-        print(f"{script} needs PyTorch: pip install 'paraplan[microbench]' (or a torch build for your GPU)",
-              file=sys.stderr)
+        print(
+            f"{script} needs PyTorch: pip install 'paraplan[microbench]' (or a torch build for your GPU)",
+            file=sys.stderr,
+        )
         sys.exit(2)
     if gpu and not torch.cuda.is_available():
-        print("no CUDA device: run on a GPU machine" + (f", or {smoke_flag} to test the script" if smoke_flag else ""),
-              file=sys.stderr)
+        print(
+            "no CUDA device: run on a GPU machine"
+            + (f", or {smoke_flag} to test the script" if smoke_flag else ""),
+            file=sys.stderr,
+        )
         sys.exit(2)
     return torch
 

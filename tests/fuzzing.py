@@ -24,10 +24,50 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
-HOSTILE = [0, -1, 1, 2**24 + 1, 2**31, 2**63, 10**40, -(10**40), 1.5, -0.0, 1e308, -1e308, 1e-300,
-           float("inf"), float("-inf"), float("nan"), "8", "", "x" * 5000, "é∂ƒ", "../../etc/passwd",
-           "/dev/zero", "a\u0000b", None, True, False, [], {}, [1, 2, 3], {"a": 1}, [[[]]], {"base": "nope"},
-           "h100-sxm-80gb", "gpt3-175b", "bf16", "fp64", "selective", 7, 3, 1000000, 1e9, 0.5]
+HOSTILE = [
+    0,
+    -1,
+    1,
+    2**24 + 1,
+    2**31,
+    2**63,
+    10**40,
+    -(10**40),
+    1.5,
+    -0.0,
+    1e308,
+    -1e308,
+    1e-300,
+    float("inf"),
+    float("-inf"),
+    float("nan"),
+    "8",
+    "",
+    "x" * 5000,
+    "é∂ƒ",
+    "../../etc/passwd",
+    "/dev/zero",
+    "a\u0000b",
+    None,
+    True,
+    False,
+    [],
+    {},
+    [1, 2, 3],
+    {"a": 1},
+    [[[]]],
+    {"base": "nope"},
+    "h100-sxm-80gb",
+    "gpt3-175b",
+    "bf16",
+    "fp64",
+    "selective",
+    7,
+    3,
+    1000000,
+    1e9,
+    0.5,
+]
 
 RAW = [
     "!!python/object/apply:os.system ['echo pwned']\n",
@@ -121,7 +161,9 @@ def mutate(rng: random.Random, path: Path, command: str) -> Case:
         if kind == 1:
             snippet = rng.choice(RAW)
             cut = rng.randrange(len(text) + 1)
-            return Case(rel, command, (text[:cut] + "\n" + snippet).encode(), f"hostile YAML appended at {cut}")
+            return Case(
+                rel, command, (text[:cut] + "\n" + snippet).encode(), f"hostile YAML appended at {cut}"
+            )
         if kind == 2:
             b = bytearray(text.encode())
             for _ in range(rng.randrange(1, 8)):
@@ -158,7 +200,9 @@ def mutate(rng: random.Random, path: Path, command: str) -> Case:
                 for k in parent:
                     node = node[k]
                 if isinstance(node, dict):
-                    node[rng.choice(["typo_key", "tpp", "hbm_gb", "precison", "x"])] = copy.deepcopy(rng.choice(HOSTILE))
+                    node[rng.choice(["typo_key", "tpp", "hbm_gb", "precison", "x"])] = copy.deepcopy(
+                        rng.choice(HOSTILE)
+                    )
                     what.append(f"unknown key under {'.'.join(map(str, parent)) or 'top'}")
             else:
                 node = data
@@ -166,7 +210,7 @@ def mutate(rng: random.Random, path: Path, command: str) -> Case:
                     node = node[k]
                 cur = node[p[-1]]
                 if isinstance(cur, (int, float)) and not isinstance(cur, bool):
-                    v = rng.choice([cur * 10**rng.randrange(1, 12), -cur, cur + 1, 0, cur / 3])
+                    v = rng.choice([cur * 10 ** rng.randrange(1, 12), -cur, cur + 1, 0, cur / 3])
                     node[p[-1]] = v
                     what.append(f"{'.'.join(map(str, p))} scaled to {v}")
         except (KeyError, IndexError, TypeError):

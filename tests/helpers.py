@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-
 from optimizer.io.loader import load_named
 from optimizer.schema import LLM, Execution, Problem, System, Training
 
@@ -13,12 +12,12 @@ ROOT = Path(__file__).resolve().parents[1]
 CALIBRATION = ROOT.parent / "shared" / "calibration" / "public_runs.yaml"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def library_llm(name: str) -> LLM:
     return load_named("llm", name, LLM)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def library_system(name: str) -> System:
     return load_named("system", name, System)
 

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from optimizer.drivers.check import check
 from optimizer.cli import main
-from optimizer.io.loader import load_problem_doc
+from optimizer.drivers.check import check
 from optimizer.drivers.solve import solve
+from optimizer.io.loader import load_problem_doc
 
 GIB = 2.0**30
 
@@ -44,7 +44,7 @@ def test_fits_reports_the_fastest_plan_and_its_margin(tmp_path):
     assert r.fits
     best = solve(load_problem_doc(path)[0], "enumerate").plans[0]
     assert r.plan.plans[0].objective_s == pytest.approx(best.objective_s, rel=1e-3)
-    from optimizer.drivers.check import result_dict
+    from optimizer.report.check import result_dict
 
     d = result_dict(r)["memory"]["hbm"]
     used = r.plan.plans[0].evaluation.result["hbm"] / GIB
@@ -63,7 +63,9 @@ def test_sixteen_bytes_per_parameter_without_sharding(tmp_path):
     assert not r.fits
     # the minimal conflict: HBM with tp, pp and ZeRO fixed (release any one and something fits)
     assert sorted(g for g, _ in r.conflicts) == ["fixed.pp", "fixed.tp", "fixed.zero", "memory.hbm"]
-    assert need_state_gib < r.min_hbm_gib < need_state_gib + 6  # + activations (mb 1, full recompute) + reserve
+    assert (
+        need_state_gib < r.min_hbm_gib < need_state_gib + 6
+    )  # + activations (mb 1, full recompute) + reserve
     kinds = {x.kind: x for x in r.relaxations}
     assert kinds["hbm"].fits and kinds["hbm"].value >= r.min_hbm_gib
     released = {x.value for x in r.relaxations if x.kind == "release" and x.fits}
@@ -87,8 +89,13 @@ def test_global_batch_cannot_be_split(tmp_path):
     _, r = run(tmp_path, batch=12, extra="execution: {tp: 1, pp: 1, cp: 1}")
     assert not r.fits
     groups = {g for g, _ in r.conflicts}
-    assert {"rules.batch", "rules.gpus"} <= groups and groups <= {"rules.batch", "rules.gpus", "fixed.tp",
-                                                                  "fixed.pp", "fixed.cp"}
+    assert {"rules.batch", "rules.gpus"} <= groups and groups <= {
+        "rules.batch",
+        "rules.gpus",
+        "fixed.tp",
+        "fixed.pp",
+        "fixed.cp",
+    }
     assert any("global batch 12 cannot be split: no dp in [8]" in e for e in r.explanation)
     gb = {x.value for x in r.relaxations if x.kind == "global_batch"}
     assert gb == {8, 16}
@@ -114,8 +121,11 @@ def test_sequence_length_relaxation(tmp_path):
     path = tmp_path / "p.yaml"
 
     def at(seq: int):
-        path.write_text(BASE.format(hbm=16, gpus=8, batch=8, extra="execution: {tp: 1, pp: 1, cp: 1, zero: 1}")
-                        .replace("grad_precision: bf16}", f"grad_precision: bf16, seq_len: {seq}}}"))
+        path.write_text(
+            BASE.format(hbm=16, gpus=8, batch=8, extra="execution: {tp: 1, pp: 1, cp: 1, zero: 1}").replace(
+                "grad_precision: bf16}", f"grad_precision: bf16, seq_len: {seq}}}"
+            )
+        )
         return check(*load_problem_doc(path))
 
     r = at(131072)

@@ -7,13 +7,12 @@ import json
 
 import pytest
 import yaml
-
 from helpers import ROOT
+
 from optimizer.cli import main
 from optimizer.io.loader import load_problem
 
 DEFAULT = str(ROOT / "problems" / "default.yaml")
-
 
 
 @pytest.fixture(autouse=True)
@@ -21,6 +20,7 @@ def _in_repo_root(monkeypatch):
     """Error messages show paths relative to the working directory when inside it: run from the repo root
     (tmp_path lies outside it, so paths of files written there are shown as given)."""
     monkeypatch.chdir(ROOT)
+
 
 def _run_json(capsys, argv):
     rc = main(argv)
@@ -34,9 +34,23 @@ def test_evaluate_json_parts_sum_to_totals(capsys):
     d = _run_json(capsys, ["evaluate", DEFAULT, "--json"])
     assert isinstance(d, dict)
     parts = d["time_s"]
-    assert set(parts) == {"fw", "bw", "recompute", "head", "optimizer", "tp_exposed", "cp_exposed", "ep_exposed",
-                          "pp_exposed",
-                          "dp_exposed", "bubble", "offload_exposed", "overlap_slowdown", "fsdp_copies", "host_wait"}
+    assert set(parts) == {
+        "fw",
+        "bw",
+        "recompute",
+        "head",
+        "optimizer",
+        "tp_exposed",
+        "cp_exposed",
+        "ep_exposed",
+        "pp_exposed",
+        "dp_exposed",
+        "bubble",
+        "offload_exposed",
+        "overlap_slowdown",
+        "fsdp_copies",
+        "host_wait",
+    }
     assert all(v >= 0 for v in parts.values())
     assert d["step_time_s"] > 0
     assert sum(parts.values()) == pytest.approx(d["step_time_s"], rel=1e-9)
@@ -48,8 +62,9 @@ def test_evaluate_json_parts_sum_to_totals(capsys):
     # throughput is consistent with the step time: tokens/s = samples/s * seq_len
     seq_len = load_problem(DEFAULT).seq_len
     assert d["tokens_per_s"] == pytest.approx(d["samples_per_s"] * seq_len, rel=1e-12)
-    assert d["samples_per_s"] == pytest.approx(load_problem(DEFAULT).training.global_batch / d["step_time_s"],
-                                               rel=1e-12)
+    assert d["samples_per_s"] == pytest.approx(
+        load_problem(DEFAULT).training.global_batch / d["step_time_s"], rel=1e-12
+    )
     ex = d["execution"]
     # dp resolved from num_gpus / (tp*pp*cp)
     assert ex["tp"] * ex["pp"] * ex["dp"] * ex["cp"] == d["num_gpus"]
@@ -71,10 +86,28 @@ def test_schema_is_json_with_problem_properties(capsys):
 
 
 # ------------------------------------------------------------------------------ validate
-RUN_KEYS = {"id", "status", "reason", "predicted_step_time_s", "target_step_time_s", "error_pct",
-            "predicted_peak_memory_gib", "target_peak_memory_gib", "fits", "assumptions"}
-SUMMARY_KEYS = {"n_runs", "n_scored", "mape_pct", "max_abs_error_pct", "memory_mape_pct", "n_not_fitting",
-                "by_stack", "precision_order"}
+RUN_KEYS = {
+    "id",
+    "status",
+    "reason",
+    "predicted_step_time_s",
+    "target_step_time_s",
+    "error_pct",
+    "predicted_peak_memory_gib",
+    "target_peak_memory_gib",
+    "fits",
+    "assumptions",
+}
+SUMMARY_KEYS = {
+    "n_runs",
+    "n_scored",
+    "mape_pct",
+    "max_abs_error_pct",
+    "memory_mape_pct",
+    "n_not_fitting",
+    "by_stack",
+    "precision_order",
+}
 
 
 def _records(calibration_file, *ids):
@@ -135,20 +168,31 @@ def test_validate_json_shape(tmp_path, capsys, calibration_file):
     assert s["max_abs_error_pct"] == pytest.approx(abs(r_ok["error_pct"]), rel=1e-12)
     assert s["memory_mape_pct"] is None
     assert s["n_not_fitting"] == (0 if r_ok["fits"] else 1)
-    assert s["by_stack"] == {"megatron-core": {"n": 1, "mape_pct": pytest.approx(abs(r_ok["error_pct"])),
-                                               "mean_signed_error_pct": pytest.approx(r_ok["error_pct"])}}
+    assert s["by_stack"] == {
+        "megatron-core": {
+            "n": 1,
+            "mape_pct": pytest.approx(abs(r_ok["error_pct"])),
+            "mean_signed_error_pct": pytest.approx(r_ok["error_pct"]),
+        }
+    }
     assert s["precision_order"] == {"n_groups": 0, "n_ordered": 0, "groups": []}  # one precision only
 
 
 def test_validate_target_rules_and_memory(tmp_path, capsys, calibration_file):
-    ok, mem = _records(calibration_file, "korthikanti2022-22b-full-recompute", "tt-llama3.1-8b-fsdp-8gpu-eager")
+    ok, mem = _records(
+        calibration_file, "korthikanti2022-22b-full-recompute", "tt-llama3.1-8b-fsdp-8gpu-eager"
+    )
     # a throughput-only record: target = global_batch*seq_len/(tokens_per_s_per_gpu*num_gpus)
     # = 4*2048/(1000*8) = 1.024 s
     tps = copy.deepcopy(ok)
     tps["id"] = "throughput-only"
     tps["measured"]["step_time_s"] = None
     tps["measured"]["tokens_per_s_per_gpu"] = 1000.0
-    assert (tps["parallel"]["global_batch"], tps["model"]["seq_len"], tps["hardware"]["num_gpus"]) == (4, 2048, 8)
+    assert (tps["parallel"]["global_batch"], tps["model"]["seq_len"], tps["hardware"]["num_gpus"]) == (
+        4,
+        2048,
+        8,
+    )
     path = tmp_path / "runs.yaml"
     path.write_text(yaml.safe_dump([ok, tps, mem], sort_keys=False), encoding="utf-8")
 
@@ -165,14 +209,16 @@ def test_validate_target_rules_and_memory(tmp_path, capsys, calibration_file):
     errs = [r["error_pct"] for r in d["runs"]]
     for r in d["runs"]:
         assert r["error_pct"] == pytest.approx(
-            100 * (r["predicted_step_time_s"] - r["target_step_time_s"]) / r["target_step_time_s"], rel=1e-12)
+            100 * (r["predicted_step_time_s"] - r["target_step_time_s"]) / r["target_step_time_s"], rel=1e-12
+        )
     s = d["summary"]
     assert s["n_runs"] == s["n_scored"] == 3
     assert s["mape_pct"] == pytest.approx(sum(abs(e) for e in errs) / 3, rel=1e-12)
     assert s["max_abs_error_pct"] == pytest.approx(max(abs(e) for e in errs), rel=1e-12)
     # only one record has a memory target
-    assert s["memory_mape_pct"] == pytest.approx(abs(100 * (r_mem["predicted_peak_memory_gib"] - 82.4) / 82.4),
-                                                 rel=1e-12)
+    assert s["memory_mape_pct"] == pytest.approx(
+        abs(100 * (r_mem["predicted_peak_memory_gib"] - 82.4) / 82.4), rel=1e-12
+    )
     assert s["n_not_fitting"] == sum(1 for r in d["runs"] if r["fits"] is False)
 
 
@@ -191,8 +237,10 @@ def test_emit_megatron_with_embedding_loss_slots_is_one_bash_command(tmp_path, c
     import subprocess
 
     path = tmp_path / "p.yaml"
-    path.write_text("llm: llama3.1-405b\nsystem: h100-sxm-80gb\nnum_gpus: 1024\ntraining: {global_batch: 512}\n"
-                    "search: {tp: 8, pp: 8, vpp: 2, cp: 1, pp_embedding_loss: true, zero: 3}\n")
+    path.write_text(
+        "llm: llama3.1-405b\nsystem: h100-sxm-80gb\nnum_gpus: 1024\ntraining: {global_batch: 512}\n"
+        "search: {tp: 8, pp: 8, vpp: 2, cp: 1, pp_embedding_loss: true, zero: 3}\n"
+    )
     assert main(["solve", str(path), "--emit", "megatron"]) == 0
     out = capsys.readouterr().out
     block = out.split("Megatron-LM command:\n", 1)[1].split("\n\n", 1)[0]
@@ -203,7 +251,9 @@ def test_emit_megatron_with_embedding_loss_slots_is_one_bash_command(tmp_path, c
     assert not any("#" in x for x in command)
     cmd = " ".join(command)
     assert "--num-layers 126" in cmd and "--num-virtual-stages-per-pipeline-rank 2" in cmd
-    assert "--account-for-embedding-in-pipeline-split" in cmd and "--account-for-loss-in-pipeline-split" in cmd
+    assert (
+        "--account-for-embedding-in-pipeline-split" in cmd and "--account-for-loss-in-pipeline-split" in cmd
+    )
     script = tmp_path / "run.sh"
     script.write_text(block + "\n")
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
@@ -255,6 +305,7 @@ def test_help_of_every_command_prints_and_exits_0(capsys):
     """`--help` of the program and of each sub-command renders (argparse formats help strings with %, so a bare
     '%' in one crashes only when help is asked for)."""
     from optimizer.cli import build_parser
+
     parser = build_parser()
     with pytest.raises(SystemExit) as e:
         parser.parse_args(["--help"])
@@ -275,27 +326,52 @@ def test_validate_reports_the_precision_order():
     it misorders.
     Hand-made rows: group A (two precisions) ordered as measured, group B not; a group with one precision twice
     (two micro-batch sizes, say) is no precision comparison."""
-    from optimizer.report.text import render_validation
     from optimizer.drivers.validate import _summarise
+    from optimizer.report.text import render_validation
 
     def row(rid, group, prec, target, pred):
-        return {"id": rid, "status": "ok", "reason": None, "predicted_step_time_s": pred, "target_step_time_s": target,
-                "error_pct": 100 * (pred - target) / target, "predicted_peak_memory_gib": 1.0,
-                "target_peak_memory_gib": None, "fits": True, "assumptions": [], "stack": "megatron-core",
-                "precision": prec, "precision_group": group}
+        return {
+            "id": rid,
+            "status": "ok",
+            "reason": None,
+            "predicted_step_time_s": pred,
+            "target_step_time_s": target,
+            "error_pct": 100 * (pred - target) / target,
+            "predicted_peak_memory_gib": 1.0,
+            "target_peak_memory_gib": None,
+            "fits": True,
+            "assumptions": [],
+            "stack": "megatron-core",
+            "precision": prec,
+            "precision_group": group,
+        }
 
     a, b = ["m-a", "gb200-nvl72", 64, 8192, 128], ["m-b", "gb300-nvl72", 256, 8192, 512]
-    rows = [row("a1", a, "fp8", 1.0, 1.1), row("a2", a, "mxfp8", 1.25, 1.3),
-            row("b1", b, "fp8", 1.0, 1.2), row("b2", b, "mxfp8", 1.1, 1.15),
-            row("c1", ["m-c", "h100-sxm-80gb", 8, 2048, 64], "fp8", 1.0, 1.0),  # one precision: no group
-            *(row(f"d{i}", ["m-d", "a100-sxm-80gb", 8, 2048, 64], p, 1.0 + i / 10, 1.0)  # bf16 twice: none
-              for i, p in enumerate(("bf16", "bf16", "fp8")))]
+    rows = [
+        row("a1", a, "fp8", 1.0, 1.1),
+        row("a2", a, "mxfp8", 1.25, 1.3),
+        row("b1", b, "fp8", 1.0, 1.2),
+        row("b2", b, "mxfp8", 1.1, 1.15),
+        row("c1", ["m-c", "h100-sxm-80gb", 8, 2048, 64], "fp8", 1.0, 1.0),  # one precision: no group
+        *(
+            row(f"d{i}", ["m-d", "a100-sxm-80gb", 8, 2048, 64], p, 1.0 + i / 10, 1.0)  # bf16 twice: none
+            for i, p in enumerate(("bf16", "bf16", "fp8"))
+        ),
+    ]
     v = _summarise(rows).as_dict()
     po = v["summary"]["precision_order"]
     assert po["n_groups"] == 2 and po["n_ordered"] == 1
-    assert po["groups"][0] == {"group": a, "measured": ["fp8", "mxfp8"], "predicted": ["fp8", "mxfp8"], "ordered": True}
+    assert po["groups"][0] == {
+        "group": a,
+        "measured": ["fp8", "mxfp8"],
+        "predicted": ["fp8", "mxfp8"],
+        "ordered": True,
+    }
     assert po["groups"][1]["predicted"] == ["mxfp8", "fp8"] and not po["groups"][1]["ordered"]
     text = render_validation(v)
-    assert "precision order: 1 of 2 groups (model, GPU, GPUs, sequence, global batch) ordered as measured" in text
+    assert (
+        "precision order: 1 of 2 groups (model, GPU, GPUs, sequence, global batch) ordered as measured"
+        in text
+    )
     assert "m-b gb300-nvl72 256 8192 512: measured fp8 > mxfp8, model mxfp8 > fp8" in text
     assert "m-a gb200" not in text and "m-d" not in text

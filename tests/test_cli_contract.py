@@ -8,8 +8,8 @@ import ast
 import json
 
 import pytest
-
 from helpers import ROOT
+
 from optimizer.cli import DEFAULTS, build_parser, main, parse
 
 SMALL = "llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 8\ntraining: {global_batch: 8}\n"
@@ -18,17 +18,67 @@ FLAGS = {
     "paraplan": ["--help", "--json", "--output", "--quiet", "--time-limit", "--version", "-h", "-o", "-q"],
     "evaluate": ["--emit", "--help", "--json", "--output", "--quiet", "-h", "-o", "-q"],
     "validate": ["--help", "--json", "--output", "--quiet", "-h", "-o", "-q"],
-    "solve": ["--backend", "--emit", "--help", "--json", "--method", "--output", "--plot", "--quiet",
-              "--sat-params", "--solver", "--time-limit", "--top", "--write-lp", "--write-mps", "-h", "-o",
-              "-q"],
-    "check": ["--emit", "--help", "--json", "--offload-gbps", "--offload-gib", "--output", "--quiet", "-h",
-              "-o", "-q"],
-    "procure": ["--emit", "--help", "--json", "--output", "--pareto", "--plot", "--quiet", "--time-limit",
-                "-h", "-o", "-q"],
+    "solve": [
+        "--backend",
+        "--emit",
+        "--help",
+        "--json",
+        "--method",
+        "--output",
+        "--plot",
+        "--quiet",
+        "--sat-params",
+        "--solver",
+        "--time-limit",
+        "--top",
+        "--write-lp",
+        "--write-mps",
+        "-h",
+        "-o",
+        "-q",
+    ],
+    "check": [
+        "--emit",
+        "--help",
+        "--json",
+        "--offload-gbps",
+        "--offload-gib",
+        "--output",
+        "--quiet",
+        "-h",
+        "-o",
+        "-q",
+    ],
+    "procure": [
+        "--emit",
+        "--help",
+        "--json",
+        "--output",
+        "--pareto",
+        "--plot",
+        "--quiet",
+        "--time-limit",
+        "-h",
+        "-o",
+        "-q",
+    ],
     "fleet": ["--help", "--json", "--output", "--plot", "--quiet", "--time-limit", "-h", "-o", "-q"],
     "study": ["--help", "--json", "--output", "--plot", "--quiet", "--ray", "--workers", "-h", "-o", "-q"],
-    "whatif": ["--band", "--emit", "--help", "--json", "--output", "--pct", "--plot", "--quiet",
-               "--time-limit", "--top", "-h", "-o", "-q"],
+    "whatif": [
+        "--band",
+        "--emit",
+        "--help",
+        "--json",
+        "--output",
+        "--pct",
+        "--plot",
+        "--quiet",
+        "--time-limit",
+        "--top",
+        "-h",
+        "-o",
+        "-q",
+    ],
     "schema": ["--help", "--kind", "--output", "--quiet", "-h", "-o", "-q"],
 }
 

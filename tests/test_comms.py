@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from helpers import library_system
+
 from optimizer.model.hardware import Tiers, collective_time
 
 # tier 0: 100 GB/s at 80% efficiency, 5 us per step; tier 1: 25 GB/s at 50%, 10 us per step
 BW = np.array([100e9, 25e9])
 EFF = np.array([0.8, 0.5])
 LAT = np.array([5e-6, 10e-6])
-TIERS = Tiers(bandwidth=BW * EFF, latency=LAT, processor_usage=np.array([0.1, 0.05]), size=np.array([8, 1024]))
+TIERS = Tiers(
+    bandwidth=BW * EFF, latency=LAT, processor_usage=np.array([0.1, 0.05]), size=np.array([8, 1024])
+)
 S = 1e9  # bytes
 
 
@@ -54,7 +56,7 @@ def test_moe_dispatch_crosses_the_outer_tier_once_per_remote_node():
     dedup = float(a2a_time(S, 32, 1, TIERS, copies=k))
     lat = 31 * 10e-6
     assert plain == pytest.approx(24 / 32 * S / 12.5e9 + lat, rel=1e-12)
-    assert dedup == pytest.approx(3 * (1 - 0.75 ** k) / k * S / 12.5e9 + lat, rel=1e-12)
+    assert dedup == pytest.approx(3 * (1 - 0.75**k) / k * S / 12.5e9 + lat, rel=1e-12)
     assert float(a2a_time(S, 32, 1, TIERS, copies=1)) == plain
     assert float(a2a_time(S, 8, 0, TIERS, copies=k)) == float(a2a_time(S, 8, 0, TIERS))  # one node: no change
 
@@ -95,8 +97,9 @@ def test_arrays_broadcast():
     np.testing.assert_allclose(t[2], 1.75 * nbytes / 80e9 + 7e-5, rtol=1e-12)
     for i in range(3):
         for j in range(3):
-            assert t[i, j] == pytest.approx(float(collective_time("ar", nbytes[j], group[i, 0], tier[i, 0], TIERS,
-                                                                  stride=8)), rel=1e-15)
+            assert t[i, j] == pytest.approx(
+                float(collective_time("ar", nbytes[j], group[i, 0], tier[i, 0], TIERS, stride=8)), rel=1e-15
+            )
 
 
 def test_tiers_of_system_applies_efficiency():

@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from optimizer.model.compose import (activations, dp_exposed, dp_links, edge_head, layout_factors, mb_factors,
-                                     pipeline, vpp_factors)
+from optimizer.model.compose import (
+    activations,
+    dp_exposed,
+    dp_links,
+    edge_head,
+    layout_factors,
+    mb_factors,
+    pipeline,
+    vpp_factors,
+)
 
 
 def test_factors_worked_by_hand():
@@ -22,17 +30,51 @@ def test_factors_worked_by_hand():
 
 def test_same_answer_on_floats_and_integers():
     rng = np.random.default_rng(0)
-    ints = {k: rng.integers(1, 10**6, size=50) for k in
-            ("tau_mb", "head_mb", "tau", "p2p_mb", "p2p", "offx_mb", "AR", "RS", "AG", "t_cb", "W", "Lfw", "bwt")}
+    ints = {
+        k: rng.integers(1, 10**6, size=50)
+        for k in (
+            "tau_mb",
+            "head_mb",
+            "tau",
+            "p2p_mb",
+            "p2p",
+            "offx_mb",
+            "AR",
+            "RS",
+            "AG",
+            "t_cb",
+            "W",
+            "Lfw",
+            "bwt",
+        )
+    }
     fl = {k: v.astype(float) for k, v in ints.items()}
     for regather in (False, True):  # ZeRO-2's gather once a step, or per micro-batch (PyTorch FSDP stacks)
         for d in (ints, fl):
-            d["pipe"] = pipeline(24, 4, 2, 24, 2, d["tau_mb"], d["head_mb"], d["tau"], d["p2p_mb"], d["p2p"],
-                                 d["offx_mb"])["pipeline_s"]
+            d["pipe"] = pipeline(
+                24, 4, 2, 24, 2, d["tau_mb"], d["head_mb"], d["tau"], d["p2p_mb"], d["p2p"], d["offx_mb"]
+            )["pipeline_s"]
             d["links"] = dp_links(d["AR"], d["RS"], d["AG"], 2 * d["AG"] + d["RS"], 4, regather)
-            d["exp"] = dp_exposed(d["AR"], d["RS"], d["AG"], 2 * d["AG"] + d["RS"], d["AR"] // 6, d["RS"] // 6,
-                                  d["AG"] // 6, (2 * d["AG"] + d["RS"]) // 6, d["AR"] // 3, d["RS"] // 3, d["t_cb"],
-                                  d["W"], d["Lfw"], 4, 24, d["bwt"], 2 * d["bwt"], regather)
+            d["exp"] = dp_exposed(
+                d["AR"],
+                d["RS"],
+                d["AG"],
+                2 * d["AG"] + d["RS"],
+                d["AR"] // 6,
+                d["RS"] // 6,
+                d["AG"] // 6,
+                (2 * d["AG"] + d["RS"]) // 6,
+                d["AR"] // 3,
+                d["RS"] // 3,
+                d["t_cb"],
+                d["W"],
+                d["Lfw"],
+                4,
+                24,
+                d["bwt"],
+                2 * d["bwt"],
+                regather,
+            )
         assert ints["pipe"].dtype == np.int64 and np.array_equal(ints["pipe"], fl["pipe"])
         for z in range(4):
             assert ints["links"][z].dtype == np.int64 and np.array_equal(ints["links"][z], fl["links"][z])
@@ -61,13 +103,15 @@ def test_uneven_pipeline_is_timed_by_its_busiest_stage(tmp_path):
 
     from optimizer.drivers.evaluate import evaluate_execution
     from optimizer.io.loader import load_problem
-    from optimizer.schema import Execution
     from optimizer.rules.cross_field import execution_errors
+    from optimizer.schema import Execution
 
     def problem(layers: int):
         path = tmp_path / f"p{layers}.yaml"
-        path.write_text(f"llm: {{base: gpt3-175b, layers: {layers}}}\nsystem: h100-sxm-80gb\nnum_gpus: 320\n"
-                        "training: {global_batch: 320}\noptions: {memory_headroom_gib: 0}\n")
+        path.write_text(
+            f"llm: {{base: gpt3-175b, layers: {layers}}}\nsystem: h100-sxm-80gb\nnum_gpus: 320\n"
+            "training: {global_batch: 320}\noptions: {memory_headroom_gib: 0}\n"
+        )
         return load_problem(path)
 
     ex = dict(tp=8, pp=5, micro_batch=1, recompute="full", sequence_parallel=True, zero=1)

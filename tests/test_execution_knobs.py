@@ -6,17 +6,22 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from helpers import library_llm, library_system
+
 from optimizer.drivers.evaluate import evaluate_execution
 from optimizer.schema import Execution, Problem, Training
 
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 def run(llm: str, system: str, n: int, batch: int, **ex):
-    p = Problem(llm=library_llm(llm), system=library_system(system), num_gpus=n,
-                training=Training(global_batch=batch, precision="bf16"), execution=Execution(**ex))
+    p = Problem(
+        llm=library_llm(llm),
+        system=library_system(system),
+        num_gpus=n,
+        training=Training(global_batch=batch, precision="bf16"),
+        execution=Execution(**ex),
+    )
     return evaluate_execution(p).result
 
 
@@ -25,7 +30,9 @@ def test_partial_activation_offload_moves_that_share_of_the_stored_layers():
     with no count (two kept in use); what leaves HBM arrives in offload memory."""
     base = dict(tp=1, pp=1, dp=64, micro_batch=2, zero=3)
     none = run("llama3.1-70b", "gb200-nvl72", 64, 256, **base)
-    part = run("llama3.1-70b", "gb200-nvl72", 64, 256, **base, activation_offload=True, activation_offload_layers=40)
+    part = run(
+        "llama3.1-70b", "gb200-nvl72", 64, 256, **base, activation_offload=True, activation_offload_layers=40
+    )
     full = run("llama3.1-70b", "gb200-nvl72", 64, 256, **base, activation_offload=True)
     assert full["activations"] < part["activations"] < none["activations"]
     moved = none["activations"] - part["activations"]
@@ -43,17 +50,27 @@ def test_recompute_modules_trade_memory_for_time():
     core = run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **base)
     named = run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **base, recompute_modules=["core_attn"])
     assert named["activations"] == core["activations"] and named["recompute"] == core["recompute"]
-    more = run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **base,
-               recompute_modules=["core_attn", "mla_up_proj", "moe_act", "layernorm"])
+    more = run(
+        "deepseek-v3",
+        "h100-sxm-80gb",
+        256,
+        1024,
+        **base,
+        recompute_modules=["core_attn", "mla_up_proj", "moe_act", "layernorm"],
+    )
     assert more["activations"] < core["activations"] and more["recompute"] > core["recompute"]
     up = run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **base, recompute_modules=["mla_up_proj"])
     assert up["activations"] < core["activations"]
     # the context-parallel K/V ring runs again only when the attention core does
     cp = dict(tp=1, pp=1, cp=4, dp=2, micro_batch=1, recompute="selective")
-    ring = {tuple(m): run("llama3.1-8b", "h100-sxm-80gb", 8, 16, **cp, recompute_modules=m)["cp_link"]
-            for m in (["core_attn"], ["layernorm"])}
+    ring = {
+        tuple(m): run("llama3.1-8b", "h100-sxm-80gb", 8, 16, **cp, recompute_modules=m)["cp_link"]
+        for m in (["core_attn"], ["layernorm"])
+    }
     plain = run("llama3.1-8b", "h100-sxm-80gb", 8, 16, tp=1, pp=1, cp=4, dp=2, micro_batch=1)["cp_link"]
-    assert ring[("layernorm",)] == pytest.approx(plain) and ring[("core_attn",)] == pytest.approx(plain * 4 / 3)
+    assert ring[("layernorm",)] == pytest.approx(plain) and ring[("core_attn",)] == pytest.approx(
+        plain * 4 / 3
+    )
     with pytest.raises(ValueError, match="recompute_modules needs recompute: selective"):
         Execution(tp=1, recompute="full", recompute_modules=["layernorm"])
 
@@ -67,16 +84,19 @@ def test_moe_dispatcher_and_overlap():
     flex = run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **cross, ep_dispatcher="flex")
     assert flex["ep_link"] < 0.7 * plain["ep_link"]
     inside = dict(tp=1, pp=8, dp=32, ep=8, micro_batch=1, zero=1)
-    assert run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **inside, ep_dispatcher="flex")["ep_link"] == \
-        pytest.approx(run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **inside)["ep_link"], rel=1e-12)
+    assert run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **inside, ep_dispatcher="flex")[
+        "ep_link"
+    ] == pytest.approx(run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **inside)["ep_link"], rel=1e-12)
     ov = run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **cross, ep_dispatcher="flex", ep_overlap=True)
     assert ov["ep_link"] == pytest.approx(flex["ep_link"], rel=1e-12)
     assert ov["ep_exposed"] < flex["ep_exposed"]
     assert ov["ep_exposed"] >= max(flex["ep_exposed"] - (flex["fw"] + flex["bw"] + flex["recompute"]), 0.0)
     assert ov["step_time"] < flex["step_time"]
     dense = dict(tp=8, pp=1, dp=8, micro_batch=1)
-    assert run("llama3.1-70b", "h100-sxm-80gb", 64, 64, **dense, ep_overlap=True)["step_time"] == \
-        run("llama3.1-70b", "h100-sxm-80gb", 64, 64, **dense)["step_time"]
+    assert (
+        run("llama3.1-70b", "h100-sxm-80gb", 64, 64, **dense, ep_overlap=True)["step_time"]
+        == run("llama3.1-70b", "h100-sxm-80gb", 64, 64, **dense)["step_time"]
+    )
 
 
 def test_alltoall_dispatcher_sorts_rows_by_local_expert_and_back():
@@ -90,8 +110,11 @@ def test_alltoall_dispatcher_sorts_rows_by_local_expert_and_back():
 
     base = dict(tp=1, pp=1, dp=64, micro_batch=4, zero=1, recompute="none")
     llm, sysm = library_llm("gpt-oss-120b"), library_system("b200-sxm-180gb")
-    t = {(ep, d): run("gpt-oss-120b", "b200-sxm-180gb", 64, 1280, **base, ep=ep, ep_dispatcher=d)
-         for ep in (8, 64) for d in ("alltoall", "flex")}
+    t = {
+        (ep, d): run("gpt-oss-120b", "b200-sxm-180gb", 64, 1280, **base, ep=ep, ep_dispatcher=d)
+        for ep in (8, 64)
+        for d in ("alltoall", "flex")
+    }
     mo = llm.moe
     T = base["micro_batch"] * llm.seq_len
     n_rows = T * mo.top_k * mo.capacity_factor * llm.hidden
@@ -99,18 +122,39 @@ def test_alltoall_dispatcher_sorts_rows_by_local_expert_and_back():
     two = float(_elementwise(hw, n_rows, 1.0, 4.0, 2.0))  # two passes reading and writing 16-bit rows
     n_mb = 1280 / 64 / base["micro_batch"]
     for ep in (8, 64):  # 16 and 2 local experts
-        assert t[ep, "alltoall"]["fw"] - t[ep, "flex"]["fw"] == pytest.approx(n_mb * llm.moe_layer_count * two, rel=1e-6)
-        assert t[ep, "alltoall"]["bw"] - t[ep, "flex"]["bw"] == pytest.approx(n_mb * llm.moe_layer_count * two,
-                                                                                rel=1e-6)
+        assert t[ep, "alltoall"]["fw"] - t[ep, "flex"]["fw"] == pytest.approx(
+            n_mb * llm.moe_layer_count * two, rel=1e-6
+        )
+        assert t[ep, "alltoall"]["bw"] - t[ep, "flex"]["bw"] == pytest.approx(
+            n_mb * llm.moe_layer_count * two, rel=1e-6
+        )
     # expert TP 2 on 8 expert-parallel ranks: each rank sorts the rows of both expert-TP ranks
-    etp = {d: run("gpt-oss-120b", "b200-sxm-180gb", 64, 1280, **base, ep=8, etp=2, ep_dispatcher=d)
-           for d in ("alltoall", "flex")}
+    etp = {
+        d: run("gpt-oss-120b", "b200-sxm-180gb", 64, 1280, **base, ep=8, etp=2, ep_dispatcher=d)
+        for d in ("alltoall", "flex")
+    }
     two2 = float(_elementwise(hw, 2 * n_rows, 1.0, 4.0, 2.0))
-    assert etp["alltoall"]["fw"] - etp["flex"]["fw"] == pytest.approx(n_mb * llm.moe_layer_count * two2, rel=1e-6)
+    assert etp["alltoall"]["fw"] - etp["flex"]["fw"] == pytest.approx(
+        n_mb * llm.moe_layer_count * two2, rel=1e-6
+    )
     # one expert per rank: nothing to sort
     one = library_llm("mixtral-8x7b")
-    r8 = {d: run("mixtral-8x7b", "h100-sxm-80gb", 64, 256, tp=1, pp=1, dp=64, ep=8, micro_batch=1, zero=1,
-                 ep_dispatcher=d) for d in ("alltoall", "flex")}
+    r8 = {
+        d: run(
+            "mixtral-8x7b",
+            "h100-sxm-80gb",
+            64,
+            256,
+            tp=1,
+            pp=1,
+            dp=64,
+            ep=8,
+            micro_batch=1,
+            zero=1,
+            ep_dispatcher=d,
+        )
+        for d in ("alltoall", "flex")
+    }
     assert one.moe.experts == 8
     for part in ("fw", "bw"):
         assert r8["alltoall"][part] == pytest.approx(r8["flex"][part], rel=1e-12)
@@ -123,8 +167,8 @@ RUNS_2025 = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "pu
 def test_runs_read_recipe_knobs_from_notes():
     """DeepSeek-V3 records state MLA, the dense layers' ffn, the dispatcher, overlap and recompute modules in
     their notes; Llama 3 70B on GB200 offloads 40 layers' activations: every published run then fits."""
-    from optimizer.io.runs import load_runs, map_run
     from optimizer.drivers.validate import score_runs
+    from optimizer.io.runs import load_runs, map_run
 
     runs = {r["id"]: r for r in load_runs(str(RUNS_2025)).data}
     ds = map_run(runs["bridge2604-deepseekv3-b200-mxfp8-256gpu"]).problem
@@ -141,17 +185,21 @@ def test_solve_decides_the_moe_dispatcher_and_overlap_when_search_names_them(tmp
     """Fixed alltoall without overlap unless `search` names them; opened, the proven optimum is no slower, and
     when its experts span nodes it uses the node-deduplicated dispatcher (the oracle case
     qwen3-235b-ep-dispatch-overlap-128xh100 checks CP-SAT against enumeration). A stack without them refuses."""
+    from optimizer.drivers.solve import solve
     from optimizer.errors import ProblemErrors
     from optimizer.io.loader import load_problem
-    from optimizer.drivers.solve import solve
 
-    base = ("name: q\nllm: qwen3-235b-a22b\nsystem: h100-sxm-80gb\nnum_gpus: 128\n"
-            "training: {global_batch: 512, seq_len: 4096, precision: bf16}\n")
+    base = (
+        "name: q\nllm: qwen3-235b-a22b\nsystem: h100-sxm-80gb\nnum_gpus: 128\n"
+        "training: {global_batch: 512, seq_len: 4096, precision: bf16}\n"
+    )
     fixed = tmp_path / "fixed.yaml"
     fixed.write_text(base + "search: {vpp: 1, micro_batch: {max: 2}}\n")
     opened = tmp_path / "open.yaml"
-    opened.write_text(base + "search: {vpp: 1, micro_batch: {max: 2}, ep_dispatcher: [alltoall, flex], "
-                             "ep_overlap: [false, true]}\n")
+    opened.write_text(
+        base + "search: {vpp: 1, micro_batch: {max: 2}, ep_dispatcher: [alltoall, flex], "
+        "ep_overlap: [false, true]}\n"
+    )
     a, b = solve(load_problem(fixed), "cpsat"), solve(load_problem(opened), "cpsat")
     assert a.status == b.status == "optimal"
     ea, eb = a.plans[0].evaluation.execution, b.plans[0].evaluation.execution

@@ -1,4 +1,5 @@
 """Megatron-LM export: the emitted bash parses (bash -n) and its arguments parse with Megatron's names."""
+
 from __future__ import annotations
 
 import argparse
@@ -14,21 +15,65 @@ from tests.helpers import library_llm, library_system, problem_and_knobs
 
 # Flags as declared in Megatron-LM megatron/training/arguments.py (checked against the file of 2025-10-30,
 # commit bb216765de: every name below is declared there), value-taking ones, then switches.
-VALUED = ["--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--num-virtual-stages-per-pipeline-rank",
-          "--context-parallel-size", "--micro-batch-size", "--global-batch-size", "--num-layers", "--hidden-size",
-          "--ffn-hidden-size", "--num-attention-heads", "--seq-length", "--max-position-embeddings",
-          "--kv-channels", "--num-query-groups", "--normalization", "--position-embedding-type", "--num-experts",
-          "--moe-router-topk", "--moe-ffn-hidden-size", "--expert-model-parallel-size",
-          "--expert-tensor-parallel-size", "--moe-shared-expert-intermediate-size", "--kv-lora-rank",
-          "--qk-pos-emb-head-dim", "--v-head-dim", "--q-lora-rank", "--fp8-format", "--fp8-recipe", "--fp4-format",
-          "--fp4-recipe", "--recompute-granularity",
-          "--recompute-method", "--recompute-num-layers", "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend"]
-SWITCHES = ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
-            "--group-query-attention", "--swiglu", "--squared-relu", "--untie-embeddings-and-output-weights",
-            "--disable-bias-linear", "--multi-latent-attention", "--bf16", "--fp16", "--sequence-parallel",
-            "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap",
-            "--use-flash-attn", "--optimizer-cpu-offload", "--overlap-moe-expert-parallel-comm",
-            "--cross-entropy-loss-fusion", "--no-overlap-p2p-communication"]  # the last two: declared there too
+VALUED = [
+    "--tensor-model-parallel-size",
+    "--pipeline-model-parallel-size",
+    "--num-virtual-stages-per-pipeline-rank",
+    "--context-parallel-size",
+    "--micro-batch-size",
+    "--global-batch-size",
+    "--num-layers",
+    "--hidden-size",
+    "--ffn-hidden-size",
+    "--num-attention-heads",
+    "--seq-length",
+    "--max-position-embeddings",
+    "--kv-channels",
+    "--num-query-groups",
+    "--normalization",
+    "--position-embedding-type",
+    "--num-experts",
+    "--moe-router-topk",
+    "--moe-ffn-hidden-size",
+    "--expert-model-parallel-size",
+    "--expert-tensor-parallel-size",
+    "--moe-shared-expert-intermediate-size",
+    "--kv-lora-rank",
+    "--qk-pos-emb-head-dim",
+    "--v-head-dim",
+    "--q-lora-rank",
+    "--fp8-format",
+    "--fp8-recipe",
+    "--fp4-format",
+    "--fp4-recipe",
+    "--recompute-granularity",
+    "--recompute-method",
+    "--recompute-num-layers",
+    "--moe-token-dispatcher-type",
+    "--moe-flex-dispatcher-backend",
+]
+SWITCHES = [
+    "--account-for-embedding-in-pipeline-split",
+    "--account-for-loss-in-pipeline-split",
+    "--group-query-attention",
+    "--swiglu",
+    "--squared-relu",
+    "--untie-embeddings-and-output-weights",
+    "--disable-bias-linear",
+    "--multi-latent-attention",
+    "--bf16",
+    "--fp16",
+    "--sequence-parallel",
+    "--use-distributed-optimizer",
+    "--overlap-grad-reduce",
+    "--overlap-param-gather",
+    "--tp-comm-overlap",
+    "--use-flash-attn",
+    "--optimizer-cpu-offload",
+    "--overlap-moe-expert-parallel-comm",
+    "--cross-entropy-loss-fusion",
+    "--no-overlap-p2p-communication",
+]  # the last two: declared there too
 
 
 def megatron_parser() -> argparse.ArgumentParser:
@@ -48,13 +93,19 @@ def parse(text: str) -> argparse.Namespace:
 
 
 def _problem(llm, ex):
-    return problem_and_knobs(library_llm(llm), library_system("h100-sxm-80gb"), 512,
-                             Training(global_batch=512, precision="bf16"), ex)[0]
+    return problem_and_knobs(
+        library_llm(llm),
+        library_system("h100-sxm-80gb"),
+        512,
+        Training(global_batch=512, precision="bf16"),
+        ex,
+    )[0]
 
 
 def test_llama_dense_gqa_flags():
-    ex = Execution(tp=8, pp=4, vpp=2, cp=2, sequence_parallel=True, recompute="selective", zero=2,
-                   pp_embedding_loss=True)
+    ex = Execution(
+        tp=8, pp=4, vpp=2, cp=2, sequence_parallel=True, recompute="selective", zero=2, pp_embedding_loss=True
+    )
     text = emit("megatron", _problem("llama3.1-70b", ex), ex)
     a = parse(text)
     assert a.num_layers == "80" and a.hidden_size == "8192" and a.ffn_hidden_size == "28672"
@@ -74,7 +125,9 @@ def test_moe_flags():
     a = parse(emit("megatron", _problem("mixtral-8x7b", ex), ex))
     assert a.num_experts == "8" and a.moe_router_topk == "2" and a.moe_ffn_hidden_size == "14336"
     assert a.expert_model_parallel_size == "8" and a.expert_tensor_parallel_size == "1"
-    assert a.moe_token_dispatcher_type is None and not a.overlap_moe_expert_parallel_comm  # Megatron's defaults
+    assert (
+        a.moe_token_dispatcher_type is None and not a.overlap_moe_expert_parallel_comm
+    )  # Megatron's defaults
     ex = Execution(tp=2, pp=4, ep=8, etp=1, ep_dispatcher="flex", ep_overlap=True)
     a = parse(emit("megatron", _problem("mixtral-8x7b", ex), ex))
     assert a.moe_token_dispatcher_type == "flex" and a.moe_flex_dispatcher_backend == "deepep"
@@ -110,8 +163,8 @@ def test_unknown_target():
 
 
 def _plan(tmp_path, text):
-    from optimizer.io.loader import load_problem
     from optimizer.drivers.solve import solve
+    from optimizer.io.loader import load_problem
 
     path = tmp_path / "p.yaml"
     path.write_text(text)
@@ -119,8 +172,10 @@ def _plan(tmp_path, text):
     return p, solve(p).plans[0].evaluation.execution
 
 
-MIXTRAL = ("llm: mixtral-8x7b\nsystem: h100-sxm-80gb\nnum_gpus: 64\ntraining: {global_batch: 256}\n"
-           "search: {tp: 2, pp: 2, vpp: 2, ep: 8, recompute: full, zero: 1}\n")
+MIXTRAL = (
+    "llm: mixtral-8x7b\nsystem: h100-sxm-80gb\nnum_gpus: 64\ntraining: {global_batch: 256}\n"
+    "search: {tp: 2, pp: 2, vpp: 2, ep: 8, recompute: full, zero: 1}\n"
+)
 
 
 class Recipe:
@@ -151,7 +206,9 @@ def test_nemo_overrides_are_python_assigning_the_plan(tmp_path):
     assert got["trainer.strategy.virtual_pipeline_model_parallel_size"] == 2
     assert got["trainer.strategy.expert_model_parallel_size"] == 8
     assert got["data.global_batch_size"] == 256 and got["data.micro_batch_size"] == ex.micro_batch
-    assert got["model.config.recompute_granularity"] == "full" and got["optim.config.use_distributed_optimizer"]
+    assert (
+        got["model.config.recompute_granularity"] == "full" and got["optim.config.use_distributed_optimizer"]
+    )
     assert got["trainer.num_nodes"] * got["trainer.devices"] == 64
 
 
@@ -161,8 +218,13 @@ def test_torchtitan_toml_degrees_cover_the_gpus(tmp_path):
     p, ex = _plan(tmp_path, MIXTRAL)
     t = tomllib.loads(emit("torchtitan", p, ex))
     par, tr = t["parallelism"], t["training"]
-    gpus = (par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"] * par["tensor_parallel_degree"]
-            * par["context_parallel_degree"] * par["pipeline_parallel_degree"])
+    gpus = (
+        par["data_parallel_replicate_degree"]
+        * par["data_parallel_shard_degree"]
+        * par["tensor_parallel_degree"]
+        * par["context_parallel_degree"]
+        * par["pipeline_parallel_degree"]
+    )
     assert gpus == 64
     assert par["pipeline_parallel_schedule"] == "Interleaved1F1B" and par["expert_parallel_degree"] == 8
     dp = par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"]
@@ -175,7 +237,10 @@ def test_deepspeed_json_batch_identity(tmp_path):
 
     p, ex = _plan(tmp_path, MIXTRAL)
     d = json.loads(emit("deepspeed", p, ex))
-    assert d["train_batch_size"] == d["train_micro_batch_size_per_gpu"] * d["gradient_accumulation_steps"] * ex.dp
+    assert (
+        d["train_batch_size"]
+        == d["train_micro_batch_size_per_gpu"] * d["gradient_accumulation_steps"] * ex.dp
+    )
     assert d["zero_optimization"]["stage"] == ex.zero == 1 and d["bf16"]["enabled"]
     assert "activation_checkpointing" in d
 
@@ -193,8 +258,12 @@ def test_emit_on_every_command(tmp_path, capsys, command, target):
         body += "execution: {tp: 2, pp: 1}\n"
     path.write_text(body)
     assert main([command, str(path), "--emit", target]) == 0
-    title = {"megatron": "Megatron-LM command:", "nemo": "NeMo 2 recipe overrides:",
-             "torchtitan": "torchtitan config:", "deepspeed": "DeepSpeed config:"}[target]
+    title = {
+        "megatron": "Megatron-LM command:",
+        "nemo": "NeMo 2 recipe overrides:",
+        "torchtitan": "torchtitan config:",
+        "deepspeed": "DeepSpeed config:",
+    }[target]
     assert title in capsys.readouterr().out
     assert main([command, str(path), "--emit", target, "--json"]) == 0
     d = json.loads(capsys.readouterr().out)

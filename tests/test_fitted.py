@@ -38,17 +38,22 @@ def test_the_loaded_constants_are_the_yaml_and_the_model_reads_them():
     assert layer.MOE_HOST_FW_S == fitted.FITTED.moe_host_fw_s
     assert step.ALLOCATOR_SLACK == fitted.FITTED.allocator_slack_ratio
     assert hardware.BLOCK_SCALED_KERNEL == {Precision.MXFP8: fitted.FITTED.mxfp8_kernel_ratio}
-    assert layer.EAGER_EXPERT_MEASURED == {"clamp": fitted.FITTED.eager_expert_clamp_ratio,
-                                           "bias": fitted.FITTED.eager_expert_bias_ratio}
+    assert layer.EAGER_EXPERT_MEASURED == {
+        "clamp": fitted.FITTED.eager_expert_clamp_ratio,
+        "bias": fitted.FITTED.eager_expert_bias_ratio,
+    }
 
 
-@pytest.mark.parametrize("edit, match", [
-    (lambda d: d.pop("moe_host_fw_s"), "entries"),
-    (lambda d: d["moe_host_fw_s"].pop("data"), "needs the keys"),
-    (lambda d: d["moe_host_fw_s"].update(unit="ms"), "is in 's'"),
-    (lambda d: d["eager_expert_bias_ratio"].update(value=[1.0]), "is not a tuple"),
-    (lambda d: d["allocator_slack_ratio"].update(value="0.1"), "is not a float"),
-])
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda d: d.pop("moe_host_fw_s"), "entries"),
+        (lambda d: d["moe_host_fw_s"].pop("data"), "needs the keys"),
+        (lambda d: d["moe_host_fw_s"].update(unit="ms"), "is in 's'"),
+        (lambda d: d["eager_expert_bias_ratio"].update(value=[1.0]), "is not a tuple"),
+        (lambda d: d["allocator_slack_ratio"].update(value="0.1"), "is not a float"),
+    ],
+)
 def test_the_loader_refuses_a_file_it_cannot_type(tmp_path, edit, match):
     doc = yaml.safe_load(fitted.PATH.read_text())
     edit(doc)
@@ -113,10 +118,12 @@ def test_calibrate_write_changes_only_the_fitted_lines_and_the_calibration_block
     cut = before.index("calibration:")
     cal.write(path, {"net0_eff": 0.81234}, ["r1"], "runs.yaml", None, {})
     after = path.read_text().splitlines()
-    changed = _changed(before[:cut], after[:after.index("calibration:")])
+    changed = _changed(before[:cut], after[: after.index("calibration:")])
     note = "calibrated by scripts/calibrate.py on 1 runs (see calibration.runs)"
-    assert changed == ["-    efficiency: 0.75  # prior, not calibrated (to be calibrated)",
-                       f"+    efficiency: 0.8123  # {note}"]
+    assert changed == [
+        "-    efficiency: 0.75  # prior, not calibrated (to be calibrated)",
+        f"+    efficiency: 0.8123  # {note}",
+    ]
     c = validate_model(System, read_yaml(path)).calibration
     assert c.runs[-1] == "r1" and c.fitted[-1] == "networks[0].efficiency" and c.loo_mape_pct == 5.27
     assert "  loo_mape_pct: 5.27  # leave-one-out over 8 runs: scripts/calibrate.py" in path.read_text()

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.errors import ProblemError, ProblemErrors
 from optimizer.drivers.fleet import Rate, fleet
+from optimizer.errors import ProblemError, ProblemErrors
 from optimizer.io.loader import load_fleet
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,8 +32,16 @@ fleet: {goal: GOAL, periods: 3, period_days: 1, budget_usd: BUDGET, power_kw: 30
 """
 
 # tokens per period, by hand: (job, type, nodes) -> tokens
-TOK = {("j1", "a", 1): 3, ("j1", "a", 2): 5, ("j1", "b", 1): 6, ("j1", "b", 2): 10,
-       ("j2", "a", 1): 4, ("j2", "a", 2): 7, ("j2", "b", 1): 5, ("j2", "b", 2): 9}
+TOK = {
+    ("j1", "a", 1): 3,
+    ("j1", "a", 2): 5,
+    ("j1", "b", 1): 6,
+    ("j1", "b", 2): 10,
+    ("j2", "a", 1): 4,
+    ("j2", "a", 2): 7,
+    ("j2", "b", 1): 5,
+    ("j2", "b", 2): 9,
+}
 PRICE, POWER, AVAIL = {"a": 100, "b": 170}, {"a": 5, "b": 8}, {"a": 3, "b": None}
 
 
@@ -113,8 +121,16 @@ def test_infeasible_budget_says_how_much_more(tmp_path):
 def test_infeasible_deadline_names_the_job(tmp_path):
     fp = load(tmp_path)
     rs = [x for x in rates() if x.job == "j2" or x.nodes == 1]  # j1 only at 1 node: 6 per period at best
-    fp2 = fp.model_copy(update={"jobs": [fp.jobs[0].model_copy(update={"training": fp.jobs[0].training.model_copy(
-        update={"tokens": 16.0})}), fp.jobs[1]]})
+    fp2 = fp.model_copy(
+        update={
+            "jobs": [
+                fp.jobs[0].model_copy(
+                    update={"training": fp.jobs[0].training.model_copy(update={"tokens": 16.0})}
+                ),
+                fp.jobs[1],
+            ]
+        }
+    )
     r = fleet(fp2, rates=rs)
     assert r.status == "infeasible"
     msg = " ".join(r.explanation)
@@ -129,9 +145,13 @@ def test_bad_fleet_file_names_file_line_field(tmp_path):
         load_fleet(p)
     s = str(e.value)
     assert "bad-fleet.yaml:11" in s and "fleet.periods" in s
-    out = subprocess.run([sys.executable, "-m", "optimizer.cli", "fleet", str(p)], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "optimizer.cli", "fleet", str(p)], capture_output=True, text=True
+    )
     assert out.returncode == 2 and "Traceback" not in out.stderr and "fleet.periods" in out.stderr
-    p.write_text(TINY.replace("GOAL", "cost").replace("BUDGET", "null").replace("weight: 1}", "weight: 1, wieght: 2}"))
+    p.write_text(
+        TINY.replace("GOAL", "cost").replace("BUDGET", "null").replace("weight: 1}", "weight: 1, wieght: 2}")
+    )
     with pytest.raises((ProblemError, ProblemErrors)) as e:
         load_fleet(p)
     assert "jobs.1.wieght" in str(e.value) and ":10" in str(e.value)
@@ -140,8 +160,13 @@ def test_bad_fleet_file_names_file_line_field(tmp_path):
 @pytest.mark.slow
 def test_shipped_example_is_optimal():
     f = ROOT / "problems" / "fleet" / "three-jobs-fleet.yaml"
-    out = subprocess.run([sys.executable, "-m", "optimizer.cli", "fleet", str(f), "--json"], capture_output=True,
-                         text=True, check=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "optimizer.cli", "fleet", str(f), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
     d = json.loads(out.stdout)
     assert d["status"] == "optimal"
     fp = load_fleet(f)

@@ -54,6 +54,9 @@ def test_checker_flags_planted_long_function():
     assert long_functions(planted, "m") == [("m:planted", 81)]
     shorter = "def fits():\n" + body + "\n"
     assert long_functions(shorter, "m") == []
-    nested = "class C:\n    def f(self):\n" + "".join(f"    {line}" for line in body.splitlines(True)) \
+    nested = (
+        "class C:\n    def f(self):\n"
+        + "".join(f"    {line}" for line in body.splitlines(True))
         + "        return 0\n"
+    )
     assert long_functions(nested, "m") == [("m:C.f", 81)]

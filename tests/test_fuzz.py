@@ -31,8 +31,12 @@ def check_case(tmp_path, seed: int, which: int, cmd: int) -> None:
 
 
 CASE = {"seed": st.integers(0, 2**32 - 1), "which": st.integers(0, 10**6), "cmd": st.integers(0, 3)}
-SETTINGS = {"deadline": None, "derandomize": True, "database": None,
-            "suppress_health_check": [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]}
+SETTINGS = {
+    "deadline": None,
+    "derandomize": True,
+    "database": None,
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+}
 
 
 @pytest.mark.slow

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from helpers import ROOT
-from optimizer.io.loader import load_problem
+
 from optimizer.drivers.solve import solve
+from optimizer.io.loader import load_problem
 
 GOLDEN = json.loads((ROOT / "tests" / "golden" / "solve.json").read_text())
 

@@ -10,12 +10,20 @@ import numpy as np
 import pytest
 
 from optimizer.io.loader import find_in_library, read_yaml, validate_model
-from optimizer.model.hardware import BYTES, QUANTIZED, Hardware
 from optimizer.io.runs import gpu_systems, map_run
+from optimizer.model.hardware import BYTES, QUANTIZED, Hardware
 from optimizer.schema import Precision, System
 
-NEW = ["b200-sxm-180gb", "b300-sxm-270gb", "gb200-nvl72", "gb300-nvl72", "h200-sxm-141gb", "mi300x", "mi325x",
-       "mi355x"]
+NEW = [
+    "b200-sxm-180gb",
+    "b300-sxm-270gb",
+    "gb200-nvl72",
+    "gb300-nvl72",
+    "h200-sxm-141gb",
+    "mi300x",
+    "mi325x",
+    "mi355x",
+]
 
 
 def system(name: str) -> System:
@@ -55,19 +63,46 @@ def test_runs_mapping_reads_gpu_field(tmp_path, monkeypatch):
     doc = find_in_library("system", "b200-sxm-180gb").read_text()
     # a system file whose name differs from its GPU: the mapping must go through `gpu:`
     doc = doc.replace("name: b200-sxm-180gb", "name: my-blackwell-node").replace(
-        "gpu: b200-sxm-180gb", "gpu: test-gpu-x")
+        "gpu: b200-sxm-180gb", "gpu: test-gpu-x"
+    )
     (tmp_path / "systems" / "my-blackwell-node.yaml").write_text(doc)
     monkeypatch.setenv("PARAPLAN_LIBRARY", str(tmp_path))
     known = gpu_systems()
     assert known["test-gpu-x"] == "my-blackwell-node"
-    run = {"id": "r", "source": "Test 2025", "tier": "B", "notes": None,
-           "model": {"hidden": 1024, "ffn": 4096, "layers": 8, "heads": 16, "kv_heads": 16, "head_dim": 64,
-                     "seq_len": 2048, "vocab": 51200, "mlp": "gelu", "moe": None},
-           "hardware": {"gpu": "test-gpu-x", "num_gpus": 8, "gpus_per_node": 8},
-           "parallel": {"tp": 1, "pp": 1, "dp": 8, "cp": 1, "ep": 1, "vpp": 1, "sequence_parallel": False,
-                        "micro_batch": 1, "global_batch": 64, "recompute": "full", "optimizer_sharding": None,
-                        "precision": "bf16"},
-           "measured": {"step_time_s": 1.0}}
+    run = {
+        "id": "r",
+        "source": "Test 2025",
+        "tier": "B",
+        "notes": None,
+        "model": {
+            "hidden": 1024,
+            "ffn": 4096,
+            "layers": 8,
+            "heads": 16,
+            "kv_heads": 16,
+            "head_dim": 64,
+            "seq_len": 2048,
+            "vocab": 51200,
+            "mlp": "gelu",
+            "moe": None,
+        },
+        "hardware": {"gpu": "test-gpu-x", "num_gpus": 8, "gpus_per_node": 8},
+        "parallel": {
+            "tp": 1,
+            "pp": 1,
+            "dp": 8,
+            "cp": 1,
+            "ep": 1,
+            "vpp": 1,
+            "sequence_parallel": False,
+            "micro_batch": 1,
+            "global_batch": 64,
+            "recompute": "full",
+            "optimizer_sharding": None,
+            "precision": "bf16",
+        },
+        "measured": {"step_time_s": 1.0},
+    }
     m = map_run(run)
     assert m.skip is None and m.problem.system.name == "my-blackwell-node"
     unknown = map_run({**run, "hardware": {**run["hardware"], "gpu": "no-such-gpu"}})
@@ -91,7 +126,13 @@ def test_microscaled_operand_bytes_hand_worked():
     assert BYTES[Precision.MXFP8] == pytest.approx(33 / 32)
     # NVFP4: 16 elements take 8 bytes + 1 E4M3 scale byte = 9/16 bytes each
     assert BYTES[Precision.NVFP4] == pytest.approx(9 / 16)
-    assert {Precision.FP8, Precision.FP8_CURRENT, Precision.FP8_BLOCK, Precision.MXFP8, Precision.NVFP4} == set(QUANTIZED)
+    assert {
+        Precision.FP8,
+        Precision.FP8_CURRENT,
+        Precision.FP8_BLOCK,
+        Precision.MXFP8,
+        Precision.NVFP4,
+    } == set(QUANTIZED)
 
 
 def test_microscaled_peaks_and_16_bit_attention():
@@ -143,8 +184,11 @@ def test_calibrate_transfer_writes_transferred_from(calibrate):
     assert after.calibration.transferred_from == "h100-sxm-80gb"
     assert after.calibration.status() == "transferred"
     assert after.calibration.runs == src.calibration.runs
-    assert set(after.calibration.fitted) == {"matrix_efficiency", "matrix_efficiency_scale",
-                                             "attention_overhead_keys_triton"}
+    assert set(after.calibration.fitted) == {
+        "matrix_efficiency",
+        "matrix_efficiency_scale",
+        "attention_overhead_keys_triton",
+    }
     assert after.matrix_efficiency == src.matrix_efficiency
     assert after.attention_overhead_keys_triton == src.attention_overhead_keys_triton  # a new key is added
     assert after.hbm_efficiency == before.hbm_efficiency  # H100's HBM table is a prior: not copied
@@ -239,8 +283,9 @@ catalog:
 def test_procure_flags_and_can_exclude_prior_only_types(tmp_path):
     """MI300X (prior efficiencies, cheaper) wins silently on main; now the answer says it is prior-only,
     and procure.calibrated_only: true leaves only the calibrated H100."""
+    from optimizer.drivers.procure import procure
+    from optimizer.report.procure import render, result_dict
     from optimizer.io.loader import load_procure
-    from optimizer.drivers.procure import procure, render, result_dict
 
     results = {}
     for cal in ("false", "true"):
@@ -248,8 +293,10 @@ def test_procure_flags_and_can_exclude_prior_only_types(tmp_path):
         path.write_text(PROCURE.replace("CAL", cal))
         results[cal] = procure(load_procure(path), time_limit_s=20)
     loose, strict = results["false"], results["true"]
-    assert {t["node_type"]: t["calibration"] for t in result_dict(loose)["node_types"]} == \
-        {"h100": "calibrated", "mi300x": "prior"}
+    assert {t["node_type"]: t["calibration"] for t in result_dict(loose)["node_types"]} == {
+        "h100": "calibrated",
+        "mi300x": "prior",
+    }
     text = render(loose)
     assert "[prior +-30%]" in text and "[calibrated" in text  # a prior-only type's stated uncertainty
     bands = {t["node_type"]: t["step_time_band_pct"] for t in result_dict(loose)["node_types"]}
@@ -266,8 +313,9 @@ def test_nvl72_racks_are_bought_whole_and_compared_with_nodes():
     """catalogs/racks-2025.yaml: NVL72 types are sold in whole racks (unit_nodes 18 trays of 4 GPUs); every
     purchase of them is a multiple of 18 trays, the limit is whole racks within the budget, and the racks are
     ranked against 8-GPU nodes in one answer."""
+    from optimizer.drivers.procure import procure
+    from optimizer.report.procure import render
     from optimizer.io.loader import load_procure
-    from optimizer.drivers.procure import procure, render
 
     root = Path(__file__).resolve().parents[1]
     pp = load_procure(root / "problems/studies/procure/gpt3-175b-racks-vs-nodes.yaml")
@@ -293,10 +341,9 @@ def test_fp8_scaling_recipes():
     `test_sequence_parallel_gathers_travel_quantised_in_per_tensor_fp8`); each is emitted as its framework's
     recipe."""
     from optimizer.drivers.evaluate import evaluate_execution
-    from optimizer.report.export import emit
-    from optimizer.schema import Execution, Problem, Training
     from optimizer.io.loader import load_named
-    from optimizer.schema import LLM
+    from optimizer.report.export import emit
+    from optimizer.schema import LLM, Execution, Problem, Training
 
     h100 = system("h100-sxm-80gb")
     assert Hardware(h100, Precision.FP8_BLOCK).matrix_peak == Hardware(h100, Precision.FP8).matrix_peak
@@ -336,8 +383,6 @@ def test_flash_attention_efficiency_is_size_aware():
     assert float(hw.attention_kernel(fl, 0.0)) == pytest.approx(fl / (hw.attention_peak * flat))
 
 
-
-
 def test_the_triton_kernel_has_its_own_per_tile_overhead_where_the_system_states_it():
     """`attention_overhead_keys_triton` is the fixed work per query tile of FlashAttention's Triton kernel only:
     on H100 (fitted on llm-foundry's runs, 1810 keys against cuDNN's 3155) a Triton kernel over k keys runs at
@@ -350,7 +395,8 @@ def test_the_triton_kernel_has_its_own_per_tile_overhead_where_the_system_states
 
     def ratio(**kind):  # short over long sequence, same FLOPs and tiles: the overhead factor alone
         return float(hw.attention_kernel(fl, 0.0, rows=8192, keys=1e9, heads=64, **kind)) / float(
-            hw.attention_kernel(fl, 0.0, rows=8192, keys=k, heads=64, **kind))
+            hw.attention_kernel(fl, 0.0, rows=8192, keys=k, heads=64, **kind)
+        )
 
     assert ratio(triton=True) == pytest.approx(k / (k + h100.attention_overhead_keys_triton), rel=1e-5)
     assert ratio(fa2=True) == pytest.approx(k / (k + h100.attention_overhead_keys), rel=1e-5)
@@ -359,6 +405,8 @@ def test_the_triton_kernel_has_its_own_per_tile_overhead_where_the_system_states
     assert a100.attention_overhead_keys_triton is None
     hw = Hardware(a100, Precision.BF16)
     assert ratio(triton=True) == pytest.approx(k / (k + a100.attention_overhead_keys), rel=1e-5)
+
+
 def test_attention_throughput_follows_the_head_size_as_measured():
     """Fused attention at head size 64 runs at 413/595 of its head-128 throughput (cuDNN, Transformer Engine's
     kernels) and FlashAttention-2 at 324/370 (FlashAttention-3 paper, Fig. 5, H100 SXM5): a compute-bound kernel of
@@ -390,8 +438,18 @@ def test_sliding_window_attention_costs_its_band():
     assert win[2] / full[2] == pytest.approx((w - w * w / (2 * s)) / (s / 2), rel=1e-12)  # FLOPs
     assert 0.3 < float(win[0] / full[0]) < 0.6  # time: far less than full, far more than the FLOP ratio (6%)
     assert float(flash_attention(hw, 1, 64, 8, 64, s, s, 2, window=2 * s)[0]) == float(full[0])
-    base = dict(name="w", hidden=2880, heads=64, kv_heads=8, head_dim=64, ffn=2880, layers=4, vocab=1000,
-                seq_len=4096, mlp="swiglu")
+    base = dict(
+        name="w",
+        hidden=2880,
+        heads=64,
+        kv_heads=8,
+        head_dim=64,
+        ffn=2880,
+        layers=4,
+        vocab=1000,
+        seq_len=4096,
+        mlp="swiglu",
+    )
     cost = {}
     for n in (0, 2, 4):
         llm = LLM(**base, sliding_window={"tokens": 128, "layers": n} if n else None)
@@ -409,7 +467,14 @@ def test_a_fit_on_top_of_a_transfer_states_its_own_runs_on_the_source_tables(cal
     path = lib / "systems" / "b200-sxm-180gb.yaml"
     gb200 = validate_model(System, read_yaml(lib / "systems" / "gb200-nvl72.yaml"))
     cal.SHAPE.update(of="gb200-nvl72", curve=[list(map(float, pt)) for pt in gb200.matrix_efficiency])
-    cal.write(path, {"clock_scale": 0.9}, ["r1", "r2"], "runs.yaml", 5.0, {"r1": "megatron-core", "r2": "megatron-core"})
+    cal.write(
+        path,
+        {"clock_scale": 0.9},
+        ["r1", "r2"],
+        "runs.yaml",
+        5.0,
+        {"r1": "megatron-core", "r2": "megatron-core"},
+    )
     b200 = validate_model(System, read_yaml(path))
     c = b200.calibration
     assert c.transferred_from is None and c.shape_from == "gb200-nvl72" and c.status() == "calibrated"
@@ -453,8 +518,18 @@ def test_lm_head_and_router_stay_16_bit_in_quantised_recipes():
     m, n, k = 8192.0, 128256.0, 4096.0
     assert float(hw8.gemm(m, n, k, wide=True)) == pytest.approx(float(hw16.gemm(m, n, k)), rel=1e-12)
     assert float(hw8.gemm(m, n, k)) < 0.75 * float(hw16.gemm(m, n, k))
-    llm = LLM(name="h", hidden=4096, heads=32, kv_heads=8, ffn=14336, layers=2, vocab=128256, seq_len=8192,
-              mlp="swiglu", moe={"experts": 8, "top_k": 2, "expert_ffn": 14336})
+    llm = LLM(
+        name="h",
+        hidden=4096,
+        heads=32,
+        kv_heads=8,
+        ffn=14336,
+        layers=2,
+        vocab=128256,
+        seq_len=8192,
+        mlp="swiglu",
+        moe={"experts": 8, "top_k": 2, "expert_ffn": 14336},
+    )
     res = {}
     for prec in (Precision.BF16, Precision.FP8):
         p, kn = problem_and_knobs(llm, b200, 8, Training(global_batch=8, precision=prec), Execution(ep=8))
@@ -481,17 +556,36 @@ def test_sequence_parallel_gathers_travel_quantised():
     from tests.helpers import problem_and_knobs
 
     b200 = system("b200-sxm-180gb")
-    llm = LLM(name="t", hidden=8192, heads=64, kv_heads=8, ffn=28672, layers=2, vocab=1000, seq_len=4096,
-              mlp="swiglu")
+    llm = LLM(
+        name="t",
+        hidden=8192,
+        heads=64,
+        kv_heads=8,
+        ffn=28672,
+        layers=2,
+        vocab=1000,
+        seq_len=4096,
+        mlp="swiglu",
+    )
     tiers = Tiers.of(b200)
     T, h, tp = 4096.0, 8192.0, 4
     tier = tier_of(tiers, tp)
     tp_fw = {}
     rs = float(collective_time("rs", T * h * 2, tp, tier, tiers))
-    for prec, ag_bytes, copies in ((Precision.BF16, 2, 1), (Precision.FP8, 1, 1), (Precision.FP8_CURRENT, 1, 1),
-                                   (Precision.MXFP8, 1 + 1 / 32, 2), (Precision.NVFP4, 0.5 + 1 / 16, 2)):
-        p, k = problem_and_knobs(llm, b200, 4, Training(global_batch=1, precision=prec),
-                                 Execution(tp=tp, sequence_parallel=True, sp_ag_redo=True))
+    for prec, ag_bytes, copies in (
+        (Precision.BF16, 2, 1),
+        (Precision.FP8, 1, 1),
+        (Precision.FP8_CURRENT, 1, 1),
+        (Precision.MXFP8, 1 + 1 / 32, 2),
+        (Precision.NVFP4, 0.5 + 1 / 16, 2),
+    ):
+        p, k = problem_and_knobs(
+            llm,
+            b200,
+            4,
+            Training(global_batch=1, precision=prec),
+            Execution(tp=tp, sequence_parallel=True, sp_ag_redo=True),
+        )
         cost = block_cost(make_ctx(p), k)
         tp_fw[prec] = float(cost.tp_fw[0])
         ag = float(collective_time("ag", T * h * ag_bytes, tp, tier, tiers))
@@ -519,7 +613,10 @@ def test_mxfp8_kernels_run_at_the_measured_fraction_of_per_tensor_fp8():
     assert own.efficiency_scale(Precision.MXFP8) == 0.8  # a system's own MXFP8 factor wins
     for s in (gb200, scaled):
         f8, mx = Hardware(s, Precision.FP8), Hardware(s, Precision.MXFP8)
-        t8, tmx = float(f8.gemm(16384, 16384, 16384, in_bytes=1)), float(mx.gemm(16384, 16384, 16384, in_bytes=1))
+        t8, tmx = (
+            float(f8.gemm(16384, 16384, 16384, in_bytes=1)),
+            float(mx.gemm(16384, 16384, 16384, in_bytes=1)),
+        )
         assert tmx / t8 == pytest.approx(1 / BLOCK_SCALED_KERNEL[Precision.MXFP8], rel=1e-9)
 
 
@@ -531,14 +628,16 @@ def test_power_cap_clock_scales_every_compute_peak_but_not_mfu():
     capped = base.model_copy(update={"clock_scale": 0.8})
     hw, hc = Hardware(base, Precision.BF16), Hardware(capped, Precision.BF16)
     assert float(hc.matmul(1e13, 1e6) / hw.matmul(1e13, 1e6)) == pytest.approx(1 / 0.8, rel=1e-12)
-    assert float(hc.attention_kernel(1e13, 1e6) / hw.attention_kernel(1e13, 1e6)) == pytest.approx(1 / 0.8, rel=1e-12)
+    assert float(hc.attention_kernel(1e13, 1e6) / hw.attention_kernel(1e13, 1e6)) == pytest.approx(
+        1 / 0.8, rel=1e-12
+    )
     assert float(hc.vector(1e12, 1e3) / hw.vector(1e12, 1e3)) == pytest.approx(1 / 0.8, rel=1e-12)
     assert float(hc.mem_time(1e9)) == float(hw.mem_time(1e9))
+    from optimizer.io.loader import load_named
     from optimizer.model.knobs import from_execution
     from optimizer.model.step import evaluate
-    from optimizer.schema import Execution, Problem, Training
-    from optimizer.io.loader import load_named
-    from optimizer.schema import LLM
+    from optimizer.schema import LLM, Execution, Problem, Training
+
     llm = load_named("llm", "llama3.1-8b", LLM)
     r = {}
     for name, sysm in (("base", base), ("capped", capped)):
@@ -547,4 +646,3 @@ def test_power_cap_clock_scales_every_compute_peak_but_not_mfu():
     ratio = float(r["capped"].step_time[0] / r["base"].step_time[0])
     assert 1.0 < ratio <= 1 / 0.8 + 1e-9
     assert float(r["capped"].mfu[0]) == pytest.approx(float(r["base"].mfu[0]) / ratio, rel=1e-9)
-

@@ -5,8 +5,8 @@ published total, and bad configs are file:line:field errors."""
 from __future__ import annotations
 
 import pytest
-
 from helpers import ROOT, library_llm
+
 from optimizer.cli import main
 from optimizer.io.loader import load_problem
 from optimizer.model.params import count
@@ -17,18 +17,37 @@ HF = ROOT / "problems" / "hf"
 def problem(tmp_path, model: str, seq: int | None = None):
     path = tmp_path / "p.yaml"
     tr = f"{{global_batch: 64, seq_len: {seq}}}" if seq else "{global_batch: 64}"
-    path.write_text(f"llm: {HF / model / 'config.json'}\nsystem: h100-sxm-80gb\nnum_gpus: 64\ntraining: {tr}\n")
+    path.write_text(
+        f"llm: {HF / model / 'config.json'}\nsystem: h100-sxm-80gb\nnum_gpus: 64\ntraining: {tr}\n"
+    )
     return load_problem(path)
 
 
-@pytest.mark.parametrize("model, library, seq", [
-    ("llama-3.1-8b", "llama3.1-8b", 8192), ("mixtral-8x7b", "mixtral-8x7b", 32768),
-    ("qwen3-235b-a22b", "qwen3-235b-a22b", 32768), ("deepseek-v3", "deepseek-v3", 4096),
-])
+@pytest.mark.parametrize(
+    "model, library, seq",
+    [
+        ("llama-3.1-8b", "llama3.1-8b", 8192),
+        ("mixtral-8x7b", "mixtral-8x7b", 32768),
+        ("qwen3-235b-a22b", "qwen3-235b-a22b", 32768),
+        ("deepseek-v3", "deepseek-v3", 4096),
+    ],
+)
 def test_config_maps_to_the_library_model(tmp_path, model, library, seq):
     got = problem(tmp_path, model, seq).llm
     want = library_llm(library)
-    for field in ("hidden", "layers", "heads", "kv", "dhead", "vocab", "mlp", "tied_embeddings", "bias", "moe", "mla"):
+    for field in (
+        "hidden",
+        "layers",
+        "heads",
+        "kv",
+        "dhead",
+        "vocab",
+        "mlp",
+        "tied_embeddings",
+        "bias",
+        "moe",
+        "mla",
+    ):
         assert getattr(got, field) == getattr(want, field), field
     assert count(got).total == count(want).total and count(got).active == count(want).active
     if want.moe is None or want.moe.moe_layers is not None:
@@ -45,8 +64,12 @@ def test_gpt_neox_20b_matches_the_published_total(tmp_path):
 def test_bad_configs_are_located_errors(tmp_path, capsys):
     cfg = tmp_path / "m" / "config.json"
     cfg.parent.mkdir()
-    for text, words in (('{"model_type": "t5"}', "not supported"), ('{"model_type": "llama"}', "lacks"),
-                        ("not json", "not a JSON config"), ("[1, 2]", "JSON object")):
+    for text, words in (
+        ('{"model_type": "t5"}', "not supported"),
+        ('{"model_type": "llama"}', "lacks"),
+        ("not json", "not a JSON config"),
+        ("[1, 2]", "JSON object"),
+    ):
         cfg.write_text(text)
         path = tmp_path / "p.yaml"
         path.write_text(f"system: h100-sxm-80gb\nllm: {cfg}\nnum_gpus: 8\ntraining: {{global_batch: 8}}\n")
@@ -57,7 +80,9 @@ def test_bad_configs_are_located_errors(tmp_path, capsys):
 
 def test_solve_with_a_config(tmp_path, capsys):
     path = tmp_path / "p.yaml"
-    path.write_text(f"llm: {HF / 'llama-3.1-8b' / 'config.json'}\nsystem: h100-sxm-80gb\nnum_gpus: 8\n"
-                    "training: {global_batch: 16, seq_len: 8192}\n")
+    path.write_text(
+        f"llm: {HF / 'llama-3.1-8b' / 'config.json'}\nsystem: h100-sxm-80gb\nnum_gpus: 8\n"
+        "training: {global_batch: 16, seq_len: 8192}\n"
+    )
     assert main(["solve", str(path)]) == 0
     assert "optimal" in capsys.readouterr().out

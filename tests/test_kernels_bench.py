@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,15 +40,34 @@ def test_microbench_writes_a_table_bench_kernels_reads(tmp_path):
     import sys
 
     out = tmp_path / "mine.json"
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "microbench.py"), str(out), "--device", "cpu", "--quick",
-                        "--warmup", "1", "--repeats", "2"], capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "microbench.py"),
+            str(out),
+            "--device",
+            "cpu",
+            "--quick",
+            "--warmup",
+            "1",
+            "--repeats",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     data = json.loads(out.read_text())
     assert data["gemm"] and data["attn"] and data["elem"]
     assert all(g["s"] > 0 and g["m"] * g["n"] * g["k"] > 0 for g in data["gemm"])
     assert {"fw_s", "fwbw_s"} <= set(data["attn"][0]) and "layernorm" in data["elem"][0]["ops"]
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_kernels.py"), "--measurements", str(out),
-                        "--json"], capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench_kernels.py"), "--measurements", str(out), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     s = json.loads(r.stdout)
     assert data["layer"] and all(b["per_layer_s"] > 0 and not b["compiled"] for b in data["layer"])
@@ -57,9 +75,27 @@ def test_microbench_writes_a_table_bench_kernels_reads(tmp_path):
     assert s["block"]["n"] == len(data["layer"])
     # --queue N times N calls back to back; --only measures the named tables and leaves the others empty
     out2 = tmp_path / "queued.json"
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "microbench.py"), str(out2), "--device", "cpu", "--quick",
-                        "--warmup", "1", "--repeats", "2", "--queue", "3", "--only", "attn,layer"],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "microbench.py"),
+            str(out2),
+            "--device",
+            "cpu",
+            "--quick",
+            "--warmup",
+            "1",
+            "--repeats",
+            "2",
+            "--queue",
+            "3",
+            "--only",
+            "attn,layer",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     q = json.loads(out2.read_text())
     assert q["queue"] == 3 and q["gemm"] == [] and q["elem"] == [] and q["attn"] and q["layer"]
@@ -119,13 +155,19 @@ def test_moe_layer_probe_smoke(tmp_path):
     import sys
 
     out = tmp_path / "block.json"
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "microbench_moe_layer.py"), str(out), "--small"],
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "microbench_moe_layer.py"), str(out), "--small"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     d = json.loads(out.read_text())
     lay = d["layer"]
     assert d["errors"] == [] and d["gemm"] and d["grouped"] and d["layer"]
-    assert all(lay[k] > 0 for k in ("layer_fw_s", "layer_fwbw_s", "layer_sync_fwbw_s", "stack9_nosync_wall_s"))
+    assert all(
+        lay[k] > 0 for k in ("layer_fw_s", "layer_fwbw_s", "layer_sync_fwbw_s", "stack9_nosync_wall_s")
+    )
 
 
 def test_ring_attention_compute_matches_the_h200_measurement():
@@ -183,8 +225,12 @@ def test_cudnn_attention_probe_exits_cleanly_without_a_gpu(tmp_path):
     except ImportError:
         pass
     out = tmp_path / "sinks.json"
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "microbench_cudnn_attention.py"), str(out)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "microbench_cudnn_attention.py"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr and not out.exists(), r.stderr
     assert "PyTorch" in r.stderr or "no CUDA device" in r.stderr
 
@@ -238,12 +284,26 @@ def test_eager_expert_probe_smoke(tmp_path):
     import sys
 
     out = tmp_path / "eager.json"
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "microbench_expert_eager.py"), str(out), "--small",
-                        "--repeats", "2", "--warmup", "1"], capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "microbench_expert_eager.py"),
+            str(out),
+            "--small",
+            "--repeats",
+            "2",
+            "--warmup",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     d = json.loads(out.read_text())
-    assert len(d["rows"]) == 2 and all(r[k][t] > 0 for r in d["rows"] for k in ("clamp", "bias")
-                                       for t in ("fw_s", "fwbw_s"))
+    assert len(d["rows"]) == 2 and all(
+        r[k][t] > 0 for r in d["rows"] for k in ("clamp", "bias") for t in ("fw_s", "fwbw_s")
+    )
 
 
 def test_bench_kernels_refuses_files_it_cannot_score(tmp_path):
@@ -257,8 +317,12 @@ def test_bench_kernels_refuses_files_it_cannot_score(tmp_path):
     empty = tmp_path / "empty.json"
     empty.write_text("{}")
     for path in (bad, empty, ROOT / "problems" / "measurements" / "h200-gpt-oss-block.json"):
-        r = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_kernels.py"), "--measurements", str(path)],
-                           capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [sys.executable, str(ROOT / "scripts" / "bench_kernels.py"), "--measurements", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 2 and "Traceback" not in r.stderr and path.name in r.stderr, (path, r.stderr)
 
 
@@ -269,8 +333,19 @@ def test_ring_attention_probe_smoke(tmp_path):
     import sys
 
     out = tmp_path / "ring.json"
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "microbench_ring_attention.py"), str(out), "--small",
-                        "--repeats", "2"], capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "microbench_ring_attention.py"),
+            str(out),
+            "--small",
+            "--repeats",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     d = json.loads(out.read_text())
     assert d["errors"] == [] and [x["cp"] for x in d["rows"]] == [1, 2, 4, 8]

@@ -36,7 +36,8 @@ def _module(path: Path) -> str:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -46,8 +47,12 @@ def import_graph() -> dict[str, set[str]]:
         is_pkg = path.name == "__init__.py"
         base = mod.split(".") if is_pkg else mod.split(".")[:-1]
         tree = ast.parse(path.read_text())
-        typing_only = {id(n) for top in ast.walk(tree) if isinstance(top, ast.If) and _is_type_checking(top.test)
-                       for n in ast.walk(top)}
+        typing_only = {
+            id(n)
+            for top in ast.walk(tree)
+            if isinstance(top, ast.If) and _is_type_checking(top.test)
+            for n in ast.walk(top)
+        }
         for node in ast.walk(tree):
             if id(node) in typing_only:
                 continue  # `if TYPE_CHECKING:` imports are for annotations, not run
@@ -112,8 +117,12 @@ def rank(module: str) -> int | None:
 
 def upward_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
     """(module, imported) pairs where a module imports a stage above its own."""
-    return {(m, d) for m, deps in graph.items() for d in deps
-            if rank(m) is not None and rank(d) is not None and rank(d) > rank(m)}
+    return {
+        (m, d)
+        for m, deps in graph.items()
+        for d in deps
+        if rank(m) is not None and rank(d) is not None and rank(d) > rank(m)
+    }
 
 
 def test_no_import_cycle():

@@ -13,12 +13,12 @@ import pytest
 
 from formulations import rules
 from optimizer.drivers.check import check
-from optimizer.rules.layout import CAPS, Group, divisors, legal, placement, rule_masks
-from optimizer.io.loader import load_problem_doc
 from optimizer.drivers.solve import solve
+from optimizer.io.loader import load_problem_doc
 from optimizer.prepare.space import compact_space
+from optimizer.rules.layout import CAPS, Group, divisors, legal, placement, rule_masks
 
-TINY14 = ("{name: t14, hidden: 1024, ffn: 4096, layers: 14, heads: 16, seq_len: 1024, vocab: 32000}")
+TINY14 = "{name: t14, hidden: 1024, ffn: 4096, layers: 14, heads: 16, seq_len: 1024, vocab: 32000}"
 
 
 def write(tmp_path, text, name="p.yaml"):
@@ -40,8 +40,11 @@ def test_divisors_by_factorisation():
 def test_embedding_loss_split_is_legal_in_space_and_explanation(tmp_path):
     """14 layers at pp 8, vpp 2: only 14 + 2 = 16 slots split 8*2 ways. The space holds such plans, and the
     explanation model (what `check` uses) agrees: no conflict (it used to name rules.interleave)."""
-    path = write(tmp_path, f"llm: {TINY14}\nsystem: a100-sxm-80gb\nnum_gpus: 16\n"
-                           "training: {global_batch: 32}\nsearch: {pp: 8, vpp: 2}\n")
+    path = write(
+        tmp_path,
+        f"llm: {TINY14}\nsystem: a100-sxm-80gb\nnum_gpus: 16\n"
+        "training: {global_batch: 32}\nsearch: {pp: 8, vpp: 2}\n",
+    )
     p, written = load_problem_doc(path)
     c = compact_space(p)
     assert c.size > 0
@@ -58,8 +61,10 @@ def test_default_cp_cap_is_named_and_search_lifts_it(tmp_path):
     """Llama 3.1 8B at 16K tokens: the default caps keep a dense model at cp <= 8 below 32K tokens;
     `search: {cp: 16}` lifts the cap (the space used to be empty), and with the cap in force `check`
     names it."""
-    base = ("llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 64\n"
-            "training: {global_batch: 64, seq_len: 16384}\n")
+    base = (
+        "llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 64\n"
+        "training: {global_batch: 64, seq_len: 16384}\n"
+    )
     p, _ = load_problem_doc(write(tmp_path, base + "search: {cp: 16}\n"))
     c = compact_space(p)
     assert c.size > 0 and {lay[2] for lay in c.layouts} == {16}
@@ -70,12 +75,19 @@ def test_default_cp_cap_is_named_and_search_lifts_it(tmp_path):
     p2, _ = load_problem_doc(write(tmp_path, base, "capped.yaml"))
     assert max(lay[2] for lay in compact_space(p2).layouts) <= 8
     # cp written in the execution is the user's own value: `check` fixes it, which lifts the cap too
-    p3, written = load_problem_doc(write(tmp_path, base + "execution: {cp: 16, tp: 1, pp: 1}\n", "fixed.yaml"))
+    p3, written = load_problem_doc(
+        write(tmp_path, base + "execution: {cp: 16, tp: 1, pp: 1}\n", "fixed.yaml")
+    )
     r = check(p3, written)
     assert r.fits and r.plan.plans[0].evaluation.execution.cp == 16
     # on 16 GPUs with tp, pp and dp fixed to 1 only cp = 16 is left: the cap is the named conflict
-    p4, written = load_problem_doc(write(tmp_path, base.replace("num_gpus: 64", "num_gpus: 16")
-                                         + "search: {tp: 1, pp: 1, dp: 1}\n", "cap.yaml"))
+    p4, written = load_problem_doc(
+        write(
+            tmp_path,
+            base.replace("num_gpus: 64", "num_gpus: 16") + "search: {tp: 1, pp: 1, dp: 1}\n",
+            "cap.yaml",
+        )
+    )
     assert compact_space(p4).size == 0
     r = check(p4, written)
     assert not r.fits
@@ -117,8 +129,10 @@ def test_missed_target_is_named_as_a_target(tmp_path):
     check's explanation name the target (it used to be explained as an HBM conflict)."""
     from optimizer.errors import Infeasible
 
-    text = ("llm: gpt3-175b\nsystem: h100-sxm-80gb\nnum_gpus: 1024\ntraining: {global_batch: 1536}\n"
-            "objective: {goal: step_time, max_step_time_s: 0.5}\n")
+    text = (
+        "llm: gpt3-175b\nsystem: h100-sxm-80gb\nnum_gpus: 1024\ntraining: {global_batch: 1536}\n"
+        "objective: {goal: step_time, max_step_time_s: 0.5}\n"
+    )
     p, written = load_problem_doc(write(tmp_path, text))
     with pytest.raises(Infeasible) as e:
         solve(p)
@@ -147,17 +161,24 @@ def test_placement_and_must_fill_vectorised_equal_scalar():
 def test_each_rule_group_binds_alone(tmp_path):
     """One tiny problem (12 layers, 16 heads, batch 32, 1024 tokens, 16 GPUs); per group a plan that
     breaks that group and no other."""
-    path = write(tmp_path, "llm: {name: m, hidden: 1024, ffn: 4096, layers: 12, heads: 16, seq_len: 1024, "
-                           "vocab: 32000}\nsystem: a100-sxm-80gb\nnum_gpus: 16\ntraining: {global_batch: 32}\n")
+    path = write(
+        tmp_path,
+        "llm: {name: m, hidden: 1024, ffn: 4096, layers: 12, heads: 16, seq_len: 1024, "
+        "vocab: 32000}\nsystem: a100-sxm-80gb\nnum_gpus: 16\ntraining: {global_batch: 32}\n",
+    )
     p, _ = load_problem_doc(path)
     ok = dict(tp=2, pp=2, dp=4, cp=1, vpp=1, micro_batch=1)
     cases = {
-        Group.GPUS: dict(dp=2),                             # 2*2*2 = 8 of 16 GPUs
-        Group.TP_SPLIT: dict(tp=16, pp=1, dp=1),            # 16 heads over tp 16: legal (control below)
-        Group.LAYERS: dict(pp=8, dp=1),                     # 12 layers over 8 stages
-        Group.BATCH: dict(micro_batch=3),                            # 4*3 does not divide 32
-        Group.INTERLEAVE: dict(pp=4, vpp=3, dp=2, tp=2, micro_batch=16),  # 1 micro-batch, not a multiple of pp 4
-        Group.CONTEXT: dict(cp=4, dp=1, tp=2, pp=2, micro_batch=1),  # 2*4 = 8 divides 1024: legal (control below)
+        Group.GPUS: dict(dp=2),  # 2*2*2 = 8 of 16 GPUs
+        Group.TP_SPLIT: dict(tp=16, pp=1, dp=1),  # 16 heads over tp 16: legal (control below)
+        Group.LAYERS: dict(pp=8, dp=1),  # 12 layers over 8 stages
+        Group.BATCH: dict(micro_batch=3),  # 4*3 does not divide 32
+        Group.INTERLEAVE: dict(
+            pp=4, vpp=3, dp=2, tp=2, micro_batch=16
+        ),  # 1 micro-batch, not a multiple of pp 4
+        Group.CONTEXT: dict(
+            cp=4, dp=1, tp=2, pp=2, micro_batch=1
+        ),  # 2*4 = 8 divides 1024: legal (control below)
     }
     for g in (Group.GPUS, Group.LAYERS, Group.BATCH, Group.INTERLEAVE):
         bad = [k for k, v in rule_masks(p, **(ok | cases[g])).items() if not bool(v)]
@@ -165,7 +186,9 @@ def test_each_rule_group_binds_alone(tmp_path):
     assert all(bool(v) for v in rule_masks(p, **(ok | cases[Group.CONTEXT])).values())
     assert all(bool(v) for v in rule_masks(p, **(ok | cases[Group.TP_SPLIT])).values())
     # a 1000-token sequence does not split over 2*cp = 6 ranks (and 3*4 = 12 of 16 GPUs: rules.gpus too)
-    p2, _ = load_problem_doc(write(tmp_path, path.read_text().replace("seq_len: 1024", "seq_len: 1000"), "q.yaml"))
+    p2, _ = load_problem_doc(
+        write(tmp_path, path.read_text().replace("seq_len: 1024", "seq_len: 1000"), "q.yaml")
+    )
     r = rule_masks(p2, **(ok | dict(cp=3, dp=1, tp=1, pp=4, micro_batch=1)))
     assert {k for k, v in r.items() if not bool(v)} == {Group.CONTEXT, Group.GPUS}
     r = rule_masks(p, **(ok | dict(tp=32, pp=1, dp=1, cp=1)))  # tp 32 > 16 heads, on 32 GPUs

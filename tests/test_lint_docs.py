@@ -28,8 +28,9 @@ def test_ruff_lint_is_clean():
 
 
 def test_ruff_format_is_applied():
-    r = subprocess.run([*_ruff(), "format", "--check", "--no-cache", "."], cwd=ROOT, capture_output=True,
-                       text=True)
+    r = subprocess.run(
+        [*_ruff(), "format", "--check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-2000:]
 
 
@@ -37,6 +38,11 @@ def test_docs_build_strict(tmp_path):
     """mkdocs comes with the test extra (through the docs extra); the material theme's notice about MkDocs 2 is
     turned off, it is not a warning of the build."""
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
-                       cwd=ROOT, capture_output=True, text=True, env=env)
+    r = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from helpers import ROOT, library_system, load_script
-from optimizer.model.hardware import TRITON_FA2_SLOWDOWN, Hardware
+
 from optimizer.io.runs import load_runs, map_run
+from optimizer.model.hardware import TRITON_FA2_SLOWDOWN, Hardware
 from optimizer.schema import Precision
 
 RUNS = ROOT / "problems" / "runs" / "llmfoundry-mpt.yaml"
-HEADER = ("|  Model | SeqLen (T) | # GPUs | GPU | MFU | HFU | Model TFLOP | MicroBatchSize | GradAccum | "
-          "GlobalBatchSize | Throughput (S/s) | Throughput (T/s) | Throughput (T/s/GPU) | GlobalBatchSize (T) | "
-          "Precision | MP Mode | Sharding Strategy | Activation Checkpointing | Activation CPUOffload | NumParams |")
+HEADER = (
+    "|  Model | SeqLen (T) | # GPUs | GPU | MFU | HFU | Model TFLOP | MicroBatchSize | GradAccum | "
+    "GlobalBatchSize | Throughput (S/s) | Throughput (T/s) | Throughput (T/s/GPU) | GlobalBatchSize (T) | "
+    "Precision | MP Mode | Sharding Strategy | Activation Checkpointing | Activation CPUOffload | NumParams |"
+)
 
 
 def _row(*cells) -> str:
@@ -37,13 +39,62 @@ def test_importer_turns_a_table_row_into_a_run(tmp_path):
     tokens per second); a row whose NumParams contradicts the shape stops the script."""
     imp = load_script("import_llmfoundry")
     readme = tmp_path / "README.md"
-    readme.write_text("\n".join([
-        "## H100 80GB BF16", HEADER, "|  --- " * 20 + "|",
-        _row("1b", 2048, 16, "h100_80gb", 42.36, 42.36, "4.191080E+14", 20, 1, 320, 359, 736596, 46037, 655360,
-             "amp_bf16", "DEFAULT", "FULL_SHARD", "False", "False", 1315950592),
-        "## A100 40GB with 1600 Gbps node-node interconnect (RoCE)", HEADER, "|  --- " * 20 + "|",
-        _row("13b", 8192, 8, "a100_40gb", 43.95, 58.6, "1.371240E+16", 1, 16, 128, 1, 11258, 1407, 1048576,
-             "bf16", "PURE", "FULL_SHARD", "True", "False", 12885411840)]))
+    readme.write_text(
+        "\n".join(
+            [
+                "## H100 80GB BF16",
+                HEADER,
+                "|  --- " * 20 + "|",
+                _row(
+                    "1b",
+                    2048,
+                    16,
+                    "h100_80gb",
+                    42.36,
+                    42.36,
+                    "4.191080E+14",
+                    20,
+                    1,
+                    320,
+                    359,
+                    736596,
+                    46037,
+                    655360,
+                    "amp_bf16",
+                    "DEFAULT",
+                    "FULL_SHARD",
+                    "False",
+                    "False",
+                    1315950592,
+                ),
+                "## A100 40GB with 1600 Gbps node-node interconnect (RoCE)",
+                HEADER,
+                "|  --- " * 20 + "|",
+                _row(
+                    "13b",
+                    8192,
+                    8,
+                    "a100_40gb",
+                    43.95,
+                    58.6,
+                    "1.371240E+16",
+                    1,
+                    16,
+                    128,
+                    1,
+                    11258,
+                    1407,
+                    1048576,
+                    "bf16",
+                    "PURE",
+                    "FULL_SHARD",
+                    "True",
+                    "False",
+                    12885411840,
+                ),
+            ]
+        )
+    )
     out = tmp_path / "runs.yaml"
     assert imp.main([str(readme), "--out", str(out)]) == 0
     runs = {r["id"]: r for r in load_runs(str(out)).data}
@@ -71,7 +122,9 @@ def test_triton_flash_attention_runs_at_the_fa2_class_efficiency_divided_by_the_
     for name in ("h100-sxm-80gb", "a100-sxm-80gb"):
         hw = Hardware(library_system(name), Precision.BF16)
         flops, nbytes = 1e13, 1e6
-        fa2 = float(hw.attention_kernel(flops, nbytes, fa2=True))  # long-sequence efficiency: no per-tile term,
+        fa2 = float(
+            hw.attention_kernel(flops, nbytes, fa2=True)
+        )  # long-sequence efficiency: no per-tile term,
         tri = float(hw.attention_kernel(flops, nbytes, triton=True))  # which each kernel has its own of
         assert tri / fa2 == pytest.approx(TRITON_FA2_SLOWDOWN, rel=1e-9)
 
@@ -110,8 +163,9 @@ def _grid_leave_one_out(gpu: str, grid: list[dict]) -> list[float]:
     """The held-out errors of the file's runs on `gpu` (`helpers.grid_leave_one_out`)."""
     from tests.helpers import grid_leave_one_out
 
-    return grid_leave_one_out([r for r in load_runs(str(RUNS)).data if r["hardware"]["gpu"] == gpu],
-                              library_system(gpu), grid)
+    return grid_leave_one_out(
+        [r for r in load_runs(str(RUNS)).data if r["hardware"]["gpu"] == gpu], library_system(gpu), grid
+    )
 
 
 def test_triton_overhead_leave_one_out_on_the_h100_runs():
@@ -146,8 +200,11 @@ def test_attention_fit_leave_one_out_on_the_a100_80gb_runs():
     values scripts/calibrate.py --stack fsdp fits on these runs, chosen on a grid for all runs but one, that one
     predicted with them. Mean |held-out error| <= 6.5% over the 60 A100 80GB runs of the file (measured 5.2% on
     this grid; calibrate.py's Nelder-Mead leave-one-out: 5.44% with the shared run)."""
-    grid = [{"attention_efficiency": e, "attention_overhead_keys": k}
-            for e in (0.52, 0.57, 0.62, 0.67) for k in (250.0, 500.0, 750.0, 1250.0, 2500.0)]
+    grid = [
+        {"attention_efficiency": e, "attention_overhead_keys": k}
+        for e in (0.52, 0.57, 0.62, 0.67)
+        for k in (250.0, 500.0, 750.0, 1250.0, 2500.0)
+    ]
     held = _grid_leave_one_out("a100-sxm-80gb", grid)
     assert len(held) == 60 and np.mean(np.abs(held)) <= 6.5
 
@@ -157,7 +214,12 @@ def test_stated_uncertainty_of_a_stack_is_its_own_leave_one_out_where_measured()
     stacks keep the overall figure (or the widened one when no run of theirs was fitted)."""
     from optimizer.schema.system import Calibration
 
-    c = Calibration(runs=["a", "b"], fitted=["matrix_efficiency"], stacks={"megatron-core": 1, "fsdp": 1},
-                    loo_mape_pct=3.3, loo_mape_pct_by_stack={"fsdp": 5.1})
+    c = Calibration(
+        runs=["a", "b"],
+        fitted=["matrix_efficiency"],
+        stacks={"megatron-core": 1, "fsdp": 1},
+        loo_mape_pct=3.3,
+        loo_mape_pct_by_stack={"fsdp": 5.1},
+    )
     assert c.band_pct("fsdp") == 5.1 and c.band_pct("megatron-core") == 3.3 and c.band_pct() == 3.3
     assert "fsdp 5.1%" in c.summary()

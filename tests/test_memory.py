@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from helpers import library_llm, library_system, problem_and_knobs
+
 from optimizer.model.layer import block_cost
 from optimizer.model.params import count
 from optimizer.model.step import evaluate, layer_params_per_gpu, make_ctx
@@ -23,8 +23,13 @@ REL = 1e-6
 
 def _state(ex: Execution, grad_precision: str, num_gpus: int = 8):
     llm = library_llm("llama3.1-8b")
-    p, k = problem_and_knobs(llm, library_system(A100), num_gpus,
-                             Training(global_batch=64, precision="bf16", grad_precision=grad_precision), ex)
+    p, k = problem_and_knobs(
+        llm,
+        library_system(A100),
+        num_gpus,
+        Training(global_batch=64, precision="bf16", grad_precision=grad_precision),
+        ex,
+    )
     r = evaluate(p, k)
     return p, k, r
 
@@ -93,8 +98,18 @@ def test_layer_params_per_gpu_tp_sharding():
 def test_weights_hold_every_parameter():
     # tiny GPT: total 968 parameters (test_params.test_tiny_gelu_bias_tied_exact_count); tp = pp = 1, bf16:
     # weights = 2 B * 968 = 1936 B
-    llm = LLM(name="tiny-gpt", hidden=8, heads=2, ffn=32, layers=1, vocab=10, seq_len=4, mlp="gelu", bias=True,
-              tied_embeddings=True)
+    llm = LLM(
+        name="tiny-gpt",
+        hidden=8,
+        heads=2,
+        ffn=32,
+        layers=1,
+        vocab=10,
+        seq_len=4,
+        mlp="gelu",
+        bias=True,
+        tied_embeddings=True,
+    )
     p, k = problem_and_knobs(llm, library_system(A100), 1, Training(global_batch=1), Execution())
     assert float(evaluate(p, k).weights[0]) == 2 * 968
 
@@ -102,8 +117,20 @@ def test_weights_hold_every_parameter():
 # ------------------------------------------------------------------------------ activations (Korthikanti 2022)
 # GPT-style block: gelu, dropout, biases, ffn = 4h, a*d = h, standard attention, bf16.
 H, A, S, B = 1024, 16, 2048, 2
-GPT = LLM(name="gpt-like", hidden=H, heads=A, head_dim=H // A, ffn=4 * H, layers=4, vocab=1024, seq_len=S,
-          mlp="gelu", bias=True, dropout=True, tied_embeddings=True)
+GPT = LLM(
+    name="gpt-like",
+    hidden=H,
+    heads=A,
+    head_dim=H // A,
+    ffn=4 * H,
+    layers=4,
+    vocab=1024,
+    seq_len=S,
+    mlp="gelu",
+    bias=True,
+    dropout=True,
+    tied_embeddings=True,
+)
 SBH = S * B * H  # 4,194,304
 ATT = 5 * A * S * S * B  # 5 a s^2 b = 671,088,640
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from helpers import library_llm, library_system, problem_and_knobs
+
 from optimizer.model.hardware import Tiers, a2a_time, collective_time
 from optimizer.model.layer import block_cost
 from optimizer.model.params import count
@@ -86,7 +86,9 @@ def test_capacity_factor_scales_expert_work():
     from optimizer.schema import LLM
 
     base = library_llm(MIXTRAL)
-    padded = LLM.model_validate({**base.model_dump(), "moe": {**base.moe.model_dump(), "capacity_factor": 1.25}})
+    padded = LLM.model_validate(
+        {**base.model_dump(), "moe": {**base.moe.model_dump(), "capacity_factor": 1.25}}
+    )
     ex = Execution(tp=1, ep=8, micro_batch=1)
     t = Training(global_batch=256, seq_len=4096, precision="bf16")
     p0, k0 = problem_and_knobs(base, library_system(H100), 64, t, ex)
@@ -144,8 +146,13 @@ def test_zero_shards_experts_over_the_expert_data_parallel_group():
 def test_dense_layers_of_a_partly_moe_model():
     # DeepSeek-V3: 3 dense layers (18432-wide SwiGLU) and 58 MoE layers. At pp = 1 one GPU holds all 61.
     llm = library_llm("deepseek-v3")
-    p, k = problem_and_knobs(llm, library_system("h800-sxm-80gb"), 2048,
-                             Training(global_batch=2048, precision="bf16"), Execution(tp=1, pp=1, ep=64, zero=0))
+    p, k = problem_and_knobs(
+        llm,
+        library_system("h800-sxm-80gb"),
+        2048,
+        Training(global_batch=2048, precision="bf16"),
+        Execution(tp=1, pp=1, ep=64, zero=0),
+    )
     r = evaluate(p, k)
     mla, norms = 187_107_328, 2 * 7168
     dense_mlp = 3 * 7168 * 18432
@@ -183,8 +190,13 @@ def test_ep_group_spilling_over_the_node_costs_more():
 
 
 def test_dense_model_has_no_ep_traffic():
-    p, k = problem_and_knobs(library_llm("llama3.1-8b"), library_system(H100), 8,
-                             Training(global_batch=64, precision="bf16"), Execution(tp=2))
+    p, k = problem_and_knobs(
+        library_llm("llama3.1-8b"),
+        library_system(H100),
+        8,
+        Training(global_batch=64, precision="bf16"),
+        Execution(tp=2),
+    )
     assert float(evaluate(p, k).ep_exposed[0]) == 0.0
 
 
@@ -195,7 +207,8 @@ def test_fp8_halves_gemm_time_of_large_layers_and_keeps_master_copies():
     rb, rf = evaluate(pb, kb), evaluate(pf, kf)
     # same state bytes (bf16 weights, fp32 grads, fp32 master + moments): FP8 copies are transient
     assert float(rf.weights[0] + rf.grads[0] + rf.optim_state[0]) == pytest.approx(
-        float(rb.weights[0] + rb.grads[0] + rb.optim_state[0]), rel=1e-12)
+        float(rb.weights[0] + rb.grads[0] + rb.optim_state[0]), rel=1e-12
+    )
     # GEMM inputs kept for the weight gradients are 1 byte: fewer stored activations
     assert float(rf.activations[0]) < float(rb.activations[0])
     # faster, but less than 2x: attention, element-wise ops and communication stay 16-bit
@@ -211,7 +224,9 @@ def test_embedding_and_loss_as_layer_slots_by_hand():
     + 2*16384."""
     llm = library_llm("llama3.1-405b")
     ex = Execution(tp=8, pp=16, pp_embedding_loss=True, sequence_parallel=True, zero=0)
-    p, k = problem_and_knobs(llm, library_system(H100), 1024, Training(global_batch=512, precision="bf16"), ex)
+    p, k = problem_and_knobs(
+        llm, library_system(H100), 1024, Training(global_batch=512, precision="bf16"), ex
+    )
     layer = (16 + 2) * 128 * 16384 + 16 * 128 * 16384 + 3 * 16384 * 53248 // 8 + 2 * 16384
     emb = 128256 * 16384 // 8
     held = max(8 * layer, 7 * layer + emb + 16384)
@@ -222,8 +237,9 @@ def test_embedding_loss_split_needs_a_pipeline():
     from optimizer.rules.cross_field import execution_errors
 
     llm = library_llm("llama3.1-8b")
-    p, _ = problem_and_knobs(llm, library_system(H100), 8, Training(global_batch=64),
-                             Execution(tp=8, pp_embedding_loss=False))
+    p, _ = problem_and_knobs(
+        llm, library_system(H100), 8, Training(global_batch=64), Execution(tp=8, pp_embedding_loss=False)
+    )
     bad = Execution(tp=8, pp=1, pp_embedding_loss=True)
     assert any(f == "execution.pp_embedding_loss" for f, _ in execution_errors(p, bad))
     odd = Execution(tp=1, pp=8, vpp=1, pp_embedding_loss=False)  # 32 layers: fine without slots
@@ -271,8 +287,9 @@ def test_eager_dropless_moe_forward_takes_at_least_the_host_time(monkeypatch):
     assert float(d_e.fw[0]) == float(d_f.fw[0])
     big = _gpt_oss(Execution(tp=1, ep=8, micro_batch=8, cuda_graphs="none"))
     big_f = _gpt_oss(Execution(tp=1, ep=8, micro_batch=8, cuda_graphs="full"))
-    assert float(block_cost(make_ctx(big[0]), big[1], moe=True).fw[0]) == \
-        float(block_cost(make_ctx(big_f[0]), big_f[1], moe=True).fw[0])
+    assert float(block_cost(make_ctx(big[0]), big[1], moe=True).fw[0]) == float(
+        block_cost(make_ctx(big_f[0]), big_f[1], moe=True).fw[0]
+    )
 
 
 def test_host_floor_under_all_to_all_overlap_counts_the_merged_backward():
@@ -280,7 +297,9 @@ def test_host_floor_under_all_to_all_overlap_counts_the_merged_backward():
     whose GPU work covers the host too: the floor does not bind where forward + backward outlast it."""
     p, k = _gpt_oss(Execution(tp=1, ep=8, micro_batch=1, ep_overlap=True, cuda_graphs="none"))
     pf, kf = _gpt_oss(Execution(tp=1, ep=8, micro_batch=1, ep_overlap=True, cuda_graphs="full"))
-    assert float(block_cost(make_ctx(p), k, moe=True).fw[0]) == float(block_cost(make_ctx(pf), kf, moe=True).fw[0])
+    assert float(block_cost(make_ctx(p), k, moe=True).fw[0]) == float(
+        block_cost(make_ctx(pf), kf, moe=True).fw[0]
+    )
 
 
 def test_runs_read_their_cuda_graphs_from_the_notes():
@@ -288,18 +307,45 @@ def test_runs_read_their_cuda_graphs_from_the_notes():
     Engine graphs of attention/router/preprocess, or none (eager, also when the notes say "no CUDA graphs")."""
     from optimizer.io.runs import map_run
 
-    base = {"id": "x", "source": "Test 2026", "tier": "A",
-            "model": {"hidden": 2048, "ffn": 768, "layers": 4, "heads": 32, "kv_heads": 4, "head_dim": 128,
-                      "seq_len": 4096, "vocab": 151936, "mlp": "swiglu",
-                      "moe": {"experts": 128, "top_k": 8, "expert_ffn": 768, "shared_experts": 0, "moe_layers": None}},
-            "hardware": {"gpu": H100, "num_gpus": 8, "gpus_per_node": 8},
-            "parallel": {"tp": 1, "pp": 1, "dp": 8, "cp": 1, "ep": 8, "vpp": 1, "sequence_parallel": False,
-                         "micro_batch": 1, "global_batch": 64, "recompute": "none", "optimizer_sharding": "zero1",
-                         "precision": "bf16"},
-            "measured": {"step_time_s": 1.0}}
-    cases = {"HybridEP dispatcher, full-iteration CUDA graphs (cuda_graph_impl full_iteration)": "full",
-             "preset: TE CUDA graphs (attn/router/preprocess)": "partial",
-             "no A2A overlap, no CUDA graphs, recompute none": "none", "": "none"}
+    base = {
+        "id": "x",
+        "source": "Test 2026",
+        "tier": "A",
+        "model": {
+            "hidden": 2048,
+            "ffn": 768,
+            "layers": 4,
+            "heads": 32,
+            "kv_heads": 4,
+            "head_dim": 128,
+            "seq_len": 4096,
+            "vocab": 151936,
+            "mlp": "swiglu",
+            "moe": {"experts": 128, "top_k": 8, "expert_ffn": 768, "shared_experts": 0, "moe_layers": None},
+        },
+        "hardware": {"gpu": H100, "num_gpus": 8, "gpus_per_node": 8},
+        "parallel": {
+            "tp": 1,
+            "pp": 1,
+            "dp": 8,
+            "cp": 1,
+            "ep": 8,
+            "vpp": 1,
+            "sequence_parallel": False,
+            "micro_batch": 1,
+            "global_batch": 64,
+            "recompute": "none",
+            "optimizer_sharding": "zero1",
+            "precision": "bf16",
+        },
+        "measured": {"step_time_s": 1.0},
+    }
+    cases = {
+        "HybridEP dispatcher, full-iteration CUDA graphs (cuda_graph_impl full_iteration)": "full",
+        "preset: TE CUDA graphs (attn/router/preprocess)": "partial",
+        "no A2A overlap, no CUDA graphs, recompute none": "none",
+        "": "none",
+    }
     for notes, want in cases.items():
         assert map_run(base | {"notes": notes}).problem.execution.cuda_graphs.value == want, notes
 
@@ -315,8 +361,12 @@ def test_host_wait_is_its_own_part_of_the_step():
     assert float(r_e.host_wait[0]) > 0 and float(r_f.host_wait[0]) == 0
     assert float(r_e.fw[0]) == pytest.approx(float(r_f.fw[0]), rel=1e-12)
     for r in (r_e, r_f):
-        assert sum(float(getattr(r, key)[0]) for _, key in TIME_PARTS) == pytest.approx(float(r.step_time[0]), rel=1e-9)
-    assert float(r_e.step_time[0]) - float(r_f.step_time[0]) == pytest.approx(float(r_e.host_wait[0]), rel=1e-6)
+        assert sum(float(getattr(r, key)[0]) for _, key in TIME_PARTS) == pytest.approx(
+            float(r.step_time[0]), rel=1e-9
+        )
+    assert float(r_e.step_time[0]) - float(r_f.step_time[0]) == pytest.approx(
+        float(r_e.host_wait[0]), rel=1e-6
+    )
 
 
 def test_calibrate_host_fits_the_floor_on_eager_runs_only():
@@ -329,7 +379,10 @@ def test_calibrate_host_fits_the_floor_on_eager_runs_only():
 
     cal = load_script("calibrate_host")
     runs = dict(cal.moe_runs([str(ROOT / "problems" / "runs" / "bridge-2606.yaml")]))
-    pick = [(i, runs[i]) for i in ("bridge2606-qwen3-30b-a3b-gb300-mxfp8-8gpu", "bridge2606-qwen3-30b-a3b-h100-fp8-16gpu")]
+    pick = [
+        (i, runs[i])
+        for i in ("bridge2606-qwen3-30b-a3b-gb300-mxfp8-8gpu", "bridge2606-qwen3-30b-a3b-h100-fp8-16gpu")
+    ]
     ids, err = cal.error_table(pick)
     assert ids == [i for i, _ in pick] and err.shape == (len(cal.GRID_MS), 2)
     assert np.ptp(err[:, 0]) < 1e-9  # full graphs: no host wait
@@ -352,20 +405,29 @@ def test_eager_expert_mlp_pays_for_the_clamped_glu_and_the_expert_biases(monkeyp
     monkeypatch.setattr(layer, "MOE_HOST_FW_S", 0.0)  # the host floor would hide forward differences
     gpt = library_llm("gpt-oss-120b")
     assert gpt.activation_clamp == 7.0 and gpt.moe.expert_bias
-    plain = gpt.model_copy(update={"activation_clamp": None, "moe": gpt.moe.model_copy(update={"expert_bias": False})})
+    plain = gpt.model_copy(
+        update={"activation_clamp": None, "moe": gpt.moe.model_copy(update={"expert_bias": False})}
+    )
     t = Training(global_batch=512, seq_len=4096, precision="bf16")
     cost = {}
     for name, llm in (("gpt", gpt), ("plain", plain)):
         for fused in (False, True):
-            p, k = problem_and_knobs(llm, library_system(H100), 64, t,
-                                     Execution(tp=1, ep=8, micro_batch=1, moe_fused_mlp=fused))
+            p, k = problem_and_knobs(
+                llm, library_system(H100), 64, t, Execution(tp=1, ep=8, micro_batch=1, moe_fused_mlp=fused)
+            )
             b = block_cost(make_ctx(p), k, moe=True)
             cost[name, fused] = (float(b.fw[0]), float(b.bw[0]))
     assert cost["gpt", True] == cost["plain", True] == cost["plain", False]
     hw = Hardware(library_system(H100), t.precision)
-    R, up, h = 4096.0 * 4, 2.0 * 2880, 2880.0  # rows of one rank at ep 8, tp 1: the micro-batch's tokens x top-k
+    R, up, h = (
+        4096.0 * 4,
+        2.0 * 2880,
+        2880.0,
+    )  # rows of one rank at ep 8, tp 1: the micro-batch's tokens x top-k
     (c_fw, c_bw), (b_fw, b_bw) = layer.clamp_passes(hw, R * up, 2.0), layer.expert_bias_passes(hw, R * h, 2.0)
     extra_fw, extra_bw = float(c_fw + b_fw), float(c_bw + b_bw)
     assert cost["gpt", False][0] - cost["plain", False][0] == pytest.approx(extra_fw, rel=1e-9)
     assert cost["gpt", False][1] - cost["plain", False][1] == pytest.approx(extra_bw, rel=1e-9)
-    assert extra_fw > 0.1 * (cost["plain", False][0])  # not a rounding: a tenth of the layer's forward and more
+    assert (
+        extra_fw > 0.1 * (cost["plain", False][0])
+    )  # not a rounding: a tenth of the layer's forward and more

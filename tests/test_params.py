@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from helpers import library_llm
+
 from optimizer.model.params import count, model_flops_per_token
 from optimizer.schema import LLM
 
@@ -43,8 +43,19 @@ def test_llama31_70b_total():
 
 
 # ----------------------------------------------------------------------------------- tiny hand-made models
-TINY = LLM(name="tiny", hidden=8, heads=2, kv_heads=1, ffn=16, layers=2, vocab=10, seq_len=4, mlp="swiglu",
-           bias=False, tied_embeddings=False)
+TINY = LLM(
+    name="tiny",
+    hidden=8,
+    heads=2,
+    kv_heads=1,
+    ffn=16,
+    layers=2,
+    vocab=10,
+    seq_len=4,
+    mlp="swiglu",
+    bias=False,
+    tied_embeddings=False,
+)
 # d = h/a = 4
 # attention: h*(a+2g)*d + a*d*h = 8*(2+2)*4 + 2*4*8 = 128 + 64 = 192
 # mlp (gated, 3 matrices): 3*h*f = 3*8*16 = 384
@@ -67,8 +78,18 @@ def test_tiny_swiglu_gqa_exact_count():
 
 
 def test_tiny_gelu_bias_tied_exact_count():
-    llm = LLM(name="tiny-gpt", hidden=8, heads=2, ffn=32, layers=1, vocab=10, seq_len=4, mlp="gelu", bias=True,
-              tied_embeddings=True)
+    llm = LLM(
+        name="tiny-gpt",
+        hidden=8,
+        heads=2,
+        ffn=32,
+        layers=1,
+        vocab=10,
+        seq_len=4,
+        mlp="gelu",
+        bias=True,
+        tied_embeddings=True,
+    )
     # d = 4, g = a = 2
     # attention weights 8*(2+4)*4 + 2*4*8 = 192 + 64 = 256; biases (a+2g)d + h = 24 + 8 = 32 -> 288
     # mlp weights 2*8*32 = 512; biases f + h = 32 + 8 = 40 -> 552
@@ -83,8 +104,17 @@ def test_tiny_gelu_bias_tied_exact_count():
 def test_moe_counts():
     from optimizer.schema import MoE
 
-    llm = LLM(name="tiny-moe", hidden=8, heads=2, ffn=16, layers=2, vocab=10, seq_len=4, mlp="swiglu",
-              moe=MoE(experts=4, top_k=1, expert_ffn=16, moe_layers=1))
+    llm = LLM(
+        name="tiny-moe",
+        hidden=8,
+        heads=2,
+        ffn=16,
+        layers=2,
+        vocab=10,
+        seq_len=4,
+        mlp="swiglu",
+        moe=MoE(experts=4, top_k=1, expert_ffn=16, moe_layers=1),
+    )
     # attn 8*6*4 + 2*4*8 = 256; norms 16; one expert 3*8*16 = 384; router h*E = 32
     # MoE layer MLP: 4*384 + 32 = 1568; dense layer MLP: 384
     # total = 2*(256+16) + 1568 + 384 + 80 + 80 + 8 = 544 + 1952 + 168 = 2664

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from optimizer.drivers.evaluate import evaluate_execution
+from optimizer.drivers.pipeline_mix import TypeOffer, enumerate_pipeline_mix, solve_pipeline_mix
+from optimizer.drivers.procure import procure
+from optimizer.report.procure import render
 from optimizer.io.loader import load_problem, load_procure
 from optimizer.model.pipeline_mix import MixPlan, StageGroup, evaluate_mix
-from optimizer.drivers.pipeline_mix import TypeOffer, enumerate_pipeline_mix, solve_pipeline_mix
-from optimizer.drivers.procure import procure, render
 from optimizer.schema import Execution, Recompute
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,20 +21,36 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _problem(tmp_path, system: str, llm: str, B: int, gpus: int, name: str = "q"):
     path = tmp_path / f"{name}.yaml"
-    path.write_text(f"llm: {llm}\nsystem: {system}\nnum_gpus: {gpus}\ntraining: {{global_batch: {B}}}\n"
-                    "options: {memory_headroom_gib: 0, allow_idle_gpus: true}\n")
+    path.write_text(
+        f"llm: {llm}\nsystem: {system}\nnum_gpus: {gpus}\ntraining: {{global_batch: {B}}}\n"
+        "options: {memory_headroom_gib: 0, allow_idle_gpus: true}\n"
+    )
     return load_problem(path)
 
 
-@pytest.mark.parametrize("tp,d,mb,s0,s1,rec", [(8, 4, 1, 4, 4, "selective"), (4, 2, 2, 2, 6, "full"),
-                                                (8, 1, 1, 6, 2, "none"), (2, 8, 1, 3, 1, "none")])
+@pytest.mark.parametrize(
+    "tp,d,mb,s0,s1,rec",
+    [(8, 4, 1, 4, 4, "selective"), (4, 2, 2, 2, 6, "full"), (8, 1, 1, 6, 2, "none"), (2, 8, 1, 3, 1, "none")],
+)
 def test_one_type_in_two_groups_is_the_homogeneous_model(tmp_path, tp, d, mb, s0, s1, rec):
     p = _problem(tmp_path, "h100-sxm-80gb", "gpt3-175b", 256, 256)
     L = 96 // (s0 + s1)
-    plan = MixPlan((StageGroup("a", tp, s0, L, Recompute(rec)), StageGroup("b", tp, s1, L, Recompute(rec))), d, mb)
+    plan = MixPlan(
+        (StageGroup("a", tp, s0, L, Recompute(rec)), StageGroup("b", tp, s1, L, Recompute(rec))), d, mb
+    )
     r = evaluate_mix({"a": p, "b": p}, plan)
-    ex = Execution(tp=tp, pp=s0 + s1, dp=d, micro_batch=mb, recompute=Recompute(rec), sequence_parallel=tp > 1,
-                   pp_rs_ag=False, zero=1, dp_overlap=True, pp_embedding_loss=False)
+    ex = Execution(
+        tp=tp,
+        pp=s0 + s1,
+        dp=d,
+        micro_batch=mb,
+        recompute=Recompute(rec),
+        sequence_parallel=tp > 1,
+        pp_rs_ag=False,
+        zero=1,
+        dp_overlap=True,
+        pp_embedding_loss=False,
+    )
     h = evaluate_execution(p.model_copy(update={"num_gpus": tp * (s0 + s1) * d}), ex).result
     assert r.step_time_s == pytest.approx(h["step_time"], rel=1e-12)
     # per stage memory: at most the homogeneous model's max-of-parts, and within 0.1% of it
@@ -61,21 +78,53 @@ def _offers(tmp_path, specs, layers=8, B=16, llm="narayanan2021-1.7b"):
 
 
 SMALL = {
-    "memory-bound": ([("a100", "{base: a100-sxm-40gb, gpus_per_node: 4, hbm_gib: 4}", 1, 1e4, 3.0),
-                      ("h100", "{base: h100-sxm-80gb, gpus_per_node: 4, hbm_gib: 6}", 1, 2.5e4, 5.0)], {}, 8, 2),
-    "budget-binds": ([("a100", "{base: a100-sxm-40gb, gpus_per_node: 4}", 2, 1e4, 3.0),
-                      ("h100", "{base: h100-sxm-80gb, gpus_per_node: 4}", 2, 2.5e4, 5.0)],
-                     {"budget_usd": 4.0e4}, 8, 2),
-    "power-binds": ([("a100", "{base: a100-sxm-40gb, gpus_per_node: 4, hbm_gib: 8}", 2, 1e4, 3.0),
-                     ("h100", "{base: h100-sxm-80gb, gpus_per_node: 4, hbm_gib: 8}", 2, 2.5e4, 5.0)],
-                    {"power_kw": 9.0}, 8, 2),
-    "three-types-two-groups": ([("h200", "{base: h200-sxm-141gb, gpus_per_node: 4, hbm_gib: 5}", 1, 5e3, 2.0),
-                                ("a100", "{base: a100-sxm-40gb, gpus_per_node: 4, hbm_gib: 5}", 1, 1e4, 3.0),
-                                ("h100", "{base: h100-sxm-80gb, gpus_per_node: 4, hbm_gib: 5}", 1, 2.5e4, 5.0)],
-                               {}, 8, 2),
-    "three-groups": ([("h200", "{base: h200-sxm-141gb, gpus_per_node: 2, hbm_gib: 5}", 1, 5e3, 2.0),
-                      ("a100", "{base: a100-sxm-40gb, gpus_per_node: 2, hbm_gib: 5}", 1, 1e4, 3.0),
-                      ("h100", "{base: h100-sxm-80gb, gpus_per_node: 2, hbm_gib: 5}", 1, 2.5e4, 5.0)], {}, 6, 3),
+    "memory-bound": (
+        [
+            ("a100", "{base: a100-sxm-40gb, gpus_per_node: 4, hbm_gib: 4}", 1, 1e4, 3.0),
+            ("h100", "{base: h100-sxm-80gb, gpus_per_node: 4, hbm_gib: 6}", 1, 2.5e4, 5.0),
+        ],
+        {},
+        8,
+        2,
+    ),
+    "budget-binds": (
+        [
+            ("a100", "{base: a100-sxm-40gb, gpus_per_node: 4}", 2, 1e4, 3.0),
+            ("h100", "{base: h100-sxm-80gb, gpus_per_node: 4}", 2, 2.5e4, 5.0),
+        ],
+        {"budget_usd": 4.0e4},
+        8,
+        2,
+    ),
+    "power-binds": (
+        [
+            ("a100", "{base: a100-sxm-40gb, gpus_per_node: 4, hbm_gib: 8}", 2, 1e4, 3.0),
+            ("h100", "{base: h100-sxm-80gb, gpus_per_node: 4, hbm_gib: 8}", 2, 2.5e4, 5.0),
+        ],
+        {"power_kw": 9.0},
+        8,
+        2,
+    ),
+    "three-types-two-groups": (
+        [
+            ("h200", "{base: h200-sxm-141gb, gpus_per_node: 4, hbm_gib: 5}", 1, 5e3, 2.0),
+            ("a100", "{base: a100-sxm-40gb, gpus_per_node: 4, hbm_gib: 5}", 1, 1e4, 3.0),
+            ("h100", "{base: h100-sxm-80gb, gpus_per_node: 4, hbm_gib: 5}", 1, 2.5e4, 5.0),
+        ],
+        {},
+        8,
+        2,
+    ),
+    "three-groups": (
+        [
+            ("h200", "{base: h200-sxm-141gb, gpus_per_node: 2, hbm_gib: 5}", 1, 5e3, 2.0),
+            ("a100", "{base: a100-sxm-40gb, gpus_per_node: 2, hbm_gib: 5}", 1, 1e4, 3.0),
+            ("h100", "{base: h100-sxm-80gb, gpus_per_node: 2, hbm_gib: 5}", 1, 2.5e4, 5.0),
+        ],
+        {},
+        6,
+        3,
+    ),
 }
 
 
@@ -101,8 +150,8 @@ def test_cpsat_equals_exhaustive_enumeration(tmp_path, case):
 def test_memory_bound_mix_beats_each_type_alone(tmp_path):
     """In the memory-bound instance the A100 node alone holds nothing and the H100 node alone is slower than
     the pipeline over both (the homogeneous solves of each type on its own nodes)."""
-    from optimizer.errors import Infeasible
     from optimizer.drivers.solve import solve
+    from optimizer.errors import Infeasible
 
     specs, _, layers, _ = SMALL["memory-bound"]
     offers = _offers(tmp_path, specs, layers=layers)
@@ -124,7 +173,7 @@ def test_shipped_example_wins_with_reason():
     assert r.pipeline.solution.result.fits and len(r.pipeline.solution.plan.groups) == 2
     text = render(r)
     assert "no single node type trains the model" in text and "memory:" in text
-    from optimizer.drivers.procure import result_dict
+    from optimizer.report.procure import result_dict
 
     d = result_dict(r)["pipeline"]
     assert d["status"] == "optimal" and len(d["groups"]) == 2
@@ -147,7 +196,9 @@ def test_units_are_bought_whole_in_a_pipelined_mix(tmp_path):
     from dataclasses import replace
 
     specs, limits, layers, G = SMALL["budget-binds"]
-    offers = [replace(o, unit_nodes=2) if o.name == "h100" else o for o in _offers(tmp_path, specs, layers=layers)]
+    offers = [
+        replace(o, unit_nodes=2) if o.name == "h100" else o for o in _offers(tmp_path, specs, layers=layers)
+    ]
     sol = solve_pipeline_mix(offers, G, budget_usd=6.0e4)
     ref = enumerate_pipeline_mix(offers, G, budget_usd=6.0e4)
     assert sol is not None and ref is not None

@@ -21,12 +21,22 @@ from optimizer.schema import LLM, System
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = ROOT / "problems"
-SINGLE = [PROBLEMS / "default.yaml", *sorted((PROBLEMS / "studies" / "check").glob("*.yaml")),
-          *sorted((PROBLEMS / "studies" / "solve").glob("*.yaml"))]
+SINGLE = [
+    PROBLEMS / "default.yaml",
+    *sorted((PROBLEMS / "studies" / "check").glob("*.yaml")),
+    *sorted((PROBLEMS / "studies" / "solve").glob("*.yaml")),
+]
 KINDS = {  # folder under problems/ (or a file): the kind of every YAML in it
-    "llms": "llm", "systems": "system", "catalogs": "catalog", "runs": "runs", "fleet": "fleet",
-    "studies/calculon": "study", "studies/check": "check", "studies/solve": "problem",
-    "studies/procure": "procure", "default.yaml": "problem",
+    "llms": "llm",
+    "systems": "system",
+    "catalogs": "catalog",
+    "runs": "runs",
+    "fleet": "fleet",
+    "studies/calculon": "study",
+    "studies/check": "check",
+    "studies/solve": "problem",
+    "studies/procure": "procure",
+    "default.yaml": "problem",
 }
 
 
@@ -57,8 +67,10 @@ def test_loads(path, tmp_path):
         assert obj.name
     elif kind == "catalog":
         p = tmp_path / "procure.yaml"
-        p.write_text(f"llm: llama3.1-8b\ncatalog: {path}\ntraining: {{global_batch: 64}}\n"
-                     "procure: {budget_usd: 1.0e+6}\n")
+        p.write_text(
+            f"llm: llama3.1-8b\ncatalog: {path}\ntraining: {{global_batch: 64}}\n"
+            "procure: {budget_usd: 1.0e+6}\n"
+        )
         assert load_procure(p).catalog.node_types
     elif kind == "problem":
         assert api.load(path).num_gpus >= 1
@@ -93,8 +105,9 @@ def test_single_problem_checks(path):
         assert r.conflicts or r.relaxations
 
 
-@pytest.mark.parametrize("path", [p for p in SINGLE if kind_of(p) == "problem" and "execution" in read_yaml(p).data],
-                         ids=_id)
+@pytest.mark.parametrize(
+    "path", [p for p in SINGLE if kind_of(p) == "problem" and "execution" in read_yaml(p).data], ids=_id
+)
 def test_written_execution_evaluates(path):
     ev = api.evaluate(api.load(path))
     assert ev.result is not None

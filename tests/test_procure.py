@@ -8,10 +8,11 @@ import math
 import pytest
 
 from optimizer.cli import main
+from optimizer.drivers.procure import procure
+from optimizer.drivers.purchase import best_of_type, sub_problem
+from optimizer.drivers.solve import solve
 from optimizer.errors import Infeasible
 from optimizer.io.loader import load_procure
-from optimizer.drivers.procure import best_of_type, procure, sub_problem
-from optimizer.drivers.solve import solve
 
 TINY_LLM = "{name: tiny, hidden: 2048, ffn: 8192, layers: 16, heads: 16, seq_len: 2048, vocab: 32000}"
 
@@ -35,11 +36,20 @@ catalog:
 """
 
 
-def write(tmp_path, procure_yaml: str, fast_extra: str = "", slow_extra: str = "", joining: str = "",
-          batch: int = 96, name: str = "p") -> object:
-    text = (f"name: {name}\nllm: {TINY_LLM}\ntraining: {{global_batch: {batch}, precision: bf16, tokens: 1.0e+10}}\n"
-            f"procure: {procure_yaml}\n" + CATALOG.format(fast_extra=fast_extra, slow_extra=slow_extra,
-                                                          joining=joining))
+def write(
+    tmp_path,
+    procure_yaml: str,
+    fast_extra: str = "",
+    slow_extra: str = "",
+    joining: str = "",
+    batch: int = 96,
+    name: str = "p",
+) -> object:
+    text = (
+        f"name: {name}\nllm: {TINY_LLM}\ntraining: {{global_batch: {batch}, precision: bf16, tokens: 1.0e+10}}\n"
+        f"procure: {procure_yaml}\n"
+        + CATALOG.format(fast_extra=fast_extra, slow_extra=slow_extra, joining=joining)
+    )
     path = tmp_path / f"{name}.yaml"
     path.write_text(text)
     return path
@@ -60,7 +70,9 @@ def test_budget_binds_and_the_best_purchase_is_worked_by_hand(tmp_path):
     """One type, $1.05M: at most 3 nodes of $300k. Worked by hand: the best purchase is the node count
     (1..3) whose fastest plan is fastest; more GPUs are faster here, so 3 nodes = $0.9M."""
     pp = load_procure(write(tmp_path, "{goal: throughput, budget_usd: 1.05e+6}", slow_extra="max_nodes: 1"))
-    pp = pp.model_copy(update={"catalog": pp.catalog.model_copy(update={"node_types": pp.catalog.node_types[:1]})})
+    pp = pp.model_copy(
+        update={"catalog": pp.catalog.model_copy(update={"node_types": pp.catalog.node_types[:1]})}
+    )
     r = procure(pp)
     steps = {n: step_on(pp, "fast", n) for n in (1, 2, 3)}
     best_n = min((s, n) for n, s in steps.items() if s is not None)[1]
@@ -80,8 +92,14 @@ def test_power_cap_binds(tmp_path):
 
 
 def test_availability_binds(tmp_path):
-    pp = load_procure(write(tmp_path, "{goal: throughput, budget_usd: 1.0e+7}", fast_extra="max_nodes: 1",
-                            slow_extra="max_nodes: 2"))
+    pp = load_procure(
+        write(
+            tmp_path,
+            "{goal: throughput, budget_usd: 1.0e+7}",
+            fast_extra="max_nodes: 1",
+            slow_extra="max_nodes: 2",
+        )
+    )
     r = procure(pp)
     rows = {x.node_type.name: x for x in r.rows}
     assert rows["fast"].bound_by == "availability" and rows["fast"].purchase.nodes <= 1
@@ -119,11 +137,25 @@ def test_throughput_per_dollar_against_a_sweep(tmp_path):
 
 def test_rental_budget_caps_gpu_hours(tmp_path):
     """Rental: the whole run's bill (GPUs x hours x rate) stays within the budget; a tighter budget is slower."""
-    loose = procure(load_procure(write(tmp_path, "{goal: time_to_train, pricing: rental, budget_usd: 1.0e+6, "
-                                       "max_nodes: 8}", name="loose")))
+    loose = procure(
+        load_procure(
+            write(
+                tmp_path,
+                "{goal: time_to_train, pricing: rental, budget_usd: 1.0e+6, max_nodes: 8}",
+                name="loose",
+            )
+        )
+    )
     spent = loose.best.cost_usd
-    tight = procure(load_procure(write(tmp_path, f"{{goal: time_to_train, pricing: rental, budget_usd: {spent * 0.85}, "
-                                       "max_nodes: 8}", name="tight")))
+    tight = procure(
+        load_procure(
+            write(
+                tmp_path,
+                f"{{goal: time_to_train, pricing: rental, budget_usd: {spent * 0.85}, max_nodes: 8}}",
+                name="tight",
+            )
+        )
+    )
     assert tight.best is not None and tight.best.cost_usd <= spent * 0.85 * (1 + 1e-6)
     assert tight.best.step_time_s > loose.best.step_time_s
 
@@ -153,8 +185,9 @@ def test_heterogeneous_mix_every_batch_split_is_tried(tmp_path):
     2.2 M$ purchase) must not lose to the 2 fast + 6 slow nodes a 2.0 M$ budget buys; a bisection for where the
     groups' step times cross stopped at 36/60 there and did."""
     more = procure(load_procure(write(tmp_path, MIX, fast_extra="max_nodes: 2", name="more")))
-    less = procure(load_procure(write(tmp_path, MIX.replace("2.2e+6", "2.0e+6"), fast_extra="max_nodes: 2",
-                                      name="less")))
+    less = procure(
+        load_procure(write(tmp_path, MIX.replace("2.2e+6", "2.0e+6"), fast_extra="max_nodes: 2", name="less"))
+    )
     assert more.best.step_time_s <= less.best.step_time_s
     assert sum(g.global_batch for g in more.best.groups) == 96
 
@@ -162,8 +195,9 @@ def test_heterogeneous_mix_every_batch_split_is_tried(tmp_path):
 def test_heterogeneous_mix_loses_over_a_slow_joining_network(tmp_path):
     """Same purchase, but the types are joined by a 0.05 GB/s link: the gradient exchange makes every mix
     slower than the best single type, which is then the answer."""
-    joining = ("joining_network: {name: wan, size: 100000, bandwidth_gbps: 0.05, latency_us: 1000, "
-               "efficiency: 0.9}")
+    joining = (
+        "joining_network: {name: wan, size: 100000, bandwidth_gbps: 0.05, latency_us: 1000, efficiency: 0.9}"
+    )
     pp = load_procure(write(tmp_path, MIX, fast_extra="max_nodes: 2", joining=joining))
     r = procure(pp)
     assert r.mixes_considered > 0
@@ -238,7 +272,7 @@ def test_pareto_plot_has_a_legend_by_type_and_the_choice(tmp_path, monkeypatch):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from optimizer.drivers.procure import plot_pareto
+    from optimizer.report.plots import plot_pareto
 
     pp = load_procure(write(tmp_path, "{goal: throughput, budget_usd: 2.0e+6}"))
     r = procure(pp, pareto=True)
@@ -257,8 +291,10 @@ def test_pareto_plot_has_a_legend_by_type_and_the_choice(tmp_path, monkeypatch):
 def test_parallel_over_types_equals_serial(tmp_path, monkeypatch):
     """Per-type work runs on several processes (types sharing tables in one chunk); the answer and the Pareto
     front are those of the serial run."""
-    variants = ("\n    - name: fast-hbm96\n      system: {base: h100-sxm-80gb, hbm_gib: 96}\n      price_usd: 320000\n"
-                "      power_kw: 10")
+    variants = (
+        "\n    - name: fast-hbm96\n      system: {base: h100-sxm-80gb, hbm_gib: 96}\n      price_usd: 320000\n"
+        "      power_kw: 10"
+    )
     path = write(tmp_path, "{goal: throughput, budget_usd: 2.0e+6}", slow_extra=variants)
     pp = load_procure(path)
     assert len(pp.catalog.node_types) == 3
@@ -266,8 +302,18 @@ def test_parallel_over_types_equals_serial(tmp_path, monkeypatch):
     for w in ("1", "2"):
         monkeypatch.setenv("PARAPLAN_WORKERS", w)
         r = procure(pp, pareto=True)
-        got[w] = ([(x.node_type.name, x.max_nodes, None if x.purchase is None else round(x.purchase.step_time_s, 9))
-                   for x in r.rows], r.best.label(), [(p.label(), round(p.step_time_s, 9)) for p in r.pareto])
+        got[w] = (
+            [
+                (
+                    x.node_type.name,
+                    x.max_nodes,
+                    None if x.purchase is None else round(x.purchase.step_time_s, 9),
+                )
+                for x in r.rows
+            ],
+            r.best.label(),
+            [(p.label(), round(p.step_time_s, 9)) for p in r.pareto],
+        )
     assert got["1"] == got["2"]
 
 
@@ -277,7 +323,7 @@ def test_report_shows_each_plan_on_the_gpus_bought_and_evaluate_names_idle_gpus(
     import re
     from dataclasses import replace
 
-    from optimizer.drivers.procure import render, result_dict
+    from optimizer.report.procure import render, result_dict
     from optimizer.report.text import render_evaluation
 
     pp = load_procure(write(tmp_path, "{goal: throughput, budget_usd: 1.05e+6}", slow_extra="max_nodes: 1"))
@@ -289,8 +335,10 @@ def test_report_shows_each_plan_on_the_gpus_bought_and_evaluate_names_idle_gpus(
         assert gd["plan"]["num_gpus"] == bought  # text and JSON agree
         ev = g.plan.evaluation
         more = replace(ev, problem=ev.problem.model_copy(update={"num_gpus": g.gpus_used + 8}))
-        assert f"on {g.gpus_used + 8} x {g.node_type.system.name} ({g.gpus_used} used, 8 idle)" in \
-            render_evaluation(more)
+        assert (
+            f"on {g.gpus_used + 8} x {g.node_type.system.name} ({g.gpus_used} used, 8 idle)"
+            in render_evaluation(more)
+        )
     # a pool of 5 nodes (40 GPUs) for a batch of 96 sequences, which no layout spreads over all 40: the plan
     # leaves GPUs idle, fewer nodes are bought, and the group's plan is on those, not on the pool
     t = pp.catalog.node_types[0]

@@ -53,8 +53,25 @@ def test_cli_json_and_write_lp_mps(tmp_path):
     prob = tmp_path / "d.yaml"
     prob.write_text(SMALL["dense-8gpu"])
     lp, mps = tmp_path / "m.lp", tmp_path / "m.mps"
-    out = subprocess.run([sys.executable, "-m", "optimizer.cli", "solve", str(prob), "--backend", "pyomo", "--json",
-                          "--write-lp", str(lp), "--write-mps", str(mps)], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "optimizer.cli",
+            "solve",
+            str(prob),
+            "--backend",
+            "pyomo",
+            "--json",
+            "--write-lp",
+            str(lp),
+            "--write-mps",
+            str(mps),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     d = json.loads(out.stdout)
     c = solve(load_problem(prob))
     assert d["method"] == "pyomo" and d["status"] == "optimal"
@@ -66,11 +83,15 @@ def test_cli_json_and_write_lp_mps(tmp_path):
     from formulations.tables import TIME_UNIT
 
     for f in (lp, mps):
-        w = subprocess.run([sys.executable, "-m", "formulations.highs_worker", str(f), "30"], capture_output=True,
-                           text=True, check=True)
+        w = subprocess.run(
+            [sys.executable, "-m", "formulations.highs_worker", str(f), "30"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         from formulations.highs_worker import MARKER
 
-        r = json.loads(next(x for x in w.stdout.splitlines() if x.startswith(MARKER))[len(MARKER):])
+        r = json.loads(next(x for x in w.stdout.splitlines() if x.startswith(MARKER))[len(MARKER) :])
         assert r["status"] == "Optimal"
         assert r["objective"] / TIME_UNIT == pytest.approx(c.plans[0].objective_s, rel=1e-9)
 
@@ -78,6 +99,19 @@ def test_cli_json_and_write_lp_mps(tmp_path):
 def test_unknown_solver_is_an_input_error(tmp_path):
     prob = tmp_path / "d.yaml"
     prob.write_text(SMALL["dense-8gpu"])
-    out = subprocess.run([sys.executable, "-m", "optimizer.cli", "solve", str(prob), "--backend", "pyomo",
-                          "--solver", "nosuch"], capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "optimizer.cli",
+            "solve",
+            str(prob),
+            "--backend",
+            "pyomo",
+            "--solver",
+            "nosuch",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 2 and "Traceback" not in out.stderr

@@ -41,16 +41,20 @@ def assert_input_error(rc, err, path, line=None, field=None, words=""):
 
 def test_precision_the_system_lacks(tmp_path, capsys):
     body = BASE.replace("training: {global_batch: 8}", "training: {global_batch: 8, precision: fp8}").replace(
-        "system: h100-sxm-80gb", "system: v100-sxm-32gb")
+        "system: h100-sxm-80gb", "system: v100-sxm-32gb"
+    )
     rc, _, err, _, path = run(tmp_path, capsys, body)
     assert_input_error(rc, err, path, 4, "training.precision", "no fp8 matrix peak")
 
 
-@pytest.mark.parametrize("snippet, words", [
-    ("x: !!python/object/apply:os.system ['echo pwned']\n", "unsupported YAML tag"),
-    ("x: !!python/name:os.system\n", "unsupported YAML tag"),
-    ("x: !custom {a: 1}\n", "unsupported YAML tag '!custom'"),
-])
+@pytest.mark.parametrize(
+    "snippet, words",
+    [
+        ("x: !!python/object/apply:os.system ['echo pwned']\n", "unsupported YAML tag"),
+        ("x: !!python/name:os.system\n", "unsupported YAML tag"),
+        ("x: !custom {a: 1}\n", "unsupported YAML tag '!custom'"),
+    ],
+)
 def test_hostile_tags_rejected_by_name(tmp_path, capsys, snippet, words):
     rc, _, err, _, path = run(tmp_path, capsys, BASE + snippet)
     assert_input_error(rc, err, path, 5, "x", words)
@@ -82,7 +86,9 @@ def test_the_largest_counts_answer_without_scanning(tmp_path, capsys):
     """2^24 GPUs with idle GPUs allowed, a batch of 2^24: answered fast (domains come from factorised
     divisors of the model's sizes, never from a loop up to a count)."""
     body = BASE.replace("num_gpus: 8", f"num_gpus: {2**24}").replace(
-        "training: {global_batch: 8}", f"training: {{global_batch: {2**24}}}\noptions: {{allow_idle_gpus: true}}")
+        "training: {global_batch: 8}",
+        f"training: {{global_batch: {2**24}}}\noptions: {{allow_idle_gpus: true}}",
+    )
     rc, out, err, dt, _ = run(tmp_path, capsys, body, "--json")
     assert rc in (0, 3, 4), err
     assert dt < 60
@@ -94,28 +100,39 @@ def test_huge_file(tmp_path, capsys):
     assert dt < 10
 
 
-@pytest.mark.parametrize("value, words", [
-    ("9" * 10000, "number with 10000 characters"),
-    (str(2**40), "must be <= 16,777,216"),
-    ("1.0e+9", "must be an integer"),
-    ("'8'", "must be an integer"),
-    ("true", "must be an integer"),
-    ("-3", "must be > 0"),
-])
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        ("9" * 10000, "number with 10000 characters"),
+        (str(2**40), "must be <= 16,777,216"),
+        ("1.0e+9", "must be an integer"),
+        ("'8'", "must be an integer"),
+        ("true", "must be an integer"),
+        ("-3", "must be > 0"),
+    ],
+)
 def test_numbers_strict_and_bounded(tmp_path, capsys, value, words):
     rc, _, err, dt, path = run(tmp_path, capsys, BASE.replace("num_gpus: 8", f"num_gpus: {value}"))
     assert_input_error(rc, err, path, 3, "num_gpus", words)
     assert dt < 10
 
 
-@pytest.mark.parametrize("where, value, line, field, words", [
-    ("execution", "{tp: '8'}", 5, "execution.tp", "must be an integer"),
-    ("execution", "{tp: 9223372036854775807}", 5, "execution.tp", "must be <="),
-    ("execution", "{zero: 5}", 5, "execution.zero", "must be <= 3"),
-    ("training", "{global_batch: 8, tokens: .inf}", 4, "training.tokens", "finite"),
-    ("llm", "{base: llama3.1-8b, moe: {experts: 8, top_k: 2, expert_ffn: 1024, capacity_factor: 1.0e+30}}",
-     1, "llm.moe.capacity_factor", "must be <= 64"),
-])
+@pytest.mark.parametrize(
+    "where, value, line, field, words",
+    [
+        ("execution", "{tp: '8'}", 5, "execution.tp", "must be an integer"),
+        ("execution", "{tp: 9223372036854775807}", 5, "execution.tp", "must be <="),
+        ("execution", "{zero: 5}", 5, "execution.zero", "must be <= 3"),
+        ("training", "{global_batch: 8, tokens: .inf}", 4, "training.tokens", "finite"),
+        (
+            "llm",
+            "{base: llama3.1-8b, moe: {experts: 8, top_k: 2, expert_ffn: 1024, capacity_factor: 1.0e+30}}",
+            1,
+            "llm.moe.capacity_factor",
+            "must be <= 64",
+        ),
+    ],
+)
 def test_odd_types_and_overflows(tmp_path, capsys, where, value, line, field, words):
     if where == "llm":
         body = BASE.replace("llm: llama3.1-8b", f"llm: {value}")
@@ -133,10 +150,15 @@ def test_library_names_that_are_not_file_names(tmp_path, capsys, name):
     assert_input_error(rc, err, path, 2, "system")
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--top", "0"], "outside 1..1000"), (["--top", "-1"], "outside 1..1000"),
-    (["--top", "100000"], "outside 1..1000"), (["--time-limit", "nan"], "outside"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--top", "0"], "outside 1..1000"),
+        (["--top", "-1"], "outside 1..1000"),
+        (["--top", "100000"], "outside 1..1000"),
+        (["--time-limit", "nan"], "outside"),
+    ],
+)
 def test_flag_bounds(tmp_path, capsys, args, words):
     rc, _, err, _, _ = run(tmp_path, capsys, BASE, *args)
     assert rc == 2 and words in err
@@ -150,10 +172,14 @@ def test_sat_params_checked(tmp_path, capsys):
 
 
 def test_plot_checked_before_any_work(tmp_path, capsys):
-    body = ("llm: {name: t, hidden: 1024, ffn: 4096, layers: 8, heads: 8, seq_len: 1024, vocab: 32000}\n"
-            "training: {global_batch: 16, tokens: 1.0e+9}\nprocure: {goal: throughput, budget_usd: 1.0e+6}\n"
-            "catalog: {name: c, node_types: [{name: h, system: h100-sxm-80gb, price_usd: 300000}]}\n")
-    rc, _, err, dt, _ = run(tmp_path, capsys, body, "--plot", str(tmp_path / "nope" / "f.png"), command="procure")
+    body = (
+        "llm: {name: t, hidden: 1024, ffn: 4096, layers: 8, heads: 8, seq_len: 1024, vocab: 32000}\n"
+        "training: {global_batch: 16, tokens: 1.0e+9}\nprocure: {goal: throughput, budget_usd: 1.0e+6}\n"
+        "catalog: {name: c, node_types: [{name: h, system: h100-sxm-80gb, price_usd: 300000}]}\n"
+    )
+    rc, _, err, dt, _ = run(
+        tmp_path, capsys, body, "--plot", str(tmp_path / "nope" / "f.png"), command="procure"
+    )
     assert rc == 2 and "does not exist" in err and dt < 2
 
 
@@ -167,8 +193,10 @@ def test_enumerate_refuses_a_space_too_large_for_memory(tmp_path, capsys, monkey
 
 def test_every_size_one_solves(tmp_path, capsys):
     """A model of every size 1 has sub-ns steps: the 0.1% check allows one solver time unit (it exited 4)."""
-    body = ("llm: {name: one, hidden: 1, ffn: 1, layers: 1, heads: 1, seq_len: 1, vocab: 1}\nsystem: h100-sxm-80gb\n"
-            "num_gpus: 1\ntraining: {global_batch: 1}\n")
+    body = (
+        "llm: {name: one, hidden: 1, ffn: 1, layers: 1, heads: 1, seq_len: 1, vocab: 1}\nsystem: h100-sxm-80gb\n"
+        "num_gpus: 1\ntraining: {global_batch: 1}\n"
+    )
     rc, out, err, _, _ = run(tmp_path, capsys, body, "--json")
     assert rc == 0, err
     assert json.loads(out)["status"] == "optimal"
@@ -188,9 +216,11 @@ def test_json_when_nothing_fits_and_strict_json(tmp_path, capsys):
 def test_fewest_gpus_for_a_days_target_answers_quickly(tmp_path, capsys):
     """Fewest GPUs for a 30-day target on up to 4096 GPUs: it used to be silent for 60 s and then exit 3
     ("no plan found within 60 s") although plans exist."""
-    body = ("llm: llama3.1-70b\nsystem: h100-sxm-80gb\nnum_gpus: 4096\n"
-            "training: {global_batch: 1024, tokens: 1.0e+12}\noptions: {allow_idle_gpus: true}\n"
-            "objective: {goal: fewest_gpus, max_days: 30}\n")
+    body = (
+        "llm: llama3.1-70b\nsystem: h100-sxm-80gb\nnum_gpus: 4096\n"
+        "training: {global_batch: 1024, tokens: 1.0e+12}\noptions: {allow_idle_gpus: true}\n"
+        "objective: {goal: fewest_gpus, max_days: 30}\n"
+    )
     rc, out, err, dt, _ = run(tmp_path, capsys, body, "--json")
     assert rc == 0, err
     d = json.loads(out)
@@ -202,7 +232,6 @@ def test_fewest_gpus_for_a_days_target_answers_quickly(tmp_path, capsys):
 
 def test_validate_typo_key_exits_two(tmp_path, capsys):
     import yaml
-
     from helpers import CALIBRATION
 
     if not CALIBRATION.exists():
@@ -257,8 +286,8 @@ def test_progress_on_a_terminal_only_and_quiet(monkeypatch, capsys):
 def test_margin_warning_follows_the_memory_models_error(tmp_path):
     """A plan whose HBM margin is below the memory model's stated error (MEMORY_ERROR_PCT of its use) gets a
     warning naming the headroom to set; one with a wide margin does not."""
-    from optimizer.model.capacity import MEMORY_ERROR_PCT, memory_margin_warning
     from optimizer.io.loader import load_problem
+    from optimizer.model.capacity import MEMORY_ERROR_PCT, memory_margin_warning
 
     path = tmp_path / "p.yaml"
     path.write_text(BASE)

@@ -3,22 +3,53 @@
 from __future__ import annotations
 
 import pytest
-
 from helpers import library_system
+
 from optimizer.io.runs import map_run, run_target
 
 
 def record(measured: dict) -> dict:
-    base = {"step_time_s": None, "derived_step_time_s": None, "mfu": None, "tflops_per_gpu": None,
-            "tflops_convention": None, "tokens_per_s_per_gpu": None, "peak_memory_gib": None}
+    base = {
+        "step_time_s": None,
+        "derived_step_time_s": None,
+        "mfu": None,
+        "tflops_per_gpu": None,
+        "tflops_convention": None,
+        "tokens_per_s_per_gpu": None,
+        "peak_memory_gib": None,
+    }
     return {
-        "id": "r", "source": "Test 2021", "tier": "B", "notes": None,
-        "model": {"hidden": 1024, "ffn": 4096, "layers": 8, "heads": 16, "kv_heads": 16, "head_dim": 64,
-                  "seq_len": 2048, "vocab": 51200, "mlp": "gelu", "moe": None},
+        "id": "r",
+        "source": "Test 2021",
+        "tier": "B",
+        "notes": None,
+        "model": {
+            "hidden": 1024,
+            "ffn": 4096,
+            "layers": 8,
+            "heads": 16,
+            "kv_heads": 16,
+            "head_dim": 64,
+            "seq_len": 2048,
+            "vocab": 51200,
+            "mlp": "gelu",
+            "moe": None,
+        },
         "hardware": {"gpu": "a100-sxm-80gb", "num_gpus": 8, "gpus_per_node": 8},
-        "parallel": {"tp": 1, "pp": 1, "dp": 8, "cp": 1, "ep": 1, "vpp": 1, "sequence_parallel": False,
-                     "micro_batch": 1, "global_batch": 64, "recompute": "full", "optimizer_sharding": None,
-                     "precision": None},
+        "parallel": {
+            "tp": 1,
+            "pp": 1,
+            "dp": 8,
+            "cp": 1,
+            "ep": 1,
+            "vpp": 1,
+            "sequence_parallel": False,
+            "micro_batch": 1,
+            "global_batch": 64,
+            "recompute": "full",
+            "optimizer_sharding": None,
+            "precision": None,
+        },
         "measured": base | measured,
     }
 
@@ -78,8 +109,10 @@ def test_fp8_recipe_named_in_the_notes_is_the_precision_modelled():
     r["hardware"]["gpu"] = "h100-sxm-80gb"
     r["parallel"]["precision"] = "fp8"
     plain = map_run(r, systems)
-    cs = map_run(r | {"notes": "precision: FP8 per-tensor current scaling (bf16_with_fp8_current_scaling_mixed)"},
-                 systems)
+    cs = map_run(
+        r | {"notes": "precision: FP8 per-tensor current scaling (bf16_with_fp8_current_scaling_mixed)"},
+        systems,
+    )
     assert plain.problem.training.precision.value == "fp8"
     assert cs.problem.training.precision.value == "fp8_current"
     assert any("current scaling" in a for a in cs.assumptions)
@@ -90,6 +123,7 @@ def test_attention_sinks_named_in_the_notes_are_modelled():
     LLM carries them, says so, and its predicted step is longer (the sinks' gradient in the attention backward);
     the library's gpt-oss-120b has them too."""
     from helpers import library_llm
+
     from optimizer.io.runs import predict
 
     systems = {"h100-sxm-80gb": library_system("h100-sxm-80gb")}
@@ -124,9 +158,12 @@ def test_clamped_glu_and_fused_expert_mlp_named_in_the_notes_are_modelled():
     # the experts' biases come from the library model of the record's shape (gpt-oss-120b), not from the notes
     assert not eager.problem.llm.moe.expert_bias
     from helpers import ROOT
+
     from optimizer.io.runs import load_runs
 
-    oss = [x for x in load_runs(str(ROOT / "problems" / "runs" / "bridge-2606.yaml")).data if "gptoss" in x["id"]]
+    oss = [
+        x for x in load_runs(str(ROOT / "problems" / "runs" / "bridge-2606.yaml")).data if "gptoss" in x["id"]
+    ]
     assert oss and all(map_run(x).problem.llm.moe.expert_bias for x in oss)
 
 
@@ -134,12 +171,15 @@ def test_a_broken_library_file_is_no_twin(tmp_path, monkeypatch):
     """The experts' biases come from a library model of the record's shape; an unreadable file in the library
     (here a binary one under $PARAPLAN_LIBRARY) is passed over, not raised from the mapping of every run."""
     from helpers import ROOT
+
     from optimizer.io.runs import load_runs
 
     (tmp_path / "llms").mkdir()
     (tmp_path / "llms" / "broken.yaml").write_bytes(b"\xff\x00\x01 not yaml")
     monkeypatch.setenv("PARAPLAN_LIBRARY", str(tmp_path))
-    oss = [x for x in load_runs(str(ROOT / "problems" / "runs" / "bridge-2606.yaml")).data if "gptoss" in x["id"]]
+    oss = [
+        x for x in load_runs(str(ROOT / "problems" / "runs" / "bridge-2606.yaml")).data if "gptoss" in x["id"]
+    ]
     assert map_run(oss[0]).problem.llm.moe.expert_bias
 
 
@@ -149,6 +189,7 @@ def test_held_out_moe_runs_carry_their_recipes_a2a_overlap_and_dispatcher():
     mapping follows: the all-to-all overlaps another micro-batch's compute, Qwen3-235B's TP collectives do not
     overlap their matmuls; GPT-OSS's H100 preset has no A2A overlap."""
     from helpers import ROOT
+
     from optimizer.io.runs import load_runs
 
     runs = {r["id"]: r for r in load_runs(str(ROOT / "problems" / "runs" / "published-moe-fp8.yaml")).data}
@@ -168,6 +209,7 @@ def test_tp_comm_overlap_the_notes_turn_off_is_not_chosen():
     FP4 parameter gather cannot run beside it) has its TP collectives exposed; without such a phrase a recent run
     leaves the choice to the model. The four NVFP4 runs of the 2025 file say so."""
     from helpers import CALIBRATION
+
     from optimizer.io.runs import load_runs
 
     r = record({"step_time_s": 1.0})
@@ -183,7 +225,9 @@ def test_tp_comm_overlap_the_notes_turn_off_is_not_chosen():
         pytest.skip("shared/calibration is not beside the project")
     nvfp4 = [x for x in load_runs(str(path)).data if x["parallel"]["precision"] == "nvfp4"]
     assert len(nvfp4) == 4
-    assert all(map_run(x).problem.execution.tp_overlap.value == "none" for x in nvfp4 if x["parallel"]["tp"] > 1)
+    assert all(
+        map_run(x).problem.execution.tp_overlap.value == "none" for x in nvfp4 if x["parallel"]["tp"] > 1
+    )
 
 
 def test_the_next_release_is_predicted_held_out():
@@ -195,8 +239,9 @@ def test_the_next_release_is_predicted_held_out():
     full-iteration CUDA graphs, a fused grouped GEMM + GLU, FP8 attention) the model has the overlap, and that
     alone predicts the gain within 5% (1.31x and 1.27x)."""
     from helpers import CALIBRATION, ROOT
-    from optimizer.io.runs import load_runs, predict
+
     from optimizer.drivers.validate import score_runs
+    from optimizer.io.runs import load_runs, predict
 
     path = ROOT / "problems" / "runs" / "bridge-2606.yaml"
     out = score_runs(str(path)).as_dict()
@@ -212,7 +257,10 @@ def test_the_next_release_is_predicted_held_out():
     new = {r["id"]: r for r in load_runs(str(path)).data}
     old = {r["id"]: r for r in load_runs(str(old_path)).data}
     for rack in ("gb300", "gb200"):
-        a, b = old[f"bridge2604-qwen3-235b-{rack}-mxfp8-256gpu"], new[f"bridge2606-qwen3-235b-{rack}-mxfp8-256gpu"]
+        a, b = (
+            old[f"bridge2604-qwen3-235b-{rack}-mxfp8-256gpu"],
+            new[f"bridge2606-qwen3-235b-{rack}-mxfp8-256gpu"],
+        )
         assert a["parallel"] == b["parallel"]  # the same layout: what differs is the preset
         ma, mb = map_run(a), map_run(b)
         assert not ma.problem.execution.ep_overlap and mb.problem.execution.ep_overlap

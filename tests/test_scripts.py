@@ -18,15 +18,24 @@ MEASUREMENTS = ROOT / "problems" / "measurements"
 
 
 def run(script: str, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPTS / script), *args], check=False, cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout_s)
+    return subprocess.run(
+        [sys.executable, str(SCRIPTS / script), *args],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
 
 
 # script: (arguments, lines the report holds)
 QUICK = {
     "bench_backends.py": ([], ["CP-SAT s", "llama3.1-8b-8xh100", "yes ("]),
     "bench_check.py": ([], ["problems/default.yaml", " fits"]),
-    "bench_kernels.py": ([], ["model (h200-sxm-141gb) against h200-sxm-141gb-microbench.json", "  gemm", "  block"]),
+    "bench_kernels.py": (
+        [],
+        ["model (h200-sxm-141gb) against h200-sxm-141gb-microbench.json", "  gemm", "  block"],
+    ),
     "bench_model.py": ([], ["2000 candidates", "candidates/s", "faster"]),
     "bench_procure.py": ([], ["llama8b-2types-pareto", "optimal"]),
     "bench_solve.py": ([], ["llama3.1-8b-8xh100", "True", "checks: passed"]),
@@ -39,7 +48,9 @@ def test_every_bench_script_has_a_quick_case():
     assert {p.name for p in SCRIPTS.glob("bench_*.py")} == set(QUICK)
 
 
-@pytest.mark.parametrize("script", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW else s for s in QUICK])
+@pytest.mark.parametrize(
+    "script", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW else s for s in QUICK]
+)
 def test_bench_quick(script):
     args, lines = QUICK[script]
     r = run(script, "--quick", *args)
@@ -77,17 +88,25 @@ def test_bench_checks_fail_the_run():
     bs = load_script("bench_solve")
     row = {"name": "x", "candidates": 2 * 10**7, "ratio": 25.0, "same_optimum": True}
     assert bs.failures([row]) == []
-    assert len(bs.failures([{**row, "ratio": 3.0}])) == 1 and len(bs.failures([{**row, "same_optimum": False}])) == 1
+    assert (
+        len(bs.failures([{**row, "ratio": 3.0}])) == 1
+        and len(bs.failures([{**row, "same_optimum": False}])) == 1
+    )
     assert bs.failures([{**row, "candidates": 1000, "ratio": 1.0}]) == []  # small spaces: no ratio target
     bp = load_script("bench_procure")
     expect = {"w": "mix", "l": "single"}
-    ok = [{"name": "w", "best": "1 x a + 1 x b", "status": "optimal"}, {"name": "l", "best": "4 x a", "status": "optimal"}]
+    ok = [
+        {"name": "w", "best": "1 x a + 1 x b", "status": "optimal"},
+        {"name": "l", "best": "4 x a", "status": "optimal"},
+    ]
     assert bp.failures(ok, expect) == []
     assert len(bp.failures([{**ok[0], "best": "2 x a"}, {**ok[1], "best": None}], expect)) == 2
     bk = load_script("bench_kernels")
     s = {"n": 3, "median_abs_error_pct": 5.0}
     assert bk.missed_targets({"gemm": s, "attention": s, "block": s}) == []
-    assert len(bk.missed_targets({"gemm": s, "attention": s, "block": {**s, "median_abs_error_pct": 7.5}})) == 1
+    assert (
+        len(bk.missed_targets({"gemm": s, "attention": s, "block": {**s, "median_abs_error_pct": 7.5}})) == 1
+    )
 
 
 @pytest.mark.slow
@@ -124,10 +143,18 @@ def test_microbench_without_torch_exits_2(script, tmp_path):
     what to install, no traceback, no file written."""
     out = tmp_path / "out.json"
     argv = [str(SCRIPTS / script)] + [str(out) if a == "OUT" else a for a in MICROBENCH[script]]
-    code = ("import runpy, sys; sys.modules['torch'] = None; sys.path.insert(0, sys.argv[1]); "
-            f"sys.argv = {argv!r}; runpy.run_path(sys.argv[0], run_name='__main__')")
-    r = subprocess.run([sys.executable, "-c", code, str(SCRIPTS)], check=False, cwd=ROOT, capture_output=True,
-                       text=True, timeout=120)
+    code = (
+        "import runpy, sys; sys.modules['torch'] = None; sys.path.insert(0, sys.argv[1]); "
+        f"sys.argv = {argv!r}; runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(SCRIPTS)],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2, r.stdout + r.stderr
     assert "needs PyTorch" in r.stderr and "Traceback" not in r.stderr
     assert not out.exists()

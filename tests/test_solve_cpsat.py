@@ -31,7 +31,9 @@ def load_text(tmp_path, name: str, text: str):
     return load_problem(path)
 
 
-ORACLE_OPTIMA = load_script("regen_oracle")  # scripts/regen_oracle.py: the stored optima and how they are made
+ORACLE_OPTIMA = load_script(
+    "regen_oracle"
+)  # scripts/regen_oracle.py: the stored optima and how they are made
 
 
 @functools.cache
@@ -102,14 +104,26 @@ def test_bounds_never_exceed_the_pairs_objective(tmp_path):
     lay = {tuple(int(x) for x in key): i for i, key in enumerate(zip(*[T.lay[a] for a in axes]))}
     lb = {}
     for j in range(len(P)):
-        key = (int(P.l[j]), T.v_vals[P.vi[j]], T.mb_vals[P.mi[j]], T.rec_vals[P.ri[j]], T.sp_vals[P.si[j]],
-               T.ov_vals[P.oi[j]])
+        key = (
+            int(P.l[j]),
+            T.v_vals[P.vi[j]],
+            T.mb_vals[P.mi[j]],
+            T.rec_vals[P.ri[j]],
+            T.sp_vals[P.si[j]],
+            T.ov_vals[P.oi[j]],
+        )
         lb[key] = (P.lb[j] / 1e9, P.slb[j] / 1e9)  # the column bound and the refined (exact) one
     checked = 0
     for i in np.nonzero(ok)[0]:
         li = lay[tuple(int(getattr(space, a)[i]) for a in axes)]
-        key = (li, int(space.vpp[i]), int(space.micro_batch[i]), int(space.recompute[i]), int(space.sequence_parallel[i]),
-               int(space.tp_overlap[i]))
+        key = (
+            li,
+            int(space.vpp[i]),
+            int(space.micro_batch[i]),
+            int(space.recompute[i]),
+            int(space.sequence_parallel[i]),
+            int(space.tp_overlap[i]),
+        )
         assert key in lb, "a fitting candidate's pair was dropped as unable to fit"
         assert lb[key][0] <= r.step_time[i] * (1 + 1e-6)
         assert lb[key][1] <= r.step_time[i] * (1 + 1e-6)  # step-time goal: the score is the step time
@@ -154,7 +168,9 @@ def test_variant_columns_equal_the_model(tmp_path, name):
         pipe = r.terms.pipeline_s * TIME_UNIT
         assert np.allclose(cols["pipeline_s"][legal], pipe[legal], rtol=1e-6, atol=256)
         hbm = (cols["act"] + cols[f"state_hbm_bytes_z{z}"]) * KIB
-        assert np.all(hbm[legal] >= r.hbm[legal] - 1) and np.allclose(hbm[legal], r.hbm[legal], rtol=1e-6, atol=8e4)
+        assert np.all(hbm[legal] >= r.hbm[legal] - 1) and np.allclose(
+            hbm[legal], r.hbm[legal], rtol=1e-6, atol=8e4
+        )
         off = (cols[f"state_offload_bytes_z{z}"] + cols["offact"]) * KIB
         assert np.allclose(off[legal], r.offload_mem[legal], rtol=1e-6, atol=8e4)
     if name.startswith("offload"):
@@ -171,8 +187,12 @@ def test_offload_is_decided_and_its_capacity_binds(tmp_path):
     assert c.method == "cpsat" and (ex.optimizer_offload or ex.weight_offload)
     assert c.plans[0].evaluation.result["offload_mem"] <= 256 * 2**30
     with pytest.raises(Infeasible):
-        solve(load_text(tmp_path, "none", text.replace("offload: {capacity_gib: 256", "offload: {capacity_gib: 0")),
-              "cpsat")
+        solve(
+            load_text(
+                tmp_path, "none", text.replace("offload: {capacity_gib: 256", "offload: {capacity_gib: 0")
+            ),
+            "cpsat",
+        )
     need = c.plans[0].evaluation.result["offload_mem"] / 2**30
     small = load_text(tmp_path, "small", text.replace("capacity_gib: 256", f"capacity_gib: {need * 0.9:.3f}"))
     e2, c2 = solve(small, "enumerate"), solve(small, "cpsat")
@@ -282,8 +302,14 @@ objective: {objective}
 """
 
 
-@pytest.mark.parametrize("objective", ["{goal: tokens_per_gpu}", "{goal: fewest_gpus, max_step_time_s: 2.0}",
-                                       "{goal: fewest_gpus, max_days: 0.05}"])
+@pytest.mark.parametrize(
+    "objective",
+    [
+        "{goal: tokens_per_gpu}",
+        "{goal: fewest_gpus, max_step_time_s: 2.0}",
+        "{goal: fewest_gpus, max_days: 0.05}",
+    ],
+)
 def test_other_objectives_match_enumeration(tmp_path, objective):
     from optimizer.prepare.objective import score
 
@@ -337,18 +363,28 @@ def test_moe_plan_splits_experts_legally(tmp_path):
 def test_precision_is_a_decision_when_search_opens_it(tmp_path):
     """search.precision [bf16, fp8, nvfp4] on H100: one proven solve per precision the system has a peak for
     (no NVFP4 on Hopper), the fastest wins and equals solving that precision alone."""
-    base = ("llm: llama3.1-70b\nsystem: {sys}\nnum_gpus: 64\ntraining: {{global_batch: 128, precision: {prec}}}\n"
-            "{search}")
-    p = load_text(tmp_path, "open", base.format(sys="h100-sxm-80gb", prec="bf16",
-                                                search="search: {precision: [bf16, fp8, nvfp4]}\n"))
+    base = (
+        "llm: llama3.1-70b\nsystem: {sys}\nnum_gpus: 64\ntraining: {{global_batch: 128, precision: {prec}}}\n"
+        "{search}"
+    )
+    p = load_text(
+        tmp_path,
+        "open",
+        base.format(sys="h100-sxm-80gb", prec="bf16", search="search: {precision: [bf16, fp8, nvfp4]}\n"),
+    )
     r = solve(p)
-    alone = {pr: solve(load_text(tmp_path, pr, base.format(sys="h100-sxm-80gb", prec=pr, search="")))
-             for pr in ("bf16", "fp8")}
+    alone = {
+        pr: solve(load_text(tmp_path, pr, base.format(sys="h100-sxm-80gb", prec=pr, search="")))
+        for pr in ("bf16", "fp8")
+    }
     best = min(alone, key=lambda k: alone[k].plans[0].objective_s)
     assert r.plans[0].evaluation.problem.training.precision.value == best
     assert r.plans[0].objective_s == pytest.approx(alone[best].plans[0].objective_s, rel=1e-9)
     assert r.status == "optimal" and any("nvfp4" in n and "no nvfp4" in n for n in r.notes)
-    a100 = load_text(tmp_path, "a100", base.format(sys="a100-sxm-80gb", prec="bf16",
-                                                   search="search: {precision: [bf16, fp8]}\n"))
+    a100 = load_text(
+        tmp_path,
+        "a100",
+        base.format(sys="a100-sxm-80gb", prec="bf16", search="search: {precision: [bf16, fp8]}\n"),
+    )
     r2 = solve(a100)
     assert r2.plans[0].evaluation.problem.training.precision.value == "bf16"

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from optimizer.cli import main
 from formulations.enumerate import enumerate_best
+from optimizer.cli import main
 from optimizer.model.capacity import feasible
 from optimizer.model.knobs import from_execution, to_execution
 from optimizer.model.step import evaluate

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.drivers.check import check, fixed_knobs
 from optimizer.cli import main
-from optimizer.errors import ProblemError, ProblemErrors
+from optimizer.drivers.check import check, fixed_knobs
 from optimizer.drivers.evaluate import evaluate_execution
+from optimizer.drivers.solve import solve
+from optimizer.errors import ProblemError, ProblemErrors
 from optimizer.io.loader import load_problem
 from optimizer.io.runs import stack_of
 from optimizer.schema import Execution, Recompute
-from optimizer.drivers.solve import solve
 
 BASE = "llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 16\ntraining: {global_batch: 64}\n"
 
@@ -55,7 +55,9 @@ def test_torchtitan_zero_follows_the_pipeline_and_no_layer_slots(tmp_path):
         _load(tmp_path, "stack: torchtitan\nexecution: {tp: 8, pp: 1, zero: 1}\n")
     assert "zero" in str(e.value) and "pp=1" in str(e.value)
     # a narrower space is never faster
-    assert r.plans[0].evaluation.result["step_time"] >= mc.plans[0].evaluation.result["step_time"] * (1 - 1e-9)
+    assert r.plans[0].evaluation.result["step_time"] >= mc.plans[0].evaluation.result["step_time"] * (
+        1 - 1e-9
+    )
 
 
 def test_user_search_is_intersected_with_the_stack(tmp_path):
@@ -144,7 +146,9 @@ def test_stack_limits_precisions(tmp_path, capsys):
     assert r.plans[0].evaluation.problem.training.precision.value == "fp8_current"
     assert not any("precision fp8:" in n for n in r.notes)
     path = tmp_path / "q.yaml"
-    path.write_text(BASE.replace("global_batch: 64}", "global_batch: 64, precision: fp8}") + "stack: torchtitan\n")
+    path.write_text(
+        BASE.replace("global_batch: 64}", "global_batch: 64, precision: fp8}") + "stack: torchtitan\n"
+    )
     assert main(["solve", str(path), "-q"]) == 2
     assert "training.precision: fp8 is not offered by stack torchtitan" in capsys.readouterr().err
 
@@ -179,8 +183,10 @@ def test_megatron_core_offers_no_tp_overlap_in_nvfp4(tmp_path, capsys):
     assert "tp_overlap" not in profile("megatron-core", Precision.MXFP8)
     assert restrict("megatron-core", {}, Precision.NVFP4) == {"tp_overlap": [TpOverlap.NONE]}
     assert restrict("megatron-core", {}, Precision.MXFP8) == {}
-    gb300 = ("llm: llama3.1-70b\nsystem: gb300-nvl72\nnum_gpus: 64\n"
-             "training: {global_batch: 256, precision: bf16}\n")
+    gb300 = (
+        "llm: llama3.1-70b\nsystem: gb300-nvl72\nnum_gpus: 64\n"
+        "training: {global_batch: 256, precision: bf16}\n"
+    )
     path = tmp_path / "open.yaml"
     path.write_text(gb300 + "search: {precision: [fp8_current, nvfp4], tp: [2, 4], pp: [4]}\n")
     p = load_problem(path)
@@ -189,14 +195,25 @@ def test_megatron_core_offers_no_tp_overlap_in_nvfp4(tmp_path, capsys):
     assert r.plans[0].evaluation.execution.tp_overlap == TpOverlap.NONE
 
     def at(prec):
-        return p.model_copy(update={"search": {"tp": [2, 4], "pp": [4]},
-                                    "training": p.training.model_copy(update={"precision": prec})})
+        return p.model_copy(
+            update={
+                "search": {"tp": [2, 4], "pp": [4]},
+                "training": p.training.model_copy(update={"precision": prec}),
+            }
+        )
 
     assert solve(at(Precision.FP8_CURRENT)).plans[0].evaluation.execution.tp_overlap != TpOverlap.NONE
     bad = tmp_path / "bad.yaml"
-    bad.write_text(gb300.replace("precision: bf16", "precision: nvfp4") + "execution: {tp: 4, pp: 4, tp_overlap: ring}\n")
+    bad.write_text(
+        gb300.replace("precision: bf16", "precision: nvfp4") + "execution: {tp: 4, pp: 4, tp_overlap: ring}\n"
+    )
     assert main(["evaluate", str(bad)]) == 2
     err = capsys.readouterr().err
-    assert "execution.tp_overlap: ring is not offered by stack megatron-core in nvfp4" in err and "Traceback" not in err
-    ev = evaluate_execution(at(Precision.NVFP4), Execution(tp=4, pp=4, dp=4, tp_overlap="ring", sequence_parallel=True))
+    assert (
+        "execution.tp_overlap: ring is not offered by stack megatron-core in nvfp4" in err
+        and "Traceback" not in err
+    )
+    ev = evaluate_execution(
+        at(Precision.NVFP4), Execution(tp=4, pp=4, dp=4, tp_overlap="ring", sequence_parallel=True)
+    )
     assert any("tp_overlap=ring is not offered by stack megatron-core in nvfp4" in w for w in ev.warnings)

@@ -11,11 +11,11 @@ import sys
 import time
 
 import pytest
-
 from helpers import ROOT
+
 from optimizer.cli import main
-from optimizer.io.loader import load_problem
 from optimizer.drivers.solve import solve
+from optimizer.io.loader import load_problem
 
 BASE = "llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 8\ntraining: {global_batch: 16}\n"
 
@@ -36,20 +36,31 @@ def test_points_cross_and_each_row_is_its_solve(tmp_path):
     out = tmp_path / "t.csv"
     assert main(["study", str(s), "-o", str(out), "--workers", "1"]) == 0
     r = rows(out)
-    assert [(x["axis.num_gpus"], x["axis.system.hbm_gib"]) for x in r] == [("8", "40"), ("8", "80"), ("16", "40"),
-                                                                           ("16", "80")]
+    assert [(x["axis.num_gpus"], x["axis.system.hbm_gib"]) for x in r] == [
+        ("8", "40"),
+        ("8", "80"),
+        ("16", "40"),
+        ("16", "80"),
+    ]
     for x in r:  # the point's own solve, written as a file
         p = tmp_path / "one.yaml"
-        p.write_text(BASE.replace("num_gpus: 8", f"num_gpus: {x['axis.num_gpus']}").replace(
-            "system: h100-sxm-80gb", f"system: {{base: h100-sxm-80gb, hbm_gib: {x['axis.system.hbm_gib']}}}"))
-        assert float(x["step_time_s"]) == pytest.approx(solve(load_problem(p)).plans[0].evaluation.result["step_time"],
-                                                  rel=1e-12)
+        p.write_text(
+            BASE.replace("num_gpus: 8", f"num_gpus: {x['axis.num_gpus']}").replace(
+                "system: h100-sxm-80gb",
+                f"system: {{base: h100-sxm-80gb, hbm_gib: {x['axis.system.hbm_gib']}}}",
+            )
+        )
+        assert float(x["step_time_s"]) == pytest.approx(
+            solve(load_problem(p)).plans[0].evaluation.result["step_time"], rel=1e-12
+        )
 
 
 def test_bad_point_is_an_error_row_and_exit_two(tmp_path, capsys):
     s = write(tmp_path, "  num_gpus: [8, -1]\n")
     out = tmp_path / "t.csv"
-    assert main(["study", str(s), "-o", str(out), "--workers", "1"]) == 2  # a failed point: the table is written
+    assert (
+        main(["study", str(s), "-o", str(out), "--workers", "1"]) == 2
+    )  # a failed point: the table is written
     r = rows(out)
     assert r[0]["status"] == "optimal" and r[1]["status"] == "error" and "num_gpus" in r[1]["reason"]
     bad = tmp_path / "bad.yaml"
@@ -100,8 +111,21 @@ def test_ray_local_cluster_equals_local(tmp_path):
 @pytest.mark.parametrize("name", ["study1-megatron-1t-splits", "study4-offload"])
 def test_shipped_calculon_studies_run_and_plot(tmp_path, name):
     out = tmp_path / f"{name}.csv"
-    assert main(["study", str(ROOT / "problems/studies/calculon" / f"{name}.yaml"), "-o", str(out),
-                 "--plot", str(tmp_path / "plots"), "--workers", "2"]) == 0
+    assert (
+        main(
+            [
+                "study",
+                str(ROOT / "problems/studies/calculon" / f"{name}.yaml"),
+                "-o",
+                str(out),
+                "--plot",
+                str(tmp_path / "plots"),
+                "--workers",
+                "2",
+            ]
+        )
+        == 0
+    )
     r = rows(out)
     assert r and all(x["status"] in ("optimal", "infeasible") for x in r)
     assert (tmp_path / "plots" / "heatmap.png").stat().st_size > 1000

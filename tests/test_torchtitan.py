@@ -4,21 +4,33 @@ torchtitan runs (problems/runs/torchtitan-h100-h200.yaml) that check them."""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
+from helpers import ROOT, library_system, load_script
 
-from helpers import ROOT, library_system, load_script, problem_and_knobs
+from optimizer.io.runs import load_runs, map_run
 from optimizer.model.layer import block_cost
 from optimizer.model.step import ALLOCATOR_SLACK, GIB, evaluate, layer_params_per_gpu, make_ctx
-from optimizer.io.runs import load_runs, map_run
 from optimizer.schema import LLM, Execution, Training
 
 RUNS = ROOT / "problems" / "runs" / "torchtitan-h100-h200.yaml"
 # a small Llama-like block: GQA 8 query / 2 K/V heads of 128, a gated MLP of 4096, no biases
 H, F, S = 1024, 4096, 2048
-LLAMA = LLM(name="llama-like", hidden=H, heads=8, kv_heads=2, head_dim=128, ffn=F, layers=4, vocab=32000, seq_len=S,
-            mlp="swiglu", bias=False, dropout=False, tied_embeddings=False)
+LLAMA = LLM(
+    name="llama-like",
+    hidden=H,
+    heads=8,
+    kv_heads=2,
+    head_dim=128,
+    ffn=F,
+    layers=4,
+    vocab=32000,
+    seq_len=S,
+    mlp="swiglu",
+    bias=False,
+    dropout=False,
+    tied_embeddings=False,
+)
 
 
 def _pk(stack="torchtitan", system="h100-sxm-80gb", num_gpus=1, **ex):
@@ -28,8 +40,14 @@ def _pk(stack="torchtitan", system="h100-sxm-80gb", num_gpus=1, **ex):
 
     e = Execution(**{"tp": 1, "micro_batch": 1, **ex})
     sysm = library_system(system)
-    p = Problem(llm=LLAMA, system=sysm, num_gpus=num_gpus, training=Training(global_batch=num_gpus, precision="bf16"),
-                execution=e, stack=stack)
+    p = Problem(
+        llm=LLAMA,
+        system=sysm,
+        num_gpus=num_gpus,
+        training=Training(global_batch=num_gpus, precision="bf16"),
+        execution=e,
+        stack=stack,
+    )
     return p, from_execution(p.execution, sysm, num_gpus)
 
 
@@ -49,8 +67,11 @@ def test_per_op_sac_recomputes_k_o_w3_and_the_element_wise_ops():
     ctx = make_ctx(p)
     c = block_cost(ctx, k)
     g = ctx.hw.gemm
-    matmuls = g(S, 256, H, in_bytes=2, out_bytes=2) + g(S, H, H, in_bytes=2, out_bytes=2) + \
-        g(S, F, H, in_bytes=2, out_bytes=2)
+    matmuls = (
+        g(S, 256, H, in_bytes=2, out_bytes=2)
+        + g(S, H, H, in_bytes=2, out_bytes=2)
+        + g(S, F, H, in_bytes=2, out_bytes=2)
+    )
     element_wise = c.fw - c.gemm_fw - c.attn_fw
     assert float(c.re[0]) == pytest.approx(float(matmuls + element_wise[0]), rel=1e-12)
     assert float(c.hw_flops_re[0]) == 2.0 * S * (256 * H + H * H + F * H)
@@ -110,12 +131,16 @@ def test_reserved_peak_is_the_allocated_tensors_plus_the_allocator_slack_within_
     p, k = _pk(stack="torchtitan")
     r = evaluate(p, k)
     ctx_b = p.system.reserved_gib * GIB
-    assert float(r.hbm_reserved[0]) == pytest.approx(float(r.hbm[0] - ctx_b) * (1 + ALLOCATOR_SLACK), rel=1e-12)
+    assert float(r.hbm_reserved[0]) == pytest.approx(
+        float(r.hbm[0] - ctx_b) * (1 + ALLOCATOR_SLACK), rel=1e-12
+    )
     alloc = float(r.hbm[0]) - ctx_b
     cap_gib = (ctx_b + alloc * (1 + ALLOCATOR_SLACK / 2)) / GIB  # room for the tensors, not for all the slack
     small = p.model_copy(update={"system": p.system.model_copy(update={"hbm_gib": cap_gib})})
     r2 = evaluate(small, k)
-    assert float(r2.hbm_reserved[0]) == pytest.approx(cap_gib * GIB - ctx_b, rel=1e-12)  # capped by what is there
+    assert float(r2.hbm_reserved[0]) == pytest.approx(
+        cap_gib * GIB - ctx_b, rel=1e-12
+    )  # capped by what is there
     assert float(r2.hbm[0]) == float(r.hbm[0])  # what must fit is the allocated peak
 
 
@@ -178,7 +203,9 @@ def test_async_tp_runs_the_matmuls_next_to_tp_collectives_as_tp_smaller_ones():
     assert float(c1.gemm_bw[0] - c0.gemm_bw[0]) == pytest.approx(float(extra_bw), rel=1e-9)
     pm0, km0 = _pk(stack="megatron-core", num_gpus=tp, tp=tp, sequence_parallel=True, tp_overlap="none")
     pm1, km1 = _pk(stack="megatron-core", num_gpus=tp, tp=tp, sequence_parallel=True, tp_overlap="ring")
-    assert float(block_cost(make_ctx(pm1), km1).gemm_fw[0]) == float(block_cost(make_ctx(pm0), km0).gemm_fw[0])
+    assert float(block_cost(make_ctx(pm1), km1).gemm_fw[0]) == float(
+        block_cost(make_ctx(pm0), km0).gemm_fw[0]
+    )
 
 
 def test_async_tp_benchmark_of_june_2025_held_out():
@@ -216,8 +243,10 @@ def test_torchtitan_runs_peak_memory_within_10pct(titan_runs):
 
     s = score_runs(str(RUNS)).as_dict()
     assert s["summary"]["n_scored"] == len(titan_runs) == 19 and s["summary"]["n_not_fitting"] == 0
-    mem = [100 * (r["predicted_peak_memory_gib"] - r["target_peak_memory_gib"]) / r["target_peak_memory_gib"]
-           for r in s["runs"]]
+    mem = [
+        100 * (r["predicted_peak_memory_gib"] - r["target_peak_memory_gib"]) / r["target_peak_memory_gib"]
+        for r in s["runs"]
+    ]
     assert np.mean(np.abs(mem)) <= 10.0 and max(np.abs(mem)) <= 20.0
 
 
@@ -242,7 +271,9 @@ def test_stated_uncertainty_widens_for_a_stack_the_calibration_runs_did_not_use(
     h100, h96 = library_system("h100-sxm-80gb").calibration, library_system("h100-sxm-96gb").calibration
     assert "torchtitan" not in h100.stacks and set(h96.stacks) == {"torchtitan"}
     assert h100.band_pct("megatron-core") == h100.band_pct() == h100.loo_mape_pct
-    assert h100.band_pct("torchtitan") == pytest.approx(np.hypot(h100.loo_mape_pct, STACK_TRANSFER_BAND_PCT), abs=0.01)
+    assert h100.band_pct("torchtitan") == pytest.approx(
+        np.hypot(h100.loo_mape_pct, STACK_TRANSFER_BAND_PCT), abs=0.01
+    )
     assert h96.band_pct("torchtitan") == h96.loo_mape_pct < h96.band_pct("megatron-core")
     assert "no torchtitan run among them" in h100.summary("torchtitan") and "among them" not in h100.summary()
 
@@ -260,8 +291,11 @@ def test_step_time_leave_one_out_on_the_96gb_torchtitan_runs(titan_runs):
     base = library_system("h100-sxm-96gb")  # H100's curve as it is: only the clock varies
     assert base.matrix_efficiency == library_system("h100-sxm-80gb").matrix_efficiency
     runs = [r for r in titan_runs.values() if r["hardware"]["gpu"] == "h100-sxm-96gb"]
-    held = np.abs(grid_leave_one_out(runs, base, [{"clock_scale": float(c)}
-                                                 for c in np.round(np.arange(0.70, 0.901, 0.02), 3)]))
+    held = np.abs(
+        grid_leave_one_out(
+            runs, base, [{"clock_scale": float(c)} for c in np.round(np.arange(0.70, 0.901, 0.02), 3)]
+        )
+    )
     assert len(runs) == 17 and np.mean(held) <= 10.0
     worst = {runs[j]["id"] for j in np.argsort(held)[-3:]}
     assert all("-cp" in w and "-cp1-" not in w for w in worst)
@@ -336,13 +370,19 @@ def test_fsdp1_keeps_no_sharded_16bit_copy_under_zero3():
         res[st] = evaluate(p, k, make_ctx(p))
     assert float(res["fsdp"].weights[0]) == float(res["torchtitan"].weights[0])
     shard_params = float(res["deepspeed"].optim_state[0]) / 12.0
-    assert float(res["deepspeed"].weights[0] - res["fsdp"].weights[0]) == pytest.approx(2.0 * shard_params, rel=1e-12)
+    assert float(res["deepspeed"].weights[0] - res["fsdp"].weights[0]) == pytest.approx(
+        2.0 * shard_params, rel=1e-12
+    )
     # fp32 training keeps no separate master copy: the fp32 shard is the weights, counted on every stack
     for st in ("fsdp", "torchtitan", "deepspeed"):
         p, k = _pk(stack=st, num_gpus=8, zero=3)
         p = p.model_copy(update={"training": p.training.model_copy(update={"precision": "fp32"})})
         res[st] = evaluate(p, k, make_ctx(p))
-    assert float(res["fsdp"].weights[0]) == float(res["torchtitan"].weights[0]) == float(res["deepspeed"].weights[0])
+    assert (
+        float(res["fsdp"].weights[0])
+        == float(res["torchtitan"].weights[0])
+        == float(res["deepspeed"].weights[0])
+    )
 
 
 def test_published_runs_are_predicted_with_their_stack_defaults(titan_runs):
@@ -365,8 +405,10 @@ def test_torchtitan_repeats_kv_heads_before_attention_and_its_cp_ring_carries_th
     p1, k1 = _pk(num_gpus=4, cp=4, recompute="full", kv_repeat=True)
     c0, c1 = block_cost(make_ctx(p0), k0), block_cost(make_ctx(p1), k1)
     ctx = make_ctx(p1)
-    step = {r: collective_time("p2p", 2.0 * (S / 4) * r * 128 * 2, 4, int(k1.tier_cp[0]), ctx.tiers)
-            for r in (2, 8)}
+    step = {
+        r: collective_time("p2p", 2.0 * (S / 4) * r * 128 * 2, 4, int(k1.tier_cp[0]), ctx.tiers)
+        for r in (2, 8)
+    }
     for c, r in ((c0, 2), (c1, 8)):  # LLAMA: 8 query / 2 K/V heads of 128 at tp 1
         fw = 3 * step[r]  # K/V of the 3 other ranks, forward and again under full recompute
         assert float(c.cp_link[0]) == pytest.approx(fw + (fw + 3 * 2 * step[r]) + fw, rel=1e-12)
@@ -386,15 +428,26 @@ def test_enumerating_a_torchtitan_space_with_no_zero_stage_left_for_a_layout(tmp
 
     import yaml
 
-    doc = {"name": "tt-zero", "llm": "llama3.1-8b", "system": "h100-sxm-80gb", "stack": "torchtitan",
-           "num_gpus": 16, "training": {"global_batch": 64, "precision": "bf16"},
-           "execution": {"tp": 1, "pp": 1, "micro_batch": 1}, "search": {"zero": [2, 3], "pp": [1, 2]}}
+    doc = {
+        "name": "tt-zero",
+        "llm": "llama3.1-8b",
+        "system": "h100-sxm-80gb",
+        "stack": "torchtitan",
+        "num_gpus": 16,
+        "training": {"global_batch": 64, "precision": "bf16"},
+        "execution": {"tp": 1, "pp": 1, "micro_batch": 1},
+        "search": {"zero": [2, 3], "pp": [1, 2]},
+    }
     f = tmp_path / "tt-zero.yaml"
     f.write_text(yaml.safe_dump(doc))
     best = {}
     for method in ("enumerate", "cpsat"):
-        r = subprocess.run([sys.executable, "-m", "optimizer.cli", "solve", str(f), "--method", method, "--json"],
-                           capture_output=True, text=True, cwd=ROOT)
+        r = subprocess.run(
+            [sys.executable, "-m", "optimizer.cli", "solve", str(f), "--method", method, "--json"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
         assert r.returncode == 0, r.stderr[-2000:]
         d = json.loads(r.stdout)
         assert d["status"] == "optimal"
@@ -412,10 +465,18 @@ def test_fsdp_copies_and_casts_around_each_reduction_and_gather():
     from optimizer.report.text import TIME_PARTS
     from optimizer.schema.stack import fsdp_copy_bytes
 
-    assert fsdp_copy_bytes("fsdp", 2.0, 4.0) == (26.0, 18.0, 0.0)  # NO_SHARD also post-divides the full gradient
+    assert fsdp_copy_bytes("fsdp", 2.0, 4.0) == (
+        26.0,
+        18.0,
+        0.0,
+    )  # NO_SHARD also post-divides the full gradient
     assert fsdp_copy_bytes("fsdp", 2.0, 2.0) == (12.0, 8.0, 0.0)
     assert fsdp_copy_bytes("torchtitan", 2.0, 4.0) == (0.0, 6.0, 4.0)
-    assert fsdp_copy_bytes("megatron-core", 2.0, 4.0) == fsdp_copy_bytes("deepspeed", 2.0, 4.0) == (0.0, 0.0, 0.0)
+    assert (
+        fsdp_copy_bytes("megatron-core", 2.0, 4.0)
+        == fsdp_copy_bytes("deepspeed", 2.0, 4.0)
+        == (0.0, 0.0, 0.0)
+    )
     n, B = 8, 32  # micro-batch 1 on 8 GPUs: 4 micro-batches
     out = {}
     for st in ("fsdp", "torchtitan", "megatron-core"):
@@ -432,7 +493,8 @@ def test_fsdp_copies_and_casts_around_each_reduction_and_gather():
     no_shard = out["fsdp", 0]
     assert float(no_shard.fsdp_copies[0]) == pytest.approx(float(no_shard.terms.fsdp_copy_allreduce_s[0]))
     assert float(out["fsdp", 0].terms.fsdp_copy_allreduce_s[0]) == pytest.approx(
-        26.0 / 18.0 * float(out["fsdp", 3].terms.fsdp_copy_reduce_s[0]), rel=0.02)
+        26.0 / 18.0 * float(out["fsdp", 3].terms.fsdp_copy_reduce_s[0]), rel=0.02
+    )
     # one GPU: no data-parallel group, no reduction, no copies
     p1, k1 = _pk(stack="fsdp", num_gpus=1, zero=0)
     assert float(evaluate(p1, k1, make_ctx(p1)).fsdp_copies[0]) == 0.0

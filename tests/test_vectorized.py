@@ -6,8 +6,8 @@ from dataclasses import fields
 
 import numpy as np
 import pytest
-
 from helpers import concat_knobs, library_llm, library_system
+
 from optimizer.model.knobs import from_execution
 from optimizer.model.layer import block_cost
 from optimizer.model.step import StepResult, evaluate, make_ctx
@@ -46,8 +46,13 @@ def _with(ex: Execution, **kw) -> Execution:
 
 def _problem(system_name="h100-sxm-80gb", llm_name="llama3.1-8b", system=None) -> Problem:
     sysm = system or library_system(system_name)
-    return Problem(llm=library_llm(llm_name), system=sysm, num_gpus=NUM_GPUS,
-                   training=Training(global_batch=128), execution=Execution())
+    return Problem(
+        llm=library_llm(llm_name),
+        system=sysm,
+        num_gpus=NUM_GPUS,
+        training=Training(global_batch=128),
+        execution=Execution(),
+    )
 
 
 def _knobs(problem, executions=EXECUTIONS):
@@ -103,7 +108,9 @@ def test_more_hbm_bandwidth_never_slows_a_step():
 
 def test_more_hbm_bandwidth_never_slows_a_step_gpt():
     base = library_system("a100-sxm-80gb")
-    p0 = Problem(llm=library_llm("gpt3-175b"), system=base, num_gpus=NUM_GPUS, training=Training(global_batch=128))
+    p0 = Problem(
+        llm=library_llm("gpt3-175b"), system=base, num_gpus=NUM_GPUS, training=Training(global_batch=128)
+    )
     K = _knobs(p0)
     t0 = evaluate(p0, K).step_time
     faster = base.model_copy(update={"hbm_bandwidth_gbps": base.hbm_bandwidth_gbps * 2})
@@ -124,9 +131,14 @@ def _overlap_pairs(problem, executions):
 @pytest.mark.parametrize("system_name", ["h100-sxm-80gb", "a100-sxm-80gb"])
 def test_ring_overlap_never_increases_exposed_tp_time(llm_name, system_name):
     p = _problem(system_name, llm_name)
-    execs = [Execution(tp=tp, pp=pp, sequence_parallel=sp, recompute=rc, micro_batch=mb)
-             for tp in (2, 4, 8) for pp in (1, 2) for sp in (False, True) for rc in ("none", "selective", "full")
-             for mb in (1, 2)]
+    execs = [
+        Execution(tp=tp, pp=pp, sequence_parallel=sp, recompute=rc, micro_batch=mb)
+        for tp in (2, 4, 8)
+        for pp in (1, 2)
+        for sp in (False, True)
+        for rc in ("none", "selective", "full")
+        for mb in (1, 2)
+    ]
     a, b = _overlap_pairs(p, execs)
     assert np.all(a > 0)
     assert np.all(b <= a * (1 + 1e-12)), [execs[i] for i in np.nonzero(b > a)[0]]
@@ -147,11 +159,13 @@ def test_recompute_stores_fewer_activation_bytes():
     p = Problem(llm=llm, system=sysm, num_gpus=NUM_GPUS, training=Training(global_batch=128))
     ctx = make_ctx(p)
     for tp in (1, 2, 8):
-        for sp in ((False, True) if tp > 1 else (False,)):
+        for sp in (False, True) if tp > 1 else (False,):
             for att in ("flash", "standard"):
                 for mb in (1, 4):
-                    execs = [Execution(tp=tp, sequence_parallel=sp, attention=att, micro_batch=mb, recompute=r)
-                             for r in ("none", "selective", "full")]
+                    execs = [
+                        Execution(tp=tp, sequence_parallel=sp, attention=att, micro_batch=mb, recompute=r)
+                        for r in ("none", "selective", "full")
+                    ]
                     none, sel, full = block_cost(ctx, _knobs(p, execs)).act_stored
                     assert full < sel < none, (tp, sp, att, mb)
 
@@ -159,7 +173,11 @@ def test_recompute_stores_fewer_activation_bytes():
 def test_recompute_lowers_step_activation_memory_for_deep_stages():
     # with many layers per stage the stored activations dominate; recomputation must lower the peak
     p = _problem("h100-sxm-80gb", "gpt3-175b")
-    for ex in (Execution(tp=8, pp=1), Execution(tp=8, pp=4), Execution(tp=4, pp=8, vpp=2, sequence_parallel=True)):
+    for ex in (
+        Execution(tp=8, pp=1),
+        Execution(tp=8, pp=4),
+        Execution(tp=4, pp=8, vpp=2, sequence_parallel=True),
+    ):
         execs = [_with(ex, recompute=r) for r in ("none", "selective", "full")]
         none, sel, full = evaluate(p, _knobs(p, execs)).activations
         assert full < sel < none
@@ -208,33 +226,48 @@ def test_interleaved_exchanges_overlap_a_chunk_forward():
     n_mb, pp, vpp = 16, 4, 2
     t_p2p = float(on.terms.p2p_s[0])
     assert float(on.pp_exposed[0]) == pytest.approx(2 * (pp - 1) * t_p2p, rel=1e-9)
-    assert float(off.pp_exposed[0]) == pytest.approx(2 * (n_mb * vpp + pp - 1) * t_p2p - n_mb * t_p2p, rel=1e-9)
+    assert float(off.pp_exposed[0]) == pytest.approx(
+        2 * (n_mb * vpp + pp - 1) * t_p2p - n_mb * t_p2p, rel=1e-9
+    )
     assert float(on.step_time[0]) < float(off.step_time[0])
     one = evaluate(p, _knobs(p, [Execution(tp=2, pp=4, vpp=1, pp_overlap=True)]))  # 1F1B: no overlap
     assert float(one.pp_exposed[0]) == pytest.approx(2 * (n_mb + pp - 1) * t_p2p - n_mb * t_p2p, rel=1e-9)
     base = library_system("h100-sxm-80gb")
-    nets = [n.model_copy(update={"bandwidth_gbps": 0.05}) if i == 1 else n for i, n in enumerate(base.networks)]
+    nets = [
+        n.model_copy(update={"bandwidth_gbps": 0.05}) if i == 1 else n for i, n in enumerate(base.networks)
+    ]
     slow = p.model_copy(update={"system": base.model_copy(update={"networks": nets})})
     r = evaluate(slow, _knobs(slow, [Execution(tp=2, pp=4, vpp=2)]))
     t = float(r.terms.p2p_s[0])
     window = 32 / (pp * vpp) * float(r.terms.layer_fw_s[0])  # Lc = 32/(pp*vpp) = 4
     assert t > window
-    assert float(r.pp_exposed[0]) == pytest.approx(2 * n_mb * vpp * (t - window) + 2 * (pp - 1) * t
-                                                   - n_mb * min(t - window, float(r.head[0]) / n_mb), rel=1e-9)
+    assert float(r.pp_exposed[0]) == pytest.approx(
+        2 * n_mb * vpp * (t - window) + 2 * (pp - 1) * t - n_mb * min(t - window, float(r.head[0]) / n_mb),
+        rel=1e-9,
+    )
 
 
 def test_edge_work_shorter_than_the_exchange_is_fully_hidden():
     # on a very slow PP link the middle stages' waits set the period: the LM head then costs nothing in the
     # steady state: edge work + exposed p2p is the exchanges alone, whatever the vocabulary
     base = library_system("h100-sxm-80gb")
-    nets = [n.model_copy(update={"bandwidth_gbps": 0.05}) if i == 1 else n for i, n in enumerate(base.networks)]
+    nets = [
+        n.model_copy(update={"bandwidth_gbps": 0.05}) if i == 1 else n for i, n in enumerate(base.networks)
+    ]
     slow = base.model_copy(update={"networks": nets})
     llm = library_llm("llama3.1-8b")
     times = []
     for vocab in (32_000, 128_256):
-        p = Problem(llm=llm.model_copy(update={"vocab": vocab}), system=slow, num_gpus=NUM_GPUS,
-                    training=Training(global_batch=128), execution=Execution())
-        r = evaluate(p, _knobs(p, [Execution(tp=8, pp=8)]))  # pp stages on separate nodes: PP over the slow link
+        p = Problem(
+            llm=llm.model_copy(update={"vocab": vocab}),
+            system=slow,
+            num_gpus=NUM_GPUS,
+            training=Training(global_batch=128),
+            execution=Execution(),
+        )
+        r = evaluate(
+            p, _knobs(p, [Execution(tp=8, pp=8)])
+        )  # pp stages on separate nodes: PP over the slow link
         times.append(float(r.head[0] + r.pp_exposed[0]))
         assert float(r.head[0]) > 0
     assert times[0] == pytest.approx(times[1], rel=1e-9)

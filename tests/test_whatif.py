@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 
 from optimizer.cli import main
-from optimizer.io.loader import load_problem
 from optimizer.drivers.whatif import whatif
+from optimizer.io.loader import load_problem
 
-BASE = ("llm: llama3.1-8b\nsystem: {base: h100-sxm-80gb, offload: {capacity_gib: 256, bandwidth_gbps: 64}}\n"
-        "num_gpus: 16\ntraining: {global_batch: 32}\n")
+BASE = (
+    "llm: llama3.1-8b\nsystem: {base: h100-sxm-80gb, offload: {capacity_gib: 256, bandwidth_gbps: 64}}\n"
+    "num_gpus: 16\ntraining: {global_batch: 32}\n"
+)
 
 
 def test_every_lever_helps_or_is_neutral(tmp_path):
@@ -19,7 +21,13 @@ def test_every_lever_helps_or_is_neutral(tmp_path):
     path.write_text(BASE)
     r = whatif(load_problem(path), pct=20, top=5, band=0.1)
     names = {x.name.split(" +")[0] for x in r.levers}
-    assert {"HBM capacity", "HBM bandwidth", "matrix FLOP/s", "offload capacity", "offload bandwidth"} <= names
+    assert {
+        "HBM capacity",
+        "HBM bandwidth",
+        "matrix FLOP/s",
+        "offload capacity",
+        "offload bandwidth",
+    } <= names
     assert any(n.startswith("GPUs") for n in names)
     for x in r.levers:
         assert x.step_s is not None and x.saved_s >= -1e-9 * r.base_step_s, x

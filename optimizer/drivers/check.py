@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from optimizer.errors import Infeasible, Reason
-from optimizer.schema import Problem
 from optimizer.prepare.space import SEARCHABLE
-from optimizer.report.check import render, result_dict  # noqa: F401  (a result's report, beside it)
+from optimizer.schema import Problem
 
 GIB = 2.0**30
+
+
 @dataclass
 class Relaxation:
     kind: str  # hbm | gpus | global_batch | seq_len | release | offload
@@ -43,7 +44,9 @@ class CheckResult:
     min_hbm_gib: float | None = None
     relaxations: list[Relaxation] = field(default_factory=list)
     seconds: float = 0.0
-    freed: dict[str, tuple] = field(default_factory=dict)  # knob: (chosen, default) for knobs the problem left free
+    freed: dict[str, tuple] = field(
+        default_factory=dict
+    )  # knob: (chosen, default) for knobs the problem left free
 
 
 def _val(v):
@@ -54,7 +57,7 @@ def fixed_knobs(problem: Problem, written: dict | None) -> dict[str, list]:
     """Knobs fixed by the file: the execution's written keys, narrowed by `search`."""
     out: dict[str, list] = {}
     ex = problem.execution
-    for k in (written or {}):
+    for k in written or {}:
         if k in SEARCHABLE:  # a written execution key that the search space has
             out[k] = [_val(getattr(ex, k))]
     for k, rule in problem.user_search_rules().items():  # the file's, not the stack's offer
@@ -98,8 +101,8 @@ def _with_training(problem: Problem, fixed: dict[str, list], **update) -> Proble
 def _step(problem: Problem) -> float | None:
     """The fastest step time of a changed problem by `solve` (None: nothing fits). One solve answers both
     "does it fit" and "how fast then"."""
-    from optimizer.progress import tick
     from optimizer.drivers.solve import solve
+    from optimizer.progress import tick
 
     tick()
     try:
@@ -112,7 +115,7 @@ def _fits(problem: Problem) -> bool:
     return _step(problem) is not None
 
 
-def _record_if_fits(out: "CheckResult", kind: str, change: str, value, q: Problem) -> bool:
+def _record_if_fits(out: CheckResult, kind: str, change: str, value, q: Problem) -> bool:
     """Add the relaxation (with its fastest step time) when the changed problem `q` fits."""
     st = _step(q)
     if st is None:
@@ -125,15 +128,21 @@ def _without(fixed: dict[str, list], *knobs: str) -> dict[str, list]:
     return {k: v for k, v in fixed.items() if k not in knobs}
 
 
-def check(problem: Problem, written_execution: dict | None = None, offload_gib: float = 512.0,
-          offload_gbps: float = 64.0) -> CheckResult:
+def check(
+    problem: Problem,
+    written_execution: dict | None = None,
+    offload_gib: float = 512.0,
+    offload_gbps: float = 64.0,
+) -> CheckResult:
     from optimizer.progress import progress
 
     with progress("check: solves", None):
         return _check(problem, written_execution, offload_gib, offload_gbps)
 
 
-def _check(problem: Problem, written_execution: dict | None, offload_gib: float, offload_gbps: float) -> CheckResult:
+def _check(
+    problem: Problem, written_execution: dict | None, offload_gib: float, offload_gbps: float
+) -> CheckResult:
     t0 = time.perf_counter()
     fixed = fixed_knobs(problem, written_execution)
     p = with_fixed(problem, fixed)
@@ -164,16 +173,22 @@ def _explain_target(p: Problem, fixed: dict[str, list], out: CheckResult) -> Non
     from optimizer.schema.problem import Objective
 
     o = p.objective
-    what = (f"max_step_time_s = {o.max_step_time_s:g} s" if o.max_step_time_s is not None else
-            f"max_days = {o.max_days:g} (a step time of {p.step_time_target_s():.4g} s)" if o.max_days is not None
-            else f"max_gpu_hours = {o.max_gpu_hours:g}")
+    what = (
+        f"max_step_time_s = {o.max_step_time_s:g} s"
+        if o.max_step_time_s is not None
+        else f"max_days = {o.max_days:g} (a step time of {p.step_time_target_s():.4g} s)"
+        if o.max_days is not None
+        else f"max_gpu_hours = {o.max_gpu_hours:g}"
+    )
     free = with_fixed(p, fixed, objective=Objective())
     best = _step(free)
     tail = f"; the fastest plan that fits takes {best:.4g} s per step" if best is not None else ""
     out.conflicts = [("objective.target", f"no plan that fits meets the objective's target ({what}){tail}")]
     out.explanation.append(out.conflicts[0][1])
     if best is not None:
-        out.relaxations.append(Relaxation("target", f"a step-time target of at least {best:.4g} s", best, True, best))
+        out.relaxations.append(
+            Relaxation("target", f"a step-time target of at least {best:.4g} s", best, True, best)
+        )
 
 
 # ---------------------------------------------------------------------------------------------- rules
@@ -182,8 +197,9 @@ def _explain_rules(p: Problem, fixed: dict[str, list], out: CheckResult) -> None
 
     core = rules.conflict(p, fixed)
     if core is None:  # the rule groups hold together: a search restriction of another knob left no value
-        out.explanation.append("no legal plan: the integer rules of the space leave no (tp, pp, dp, cp, vpp, "
-                               "micro_batch)")
+        out.explanation.append(
+            "no legal plan: the integer rules of the space leave no (tp, pp, dp, cp, vpp, micro_batch)"
+        )
         return
     out.conflicts = [(g, rules.describe(p, g, fixed)) for g in core]
     n, B = p.num_gpus, p.training.global_batch
@@ -191,9 +207,10 @@ def _explain_rules(p: Problem, fixed: dict[str, list], out: CheckResult) -> None
         from optimizer.prepare.space import divisors
 
         dps = rules.values(p, fixed, "dp", {"rules.batch", "rules.interleave"}, divisors(n))
-        out.explanation.append(f"global batch {B} cannot be split: no dp in {dps} (what the other rules leave on "
-                               f"{n} GPUs) divides it" + (" with the fixed micro-batch" if "fixed.micro_batch" in core
-                                                          else ""))
+        out.explanation.append(
+            f"global batch {B} cannot be split: no dp in {dps} (what the other rules leave on "
+            f"{n} GPUs) divides it" + (" with the fixed micro-batch" if "fixed.micro_batch" in core else "")
+        )
     out.explanation.append("no legal plan: these rules conflict: " + "; ".join(t for _, t in out.conflicts))
 
 
@@ -205,7 +222,9 @@ def _relax_rules(problem: Problem, p: Problem, fixed: dict[str, list], out: Chec
         if g.startswith("fixed."):
             k = g.split(".", 1)[1]
             st = _step(with_fixed(problem, _without(fixed, k)))
-            out.relaxations.append(Relaxation("release", f"release {k} (fixed to {fixed[k]})", k, st is not None, st))
+            out.relaxations.append(
+                Relaxation("release", f"release {k} (fixed to {fixed[k]})", k, st is not None, st)
+            )
     B = p.training.global_batch
     if "rules.batch" in core or "rules.interleave" in core:
         from optimizer.prepare.space import divisors
@@ -216,8 +235,13 @@ def _relax_rules(problem: Problem, p: Problem, fixed: dict[str, list], out: Chec
         above = [b for b in cands if b > B]
         for label, seq in (("largest global batch below", below), ("smallest global batch above", above)):
             for b in seq[:6]:
-                if _record_if_fits(out, "global_batch", f"{label} {B} that fits: {b}", b,
-                                   _with_training(problem, fixed, global_batch=b)):
+                if _record_if_fits(
+                    out,
+                    "global_batch",
+                    f"{label} {B} that fits: {b}",
+                    b,
+                    _with_training(problem, fixed, global_batch=b),
+                ):
                     break
     if "rules.gpus" in core:
         _nearest_gpus(problem, fixed, out)
@@ -227,9 +251,8 @@ def _relax_rules(problem: Problem, p: Problem, fixed: dict[str, list], out: Chec
 def _explain_memory(p: Problem, out: CheckResult):
     """The memory conflict; returns the smallest-memory plan (formulations.fit.MinMemory)."""
     from formulations.fit import min_memory
-
-    from optimizer.model.capacity import capacity_bytes
     from optimizer.drivers.evaluate import evaluate_execution
+    from optimizer.model.capacity import capacity_bytes
     from optimizer.model.knobs import to_execution
 
     mm = min_memory(p)
@@ -238,27 +261,44 @@ def _explain_memory(p: Problem, out: CheckResult):
     need = ev.result["hbm"] / GIB
     out.min_hbm_gib = need + p.headroom_gib()
     ex = ev.execution
-    plan = (f"tp={ex.tp} pp={ex.pp} dp={ex.dp} cp={ex.cp} vpp={ex.vpp} micro_batch={ex.micro_batch} "
-            f"recompute={_val(ex.recompute)} sp={ex.sequence_parallel} zero={ex.zero}")
+    plan = (
+        f"tp={ex.tp} pp={ex.pp} dp={ex.dp} cp={ex.cp} vpp={ex.vpp} micro_batch={ex.micro_batch} "
+        f"recompute={_val(ex.recompute)} sp={ex.sequence_parallel} zero={ex.zero}"
+    )
     if p.llm.moe is not None:
         plan += f" ep={ex.ep} etp={ex.etp or ex.tp}"
     r = ev.result
-    parts = ", ".join(f"{k} {r[k] / GIB:.1f}" for k in ("weights", "grads", "optim_state", "activations", "reserved"))
+    parts = ", ".join(
+        f"{k} {r[k] / GIB:.1f}" for k in ("weights", "grads", "optim_state", "activations", "reserved")
+    )
     head = f" minus {p.headroom_gib():.1f} GiB headroom" if p.headroom_gib() else ""
-    out.conflicts = [("memory.hbm", f"HBM: every plan needs at least {need:.1f} GiB per GPU (smallest: {plan}; "
-                      f"{parts} GiB), the GPU has {p.system.hbm_gib:g} GiB{head} = {cap:.1f} GiB")]
+    out.conflicts = [
+        (
+            "memory.hbm",
+            f"HBM: every plan needs at least {need:.1f} GiB per GPU (smallest: {plan}; "
+            f"{parts} GiB), the GPU has {p.system.hbm_gib:g} GiB{head} = {cap:.1f} GiB",
+        )
+    ]
     out.explanation.append(out.conflicts[0][1])
     return mm
 
 
-def _relax_memory(problem: Problem, p: Problem, fixed: dict[str, list], out: CheckResult, offload_gib: float,
-                  offload_gbps: float) -> None:
+def _relax_memory(
+    problem: Problem,
+    p: Problem,
+    fixed: dict[str, list],
+    out: CheckResult,
+    offload_gib: float,
+    offload_gbps: float,
+) -> None:
     # smallest HBM per GPU
     if out.min_hbm_gib is not None:
         hbm = math.ceil(out.min_hbm_gib * 10 + 1e-9) / 10
         q = with_fixed(problem, fixed, system=problem.system.model_copy(update={"hbm_gib": hbm}))
         st = _step(q)
-        out.relaxations.append(Relaxation("hbm", f"HBM per GPU of at least {hbm:g} GiB", hbm, st is not None, st))
+        out.relaxations.append(
+            Relaxation("hbm", f"HBM per GPU of at least {hbm:g} GiB", hbm, st is not None, st)
+        )
     _relax_gpus(problem, fixed, out)
     # largest sequence length (memory grows with it): bisection over multiples of 128
     S = p.seq_len
@@ -277,10 +317,19 @@ def _relax_memory(problem: Problem, p: Problem, fixed: dict[str, list], out: Che
         else:
             hi = mid - 1
     if best:
-        out.relaxations.append(Relaxation("seq_len", f"largest sequence length that fits (multiple of 128): {best}",
-                                          best, True, _step(_with_training(problem, fixed, seq_len=best))))
+        out.relaxations.append(
+            Relaxation(
+                "seq_len",
+                f"largest sequence length that fits (multiple of 128): {best}",
+                best,
+                True,
+                _step(_with_training(problem, fixed, seq_len=best)),
+            )
+        )
     else:
-        out.relaxations.append(Relaxation("seq_len", "no shorter sequence (multiple of 128) fits", None, False))
+        out.relaxations.append(
+            Relaxation("seq_len", "no shorter sequence (multiple of 128) fits", None, False)
+        )
     # largest global batch (in-flight micro-batches shrink with fewer of them): halving
     B = p.training.global_batch
     b = B // 2
@@ -291,15 +340,22 @@ def _relax_memory(problem: Problem, p: Problem, fixed: dict[str, list], out: Che
     if b >= 1 and not batch_fits(1):
         b = 0  # not even a single sequence: the batch is not the problem
     while b >= 1:
-        if _record_if_fits(out, "global_batch", f"largest global batch B/2^k that fits: {b}", b,
-                           _with_training(problem, fixed, global_batch=b)):
+        if _record_if_fits(
+            out,
+            "global_batch",
+            f"largest global batch B/2^k that fits: {b}",
+            b,
+            _with_training(problem, fixed, global_batch=b),
+        ):
             break
         b //= 2
     else:
         out.relaxations.append(Relaxation("global_batch", f"no global batch {B}/2^k fits", None, False))
     # release fixed knobs, one at a time
     for k in fixed:
-        _record_if_fits(out, "release", f"release {k} (fixed to {fixed[k]})", k, with_fixed(problem, _without(fixed, k)))
+        _record_if_fits(
+            out, "release", f"release {k} (fixed to {fixed[k]})", k, with_fixed(problem, _without(fixed, k))
+        )
     # the minimal conflicting set: memory.hbm and the fixed knobs it needs (deletion filter: a knob whose
     # release still leaves nothing that fits is not part of the conflict, and stays released)
     keep = dict(fixed)
@@ -311,8 +367,10 @@ def _relax_memory(problem: Problem, p: Problem, fixed: dict[str, list], out: Che
 
     out.conflicts += [(f"fixed.{k}", rules.describe(p, f"fixed.{k}", fixed)) for k in keep]
     if keep:
-        out.explanation.append("with these knobs fixed: " + ", ".join(f"{k}={v[0] if len(v) == 1 else v}"
-                                                                      for k, v in keep.items()))
+        out.explanation.append(
+            "with these knobs fixed: "
+            + ", ".join(f"{k}={v[0] if len(v) == 1 else v}" for k, v in keep.items())
+        )
     else:
         out.explanation.append("no fixed knob is to blame: nothing in the whole space fits")
     # offload memory
@@ -335,16 +393,22 @@ def _relax_gpus(problem: Problem, fixed: dict[str, list], out: CheckResult) -> N
             break
         prev = max(prev, m)
     if found is None:
-        out.relaxations.append(Relaxation("gpus", f"no GPU count up to {8 * n} (multiples of {node}) fits", None,
-                                          False))
+        out.relaxations.append(
+            Relaxation("gpus", f"no GPU count up to {8 * n} (multiples of {node}) fits", None, False)
+        )
         return
     step = max(node, ((found - prev) // 8 // node) * node)
     for m in range(prev + step, found, step):
         if fits(m):
             found = m
             break
-    _record_if_fits(out, "gpus", f"fewest GPUs that fit (multiples of {node} tried between {prev} and {found}): "
-                    f"{found}", found, with_fixed(problem, fixed_n, num_gpus=found))
+    _record_if_fits(
+        out,
+        "gpus",
+        f"fewest GPUs that fit (multiples of {node} tried between {prev} and {found}): {found}",
+        found,
+        with_fixed(problem, fixed_n, num_gpus=found),
+    )
 
 
 def _nearest_gpus(problem: Problem, fixed: dict[str, list], out: CheckResult) -> None:
@@ -355,20 +419,28 @@ def _nearest_gpus(problem: Problem, fixed: dict[str, list], out: CheckResult) ->
     above = range((n // node + 1) * node, n + 64 * node + 1, node)
     for label, seq in (("largest GPU count below", below), ("smallest GPU count above", above)):
         for m in seq:
-            if _record_if_fits(out, "gpus", f"{label} {n} that fits: {m}", m, with_fixed(problem, fixed_n, num_gpus=m)):
+            if _record_if_fits(
+                out, "gpus", f"{label} {n} that fits: {m}", m, with_fixed(problem, fixed_n, num_gpus=m)
+            ):
                 break
         else:
-            out.relaxations.append(Relaxation("gpus", f"no {label.split(' ', 1)[1]} {n} within 64 nodes fits",
-                                              None, False))
+            out.relaxations.append(
+                Relaxation("gpus", f"no {label.split(' ', 1)[1]} {n} within 64 nodes fits", None, False)
+            )
 
 
-def _relax_offload(problem: Problem, fixed: dict[str, list], out: CheckResult, offload_gib: float,
-                   offload_gbps: float) -> None:
+def _relax_offload(
+    problem: Problem, fixed: dict[str, list], out: CheckResult, offload_gib: float, offload_gbps: float
+) -> None:
     """Would `offload_gib` of offload memory per GPU at `offload_gbps` make it fit? A solve of the problem with
     that offload tier, the fixed knobs kept and the offload flags free (the solver decides what to offload)."""
     sysm = problem.system
-    off = sysm.offload.model_copy(update={"capacity_gib": max(sysm.offload.capacity_gib, offload_gib),
-                                          "bandwidth_gbps": sysm.offload.bandwidth_gbps or offload_gbps})
+    off = sysm.offload.model_copy(
+        update={
+            "capacity_gib": max(sysm.offload.capacity_gib, offload_gib),
+            "bandwidth_gbps": sysm.offload.bandwidth_gbps or offload_gbps,
+        }
+    )
     free = _without(fixed, "weight_offload", "activation_offload", "optimizer_offload")
     q = with_fixed(problem, free, system=sysm.model_copy(update={"offload": off}))
     from optimizer.drivers.solve import solve
@@ -376,14 +448,34 @@ def _relax_offload(problem: Problem, fixed: dict[str, list], out: CheckResult, o
     try:
         plan = solve(q, "cpsat").plans[0]
     except Infeasible:
-        out.relaxations.append(Relaxation("offload", f"offload memory of {off.capacity_gib:g} GiB per GPU at "
-                                          f"{off.bandwidth_gbps:g} GB/s would not make anything fit",
-                                          off.capacity_gib, False))
+        out.relaxations.append(
+            Relaxation(
+                "offload",
+                f"offload memory of {off.capacity_gib:g} GiB per GPU at "
+                f"{off.bandwidth_gbps:g} GB/s would not make anything fit",
+                off.capacity_gib,
+                False,
+            )
+        )
         return
     ex, used = plan.evaluation.execution, plan.evaluation.result["offload_mem"] / GIB
-    names = [n for n, f in (("weights", ex.weight_offload), ("activations", ex.activation_offload),
-                            ("optimizer state", ex.optimizer_offload)) if f]
-    out.relaxations.append(Relaxation("offload", f"offloading {', '.join(names)} ({used:.1f} GiB of "
-                                      f"{off.capacity_gib:g} GiB offload memory per GPU at {off.bandwidth_gbps:g} "
-                                      "GB/s)", round(used, 2), True, plan.objective_s))
-
+    names = [
+        n
+        for n, f in (
+            ("weights", ex.weight_offload),
+            ("activations", ex.activation_offload),
+            ("optimizer state", ex.optimizer_offload),
+        )
+        if f
+    ]
+    out.relaxations.append(
+        Relaxation(
+            "offload",
+            f"offloading {', '.join(names)} ({used:.1f} GiB of "
+            f"{off.capacity_gib:g} GiB offload memory per GPU at {off.bandwidth_gbps:g} "
+            "GB/s)",
+            round(used, 2),
+            True,
+            plan.objective_s,
+        )
+    )

@@ -34,19 +34,24 @@ def evaluate_execution(problem: Problem, ex: Execution | None = None) -> Evaluat
     nets = problem.system.networks
     row = k.row()
     if row["tp"] > 1 and row["tier_tp"] > 0:
-        warnings.append(f"TP group of {row['tp']} runs over '{nets[row['tier_tp']].name}' "
-                        f"(the fast tier '{nets[0].name}' holds {nets[0].size}): TP traffic is slow")
+        warnings.append(
+            f"TP group of {row['tp']} runs over '{nets[row['tier_tp']].name}' "
+            f"(the fast tier '{nets[0].name}' holds {nets[0].size}): TP traffic is slow"
+        )
     if row["cp"] > 1 and row["tier_cp"] > 0:
         warnings.append(f"CP group of {row['cp']} spills over '{nets[row['tier_cp']].name}'")
     if not fits:
-        warnings.append(f"does not fit: {r['hbm'] / GIB:.1f} GiB needed per GPU, "
-                        f"{cap / GIB:.1f} GiB available")
+        warnings.append(
+            f"does not fit: {r['hbm'] / GIB:.1f} GiB needed per GPU, {cap / GIB:.1f} GiB available"
+        )
     off = problem.system.offload
     if r["offload_mem"] > off.capacity_gib * GIB:
         warnings.append(f"offload memory {r['offload_mem'] / GIB:.1f} GiB exceeds {off.capacity_gib:g} GiB")
     if r["offload_bw_need"] > off.bandwidth_gbps * 1e9 and (ex.weight_offload or ex.activation_offload):
-        warnings.append(f"offload link needs {r['offload_bw_need'] / 1e9:.0f} GB/s, has {off.bandwidth_gbps:g}: "
-                        "transfers are exposed")
+        warnings.append(
+            f"offload link needs {r['offload_bw_need'] / 1e9:.0f} GB/s, has {off.bandwidth_gbps:g}: "
+            "transfers are exposed"
+        )
     if r["bubble"] > 0.2 * r["step_time"]:
         warnings.append(f"pipeline bubble is {100 * r['bubble'] / r['step_time']:.0f}% of the step")
     ttt = None

@@ -65,16 +65,24 @@ class FleetResult:
 
 def sub_problem(fp: FleetProblem, job, t, nodes: int) -> Problem:
     """The solve problem of job on `nodes` nodes of type t (whole nodes used, idle GPUs allowed)."""
-    opts = Options(memory_headroom_gib=fp.options.memory_headroom_gib, allow_idle_gpus=True,
-                   gpu_multiple=t.gpus_per_node)
-    return Problem(name=f"{job.name}@{t.name}x{nodes}", llm=job.llm, system=t.system,
-                   num_gpus=nodes * t.gpus_per_node, training=job.training, search=job.search, options=opts,
-                   objective=Objective(goal="step_time"))
+    opts = Options(
+        memory_headroom_gib=fp.options.memory_headroom_gib, allow_idle_gpus=True, gpu_multiple=t.gpus_per_node
+    )
+    return Problem(
+        name=f"{job.name}@{t.name}x{nodes}",
+        llm=job.llm,
+        system=t.system,
+        num_gpus=nodes * t.gpus_per_node,
+        training=job.training,
+        search=job.search,
+        options=opts,
+        objective=Objective(goal="step_time"),
+    )
 
 
 def throughput_table(fp: FleetProblem, time_limit_s: float = 60.0) -> list[Rate]:
-    from optimizer.prepare.objective import gpus_used
     from optimizer.drivers.solve import solve
+    from optimizer.prepare.objective import gpus_used
 
     out = []
     for job in fp.jobs:
@@ -89,8 +97,18 @@ def throughput_table(fp: FleetProblem, time_limit_s: float = 60.0) -> list[Rate]
                     continue
                 st = r.plans[0].objective_s
                 tps = job.training.global_batch * S / st
-                out.append(Rate(job.name, t.name, s, gpus_used(r.plans[0].evaluation.execution), st, tps,
-                                tps * fp.fleet.period_days * SECONDS_PER_DAY, r.status))
+                out.append(
+                    Rate(
+                        job.name,
+                        t.name,
+                        s,
+                        gpus_used(r.plans[0].evaluation.execution),
+                        st,
+                        tps,
+                        tps * fp.fleet.period_days * SECONDS_PER_DAY,
+                        r.status,
+                    )
+                )
     return out
 
 
@@ -99,8 +117,13 @@ def token_scale(fp: FleetProblem) -> float:
     return max(j.training.tokens for j in fp.jobs) / 1e3
 
 
-def build_portfolio(fp: FleetProblem, rates: list[Rate], budget_usd: float | None = "default",
-                    deadlines: dict[str, int] | None = None, goal: FleetGoal | None = None):
+def build_portfolio(
+    fp: FleetProblem,
+    rates: list[Rate],
+    budget_usd: float | None = "default",
+    deadlines: dict[str, int] | None = None,
+    goal: FleetGoal | None = None,
+):
     """The Pyomo model of the portfolio (see the module docstring)."""
     import pyomo.environ as pyo
 
@@ -142,19 +165,30 @@ def build_portfolio(fp: FleetProblem, rates: list[Rate], budget_usd: float | Non
     if goal == FleetGoal.COST:
         m.tokens = pyo.ConstraintList()
         for jn, j in jobs.items():
-            tr = [r.tokens_per_period / scale * m.x[i, q] for i, r in enumerate(rates) if r.job == jn
-                  for q in Q if q <= dl[jn]]
+            tr = [
+                r.tokens_per_period / scale * m.x[i, q]
+                for i, r in enumerate(rates)
+                if r.job == jn
+                for q in Q
+                if q <= dl[jn]
+            ]
             m.tokens.add((sum(tr) if tr else 0) >= j.training.tokens / scale)
         # ties between equal-cost purchases: fewer node-periods in use (an epsilon far below $1)
         eps = 1e-6 / max(1, sum(r.nodes for r in rates) * P)
-        m.obj = pyo.Objective(expr=cost + eps * sum(r.nodes * m.x[i, q] for (i, q) in X
-                                                      for r in [rates[i]]), sense=pyo.minimize)
+        m.obj = pyo.Objective(
+            expr=cost + eps * sum(r.nodes * m.x[i, q] for (i, q) in X for r in [rates[i]]), sense=pyo.minimize
+        )
     else:
         m.done = pyo.Var(list(jobs), domain=pyo.NonNegativeReals)
         m.tokens = pyo.ConstraintList()
         for jn, j in jobs.items():
-            tr = [r.tokens_per_period / scale * m.x[i, q] for i, r in enumerate(rates) if r.job == jn
-                  for q in Q if q <= dl[jn]]
+            tr = [
+                r.tokens_per_period / scale * m.x[i, q]
+                for i, r in enumerate(rates)
+                if r.job == jn
+                for q in Q
+                if q <= dl[jn]
+            ]
             m.tokens.add(m.done[jn] <= j.training.tokens / scale)
             m.tokens.add(m.done[jn] <= (sum(tr) if tr else 0))
         m.obj = pyo.Objective(expr=sum(j.weight * m.done[jn] for jn, j in jobs.items()), sense=pyo.maximize)
@@ -175,25 +209,55 @@ def fleet(fp: FleetProblem, time_limit_s: float = 60.0, rates: list[Rate] | None
     m, X, dl, r = solve_portfolio(fp, rates, time_limit_s)
     P = fp.fleet.periods
     if r["objective"] is None:
-        return FleetResult("infeasible", fp.fleet.goal.value, None, {}, [], {}, rates, time.perf_counter() - t0,
-                           explain(fp, rates, time_limit_s), problem=fp)
+        return FleetResult(
+            "infeasible",
+            fp.fleet.goal.value,
+            None,
+            {},
+            [],
+            {},
+            rates,
+            time.perf_counter() - t0,
+            explain(fp, rates, time_limit_s),
+            problem=fp,
+        )
     v = r["by_name"]
-    buy = {t.name: [int(round(v.get(f"buy[{t.name},{q}]", 0.0))) for q in range(1, P + 1)] for t in fp.node_types}
+    buy = {
+        t.name: [int(round(v.get(f"buy[{t.name},{q}]", 0.0))) for q in range(1, P + 1)] for t in fp.node_types
+    }
     sched, trained = [], {j.name: 0.0 for j in fp.jobs}
-    for (i, q) in X:
+    for i, q in X:
         if v.get(f"x[{i},{q}]", 0.0) > 0.5:
             rt = rates[i]
-            sched.append({"job": rt.job, "period": q, "node_type": rt.node_type, "nodes": rt.nodes,
-                          "gpus_used": rt.gpus_used, "step_time_s": rt.step_time_s,
-                          "tokens": rt.tokens_per_period})
+            sched.append(
+                {
+                    "job": rt.job,
+                    "period": q,
+                    "node_type": rt.node_type,
+                    "nodes": rt.nodes,
+                    "gpus_used": rt.gpus_used,
+                    "step_time_s": rt.step_time_s,
+                    "tokens": rt.tokens_per_period,
+                }
+            )
             if q <= dl[rt.job]:
                 trained[rt.job] += rt.tokens_per_period
     sched.sort(key=lambda d: (d["job"], d["period"]))
     types = {t.name: t for t in fp.node_types}
     cost = sum(types[t].node_usd * n for t, ns in buy.items() for n in ns)
     status = "optimal" if r["status"] == "Optimal" else "feasible"
-    return FleetResult(status, fp.fleet.goal.value, cost, buy, sched, trained, rates, time.perf_counter() - t0,
-                       bound=r["bound"], problem=fp)
+    return FleetResult(
+        status,
+        fp.fleet.goal.value,
+        cost,
+        buy,
+        sched,
+        trained,
+        rates,
+        time.perf_counter() - t0,
+        bound=r["bound"],
+        problem=fp,
+    )
 
 
 def explain(fp: FleetProblem, rates: list[Rate], time_limit_s: float) -> list[str]:
@@ -205,8 +269,10 @@ def explain(fp: FleetProblem, rates: list[Rate], time_limit_s: float) -> list[st
         _, _, _, r = solve_portfolio(fp, rates, time_limit_s, budget_usd=None)
         if r["objective"] is not None:
             need = r["objective"]
-            out.append(f"budget binds: the deadlines need ${need:,.0f}, ${need - fp.fleet.budget_usd:,.0f} more "
-                       f"than the budget of ${fp.fleet.budget_usd:,.0f}")
+            out.append(
+                f"budget binds: the deadlines need ${need:,.0f}, ${need - fp.fleet.budget_usd:,.0f} more "
+                f"than the budget of ${fp.fleet.budget_usd:,.0f}"
+            )
             return out
     # deadlines bind: most tokens each job can train by its deadline with the others' needs kept
     _, _, dl, r = solve_portfolio(fp, rates, time_limit_s, budget_usd=None, goal=FleetGoal.TOKENS)
@@ -218,15 +284,17 @@ def explain(fp: FleetProblem, rates: list[Rate], time_limit_s: float) -> list[st
         if short > 1e-6 * j.training.tokens:
             later = None
             for d in range(dl[j.name] + 1, P + 1):
-                _, _, _, r2 = solve_portfolio(fp, rates, time_limit_s, budget_usd=None,
-                                              deadlines={j.name: d})
+                _, _, _, r2 = solve_portfolio(fp, rates, time_limit_s, budget_usd=None, deadlines={j.name: d})
                 if r2["objective"] is not None:
                     later = d
                     break
-            what = f"; a deadline at the end of period {later} would do" if later else \
-                "; no deadline within the horizon would do (more availability, power or larger sizes)"
-            out.append(f"deadline of {j.name} (period {dl[j.name]}) binds: {short / 1e9:,.1f}B of "
-                       f"{j.training.tokens / 1e9:,.1f}B tokens cannot be trained in time{what}")
+            what = (
+                f"; a deadline at the end of period {later} would do"
+                if later
+                else "; no deadline within the horizon would do (more availability, power or larger sizes)"
+            )
+            out.append(
+                f"deadline of {j.name} (period {dl[j.name]}) binds: {short / 1e9:,.1f}B of "
+                f"{j.training.tokens / 1e9:,.1f}B tokens cannot be trained in time{what}"
+            )
     return out or ["infeasible (limits interact: no single deadline or the budget explains it)"]
-
-

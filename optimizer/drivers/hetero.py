@@ -27,11 +27,19 @@ the best purchase found.
 
 from __future__ import annotations
 
+from optimizer.drivers.purchase import (
+    Group,
+    Purchase,
+    TypeRow,
+    best_of_type,
+    node_limit,
+    purchase_of,
+    rank_key,
+)
 from optimizer.model.hardware import Tiers, collective_time
 from optimizer.model.params import count
 from optimizer.model.step import make_ctx
 from optimizer.schema.procure import Pricing, ProcureProblem
-from optimizer.drivers.purchase import Group, Purchase, TypeRow, best_of_type, node_limit, purchase_of, rank_key
 
 SHARES = 16  # the batch split is searched over multiples of B/SHARES
 PARTNERS = 3  # next-best node types tried as the partner of the anchor
@@ -55,8 +63,9 @@ def _remaining(pp: ProcureProblem, anchor: TypeRow, nodes_a: int) -> float | Non
     return pr.budget_usd
 
 
-def best_mix(pp: ProcureProblem, rows: list[TypeRow], time_limit_s: float = 60.0,
-             cache=None, solve_group=None) -> tuple[Purchase | None, int]:
+def best_mix(
+    pp: ProcureProblem, rows: list[TypeRow], time_limit_s: float = 60.0, cache=None, solve_group=None
+) -> tuple[Purchase | None, int]:
     """The best two-type mix of the family above (None: no mix fits), and how many mixes were evaluated.
     `solve_group(type, nodes, batch)`: how a group is solved (procure's worker pool, where each type's tables
     are); default `best_of_type` here with `cache`."""
@@ -71,8 +80,11 @@ def best_mix(pp: ProcureProblem, rows: list[TypeRow], time_limit_s: float = 60.0
         """The proven-best group (a rental budget caps each group's GPU-hours; the mix's bill is checked below)."""
         key = (t.name, nodes, batch)
         if key not in memo:
-            memo[key] = (solve_group(t, nodes, batch) if solve_group else
-                         best_of_type(pp, t, nodes, global_batch=batch, time_limit_s=time_limit_s, cache=cache))[0]
+            memo[key] = (
+                solve_group(t, nodes, batch)
+                if solve_group
+                else best_of_type(pp, t, nodes, global_batch=batch, time_limit_s=time_limit_s, cache=cache)
+            )[0]
         return memo[key]
 
     best, n_eval, pruned = None, 0, 0
@@ -111,7 +123,9 @@ def best_mix(pp: ProcureProblem, rows: list[TypeRow], time_limit_s: float = 60.0
             x = sync_time_s(pp, ga, gb)
             step = max(ga.step_time_s, gb.step_time_s) + x
             p = purchase_of(pp, [ga, gb], step, x)
-            if pr.budget_usd is not None and p.cost_usd > pr.budget_usd * (1 + 1e-9):  # capex or the rental bill
+            if pr.budget_usd is not None and p.cost_usd > pr.budget_usd * (
+                1 + 1e-9
+            ):  # capex or the rental bill
                 continue
             if pr.power_kw is not None and p.power_kw is not None and p.power_kw > pr.power_kw * (1 + 1e-9):
                 continue

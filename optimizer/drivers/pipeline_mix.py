@@ -23,12 +23,23 @@ from dataclasses import dataclass
 import numpy as np
 
 from optimizer.errors import VerificationError
-from optimizer.rules.layout import axis_values, divisors
 from optimizer.model.capacity import capacity_bytes
 from optimizer.model.hardware import collective_time
 from optimizer.model.knobs import RECOMPUTE
-from optimizer.model.pipeline_mix import (LAST, MIDDLE, MixPlan, MixResult, StageGroup, compose_mix_step, evaluate_mix, group_terms,
-                            join_network, join_time, role_of)
+from optimizer.model.pipeline_mix import (
+    LAST,
+    MIDDLE,
+    MixPlan,
+    MixResult,
+    StageGroup,
+    compose_mix_step,
+    evaluate_mix,
+    group_terms,
+    join_network,
+    join_time,
+    role_of,
+)
+from optimizer.rules.layout import axis_values, divisors
 from optimizer.schema import Problem
 from optimizer.schema.procure import whole_units
 
@@ -98,7 +109,9 @@ def _undominated(keys: np.ndarray, worse: np.ndarray) -> np.ndarray:
     return keep
 
 
-def candidates(o: TypeOffer, g: int, G: int, d: int, b: int, jt: list, prune: bool = True) -> dict[str, np.ndarray] | None:
+def candidates(
+    o: TypeOffer, g: int, G: int, d: int, b: int, jt: list, prune: bool = True
+) -> dict[str, np.ndarray] | None:
     """The candidate rows of type o at position g (floats; module docstring of `formulations.pipeline_mix`);
     `prune` drops rows another (tp, recompute) of the same stages and layers beats on every column; `jt`:
     every offered type's join network (`join_network`), giving the columns join0, join1, ... (this row's
@@ -107,7 +120,9 @@ def candidates(o: TypeOffer, g: int, G: int, d: int, b: int, jt: list, prune: bo
     L = p.llm.layers
     B = p.training.global_batch
     n_mb = B // (d * b)
-    tps = [t for t in axis_values(p.model_copy(update={"num_gpus": o.max_gpus}), "tp") if t <= o.gpus_per_node]
+    tps = [
+        t for t in axis_values(p.model_copy(update={"num_gpus": o.max_gpus}), "tp") if t <= o.gpus_per_node
+    ]
     rows = []
     for t in tps:
         smax = o.max_gpus // (d * t)
@@ -131,12 +146,35 @@ def candidates(o: TypeOffer, g: int, G: int, d: int, b: int, jt: list, prune: bo
     keep = need <= cap
     jn = [collective_time("p2p", te["msg"], 2.0, 0, t) for t in jt]
     if prune and keep.any():
-        w = np.stack([te["u"], te["he"], np.where(st > 1, te["p2p"], 0.0), te["msg"], te["x"], te["a"], nodes,
-                      te["fixed"] - cap, np.where(role == LAST, need, 0.0)], axis=1)
+        w = np.stack(
+            [
+                te["u"],
+                te["he"],
+                np.where(st > 1, te["p2p"], 0.0),
+                te["msg"],
+                te["x"],
+                te["a"],
+                nodes,
+                te["fixed"] - cap,
+                np.where(role == LAST, need, 0.0),
+            ],
+            axis=1,
+        )
         sub = np.flatnonzero(keep)
         keep[sub] &= _undominated(np.stack([st, ly], axis=1)[sub], w[sub])
-    out = {"tp": tp, "rec": rec, "stages": st, "layers": ly, "nodes": nodes, "gpus": gpus,
-           "cap": np.full(tp.shape, cap)} | {f"join{i}": j for i, j in enumerate(jn)} | te
+    out = (
+        {
+            "tp": tp,
+            "rec": rec,
+            "stages": st,
+            "layers": ly,
+            "nodes": nodes,
+            "gpus": gpus,
+            "cap": np.full(tp.shape, cap),
+        }
+        | {f"join{i}": j for i, j in enumerate(jn)}
+        | te
+    )
     return {k: np.asarray(v)[keep] if np.ndim(v) else np.full(int(keep.sum()), v) for k, v in out.items()}
 
 
@@ -157,28 +195,57 @@ def _ints(c: dict, tid: int, o: TypeOffer, role: str, n_mb: int) -> dict[str, np
     ns = lambda x: np.rint(np.asarray(x) * NS).astype(np.int64)  # noqa: E731
     n = len(c["tp"])
     st = c["stages"]
-    return {
-        "type": np.full(n, tid), "stages": st, "sl": st * c["layers"],
-        "u": ns(c["u"]), "he": ns(c["he"]) if role == LAST else np.zeros(n, np.int64),
-        "p2p_in": np.where(st > 1, ns(c["p2p"]), 0), "su": ns(st * c["u"]),
-        "fill": ns((st - 1) * c["p2p"]), "x": ns(c["x"]),
-        "rmax": _rmax(c, n_mb),
-        "cost": (c["nodes"] * round(o.node_usd or 0)).astype(np.int64),
-        "power": (c["nodes"] * round(1000 * (o.power_kw or 0))).astype(np.int64),
-    } | {k: ns(v) for k, v in c.items() if k.startswith("join")} | {"join_own": ns(c[f"join{tid}"])}
+    return (
+        {
+            "type": np.full(n, tid),
+            "stages": st,
+            "sl": st * c["layers"],
+            "u": ns(c["u"]),
+            "he": ns(c["he"]) if role == LAST else np.zeros(n, np.int64),
+            "p2p_in": np.where(st > 1, ns(c["p2p"]), 0),
+            "su": ns(st * c["u"]),
+            "fill": ns((st - 1) * c["p2p"]),
+            "x": ns(c["x"]),
+            "rmax": _rmax(c, n_mb),
+            "cost": (c["nodes"] * round(o.node_usd or 0)).astype(np.int64),
+            "power": (c["nodes"] * round(1000 * (o.power_kw or 0))).astype(np.int64),
+        }
+        | {k: ns(v) for k, v in c.items() if k.startswith("join")}
+        | {"join_own": ns(c[f"join{tid}"])}
+    )
 
 
 def _plan(offers, picks: list[tuple[int, dict, int]], d: int, b: int) -> MixPlan:
-    return MixPlan(tuple(StageGroup(offers[t].name, int(c["tp"][i]), int(c["stages"][i]), int(c["layers"][i]),
-                                    RECOMPUTE[int(c["rec"][i])]) for t, c, i in picks), d, b)
+    return MixPlan(
+        tuple(
+            StageGroup(
+                offers[t].name,
+                int(c["tp"][i]),
+                int(c["stages"][i]),
+                int(c["layers"][i]),
+                RECOMPUTE[int(c["rec"][i])],
+            )
+            for t, c, i in picks
+        ),
+        d,
+        b,
+    )
 
 
 def _solution(offers, plan: MixPlan, status: str, models: int, t0: float, joining) -> MixSolution:
     by = {o.name: o for o in offers}
     res = evaluate_mix({o.name: o.problem for o in offers}, plan, joining)
     nodes = {g.node_type: by[g.node_type].nodes_for(g.gpus(plan.dp)) for g in plan.groups}
-    cost = None if any(by[n].node_usd is None for n in nodes) else sum(k * by[n].node_usd for n, k in nodes.items())
-    power = None if any(by[n].power_kw is None for n in nodes) else sum(k * by[n].power_kw for n, k in nodes.items())
+    cost = (
+        None
+        if any(by[n].node_usd is None for n in nodes)
+        else sum(k * by[n].node_usd for n, k in nodes.items())
+    )
+    power = (
+        None
+        if any(by[n].power_kw is None for n in nodes)
+        else sum(k * by[n].power_kw for n, k in nodes.items())
+    )
     return MixSolution(plan, res, status, models, time.perf_counter() - t0, nodes, cost, power)
 
 
@@ -195,8 +262,11 @@ def _bounded_outer(offers: list[TypeOffer], G: int) -> list[tuple[float, int, in
         n_mb = B // (d * b)
         taus, gpu_taus = [], []
         for o in offers:
-            tps = [t for t in axis_values(o.problem.model_copy(update={"num_gpus": o.max_gpus}), "tp")
-                   if t <= o.gpus_per_node and d * t <= o.max_gpus]
+            tps = [
+                t
+                for t in axis_values(o.problem.model_copy(update={"num_gpus": o.max_gpus}), "tp")
+                if t <= o.gpus_per_node and d * t <= o.max_gpus
+            ]
             if not tps:
                 continue
             tp = np.repeat(np.array(tps, dtype=np.int64), 3)
@@ -212,8 +282,9 @@ def _bounded_outer(offers: list[TypeOffer], G: int) -> list[tuple[float, int, in
     return prepared
 
 
-def _positions(offers: list[TypeOffer], G: int, d: int, b: int, n_mb: int,
-               jt: list) -> tuple[list, list] | None:
+def _positions(
+    offers: list[TypeOffer], G: int, d: int, b: int, n_mb: int, jt: list
+) -> tuple[list, list] | None:
     """The CP-SAT tables of the G positions at (d, b) (`formulations.pipeline_mix.Position`, every offered
     type's candidates stacked) and, per position, the (type id, float candidates) they were stacked from;
     None when a position has no candidate."""
@@ -235,8 +306,15 @@ def _positions(offers: list[TypeOffer], G: int, d: int, b: int, n_mb: int,
     return pos, raw
 
 
-def _solve_position_model(pos: list, L: int, n_mb: int, budget_usd: float | None, power_kw: float | None,
-                          best_ns: int | None, deadline: float) -> tuple[tuple[list[int], int] | None, bool]:
+def _solve_position_model(
+    pos: list,
+    L: int,
+    n_mb: int,
+    budget_usd: float | None,
+    power_kw: float | None,
+    best_ns: int | None,
+    deadline: float,
+) -> tuple[tuple[list[int], int] | None, bool]:
     """Build and solve one CP-SAT model (`formulations.pipeline_mix.build`), cut below the incumbent
     `best_ns` (ns) and stopped at `deadline` (perf_counter s). Returns ((chosen row per position, step ns) or
     None, proven): proven is False when the solver stopped before proving its answer (unknown, or feasible
@@ -273,9 +351,15 @@ def _picks(rows: list[int], raw: list) -> list[tuple[int, dict, int]]:
     return picks
 
 
-def solve_pipeline_mix(offers: list[TypeOffer], groups: int = 2, budget_usd: float | None = None,
-                       power_kw: float | None = None, joining=None, time_limit_s: float = 60.0,
-                       step=None) -> MixSolution | None:
+def solve_pipeline_mix(
+    offers: list[TypeOffer],
+    groups: int = 2,
+    budget_usd: float | None = None,
+    power_kw: float | None = None,
+    joining=None,
+    time_limit_s: float = 60.0,
+    step=None,
+) -> MixSolution | None:
     """The fastest heterogeneous pipeline of `groups` positions over the offered types (None: none fits):
     one CP-SAT model per (d, b), lowest bound first (`_bounded_outer`), each cut by the incumbent; a (d, b)
     whose bound cannot beat it is passed over. The plan is re-evaluated by `evaluate_mix` and must agree with
@@ -314,13 +398,20 @@ def solve_pipeline_mix(offers: list[TypeOffer], groups: int = 2, budget_usd: flo
     sol = _solution(offers, best[0], status, models, t0, joining)
     err = abs(sol.result.step_time_s - best[1] / NS) / sol.result.step_time_s
     if err > 1e-3 or not sol.result.fits:
-        raise VerificationError(f"heterogeneous pipeline {best[0].label()}: solver {best[1] / NS:.6g} s against the "
-                                f"model's {sol.result.step_time_s:.6g} s (fits: {sol.result.fits})")
+        raise VerificationError(
+            f"heterogeneous pipeline {best[0].label()}: solver {best[1] / NS:.6g} s against the "
+            f"model's {sol.result.step_time_s:.6g} s (fits: {sol.result.fits})"
+        )
     return sol
 
 
-def enumerate_pipeline_mix(offers: list[TypeOffer], groups: int = 2, budget_usd: float | None = None,
-                           power_kw: float | None = None, joining=None) -> MixSolution | None:
+def enumerate_pipeline_mix(
+    offers: list[TypeOffer],
+    groups: int = 2,
+    budget_usd: float | None = None,
+    power_kw: float | None = None,
+    joining=None,
+) -> MixSolution | None:
     """Exhaustive oracle over the same family: every (d, b), ordered choice of distinct types and tuple of
     candidates, composed by `compose_mix_step` and checked with the model's memory rule; small instances only."""
     t0 = time.perf_counter()
@@ -331,7 +422,9 @@ def enumerate_pipeline_mix(offers: list[TypeOffer], groups: int = 2, budget_usd:
     best, best_t, n = None, math.inf, 0
     for d, b in outer(offers, G):
         n_mb = B // (d * b)
-        table = {(g, t): candidates(o, g, G, d, b, jt, prune=False) for g in range(G) for t, o in enumerate(offers)}
+        table = {
+            (g, t): candidates(o, g, G, d, b, jt, prune=False) for g in range(G) for t, o in enumerate(offers)
+        }
         for types in itertools.permutations(range(len(offers)), G):
             cs = [table[(g, t)] for g, t in enumerate(types)]
             if any(c is None or len(c["tp"]) == 0 for c in cs):
@@ -343,9 +436,13 @@ def enumerate_pipeline_mix(offers: list[TypeOffer], groups: int = 2, budget_usd:
             ok = sum(s * y for s, y in zip(st, ly)) == L
             nodes = col("nodes")
             if budget_usd is not None:
-                ok &= sum(nd * (offers[t].node_usd or 0) for nd, t in zip(nodes, types)) <= budget_usd * (1 + 1e-12)
+                ok &= sum(nd * (offers[t].node_usd or 0) for nd, t in zip(nodes, types)) <= budget_usd * (
+                    1 + 1e-12
+                )
             if power_kw is not None:
-                ok &= sum(nd * (offers[t].power_kw or 0) for nd, t in zip(nodes, types)) <= power_kw * (1 + 1e-12)
+                ok &= sum(nd * (offers[t].power_kw or 0) for nd, t in zip(nodes, types)) <= power_kw * (
+                    1 + 1e-12
+                )
             infl = [np.minimum(n_mb, sum(st[g:])) for g in range(G)]
             fixed, a, alt, cap = col("fixed"), col("a"), col("last_alt"), col("cap")
             for g in range(G):
@@ -354,8 +451,10 @@ def enumerate_pipeline_mix(offers: list[TypeOffer], groups: int = 2, budget_usd:
             if not ok.any():
                 continue
             msg = col("msg")
-            joins = [join_time(np.maximum(msg[g], msg[g + 1]), [jt[types[g]], jt[types[g + 1]]])
-                     for g in range(G - 1)]
+            joins = [
+                join_time(np.maximum(msg[g], msg[g + 1]), [jt[types[g]], jt[types[g + 1]]])
+                for g in range(G - 1)
+            ]
             t = compose_mix_step(n_mb, col("u"), st, col("he")[-1], col("p2p"), joins, col("x"))["step_time"]
             t = np.where(ok, t, np.inf)
             i = int(np.argmin(t))
@@ -389,8 +488,12 @@ def _offers(pp, rows) -> list:
     ranked = sorted([r for r in live if r.purchase is not None], key=lambda r: rank_key(pp, r.purchase))
     out = ranked[:2]
     by_hbm = sorted(live, key=lambda r: -r.max_nodes * r.node_type.gpus_per_node * r.node_type.system.hbm_gib)
-    by_flops = sorted(live, key=lambda r: -r.max_nodes * r.node_type.gpus_per_node
-                      * max(r.node_type.system.matrix_tflops.values()))
+    by_flops = sorted(
+        live,
+        key=lambda r: (
+            -r.max_nodes * r.node_type.gpus_per_node * max(r.node_type.system.matrix_tflops.values())
+        ),
+    )
     for r in by_hbm[:2] + by_flops:
         if len(out) >= OFFERED:
             break
@@ -403,31 +506,51 @@ def procure_pipeline(pp, rows, time_limit_s: float = 60.0) -> PipelineChoice | N
     """The fastest heterogeneous pipeline the procurement allows over the offered types (`_offers`), with
     2..min(max_types, 3) groups; capex budgets and power caps are constraints of the solve, a rental budget
     is checked on the result (its cost follows the time to train)."""
-    from optimizer.progress import progress
     from optimizer.drivers.purchase import Group, purchase_of, rank_key, sub_problem
+    from optimizer.progress import progress
     from optimizer.schema.procure import Pricing
 
     pr = pp.procure
     chosen = _offers(pp, rows)
     if len(chosen) < 2 or pp.llm.moe is not None or pp.stack.value != "megatron-core":
         return None  # the family's plans (ZeRO-1, SP) are Megatron-Core's
-    offers = [TypeOffer(r.node_type.name, sub_problem(pp, r.node_type, r.max_nodes), r.max_nodes,
-                        r.node_type.node_usd, r.node_type.power_kw, r.node_type.unit_nodes) for r in chosen]
+    offers = [
+        TypeOffer(
+            r.node_type.name,
+            sub_problem(pp, r.node_type, r.max_nodes),
+            r.max_nodes,
+            r.node_type.node_usd,
+            r.node_type.power_kw,
+            r.node_type.unit_nodes,
+        )
+        for r in chosen
+    ]
     capex = pr.pricing == Pricing.CAPEX
     best = None
     sizes = [g for g in (2, 3) if g <= min(pr.max_types, len(offers))]
     with progress("procure: pipelined mixes", sum(len(outer(offers, g)) for g in sizes)) as step:
         for G in sizes:
-            sol = solve_pipeline_mix(offers, G, pr.budget_usd if capex else None, pr.power_kw,
-                                     pp.catalog.joining_network, time_limit_s, step)
+            sol = solve_pipeline_mix(
+                offers,
+                G,
+                pr.budget_usd if capex else None,
+                pr.power_kw,
+                pp.catalog.joining_network,
+                time_limit_s,
+                step,
+            )
             if sol is not None and (best is None or sol.result.step_time_s < best.result.step_time_s):
                 best = sol
     if best is None:
         return None
     by = {r.node_type.name: r.node_type for r in chosen}
     B = pp.training.global_batch
-    groups = [Group(by[g.node_type], best.nodes[g.node_type], g.gpus(best.plan.dp), B, best.result.step_time_s, None)
-              for g in best.plan.groups]
+    groups = [
+        Group(
+            by[g.node_type], best.nodes[g.node_type], g.gpus(best.plan.dp), B, best.result.step_time_s, None
+        )
+        for g in best.plan.groups
+    ]
     pur = purchase_of(pp, groups, best.result.step_time_s)
     if pr.budget_usd is not None and pur.cost_usd > pr.budget_usd * (1 + 1e-9):
         return None
@@ -436,8 +559,10 @@ def procure_pipeline(pp, rows, time_limit_s: float = 60.0) -> PipelineChoice | N
     slow = r.parts_s["slowest_stage"]
     reasons = []
     for g, stage, hbm, cap in zip(best.plan.groups, r.stage_time_s, r.hbm_bytes, r.capacity_bytes):
-        share = f"{g.stages * g.layers}/{L} layers ({g.stages} stage(s) x {g.layers}, tp {g.tp}, {g.recompute.value} " \
-                f"recompute) on {g.gpus(best.plan.dp)} GPUs"
+        share = (
+            f"{g.stages * g.layers}/{L} layers ({g.stages} stage(s) x {g.layers}, tp {g.tp}, {g.recompute.value} "
+            f"recompute) on {g.gpus(best.plan.dp)} GPUs"
+        )
         use = f"memory {hbm / 2**30:.1f} of {cap / 2**30:.1f} GiB"
         if hbm >= 0.9 * cap:
             why = f"memory: its GPUs are {100 * hbm / cap:.0f}% full ({use}); stage {1e3 * stage:.1f} ms per micro-batch"
@@ -446,18 +571,24 @@ def procure_pipeline(pp, rows, time_limit_s: float = 60.0) -> PipelineChoice | N
         reasons.append(f"{g.node_type}: {share}: {why}")
     singles = [x.purchase for x in rows if x.purchase is not None]
     if not singles:
-        verdict = ("no single node type trains the model within its limits (nothing fits); the pipeline pools the "
-                   "types' memory: " + " + ".join(f"{n} x {t}" for t, n in best.nodes.items()))
+        verdict = (
+            "no single node type trains the model within its limits (nothing fits); the pipeline pools the "
+            "types' memory: " + " + ".join(f"{n} x {t}" for t, n in best.nodes.items())
+        )
     else:
         s1 = min(singles, key=lambda p: rank_key(pp, p))
         gain = 100 * (s1.step_time_s - pur.step_time_s) / s1.step_time_s
         if rank_key(pp, pur) < rank_key(pp, s1):
-            verdict = (f"beats the best single-type purchase ({s1.label()}, step {s1.step_time_s:.3f} s) by "
-                       f"{gain:.1f}% in step time")
+            verdict = (
+                f"beats the best single-type purchase ({s1.label()}, step {s1.step_time_s:.3f} s) by "
+                f"{gain:.1f}% in step time"
+            )
         else:
             p = r.parts_s
-            verdict = (f"loses to the best single-type purchase ({s1.label()}, step {s1.step_time_s:.3f} s, "
-                       f"{-gain:.1f}% faster): the mix's slowest stage ({1e3 * slow:.1f} ms per micro-batch) sets its "
-                       f"steady state; pipeline {p['pipeline']:.3f} s, p2p {p['p2p']:.3f} s, DP and optimizer "
-                       f"{p['dp_optimizer']:.3f} s")
+            verdict = (
+                f"loses to the best single-type purchase ({s1.label()}, step {s1.step_time_s:.3f} s, "
+                f"{-gain:.1f}% faster): the mix's slowest stage ({1e3 * slow:.1f} ms per micro-batch) sets its "
+                f"steady state; pipeline {p['pipeline']:.3f} s, p2p {p['p2p']:.3f} s, DP and optimizer "
+                f"{p['dp_optimizer']:.3f} s"
+            )
     return PipelineChoice(best, pur, reasons, verdict, [r.node_type.name for r in chosen])

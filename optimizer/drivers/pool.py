@@ -18,12 +18,16 @@ _PRELOAD = ["optimizer.drivers.study", "optimizer.drivers.procure", "formulation
 def process_pool(max_workers: int) -> ProcessPoolExecutor:
     """A process pool of `max_workers` workers started by PARAPLAN_MP_START (fork, forkserver, spawn;
     default: fork where the platform has it, else spawn)."""
-    method = os.environ.get("PARAPLAN_MP_START") or ("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    method = os.environ.get("PARAPLAN_MP_START") or (
+        "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+    )
     if method not in mp.get_all_start_methods():
         from optimizer.errors import ParaplanError
 
-        raise ParaplanError(f"PARAPLAN_MP_START={method!r}: this platform starts processes by "
-                            f"{', '.join(mp.get_all_start_methods())}")
+        raise ParaplanError(
+            f"PARAPLAN_MP_START={method!r}: this platform starts processes by "
+            f"{', '.join(mp.get_all_start_methods())}"
+        )
     ctx = mp.get_context(method)
     if method == "forkserver":
         ctx.set_forkserver_preload(_PRELOAD)

@@ -22,12 +22,19 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from optimizer.drivers.purchase import (
+    Group,
+    Purchase,
+    TablesCache,
+    TypeRow,
+    best_of_type,
+    node_limit,
+    purchase_of,
+    rank_key,
+    system_tables_key,
+)
 from optimizer.prepare.objective import BIG_S
 from optimizer.progress import progress
-from optimizer.drivers.purchase import (Group, Purchase, TablesCache, TypeRow, best_of_type, node_limit, purchase_of,  # noqa: F401
-                       rank_key, sub_problem, system_tables_key)
-from optimizer.report.plots import plot_pareto  # noqa: F401  (a result's report, beside it)
-from optimizer.report.procure import render, result_dict  # noqa: F401
 from optimizer.schema.problem import Goal, Objective
 from optimizer.schema.procure import ProcureGoal, ProcureProblem
 
@@ -52,8 +59,11 @@ def procure(pp: ProcureProblem, pareto: bool = False, time_limit_s: float = 60.0
     t0 = time.perf_counter()
     cache = TablesCache()  # tables at the most GPUs serve every smaller purchase of the same node system
     limits = {t.name: node_limit(pp, t) for t in pp.catalog.node_types}
-    todo = [t for t in sorted(pp.catalog.node_types, key=lambda t: -limits[t.name][0] * t.gpus_per_node)
-            if not (pp.procure.calibrated_only and t.system.calibration.status() == "prior")]
+    todo = [
+        t
+        for t in sorted(pp.catalog.node_types, key=lambda t: -limits[t.name][0] * t.gpus_per_node)
+        if not (pp.procure.calibrated_only and t.system.calibration.status() == "prior")
+    ]
     with TypePool(todo) as pool:
         return _procure(pp, pareto, time_limit_s, t0, cache, limits, todo, pool)
 
@@ -62,8 +72,9 @@ def _procure(pp, pareto, time_limit_s, t0, cache, limits, todo, pool) -> Procure
     rows: list[TypeRow] = []
     solved = {}
     with progress("procure: node types", len(todo)) as step:
-        for name, out in per_type(pp, todo, "best", {t.name: limits[t.name][0] for t in todo}, time_limit_s,
-                                  cache, step, pool):
+        for name, out in per_type(
+            pp, todo, "best", {t.name: limits[t.name][0] for t in todo}, time_limit_s, cache, step, pool
+        ):
             solved[name] = out
     for t in pp.catalog.node_types:
         if pp.procure.calibrated_only and t.system.calibration.status() == "prior":
@@ -83,8 +94,13 @@ def _procure(pp, pareto, time_limit_s, t0, cache, limits, todo, pool) -> Procure
     if pp.procure.max_types >= 2 and pp.procure.heterogeneous.value in ("data", "all"):
         from optimizer.drivers.hetero import best_mix
 
-        mix, n_mix = best_mix(pp, rows, time_limit_s=time_limit_s, cache=cache,
-                              solve_group=lambda t, n, b: pool.run("group", pp, t, (n, b), time_limit_s, cache))
+        mix, n_mix = best_mix(
+            pp,
+            rows,
+            time_limit_s=time_limit_s,
+            cache=cache,
+            solve_group=lambda t, n, b: pool.run("group", pp, t, (n, b), time_limit_s, cache),
+        )
         res.mixes_considered = n_mix
         if mix is not None:
             cands.append(mix)
@@ -101,21 +117,37 @@ def _procure(pp, pareto, time_limit_s, t0, cache, limits, todo, pool) -> Procure
     return res
 
 
-def pareto_front(pp: ProcureProblem, points: int = 10, time_limit_s: float = 60.0,
-                 cache: TablesCache | None = None, pool: TypePool | None = None) -> list[Purchase]:
+def pareto_front(
+    pp: ProcureProblem,
+    points: int = 10,
+    time_limit_s: float = 60.0,
+    cache: TablesCache | None = None,
+    pool: TypePool | None = None,
+) -> list[Purchase]:
     """Cost against time to train: for budgets from the cheapest purchase that fits to the problem's budget,
     the fastest purchase within each (each a proven optimum for its budget), dominated points removed.
     Each node type's work (its cheapest fitting purchase, then its best within every budget) is independent
     of the others' and runs in parallel over types (`per_type`)."""
-    types = [t for t in pp.catalog.node_types
-             if not (pp.procure.calibrated_only and t.system.calibration.status() == "prior")]
+    types = [
+        t
+        for t in pp.catalog.node_types
+        if not (pp.procure.calibrated_only and t.system.calibration.status() == "prior")
+    ]
     # the cheapest purchase that fits at all (any speed): fewest GPUs per type
     cheapest = []
     min_nodes: dict[str, int] = {}
     cache = cache if cache is not None else TablesCache()
     with progress("procure: Pareto, cheapest per type", len(types)) as step:
-        for name, g in per_type(pp, types, "fewest", {t.name: node_limit(pp, t)[0] for t in types}, time_limit_s,
-                                cache, step, pool):
+        for name, g in per_type(
+            pp,
+            types,
+            "fewest",
+            {t.name: node_limit(pp, t)[0] for t in types},
+            time_limit_s,
+            cache,
+            step,
+            pool,
+        ):
             if g is not None:
                 cheapest.append(purchase_of(pp, [g], g.step_time_s))
                 min_nodes[name] = g.nodes
@@ -130,8 +162,16 @@ def pareto_front(pp: ProcureProblem, points: int = 10, time_limit_s: float = 60.
     live = [t for t in types if t.name in min_nodes]
     per_budget: dict[float, list[Group]] = {b: [] for b in budgets}
     with progress("procure: Pareto budgets per type", len(live)) as step:
-        for name, groups in per_type(pp, live, "budgets", {t.name: (budgets, min_nodes[t.name]) for t in live},
-                                     time_limit_s, cache, step, pool):
+        for name, groups in per_type(
+            pp,
+            live,
+            "budgets",
+            {t.name: (budgets, min_nodes[t.name]) for t in live},
+            time_limit_s,
+            cache,
+            step,
+            pool,
+        ):
             for b, g in groups:
                 per_budget[b].append(g)
     for b in budgets:
@@ -157,11 +197,18 @@ def type_within_budgets(pp, t, budgets, min_nodes: int, time_limit_s, cache) -> 
         n, _ = node_limit(pp, t, budget_usd=b * (1 + 1e-9))
         if n < min_nodes:
             continue
-        grp = next((g for g in solved if g.nodes <= n
-                    and purchase_of(pp, [g], g.step_time_s).cost_usd <= b * (1 + 1e-9)), None)
+        grp = next(
+            (
+                g
+                for g in solved
+                if g.nodes <= n and purchase_of(pp, [g], g.step_time_s).cost_usd <= b * (1 + 1e-9)
+            ),
+            None,
+        )
         if grp is None:
-            grp, _, _ = best_of_type(pp, t, n, budget_usd=b * (1 + 1e-9), goal=fast_goal,
-                                     time_limit_s=time_limit_s, cache=cache)
+            grp, _, _ = best_of_type(
+                pp, t, n, budget_usd=b * (1 + 1e-9), goal=fast_goal, time_limit_s=time_limit_s, cache=cache
+            )
             if grp is None:
                 continue
             solved.append(grp)
@@ -219,7 +266,9 @@ class TypePool:
         for t in types:
             by_key.setdefault(system_tables_key(t.system), []).append(t)
         load = [0] * self.w
-        for grp in sorted(by_key.values(), key=len, reverse=True):  # whole groups while they balance, else split
+        for grp in sorted(
+            by_key.values(), key=len, reverse=True
+        ):  # whole groups while they balance, else split
             if len(grp) > len(types) / self.w:
                 for t in grp:
                     k = load.index(min(load))
@@ -236,7 +285,11 @@ class TypePool:
         """One job on the type's own worker (its tables are there), or here when serial."""
         if self.w == 1 or t.name not in self.home:
             return _job(kind, pp, t, arg, time_limit_s, cache)
-        return self.ex[self.home[t.name]].submit(_chunk, (kind, pp, [t], {t.name: arg}, time_limit_s)).result()[0][1]
+        return (
+            self.ex[self.home[t.name]]
+            .submit(_chunk, (kind, pp, [t], {t.name: arg}, time_limit_s))
+            .result()[0][1]
+        )
 
     def close(self) -> None:
         for e in self.ex:
@@ -250,8 +303,16 @@ class TypePool:
         self.close()
 
 
-def per_type(pp: ProcureProblem, types: list, kind: str, args_by_name: dict, time_limit_s: float,
-             cache: TablesCache, step=None, pool: TypePool | None = None):
+def per_type(
+    pp: ProcureProblem,
+    types: list,
+    kind: str,
+    args_by_name: dict,
+    time_limit_s: float,
+    cache: TablesCache,
+    step=None,
+    pool: TypePool | None = None,
+):
     """(type name, result) of `kind` for every type: on the pool's workers (each type on its own worker), or
     serially with `cache`."""
     if pool is None or pool.w == 1:
@@ -266,8 +327,10 @@ def per_type(pp: ProcureProblem, types: list, kind: str, args_by_name: dict, tim
     chunks: dict[int, list] = {}
     for t in types:
         chunks.setdefault(pool.home[t.name], []).append(t)
-    futs = [pool.ex[k].submit(_chunk, (kind, pp, c, {t.name: args_by_name[t.name] for t in c}, time_limit_s))
-            for k, c in chunks.items()]
+    futs = [
+        pool.ex[k].submit(_chunk, (kind, pp, c, {t.name: args_by_name[t.name] for t in c}, time_limit_s))
+        for k, c in chunks.items()
+    ]
     for f in as_completed(futs):
         for name, out in f.result():
             if step:
@@ -280,8 +343,11 @@ def _within_bands(r: ProcureResult) -> str | None:
     (each type's `calibration.band_pct`), say so: the ranking between them is not settled by the model."""
     from optimizer.drivers.purchase import rank_key
 
-    if r.best is None or len(r.best.groups) != 1 or r.problem.procure.goal.value not in ("throughput",
-                                                                                         "time_to_train"):
+    if (
+        r.best is None
+        or len(r.best.groups) != 1
+        or r.problem.procure.goal.value not in ("throughput", "time_to_train")
+    ):
         return None
     best_t = r.best.groups[0].node_type
     others = [x for x in r.rows if x.purchase is not None and x.node_type.name != best_t.name]
@@ -294,8 +360,8 @@ def _within_bands(r: ProcureResult) -> str | None:
         return None
     t1, t2 = r.best.step_time_s, ru.purchase.step_time_s
     if t1 * (1 + b1 / 100) >= t2 * (1 - b2 / 100):
-        return (f"the runner-up, {ru.purchase.label()} (step {t2:.3f} s), is within the stated uncertainties "
-                f"(+-{b1:.0f}% and +-{b2:.0f}% on step time): the ranking of the two is not settled by the model")
+        return (
+            f"the runner-up, {ru.purchase.label()} (step {t2:.3f} s), is within the stated uncertainties "
+            f"(+-{b1:.0f}% and +-{b2:.0f}% on step time): the ranking of the two is not settled by the model"
+        )
     return None
-
-

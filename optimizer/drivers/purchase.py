@@ -55,10 +55,15 @@ class Purchase:
         return self.tokens_per_s / (self.cost_usd / 1e6) if self.cost_usd > 0 else math.inf
 
     def label(self) -> str:
-        return " + ".join(f"{g.nodes} x {g.node_type.name}" + (f" ({g.nodes // g.node_type.unit_nodes} units of "
-                                                                 f"{g.node_type.unit_nodes})"
-                                                                 if g.node_type.unit_nodes > 1 else "")
-                          for g in self.groups)
+        return " + ".join(
+            f"{g.nodes} x {g.node_type.name}"
+            + (
+                f" ({g.nodes // g.node_type.unit_nodes} units of {g.node_type.unit_nodes})"
+                if g.node_type.unit_nodes > 1
+                else ""
+            )
+            for g in self.groups
+        )
 
 
 @dataclass
@@ -77,7 +82,10 @@ def node_limit(pp: ProcureProblem, t: NodeType, budget_usd: float | None = None)
     """The most nodes of type t the budget (capex), power cap and availability allow, and which binds."""
     pr = pp.procure
     budget = pr.budget_usd if budget_usd is None else budget_usd
-    lim = [(pr.max_nodes, "procure.max_nodes"), (MAX_COUNT // t.gpus_per_node, "the largest GPU count modelled")]
+    lim = [
+        (pr.max_nodes, "procure.max_nodes"),
+        (MAX_COUNT // t.gpus_per_node, "the largest GPU count modelled"),
+    ]
     if t.max_nodes is not None:
         lim.append((t.max_nodes, "availability"))
     if pr.pricing == Pricing.CAPEX and budget is not None and t.node_usd:
@@ -88,15 +96,23 @@ def node_limit(pp: ProcureProblem, t: NodeType, budget_usd: float | None = None)
     return n // t.unit_nodes * t.unit_nodes, why  # whole units (racks)
 
 
-def sub_problem(pp: ProcureProblem, t: NodeType, nodes: int, global_batch: int | None = None,
-                budget_usd: float | None = None, goal: ProcureGoal | None = None,
-                objective: Objective | None = None) -> Problem:
+def sub_problem(
+    pp: ProcureProblem,
+    t: NodeType,
+    nodes: int,
+    global_batch: int | None = None,
+    budget_usd: float | None = None,
+    goal: ProcureGoal | None = None,
+    objective: Objective | None = None,
+) -> Problem:
     """The solve problem of node type t with at most `nodes` nodes (whole nodes used, idle GPUs allowed);
     its objective follows the procurement goal unless `objective` is given."""
     pr = pp.procure
     goal = goal or pr.goal
     budget = pr.budget_usd if budget_usd is None else budget_usd
-    tr = pp.training if global_batch is None else pp.training.model_copy(update={"global_batch": global_batch})
+    tr = (
+        pp.training if global_batch is None else pp.training.model_copy(update={"global_batch": global_batch})
+    )
     g = t.gpus_per_node
     obj: dict = {}
     if goal in (ProcureGoal.THROUGHPUT, ProcureGoal.TIME_TO_TRAIN):
@@ -109,9 +125,17 @@ def sub_problem(pp: ProcureProblem, t: NodeType, nodes: int, global_batch: int |
     if pr.pricing == Pricing.RENTAL and budget is not None and pp.training.tokens:
         obj["max_gpu_hours"] = budget / t.rent_usd_per_gpu_hour
     opts = Options(memory_headroom_gib=pp.options.memory_headroom_gib, allow_idle_gpus=True, gpu_multiple=g)
-    return Problem(name=f"{pp.name or 'procure'}@{t.name}", llm=pp.llm, system=t.system, num_gpus=nodes * g,
-                   training=tr, search=pp.search, options=opts, objective=objective or Objective(**obj),
-                   stack=pp.stack)
+    return Problem(
+        name=f"{pp.name or 'procure'}@{t.name}",
+        llm=pp.llm,
+        system=t.system,
+        num_gpus=nodes * g,
+        training=tr,
+        search=pp.search,
+        options=opts,
+        objective=objective or Objective(**obj),
+        stack=pp.stack,
+    )
 
 
 def purchase_of(pp: ProcureProblem, groups: list[Group], step_s: float, sync_s: float = 0.0) -> Purchase:
@@ -121,11 +145,18 @@ def purchase_of(pp: ProcureProblem, groups: list[Group], step_s: float, sync_s: 
         cost = sum(g.nodes * g.node_type.node_usd for g in groups)
     else:
         hours = (steps or 0.0) * step_s / 3600.0
-        cost = sum(g.nodes * g.node_type.gpus_per_node * g.node_type.rent_usd_per_gpu_hour for g in groups) * hours
-    power = None if any(g.node_type.power_kw is None for g in groups) else \
-        sum(g.nodes * g.node_type.power_kw for g in groups)
-    return Purchase(groups, step_s, B * S / step_s, cost, power, None if steps is None else steps * step_s / 86400,
-                    sync_s)
+        cost = (
+            sum(g.nodes * g.node_type.gpus_per_node * g.node_type.rent_usd_per_gpu_hour for g in groups)
+            * hours
+        )
+    power = (
+        None
+        if any(g.node_type.power_kw is None for g in groups)
+        else sum(g.nodes * g.node_type.power_kw for g in groups)
+    )
+    return Purchase(
+        groups, step_s, B * S / step_s, cost, power, None if steps is None else steps * step_s / 86400, sync_s
+    )
 
 
 def rank_key(pp: ProcureProblem, p: Purchase) -> tuple[float, float]:
@@ -147,14 +178,18 @@ def system_tables_key(system) -> str:
     offload capacity enter only the capacity rows, `formulations.tables.restrict`; whether offload exists does)."""
     d = system.model_dump(mode="json", exclude={"name", "hbm_gib", "calibration"})
     off = d.get("offload") or {}
-    d["offload"] = {k: v for k, v in off.items() if k != "capacity_gib"} | {"present": (off.get("capacity_gib") or 0) > 0}
+    d["offload"] = {k: v for k, v in off.items() if k != "capacity_gib"} | {
+        "present": (off.get("capacity_gib") or 0) > 0
+    }
     return json.dumps(d, sort_keys=True)
 
 
 def tables_key(q: Problem) -> str:
     """What a problem's CP-SAT tables depend on: everything but its name, GPU count (a smaller count is a subset
     of a larger one's space with idle GPUs allowed), objective and execution, and the system's `system_tables_key`."""
-    d = q.model_dump(mode="json", exclude={"name", "description", "num_gpus", "objective", "execution", "system"})
+    d = q.model_dump(
+        mode="json", exclude={"name", "description", "num_gpus", "objective", "execution", "system"}
+    )
     return json.dumps(d, sort_keys=True, default=str) + system_tables_key(q.system)
 
 
@@ -171,7 +206,6 @@ class TablesCache:
     def get(self, q: Problem, at_gpus: int | None = None):
         """Tables that hold `q`'s space (None: it is empty), built at max(q.num_gpus, at_gpus) GPUs when needed."""
         from formulations.tables import build_all
-
         from optimizer.prepare.space import compact_space
 
         key = tables_key(q)
@@ -189,10 +223,17 @@ class TablesCache:
         return hit[1]
 
 
-def best_of_type(pp: ProcureProblem, t: NodeType, nodes: int, global_batch: int | None = None,
-                 budget_usd: float | None = None, goal: ProcureGoal | None = None,
-                 time_limit_s: float = 60.0, objective: Objective | None = None,
-                 cache: TablesCache | None = None) -> tuple[Group | None, int, str]:
+def best_of_type(
+    pp: ProcureProblem,
+    t: NodeType,
+    nodes: int,
+    global_batch: int | None = None,
+    budget_usd: float | None = None,
+    goal: ProcureGoal | None = None,
+    time_limit_s: float = 60.0,
+    objective: Objective | None = None,
+    cache: TablesCache | None = None,
+) -> tuple[Group | None, int, str]:
     """The proven-best group of type t with at most `nodes` nodes (None: nothing fits), the space size and
     the status. `cache`: reuse tables across calls (Pareto fronts, mixes)."""
     from optimizer.drivers.solve import solve
@@ -214,6 +255,14 @@ def best_of_type(pp: ProcureProblem, t: NodeType, nodes: int, global_batch: int 
     nodes_bought = t.bought(math.ceil(used / t.gpus_per_node))
     # solved on the type's whole pool of nodes (idle GPUs allowed): the group's plan is on the nodes bought
     ev = plan.evaluation
-    plan = replace(plan, evaluation=replace(ev, problem=ev.problem.model_copy(
-        update={"num_gpus": nodes_bought * t.gpus_per_node})))
-    return (Group(t, nodes_bought, used, q.training.global_batch, plan.objective_s, plan, r), r.candidates, r.status)
+    plan = replace(
+        plan,
+        evaluation=replace(
+            ev, problem=ev.problem.model_copy(update={"num_gpus": nodes_bought * t.gpus_per_node})
+        ),
+    )
+    return (
+        Group(t, nodes_bought, used, q.training.global_batch, plan.objective_s, plan, r),
+        r.candidates,
+        r.status,
+    )

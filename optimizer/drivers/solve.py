@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from optimizer.errors import Infeasible, Reason, VerificationError
 from optimizer.drivers.evaluate import Evaluation, evaluate_execution
+from optimizer.errors import Infeasible, Reason, VerificationError
 from optimizer.model.knobs import to_execution
-from optimizer.schema import Precision, Problem
 from optimizer.prepare.space import build_space
+from optimizer.schema import Precision, Problem
 
 REL_TOL = 1e-3  # solver objective vs re-evaluated step time
 ENUMERATE_MAX = 40_000_000  # candidates the enumerator materialises (~0.3 KB each: ~12 GB at most)
@@ -45,10 +45,14 @@ def verify(problem: Problem, ev: Evaluation, objective_s: float) -> None:
     capacity holds, or fail loudly."""
     t = ev.result["step_time"]
     if abs(t - objective_s) > max(REL_TOL * t, ABS_TOL_S):
-        raise VerificationError(f"solver objective {objective_s:.6g} s disagrees with the model's {t:.6g} s "
-                                f"for {ev.execution.model_dump(mode='json')}")
+        raise VerificationError(
+            f"solver objective {objective_s:.6g} s disagrees with the model's {t:.6g} s "
+            f"for {ev.execution.model_dump(mode='json')}"
+        )
     if not ev.fits:
-        raise VerificationError(f"plan does not fit in memory when re-evaluated: {ev.result['hbm'] / 2**30:.2f} GiB")
+        raise VerificationError(
+            f"plan does not fit in memory when re-evaluated: {ev.result['hbm'] / 2**30:.2f} GiB"
+        )
 
 
 def _precisions(problem: Problem) -> list | None:
@@ -73,10 +77,16 @@ def _solve_precisions(problem: Problem, precs: list, kw: dict) -> SolveResult:
     best, best_score, notes, candidates, statuses = None, None, [], 0, set()
     for pr in precs:
         if problem.system.peak_tflops(pr) is None:
-            notes.append(f"precision {pr.value}: {problem.system.name} has no {pr.value} matrix peak, not searched")
+            notes.append(
+                f"precision {pr.value}: {problem.system.name} has no {pr.value} matrix peak, not searched"
+            )
             continue
-        q = problem.model_copy(update={"training": problem.training.model_copy(update={"precision": pr}),
-                                       "search": search or None})
+        q = problem.model_copy(
+            update={
+                "training": problem.training.model_copy(update={"precision": pr}),
+                "search": search or None,
+            }
+        )
         try:
             r = solve(q, **kw)
         except Infeasible as e:
@@ -92,8 +102,11 @@ def _solve_precisions(problem: Problem, precs: list, kw: dict) -> SolveResult:
     if best is None:
         raise Infeasible("nothing fits at any precision searched: " + "; ".join(notes), reason=Reason.MEMORY)
     chosen = best.plans[0].evaluation.problem.training.precision.value
-    best.notes = [f"precision searched over {', '.join(p.value for p in precs)}: {chosen} is fastest"] + notes + \
-        best.notes
+    best.notes = (
+        [f"precision searched over {', '.join(p.value for p in precs)}: {chosen} is fastest"]
+        + notes
+        + best.notes
+    )
     best.candidates = candidates
     best.status = "optimal" if statuses <= {"optimal"} else "feasible"
     best.seconds = time.perf_counter() - t0
@@ -111,15 +124,30 @@ def _plans(problem: Problem, knobs: list, objectives: list) -> list[Plan]:
     return plans
 
 
-def solve(problem: Problem, method: str = "cpsat", top: int = 1, time_limit_s: float = 60.0,
-          params: dict | None = None, tables=None, backend: str = "cpsat", solver: str = "highs") -> SolveResult:
+def solve(
+    problem: Problem,
+    method: str = "cpsat",
+    top: int = 1,
+    time_limit_s: float = 60.0,
+    params: dict | None = None,
+    tables=None,
+    backend: str = "cpsat",
+    solver: str = "highs",
+) -> SolveResult:
     """The best plans of the problem. `backend` cpsat (default) or pyomo (the same kept pairs as a MILP,
     `formulations.pyomo_model`, with `solver`); `tables` (CP-SAT): tables built for the same problem with
     more GPUs and idle GPUs allowed, reused for this GPU limit (`formulations.tables.restrict`)."""
     from optimizer.prepare.objective import describe, gpus_used
 
-    kw = dict(method=method, top=top, time_limit_s=time_limit_s, params=params, tables=tables, backend=backend,
-              solver=solver)
+    kw = dict(
+        method=method,
+        top=top,
+        time_limit_s=time_limit_s,
+        params=params,
+        tables=tables,
+        backend=backend,
+        solver=solver,
+    )
     precs = _precisions(problem)
     if precs is not None:
         return _solve_precisions(problem, precs, kw)
@@ -136,8 +164,17 @@ def solve(problem: Problem, method: str = "cpsat", top: int = 1, time_limit_s: f
         plans = _plans(problem, o.knobs, o.objectives_s)
         first = plans[0].evaluation
         notes = [describe(problem, gpus_used(first.execution), first.result["step_time"])] + o.notes
-        return SolveResult(backend, o.status, plans, o.candidates, None, time.perf_counter() - t0,
-                           bound_s=o.bound_s, gap=o.gap, notes=notes)
+        return SolveResult(
+            backend,
+            o.status,
+            plans,
+            o.candidates,
+            None,
+            time.perf_counter() - t0,
+            bound_s=o.bound_s,
+            gap=o.gap,
+            notes=notes,
+        )
     if method == "enumerate":
         from formulations.enumerate import enumerate_best
         from optimizer.errors import ProblemError
@@ -145,21 +182,40 @@ def solve(problem: Problem, method: str = "cpsat", top: int = 1, time_limit_s: f
 
         size = compact_space(problem).size
         if size > ENUMERATE_MAX:
-            raise ProblemError("--method", None, None, f"enumerate walks all {size:,} candidates, more than the "
-                               f"{ENUMERATE_MAX:,} it holds in memory; use cpsat (the default)")
+            raise ProblemError(
+                "--method",
+                None,
+                None,
+                f"enumerate walks all {size:,} candidates, more than the "
+                f"{ENUMERATE_MAX:,} it holds in memory; use cpsat (the default)",
+            )
         r = enumerate_best(problem, build_space(problem), top=top)
         if len(r.step_time_s) == 0:
             reason = Reason.RULES if r.n_candidates == 0 else Reason.TARGET if r.n_feasible else Reason.MEMORY
             what = "meets the objective's target" if r.n_feasible else "is within memory"
-            raise Infeasible(f"nothing fits: none of {r.n_candidates:,} candidates {what} "
-                             "(run `paraplan check` for why and what would fit)", reason=reason)
-        plans = _plans(problem, [r.knobs.take(np.array([i])) for i in range(len(r.step_time_s))],
-                       [float(x) for x in r.step_time_s])
-        note = describe(problem, gpus_used(plans[0].evaluation.execution), plans[0].evaluation.result["step_time"])
+            raise Infeasible(
+                f"nothing fits: none of {r.n_candidates:,} candidates {what} "
+                "(run `paraplan check` for why and what would fit)",
+                reason=reason,
+            )
+        plans = _plans(
+            problem,
+            [r.knobs.take(np.array([i])) for i in range(len(r.step_time_s))],
+            [float(x) for x in r.step_time_s],
+        )
+        note = describe(
+            problem, gpus_used(plans[0].evaluation.execution), plans[0].evaluation.result["step_time"]
+        )
         step_goal = problem.objective.goal.value == "step_time"
-        return SolveResult("enumerate", "optimal", plans, r.n_candidates, r.n_feasible,
-                           time.perf_counter() - t0, bound_s=float(r.step_time_s[0]) if step_goal else None,
-                           gap=0.0, notes=[note])
+        return SolveResult(
+            "enumerate",
+            "optimal",
+            plans,
+            r.n_candidates,
+            r.n_feasible,
+            time.perf_counter() - t0,
+            bound_s=float(r.step_time_s[0]) if step_goal else None,
+            gap=0.0,
+            notes=[note],
+        )
     raise ValueError(f"unknown method {method}")
-
-

@@ -64,8 +64,11 @@ def load_study(path: str | Path):
     else:
         from optimizer.io.loader import Sourced
 
-        base = Sourced(copy.deepcopy(study.base), {k[1:]: v for k, v in doc.where.items() if k[:1] == ("base",)},
-                       doc.file)
+        base = Sourced(
+            copy.deepcopy(study.base),
+            {k[1:]: v for k, v in doc.where.items() if k[:1] == ("base",)},
+            doc.file,
+        )
         near = Path(path).parent
     if not isinstance(base.data, dict):
         raise ProblemError(base.file, 1, None, "the base problem must be a mapping")
@@ -129,8 +132,9 @@ def run_point(args: tuple) -> dict[str, Any]:
     """One point: (index, axes, command, base, near, time limit, largest GPU count of the study or None, run
     id) -> its row (never raises)."""
     i, axes, command, base, near, limit, most, run = args
-    row: dict[str, Any] = {"point": i} | {f"axis.{k}": (v if not isinstance(v, (dict, list)) else json.dumps(v))
-                                         for k, v in axes.items()}
+    row: dict[str, Any] = {"point": i} | {
+        f"axis.{k}": (v if not isinstance(v, (dict, list)) else json.dumps(v)) for k, v in axes.items()
+    }
     try:
         problem = point_problem(base, near, axes)
         if command == "check":
@@ -181,8 +185,13 @@ class Journal:
             f.flush()  # in the kernel at once: a killed study keeps it (no fsync: power loss is not the case)
 
 
-def run_study(path: str | Path, output: str | Path, workers: int | None = None, ray_address: str | None = None,
-              use_ray: bool = False) -> StudyResult:
+def run_study(
+    path: str | Path,
+    output: str | Path,
+    workers: int | None = None,
+    ray_address: str | None = None,
+    use_ray: bool = False,
+) -> StudyResult:
     """Run (or resume) a study; returns its rows in point order. Finished points are journalled in
     `<output>.journal.jsonl` (the table itself is written by the caller: `optimizer.report.output`)."""
     from optimizer.progress import progress
@@ -192,10 +201,15 @@ def run_study(path: str | Path, output: str | Path, workers: int | None = None, 
     out = Path(output)
     journal = Journal(out.with_suffix(out.suffix + ".journal.jsonl"))
     gpus = [p["num_gpus"] for p in pts if isinstance(p.get("num_gpus"), int)]
-    most = max(gpus) if gpus and len(gpus) == len(pts) else None  # a GPU-count sweep: tables shared per process
+    most = (
+        max(gpus) if gpus and len(gpus) == len(pts) else None
+    )  # a GPU-count sweep: tables shared per process
     run = uuid.uuid4().hex
-    todo = [(i, p, study.command.value, base, near, study.time_limit_s, most, run) for i, p in enumerate(pts)
-            if i not in journal.rows]
+    todo = [
+        (i, p, study.command.value, base, near, study.time_limit_s, most, run)
+        for i, p in enumerate(pts)
+        if i not in journal.rows
+    ]
     with progress(f"study {study.name or Path(path).stem}: points", len(pts)) as step:
         step(len(pts) - len(todo))
         if use_ray:
@@ -226,8 +240,13 @@ def _run_ray(todo: list, journal: Journal, step, address: str | None, workers: i
         raise ProblemError("--ray", None, None, "needs Ray: pip install 'paraplan[ray]'") from None
     started = False
     if not ray.is_initialized():
-        ray.init(address=address, num_cpus=None if address else (workers or os.cpu_count()),
-                 include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+        ray.init(
+            address=address,
+            num_cpus=None if address else (workers or os.cpu_count()),
+            include_dashboard=False,
+            log_to_driver=False,
+            ignore_reinit_error=True,
+        )
         started = True
     try:
         task = ray.remote(num_cpus=1)(run_point)
@@ -245,5 +264,3 @@ def _run_ray(todo: list, journal: Journal, step, address: str | None, workers: i
     finally:
         if started:
             ray.shutdown()
-
-

@@ -8,6 +8,7 @@ from typing import Any
 from optimizer.errors import ParaplanError
 from optimizer.io.runs import load_runs, map_run, order_precisions, precision_key, predict, run_target
 
+
 def _group(rows: list[dict], key: str) -> dict:
     """Rows by the value of `key`, in sorted order of the values (None last)."""
     out: dict = {}
@@ -49,9 +50,18 @@ def score_runs(path: str) -> ValidateResult:
 def _score_one(doc, i: int, run: dict, rows: list, systems: dict) -> None:
     """Map, predict and score run `i` of `doc`, appending its row to `rows`."""
     rid = run["id"]
-    row: dict[str, Any] = {"id": rid, "status": "ok", "reason": None, "predicted_step_time_s": None,
-                           "target_step_time_s": None, "error_pct": None, "predicted_peak_memory_gib": None,
-                           "target_peak_memory_gib": None, "fits": None, "assumptions": []}
+    row: dict[str, Any] = {
+        "id": rid,
+        "status": "ok",
+        "reason": None,
+        "predicted_step_time_s": None,
+        "target_step_time_s": None,
+        "error_pct": None,
+        "predicted_peak_memory_gib": None,
+        "target_peak_memory_gib": None,
+        "fits": None,
+        "assumptions": [],
+    }
     rows.append(row)
     try:
         mapped = map_run(run, systems)
@@ -71,8 +81,7 @@ def _score_one(doc, i: int, run: dict, rows: list, systems: dict) -> None:
     row["predicted_step_time_s"] = t_pred
     row["predicted_peak_memory_gib"] = r["hbm_reserved"] / 2**30  # as frameworks report it (max reserved)
     row["fits"] = pred.fits
-    row["chosen"] = {k: v for k, v in pred.execution.model_dump(mode="json").items()
-                     if k in mapped.free}
+    row["chosen"] = {k: v for k, v in pred.execution.model_dump(mode="json").items() if k in mapped.free}
     target, how = run_target(run, mapped.problem)
     meas = run["measured"]
     if how:
@@ -97,12 +106,28 @@ def _summarise(rows: list) -> ValidateResult:
         "n_scored": len(scored),
         "mape_pct": sum(abs(r["error_pct"]) for r in scored) / len(scored) if scored else None,
         "max_abs_error_pct": max((abs(r["error_pct"]) for r in scored), default=None),
-        "memory_mape_pct": (sum(abs(100 * (r["predicted_peak_memory_gib"] - r["target_peak_memory_gib"])
-                                    / r["target_peak_memory_gib"]) for r in mem) / len(mem)) if mem else None,
+        "memory_mape_pct": (
+            sum(
+                abs(
+                    100
+                    * (r["predicted_peak_memory_gib"] - r["target_peak_memory_gib"])
+                    / r["target_peak_memory_gib"]
+                )
+                for r in mem
+            )
+            / len(mem)
+        )
+        if mem
+        else None,
         "n_not_fitting": sum(1 for r in scored if r["fits"] is False),
-        "by_stack": {st: {"n": len(rs), "mape_pct": sum(abs(r["error_pct"]) for r in rs) / len(rs),
-                          "mean_signed_error_pct": sum(r["error_pct"] for r in rs) / len(rs)}
-                     for st, rs in _group(scored, "stack").items()},
+        "by_stack": {
+            st: {
+                "n": len(rs),
+                "mape_pct": sum(abs(r["error_pct"]) for r in rs) / len(rs),
+                "mean_signed_error_pct": sum(r["error_pct"] for r in rs) / len(rs),
+            }
+            for st, rs in _group(scored, "stack").items()
+        },
         "precision_order": _precision_order(scored),
     }
     return ValidateResult(rows, summary)
@@ -112,7 +137,10 @@ def _precision_order(scored: list) -> dict[str, Any]:
     """Per (model, GPU, GPU count, sequence length, global batch) scored in several precisions: whether the model
     orders the precisions as measured (`runs.order_precisions`; one group's steps hold the same tokens, so the
     shorter step is the higher throughput)."""
-    groups = order_precisions((r["precision_group"], r["precision"], r["target_step_time_s"],
-                               r["predicted_step_time_s"]) for r in scored if r.get("precision_group"))
+    groups = order_precisions(
+        (r["precision_group"], r["precision"], r["target_step_time_s"], r["predicted_step_time_s"])
+        for r in scored
+        if r.get("precision_group")
+    )
     detail = [{"group": list(key), "measured": m, "predicted": p, "ordered": m == p} for key, m, p in groups]
     return {"n_groups": len(detail), "n_ordered": sum(d["ordered"] for d in detail), "groups": detail}

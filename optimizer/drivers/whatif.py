@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from dataclasses import dataclass
-from dataclasses import dataclass
 
 from optimizer.errors import Infeasible
 from optimizer.schema import Problem
@@ -40,24 +39,52 @@ def levers(problem: Problem, pct: float) -> list[Lever]:
     """The changed problems, one per resource, each with +pct% of it."""
     f = 1 + pct / 100
     s = problem.system
-    out = [Lever(f"HBM capacity +{pct:g}%", problem.model_copy(update={"system": s.model_copy(update={"hbm_gib": s.hbm_gib * f})})),
-           Lever(f"HBM bandwidth +{pct:g}%", problem.model_copy(update={"system": s.model_copy(
-               update={"hbm_bandwidth_gbps": s.hbm_bandwidth_gbps * f})})),
-           Lever(f"matrix FLOP/s +{pct:g}%", problem.model_copy(update={"system": s.model_copy(
-               update={"matrix_tflops": {k: v * f for k, v in s.matrix_tflops.items()}})}))]
+    out = [
+        Lever(
+            f"HBM capacity +{pct:g}%",
+            problem.model_copy(update={"system": s.model_copy(update={"hbm_gib": s.hbm_gib * f})}),
+        ),
+        Lever(
+            f"HBM bandwidth +{pct:g}%",
+            problem.model_copy(
+                update={"system": s.model_copy(update={"hbm_bandwidth_gbps": s.hbm_bandwidth_gbps * f})}
+            ),
+        ),
+        Lever(
+            f"matrix FLOP/s +{pct:g}%",
+            problem.model_copy(
+                update={
+                    "system": s.model_copy(
+                        update={"matrix_tflops": {k: v * f for k, v in s.matrix_tflops.items()}}
+                    )
+                }
+            ),
+        ),
+    ]
     for i, net in enumerate(s.networks):
         nets = list(s.networks)
         nets[i] = net.model_copy(update={"bandwidth_gbps": net.bandwidth_gbps * f})
-        out.append(Lever(f"{net.name} bandwidth +{pct:g}%", problem.model_copy(
-            update={"system": s.model_copy(update={"networks": nets})})))
+        out.append(
+            Lever(
+                f"{net.name} bandwidth +{pct:g}%",
+                problem.model_copy(update={"system": s.model_copy(update={"networks": nets})}),
+            )
+        )
     if s.offload.capacity_gib > 0:
         for field, label in (("capacity_gib", "offload capacity"), ("bandwidth_gbps", "offload bandwidth")):
             off = s.offload.model_copy(update={field: getattr(s.offload, field) * f})
-            out.append(Lever(f"{label} +{pct:g}%", problem.model_copy(update={"system": s.model_copy(update={"offload": off})})))
+            out.append(
+                Lever(
+                    f"{label} +{pct:g}%",
+                    problem.model_copy(update={"system": s.model_copy(update={"offload": off})}),
+                )
+            )
     node = s.gpus_per_node
     more = max(node, int(round(problem.num_gpus * f / node)) * node)
     opts = problem.options.model_copy(update={"allow_idle_gpus": True})
-    out.append(Lever(f"GPUs +{pct:g}% ({more})", problem.model_copy(update={"num_gpus": more, "options": opts})))
+    out.append(
+        Lever(f"GPUs +{pct:g}% ({more})", problem.model_copy(update={"num_gpus": more, "options": opts}))
+    )
     return out
 
 
@@ -103,11 +130,12 @@ class WhatifResult:
         return dataclasses.asdict(self)
 
 
-def whatif(problem: Problem, pct: float = 20.0, top: int = 10, band: float = 0.1,
-           time_limit_s: float = 60.0) -> WhatifResult:
+def whatif(
+    problem: Problem, pct: float = 20.0, top: int = 10, band: float = 0.1, time_limit_s: float = 60.0
+) -> WhatifResult:
     """Each resource's value and the robust plan (module docstring); `time_limit_s`: of each solve."""
-    from optimizer.progress import progress
     from optimizer.drivers.solve import solve
+    from optimizer.progress import progress
 
     base = solve(problem, top=top, time_limit_s=time_limit_s)
     t0 = base.plans[0].evaluation.result["step_time"]
@@ -120,8 +148,11 @@ def whatif(problem: Problem, pct: float = 20.0, top: int = 10, band: float = 0.1
                 t = solve(lever.problem, time_limit_s=time_limit_s).plans[0].evaluation.result["step_time"]
             except Infeasible:
                 t = None
-            rows.append(LeverValue(lever.name, t, None if t is None else t0 - t,
-                                   None if t is None else 100 * (t0 - t) / t0))
+            rows.append(
+                LeverValue(
+                    lever.name, t, None if t is None else t0 - t, None if t is None else 100 * (t0 - t) / t0
+                )
+            )
     rows.sort(key=lambda r: -(r.saved_s or 0))
     return WhatifResult(t0, pct, rows, robust(problem, base, band, time_limit_s))
 
@@ -130,9 +161,17 @@ def _corner(problem: Problem, g: float, h: float, n: float) -> Problem:
     """The problem on a system whose GEMM, HBM and network efficiencies are scaled by g, h, n (capped at 1)."""
     s = problem.system
     nets = [x.model_copy(update={"efficiency": min(1.0, x.efficiency * n)}) for x in s.networks]
-    return problem.model_copy(update={"system": s.model_copy(update={
-        "matrix_efficiency": _scale_table(s.matrix_efficiency, g),
-        "hbm_efficiency": _scale_table(s.hbm_efficiency, h), "networks": nets})})
+    return problem.model_copy(
+        update={
+            "system": s.model_copy(
+                update={
+                    "matrix_efficiency": _scale_table(s.matrix_efficiency, g),
+                    "hbm_efficiency": _scale_table(s.hbm_efficiency, h),
+                    "networks": nets,
+                }
+            )
+        }
+    )
 
 
 def robust(problem: Problem, base, band: float, time_limit_s: float = 60.0) -> RobustPlan:
@@ -152,10 +191,15 @@ def robust(problem: Problem, base, band: float, time_limit_s: float = 60.0) -> R
     ex = r.plans[0].evaluation.execution
     robust_worst = r.plans[0].evaluation.result["step_time"]
     same = ex == nominal or robust_worst >= nominal_worst * (1 - 1e-9)
-    return RobustPlan(band=band, plans=len(base.plans), status=r.status, worst_corner_is_low=bool(worst_low),
-                      nominal_worst_s=nominal_worst, robust_worst_s=min(robust_worst, nominal_worst),
-                      robust_plan=(nominal if same else ex).model_dump(mode="json"), robust_is_nominal=bool(same),
-                      regret_s=max(0.0, nominal_worst - robust_worst),
-                      robust_nominal_s=evaluate_execution(problem, nominal if same else ex).result["step_time"])
-
-
+    return RobustPlan(
+        band=band,
+        plans=len(base.plans),
+        status=r.status,
+        worst_corner_is_low=bool(worst_low),
+        nominal_worst_s=nominal_worst,
+        robust_worst_s=min(robust_worst, nominal_worst),
+        robust_plan=(nominal if same else ex).model_dump(mode="json"),
+        robust_is_nominal=bool(same),
+        regret_s=max(0.0, nominal_worst - robust_worst),
+        robust_nominal_s=evaluate_execution(problem, nominal if same else ex).result["step_time"],
+    )

@@ -25,8 +25,18 @@ from typing import Any
 
 from optimizer.errors import ProblemError
 
-SUPPORTED = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3",
-             "gpt_neox")
+SUPPORTED = (
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "deepseek_v2",
+    "deepseek_v3",
+    "gpt_neox",
+)
 MAX_BYTES = 1 * 2**20
 
 
@@ -53,15 +63,23 @@ def to_llm(cfg: dict, name: str, seq_len: int | None = None) -> dict[str, Any]:
     field, ValueError an unsupported architecture."""
     mt = str(cfg.get("model_type", "")).lower()
     if mt not in SUPPORTED:
-        raise ValueError(f"model_type {mt or '(none)'!r} is not supported (supported: {', '.join(SUPPORTED)})")
+        raise ValueError(
+            f"model_type {mt or '(none)'!r} is not supported (supported: {', '.join(SUPPORTED)})"
+        )
     g = cfg.__getitem__
     heads = int(g("num_attention_heads"))
     out: dict[str, Any] = {
-        "name": name, "source": f"Hugging Face config.json (model_type {mt})",
-        "hidden": int(g("hidden_size")), "ffn": int(g("intermediate_size")), "layers": int(g("num_hidden_layers")),
-        "heads": heads, "kv_heads": int(cfg.get("num_key_value_heads") or heads),
-        "seq_len": int(seq_len or g("max_position_embeddings")), "vocab": int(g("vocab_size")),
-        "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)), "dropout": False,
+        "name": name,
+        "source": f"Hugging Face config.json (model_type {mt})",
+        "hidden": int(g("hidden_size")),
+        "ffn": int(g("intermediate_size")),
+        "layers": int(g("num_hidden_layers")),
+        "heads": heads,
+        "kv_heads": int(cfg.get("num_key_value_heads") or heads),
+        "seq_len": int(seq_len or g("max_position_embeddings")),
+        "vocab": int(g("vocab_size")),
+        "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+        "dropout": False,
     }
     if cfg.get("head_dim"):
         out["head_dim"] = int(cfg["head_dim"])
@@ -71,9 +89,12 @@ def to_llm(cfg: dict, name: str, seq_len: int | None = None) -> dict[str, Any]:
     L = out["layers"]
     experts = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts")
     if experts:
-        moe = {"experts": int(experts), "top_k": int(g("num_experts_per_tok")),
-               "expert_ffn": int(cfg.get("moe_intermediate_size") or g("intermediate_size")),
-               "shared_experts": int(cfg.get("n_shared_experts") or 0)}
+        moe = {
+            "experts": int(experts),
+            "top_k": int(g("num_experts_per_tok")),
+            "expert_ffn": int(cfg.get("moe_intermediate_size") or g("intermediate_size")),
+            "shared_experts": int(cfg.get("n_shared_experts") or 0),
+        }
         dense = int(cfg.get("first_k_dense_replace") or 0)
         only = cfg.get("mlp_only_layers") or []
         step = int(cfg.get("decoder_sparse_step") or 1)
@@ -84,8 +105,12 @@ def to_llm(cfg: dict, name: str, seq_len: int | None = None) -> dict[str, Any]:
             moe["moe_layers"] = len(sparse)
         out["moe"] = moe
     if mt.startswith("deepseek") and cfg.get("kv_lora_rank"):
-        out["mla"] = {"q_lora_rank": int(cfg.get("q_lora_rank") or 0), "kv_lora_rank": int(g("kv_lora_rank")),
-                      "qk_rope_head_dim": int(g("qk_rope_head_dim")), "v_head_dim": int(g("v_head_dim"))}
+        out["mla"] = {
+            "q_lora_rank": int(cfg.get("q_lora_rank") or 0),
+            "kv_lora_rank": int(g("kv_lora_rank")),
+            "qk_rope_head_dim": int(g("qk_rope_head_dim")),
+            "v_head_dim": int(g("v_head_dim")),
+        }
         out["head_dim"] = int(g("qk_nope_head_dim"))
         out["kv_heads"] = heads  # MLA decompresses K and V per head
     return out

@@ -40,7 +40,7 @@ class Sourced:
                 return hit
         return self.file, None
 
-    def graft(self, prefix: Loc, other: "Sourced") -> None:
+    def graft(self, prefix: Loc, other: Sourced) -> None:
         """Record `other`'s positions under `prefix` (it was read from another file)."""
         for k in [k for k in self.where if k[: len(prefix)] == prefix and len(k) > len(prefix)]:
             del self.where[k]
@@ -74,20 +74,30 @@ def read_yaml(path: str | os.PathLike) -> Sourced:
     try:
         size = p.stat().st_size
         if size > MAX_FILE_BYTES:
-            raise ProblemError(name, None, None, f"file too large ({size / 2**20:.1f} MiB; at most "
-                               f"{MAX_FILE_BYTES // 2**20} MiB)")
+            raise ProblemError(
+                name,
+                None,
+                None,
+                f"file too large ({size / 2**20:.1f} MiB; at most {MAX_FILE_BYTES // 2**20} MiB)",
+            )
         raw = p.read_bytes()
     except FileNotFoundError:
         raise ProblemError(name, None, None, "no such file") from None
     except (OSError, ValueError) as e:
         raise ProblemError(name, None, None, f"cannot read: {getattr(e, 'strerror', None) or e}") from None
     if b"\0" in raw:
-        raise ProblemError(name, raw[: raw.index(b"\0")].count(b"\n") + 1, None, "binary file (NUL byte), not YAML")
+        raise ProblemError(
+            name, raw[: raw.index(b"\0")].count(b"\n") + 1, None, "binary file (NUL byte), not YAML"
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ProblemError(name, raw[: e.start].count(b"\n") + 1, None,
-                           f"not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})") from None
+        raise ProblemError(
+            name,
+            raw[: e.start].count(b"\n") + 1,
+            None,
+            f"not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start})",
+        ) from None
     return parse_yaml(text, name)
 
 
@@ -100,8 +110,9 @@ def _check_depth(text: str, name: str) -> None:
             if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
                 depth += 1
                 if depth > MAX_DEPTH:
-                    raise ProblemError(name, ev.start_mark.line + 1, None,
-                                       f"nested too deeply (at most {MAX_DEPTH} levels)")
+                    raise ProblemError(
+                        name, ev.start_mark.line + 1, None, f"nested too deeply (at most {MAX_DEPTH} levels)"
+                    )
             elif isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 depth -= 1
     except yaml.MarkedYAMLError:
@@ -112,8 +123,12 @@ def parse_yaml(text: str, name: str = "<input>") -> Sourced:
     try:
         yaml.reader.Reader(text)  # printable characters only
     except yaml.reader.ReaderError as e:
-        raise ProblemError(name, text[: e.position].count("\n") + 1, None,
-                           f"character #x{e.character:04x} is not allowed in YAML") from None
+        raise ProblemError(
+            name,
+            text[: e.position].count("\n") + 1,
+            None,
+            f"character #x{e.character:04x} is not allowed in YAML",
+        ) from None
     _check_depth(text, name)
     loader = yaml.SafeLoader(text)
     try:
@@ -156,11 +171,13 @@ def parse_yaml(text: str, name: str = "<input>") -> Sourced:
                     fail(k, loc, "keys must be plain strings")
                 key = constructor.construct_object(k, deep=True)
                 if not isinstance(key, (str, int)):
-                    raise ProblemError(name, k.start_mark.line + 1, ".".join(map(str, loc)) or None,
-                                       "keys must be strings")
+                    raise ProblemError(
+                        name, k.start_mark.line + 1, ".".join(map(str, loc)) or None, "keys must be strings"
+                    )
                 if key in out:
-                    raise ProblemError(name, k.start_mark.line + 1, ".".join(map(str, loc + (key,))),
-                                       "duplicate key")
+                    raise ProblemError(
+                        name, k.start_mark.line + 1, ".".join(map(str, loc + (key,))), "duplicate key"
+                    )
                 where[loc + (key,)] = (name, k.start_mark.line + 1)
                 out[key] = walk(v, loc + (key,), path)
             return out
@@ -276,8 +293,11 @@ def resolve_ref(doc: Sourced, loc: Loc, kind: str, near: Path | None) -> None:
         found = find_in_library(kind, value, near)
         if found is None:
             names = ", ".join(available(kind, near)) or "none found"
-            what = (f"unknown {kind} '{value}'" if LIBRARY_NAME.match(value) else
-                    f"'{value[:60]}' is not a library name (letters, digits, '.', '_', '+', '-') nor a .yaml path")
+            what = (
+                f"unknown {kind} '{value}'"
+                if LIBRARY_NAME.match(value)
+                else f"'{value[:60]}' is not a library name (letters, digits, '.', '_', '+', '-') nor a .yaml path"
+            )
             raise ProblemError(file, line, ".".join(map(str, loc)), f"{what} (known: {names})")
         path = found
     sub = read_yaml(path)
@@ -417,8 +437,8 @@ def resolve_document(doc: Sourced, near: Path) -> Sourced:
 
 def validate_problem(doc: Sourced):
     """A resolved problem document as a `Problem`, with the checks every problem gets (precision)."""
-    from optimizer.schema import Problem
     from optimizer.rules.cross_field import precision_errors, raise_errors
+    from optimizer.schema import Problem
 
     problem = validate_model(Problem, doc)
     raise_errors(precision_errors(problem.system, problem.training.precision), doc)
@@ -440,7 +460,6 @@ def load_problem(path: str | os.PathLike, require_execution: bool = False):
 def load_problem_doc(path: str | os.PathLike):
     """The problem without its execution rules checked, and the execution keys the file writes (`check`)."""
 
-
     doc = load_document(path)
     problem = validate_problem(doc)
     written = doc.data.get("execution") if isinstance(doc.data.get("execution"), dict) else None
@@ -451,7 +470,9 @@ def load_named(kind: str, name: str, model: Any):
     """Load one library file (an llm or a system) by name."""
     path = find_in_library(kind, name)
     if path is None:
-        raise ProblemError("<library>", None, kind, f"unknown {kind} '{name}' (known: {', '.join(available(kind))})")
+        raise ProblemError(
+            "<library>", None, kind, f"unknown {kind} '{name}' (known: {', '.join(available(kind))})"
+        )
     doc = read_yaml(path)
     return validate_model(model, doc)
 
@@ -473,12 +494,16 @@ def _expand_variants(doc: Sourced, types_loc: Loc) -> None:
         if not isinstance(nt, dict) or "variants" not in nt:
             j = len(out)
             out.append(nt)
-            where.update({types_loc + (j,) + k[n + 1:]: v for k, v in doc.where.items() if k[: n + 1] == base_loc})
+            where.update(
+                {types_loc + (j,) + k[n + 1 :]: v for k, v in doc.where.items() if k[: n + 1] == base_loc}
+            )
             continue
         variants = nt["variants"]
         if not isinstance(variants, list) or not variants:
             file, line = doc.locate(base_loc + ("variants",))
-            raise ProblemError(file, line, ".".join(map(str, base_loc + ("variants",))), "must be a non-empty list")
+            raise ProblemError(
+                file, line, ".".join(map(str, base_loc + ("variants",))), "must be a non-empty list"
+            )
         for vj, var in enumerate(variants):
             vloc = base_loc + ("variants", vj)
             if not isinstance(var, dict) or "name" not in var:
@@ -496,10 +521,10 @@ def _expand_variants(doc: Sourced, types_loc: Loc) -> None:
             out.append(new)
             for k, v in doc.where.items():
                 if k[: n + 1] == base_loc and (len(k) == n + 1 or k[n + 1] != "variants"):
-                    where[types_loc + (j,) + k[n + 1:]] = v
+                    where[types_loc + (j,) + k[n + 1 :]] = v
             for k, v in doc.where.items():
                 if k[: len(vloc)] == vloc:
-                    where[types_loc + (j,) + k[len(vloc):]] = v
+                    where[types_loc + (j,) + k[len(vloc) :]] = v
     for k in [k for k in doc.where if k[:n] == types_loc and len(k) > n]:
         del doc.where[k]
     doc.where.update(where)
@@ -529,13 +554,19 @@ def load_procure_document(path: str | os.PathLike) -> Sourced:
 
 def load_procure(path: str | os.PathLike):
     """Load and validate a procurement problem (`paraplan procure`)."""
-    from optimizer.schema.procure import ProcureProblem
     from optimizer.rules.cross_field import precision_errors, raise_errors
+    from optimizer.schema.procure import ProcureProblem
 
     doc = load_procure_document(path)
     pp = validate_model(ProcureProblem, doc)
-    raise_errors([e for i, t in enumerate(pp.catalog.node_types)
-                  for e in precision_errors(t.system, pp.training.precision, f"catalog.node_types.{i}.system")], doc)
+    raise_errors(
+        [
+            e
+            for i, t in enumerate(pp.catalog.node_types)
+            for e in precision_errors(t.system, pp.training.precision, f"catalog.node_types.{i}.system")
+        ],
+        doc,
+    )
     return pp
 
 

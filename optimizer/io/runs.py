@@ -26,8 +26,6 @@ state are resolved by stated, documented assumptions, reported per run:
 
 from __future__ import annotations
 
-from pydantic import ValidationError
-
 import re
 from dataclasses import dataclass, field
 from itertools import product
@@ -35,20 +33,28 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
 from optimizer.errors import ProblemError
 from optimizer.io.loader import Sourced, available, find_in_library, read_yaml, validate_model
-from optimizer.schema import MLA, Options, LLM, Execution, MoE, Problem, System, Training
-from optimizer.schema.llm import SlidingWindow
+from optimizer.schema import LLM, MLA, Execution, MoE, Options, Problem, System, Training
 from optimizer.schema.common import RecomputeModule
+from optimizer.schema.llm import SlidingWindow
 
 MAX_FREE_MICRO_BATCH = 4  # an unstated micro-batch is chosen among 1..4 (Megatron recipes use 1-4)
 ZERO = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
 # First year a feature was in the frameworks' public releases (Megatron-LM: Korthikanti 2022, Megatron-Core 2023;
 # torchtitan: GQA passed to SDPA without repeating K/V, pytorch/torchtitan#2259, 2026-01).
-FEATURE_YEAR = {"sequence_parallel": 2022, "selective_recompute": 2022, "distributed_optimizer": 2023,
-                "flash_attention": 2023, "tp_overlap": 2023, "dp_overlap": 2023, "pp_overlap": 2023,
-                "gqa_without_kv_repeat": 2026}
+FEATURE_YEAR = {
+    "sequence_parallel": 2022,
+    "selective_recompute": 2022,
+    "distributed_optimizer": 2023,
+    "flash_attention": 2023,
+    "tp_overlap": 2023,
+    "dp_overlap": 2023,
+    "pp_overlap": 2023,
+    "gqa_without_kv_repeat": 2026,
+}
 
 
 def _has(year: int | None, feature: str) -> bool:
@@ -116,8 +122,13 @@ def _library_expert_bias(m: dict) -> bool:
     head size, vocabulary, MLP kind and its experts) has biased experts: the run schema has no field for them and
     the records' notes do not state them (GPT-OSS's name its QKV bias only; its checkpoint and Megatron-Bridge's
     provider, add_bias_linear=True, give every expert linear one)."""
-    return any(isinstance(doc, dict) and isinstance(doc.get("moe"), dict) and doc["moe"].get("expert_bias")
-               and _moe_shape(doc) == _moe_shape(m) for _, doc in _library_docs("llm"))
+    return any(
+        isinstance(doc, dict)
+        and isinstance(doc.get("moe"), dict)
+        and doc["moe"].get("expert_bias")
+        and _moe_shape(doc) == _moe_shape(m)
+        for _, doc in _library_docs("llm")
+    )
 
 
 def _notes(run: dict) -> str:
@@ -164,10 +175,14 @@ def run_target(run: dict, problem: Problem) -> tuple[float | None, str | None]:
     n = run["hardware"]["num_gpus"]
     if meas.get("mfu"):
         peak = problem.system.peak_tflops(problem.training.precision) * 1e12
-        return (flops / (n * peak * meas["mfu"]),
-                f"target from MFU {meas['mfu']} with the run's convention ({conv}) and {peak / 1e12:g} TF peak")
-    return (flops / (n * meas["tflops_per_gpu"] * 1e12),
-            f"target from {meas['tflops_per_gpu']} TFLOP/s per GPU ({conv})")
+        return (
+            flops / (n * peak * meas["mfu"]),
+            f"target from MFU {meas['mfu']} with the run's convention ({conv}) and {peak / 1e12:g} TF peak",
+        )
+    return (
+        flops / (n * meas["tflops_per_gpu"] * 1e12),
+        f"target from {meas['tflops_per_gpu']} TFLOP/s per GPU ({conv})",
+    )
 
 
 def _llm_of(run: dict, year: int | None) -> LLM:
@@ -176,8 +191,13 @@ def _llm_of(run: dict, year: int | None) -> LLM:
     moe = None
     if m.get("moe"):
         mo = m["moe"]
-        moe = MoE(experts=mo["experts"], top_k=mo["top_k"], expert_ffn=mo["expert_ffn"],
-                  shared_experts=mo.get("shared_experts") or 0, moe_layers=mo.get("moe_layers"))
+        moe = MoE(
+            experts=mo["experts"],
+            top_k=mo["top_k"],
+            expert_ffn=mo["expert_ffn"],
+            shared_experts=mo.get("shared_experts") or 0,
+            moe_layers=mo.get("moe_layers"),
+        )
     notes = _notes(run)
     # the run schema has no MLA fields: DeepSeek records state them in their notes, with the dense layers' ffn
     mla, head_dim, ffn = None, m.get("head_dim"), m["ffn"] or 4 * m["hidden"]
@@ -193,20 +213,39 @@ def _llm_of(run: dict, year: int | None) -> LLM:
     win = re.search(r"(\d+)-token sliding-window attention and full attention \((\d+) each\)", notes)
     window = SlidingWindow(tokens=int(win.group(1)), layers=int(win.group(2))) if win else None
     sinks = "attention sinks" in notes  # GPT-OSS records: "attention sinks and QKV bias"
-    clamp = re.search(r"clamped swiglu \(limit (\d+(?:\.\d+)?)\)", notes)  # GPT-OSS: "clamped SwiGLU (limit 7.0)"
+    clamp = re.search(
+        r"clamped swiglu \(limit (\d+(?:\.\d+)?)\)", notes
+    )  # GPT-OSS: "clamped SwiGLU (limit 7.0)"
     if moe is not None and _library_expert_bias(m):
         moe = moe.model_copy(update={"expert_bias": True})
     return LLM(
-        name=run["id"], hidden=m["hidden"], ffn=ffn, layers=m["layers"],
-        heads=m["heads"] or max(1, m["hidden"] // 128), kv_heads=m.get("kv_heads"), head_dim=head_dim,
-        seq_len=m["seq_len"], vocab=m["vocab"] or 51200, mlp=m.get("mlp") or "gelu",
-        bias=(m.get("mlp") or "gelu") == "gelu", dropout=old, tied_embeddings=old, moe=moe, mla=mla,
-        sliding_window=window, attention_sinks=sinks,
+        name=run["id"],
+        hidden=m["hidden"],
+        ffn=ffn,
+        layers=m["layers"],
+        heads=m["heads"] or max(1, m["hidden"] // 128),
+        kv_heads=m.get("kv_heads"),
+        head_dim=head_dim,
+        seq_len=m["seq_len"],
+        vocab=m["vocab"] or 51200,
+        mlp=m.get("mlp") or "gelu",
+        bias=(m.get("mlp") or "gelu") == "gelu",
+        dropout=old,
+        tied_embeddings=old,
+        moe=moe,
+        mla=mla,
+        sliding_window=window,
+        attention_sinks=sinks,
         activation_clamp=float(clamp.group(1)) if clamp else None,
     )
 
 
-STACK_WORDS = (("torchtitan", "torchtitan"), ("llm-foundry", "fsdp"), ("composer", "fsdp"), ("deepspeed", "deepspeed"))
+STACK_WORDS = (
+    ("torchtitan", "torchtitan"),
+    ("llm-foundry", "fsdp"),
+    ("composer", "fsdp"),
+    ("deepspeed", "deepspeed"),
+)
 
 
 def stack_of(run: dict) -> str:
@@ -232,8 +271,9 @@ def _system_of(run: dict, systems: dict[str, System] | None, out: Mapped) -> Sys
         doc = read_yaml(find_in_library("system", sysname))
         system = validate_model(System, doc)
     if hwr["gpus_per_node"] != system.gpus_per_node:
-        out.assumptions.append(f"node of {hwr['gpus_per_node']} GPUs modelled as {system.name} "
-                               f"({system.gpus_per_node} per node)")
+        out.assumptions.append(
+            f"node of {hwr['gpus_per_node']} GPUs modelled as {system.name} ({system.gpus_per_node} per node)"
+        )
     return system
 
 
@@ -245,7 +285,8 @@ def _era(year: int | None, notes: str, out: Mapped) -> bool:
     flash = ("flash" in notes) or _has(year, "flash_attention")
     out.assumptions.append(
         f"{era}: {'FlashAttention' if flash else 'materialised (standard) attention'}, "
-        f"{'dropout 0.1' if old else 'no dropout'}")
+        f"{'dropout 0.1' if old else 'no dropout'}"
+    )
     return flash
 
 
@@ -257,17 +298,25 @@ def _model_of(run: dict, year: int | None, out: Mapped) -> LLM:
     except (ValidationError, ValueError) as e:  # a shape the LLM schema rejects (heads vs hidden, ...)
         from optimizer.errors import ParaplanError
 
-        raise ParaplanError(f"run {run['id']}: its model is not a valid LLM: {str(e).splitlines()[-1].strip()}") from None
+        raise ParaplanError(
+            f"run {run['id']}: its model is not a valid LLM: {str(e).splitlines()[-1].strip()}"
+        ) from None
     if llm.sliding_window is not None:
         w = llm.sliding_window
-        out.assumptions.append(f"sliding-window attention of {w.tokens} tokens in {w.layers or llm.layers} of "
-                               f"{llm.layers} layers (notes)")
+        out.assumptions.append(
+            f"sliding-window attention of {w.tokens} tokens in {w.layers or llm.layers} of "
+            f"{llm.layers} layers (notes)"
+        )
     if llm.attention_sinks:
-        out.assumptions.append("learned attention sinks: the fused attention backward's per-row sink gradient (notes)")
+        out.assumptions.append(
+            "learned attention sinks: the fused attention backward's per-row sink gradient (notes)"
+        )
     if llm.activation_clamp is not None:
         out.assumptions.append(f"the GLU's halves clamped at {llm.activation_clamp:g} (notes)")
     if llm.moe is not None and llm.moe.expert_bias:
-        out.assumptions.append("biased experts (the library model of this shape; the notes do not state them)")
+        out.assumptions.append(
+            "biased experts (the library model of this shape; the notes do not state them)"
+        )
     return llm
 
 
@@ -294,19 +343,33 @@ def _attention(run: dict, stack: str, notes: str, flash: bool, out: Mapped) -> s
     bench = "llm-foundry scripts/train/benchmarking" in str(run.get("source") or "")
     if flash and ("attn_impl triton" in notes or bench):
         attention = "flash-triton"
-        out.assumptions.append("FlashAttention's Triton kernel (" + ("notes: attn_impl triton)" if "attn_impl triton"
-                               in notes else "llm-foundry's benchmark script runs attn_impl triton by default)"))
-    if attention == "flash" and ("flashattention-2" in notes
-                                 or (stack == "torchtitan" and not re.search(r"cudnn|fa3", notes))):
+        out.assumptions.append(
+            "FlashAttention's Triton kernel ("
+            + (
+                "notes: attn_impl triton)"
+                if "attn_impl triton" in notes
+                else "llm-foundry's benchmark script runs attn_impl triton by default)"
+            )
+        )
+    if attention == "flash" and (
+        "flashattention-2" in notes or (stack == "torchtitan" and not re.search(r"cudnn|fa3", notes))
+    ):
         attention = "flash2"
-        out.assumptions.append("FlashAttention-2 kernels: " + ("notes" if "flashattention-2" in notes else
-                               "torchtitan runs PyTorch SDPA, whose flash backend is FlashAttention-2 (cuDNN "
-                               "attention is the default only from PyTorch 2.9); notes naming cuDNN or FA3 win"))
+        out.assumptions.append(
+            "FlashAttention-2 kernels: "
+            + (
+                "notes"
+                if "flashattention-2" in notes
+                else "torchtitan runs PyTorch SDPA, whose flash backend is FlashAttention-2 (cuDNN "
+                "attention is the default only from PyTorch 2.9); notes naming cuDNN or FA3 win"
+            )
+        )
     return attention
 
 
-def _kernel_knobs(run: dict, llm: LLM, year: int | None, stack: str, notes: str, flash: bool,
-                  out: Mapped) -> dict[str, Any]:
+def _kernel_knobs(
+    run: dict, llm: LLM, year: int | None, stack: str, notes: str, flash: bool, out: Mapped
+) -> dict[str, Any]:
     """The fixed parallel degrees and kernel knobs: attention (`_attention`), fused element-wise kernels
     unless the notes say eager, an unfused fp32 loss when they say not compiled, and torchtitan's K/V repeat for GQA
     before `FEATURE_YEAR['gqa_without_kv_repeat']`."""
@@ -315,15 +378,24 @@ def _kernel_knobs(run: dict, llm: LLM, year: int | None, stack: str, notes: str,
     if eager:
         out.assumptions.append("eager mode (notes): unfused element-wise kernels")
     attention = _attention(run, stack, notes, flash, out)
-    fixed: dict[str, Any] = dict(tp=par["tp"], pp=par["pp"], dp=par["dp"], cp=par["cp"], ep=par["ep"],
-                                 attention=attention, fused_layers=not eager)
+    fixed: dict[str, Any] = dict(
+        tp=par["tp"],
+        pp=par["pp"],
+        dp=par["dp"],
+        cp=par["cp"],
+        ep=par["ep"],
+        attention=attention,
+        fused_layers=not eager,
+    )
     if "not compiled" in notes and not eager:
         fixed["fused_loss"] = False
         out.assumptions.append("loss: cross_entropy on an fp32 upcast of the logits, not compiled (notes)")
     if stack == "torchtitan" and llm.kv < llm.heads and not _has(year, "gqa_without_kv_repeat"):
         fixed["kv_repeat"] = True
-        out.assumptions.append("K/V heads repeated to the query heads before SDPA (torchtitan's repeat_kv until "
-                               "'GQA without kv repeats', pytorch/torchtitan#2259, 2026-01)")
+        out.assumptions.append(
+            "K/V heads repeated to the query heads before SDPA (torchtitan's repeat_kv until "
+            "'GQA without kv repeats', pytorch/torchtitan#2259, 2026-01)"
+        )
     return fixed
 
 
@@ -337,28 +409,41 @@ def _notes_knobs(run: dict, notes: str, fixed: dict, free: dict, out: Mapped) ->
     off = re.search(r"cpu_offloading_num_layers\s*=\s*(\d+)", notes)
     if off:
         fixed.update(activation_offload=True, activation_offload_layers=int(off.group(1)))
-        out.assumptions.append(f"activations of {off.group(1)} layers offloaded to CPU memory (notes: Megatron-Core "
-                               "cpu_offloading_num_layers)")
+        out.assumptions.append(
+            f"activations of {off.group(1)} layers offloaded to CPU memory (notes: Megatron-Core "
+            "cpu_offloading_num_layers)"
+        )
     if m.get("moe") and par["ep"] > 1 and re.search(r"deepep|hybridep", notes):
         fixed["ep_dispatcher"] = "flex"
-        out.assumptions.append("MoE tokens dispatched once per remote node (notes: DeepEP / HybridEP dispatcher)")
+        out.assumptions.append(
+            "MoE tokens dispatched once per remote node (notes: DeepEP / HybridEP dispatcher)"
+        )
     if m.get("moe") and par["ep"] > 1 and re.search(r"a2a overlap on", notes):
         fixed["ep_overlap"] = True
-        out.assumptions.append("MoE all-to-all overlapped with another micro-batch's compute (notes: EP A2A overlap)")
+        out.assumptions.append(
+            "MoE all-to-all overlapped with another micro-batch's compute (notes: EP A2A overlap)"
+        )
     if re.search(r"full-iteration cuda graphs|cuda_graph_impl[ =]*full_iteration", notes):
         fixed["cuda_graphs"] = "full"
-        out.assumptions.append("the whole iteration replayed as CUDA graphs (notes: full-iteration CUDA graphs)")
+        out.assumptions.append(
+            "the whole iteration replayed as CUDA graphs (notes: full-iteration CUDA graphs)"
+        )
     elif re.search(r"te cuda graphs", notes):
         fixed["cuda_graphs"] = "partial"
-        out.assumptions.append("Transformer Engine CUDA graphs of the attention, router and dispatcher "
-                               "preprocessing (notes)")
+        out.assumptions.append(
+            "Transformer Engine CUDA graphs of the attention, router and dispatcher preprocessing (notes)"
+        )
     if m.get("moe") and re.search(r"fused grouped mlp|op fuser", notes):
         fixed["moe_fused_mlp"] = True
-        out.assumptions.append("the experts' MLP as Transformer Engine's fused ops (notes: fused grouped MLP)")
+        out.assumptions.append(
+            "the experts' MLP as Transformer Engine's fused ops (notes: fused grouped MLP)"
+        )
     if m.get("moe") and par["tp"] > 1:
         free["etp"] = sorted({1, par["tp"]})
-        out.assumptions.append("MoE with tp > 1: expert tensor parallelism (etp) not in the schema, chosen by the "
-                               "model between 1 and tp")
+        out.assumptions.append(
+            "MoE with tp > 1: expert tensor parallelism (etp) not in the schema, chosen by the "
+            "model between 1 and tp"
+        )
 
 
 def _pipeline_layout(run: dict, stack: str, fixed: dict, out: Mapped) -> None:
@@ -370,19 +455,25 @@ def _pipeline_layout(run: dict, stack: str, fixed: dict, out: Mapped) -> None:
     L = run["model"]["layers"]
     if stack != "megatron-core" and par["pp"] > 1 and L % (par["pp"] * vpp_known):
         fixed["pp_uneven"] = True
-        out.assumptions.append(f"layers {L} not divisible by pp*vpp = {par['pp'] * vpp_known}: {stack} splits "
-                               "the stages by module (the embedding on the first, the output on the last); the "
-                               f"model times and sizes the busiest chunk, ceil({L} / {par['pp'] * vpp_known}) layers")
+        out.assumptions.append(
+            f"layers {L} not divisible by pp*vpp = {par['pp'] * vpp_known}: {stack} splits "
+            "the stages by module (the embedding on the first, the output on the last); the "
+            f"model times and sizes the busiest chunk, ceil({L} / {par['pp'] * vpp_known}) layers"
+        )
     elif par["pp"] > 1 and L % (par["pp"] * vpp_known) and (L + 2) % (par["pp"] * vpp_known) == 0:
         fixed["pp_embedding_loss"] = True
-        out.assumptions.append(f"layers {L} not divisible by pp*vpp = {par['pp'] * vpp_known} but layers + 2 are: "
-                               "the embedding and the loss take a pipeline layer slot each (Megatron-Core "
-                               "account_for_embedding/loss_in_pipeline_split)")
+        out.assumptions.append(
+            f"layers {L} not divisible by pp*vpp = {par['pp'] * vpp_known} but layers + 2 are: "
+            "the embedding and the loss take a pipeline layer slot each (Megatron-Core "
+            "account_for_embedding/loss_in_pipeline_split)"
+        )
     elif par["pp"] > 1 and L % (par["pp"] * vpp_known) and (L + 2) % (par["pp"] * vpp_known):
         fixed["pp_uneven"] = True
-        out.assumptions.append(f"neither layers {L} nor layers + 2 divide by pp*vpp = {par['pp'] * vpp_known}: a "
-                               "custom pipeline layout (Megatron-Core pipeline_model_parallel_layout); the model "
-                               f"times and sizes the busiest chunk, ceil({L} / {par['pp'] * vpp_known}) layers")
+        out.assumptions.append(
+            f"neither layers {L} nor layers + 2 divide by pp*vpp = {par['pp'] * vpp_known}: a "
+            "custom pipeline layout (Megatron-Core pipeline_model_parallel_layout); the model "
+            f"times and sizes the busiest chunk, ceil({L} / {par['pp'] * vpp_known}) layers"
+        )
 
 
 def _batch_and_pipeline(run: dict, stack: str, fixed: dict, free: dict, out: Mapped) -> None:
@@ -392,7 +483,9 @@ def _batch_and_pipeline(run: dict, stack: str, fixed: dict, free: dict, out: Map
     par = run["parallel"]
     B, dp = par["global_batch"], par["dp"]
     if par.get("micro_batch") is None:
-        free["micro_batch"] = [b for b in range(1, B // dp + 1) if (B // dp) % b == 0 and b <= MAX_FREE_MICRO_BATCH]
+        free["micro_batch"] = [
+            b for b in range(1, B // dp + 1) if (B // dp) % b == 0 and b <= MAX_FREE_MICRO_BATCH
+        ]
         out.assumptions.append("micro_batch null: chosen by the model (fastest that fits)")
     else:
         fixed["micro_batch"] = par["micro_batch"]
@@ -400,8 +493,10 @@ def _batch_and_pipeline(run: dict, stack: str, fixed: dict, free: dict, out: Map
     if par.get("vpp") is None:
         fixed["vpp"] = 1
         if par["pp"] > 1:
-            out.assumptions.append("vpp null: 1 (interleaving is opt-in in Megatron-LM; an unstated opt-in "
-                                   "feature is taken as off)")
+            out.assumptions.append(
+                "vpp null: 1 (interleaving is opt-in in Megatron-LM; an unstated opt-in "
+                "feature is taken as off)"
+            )
     else:
         fixed["vpp"] = par["vpp"]
 
@@ -418,22 +513,30 @@ def _memory_knobs(run: dict, year: int | None, notes: str, fixed: dict, free: di
         unknown = [n for n in names if n not in known]
         if known:
             fixed["recompute_modules"] = known
-            out.assumptions.append(f"selective recompute of {', '.join(known)} (notes: recompute_modules)"
-                                   + (f"; not modelled: {', '.join(unknown)}" if unknown else ""))
+            out.assumptions.append(
+                f"selective recompute of {', '.join(known)} (notes: recompute_modules)"
+                + (f"; not modelled: {', '.join(unknown)}" if unknown else "")
+            )
     if par.get("recompute") is None:
-        free["recompute"] = ["none", "selective", "full"] if _has(year, "selective_recompute") else ["none", "full"]
+        free["recompute"] = (
+            ["none", "selective", "full"] if _has(year, "selective_recompute") else ["none", "full"]
+        )
         out.assumptions.append("recompute null: chosen by the model")
     else:
         fixed["recompute"] = par["recompute"]
     if par.get("sequence_parallel") is None:
-        free["sequence_parallel"] = [False, True] if par["tp"] > 1 and _has(year, "sequence_parallel") else [False]
+        free["sequence_parallel"] = (
+            [False, True] if par["tp"] > 1 and _has(year, "sequence_parallel") else [False]
+        )
         out.assumptions.append("sequence_parallel null: chosen by the model")
     else:
         fixed["sequence_parallel"] = par["sequence_parallel"]
     if par.get("optimizer_sharding") is None:
         if not _has(year, "distributed_optimizer"):
             fixed["zero"] = 0
-            out.assumptions.append("optimizer_sharding null: none (Megatron before the distributed optimizer)")
+            out.assumptions.append(
+                "optimizer_sharding null: none (Megatron before the distributed optimizer)"
+            )
         else:
             free["zero"] = [0, 1]
             out.assumptions.append("optimizer_sharding null: chosen by the model")
@@ -449,8 +552,9 @@ def _overlap_knobs(run: dict, year: int | None, notes: str, fixed: dict, free: d
     par = run["parallel"]
     if par["pp"] > 1 and (par.get("vpp") or 1) > 1 and not _has(year, "pp_overlap"):
         fixed["pp_overlap"] = False
-        out.assumptions.append("interleaved pipeline exchanges on the critical path (Megatron-LM before "
-                               "overlap_p2p_comm, 2023)")
+        out.assumptions.append(
+            "interleaved pipeline exchanges on the critical path (Megatron-LM before overlap_p2p_comm, 2023)"
+        )
     if "not overlapped" in notes or not _has(year, "dp_overlap"):
         fixed["dp_overlap"] = False
         out.assumptions.append("gradient reduction not overlapped with backward")
@@ -477,8 +581,10 @@ def _grad_precision(run: dict, precision: str, notes: str, out: Mapped) -> str:
     grad = "fp16" if precision == "fp16" else "fp32"
     if "performance summary" in str(run.get("source") or "").lower() and precision != "fp16":
         grad = "bf16"
-        out.assumptions.append("gradients reduced in bf16: the NeMo / Megatron-Bridge performance recipes set "
-                               "grad_reduce_in_fp32 = False")
+        out.assumptions.append(
+            "gradients reduced in bf16: the NeMo / Megatron-Bridge performance recipes set "
+            "grad_reduce_in_fp32 = False"
+        )
     if precision == "bf16" and "gradients reduced in bf16" in notes:
         grad = "bf16"
         out.assumptions.append("gradients reduced in bf16 (notes)")
@@ -512,9 +618,16 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     training = Training(global_batch=B, precision=precision, grad_precision=grad)
     try:
         # a measured run ran: it fits if it fits the physical HBM (no planning headroom)
-        out.problem = Problem(name=run["id"], llm=llm, system=system, num_gpus=run["hardware"]["num_gpus"],
-                              training=training, execution=Execution(**fixed),
-                              options=Options(memory_headroom_gib=0.0), stack=stack)
+        out.problem = Problem(
+            name=run["id"],
+            llm=llm,
+            system=system,
+            num_gpus=run["hardware"]["num_gpus"],
+            training=training,
+            execution=Execution(**fixed),
+            options=Options(memory_headroom_gib=0.0),
+            stack=stack,
+        )
     except (ValidationError, ValueError, TypeError) as e:  # a record the schema cannot express
         why = "; ".join(x["msg"] for x in e.errors()) if isinstance(e, ValidationError) else str(e)
         out.skip = f"cannot express as a problem: {' '.join(why.split())}"
@@ -533,11 +646,11 @@ class Prediction:
 
 def predict(mapped: Mapped) -> Prediction:
     """Evaluate the run's configuration; free knobs are chosen as the fastest setting that fits."""
-    from optimizer.model.knobs import from_execution
     from optimizer.model.capacity import feasible
+    from optimizer.model.knobs import from_execution
     from optimizer.model.step import evaluate, make_ctx
-    from optimizer.schema.stack import stack_defaults
     from optimizer.rules.cross_field import execution_errors
+    from optimizer.schema.stack import stack_defaults
 
     p = mapped.problem
     assert p is not None
@@ -595,8 +708,13 @@ def precision_key(run: dict) -> tuple:
     """The (model, GPU, GPU count, sequence length, global batch) a run's precision is compared within: the model
     keyed on the run id's prefix up to the GPU name (the schema has no model-name field)."""
     gpu = run["hardware"]["gpu"]
-    return (run["id"].split(f"-{gpu.split('-')[0]}")[0], gpu, run["hardware"]["num_gpus"], run["model"]["seq_len"],
-            run["parallel"]["global_batch"])
+    return (
+        run["id"].split(f"-{gpu.split('-')[0]}")[0],
+        gpu,
+        run["hardware"]["num_gpus"],
+        run["model"]["seq_len"],
+        run["parallel"]["global_batch"],
+    )
 
 
 def order_precisions(entries) -> list[tuple[tuple, list[str], list[str]]]:
@@ -611,5 +729,11 @@ def order_precisions(entries) -> list[tuple[tuple, list[str], list[str]]]:
     for key, v in groups.items():
         if len({x[0] for x in v}) < 2 or len({x[0] for x in v}) < len(v):
             continue
-        out.append((key, [x[0] for x in sorted(v, key=lambda x: x[1])], [x[0] for x in sorted(v, key=lambda x: x[2])]))
+        out.append(
+            (
+                key,
+                [x[0] for x in sorted(v, key=lambda x: x[1])],
+                [x[0] for x in sorted(v, key=lambda x: x[2])],
+            )
+        )
     return out

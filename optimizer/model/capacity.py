@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from optimizer.schema import Problem
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import GIB, StepResult
-
-
-from optimizer.schema.common import MEMORY_ERROR_PCT  # the memory model's stated error (reports warn below it)
+from optimizer.schema import Problem
+from optimizer.schema.common import (
+    MEMORY_ERROR_PCT,
+)  # the memory model's stated error (reports warn below it)
 
 
 def memory_margin_warning(used_bytes: float, problem: Problem) -> str | None:
@@ -25,10 +25,12 @@ def memory_margin_warning(used_bytes: float, problem: Problem) -> str | None:
     margin = cap - used_bytes
     if margin >= MEMORY_ERROR_PCT / 100 * used_bytes:
         return None
-    return (f"memory margin {margin / GIB:.1f} GiB ({100 * margin / cap:.1f}% of {problem.system.hbm_gib:g} GiB) is "
-            f"below the memory model's stated error (+-{MEMORY_ERROR_PCT:g}% of the use, peak-memory MAPE on published "
-            f"runs): set options.memory_headroom_gib to about {MEMORY_ERROR_PCT / 100 * used_bytes / GIB:.0f} GiB to "
-            "plan with that margin")
+    return (
+        f"memory margin {margin / GIB:.1f} GiB ({100 * margin / cap:.1f}% of {problem.system.hbm_gib:g} GiB) is "
+        f"below the memory model's stated error (+-{MEMORY_ERROR_PCT:g}% of the use, peak-memory MAPE on published "
+        f"runs): set options.memory_headroom_gib to about {MEMORY_ERROR_PCT / 100 * used_bytes / GIB:.0f} GiB to "
+        "plan with that margin"
+    )
 
 
 def capacity_bytes(problem: Problem) -> float:

@@ -43,8 +43,13 @@ def layout_factors(B, slots, dp, pp) -> dict:
 def vpp_factors(B, slots, dp, pp, vpp) -> dict:
     """Lc, Wm, E, Bf, inflv (module docstring)."""
     lc = _div(slots, pp * vpp)
-    return {"Lc": lc, "Wm": lc * (1 + (vpp - 1) * pp), "E": np.where(pp > 1, _div(2 * B * vpp, dp), 0),
-            "Bf": lc * (pp - 1), "inflv": lc * (pp * (vpp + 1) - 1)}
+    return {
+        "Lc": lc,
+        "Wm": lc * (1 + (vpp - 1) * pp),
+        "E": np.where(pp > 1, _div(2 * B * vpp, dp), 0),
+        "Bf": lc * (pp - 1),
+        "inflv": lc * (pp * (vpp + 1) - 1),
+    }
 
 
 def mb_factors(B, slots, dp, pp, mb) -> dict:
@@ -87,12 +92,12 @@ def pipeline_sum(parts) -> object:
 def pipeline(A1, A2, Bf, E, pm2, tau_mb, head_mb, tau, p2p_mb, p2p, offx_mb) -> dict:
     """The pipeline's share of the step on its busiest stage (keys: `PIPE` and their sum `pipeline_s`):
 
-        pipe_layers_s = n_mb*Ls*tau           = A1 * tau/mb
-        pipe_head_s   = n_mb*max(head - t_p2p, 0) with pp > 1 (the edge stage's LM head and loss hide one p2p
-                        exchange per micro-batch), n_mb*head without a pipeline = A2 * head_mb
-        bubble_s      = (pp-1)/vpp*Ls*tau     = Bf * tau
-        p2p_steady_s  = 2*n_mb*vpp*t_p2p      = E * t_p2p/mb;   p2p_fill_s = 2*(pp-1)*t_p2p
-        offload_exposed_s = n_mb*Ls*(exposed weight/activation streaming per layer) = A1 * offx/mb"""
+    pipe_layers_s = n_mb*Ls*tau           = A1 * tau/mb
+    pipe_head_s   = n_mb*max(head - t_p2p, 0) with pp > 1 (the edge stage's LM head and loss hide one p2p
+                    exchange per micro-batch), n_mb*head without a pipeline = A2 * head_mb
+    bubble_s      = (pp-1)/vpp*Ls*tau     = Bf * tau
+    p2p_steady_s  = 2*n_mb*vpp*t_p2p      = E * t_p2p/mb;   p2p_fill_s = 2*(pp-1)*t_p2p
+    offload_exposed_s = n_mb*Ls*(exposed weight/activation streaming per layer) = A1 * offx/mb"""
     out = dict(zip(PIPE, (A1 * tau_mb, A2 * head_mb, Bf * tau, E * p2p_mb, pm2 * p2p, A1 * offx_mb)))
     out["pipeline_s"] = pipeline_sum(out)
     return out
@@ -106,8 +111,9 @@ def dp_links(AR, RS, AG, F, nmb, regather=False) -> dict:
     return {0: AR, 1: RS + AG, 2: nmb * RS + (nmb if regather else 1) * AG, 3: nmb * F}
 
 
-def dp_exposed(AR, RS, AG, F, ARb, RSb, AGb, Fb, ARv, RSv, t_cb, W, Lfw, nmb, NL, bwt, fbt,
-               regather=False) -> dict:
+def dp_exposed(
+    AR, RS, AG, F, ARb, RSb, AGb, Fb, ARv, RSv, t_cb, W, Lfw, nmb, NL, bwt, fbt, regather=False
+) -> dict:
     """Exposed DP traffic per ZeRO stage with overlap: the gradient reduction hides behind the backward of
     the last micro-batch (and, interleaved, the other chunks' cool-down: the window W), the gather behind
     the first forward (Lfw), one bucket (a layer: the *b arguments) always exposed; ZeRO-2/3 per micro-batch
@@ -121,11 +127,17 @@ def dp_exposed(AR, RS, AG, F, ARb, RSb, AGb, Fb, ARv, RSv, t_cb, W, Lfw, nmb, NL
     eg2 = np.maximum(nmb * RSb, nmb * RS - NL * bwt)
     ea2 = (nmb if regather else 1) * np.maximum(ea, 0)
     e3 = np.maximum(nmb * Fb, nmb * F - NL * fbt)
-    return {0: np.maximum(e0, 0), 1: np.maximum(eg, 0) + np.maximum(ea, 0), 2: np.maximum(eg2, 0) + ea2,
-            3: np.maximum(e3, 0)}
+    return {
+        0: np.maximum(e0, 0),
+        1: np.maximum(eg, 0) + np.maximum(ea, 0),
+        2: np.maximum(eg2, 0) + ea2,
+        3: np.maximum(e3, 0),
+    }
 
 
-def activations(inflv, infl1, NL, Ls, vpp, pp, gpipe, a_off, stored, working, emb_out, logits, a_part=0.0) -> dict:
+def activations(
+    inflv, infl1, NL, Ls, vpp, pp, gpipe, a_off, stored, working, emb_out, logits, a_part=0.0
+) -> dict:
     """Activation memory of the worst pipeline stage (Korthikanti et al. 2022): the first stage keeps the
     layers in flight (1F1B: Ls*min(n_mb, pp); interleaved: inflv; GPipe: every micro-batch) plus the working
     set of recompute and the embedding output; the last keeps Ls layers and the logits; activation offload

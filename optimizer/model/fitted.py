@@ -33,8 +33,12 @@ class Fitted:
 def _typed(name: str, kind: str, value):
     if kind == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
-    if kind.startswith("tuple") and isinstance(value, list) and len(value) == 2 and \
-            all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+    if (
+        kind.startswith("tuple")
+        and isinstance(value, list)
+        and len(value) == 2
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    ):
         return tuple(float(v) for v in value)
     raise ValueError(f"fitted constant {name}: value {value!r} is not a {kind}")
 

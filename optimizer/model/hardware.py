@@ -21,9 +21,16 @@ from optimizer.schema import Precision, ProcessingMode, System
 # Bytes per GEMM-operand element, block scales included: MXFP8 1 byte + one 1-byte E8M0 scale per 32 elements
 # (OCP Microscaling Formats spec v1.0); NVFP4 half a byte + one 1-byte E4M3 scale per 16 elements (NVIDIA
 # Blackwell / Transformer Engine NVFP4 recipe; the per-tensor FP32 scale is negligible).
-BYTES = {Precision.FP8: 1.0, Precision.FP8_CURRENT: 1.0, Precision.FP8_BLOCK: 1.0 + 4.0 / 128,
-         Precision.MXFP8: 1.0 + 1.0 / 32, Precision.NVFP4: 0.5 + 1.0 / 16,
-         Precision.BF16: 2, Precision.FP16: 2, Precision.FP32: 4}
+BYTES = {
+    Precision.FP8: 1.0,
+    Precision.FP8_CURRENT: 1.0,
+    Precision.FP8_BLOCK: 1.0 + 4.0 / 128,
+    Precision.MXFP8: 1.0 + 1.0 / 32,
+    Precision.NVFP4: 0.5 + 1.0 / 16,
+    Precision.BF16: 2,
+    Precision.FP16: 2,
+    Precision.FP32: 4,
+}
 # FP8 block scaling keeps one FP32 scale per 128 elements (1x128 tiles); current scaling reads each tensor once
 # more for its amax before the cast (two passes; delayed scaling uses the amax history: one)
 CAST_READS = {Precision.FP8_CURRENT: 2.0}
@@ -43,7 +50,9 @@ CAST_COPIES = {Precision.MXFP8: 2.0, Precision.NVFP4: 2.0}
 BLOCK_SCALED_KERNEL = {Precision.MXFP8: FITTED.mxfp8_kernel_ratio}
 # Precisions whose GEMM operands are quantised from 16-bit activations by cast kernels (Transformer Engine);
 # attention, element-wise ops and activations between ops stay 16-bit.
-QUANTIZED = frozenset({Precision.FP8, Precision.FP8_CURRENT, Precision.FP8_BLOCK, Precision.MXFP8, Precision.NVFP4})
+QUANTIZED = frozenset(
+    {Precision.FP8, Precision.FP8_CURRENT, Precision.FP8_BLOCK, Precision.MXFP8, Precision.NVFP4}
+)
 
 
 def _table(points) -> tuple[np.ndarray, np.ndarray]:
@@ -171,7 +180,9 @@ class Hardware:
         wgrad = self.gemm(k, n, m, batch, in_bytes=in_bytes, out_bytes=4, wide=wide)
         return fw, dgrad + wgrad, 2.0 * m * n * k * batch
 
-    def attention_kernel(self, flops, nbytes, rows=None, keys=None, heads=1, fa2=False, head_dim=128, triton=False):
+    def attention_kernel(
+        self, flops, nbytes, rows=None, keys=None, heads=1, fa2=False, head_dim=128, triton=False
+    ):
         """A fused (flash) attention kernel: one thread block per 128-row query tile of each (sequence, head),
         `rows` queries against `keys` keys over `heads` sequence-heads. Its efficiency is attention_efficiency
         (`fa2`: attention_efficiency_fa2, FlashAttention-2 class kernels; `triton`: FlashAttention's Triton
@@ -185,13 +196,18 @@ class Hardware:
         eff = np.where(fa2, s.attention_efficiency_fa2 or s.attention_efficiency, s.attention_efficiency)
         eff = eff / np.where(triton, TRITON_FA2_SLOWDOWN, 1.0)
         lhd = np.log2(np.maximum(np.asarray(head_dim, dtype=float), 1.0))
-        eff = eff * np.where(fa2, np.interp(lhd, *HEAD_DIM_SCALE["fa2"]), np.interp(lhd, *HEAD_DIM_SCALE["flash"]))
+        eff = eff * np.where(
+            fa2, np.interp(lhd, *HEAD_DIM_SCALE["fa2"]), np.interp(lhd, *HEAD_DIM_SCALE["flash"])
+        )
         if rows is not None and keys is not None:
             eff = eff * self.wave_efficiency(rows, ATTENTION_TILE[1], heads, tile=ATTENTION_TILE)
             k = np.asarray(keys, dtype=float)
             k0 = s.attention_overhead_keys
-            k0 = np.where(triton, k0 if s.attention_overhead_keys_triton is None else s.attention_overhead_keys_triton,
-                          k0)
+            k0 = np.where(
+                triton,
+                k0 if s.attention_overhead_keys_triton is None else s.attention_overhead_keys_triton,
+                k0,
+            )
             eff = eff * k / (k + k0)
         t_c = np.asarray(flops, dtype=float) / (self.attention_peak * eff)
         return self._combine(t_c, self.mem_time(nbytes))
@@ -217,8 +233,10 @@ ATTENTION_TILE = (128, 1)  # flash attention: one thread block per 128 query row
 # for some sizes. Measured on an H100 SXM5, forward at 16K tokens (Shah et al. 2024, FlashAttention-3, Fig. 5):
 # cuDNN (Transformer Engine's kernels: `flash`) 413 / 595 / 581 TFLOP/s and FlashAttention-2 (`flash2`) 324 / 370 /
 # 326 at head sizes 64 / 128 / 256.
-HEAD_DIM_SCALE = {"flash": ([6.0, 7.0, 8.0], [413 / 595, 1.0, 581 / 595]),
-                  "fa2": ([6.0, 7.0, 8.0], [324 / 370, 1.0, 326 / 370])}
+HEAD_DIM_SCALE = {
+    "flash": ([6.0, 7.0, 8.0], [413 / 595, 1.0, 581 / 595]),
+    "fa2": ([6.0, 7.0, 8.0], [324 / 370, 1.0, 326 / 370]),
+}
 # FlashAttention's Triton implementation (flash_attn_triton; `attention: flash-triton`) against FlashAttention-2's
 # CUDA kernels: "1.3-2.5x faster than FlashAttention in Triton" forward+backward on an A100 (Dao 2023,
 # FlashAttention-2, Sec. 4.1, Fig. 4); the geometric middle of that range, not a fitted value.
@@ -244,7 +262,7 @@ class Tiers:
     size: np.ndarray
 
     @classmethod
-    def of(cls, system: System) -> "Tiers":
+    def of(cls, system: System) -> Tiers:
         n = system.networks
         return cls(
             bandwidth=np.array([x.bandwidth_gbps * 1e9 * x.efficiency for x in n]),
@@ -258,7 +276,9 @@ def members_per_domain(tiers: Tiers, tier, n, stride):
     """Members of a group of n ranks placed `stride` ranks apart that share one domain of the tier below
     `tier` (all n on tier 0), and the index of that inner tier."""
     inner = np.maximum(tier - 1, 0)
-    return np.where(tier > 0, np.clip(np.floor(tiers.size[inner] / np.asarray(stride, dtype=float)), 1.0, n), n), inner
+    return np.where(
+        tier > 0, np.clip(np.floor(tiers.size[inner] / np.asarray(stride, dtype=float)), 1.0, n), n
+    ), inner
 
 
 def collective_time(kind: str, nbytes, group, tier, tiers: Tiers, stride=None):
@@ -331,7 +351,9 @@ def a2a_time(nbytes, group, tier, tiers: Tiers, stride=1, copies=1.0):
     m = n / local  # domains the group spans
     remote = (m - 1.0) * (1.0 - (1.0 - 1.0 / np.maximum(m, 1.0)) ** copies)  # remote domains per token
     out_frac = np.where(dedup, np.minimum(out_frac, remote / np.maximum(copies, 1.0)), out_frac)
-    t_in = np.where(dedup, (n - 1.0) / np.maximum(n, 1.0) * s / tiers.bandwidth[inner], t_in)  # + forwarded rows
+    t_in = np.where(
+        dedup, (n - 1.0) / np.maximum(n, 1.0) * s / tiers.bandwidth[inner], t_in
+    )  # + forwarded rows
     t_out = out_frac * s / bw
     t = np.maximum(t_out, t_in) + (n - 1.0) * lat
     return np.where(n > 1, t, 0.0)

@@ -10,14 +10,28 @@ from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
-from optimizer.schema.common import RECOMPUTE_BITS
 from optimizer.rules.layout import tier_index
-from optimizer.schema import AttentionKernel, CudaGraphs, EpDispatcher, Execution, Recompute, Schedule, System, TpComm, TpOverlap
+from optimizer.schema import (
+    AttentionKernel,
+    CudaGraphs,
+    EpDispatcher,
+    Execution,
+    Recompute,
+    Schedule,
+    System,
+    TpComm,
+    TpOverlap,
+)
+from optimizer.schema.common import RECOMPUTE_BITS
 
 RECOMPUTE = [Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL]  # code = index
 TP_OVERLAP = [TpOverlap.NONE, TpOverlap.PIPE, TpOverlap.RING]
-ATTENTION = [AttentionKernel.STANDARD, AttentionKernel.FLASH, AttentionKernel.FLASH2,
-             AttentionKernel.FLASH_TRITON]  # code = index (> 0: fused)
+ATTENTION = [
+    AttentionKernel.STANDARD,
+    AttentionKernel.FLASH,
+    AttentionKernel.FLASH2,
+    AttentionKernel.FLASH_TRITON,
+]  # code = index (> 0: fused)
 CUDA_GRAPHS = [CudaGraphs.NONE, CudaGraphs.PARTIAL, CudaGraphs.FULL]  # code = index
 
 
@@ -51,27 +65,43 @@ class Knobs:
     tier_ep: np.ndarray
     tier_dp: np.ndarray
     tier_pp: np.ndarray
-    pp_uneven: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # 0/1: ceil layers/stage
-    activation_offload_layers: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # 0: all
-    ep_overlap: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # 0/1: MoE A2A overlap
-    ep_dispatcher: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # code: 0 alltoall, 1 flex
-    recompute_modules: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # bits; 0: core_attn
+    pp_uneven: np.ndarray = field(
+        default_factory=lambda: np.zeros(1, dtype=np.int64)
+    )  # 0/1: ceil layers/stage
+    activation_offload_layers: np.ndarray = field(
+        default_factory=lambda: np.zeros(1, dtype=np.int64)
+    )  # 0: all
+    ep_overlap: np.ndarray = field(
+        default_factory=lambda: np.zeros(1, dtype=np.int64)
+    )  # 0/1: MoE A2A overlap
+    ep_dispatcher: np.ndarray = field(
+        default_factory=lambda: np.zeros(1, dtype=np.int64)
+    )  # code: 0 alltoall, 1 flex
+    recompute_modules: np.ndarray = field(
+        default_factory=lambda: np.zeros(1, dtype=np.int64)
+    )  # bits; 0: core_attn
     fused_loss: np.ndarray = field(default_factory=lambda: np.ones(1, dtype=np.int64))  # 0/1
     kv_repeat: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # 0/1: K/V as q heads
-    pp_overlap: np.ndarray = field(default_factory=lambda: np.ones(1, dtype=np.int64))  # 0/1 (effective with vpp > 1)
-    cuda_graphs: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # code: CUDA_GRAPHS index
-    moe_fused_mlp: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))  # 1: TE's fused expert MLP
+    pp_overlap: np.ndarray = field(
+        default_factory=lambda: np.ones(1, dtype=np.int64)
+    )  # 0/1 (effective with vpp > 1)
+    cuda_graphs: np.ndarray = field(
+        default_factory=lambda: np.zeros(1, dtype=np.int64)
+    )  # code: CUDA_GRAPHS index
+    moe_fused_mlp: np.ndarray = field(
+        default_factory=lambda: np.zeros(1, dtype=np.int64)
+    )  # 1: TE's fused expert MLP
 
     @property
     def size(self) -> int:
         return int(np.broadcast(*[getattr(self, f.name) for f in fields(self)]).size)
 
-    def take(self, idx) -> "Knobs":
+    def take(self, idx) -> Knobs:
         """The candidates at positions `idx` (after broadcasting all fields to a common shape)."""
         arrs = np.broadcast_arrays(*[getattr(self, f.name) for f in fields(self)])
         return Knobs(*[a.reshape(-1)[idx] for a in arrs])
 
-    def replace(self, **kw) -> "Knobs":
+    def replace(self, **kw) -> Knobs:
         return replace(self, **{k: np.asarray(v) for k, v in kw.items()})
 
     def row(self, i: int = 0) -> dict[str, int]:
@@ -79,7 +109,7 @@ class Knobs:
         return {f.name: int(a.reshape(-1)[i]) for f, a in zip(fields(self), arrs)}
 
     @classmethod
-    def concat(cls, parts: list["Knobs"]) -> "Knobs":
+    def concat(cls, parts: list[Knobs]) -> Knobs:
         """One set of candidates from several (each broadcast to its own size first)."""
         flat = []
         for k in parts:
@@ -88,7 +118,7 @@ class Knobs:
         return cls(*[np.concatenate([p[i] for p in flat]) for i in range(len(fields(cls)))])
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Knobs":
+    def from_dict(cls, d: dict) -> Knobs:
         return cls(**{f.name: np.atleast_1d(np.asarray(d[f.name], dtype=np.int64)) for f in fields(cls)})
 
 
@@ -110,19 +140,44 @@ def from_execution(ex: Execution, system: System, num_gpus: int) -> Knobs:
         tiers[ax] = tier_index(system, v)
     rs_ag = ex.sequence_parallel if ex.tp_comm is None else ex.tp_comm == TpComm.RS_AG
     d = dict(
-        tp=ex.tp, pp=ex.pp, dp=dp, cp=ex.cp, ep=ex.ep, etp=ex.etp or ex.tp, vpp=ex.vpp, micro_batch=ex.micro_batch,
-        recompute=RECOMPUTE.index(ex.recompute), sequence_parallel=int(ex.sequence_parallel), tp_comm=int(rs_ag),
-        sp_ag_redo=int(ex.sp_ag_redo), tp_overlap=TP_OVERLAP.index(ex.tp_overlap), pp_rs_ag=int(ex.pp_rs_ag),
+        tp=ex.tp,
+        pp=ex.pp,
+        dp=dp,
+        cp=ex.cp,
+        ep=ex.ep,
+        etp=ex.etp or ex.tp,
+        vpp=ex.vpp,
+        micro_batch=ex.micro_batch,
+        recompute=RECOMPUTE.index(ex.recompute),
+        sequence_parallel=int(ex.sequence_parallel),
+        tp_comm=int(rs_ag),
+        sp_ag_redo=int(ex.sp_ag_redo),
+        tp_overlap=TP_OVERLAP.index(ex.tp_overlap),
+        pp_rs_ag=int(ex.pp_rs_ag),
         pp_embedding_loss=int(ex.pp_embedding_loss),
-        dp_overlap=int(ex.dp_overlap), zero=ex.zero, fused_layers=int(ex.fused_layers),
-        attention=ATTENTION.index(ex.attention), schedule=int(ex.schedule == Schedule.GPIPE),
-        weight_offload=int(ex.weight_offload), activation_offload=int(ex.activation_offload), optimizer_offload=int(ex.optimizer_offload),
-        tier_tp=tiers["tp"], tier_cp=tiers["cp"], tier_ep=tiers["ep"], tier_dp=tiers["dp"], tier_pp=tiers["pp"],
-        pp_uneven=int(ex.pp_uneven), activation_offload_layers=ex.activation_offload_layers or 0,
-        ep_overlap=int(ex.ep_overlap), ep_dispatcher=int(ex.ep_dispatcher == EpDispatcher.FLEX),
+        dp_overlap=int(ex.dp_overlap),
+        zero=ex.zero,
+        fused_layers=int(ex.fused_layers),
+        attention=ATTENTION.index(ex.attention),
+        schedule=int(ex.schedule == Schedule.GPIPE),
+        weight_offload=int(ex.weight_offload),
+        activation_offload=int(ex.activation_offload),
+        optimizer_offload=int(ex.optimizer_offload),
+        tier_tp=tiers["tp"],
+        tier_cp=tiers["cp"],
+        tier_ep=tiers["ep"],
+        tier_dp=tiers["dp"],
+        tier_pp=tiers["pp"],
+        pp_uneven=int(ex.pp_uneven),
+        activation_offload_layers=ex.activation_offload_layers or 0,
+        ep_overlap=int(ex.ep_overlap),
+        ep_dispatcher=int(ex.ep_dispatcher == EpDispatcher.FLEX),
         recompute_modules=sum(RECOMPUTE_BITS[m] for m in set(ex.recompute_modules or [])),
-        fused_loss=int(ex.fused_loss), pp_overlap=int(ex.pp_overlap), kv_repeat=int(ex.kv_repeat),
-        cuda_graphs=CUDA_GRAPHS.index(ex.cuda_graphs), moe_fused_mlp=int(ex.moe_fused_mlp),
+        fused_loss=int(ex.fused_loss),
+        pp_overlap=int(ex.pp_overlap),
+        kv_repeat=int(ex.kv_repeat),
+        cuda_graphs=CUDA_GRAPHS.index(ex.cuda_graphs),
+        moe_fused_mlp=int(ex.moe_fused_mlp),
     )
     return Knobs.from_dict(d)
 
@@ -132,19 +187,38 @@ def to_execution(k: Knobs, system: System, i: int = 0) -> Execution:
     r = k.row(i)
     names = [n.name for n in system.networks]
     return Execution(
-        tp=r["tp"], pp=r["pp"], dp=r["dp"], cp=r["cp"], ep=r["ep"], etp=r["etp"], vpp=r["vpp"],
-        micro_batch=r["micro_batch"], schedule=Schedule.GPIPE if r["schedule"] else Schedule.ONE_F_ONE_B,
-        recompute=RECOMPUTE[r["recompute"]], sequence_parallel=bool(r["sequence_parallel"]),
-        tp_comm=TpComm.RS_AG if r["tp_comm"] else TpComm.ALLREDUCE, sp_ag_redo=bool(r["sp_ag_redo"]),
-        tp_overlap=TP_OVERLAP[r["tp_overlap"]], pp_rs_ag=bool(r["pp_rs_ag"]), pp_embedding_loss=bool(r["pp_embedding_loss"]),
+        tp=r["tp"],
+        pp=r["pp"],
+        dp=r["dp"],
+        cp=r["cp"],
+        ep=r["ep"],
+        etp=r["etp"],
+        vpp=r["vpp"],
+        micro_batch=r["micro_batch"],
+        schedule=Schedule.GPIPE if r["schedule"] else Schedule.ONE_F_ONE_B,
+        recompute=RECOMPUTE[r["recompute"]],
+        sequence_parallel=bool(r["sequence_parallel"]),
+        tp_comm=TpComm.RS_AG if r["tp_comm"] else TpComm.ALLREDUCE,
+        sp_ag_redo=bool(r["sp_ag_redo"]),
+        tp_overlap=TP_OVERLAP[r["tp_overlap"]],
+        pp_rs_ag=bool(r["pp_rs_ag"]),
+        pp_embedding_loss=bool(r["pp_embedding_loss"]),
         dp_overlap=bool(r["dp_overlap"]),
-        zero=r["zero"], fused_layers=bool(r["fused_layers"]),
+        zero=r["zero"],
+        fused_layers=bool(r["fused_layers"]),
         attention=ATTENTION[r["attention"]],
-        weight_offload=bool(r["weight_offload"]), activation_offload=bool(r["activation_offload"]), optimizer_offload=bool(r["optimizer_offload"]),
+        weight_offload=bool(r["weight_offload"]),
+        activation_offload=bool(r["activation_offload"]),
+        optimizer_offload=bool(r["optimizer_offload"]),
         placement={ax: names[r[f"tier_{ax}"]] for ax in ("tp", "cp", "ep", "dp", "pp")},
-        pp_uneven=bool(r["pp_uneven"]), activation_offload_layers=r["activation_offload_layers"] or None,
-        ep_overlap=bool(r["ep_overlap"]), ep_dispatcher=EpDispatcher.FLEX if r["ep_dispatcher"] else EpDispatcher.ALLTOALL,
+        pp_uneven=bool(r["pp_uneven"]),
+        activation_offload_layers=r["activation_offload_layers"] or None,
+        ep_overlap=bool(r["ep_overlap"]),
+        ep_dispatcher=EpDispatcher.FLEX if r["ep_dispatcher"] else EpDispatcher.ALLTOALL,
         recompute_modules=[m for m, bit in RECOMPUTE_BITS.items() if r["recompute_modules"] & bit] or None,
-        fused_loss=bool(r["fused_loss"]), pp_overlap=bool(r["pp_overlap"]), kv_repeat=bool(r["kv_repeat"]),
-        cuda_graphs=CUDA_GRAPHS[r["cuda_graphs"]], moe_fused_mlp=bool(r["moe_fused_mlp"]),
+        fused_loss=bool(r["fused_loss"]),
+        pp_overlap=bool(r["pp_overlap"]),
+        kv_repeat=bool(r["kv_repeat"]),
+        cuda_graphs=CUDA_GRAPHS[r["cuda_graphs"]],
+        moe_fused_mlp=bool(r["moe_fused_mlp"]),
     )

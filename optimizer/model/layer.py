@@ -36,9 +36,18 @@ import numpy as np
 from ..schema import LLM, MlpKind, MoE, Precision
 from ..schema.common import RECOMPUTE_BITS, RecomputeModule
 from ..schema.stack import Stack
-from .hardware import (BYTES, CAST_COPIES, CAST_READS, QUANTIZED, Hardware, Tiers, a2a_time,
-                       collective_time, tier_of)
 from .fitted import FITTED
+from .hardware import (
+    BYTES,
+    CAST_COPIES,
+    CAST_READS,
+    QUANTIZED,
+    Hardware,
+    Tiers,
+    a2a_time,
+    collective_time,
+    tier_of,
+)
 from .knobs import Knobs
 from .params import attention_params
 
@@ -109,7 +118,9 @@ class BlockCost:
     tp_slow: np.ndarray  # compute slowed by overlapped collectives (processor usage)
     cp_link: np.ndarray  # CP ring traffic link time (fw + bw)
     cp_exp: np.ndarray  # exposed CP time
-    ep_link: np.ndarray  # MoE token dispatch/combine (all-to-all over ep) + expert-TP gather/scatter, fw+bw+re
+    ep_link: (
+        np.ndarray
+    )  # MoE token dispatch/combine (all-to-all over ep) + expert-TP gather/scatter, fw+bw+re
     ep_fw: np.ndarray  # ... its forward part
     ep_exp: np.ndarray  # ... on the critical path (all of it unless ep_overlap hides it behind compute)
     act_stored: np.ndarray  # bytes kept from forward to backward
@@ -130,8 +141,17 @@ class BlockCost:
     @property
     def total(self):
         """Per layer per micro-batch critical-path time: compute + exposed TP, CP and EP traffic + host wait."""
-        return self.fw + self.bw + self.re + self.tp_exposed + self.tp_slow + self.cp_exp + self.ep_exp + \
-            self.host_fw + self.host_re
+        return (
+            self.fw
+            + self.bw
+            + self.re
+            + self.tp_exposed
+            + self.tp_slow
+            + self.cp_exp
+            + self.ep_exp
+            + self.host_fw
+            + self.host_re
+        )
 
     def _ep_fw_exp(self):
         """The forward's share of the exposed EP time."""
@@ -143,10 +163,18 @@ class BlockCost:
 
     @property
     def bw_total(self):
-        return self.bw + self.re + self.tp_bw_exp + self.tp_re_exp + self.tp_slow + self.cp_exp + \
-            (self.ep_exp - self._ep_fw_exp()) + self.host_re
+        return (
+            self.bw
+            + self.re
+            + self.tp_bw_exp
+            + self.tp_re_exp
+            + self.tp_slow
+            + self.cp_exp
+            + (self.ep_exp - self._ep_fw_exp())
+            + self.host_re
+        )
 
-    def mix(self, other: "BlockCost", w) -> "BlockCost":
+    def mix(self, other: BlockCost, w) -> BlockCost:
         """Per-field weighted mean (1-w)*self + w*other: a stage whose layers are a w share of `other`
         (MoE) and the rest `self` (dense). Working sets (`act_full`) take the larger of the two."""
         w = np.asarray(w, dtype=float)
@@ -162,8 +190,21 @@ def kv_per_rank(llm: LLM, tp):
     return np.maximum(llm.kv / tp, 1.0)
 
 
-def flash_attention(hw: Hardware, b, q_heads, kv_heads, d, sq, sk, e, fa2=False, cp=1.0, window=None, triton=False,
-                    sinks=False):
+def flash_attention(
+    hw: Hardware,
+    b,
+    q_heads,
+    kv_heads,
+    d,
+    sq,
+    sk,
+    e,
+    fa2=False,
+    cp=1.0,
+    window=None,
+    triton=False,
+    sinks=False,
+):
     """Causal flash attention of `b` sequences, `q_heads` query and `kv_heads` K/V heads of size `d` per GPU,
     `sq` queries against `sk` keys (the causal half of the scores computed; load-balanced over cp ranks):
     (forward s, backward s, forward FLOPs). One kernel each way, the backward 2.5x the forward's work; it reads
@@ -193,9 +234,12 @@ def flash_attention(hw: Hardware, b, q_heads, kv_heads, d, sq, sk, e, fa2=False,
     flops = 4.0 * heads * sq * avg_keys * d
     nbytes = e * b * sq * d * (2.0 * q_heads + 2.0 * kv_heads) + 4.0 * heads * sq
     keys = np.where(np.asarray(cp) > 1, np.minimum(1.5 * sk / cp, 2.0 * avg_keys), 2.0 * avg_keys)
-    fw = hw.attention_kernel(flops, nbytes, rows=sq, keys=keys, heads=heads, fa2=fa2, head_dim=d, triton=triton)
-    bw = hw.attention_kernel(2.5 * flops, 2.5 * nbytes, rows=sq, keys=keys, heads=heads, fa2=fa2, head_dim=d,
-                             triton=triton)
+    fw = hw.attention_kernel(
+        flops, nbytes, rows=sq, keys=keys, heads=heads, fa2=fa2, head_dim=d, triton=triton
+    )
+    bw = hw.attention_kernel(
+        2.5 * flops, 2.5 * nbytes, rows=sq, keys=keys, heads=heads, fa2=fa2, head_dim=d, triton=triton
+    )
     n_o = heads * sq * (d + 1.0)  # output (or dQ) and log-sum-exp elements of this rank
     merge = (cp - 1.0) * hw.vector(4.0 * n_o, 2.0 * 4.0 * n_o, fp32=True)
     if sinks:
@@ -218,7 +262,11 @@ def per_op_sac(ctx: Ctx, k: Knobs, T, Tn, ah, kvr, d, f, ew_fw, moe_fw, ckpt):
     gi = ctx.gemm_in
     sp = k.sequence_parallel.astype(bool)
     gated = llm.mlp.gated
-    mlp = ([("w1", f / tp), ("w3", f / tp), ("w2", h)] if gated else [("w1", f / tp), ("w2", h)]) if f > 0 else []
+    mlp = (
+        ([("w1", f / tp), ("w3", f / tp), ("w2", h)] if gated else [("w1", f / tp), ("w2", h)])
+        if f > 0
+        else []
+    )
     mms = [("q", ah * d), ("k", kvr * d), ("v", kvr * d), ("o", h)] + mlp
     k_in = {"o": ah * d, "w2": f / tp}  # the reduction dimension of each matmul (h for the others)
     re_t = re_fl = 0.0
@@ -331,11 +379,34 @@ def block_shape(ctx: Ctx, k: Knobs, moe: bool) -> BlockShape:
     # K/V heads the attention kernel reads (and a CP ring carries): the model's, or every query head's when they
     # are repeated before the kernel (`Execution.kv_repeat`)
     kva = np.where(k.kv_repeat.astype(bool), ah, kvr)
-    return BlockShape(moe=mo, h=llm.hidden, d=llm.core_dim, f=f, tp=tp, cp=cp, b=b, s=s, sq=s / cp, T=T,
-                      Tn=np.where(sp, T / tp, T), sp=sp, fused=k.fused_layers.astype(bool), flash=k.attention > 0,
-                      rec=k.recompute, titan=ctx.stack == Stack.TORCHTITAN, e=ctx.e, gi=ctx.gemm_in, kvr=kvr,
-                      ah=ah, kva=kva, gated=llm.mlp.gated, up_n=f / tp * (2 if llm.mlp.gated else 1),
-                      drop=llm.dropout, qkv_p=qkv_p, out_p=out_p)
+    return BlockShape(
+        moe=mo,
+        h=llm.hidden,
+        d=llm.core_dim,
+        f=f,
+        tp=tp,
+        cp=cp,
+        b=b,
+        s=s,
+        sq=s / cp,
+        T=T,
+        Tn=np.where(sp, T / tp, T),
+        sp=sp,
+        fused=k.fused_layers.astype(bool),
+        flash=k.attention > 0,
+        rec=k.recompute,
+        titan=ctx.stack == Stack.TORCHTITAN,
+        e=ctx.e,
+        gi=ctx.gemm_in,
+        kvr=kvr,
+        ah=ah,
+        kva=kva,
+        gated=llm.mlp.gated,
+        up_n=f / tp * (2 if llm.mlp.gated else 1),
+        drop=llm.dropout,
+        qkv_p=qkv_p,
+        out_p=out_p,
+    )
 
 
 def recomputes(k: Knobs, module: RecomputeModule) -> np.ndarray:
@@ -439,14 +510,19 @@ def fused_attention(ctx: Ctx, k: Knobs, sh: BlockShape) -> tuple:
     FlashAttention-2, 3: Triton), with learned sinks if the model has them. Layers with a sliding window weigh in
     by their share of the layers (`LLM.window_share`): the per-layer mean."""
     llm = ctx.llm
-    kern = {"fa2": k.attention == 2, "triton": k.attention == 3, "sinks": llm.attention_sinks}  # the kernel class
+    kern = {
+        "fa2": k.attention == 2,
+        "triton": k.attention == 3,
+        "sinks": llm.attention_sinks,
+    }  # the kernel class
     args = (ctx.hw, sh.b, sh.ah, sh.kva, sh.d, sh.sq, sh.s, sh.e)
     fla_fw, fla_bw, fl_flops = flash_attention(*args, cp=sh.cp, **kern)
     ws = llm.window_share  # layers with sliding-window attention: their share of every layer's attention
     if ws > 0:
         w_fw, w_bw, w_fl = flash_attention(*args, cp=sh.cp, window=float(llm.sliding_window.tokens), **kern)
-        fla_fw, fla_bw, fl_flops = ((1 - ws) * x + ws * y
-                                    for x, y in ((fla_fw, w_fw), (fla_bw, w_bw), (fl_flops, w_fl)))
+        fla_fw, fla_bw, fl_flops = (
+            (1 - ws) * x + ws * y for x, y in ((fla_fw, w_fw), (fla_bw, w_bw), (fl_flops, w_fl))
+        )
     return fla_fw, fla_bw, fl_flops
 
 
@@ -457,10 +533,14 @@ def attention_core(ctx: Ctx, k: Knobs, sh: BlockShape) -> AttentionCore:
     fla_fw, fla_bw, fl_flops = fused_attention(ctx, k, sh)
     flash = sh.flash
     batch = sh.b * sh.ah
-    return AttentionCore(fw_s=np.where(flash, fla_fw, std_fw), bw_s=np.where(flash, fla_bw, std_bw),
-                         flops_fw=np.where(flash, fl_flops, std_fl),
-                         flops_bw=np.where(flash, 2.5 * fl_flops, 2.0 * std_fl),
-                         batch=batch, n_scores=batch * sh.sq * sh.s)
+    return AttentionCore(
+        fw_s=np.where(flash, fla_fw, std_fw),
+        bw_s=np.where(flash, fla_bw, std_bw),
+        flops_fw=np.where(flash, fl_flops, std_fl),
+        flops_bw=np.where(flash, 2.5 * fl_flops, 2.0 * std_fl),
+        batch=batch,
+        n_scores=batch * sh.sq * sh.s,
+    )
 
 
 # ------------------------------------------------------------------------------------------------ element-wise ops
@@ -476,8 +556,13 @@ def mlp_activation(llm: LLM, fused: np.ndarray) -> MlpActivation:
     """The activation's inputs, FLOPs and memory passes per output element: unfused, one pass, one more with a
     bias, two more when gated (a gated activation: act, cast, multiply); fused, one."""
     gated = llm.mlp.gated
-    act_flops = {MlpKind.GELU: 8.0, MlpKind.GEGLU: 9.0, MlpKind.SWIGLU: 6.0, MlpKind.RELU: 1.0,
-                 MlpKind.SQUARED_RELU: 2.0}[llm.mlp]
+    act_flops = {
+        MlpKind.GELU: 8.0,
+        MlpKind.GEGLU: 9.0,
+        MlpKind.SWIGLU: 6.0,
+        MlpKind.RELU: 1.0,
+        MlpKind.SQUARED_RELU: 2.0,
+    }[llm.mlp]
     act_passes = np.where(fused, 1.0, (2.0 if llm.bias else 1.0) + (2.0 if gated else 0.0))
     return MlpActivation(2.0 if gated else 1.0, act_flops, act_passes)
 
@@ -485,8 +570,10 @@ def mlp_activation(llm: LLM, fused: np.ndarray) -> MlpActivation:
 def activation_pass_s(hw: Hardware, n, act: MlpActivation, e) -> tuple:
     """(forward s, backward s) of the MLP activation over `n` output elements of `e` bytes (backward: 1.6x the
     FLOPs, reading the inputs and the output gradient, writing the input gradients)."""
-    return (_elementwise(hw, n, act.flops, (act.inputs + 1.0) * e, act.passes),
-            _elementwise(hw, n, 1.6 * act.flops, (act.inputs * 2.0 + 1.0) * e, act.passes))
+    return (
+        _elementwise(hw, n, act.flops, (act.inputs + 1.0) * e, act.passes),
+        _elementwise(hw, n, 1.6 * act.flops, (act.inputs * 2.0 + 1.0) * e, act.passes),
+    )
 
 
 @dataclass(frozen=True)
@@ -515,8 +602,12 @@ def dense_elementwise(ctx: Ctx, sh: BlockShape, act: MlpActivation) -> DenseElem
     bda_bw = _elementwise(hw, n_h, 2.0, 3.0 * e + (1.0 if drop else 0.0), bda_passes)
     act_fw, act_bw = activation_pass_s(hw, sh.T * sh.f / sh.tp, act, e)
     rope_fw = _elementwise(hw, sh.T * (sh.ah + sh.kvr) * sh.d, 3.0, 2.0 * e, np.where(fused, 1.0, 6.0))
-    return DenseElementwise(norm_fw_s=norm_fw, act_fw_s=act_fw, fw_s=2 * norm_fw + 2 * bda_fw + act_fw + rope_fw,
-                            bw_s=2 * norm_bw + 2 * bda_bw + act_bw + rope_fw)
+    return DenseElementwise(
+        norm_fw_s=norm_fw,
+        act_fw_s=act_fw,
+        fw_s=2 * norm_fw + 2 * bda_fw + act_fw + rope_fw,
+        bw_s=2 * norm_bw + 2 * bda_bw + act_bw + rope_fw,
+    )
 
 
 # ------------------------------------------------------------------------------------------------ routed experts
@@ -547,8 +638,19 @@ def moe_shape(k: Knobs, sh: BlockShape) -> MoeShape:
     R = Ts * kk * cf * etp
     n_loc = E / ep
     fe_r = fe / etp
-    return MoeShape(ep=ep, etp=etp, E=E, kk=kk, cf=cf, Ts=Ts, R=R, n_loc=n_loc, m_e=R / n_loc, fe_r=fe_r,
-                    up_e=fe_r * (2 if sh.gated else 1))
+    return MoeShape(
+        ep=ep,
+        etp=etp,
+        E=E,
+        kk=kk,
+        cf=cf,
+        Ts=Ts,
+        R=R,
+        n_loc=n_loc,
+        m_e=R / n_loc,
+        fe_r=fe_r,
+        up_e=fe_r * (2 if sh.gated else 1),
+    )
 
 
 @dataclass(frozen=True)
@@ -566,17 +668,22 @@ class MoeLinears:
 
     def added_to(self, fw_s, bw_s, flops) -> tuple:
         """The block's GEMM sums (forward s, backward s, forward FLOPs) with these added."""
-        return (fw_s + self.fw_s, bw_s + self.router.bw_s + self.up.bw_s + self.down.bw_s,
-                flops + self.router.flops + (self.up.flops + self.down.flops))  # experts: 2 R h (up_e + fe_r)
+        return (
+            fw_s + self.fw_s,
+            bw_s + self.router.bw_s + self.up.bw_s + self.down.bw_s,
+            flops + self.router.flops + (self.up.flops + self.down.flops),
+        )  # experts: 2 R h (up_e + fe_r)
 
 
 def moe_linears(ctx: Ctx, sh: BlockShape, ms: MoeShape) -> MoeLinears:
     """The router, a GEMM of Ts x E x h outside the FP8 autocast (Megatron-Core's router_gating_linear, 16-bit or
     fp32 logits), and the E/ep local experts as grouped GEMMs of m_e rows each (`Hardware.linear`: s, FLOPs)."""
     hw, h, e, gi = ctx.hw, sh.h, sh.e, sh.gi
-    return MoeLinears(router=LinearCost(*hw.linear(ms.Ts, ms.E, h, in_bytes=e, out_bytes=e, wide=True)),
-                      up=LinearCost(*hw.linear(ms.m_e, ms.up_e, h, batch=ms.n_loc, in_bytes=gi, out_bytes=e)),
-                      down=LinearCost(*hw.linear(ms.m_e, h, ms.fe_r, batch=ms.n_loc, in_bytes=gi, out_bytes=e)))
+    return MoeLinears(
+        router=LinearCost(*hw.linear(ms.Ts, ms.E, h, in_bytes=e, out_bytes=e, wide=True)),
+        up=LinearCost(*hw.linear(ms.m_e, ms.up_e, h, batch=ms.n_loc, in_bytes=gi, out_bytes=e)),
+        down=LinearCost(*hw.linear(ms.m_e, h, ms.fe_r, batch=ms.n_loc, in_bytes=gi, out_bytes=e)),
+    )
 
 
 def eager_expert_passes(ctx: Ctx, k: Knobs, sh: BlockShape, ms: MoeShape) -> tuple:
@@ -606,8 +713,10 @@ class MoeElementwise:
 
     def added_to(self, fw_s, bw_s) -> tuple:
         """The block's element-wise sums (forward s, backward s) with these added."""
-        return (fw_s + self.topk[0] + self.perm_fw_s + self.resort_s + self.act[0] + self.bias[0],
-                bw_s + self.topk[1] + 2.0 * self.perm_fw_s + self.resort_s + self.act[1] + self.bias[1])
+        return (
+            fw_s + self.topk[0] + self.perm_fw_s + self.resort_s + self.act[0] + self.bias[0],
+            bw_s + self.topk[1] + 2.0 * self.perm_fw_s + self.resort_s + self.act[1] + self.bias[1],
+        )
 
 
 def moe_elementwise(ctx: Ctx, k: Knobs, sh: BlockShape, ms: MoeShape, act: MlpActivation) -> MoeElementwise:
@@ -632,8 +741,9 @@ def moe_elementwise(ctx: Ctx, k: Knobs, sh: BlockShape, ms: MoeShape, act: MlpAc
     clamps, biases = eager_expert_passes(ctx, k, sh, ms)
     if clamps is not None:
         eact_fw, eact_bw = eact_fw + clamps[0], eact_bw + clamps[1]
-    return MoeElementwise(topk=(topk_fw, topk_bw), perm_fw_s=perm_fw, resort_s=sort_t, act=(eact_fw, eact_bw),
-                          bias=biases)
+    return MoeElementwise(
+        topk=(topk_fw, topk_bw), perm_fw_s=perm_fw, resort_s=sort_t, act=(eact_fw, eact_bw), bias=biases
+    )
 
 
 def moe_dispatch_combine_s(ctx: Ctx, k: Knobs, sh: BlockShape, ms: MoeShape) -> tuple:
@@ -641,11 +751,18 @@ def moe_dispatch_combine_s(ctx: Ctx, k: Knobs, sh: BlockShape, ms: MoeShape) -> 
     all-to-alls over ep (rows of h, 16-bit; `a2a_time`, whose `copies` = top_k models the flex dispatchers' node
     deduplication) and the expert-TP all-gather and reduce-scatter over etp."""
     h, e = sh.h, sh.e
-    a2a = a2a_time(ms.Ts * ms.kk * ms.cf * h * e, ms.ep, k.tier_ep, ctx.tiers, stride=ms.etp,
-                   copies=np.where(k.ep_dispatcher.astype(bool), ms.kk, 1.0))  # flex: node-deduplicated
+    a2a = a2a_time(
+        ms.Ts * ms.kk * ms.cf * h * e,
+        ms.ep,
+        k.tier_ep,
+        ctx.tiers,
+        stride=ms.etp,
+        copies=np.where(k.ep_dispatcher.astype(bool), ms.kk, 1.0),
+    )  # flex: node-deduplicated
     t_etp = tier_of(ctx.tiers, ms.etp)
-    etp_c = collective_time("ag", ms.R * h * e, ms.etp, t_etp, ctx.tiers) + \
-        collective_time("rs", ms.R * h * e, ms.etp, t_etp, ctx.tiers)
+    etp_c = collective_time("ag", ms.R * h * e, ms.etp, t_etp, ctx.tiers) + collective_time(
+        "rs", ms.R * h * e, ms.etp, t_etp, ctx.tiers
+    )
     return 2.0 * a2a + etp_c, 2.0 * a2a + etp_c
 
 
@@ -656,8 +773,14 @@ def moe_stored_bytes(sh: BlockShape, ms: MoeShape, act: MlpActivation) -> tuple:
     gi, e, h = sh.gi, sh.e, sh.h
     Ts, R, fe_r = ms.Ts, ms.R, ms.fe_r
     moe_act_in = gi * R * fe_r  # the expert down-projection's input (the activation's output)
-    return (gi * Ts * h + 4.0 * Ts * ms.E + gi * R * h + e * R * fe_r * act.inputs + moe_act_in
-            + e * Ts * ms.kk * ms.cf * h), moe_act_in
+    return (
+        gi * Ts * h
+        + 4.0 * Ts * ms.E
+        + gi * R * h
+        + e * R * fe_r * act.inputs
+        + moe_act_in
+        + e * Ts * ms.kk * ms.cf * h
+    ), moe_act_in
 
 
 @dataclass(frozen=True)
@@ -683,8 +806,17 @@ def moe_cost(ctx: Ctx, k: Knobs, sh: BlockShape, act: MlpActivation) -> MoeCost:
     ew = moe_elementwise(ctx, k, sh, ms, act)
     ep_fw, ep_bw = moe_dispatch_combine_s(ctx, k, sh, ms)
     stored, act_out = moe_stored_bytes(sh, ms, act)
-    return MoeCost(gemm_fw_s=lin.fw_s, act_fw_s=ew.act[0], ep_fw_s=ep_fw, ep_bw_s=ep_bw, stored_bytes=stored,
-                   act_out_bytes=act_out, shape=ms, linears=lin, elementwise=ew)
+    return MoeCost(
+        gemm_fw_s=lin.fw_s,
+        act_fw_s=ew.act[0],
+        ep_fw_s=ep_fw,
+        ep_bw_s=ep_bw,
+        stored_bytes=stored,
+        act_out_bytes=act_out,
+        shape=ms,
+        linears=lin,
+        elementwise=ew,
+    )
 
 
 # ------------------------------------------------------------------------------------------------ precision casts
@@ -779,12 +911,21 @@ def tp_exposure(ctx: Ctx, k: Knobs, sh: BlockShape, links: TpLinks, gemm_fw, gem
     tp_fw_exp = exposed(tp_fw, gemm_fw)
     tp_bw_exp = exposed(tp_bw, gemm_bw)
     tp_re_exp = np.where(tp_re > 0, exposed(tp_re, gemm_re), 0.0)
-    slow = np.where(ov > 0, pu * (np.minimum(tp_fw, gemm_fw) + np.minimum(tp_bw, gemm_bw)
-                                  + np.minimum(tp_re, gemm_re)), 0.0)
+    slow = np.where(
+        ov > 0,
+        pu * (np.minimum(tp_fw, gemm_fw) + np.minimum(tp_bw, gemm_bw) + np.minimum(tp_re, gemm_re)),
+        0.0,
+    )
     on = tp > 1
-    return TpCost(fw_s=np.where(on, tp_fw, 0.0), bw_s=np.where(on, tp_bw, 0.0), re_s=np.where(on, tp_re, 0.0),
-                  fw_exp_s=np.where(on, tp_fw_exp, 0.0), bw_exp_s=np.where(on, tp_bw_exp, 0.0),
-                  re_exp_s=np.where(on, tp_re_exp, 0.0), slow_s=np.where(tp > 1, slow, 0.0))
+    return TpCost(
+        fw_s=np.where(on, tp_fw, 0.0),
+        bw_s=np.where(on, tp_bw, 0.0),
+        re_s=np.where(on, tp_re, 0.0),
+        fw_exp_s=np.where(on, tp_fw_exp, 0.0),
+        bw_exp_s=np.where(on, tp_bw_exp, 0.0),
+        re_exp_s=np.where(on, tp_re_exp, 0.0),
+        slow_s=np.where(tp > 1, slow, 0.0),
+    )
 
 
 # ------------------------------------------------------------------------------------------------ CP ring
@@ -806,14 +947,26 @@ def cp_ring_s(ctx: Ctx, k: Knobs, sh: BlockShape, att: AttentionCore, attn_redon
     if sh.titan:
         dstep = step * 4.0 / e
         cp_bw = cp_fw + (cp - 1.0) * dstep
-        cp_exp = np.where(cp > 1, np.maximum(cp_fw - attn_fw / cp, 0.0) + np.maximum(cp_fw - attn_bw / cp, 0.0)
-                          + (cp - 1.0) * np.maximum(dstep - attn_bw / cp, 0.0) + dstep
-                          + np.where(attn_redone, np.maximum(cp_re - att_re / cp, 0.0), 0.0), 0.0)
+        cp_exp = np.where(
+            cp > 1,
+            np.maximum(cp_fw - attn_fw / cp, 0.0)
+            + np.maximum(cp_fw - attn_bw / cp, 0.0)
+            + (cp - 1.0) * np.maximum(dstep - attn_bw / cp, 0.0)
+            + dstep
+            + np.where(attn_redone, np.maximum(cp_re - att_re / cp, 0.0), 0.0),
+            0.0,
+        )
     else:
         cp_bw = 2.0 * cp_fw  # dK, dV travel back with K, V
-        cp_exp = np.where(cp > 1, np.maximum(cp_fw - attn_fw * (cp - 1) / cp, 0.0) + step
-                          + np.maximum(cp_bw - attn_bw * (cp - 1) / cp, 0.0) + step
-                          + np.where(attn_redone, np.maximum(cp_re - att_re * (cp - 1) / cp, 0.0) + step, 0.0), 0.0)
+        cp_exp = np.where(
+            cp > 1,
+            np.maximum(cp_fw - attn_fw * (cp - 1) / cp, 0.0)
+            + step
+            + np.maximum(cp_bw - attn_bw * (cp - 1) / cp, 0.0)
+            + step
+            + np.where(attn_redone, np.maximum(cp_re - att_re * (cp - 1) / cp, 0.0) + step, 0.0),
+            0.0,
+        )
     return cp_fw + cp_bw + cp_re, cp_exp
 
 
@@ -832,7 +985,9 @@ class ActivationBytes:
     norms: np.ndarray  # the two norms' inputs
     qkv_in: np.ndarray  # QKV GEMM input (as cast; SP-sharded if re-gathered in backward)
     q_k_v: np.ndarray  # attention-core inputs
-    scores: np.ndarray  # standard: softmax output (with dropout, its mask and output); flash: fp32 log-sum-exp
+    scores: (
+        np.ndarray
+    )  # standard: softmax output (with dropout, its mask and output); flash: fp32 log-sum-exp
     proj_in: np.ndarray  # output projection input
     drop_masks: np.ndarray  # the two dropout masks after the attention and the MLP
     up_in: np.ndarray | float  # MLP up-projection input
@@ -840,7 +995,9 @@ class ActivationBytes:
     full: np.ndarray
 
 
-def activation_bytes(k: Knobs, sh: BlockShape, att: AttentionCore, act: MlpActivation, moe_store) -> ActivationBytes:
+def activation_bytes(
+    k: Knobs, sh: BlockShape, att: AttentionCore, act: MlpActivation, moe_store
+) -> ActivationBytes:
     """Stored activations of the block (bytes), `moe_store` those of its routed experts (Korthikanti et al. 2022,
     Sec. 4: 34 sbh + 5 a s^2 b with dropout, 16-bit; generalised to GQA, gated MLPs, flash and no dropout)."""
     T, h, e, gi, tp, f = sh.T, sh.h, sh.e, sh.gi, sh.tp, sh.f
@@ -858,12 +1015,29 @@ def activation_bytes(k: Knobs, sh: BlockShape, att: AttentionCore, act: MlpActiv
     up_in = gi * T * h * gemm_in_rep if f > 0 else 0.0
     act_store = e * T * f / tp * act.inputs + gi * T * f / tp
     full = norms + qkv_in + q_k_v + scores + proj_in + drop_masks + up_in + act_store + moe_store
-    return ActivationBytes(norms=norms, qkv_in=qkv_in, q_k_v=q_k_v, scores=scores, proj_in=proj_in,
-                           drop_masks=drop_masks, up_in=up_in, act_store=act_store, full=full)
+    return ActivationBytes(
+        norms=norms,
+        qkv_in=qkv_in,
+        q_k_v=q_k_v,
+        scores=scores,
+        proj_in=proj_in,
+        drop_masks=drop_masks,
+        up_in=up_in,
+        act_store=act_store,
+        full=full,
+    )
 
 
-def selective_recompute(ctx: Ctx, k: Knobs, sh: BlockShape, lin: DenseLinears, att: AttentionCore,
-                        ew: DenseElementwise, mc: MoeCost, mem: ActivationBytes) -> tuple:
+def selective_recompute(
+    ctx: Ctx,
+    k: Knobs,
+    sh: BlockShape,
+    lin: DenseLinears,
+    att: AttentionCore,
+    ew: DenseElementwise,
+    mc: MoeCost,
+    mem: ActivationBytes,
+) -> tuple:
     """Megatron-Core's selective recompute of the modules `recompute_modules` names (none named: the attention
     core): (forward time run again s, its hardware FLOPs, bytes no longer kept), summed over the modules chosen."""
     none = (0.0, 0.0, 0.0)
@@ -871,15 +1045,21 @@ def selective_recompute(ctx: Ctx, k: Knobs, sh: BlockShape, lin: DenseLinears, a
         RecomputeModule.CORE_ATTN: (att.fw_s, att.flops_fw, np.where(sh.flash, mem.proj_in, mem.scores)),
         RecomputeModule.LAYERNORM: (2.0 * ew.norm_fw_s, 0.0, mem.qkv_in + mem.up_in),
         RecomputeModule.MOE_ACT: (mc.act_fw_s, 0.0, mc.act_out_bytes),
-        RecomputeModule.MLA_UP_PROJ: (lin.qkv.fw_s, lin.qkv.flops, mem.q_k_v) if ctx.llm.mla is not None else none,
-        RecomputeModule.MLP: (lin.up.fw_s + lin.down.fw_s + ew.act_fw_s, lin.up.flops + lin.down.flops,
-                              mem.up_in + mem.act_store),
+        RecomputeModule.MLA_UP_PROJ: (lin.qkv.fw_s, lin.qkv.flops, mem.q_k_v)
+        if ctx.llm.mla is not None
+        else none,
+        RecomputeModule.MLP: (
+            lin.up.fw_s + lin.down.fw_s + ew.act_fw_s,
+            lin.up.flops + lin.down.flops,
+            mem.up_in + mem.act_store,
+        ),
     }
     return tuple(sum(np.where(recomputes(k, m), v[i], 0.0) for m, v in modules.items()) for i in range(3))
 
 
-def recompute_and_stored(sh: BlockShape, fw, hw_fw, ckpt, selective: tuple | None, sac: tuple | None,
-                         full) -> tuple:
+def recompute_and_stored(
+    sh: BlockShape, fw, hw_fw, ckpt, selective: tuple | None, sac: tuple | None, full
+) -> tuple:
     """(recompute s, its hardware FLOPs, stored bytes) per layer per micro-batch: full recompute re-runs the
     forward and keeps the layer input (`ckpt`); selective recompute runs what `selective` (Megatron-Core's modules)
     or `sac` (torchtitan's per-op policy, `per_op_sac`) says and keeps the rest of `full`; none keeps `full`."""
@@ -892,7 +1072,11 @@ def recompute_and_stored(sh: BlockShape, fw, hw_fw, ckpt, selective: tuple | Non
     else:
         sel_t, sel_fl, saved = selective
         sel_stored = full - saved
-    return np.where(rec == 2, fw, sel_t), np.where(rec == 2, hw_fw, sel_fl), np.where(rec == 2, ckpt, sel_stored)
+    return (
+        np.where(rec == 2, fw, sel_t),
+        np.where(rec == 2, hw_fw, sel_fl),
+        np.where(rec == 2, ckpt, sel_stored),
+    )
 
 
 # ------------------------------------------------------------------------------------------------ EP exposure
@@ -961,8 +1145,19 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     ckpt = checkpoint_bytes(sh)
     sac = None
     if sh.titan:  # `selective` is torchtitan's per-op policy, not Megatron-Core's modules
-        sac = per_op_sac(ctx, k, sh.T, sh.Tn, sh.ah, sh.kvr, sh.d, sh.f, ew_fw,
-                         moe_fw=(mc.gemm_fw_s + mc.act_fw_s, mc.ep_fw_s), ckpt=ckpt)
+        sac = per_op_sac(
+            ctx,
+            k,
+            sh.T,
+            sh.Tn,
+            sh.ah,
+            sh.kvr,
+            sh.d,
+            sh.f,
+            ew_fw,
+            moe_fw=(mc.gemm_fw_s + mc.act_fw_s, mc.ep_fw_s),
+            ckpt=ckpt,
+        )
     # the attention core (and its CP ring) runs again; torchtitan's per-op policy saves the SDPA output and its
     # log-sum-exp (the ring runs inside that op), and it has no recompute_modules
     attn_redone = (rec == 2) | (recomputes(k, RecomputeModule.CORE_ATTN) & (not sh.titan))
@@ -977,12 +1172,33 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     selective = None if sh.titan else selective_recompute(ctx, k, sh, lin, att, ew, mc, mem)
     re, hw_re, stored = recompute_and_stored(sh, fw, hw_fw, ckpt, selective, sac, mem.full)
     ep_link, ep_exp = ep_exposed_s(ctx, k, sh, mc, fw, bw, re)
-    blk = BlockCost(fw=fw, bw=bw, re=re, gemm_fw=gemm_fw, gemm_bw=gemm_bw, attn_fw=att.fw_s, attn_bw=att.bw_s,
-                    tp_fw=tpc.fw_s, tp_bw=tpc.bw_s, tp_re=tpc.re_s, tp_fw_exp=tpc.fw_exp_s, tp_bw_exp=tpc.bw_exp_s,
-                    tp_re_exp=tpc.re_exp_s, tp_slow=tpc.slow_s, cp_link=cp_link, cp_exp=cp_exp,
-                    ep_link=ep_link + 0.0 * tp, ep_fw=mc.ep_fw_s + 0.0 * tp, ep_exp=ep_exp + 0.0 * tp,
-                    act_stored=stored, act_full=mem.full, ckpt=ckpt, hw_flops_fw=hw_fw, hw_flops_bw=hw_bw,
-                    hw_flops_re=hw_re)
+    blk = BlockCost(
+        fw=fw,
+        bw=bw,
+        re=re,
+        gemm_fw=gemm_fw,
+        gemm_bw=gemm_bw,
+        attn_fw=att.fw_s,
+        attn_bw=att.bw_s,
+        tp_fw=tpc.fw_s,
+        tp_bw=tpc.bw_s,
+        tp_re=tpc.re_s,
+        tp_fw_exp=tpc.fw_exp_s,
+        tp_bw_exp=tpc.bw_exp_s,
+        tp_re_exp=tpc.re_exp_s,
+        tp_slow=tpc.slow_s,
+        cp_link=cp_link,
+        cp_exp=cp_exp,
+        ep_link=ep_link + 0.0 * tp,
+        ep_fw=mc.ep_fw_s + 0.0 * tp,
+        ep_exp=ep_exp + 0.0 * tp,
+        act_stored=stored,
+        act_full=mem.full,
+        ckpt=ckpt,
+        hw_flops_fw=hw_fw,
+        hw_flops_bw=hw_bw,
+        hw_flops_re=hw_re,
+    )
     if sh.moe is None or ctx.stack != Stack.MEGATRON_CORE:  # the host floor: eager dropless MoE layers
         return blk
     host_fw, host_re = host_floor_s(k, blk)

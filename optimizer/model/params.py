@@ -49,8 +49,16 @@ def attention_params(llm: LLM, tp=1):
         return h * (a / tp + 2 * g) * d, (a / tp) * d * h
     m = llm.mla
     dqk = d + m.qk_rope_head_dim
-    q = (h * m.q_lora_rank + m.q_lora_rank * a * dqk / tp + m.q_lora_rank) if m.q_lora_rank else h * a * dqk / tp
-    kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank * a * (d + m.v_head_dim) / tp + m.kv_lora_rank
+    q = (
+        (h * m.q_lora_rank + m.q_lora_rank * a * dqk / tp + m.q_lora_rank)
+        if m.q_lora_rank
+        else h * a * dqk / tp
+    )
+    kv = (
+        h * (m.kv_lora_rank + m.qk_rope_head_dim)
+        + m.kv_lora_rank * a * (d + m.v_head_dim) / tp
+        + m.kv_lora_rank
+    )
     return q + kv, a * m.v_head_dim * h / tp
 
 

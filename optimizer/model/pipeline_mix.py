@@ -43,13 +43,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.rules.layout import placement
-from optimizer.schema import Execution, Problem, Recompute
 from optimizer.model.compose import dp_exposed as dp_exposed_by_zero
 from optimizer.model.compose import edge_head
 from optimizer.model.hardware import Tiers, collective_time
 from optimizer.model.knobs import RECOMPUTE, Knobs, from_execution
-from optimizer.model.step import GIB, adam_time, dp_reductions, evaluate, layer_params_per_gpu, make_ctx, state_bytes
+from optimizer.model.step import (
+    GIB,
+    adam_time,
+    dp_reductions,
+    evaluate,
+    layer_params_per_gpu,
+    make_ctx,
+    state_bytes,
+)
+from optimizer.rules.layout import placement
+from optimizer.schema import Execution, Problem, Recompute
 
 FIRST, MIDDLE, LAST = "first", "middle", "last"
 
@@ -77,9 +85,14 @@ class MixPlan:
     micro_batch: int
 
     def label(self) -> str:
-        return " | ".join(f"{g.node_type}: {g.stages} stage(s) x {g.layers} layers, tp {g.tp}"
-                          + ("" if g.recompute == Recompute.NONE else f", {g.recompute.value} recompute")
-                          for g in self.groups) + f"; dp {self.dp}, micro-batch {self.micro_batch}"
+        return (
+            " | ".join(
+                f"{g.node_type}: {g.stages} stage(s) x {g.layers} layers, tp {g.tp}"
+                + ("" if g.recompute == Recompute.NONE else f", {g.recompute.value} recompute")
+                for g in self.groups
+            )
+            + f"; dp {self.dp}, micro-batch {self.micro_batch}"
+        )
 
 
 def role_of(g: int, G: int) -> str:
@@ -106,15 +119,29 @@ def group_terms(problem: Problem, dp: int, mb: int, n_mb: int, role: str, tp, re
     the message (msg, bytes), the per-group DP + optimizer time (x), memory in bytes: fixed (weights,
     gradients, optimizer state, reserve, working set, edge extras), stored activations per micro-batch in
     flight (a), the last stage's alternative (last_alt; 0 elsewhere), GPUs (gpus)."""
-    tp, rec, layers, stages = (np.asarray(x, dtype=np.int64) for x in np.broadcast_arrays(tp, rec, layers, stages))
+    tp, rec, layers, stages = (
+        np.asarray(x, dtype=np.int64) for x in np.broadcast_arrays(tp, rec, layers, stages)
+    )
     sys_ = problem.system
     ctx = make_ctx(problem)
     tiers = ctx.tiers
     keys = sorted(set(zip(tp.ravel().tolist(), rec.ravel().tolist())))
     if not keys:
         return {}
-    exs = [Execution(tp=t, pp=2, dp=dp, micro_batch=mb, recompute=RECOMPUTE[r], sequence_parallel=t > 1,
-                     pp_rs_ag=False, zero=1, dp_overlap=True) for t, r in keys]
+    exs = [
+        Execution(
+            tp=t,
+            pp=2,
+            dp=dp,
+            micro_batch=mb,
+            recompute=RECOMPUTE[r],
+            sequence_parallel=t > 1,
+            pp_rs_ag=False,
+            zero=1,
+            dp_overlap=True,
+        )
+        for t, r in keys
+    ]
     kn = Knobs.concat([from_execution(e, sys_, 2 * dp * e.tp) for e in exs])
     res = evaluate(problem, kn, ctx)
     te = res.terms
@@ -142,27 +169,63 @@ def group_terms(problem: Problem, dp: int, mb: int, n_mb: int, role: str, tp, re
     he = edge_head(head, p2p, 2) if role == LAST else np.zeros_like(u)
     # parameters of the group's busiest stage
     vh = llm.vocab * llm.hidden / tp
-    P = L * p_layer + (vh if role == FIRST else 0.0) + \
-        (vh + llm.hidden * (2 if llm.bias else 1) if role == LAST else 0.0)
+    P = (
+        L * p_layer
+        + (vh if role == FIRST else 0.0)
+        + (vh + llm.hidden * (2 if llm.bias else 1) if role == LAST else 0.0)
+    )
     wb, gb, ob = state_bytes(ctx)
     d = float(dp)
     RS, AR, AG = dp_reductions(P, gb, wb, d, tier_dp, tiers, stride=tp)
     link = RS + AG  # ZeRO-1 (`compose.dp_links`)
     bucket = 1.0 / np.maximum(L, 1.0)
     nl = n_mb * L
-    exp = dp_exposed_by_zero(AR, RS, AG, 2 * AG + RS, AR * bucket, RS * bucket, AG * bucket, (2 * AG + RS) * bucket,
-                             AR, RS, L * bwt, L * bwt, L * fwt, n_mb, nl, bwt, fwt + bwt)[1]
+    exp = dp_exposed_by_zero(
+        AR,
+        RS,
+        AG,
+        2 * AG + RS,
+        AR * bucket,
+        RS * bucket,
+        AG * bucket,
+        (2 * AG + RS) * bucket,
+        AR,
+        RS,
+        L * bwt,
+        L * bwt,
+        L * fwt,
+        n_mb,
+        nl,
+        bwt,
+        fwt + bwt,
+    )[1]
     has_dp = dp > 1
     dp_exp = exp if has_dp else np.zeros_like(u)
     dp_slow = tiers.processor_usage[tier_dp] * (link - dp_exp) if has_dp else np.zeros_like(u)
     opt = adam_time(ctx.hw, P / d, gb, ob, wb)
-    fixed = P * (wb + gb) + P / d * ob + sys_.reserved_gib * GIB + working + (emb_out if role == FIRST else 0.0)
+    fixed = (
+        P * (wb + gb) + P / d * ob + sys_.reserved_gib * GIB + working + (emb_out if role == FIRST else 0.0)
+    )
     a = L * stored
-    last_alt = a + working + logits + P * (wb + gb) + P / d * ob + sys_.reserved_gib * GIB if role == LAST \
+    last_alt = (
+        a + working + logits + P * (wb + gb) + P / d * ob + sys_.reserved_gib * GIB
+        if role == LAST
         else np.zeros_like(u)
-    return {"u": u, "he": he, "p2p": p2p, "msg": msg, "x": dp_exp + dp_slow + opt, "dp_exposed": dp_exp + dp_slow,
-            "optimizer": opt, "fixed": fixed, "a": a, "last_alt": last_alt, "gpus": dp * stages * tp,
-            "params": P}
+    )
+    return {
+        "u": u,
+        "he": he,
+        "p2p": p2p,
+        "msg": msg,
+        "x": dp_exp + dp_slow + opt,
+        "dp_exposed": dp_exp + dp_slow,
+        "optimizer": opt,
+        "fixed": fixed,
+        "a": a,
+        "last_alt": last_alt,
+        "gpus": dp * stages * tp,
+        "params": P,
+    }
 
 
 def inflight(n_mb: int, stages: list[int]) -> list[int]:
@@ -176,10 +239,17 @@ def compose_mix_step(n_mb, u: list, s: list, he, p2p: list, joins: list, x: list
     M = np.maximum(np.maximum.reduce(list(u)), u[-1] + he)
     bounds = [np.where(np.asarray(s[g]) > 1, p2p[g], 0.0) for g in range(G)] + list(joins)
     pipe = (n_mb - 1) * M + sum(si * ui for si, ui in zip(s, u)) + he
-    p2p_t = 2 * n_mb * np.maximum.reduce(bounds) + 2 * (sum((np.asarray(s[g]) - 1) * p2p[g] for g in range(G))
-                                                        + sum(joins))
+    p2p_t = 2 * n_mb * np.maximum.reduce(bounds) + 2 * (
+        sum((np.asarray(s[g]) - 1) * p2p[g] for g in range(G)) + sum(joins)
+    )
     xs = np.maximum.reduce(list(x))
-    return {"pipeline": pipe, "p2p": p2p_t, "dp_optimizer": xs, "step_time": pipe + p2p_t + xs, "slowest_stage": M}
+    return {
+        "pipeline": pipe,
+        "p2p": p2p_t,
+        "dp_optimizer": xs,
+        "step_time": pipe + p2p_t + xs,
+        "slowest_stage": M,
+    }
 
 
 @dataclass(frozen=True)
@@ -210,17 +280,40 @@ def evaluate_mix(problems: dict[str, Problem], plan: MixPlan, joining=None) -> M
     if B % (plan.dp * plan.micro_batch):
         raise ValueError(f"global batch {B} is not a multiple of dp x micro-batch")
     n_mb = B // (plan.dp * plan.micro_batch)
-    terms = [group_terms(problems[g.node_type], plan.dp, plan.micro_batch, n_mb, role_of(i, G), g.tp,
-                         RECOMPUTE.index(g.recompute), g.layers, g.stages) for i, g in enumerate(gs)]
+    terms = [
+        group_terms(
+            problems[g.node_type],
+            plan.dp,
+            plan.micro_batch,
+            n_mb,
+            role_of(i, G),
+            g.tp,
+            RECOMPUTE.index(g.recompute),
+            g.layers,
+            g.stages,
+        )
+        for i, g in enumerate(gs)
+    ]
     t = [{k: float(np.asarray(v).reshape(-1)[0]) for k, v in d.items()} for d in terms]
     jt = [join_network(problems[g.node_type], joining) for g in gs]
     joins = [float(join_time(max(t[i]["msg"], t[i + 1]["msg"]), [jt[i], jt[i + 1]])) for i in range(G - 1)]
     s = [g.stages for g in gs]
-    parts = {k: float(v) for k, v in compose_mix_step(n_mb, [x["u"] for x in t], s, t[-1]["he"], [x["p2p"] for x in t],
-                                                   joins, [x["x"] for x in t]).items()}
+    parts = {
+        k: float(v)
+        for k, v in compose_mix_step(
+            n_mb, [x["u"] for x in t], s, t[-1]["he"], [x["p2p"] for x in t], joins, [x["x"] for x in t]
+        ).items()
+    }
     infl = inflight(n_mb, s)
     hbm = [max(x["fixed"] + i * x["a"], x["last_alt"]) for x, i in zip(t, infl)]
     stage = [x["u"] for x in t]
     stage[-1] += t[-1]["he"]
-    return MixResult(plan, parts["step_time"], parts, stage, hbm,
-                     [capacity_bytes(problems[g.node_type]) for g in gs], [g.gpus(plan.dp) for g in gs])
+    return MixResult(
+        plan,
+        parts["step_time"],
+        parts,
+        stage,
+        hbm,
+        [capacity_bytes(problems[g.node_type]) for g in gs],
+        [g.gpus(plan.dp) for g in gs],
+    )

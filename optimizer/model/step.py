@@ -27,19 +27,28 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from optimizer.schema import Precision, Problem
-from optimizer.schema.stack import Stack, fsdp_copy_bytes, zero2_regathers
+from optimizer.model.compose import (
+    PIPE,
+    dp_links,
+    edge_head,
+    fsdp_traffic,
+    layout_factors,
+    mb_factors,
+    p2p_steady,
+    pipeline,
+    vpp_factors,
+)
+from optimizer.model.compose import activations as compose_activations
+from optimizer.model.compose import dp_exposed as dp_exposed_by_zero
 from optimizer.model.fitted import FITTED
 from optimizer.model.hardware import Hardware, Tiers, collective_time, tier_of
 from optimizer.model.knobs import Knobs
-from optimizer.model.compose import activations as compose_activations
-from optimizer.model.compose import dp_exposed as dp_exposed_by_zero
-from optimizer.model.compose import (PIPE, dp_links, edge_head, fsdp_traffic, layout_factors, mb_factors,
-                                     p2p_steady, pipeline, vpp_factors)
-from optimizer.model.terms import StepTerms, step_of
-from optimizer.rules.layout import has_dp_group
 from optimizer.model.layer import BlockCost, Ctx, block_cost, kv_per_rank
 from optimizer.model.params import attention_params, count, mlp_matrices, model_flops_per_token
+from optimizer.model.terms import StepTerms, step_of
+from optimizer.rules.layout import has_dp_group
+from optimizer.schema import Precision, Problem
+from optimizer.schema.stack import Stack, fsdp_copy_bytes, zero2_regathers
 
 GIB = 2.0**30
 ALLOCATOR_SLACK = FITTED.allocator_slack_ratio  # PyTorch caching allocator: reserved / allocated - 1 at the
@@ -49,9 +58,17 @@ ALLOCATOR_SLACK = FITTED.allocator_slack_ratio  # PyTorch caching allocator: res
 def make_ctx(problem: Problem) -> Ctx:
     tr = problem.training
     grad_bytes = 4 if tr.grad_precision == Precision.FP32 else 2
-    return Ctx(llm=problem.llm, hw=Hardware(problem.system, tr.precision), tiers=Tiers.of(problem.system),
-               seq_len=problem.seq_len, global_batch=tr.global_batch, precision=tr.precision,
-               grad_bytes=grad_bytes, master_weights=tr.master_weights, stack=problem.stack)
+    return Ctx(
+        llm=problem.llm,
+        hw=Hardware(problem.system, tr.precision),
+        tiers=Tiers.of(problem.system),
+        seq_len=problem.seq_len,
+        global_batch=tr.global_batch,
+        precision=tr.precision,
+        grad_bytes=grad_bytes,
+        master_weights=tr.master_weights,
+        stack=problem.stack,
+    )
 
 
 @dataclass(frozen=True)
@@ -105,8 +122,15 @@ class StepResult:
     terms: StepTerms | None = None
 
     def row(self, i: int = 0) -> dict[str, float]:
-        return {f.name: float(np.asarray(getattr(self, f.name)).reshape(-1)[i] if np.ndim(getattr(self, f.name))
-                              else getattr(self, f.name)) for f in fields(self) if f.name != "terms"}
+        return {
+            f.name: float(
+                np.asarray(getattr(self, f.name)).reshape(-1)[i]
+                if np.ndim(getattr(self, f.name))
+                else getattr(self, f.name)
+            )
+            for f in fields(self)
+            if f.name != "terms"
+        }
 
 
 def _attention_norm_params(llm, tp):
@@ -138,9 +162,14 @@ def moe_layer_params_per_gpu(ctx: Ctx, k: Knobs):
     routed experts are *not* divided by tp)."""
     llm, mo = ctx.llm, ctx.llm.moe
     tp = k.tp.astype(float)
-    non_expert = (_attention_norm_params(llm, tp) + llm.hidden * mo.experts
-                  + _mlp_params(llm, mo.shared_experts * mo.expert_ffn, tp))
-    expert = mo.experts / k.ep.astype(float) * mlp_matrices(llm) * llm.hidden * mo.expert_ffn / k.etp.astype(float)
+    non_expert = (
+        _attention_norm_params(llm, tp)
+        + llm.hidden * mo.experts
+        + _mlp_params(llm, mo.shared_experts * mo.expert_ffn, tp)
+    )
+    expert = (
+        mo.experts / k.ep.astype(float) * mlp_matrices(llm) * llm.hidden * mo.expert_ffn / k.etp.astype(float)
+    )
     return non_expert, expert
 
 
@@ -160,9 +189,11 @@ def state_bytes(ctx: Ctx) -> tuple[float, float, float]:
 def dp_reductions(params, gb: float, wb: float, group, tier, tiers: Tiers, stride):
     """(reduce-scatter, all-reduce) of the gradients (`gb` bytes each) and the all-gather of the weights (`wb`)
     of `params` parameters over a data-parallel group of `group` ranks `stride` apart on `tier`."""
-    return (collective_time("rs", params * gb, group, tier, tiers, stride=stride),
-            collective_time("ar", params * gb, group, tier, tiers, stride=stride),
-            collective_time("ag", params * wb, group, tier, tiers, stride=stride))
+    return (
+        collective_time("rs", params * gb, group, tier, tiers, stride=stride),
+        collective_time("ar", params * gb, group, tier, tiers, stride=stride),
+        collective_time("ag", params * wb, group, tier, tiers, stride=stride),
+    )
 
 
 def adam_time(hw: Hardware, P_upd, gb: float, ob: float, wb: float):
@@ -198,15 +229,18 @@ def _shape(ctx: Ctx, k: Knobs) -> _Shape:
     tp, pp, dp, cp, vpp, mb = (x.astype(float) for x in (k.tp, k.pp, k.dp, k.cp, k.vpp, k.micro_batch))
     B, s, L = float(ctx.global_batch), float(ctx.seq_len), float(ctx.llm.layers)
     n_mb = B / (dp * mb)
-    el = (k.pp_embedding_loss.astype(bool) & (pp > 1)).astype(float)  # embedding and loss take a layer slot each
+    el = (k.pp_embedding_loss.astype(bool) & (pp > 1)).astype(
+        float
+    )  # embedding and loss take a layer slot each
     # layer slots of the split: with pp_uneven (a custom layout) padded to the busiest chunk's ceil, so that every
     # per-stage factor below is the busiest stage's
     slots = L + 2.0 * el
     uneven = k.pp_uneven.astype(bool) & (pp > 1)
     slots = np.where(uneven, np.ceil(slots / (pp * vpp)) * pp * vpp, slots)
     Ls = slots / pp  # transformer layers of the busiest stage (a middle one when el)
-    return _Shape(tp, pp, dp, cp, vpp, mb, B, s, L, n_mb, el, slots, Ls, mb * s / cp,
-                  k.sequence_parallel.astype(bool))
+    return _Shape(
+        tp, pp, dp, cp, vpp, mb, B, s, L, n_mb, el, slots, Ls, mb * s / cp, k.sequence_parallel.astype(bool)
+    )
 
 
 def _layer(ctx: Ctx, k: Knobs, pp):
@@ -231,8 +265,9 @@ def _edge_work(ctx: Ctx, k: Knobs, g: _Shape):
     emb_fw = hw.mem_time(2.0 * T * h * e)
     emb_bw = hw.mem_time(T * h * (e + 4.0))
     M = T * h * e
-    emb_comm = np.where(sp, collective_time("rs", M, tp, k.tier_tp, tiers),
-                        collective_time("ar", M, tp, k.tier_tp, tiers))
+    emb_comm = np.where(
+        sp, collective_time("rs", M, tp, k.tier_tp, tiers), collective_time("ar", M, tp, k.tier_tp, tiers)
+    )
     # the LM head stays 16-bit in quantised recipes: Megatron-Core's output layer is its own ColumnParallelLinear,
     # outside Transformer Engine's FP8 autocast (TE's LM head only with the opt-in MXFP8 output projection,
     # Megatron-LM #4825, 2026), and torchtitan's Float8 conversion skips the `output` linear
@@ -240,8 +275,9 @@ def _edge_work(ctx: Ctx, k: Knobs, g: _Shape):
     n_logit = T * V / tp
     loss_fw = hw.vector(10.0 * n_logit, n_logit * (e + 3 * 4.0), fp32=True)
     loss_bw = hw.vector(4.0 * n_logit, n_logit * (4.0 + e), fp32=True)
-    head_comm = np.where(sp, collective_time("ag", M, tp, k.tier_tp, tiers) * 2.0, 0.0) + \
-        3.0 * collective_time("ar", T * 4.0, tp, k.tier_tp, tiers)
+    head_comm = np.where(
+        sp, collective_time("ag", M, tp, k.tier_tp, tiers) * 2.0, 0.0
+    ) + 3.0 * collective_time("ar", T * 4.0, tp, k.tier_tp, tiers)
     last_stage_extra = head_fw + head_bw + loss_fw + loss_bw + head_comm
     first_stage_extra = emb_fw + emb_bw + emb_comm
     both = last_stage_extra + first_stage_extra
@@ -258,8 +294,9 @@ def _p2p_time(ctx: Ctx, k: Knobs, g: _Shape, M):
     tp, sp, tiers = g.tp, g.sp, ctx.tiers
     scatter = sp | k.pp_rs_ag.astype(bool)
     msg = np.where(scatter, M / tp, M)
-    return collective_time("p2p", msg, 2.0, k.tier_pp, tiers) + \
-        np.where(k.pp_rs_ag.astype(bool) & ~sp, collective_time("ag", M, tp, k.tier_tp, tiers), 0.0)
+    return collective_time("p2p", msg, 2.0, k.tier_pp, tiers) + np.where(
+        k.pp_rs_ag.astype(bool) & ~sp, collective_time("ag", M, tp, k.tier_tp, tiers), 0.0
+    )
 
 
 @dataclass(frozen=True)
@@ -339,6 +376,7 @@ def _fsdp_copies(ctx: Ctx, P: _Params):
         if not nbytes_per_param:
             return 0.0 * unit
         return (P.stage / unit) * ctx.hw.vector(unit, unit * nbytes_per_param)
+
     return passes(cb_ar), passes(cb_red), passes(cb_gat)
 
 
@@ -357,17 +395,43 @@ def _dp_time(ctx: Ctx, k: Knobs, g: _Shape, P: _Params, blk: BlockCost, f_v: dic
     bucket = 1.0 / np.maximum(Ls, 1.0)
     t_cb = f_v["Lc"] * blk.bw_total  # backward of one chunk for one micro-batch
     window = f_v["Wm"] * blk.bw_total
-    exp = dp_exposed_by_zero(AR, RS, AG, F, AR * bucket, RS * bucket, AG * bucket, F * bucket, AR / vpp,
-                             RS / vpp, t_cb, window, Ls * blk.fw_total, n_mb, f_m["NL"], blk.bw_total,
-                             blk.fw_total + blk.bw_total, regather)
+    exp = dp_exposed_by_zero(
+        AR,
+        RS,
+        AG,
+        F,
+        AR * bucket,
+        RS * bucket,
+        AG * bucket,
+        F * bucket,
+        AR / vpp,
+        RS / vpp,
+        t_cb,
+        window,
+        Ls * blk.fw_total,
+        n_mb,
+        f_m["NL"],
+        blk.bw_total,
+        blk.fw_total + blk.bw_total,
+        regather,
+    )
     dp_exp_ov = _at_zero(z, exp)
     has_dp = has_dp_group(P.dpg, P.edp)
     dp_exposed = np.where(has_dp, np.where(ov, dp_exp_ov, dp_link), 0.0)
     pu = ctx.tiers.processor_usage[k.tier_dp]
-    return dict(AR=AR, RS=RS, AG=AG, bucket=bucket, dp_link=dp_link, dp_exposed=dp_exposed,
-                dp_slow=np.where(ov & has_dp, pu * (dp_link - dp_exposed), 0.0),
-                fsdp_copies=np.where(has_dp, _at_zero(z, cps), 0.0), fsdp_ar=fsdp_ar, fsdp_red=fsdp_red,
-                fsdp_gat=fsdp_gat)
+    return dict(
+        AR=AR,
+        RS=RS,
+        AG=AG,
+        bucket=bucket,
+        dp_link=dp_link,
+        dp_exposed=dp_exposed,
+        dp_slow=np.where(ov & has_dp, pu * (dp_link - dp_exposed), 0.0),
+        fsdp_copies=np.where(has_dp, _at_zero(z, cps), 0.0),
+        fsdp_ar=fsdp_ar,
+        fsdp_red=fsdp_red,
+        fsdp_gat=fsdp_gat,
+    )
 
 
 def _offload_bw_s(problem: Problem) -> float:
@@ -408,7 +472,9 @@ def _state_memory(ctx: Ctx, k: Knobs, P: _Params) -> dict:
     grads = np.where(o_off, P.layer * gb, grads_full)
     optim_full = P.sharded(z >= 1) * ob
     optim_state = np.where(o_off, 0.0, optim_full)
-    off_state = np.where(w_off, weights_full - weights, 0.0) + np.where(o_off, grads_full - grads + optim_full, 0.0)
+    off_state = np.where(w_off, weights_full - weights, 0.0) + np.where(
+        o_off, grads_full - grads + optim_full, 0.0
+    )
     return dict(weights=weights, grads=grads, optim_state=optim_state, off_state=off_state)
 
 
@@ -417,7 +483,9 @@ def _activation_memory(ctx: Ctx, k: Knobs, g: _Shape, blk: BlockCost, f_v: dict,
     h, V, e = ctx.llm.hidden, ctx.llm.vocab, ctx.e
     a_on = k.activation_offload.astype(bool)
     a_off = a_on & (k.activation_offload_layers == 0)  # every stored layer but the two in use
-    a_part = np.where(a_on & ~a_off, np.minimum(k.activation_offload_layers / np.maximum(g.Ls, 1), 1.0), 0.0)  # some layers
+    a_part = np.where(
+        a_on & ~a_off, np.minimum(k.activation_offload_layers / np.maximum(g.Ls, 1), 1.0), 0.0
+    )  # some layers
     rec = k.recompute
     # recompute rebuilds, for one layer at a time, what the forward did not keep
     working = np.where(rec == 2, blk.act_full, np.where(rec == 1, blk.act_full - blk.act_stored, 0.0))
@@ -428,8 +496,21 @@ def _activation_memory(ctx: Ctx, k: Knobs, g: _Shape, blk: BlockCost, f_v: dict,
     loss_b = np.where(k.fused_loss.astype(bool) & k.fused_layers.astype(bool), e + 4.0, 12.0)
     logits = g.T * V / g.tp * loss_b
     emb_out = 2.0 * g.T * h * e
-    acts = compose_activations(f_v["inflv"], f_m["infl1"], f_m["NL"], g.Ls, g.vpp, g.pp, k.schedule.astype(bool),
-                               a_off, blk.act_stored, working, emb_out, logits, a_part)
+    acts = compose_activations(
+        f_v["inflv"],
+        f_m["infl1"],
+        f_m["NL"],
+        g.Ls,
+        g.vpp,
+        g.pp,
+        k.schedule.astype(bool),
+        a_off,
+        blk.act_stored,
+        working,
+        emb_out,
+        logits,
+        a_part,
+    )
     return dict(acts, working=working, logits_bytes=logits, emb_out=emb_out, a_off=a_off, a_part=a_part)
 
 
@@ -446,8 +527,17 @@ def _memory(problem: Problem, ctx: Ctx, k: Knobs, g: _Shape, P: _Params, blk: Bl
     # runtime leaves it; `hbm` (allocated) is what has to fit
     usable = problem.system.hbm_gib * GIB - reserved
     hbm_reserved = np.minimum((hbm - reserved) * (1.0 + ALLOCATOR_SLACK), np.maximum(usable, hbm - reserved))
-    return st | ac | dict(activations=activations, reserved=reserved, hbm=hbm, hbm_reserved=hbm_reserved,
-                          offload_mem=st["off_state"] + ac["offact"])
+    return (
+        st
+        | ac
+        | dict(
+            activations=activations,
+            reserved=reserved,
+            hbm=hbm,
+            hbm_reserved=hbm_reserved,
+            offload_mem=st["off_state"] + ac["offact"],
+        )
+    )
 
 
 def _offload_streaming(problem: Problem, ctx: Ctx, k: Knobs, P: _Params, blk: BlockCost, mem: dict):
@@ -457,10 +547,14 @@ def _offload_streaming(problem: Problem, ctx: Ctx, k: Knobs, P: _Params, blk: Bl
     w_off, a_on = k.weight_offload.astype(bool), k.activation_offload.astype(bool)
     wl = P.layer * state_bytes(ctx)[0]
     al = blk.act_stored
-    a_frac = np.where(mem["a_off"], 1.0, mem["a_part"])  # of each layer's stored activations, spread over the layers
+    a_frac = np.where(
+        mem["a_off"], 1.0, mem["a_part"]
+    )  # of each layer's stored activations, spread over the layers
     x_fw = np.where(w_off, wl, 0.0) + a_frac * al
     x_bw = np.where(w_off, wl, 0.0) + a_frac * al
-    off_exp_layer = np.maximum(x_fw / off_bw - blk.fw_total, 0.0) + np.maximum(x_bw / off_bw - blk.bw_total, 0.0)
+    off_exp_layer = np.maximum(x_fw / off_bw - blk.fw_total, 0.0) + np.maximum(
+        x_bw / off_bw - blk.bw_total, 0.0
+    )
     need = np.maximum(x_fw / np.maximum(blk.fw_total, 1e-12), x_bw / np.maximum(blk.bw_total, 1e-12))
     return off_exp_layer, np.where(w_off | a_on, need, 0.0) / max(off.efficiency, 1e-9)
 
@@ -471,8 +565,19 @@ def _pipeline_time(k: Knobs, g: _Shape, blk: BlockCost, head, t_p2p, off_exp_lay
     # interleaved 1F1B with overlap_p2p_comm: a steady-state exchange waits only for what exceeds a chunk's forward
     t_ss = p2p_steady(t_p2p, f_v["Lc"] * blk.fw_total, k.pp_overlap.astype(bool) & (vpp > 1))
     head_mb = edge_head(head, t_ss, pp) / mb
-    pl = pipeline(f_l["A1"], f_l["A2"], f_v["Bf"], f_v["E"], f_l["pm2"], tau / mb, head_mb, tau, t_ss / mb,
-                  np.where(pp > 1, t_p2p, 0.0), off_exp_layer / mb)
+    pl = pipeline(
+        f_l["A1"],
+        f_l["A2"],
+        f_v["Bf"],
+        f_v["E"],
+        f_l["pm2"],
+        tau / mb,
+        head_mb,
+        tau,
+        t_ss / mb,
+        np.where(pp > 1, t_p2p, 0.0),
+        off_exp_layer / mb,
+    )
     return pl, t_ss
 
 
@@ -485,23 +590,49 @@ def _throughput(ctx: Ctx, g: _Shape, blk: BlockCost, step) -> dict:
     n_gpus = g.tp * g.pp * g.dp * g.cp
     peak = hw.datasheet_peak
     hw_layer = blk.hw_flops_fw + blk.hw_flops_bw + blk.hw_flops_re
-    hwf = (hw_layer * g.L * (B / mb) * g.tp * g.cp) + 6.0 * llm.vocab * llm.hidden * tokens  # per step, whole job
-    return dict(model_flops=np.full_like(step, mf), hw_flops=hwf, mfu=mf / (step * n_gpus * peak),
-                hfu=hwf / (step * n_gpus * peak), tokens_per_s=tokens / step, samples_per_s=B / step)
+    hwf = (
+        hw_layer * g.L * (B / mb) * g.tp * g.cp
+    ) + 6.0 * llm.vocab * llm.hidden * tokens  # per step, whole job
+    return dict(
+        model_flops=np.full_like(step, mf),
+        hw_flops=hwf,
+        mfu=mf / (step * n_gpus * peak),
+        hfu=hwf / (step * n_gpus * peak),
+        tokens_per_s=tokens / step,
+        samples_per_s=B / step,
+    )
 
 
 def _terms(pl: dict, dpt: dict, optimizer, blk: BlockCost, head, t_p2p, off_exp_layer, mem) -> StepTerms:
     """The `StepTerms` of the evaluation from its parts."""
     return StepTerms(
-        **{n: pl[n] for n in PIPE}, pipeline_s=pl["pipeline_s"], dp_exposed_s=dpt["dp_exposed"],
-        dp_slowdown_s=dpt["dp_slow"], optimizer_s=optimizer, fsdp_copies_s=dpt["fsdp_copies"],
-        dp_allreduce_s=dpt["AR"], dp_reduce_scatter_s=dpt["RS"], dp_allgather_s=dpt["AG"],
-        dp_bucket_fraction=dpt["bucket"], fsdp_copy_allreduce_s=dpt["fsdp_ar"],
-        fsdp_copy_reduce_s=dpt["fsdp_red"], fsdp_copy_gather_s=dpt["fsdp_gat"],
-        layer_s=blk.total, layer_fw_s=blk.fw_total, layer_bw_s=blk.bw_total, head_s=head, p2p_s=t_p2p,
-        offload_layer_s=off_exp_layer, state_hbm_bytes=mem["weights"] + mem["grads"] + mem["optim_state"],
-        state_offload_bytes=mem["off_state"], reserved_bytes=mem["reserved"], act_stored_bytes=blk.act_stored,
-        act_working_bytes=mem["working"], emb_out_bytes=mem["emb_out"], logits_bytes=mem["logits_bytes"])
+        **{n: pl[n] for n in PIPE},
+        pipeline_s=pl["pipeline_s"],
+        dp_exposed_s=dpt["dp_exposed"],
+        dp_slowdown_s=dpt["dp_slow"],
+        optimizer_s=optimizer,
+        fsdp_copies_s=dpt["fsdp_copies"],
+        dp_allreduce_s=dpt["AR"],
+        dp_reduce_scatter_s=dpt["RS"],
+        dp_allgather_s=dpt["AG"],
+        dp_bucket_fraction=dpt["bucket"],
+        fsdp_copy_allreduce_s=dpt["fsdp_ar"],
+        fsdp_copy_reduce_s=dpt["fsdp_red"],
+        fsdp_copy_gather_s=dpt["fsdp_gat"],
+        layer_s=blk.total,
+        layer_fw_s=blk.fw_total,
+        layer_bw_s=blk.bw_total,
+        head_s=head,
+        p2p_s=t_p2p,
+        offload_layer_s=off_exp_layer,
+        state_hbm_bytes=mem["weights"] + mem["grads"] + mem["optim_state"],
+        state_offload_bytes=mem["off_state"],
+        reserved_bytes=mem["reserved"],
+        act_stored_bytes=blk.act_stored,
+        act_working_bytes=mem["working"],
+        emb_out_bytes=mem["emb_out"],
+        logits_bytes=mem["logits_bytes"],
+    )
 
 
 def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
@@ -515,8 +646,11 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     # with el the first/last stage trade one layer for the embedding / LM head and loss
     head = np.where(g.el > 0, np.maximum(head - tau, 0.0), head)
     t_p2p = _p2p_time(ctx, k, g, M)
-    f_l, f_v, f_m = (layout_factors(g.B, g.slots, g.dp, pp), vpp_factors(g.B, g.slots, g.dp, pp, g.vpp),
-                     mb_factors(g.B, g.slots, g.dp, pp, g.mb))
+    f_l, f_v, f_m = (
+        layout_factors(g.B, g.slots, g.dp, pp),
+        vpp_factors(g.B, g.slots, g.dp, pp, g.vpp),
+        mb_factors(g.B, g.slots, g.dp, pp, g.mb),
+    )
     P = _stage_params(ctx, k, g, w_stage)
     dpt = _dp_time(ctx, k, g, P, blk, f_v, f_m)
     optimizer = _optimizer_time(problem, ctx, k, P)
@@ -530,20 +664,39 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     per_step = n_mb * Ls  # layer passes of the busiest stage per step
     hbm = mem["hbm"]
     return StepResult(
-        fw=per_step * blk.fw, bw=per_step * blk.bw, recompute=per_step * blk.re, optimizer=optimizer,
-        tp_exposed=per_step * blk.tp_exposed, cp_exposed=per_step * blk.cp_exp,
-        ep_exposed=per_step * blk.ep_exp, pp_exposed=pp_exposed,
-        dp_exposed=dpt["dp_exposed"], bubble=pl["bubble_s"], offload_exposed=pl["offload_exposed_s"],
-        head=n_mb * head, overlap_slowdown=per_step * blk.tp_slow + dpt["dp_slow"],
+        fw=per_step * blk.fw,
+        bw=per_step * blk.bw,
+        recompute=per_step * blk.re,
+        optimizer=optimizer,
+        tp_exposed=per_step * blk.tp_exposed,
+        cp_exposed=per_step * blk.cp_exp,
+        ep_exposed=per_step * blk.ep_exp,
+        pp_exposed=pp_exposed,
+        dp_exposed=dpt["dp_exposed"],
+        bubble=pl["bubble_s"],
+        offload_exposed=pl["offload_exposed_s"],
+        head=n_mb * head,
+        overlap_slowdown=per_step * blk.tp_slow + dpt["dp_slow"],
         fsdp_copies=dpt["fsdp_copies"],
-        host_wait=per_step * (blk.host_fw + blk.host_re), step_time=step,
-        tp_link=per_step * (blk.tp_fw + blk.tp_bw + blk.tp_re), dp_link=dpt["dp_link"],
+        host_wait=per_step * (blk.host_fw + blk.host_re),
+        step_time=step,
+        tp_link=per_step * (blk.tp_fw + blk.tp_bw + blk.tp_re),
+        dp_link=dpt["dp_link"],
         pp_link=np.where(pp > 1, 2.0 * n_mb * g.vpp * t_p2p, 0.0),
-        cp_link=per_step * blk.cp_link, ep_link=per_step * blk.ep_link,
-        weights=mem["weights"], grads=mem["grads"], optim_state=mem["optim_state"],
+        cp_link=per_step * blk.cp_link,
+        ep_link=per_step * blk.ep_link,
+        weights=mem["weights"],
+        grads=mem["grads"],
+        optim_state=mem["optim_state"],
         activations=mem["activations"],
-        reserved=mem["reserved"], hbm=hbm, hbm_reserved=mem["hbm_reserved"],
-        act_loss_logits=mem["logits"] + 0.0 * hbm, act_working=mem["working"] + 0.0 * hbm,
-        offload_mem=mem["offload_mem"], offload_bw_need=offload_bw_need, n_mb=n_mb,
-        **_throughput(ctx, g, blk, step), terms=terms,
+        reserved=mem["reserved"],
+        hbm=hbm,
+        hbm_reserved=mem["hbm_reserved"],
+        act_loss_logits=mem["logits"] + 0.0 * hbm,
+        act_working=mem["working"] + 0.0 * hbm,
+        offload_mem=mem["offload_mem"],
+        offload_bw_need=offload_bw_need,
+        n_mb=n_mb,
+        **_throughput(ctx, g, blk, step),
+        terms=terms,
     )

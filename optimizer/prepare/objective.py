@@ -64,6 +64,8 @@ def describe(problem: Problem, n_gpus: int, step_s: float) -> str:
     if g == Goal.TOKENS_PER_GPU:
         return f"objective: max tokens/s per GPU = {tok / n_gpus:,.1f} ({n_gpus} GPUs used)"
     if g == Goal.FEWEST_GPUS:
-        return (f"objective: fewest GPUs with step time <= {problem.step_time_target_s():.4g} s: {n_gpus} GPUs "
-                f"({step_s:.4g} s)")
+        return (
+            f"objective: fewest GPUs with step time <= {problem.step_time_target_s():.4g} s: {n_gpus} GPUs "
+            f"({step_s:.4g} s)"
+        )
     return f"objective: min step time = {step_s:.4g} s"

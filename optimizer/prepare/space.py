@@ -16,9 +16,18 @@ from typing import Any
 import numpy as np
 
 from optimizer.errors import ProblemError
-from optimizer.rules.layout import (Group, axis_values, capped, divisors, has_dp_group, moot, placement,
-                                    rule_masks, zero_allowed)
 from optimizer.model.knobs import ATTENTION, RECOMPUTE, TP_OVERLAP, Knobs
+from optimizer.rules.layout import (
+    Group,
+    axis_values,
+    capped,
+    divisors,
+    has_dp_group,
+    moot,
+    placement,
+    rule_masks,
+    zero_allowed,
+)
 from optimizer.schema import AttentionKernel, Problem, Search
 from optimizer.schema.stack import Stack, by_layout
 
@@ -60,8 +69,15 @@ class Space:
         return self.knobs.size
 
 
-OPENED = {"fused_layers": BOOL, "attention": ["flash", "standard"], "pp_rs_ag": BOOL, "schedule": ["1f1b", "gpipe"],
-          "sp_ag_redo": BOOL, "ep_dispatcher": ["alltoall", "flex"], "ep_overlap": BOOL}
+OPENED = {
+    "fused_layers": BOOL,
+    "attention": ["flash", "standard"],
+    "pp_rs_ag": BOOL,
+    "schedule": ["1f1b", "gpipe"],
+    "sp_ag_redo": BOOL,
+    "ep_dispatcher": ["alltoall", "flex"],
+    "ep_overlap": BOOL,
+}
 """Knobs fixed at one value (`knob_domains`) unless `search` names them, and their values then."""
 
 
@@ -72,16 +88,26 @@ def knob_domains(problem: Problem) -> dict[str, list]:
     search = p.search_rules()
     bad = set(search) - set(SEARCHABLE)
     if bad:
-        raise ProblemError("<problem>", None, "search", f"unknown knob(s) {sorted(bad)} (searchable: "
-                           f"{', '.join(SEARCHABLE)})")
+        raise ProblemError(
+            "<problem>",
+            None,
+            "search",
+            f"unknown knob(s) {sorted(bad)} (searchable: {', '.join(SEARCHABLE)})",
+        )
     off = sysm.offload.capacity_gib > 0
-    ints = {k: capped(p, k, axis_values(p, k)) for k in ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "micro_batch")}
+    ints = {
+        k: capped(p, k, axis_values(p, k))
+        for k in ("tp", "pp", "cp", "dp", "ep", "etp", "vpp", "micro_batch")
+    }
     dom: dict[str, list] = {
-        "tp": ints["tp"], "pp": ints["pp"], "cp": ints["cp"],
+        "tp": ints["tp"],
+        "pp": ints["pp"],
+        "cp": ints["cp"],
         # dp follows from the GPU count unless idle GPUs are allowed
         "dp": ints["dp"] if p.options.allow_idle_gpus else [],
         # MoE: experts split over ep ranks, each expert's matrices over etp ranks (dense: ep 1, etp = tp)
-        "ep": ints["ep"], "etp": ints["etp"],
+        "ep": ints["ep"],
+        "etp": ints["etp"],
         # pipeline split with the embedding and loss as layer slots (only with pp > 1)
         "pp_embedding_loss": BOOL,
         "vpp": ints["vpp"],
@@ -127,17 +153,41 @@ class Compact:
     size: int
 
 
-OTHER = ["recompute", "sequence_parallel", "tp_overlap", "zero", "dp_overlap", "weight_offload",
-         "activation_offload", "optimizer_offload", "fused_layers", "attention", "pp_rs_ag", "schedule",
-         "sp_ag_redo", "ep_dispatcher", "ep_overlap"]
-_CODE = {"recompute": lambda v: RECOMPUTE.index(v), "tp_overlap": lambda v: TP_OVERLAP.index(v),
-         "attention": lambda v: ATTENTION.index(AttentionKernel(str(getattr(v, "value", v)))),
-         "schedule": lambda v: int(str(getattr(v, "value", v)) == "gpipe"),
-         "ep_dispatcher": lambda v: int(str(getattr(v, "value", v)) == "flex")}
+OTHER = [
+    "recompute",
+    "sequence_parallel",
+    "tp_overlap",
+    "zero",
+    "dp_overlap",
+    "weight_offload",
+    "activation_offload",
+    "optimizer_offload",
+    "fused_layers",
+    "attention",
+    "pp_rs_ag",
+    "schedule",
+    "sp_ag_redo",
+    "ep_dispatcher",
+    "ep_overlap",
+]
+_CODE = {
+    "recompute": lambda v: RECOMPUTE.index(v),
+    "tp_overlap": lambda v: TP_OVERLAP.index(v),
+    "attention": lambda v: ATTENTION.index(AttentionKernel(str(getattr(v, "value", v)))),
+    "schedule": lambda v: int(str(getattr(v, "value", v)) == "gpipe"),
+    "ep_dispatcher": lambda v: int(str(getattr(v, "value", v)) == "flex"),
+}
 
 
-def _other_values(dom: dict[str, list], tp: int, pp: int, no_dp: bool, moe: bool = False,
-                  no_ep: bool = True, stack: Stack = Stack.MEGATRON_CORE) -> list[tuple[str, list[int]]]:
+def _other_values(
+    dom: dict[str, list],
+    tp: int,
+    pp: int,
+    no_dp: bool,
+    moe: bool = False,
+    no_ep: bool = True,
+    stack: Stack = Stack.MEGATRON_CORE,
+) -> list[tuple[str, list[int]]]:
     """Coded values of every other knob for a layout (only tp == 1, no data-parallel group, pp == 1, ep == 1
     and, for MoE, tp > 1 matter), narrowed to what the stack offers in such a layout (`stack.by_layout`)."""
     per = []
@@ -165,8 +215,10 @@ def _layouts(p: Problem, dom: dict[str, list]) -> list[tuple[int, int, int, int]
     """(tp, pp, cp, dp) of the domains under rules.gpus, dp | global batch, and network.must_fill
     (`layout.rule_masks`); dp is the rest of the GPU count unless idle GPUs are allowed."""
     n, B = p.num_gpus, p.training.global_batch
-    tp, pp, cp = (a.reshape(-1) for a in np.meshgrid(*(np.array(dom[k], dtype=np.int64) for k in ("tp", "pp", "cp")),
-                                                      indexing="ij"))
+    tp, pp, cp = (
+        a.reshape(-1)
+        for a in np.meshgrid(*(np.array(dom[k], dtype=np.int64) for k in ("tp", "pp", "cp")), indexing="ij")
+    )
     keep = tp * pp * cp <= n
     tp, pp, cp = tp[keep], pp[keep], cp[keep]
     if p.options.allow_idle_gpus:
@@ -217,9 +269,18 @@ def compact_space(problem: Problem) -> Compact:
     X = _expand(p, dom, lay)
     tp, pp, cp, dp, ep, etp, el = (X[:, i] for i in range(7))
     # the vpp x micro-batch grid of every row in one call
-    r = rule_masks(p, tp[:, None, None], pp[:, None, None], dp[:, None, None], cp[:, None, None],
-                   vpp=V[None, :, None], micro_batch=M[None, None, :], ep=ep[:, None, None], etp=etp[:, None, None],
-                   pp_embedding_loss=el[:, None, None])
+    r = rule_masks(
+        p,
+        tp[:, None, None],
+        pp[:, None, None],
+        dp[:, None, None],
+        cp[:, None, None],
+        vpp=V[None, :, None],
+        micro_batch=M[None, None, :],
+        ep=ep[:, None, None],
+        etp=etp[:, None, None],
+        pp_embedding_loss=el[:, None, None],
+    )
     ok = np.broadcast_to(r[Group.LAYERS] & r[Group.BATCH] & r[Group.INTERLEAVE], (len(X), len(V), len(M)))
     tiers_all = placement(sizes, tp, cp, dp, pp, ep, etp)
     layouts, tiers, others, triples = [], [], [], []
@@ -231,7 +292,9 @@ def compact_space(problem: Problem) -> Compact:
         if key not in per_cache:
             per_cache[key] = _other_values(dom, t_, p_, key[1], llm.moe is not None, e_ == 1, p.stack)
         per = per_cache[key]
-        if not all(v for _, v in per):  # a knob the stack leaves no value here (torchtitan: no ZeRO-2/3 with pp)
+        if not all(
+            v for _, v in per
+        ):  # a knob the stack leaves no value here (torchtitan: no ZeRO-2/3 with pp)
             continue
         vi, mi = np.nonzero(ok[x])
         li = len(layouts)
@@ -256,16 +319,36 @@ def build_space(problem: Problem) -> Space:
         rest = np.array(list(product(*[vals for _, vals in c.other[li]])), dtype=np.int64)
         tr = c.tiers[li]
         for v, b in vb:
-            head = np.tile(np.array([tp, pp, dp, cp, v, b, tr["tp"], tr["cp"], tr["dp"], tr["pp"], ep, etp,
-                                     tr["ep"], el], dtype=np.int64), (len(rest), 1))
+            head = np.tile(
+                np.array(
+                    [tp, pp, dp, cp, v, b, tr["tp"], tr["cp"], tr["dp"], tr["pp"], ep, etp, tr["ep"], el],
+                    dtype=np.int64,
+                ),
+                (len(rest), 1),
+            )
             rows.append(np.concatenate([head, rest], axis=1))
     if not rows:
         return Space(Knobs.from_dict({f: [] for f in Knobs.__dataclass_fields__}))
     M = np.concatenate(rows, axis=0)
     tp, pp, dp, cp, vpp, mb, t_tp, t_cp, t_dp, t_pp, ep, etp, t_ep, el = (M[:, i] for i in range(14))
     other = {name: M[:, 14 + i] for i, name in enumerate(OTHER)}  # OTHER names the Knobs fields they fill
-    k = Knobs(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, micro_batch=mb, pp_embedding_loss=el,
-              tp_comm=other["sequence_parallel"], tier_tp=t_tp, tier_cp=t_cp, tier_ep=t_ep, tier_dp=t_dp, tier_pp=t_pp,
-              **other)
+    k = Knobs(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        ep=ep,
+        etp=etp,
+        vpp=vpp,
+        micro_batch=mb,
+        pp_embedding_loss=el,
+        tp_comm=other["sequence_parallel"],
+        tier_tp=t_tp,
+        tier_cp=t_cp,
+        tier_ep=t_ep,
+        tier_dp=t_dp,
+        tier_pp=t_pp,
+        **other,
+    )
     assert k.size == c.size
     return Space(k)

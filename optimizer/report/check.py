@@ -13,33 +13,60 @@ GIB = 2.0**30
 
 def result_dict(r: CheckResult) -> dict:
     cal = r.problem.system.calibration
-    d: dict[str, Any] = {"problem": r.problem.name, "fits": r.fits, "fixed": r.fixed, "seconds": round(r.seconds, 3),
-                         "calibration": cal.status(), "calibration_detail": cal.summary(r.problem.stack),
-                         "step_time_band_pct": cal.band_pct(r.problem.stack)}
+    d: dict[str, Any] = {
+        "problem": r.problem.name,
+        "fits": r.fits,
+        "fixed": r.fixed,
+        "seconds": round(r.seconds, 3),
+        "calibration": cal.status(),
+        "calibration_detail": cal.summary(r.problem.stack),
+        "step_time_band_pct": cal.band_pct(r.problem.stack),
+    }
     if r.fits:
         ev = r.plan.plans[0].evaluation
         res = ev.result
-        cap = (r.problem.system.hbm_gib - r.problem.headroom_gib())
+        cap = r.problem.system.hbm_gib - r.problem.headroom_gib()
         used = res["hbm"] / GIB
-        d["plan"] = {"execution": ev.execution.model_dump(mode="json"), "step_time_s": res["step_time"],
-                     "status": r.plan.status}
+        d["plan"] = {
+            "execution": ev.execution.model_dump(mode="json"),
+            "step_time_s": res["step_time"],
+            "status": r.plan.status,
+        }
         d["freed"] = {k: {"chosen": v[0], "default": v[1]} for k, v in r.freed.items()}
         from optimizer.model.capacity import memory_margin_warning
 
         d["memory_warning"] = memory_margin_warning(res["hbm"], r.problem)
-        d["memory"] = {"hbm": {"used_gib": round(used, 3), "capacity_gib": cap,
-                               "margin_gib": round(cap - used, 3), "margin_pct": round(100 * (cap - used) / cap, 2)}}
+        d["memory"] = {
+            "hbm": {
+                "used_gib": round(used, 3),
+                "capacity_gib": cap,
+                "margin_gib": round(cap - used, 3),
+                "margin_pct": round(100 * (cap - used) / cap, 2),
+            }
+        }
         if r.problem.system.offload.capacity_gib > 0:
             ou = res["offload_mem"] / GIB
             oc = r.problem.system.offload.capacity_gib
-            d["memory"]["offload"] = {"used_gib": round(ou, 3), "capacity_gib": oc, "margin_gib": round(oc - ou, 3),
-                                      "margin_pct": round(100 * (oc - ou) / oc, 2)}
+            d["memory"]["offload"] = {
+                "used_gib": round(ou, 3),
+                "capacity_gib": oc,
+                "margin_gib": round(oc - ou, 3),
+                "margin_pct": round(100 * (oc - ou) / oc, 2),
+            }
     else:
         d["conflicts"] = [{"group": g, "reason": t} for g, t in r.conflicts]
         d["explanation"] = r.explanation
         d["min_hbm_gib"] = r.min_hbm_gib
-        d["relaxations"] = [{"kind": x.kind, "change": x.change, "value": x.value, "fits": x.fits,
-                             "step_time_s": x.step_time_s} for x in r.relaxations]
+        d["relaxations"] = [
+            {
+                "kind": x.kind,
+                "change": x.change,
+                "value": x.value,
+                "fits": x.fits,
+                "step_time_s": x.step_time_s,
+            }
+            for x in r.relaxations
+        ]
     return d
 
 
@@ -49,19 +76,41 @@ def render(r: CheckResult) -> str:
     fixed = ", ".join(f"{k}={v[0] if len(v) == 1 else v}" for k, v in r.fixed.items()) or "none"
     from optimizer.report.text import calibration_line
 
-    lines = [f"paraplan check: {name}  (fixed knobs: {fixed})", calibration_line(r.problem.system, r.problem.stack)]
+    lines = [
+        f"paraplan check: {name}  (fixed knobs: {fixed})",
+        calibration_line(r.problem.system, r.problem.stack),
+    ]
     if r.fits:
         pl, mem = d["plan"], d["memory"]
         ex = pl["execution"]
         lines.append(f"FITS. Fastest plan that fits ({pl['status']}): step time {pl['step_time_s']:.4g} s")
-        lines.append("  " + " ".join(f"{k}={ex[k]}" for k in ("tp", "pp", "dp", "cp", "vpp", "micro_batch",
-                                                              "recompute", "sequence_parallel", "zero")))
+        lines.append(
+            "  "
+            + " ".join(
+                f"{k}={ex[k]}"
+                for k in (
+                    "tp",
+                    "pp",
+                    "dp",
+                    "cp",
+                    "vpp",
+                    "micro_batch",
+                    "recompute",
+                    "sequence_parallel",
+                    "zero",
+                )
+            )
+        )
         if r.freed:
-            lines.append("  knobs the problem left free, chosen by the solver (default in brackets): "
-                         + ", ".join(f"{k}={v[0]} [{v[1]}]" for k, v in r.freed.items()))
+            lines.append(
+                "  knobs the problem left free, chosen by the solver (default in brackets): "
+                + ", ".join(f"{k}={v[0]} [{v[1]}]" for k, v in r.freed.items())
+            )
         for tier, m in mem.items():
-            lines.append(f"  {tier}: {m['used_gib']:.2f} of {m['capacity_gib']:.1f} GiB per GPU, margin "
-                         f"{m['margin_gib']:.2f} GiB ({m['margin_pct']:.1f}%)")
+            lines.append(
+                f"  {tier}: {m['used_gib']:.2f} of {m['capacity_gib']:.1f} GiB per GPU, margin "
+                f"{m['margin_gib']:.2f} GiB ({m['margin_pct']:.1f}%)"
+            )
         if d.get("memory_warning"):
             lines.append(f"  warning: {d['memory_warning']}")
     else:

@@ -11,29 +11,47 @@ if TYPE_CHECKING:
 
 
 def result_dict(r: FleetResult) -> dict:
-    return {"status": r.status, "goal": r.goal, "cost_usd": r.cost_usd, "solve_time_s": r.seconds,
-            "buy_nodes": r.buy, "schedule": r.schedule, "trained_tokens": r.trained,
-            "throughput_table": [vars(x) for x in r.rates], "explanation": r.explanation}
+    return {
+        "status": r.status,
+        "goal": r.goal,
+        "cost_usd": r.cost_usd,
+        "solve_time_s": r.seconds,
+        "buy_nodes": r.buy,
+        "schedule": r.schedule,
+        "trained_tokens": r.trained,
+        "throughput_table": [vars(x) for x in r.rates],
+        "explanation": r.explanation,
+    }
 
 
 def render(fp: FleetProblem, r: FleetResult) -> str:
-    out = [f"paraplan fleet: {r.status} (goal {r.goal}); {len(r.rates)} (job, type, size) plans proven by "
-           f"CP-SAT; solved in {r.seconds:.2f} s"]
+    out = [
+        f"paraplan fleet: {r.status} (goal {r.goal}); {len(r.rates)} (job, type, size) plans proven by "
+        f"CP-SAT; solved in {r.seconds:.2f} s"
+    ]
     if r.status == "infeasible":
         out += [f"  {e}" for e in r.explanation]
         return "\n".join(out)
-    out.append(f"cost ${r.cost_usd:,.0f}" + (f" of a ${fp.fleet.budget_usd:,.0f} budget" if fp.fleet.budget_usd
-                                              else ""))
+    out.append(
+        f"cost ${r.cost_usd:,.0f}"
+        + (f" of a ${fp.fleet.budget_usd:,.0f} budget" if fp.fleet.budget_usd else "")
+    )
     out.append("")
     out.append("purchase (nodes bought at the start of each period):")
     out.append(f"  {'type':18}" + "".join(f"{'P' + str(q):>7}" for q in range(1, fp.fleet.periods + 1)))
     for t, ns in r.buy.items():
         if any(ns):
             out.append(f"  {t:18}" + "".join(f"{n:>7}" for n in ns))
-    out += ["", "schedule:", f"  {'job':16} {'period':>6} {'type':18} {'nodes':>6} {'step s':>8} {'tokens (B)':>11}"]
+    out += [
+        "",
+        "schedule:",
+        f"  {'job':16} {'period':>6} {'type':18} {'nodes':>6} {'step s':>8} {'tokens (B)':>11}",
+    ]
     for s in r.schedule:
-        out.append(f"  {s['job']:16} {s['period']:>6} {s['node_type']:18} {s['nodes']:>6} {s['step_time_s']:8.3f} "
-                   f"{s['tokens'] / 1e9:11.1f}")
+        out.append(
+            f"  {s['job']:16} {s['period']:>6} {s['node_type']:18} {s['nodes']:>6} {s['step_time_s']:8.3f} "
+            f"{s['tokens'] / 1e9:11.1f}"
+        )
     out += ["", "trained by the deadline (B tokens):"]
     for j in fp.jobs:
         out.append(f"  {j.name:16} {r.trained[j.name] / 1e9:10.1f} of {j.training.tokens / 1e9:,.1f}")

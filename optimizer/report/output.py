@@ -40,8 +40,9 @@ def write(path: str | Path, text: str, obj: Any, rows: list[dict] | None, parque
         from optimizer.report.table import to_csv
 
         if rows is None:
-            raise ProblemError("--output", None, None, "this command has no rows to write as CSV (name a "
-                               ".json or text file)")
+            raise ProblemError(
+                "--output", None, None, "this command has no rows to write as CSV (name a .json or text file)"
+            )
         text = to_csv(rows)
     try:
         path.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")

@@ -11,8 +11,8 @@ from optimizer.schema.procure import Pricing
 
 if TYPE_CHECKING:
     from optimizer.drivers.fleet import FleetResult
-    from optimizer.drivers.whatif import WhatifResult
     from optimizer.drivers.procure import ProcureResult
+    from optimizer.drivers.whatif import WhatifResult
     from optimizer.schema.fleet import FleetProblem
 
 GIB = 2.0**30
@@ -171,8 +171,11 @@ def plot_tornado(r: WhatifResult, path: str) -> None:
 
     rows = [x for x in r.levers if x.saved_pct is not None][::-1]
     fig, ax = plt.subplots(figsize=(7, 1.2 + 0.35 * len(rows)), dpi=130)
-    ax.barh([x.name for x in rows], [x.saved_pct for x in rows],
-            color=["tab:green" if x.saved_pct >= 0 else "tab:red" for x in rows])
+    ax.barh(
+        [x.name for x in rows],
+        [x.saved_pct for x in rows],
+        color=["tab:green" if x.saved_pct >= 0 else "tab:red" for x in rows],
+    )
     ax.axvline(0, color="0.3", lw=0.8)
     ax.set_xlabel(f"step time saved by +{r.pct:g}% of the resource, %")
     ax.tick_params(axis="y", labelsize=7)
@@ -196,7 +199,9 @@ def plot_gantt(fp: FleetProblem, r: FleetResult, path: str) -> None:
     for s in r.schedule:
         y = jobs.index(s["job"])
         ax.barh(y, 1.0, left=s["period"] - 1, color=colors[s["node_type"]], edgecolor="black")
-        ax.text(s["period"] - 0.5, y, f"{s['node_type']}\nx{s['nodes']}", ha="center", va="center", fontsize=7)
+        ax.text(
+            s["period"] - 0.5, y, f"{s['node_type']}\nx{s['nodes']}", ha="center", va="center", fontsize=7
+        )
     for j in fp.jobs:
         if j.deadline_period:
             ax.plot([j.deadline_period] * 2, [jobs.index(j.name) - 0.45, jobs.index(j.name) + 0.45], "r-")
@@ -230,25 +235,51 @@ def plot_pareto(r: ProcureResult, path: str) -> None:
     for j, kind in enumerate(kinds):
         sel = [i for i, p in enumerate(pts) if "+".join(g.node_type.name for g in p.groups) == kind]
         prior = any(g.node_type.system.calibration.status() == "prior" for g in pts[sel[0]].groups)
-        ax.scatter([xs[i] for i in sel], [ys[i] for i in sel], color=cmap(j % 10), marker=markers[j % len(markers)],
-                   s=36, zorder=3, label=kind + (" (prior only: uncalibrated)" if prior else ""))
+        ax.scatter(
+            [xs[i] for i in sel],
+            [ys[i] for i in sel],
+            color=cmap(j % 10),
+            marker=markers[j % len(markers)],
+            s=36,
+            zorder=3,
+            label=kind + (" (prior only: uncalibrated)" if prior else ""),
+        )
     for k, (p, x, y) in enumerate(zip(pts, xs, ys)):
         n = sum(g.nodes for g in p.groups)
-        ax.annotate(f"{n} node{'s' if n > 1 else ''}", (x, y), fontsize=7, xytext=(6, 8 if k % 2 else -12), textcoords="offset points")
+        ax.annotate(
+            f"{n} node{'s' if n > 1 else ''}",
+            (x, y),
+            fontsize=7,
+            xytext=(6, 8 if k % 2 else -12),
+            textcoords="offset points",
+        )
     best = r.best
     if best is not None:
         bx = best.cost_usd / 1e6
         by = best.days_to_train if tok else best.step_time_s
-        ax.scatter([bx], [by], s=220, facecolors="none", edgecolors="crimson", linewidths=2, zorder=4,
-                   label=f"chosen: {best.label()}")
+        ax.scatter(
+            [bx],
+            [by],
+            s=220,
+            facecolors="none",
+            edgecolors="crimson",
+            linewidths=2,
+            zorder=4,
+            label=f"chosen: {best.label()}",
+        )
     if xs and max(xs) / max(min(xs), 1e-9) > 20:
         ax.set_xscale("log")
     if ys and max(ys) / max(min(ys), 1e-9) > 20:
         ax.set_yscale("log")
-    ax.set_xlabel("cost, $M" + (" (rental, whole run)" if r.problem.procure.pricing == Pricing.RENTAL else " (capex)"))
+    ax.set_xlabel(
+        "cost, $M" + (" (rental, whole run)" if r.problem.procure.pricing == Pricing.RENTAL else " (capex)")
+    )
     ax.set_ylabel("days to train" if tok else "step time, s")
-    ax.set_title(f"{r.problem.name or 'procure'}: cost against time to train (each point proven fastest "
-                 "within its budget)", fontsize=9)
+    ax.set_title(
+        f"{r.problem.name or 'procure'}: cost against time to train (each point proven fastest "
+        "within its budget)",
+        fontsize=9,
+    )
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, title="node type", title_fontsize=7, loc="upper right", frameon=True)
     fig.tight_layout()

@@ -14,55 +14,115 @@ def _purchase_dict(p: Purchase) -> dict:
     from optimizer.report.text import evaluation_dict
 
     return {
-        "label": p.label(), "nodes": p.nodes, "gpus": p.gpus, "cost_usd": p.cost_usd, "power_kw": p.power_kw,
-        "step_time_s": p.step_time_s, "tokens_per_s": p.tokens_per_s, "days_to_train": p.days_to_train,
-        "tokens_per_s_per_musd": p.tokens_per_s_per_musd(), "sync_s": p.sync_s,
-        "groups": [{"node_type": g.node_type.name, "nodes": g.nodes, "gpus_used": g.gpus_used,
-                    "global_batch": g.global_batch, "step_time_s": g.step_time_s,
-                    "plan": None if g.plan is None else evaluation_dict(g.plan.evaluation)} for g in p.groups],
+        "label": p.label(),
+        "nodes": p.nodes,
+        "gpus": p.gpus,
+        "cost_usd": p.cost_usd,
+        "power_kw": p.power_kw,
+        "step_time_s": p.step_time_s,
+        "tokens_per_s": p.tokens_per_s,
+        "days_to_train": p.days_to_train,
+        "tokens_per_s_per_musd": p.tokens_per_s_per_musd(),
+        "sync_s": p.sync_s,
+        "groups": [
+            {
+                "node_type": g.node_type.name,
+                "nodes": g.nodes,
+                "gpus_used": g.gpus_used,
+                "global_batch": g.global_batch,
+                "step_time_s": g.step_time_s,
+                "plan": None if g.plan is None else evaluation_dict(g.plan.evaluation),
+            }
+            for g in p.groups
+        ],
     }
 
 
 def result_dict(r: ProcureResult) -> dict:
     pr = r.problem.procure
     return {
-        "problem": r.problem.name, "goal": pr.goal.value, "pricing": pr.pricing.value, "budget_usd": pr.budget_usd,
-        "power_cap_kw": pr.power_kw, "status": r.status, "solve_time_s": r.seconds, "candidates": r.candidates,
+        "problem": r.problem.name,
+        "goal": pr.goal.value,
+        "pricing": pr.pricing.value,
+        "budget_usd": pr.budget_usd,
+        "power_cap_kw": pr.power_kw,
+        "status": r.status,
+        "solve_time_s": r.seconds,
+        "candidates": r.candidates,
         "best": None if r.best is None else _purchase_dict(r.best),
-        "node_types": [{"node_type": x.node_type.name, "max_nodes": x.max_nodes, "bound_by": x.bound_by,
-                        "status": x.status, "calibration": x.node_type.system.calibration.status(),
-                        "step_time_band_pct": x.node_type.system.calibration.band_pct(r.problem.stack),
-                        "calibration_detail": x.node_type.system.calibration.summary(r.problem.stack),
-                        "candidates": x.candidates,
-                        "best": None if x.purchase is None else {k: v for k, v in _purchase_dict(x.purchase).items()
-                                                                 if k != "groups"}} for x in r.rows],
+        "node_types": [
+            {
+                "node_type": x.node_type.name,
+                "max_nodes": x.max_nodes,
+                "bound_by": x.bound_by,
+                "status": x.status,
+                "calibration": x.node_type.system.calibration.status(),
+                "step_time_band_pct": x.node_type.system.calibration.band_pct(r.problem.stack),
+                "calibration_detail": x.node_type.system.calibration.summary(r.problem.stack),
+                "candidates": x.candidates,
+                "best": None
+                if x.purchase is None
+                else {k: v for k, v in _purchase_dict(x.purchase).items() if k != "groups"},
+            }
+            for x in r.rows
+        ],
         "mixes_considered": r.mixes_considered,
         "pipeline": None if r.pipeline is None else _pipeline_dict(r.pipeline),
-        "pareto": None if r.pareto is None else [{k: v for k, v in _purchase_dict(p).items() if k != "groups"}
-                                                 for p in r.pareto],
+        "pareto": None
+        if r.pareto is None
+        else [{k: v for k, v in _purchase_dict(p).items() if k != "groups"} for p in r.pareto],
         "notes": r.notes,
     }
 
 
 def _pipeline_dict(c) -> dict:
     sol = c.solution
-    return {"label": c.purchase.label(), "plan": sol.plan.label(), "status": sol.status, "models": sol.models,
-            "solve_time_s": sol.seconds, "step_time_s": sol.result.step_time_s, "cost_usd": c.purchase.cost_usd,
-            "parts_s": sol.result.parts_s, "offered": c.offered, "verdict": c.verdict,
-            "groups": [{"node_type": g.node_type, "tp": g.tp, "stages": g.stages, "layers_per_stage": g.layers,
-                        "recompute": g.recompute.value, "gpus": n, "stage_time_s": t, "hbm_gib": h / 2**30,
-                        "capacity_gib": cap / 2**30, "reason": why}
-                       for g, n, t, h, cap, why in zip(sol.plan.groups, sol.result.gpus, sol.result.stage_time_s,
-                                                       sol.result.hbm_bytes, sol.result.capacity_bytes, c.reasons)],
-            "dp": sol.plan.dp, "micro_batch": sol.plan.micro_batch}
+    return {
+        "label": c.purchase.label(),
+        "plan": sol.plan.label(),
+        "status": sol.status,
+        "models": sol.models,
+        "solve_time_s": sol.seconds,
+        "step_time_s": sol.result.step_time_s,
+        "cost_usd": c.purchase.cost_usd,
+        "parts_s": sol.result.parts_s,
+        "offered": c.offered,
+        "verdict": c.verdict,
+        "groups": [
+            {
+                "node_type": g.node_type,
+                "tp": g.tp,
+                "stages": g.stages,
+                "layers_per_stage": g.layers,
+                "recompute": g.recompute.value,
+                "gpus": n,
+                "stage_time_s": t,
+                "hbm_gib": h / 2**30,
+                "capacity_gib": cap / 2**30,
+                "reason": why,
+            }
+            for g, n, t, h, cap, why in zip(
+                sol.plan.groups,
+                sol.result.gpus,
+                sol.result.stage_time_s,
+                sol.result.hbm_bytes,
+                sol.result.capacity_bytes,
+                c.reasons,
+            )
+        ],
+        "dp": sol.plan.dp,
+        "micro_batch": sol.plan.micro_batch,
+    }
 
 
 def _render_pipeline(c) -> list[str]:
     sol = c.solution
-    out = [f"pipelined mix ({', '.join(c.offered)} offered; {sol.models} CP-SAT models, {sol.status}, "
-           f"{sol.seconds:.1f} s): {c.purchase.label()}, cost {_money(c.purchase.cost_usd)}, step "
-           f"{sol.result.step_time_s:.3f} s; dp {sol.plan.dp}, micro-batch {sol.plan.micro_batch}; stages in "
-           "pipeline order:"]
+    out = [
+        f"pipelined mix ({', '.join(c.offered)} offered; {sol.models} CP-SAT models, {sol.status}, "
+        f"{sol.seconds:.1f} s): {c.purchase.label()}, cost {_money(c.purchase.cost_usd)}, step "
+        f"{sol.result.step_time_s:.3f} s; dp {sol.plan.dp}, micro-batch {sol.plan.micro_batch}; stages in "
+        "pipeline order:"
+    ]
     out += [f"  {x}" for x in c.reasons]
     out.append(f"  {c.verdict}")
     return out
@@ -76,17 +136,24 @@ def render(r: ProcureResult) -> str:
     from optimizer.report.text import render_evaluation
 
     pp, pr = r.problem, r.problem.procure
-    lim = [f"budget {_money(pr.budget_usd)}" if pr.budget_usd else "no budget",
-           f"power cap {pr.power_kw:g} kW" if pr.power_kw else None,
-           f"deadline {pr.deadline_days:g} days" if pr.deadline_days else None]
-    out = [f"paraplan procure: {pp.name or ''}  goal {pr.goal.value} ({pr.pricing.value}; "
-           + ", ".join(x for x in lim if x) + f"); {len(pp.catalog.node_types)} node types, "
-           f"{r.candidates:,} candidates searched; {r.status}; {r.seconds:.2f} s"]
+    lim = [
+        f"budget {_money(pr.budget_usd)}" if pr.budget_usd else "no budget",
+        f"power cap {pr.power_kw:g} kW" if pr.power_kw else None,
+        f"deadline {pr.deadline_days:g} days" if pr.deadline_days else None,
+    ]
+    out = [
+        f"paraplan procure: {pp.name or ''}  goal {pr.goal.value} ({pr.pricing.value}; "
+        + ", ".join(x for x in lim if x)
+        + f"); {len(pp.catalog.node_types)} node types, "
+        f"{r.candidates:,} candidates searched; {r.status}; {r.seconds:.2f} s"
+    ]
     out.append("")
     lw = max([len(f"{x.max_nodes} ({x.bound_by})") for x in r.rows] + [5])
     nw = max([len(x.node_type.name) for x in r.rows] + [9])
-    out.append(f"{'node type':{nw}s} {'limit':>{lw}s} {'nodes':>6s} {'GPUs':>6s} {'cost':>10s} {'step s':>8s} "
-               f"{'tokens/s':>11s} {'tok/s/$M':>9s} {'days':>7s}  calibration, step-time uncertainty")
+    out.append(
+        f"{'node type':{nw}s} {'limit':>{lw}s} {'nodes':>6s} {'GPUs':>6s} {'cost':>10s} {'step s':>8s} "
+        f"{'tokens/s':>11s} {'tok/s/$M':>9s} {'days':>7s}  calibration, step-time uncertainty"
+    )
     for x in r.rows:
         head = f"{x.node_type.name:{nw}s} {f'{x.max_nodes} ({x.bound_by})':>{lw}s}"
         c = x.node_type.system.calibration
@@ -100,9 +167,11 @@ def render(r: ProcureResult) -> str:
             continue
         p = x.purchase
         days = f"{p.days_to_train:7.1f}" if p.days_to_train is not None else "      -"
-        out.append(f"{head} {p.nodes:6d} {p.groups[0].gpus_used:6d} "
-                   f"{_money(p.cost_usd):>10s} {p.step_time_s:8.3f} {p.tokens_per_s:11,.0f} "
-                   f"{p.tokens_per_s_per_musd():9,.0f} {days}  [{cal}]")
+        out.append(
+            f"{head} {p.nodes:6d} {p.groups[0].gpus_used:6d} "
+            f"{_money(p.cost_usd):>10s} {p.step_time_s:8.3f} {p.tokens_per_s:11,.0f} "
+            f"{p.tokens_per_s_per_musd():9,.0f} {days}  [{cal}]"
+        )
     if r.mixes_considered:
         out.append(f"heterogeneous mixes evaluated: {r.mixes_considered}")
     if r.pipeline is not None:
@@ -111,19 +180,29 @@ def render(r: ProcureResult) -> str:
         out.append("pipelined mix: none fits within the limits")
     out.append("")
     if r.best is None:
-        out.append("NOTHING FITS: no node type of the catalog trains the model within the limits "
-                   "(run `paraplan check` on a node type for why)")
+        out.append(
+            "NOTHING FITS: no node type of the catalog trains the model within the limits "
+            "(run `paraplan check` on a node type for why)"
+        )
         return "\n".join(out)
     b = r.best
     prior = sorted({g.node_type.name for g in b.groups if g.node_type.system.calibration.status() == "prior"})
     if prior:
-        out.append(f"WARNING: the best purchase uses prior-only node type(s) {', '.join(prior)}: their "
-                   "efficiencies are uncalibrated priors, so this ranking is a guess (procure.calibrated_only: true "
-                   "excludes them)")
-    out.append(f"BEST: {b.label()} = {b.gpus} GPUs, cost {_money(b.cost_usd)}"
-               + (f", power {b.power_kw:,.0f} kW" if b.power_kw is not None else "")
-               + f"; step {b.step_time_s:.3f} s, {b.tokens_per_s:,.0f} tokens/s"
-               + (f", {b.days_to_train:.1f} days to train {pp.training.tokens:.3g} tokens" if b.days_to_train else ""))
+        out.append(
+            f"WARNING: the best purchase uses prior-only node type(s) {', '.join(prior)}: their "
+            "efficiencies are uncalibrated priors, so this ranking is a guess (procure.calibrated_only: true "
+            "excludes them)"
+        )
+    out.append(
+        f"BEST: {b.label()} = {b.gpus} GPUs, cost {_money(b.cost_usd)}"
+        + (f", power {b.power_kw:,.0f} kW" if b.power_kw is not None else "")
+        + f"; step {b.step_time_s:.3f} s, {b.tokens_per_s:,.0f} tokens/s"
+        + (
+            f", {b.days_to_train:.1f} days to train {pp.training.tokens:.3g} tokens"
+            if b.days_to_train
+            else ""
+        )
+    )
     if b.sync_s:
         out.append(f"  cross-type gradient sync {b.sync_s:.3f} s per step")
     close = r.runner_up_note
@@ -132,12 +211,18 @@ def render(r: ProcureResult) -> str:
     for g in b.groups:
         if g.plan is None:
             continue  # a pipelined mix: its stages are listed above
-        out += ["", f"=== {g.nodes} x {g.node_type.name} ({g.gpus_used} GPUs used, batch {g.global_batch}): "
-                f"step {g.step_time_s:.4f} s ==="]
+        out += [
+            "",
+            f"=== {g.nodes} x {g.node_type.name} ({g.gpus_used} GPUs used, batch {g.global_batch}): "
+            f"step {g.step_time_s:.4f} s ===",
+        ]
         out.append(render_evaluation(g.plan.evaluation))
     if r.pareto:
-        out += ["", "Pareto front, cost against time to train (each point the fastest purchase within its budget):",
-                f"  {'cost':>10s} {'days' if pp.training.tokens else 'step s':>8s}  purchase"]
+        out += [
+            "",
+            "Pareto front, cost against time to train (each point the fastest purchase within its budget):",
+            f"  {'cost':>10s} {'days' if pp.training.tokens else 'step s':>8s}  purchase",
+        ]
         for p in r.pareto:
             t = p.days_to_train if p.days_to_train is not None else p.step_time_s
             out.append(f"  {_money(p.cost_usd):>10s} {t:8.2f}  {p.label()}")

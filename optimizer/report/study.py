@@ -16,7 +16,10 @@ def render(r) -> str:
     for row in r.rows:
         axes = " ".join(f"{k[5:]}={v}" for k, v in row.items() if k.startswith("axis."))
         step = row.get("step_time_s")
-        what = f"step {step:.4g} s, MFU {100 * row['mfu']:.1f}%" if isinstance(step, (int, float)) and \
-            isinstance(row.get("mfu"), (int, float)) else (row.get("reason") or "")
+        what = (
+            f"step {step:.4g} s, MFU {100 * row['mfu']:.1f}%"
+            if isinstance(step, (int, float)) and isinstance(row.get("mfu"), (int, float))
+            else (row.get("reason") or "")
+        )
         out.append(f"  {row['point']:4d} {axes}  {row['status']}  {what}".rstrip())
     return "\n".join(out)

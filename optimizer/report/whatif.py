@@ -10,15 +10,21 @@ if TYPE_CHECKING:
 
 
 def render(problem: Problem, r: WhatifResult) -> str:
-    out = [f"paraplan whatif: {problem.name or problem.llm.name}: fastest step {r.base_step_s:.4g} s; each "
-           f"resource +{r.pct:g}% (a solve each):"]
+    out = [
+        f"paraplan whatif: {problem.name or problem.llm.name}: fastest step {r.base_step_s:.4g} s; each "
+        f"resource +{r.pct:g}% (a solve each):"
+    ]
     for x in r.levers:
         v = "nothing fits" if x.step_s is None else f"{x.step_s:.4g} s  saves {x.saved_pct:5.1f}%"
         out.append(f"  {x.name:40s} {v}")
     rb = r.robust
     same = "it is also the robust choice"
-    other = (f"robust choice worst case {rb.robust_worst_s:.4g} s (nominal {rb.robust_nominal_s:.4g} s), the "
-             f"optimum's regret {rb.regret_s:.4g} s")
-    out.append(f"robustness, efficiencies +-{100 * rb.band:g}% (best worst case over the whole space, {rb.status}): "
-               f"the optimum's worst case {rb.nominal_worst_s:.4g} s; " + (same if rb.robust_is_nominal else other))
+    other = (
+        f"robust choice worst case {rb.robust_worst_s:.4g} s (nominal {rb.robust_nominal_s:.4g} s), the "
+        f"optimum's regret {rb.regret_s:.4g} s"
+    )
+    out.append(
+        f"robustness, efficiencies +-{100 * rb.band:g}% (best worst case over the whole space, {rb.status}): "
+        f"the optimum's worst case {rb.nominal_worst_s:.4g} s; " + (same if rb.robust_is_nominal else other)
+    )
     return "\n".join(out)

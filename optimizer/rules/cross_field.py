@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from optimizer.schema import Execution, Problem
 
 
-def execution_errors(problem: "Problem", ex: "Execution | None" = None) -> list[tuple[str, str]]:
+def execution_errors(problem: Problem, ex: Execution | None = None) -> list[tuple[str, str]]:
     """(field path, message) for every rule the execution breaks: `optimizer.rules.layout`'s rule groups on this
     one execution, worded on the user's fields, plus the knob rules a layout does not cover (sequence
     parallelism with all-reduce, offload without offload memory, a precision the system lacks, explicit
@@ -30,8 +30,22 @@ def execution_errors(problem: "Problem", ex: "Execution | None" = None) -> list[
     if dp < 1:
         return [("execution.tp", f"tp*pp*cp = {ex.tp * ex.pp * ex.cp} exceeds num_gpus = {n}")]
     etp = ex.etp or ex.tp
-    ok = {g: bool(v) for g, v in rule_masks(p, ex.tp, ex.pp, dp, ex.cp, ex.vpp, ex.micro_batch, ex.ep, etp,
-                                              int(ex.pp_embedding_loss), int(ex.pp_uneven)).items()}
+    ok = {
+        g: bool(v)
+        for g, v in rule_masks(
+            p,
+            ex.tp,
+            ex.pp,
+            dp,
+            ex.cp,
+            ex.vpp,
+            ex.micro_batch,
+            ex.ep,
+            etp,
+            int(ex.pp_embedding_loss),
+            int(ex.pp_uneven),
+        ).items()
+    }
     out: list[tuple[str, str]] = []
     if not ok[Group.GPUS]:
         out += _gpu_errors(p, ex, dp)
@@ -42,7 +56,12 @@ def execution_errors(problem: "Problem", ex: "Execution | None" = None) -> list[
         out += _layer_errors(p.llm, ex)
     out += _batch_errors(p, ex, dp, ok)
     if not ok[Group.CONTEXT]:
-        out.append(("execution.cp", f"seq_len {p.seq_len} not divisible by 2*cp = {2 * ex.cp} (load-balanced causal)"))
+        out.append(
+            (
+                "execution.cp",
+                f"seq_len {p.seq_len} not divisible by 2*cp = {2 * ex.cp} (load-balanced causal)",
+            )
+        )
     if not ok[Group.EXPERTS]:
         out += _expert_errors(p.llm, ex, dp, etp)
     out += _knob_errors(p, ex)
@@ -58,11 +77,19 @@ def _gpu_errors(p: Problem, ex: Execution, dp: int) -> list[tuple[str, str]]:
     if used > n:
         out.append(("execution.dp", f"tp*pp*dp*cp = {used} exceeds num_gpus = {n}"))
     elif used < n and not p.options.allow_idle_gpus:
-        out.append(("execution.dp" if ex.dp is not None else "execution.tp",
-                    f"tp*pp*dp*cp = {used} leaves {n - used} of {n} GPUs idle (set options.allow_idle_gpus)"))
+        out.append(
+            (
+                "execution.dp" if ex.dp is not None else "execution.tp",
+                f"tp*pp*dp*cp = {used} leaves {n - used} of {n} GPUs idle (set options.allow_idle_gpus)",
+            )
+        )
     if used % p.options.gpu_multiple:
-        out.append(("execution.dp", f"tp*pp*dp*cp = {used} is not a multiple of options.gpu_multiple = "
-                    f"{p.options.gpu_multiple}"))
+        out.append(
+            (
+                "execution.dp",
+                f"tp*pp*dp*cp = {used} is not a multiple of options.gpu_multiple = {p.options.gpu_multiple}",
+            )
+        )
     return out
 
 
@@ -95,12 +122,17 @@ def _batch_errors(p: Problem, ex: Execution, dp: int, ok: dict) -> list[tuple[st
     divisible by pp for the interleaved schedule)."""
     B = p.training.global_batch
     if not ok[Group.BATCH]:
-        return [("training.global_batch",
-                 f"global batch {B} not divisible by dp*micro_batch = {dp}*{ex.micro_batch}")]
+        return [
+            (
+                "training.global_batch",
+                f"global batch {B} not divisible by dp*micro_batch = {dp}*{ex.micro_batch}",
+            )
+        ]
     if not ok[Group.INTERLEAVE]:
         n_mb = B // (dp * ex.micro_batch)
-        return [("execution.vpp",
-                 f"interleaved schedule needs micro-batches ({n_mb}) divisible by pp ({ex.pp})")]
+        return [
+            ("execution.vpp", f"interleaved schedule needs micro-batches ({n_mb}) divisible by pp ({ex.pp})")
+        ]
     return []
 
 
@@ -120,8 +152,13 @@ def _expert_errors(llm, ex: Execution, dp: int, etp: int) -> list[tuple[str, str
         return [("execution.etp", f"etp ({etp}) must divide tp ({ex.tp})")]
     if llm.moe.expert_ffn % etp:
         return [("execution.etp", f"expert_ffn ({llm.moe.expert_ffn}) not divisible by etp ({etp})")]
-    return [("execution.ep", f"ep*etp ({ex.ep}*{etp}) must divide the tp*cp*dp = {ex.tp * ex.cp * dp} "
-             "ranks of a pipeline stage (Megatron-Core expert groups)")]
+    return [
+        (
+            "execution.ep",
+            f"ep*etp ({ex.ep}*{etp}) must divide the tp*cp*dp = {ex.tp * ex.cp * dp} "
+            "ranks of a pipeline stage (Megatron-Core expert groups)",
+        )
+    ]
 
 
 def _knob_errors(p: Problem, ex: Execution) -> list[tuple[str, str]]:
@@ -150,9 +187,19 @@ def _placement_errors(sysm, ex: Execution, dp: int, etp: int) -> list[tuple[str,
     for net, span in zip(sysm.networks, tier_spans(sizes, tiers, ex.tp, ex.cp, dp, ex.pp)):
         span = int(span)
         if span > net.size:
-            out.append(("execution.placement", f"axes on tier '{net.name}' and below span {span} GPUs > its size {net.size}"))
+            out.append(
+                (
+                    "execution.placement",
+                    f"axes on tier '{net.name}' and below span {span} GPUs > its size {net.size}",
+                )
+            )
         if net.must_fill and net.size % span:
-            out.append(("execution.placement", f"tier '{net.name}' must be filled: {span} does not divide {net.size}"))
+            out.append(
+                (
+                    "execution.placement",
+                    f"tier '{net.name}' must be filled: {span} does not divide {net.size}",
+                )
+            )
     return out
 
 
@@ -164,7 +211,7 @@ def precision_errors(system, precision, field: str = "training.precision") -> li
     return [(field, f"system {system.name} has no {precision.value} matrix peak (it has: {have})")]
 
 
-def raise_errors(errs: list[tuple[str, str]], doc: "Sourced | None") -> None:
+def raise_errors(errs: list[tuple[str, str]], doc: Sourced | None) -> None:
     """Raise (field path, message) pairs as file:line:field errors (nothing when empty)."""
     if not errs:
         return
@@ -176,7 +223,7 @@ def raise_errors(errs: list[tuple[str, str]], doc: "Sourced | None") -> None:
     raise ProblemErrors(out)
 
 
-def check_problem(problem: "Problem", doc: "Sourced | None" = None) -> None:
+def check_problem(problem: Problem, doc: Sourced | None = None) -> None:
     """Raise file:line:field errors for every broken rule of the problem's execution."""
     errs = execution_errors(problem)
     if not errs:
@@ -196,9 +243,15 @@ def execution_warnings(stack: Stack, ex, precision=None) -> list[str]:
     """Knobs of an execution (`evaluate`, `--emit`) that the stack does not offer (at `precision`), unless moot in
     its layout (`rules.layout.moot`: e.g. sequence parallelism at tp 1)."""
     no_dp = ex.dp == 1 and ex.cp == 1
-    out = [f"{knob}={not_offered(stack, knob, getattr(ex, knob), precision)}"
-           for knob, allowed in profile(stack, precision).items()
-           if knob != "precision" and getattr(ex, knob) not in allowed
-           and not moot(knob, ex.tp, ex.pp, no_dp, ex.ep == 1)]
-    return out + [f"{k}={m}" for k, m in layout_unsupported(stack, ex)
-                  if not any(w.startswith(f"{k}=") for w in out) and not moot(k, ex.tp, ex.pp, no_dp, ex.ep == 1)]
+    out = [
+        f"{knob}={not_offered(stack, knob, getattr(ex, knob), precision)}"
+        for knob, allowed in profile(stack, precision).items()
+        if knob != "precision"
+        and getattr(ex, knob) not in allowed
+        and not moot(knob, ex.tp, ex.pp, no_dp, ex.ep == 1)
+    ]
+    return out + [
+        f"{k}={m}"
+        for k, m in layout_unsupported(stack, ex)
+        if not any(w.startswith(f"{k}=") for w in out) and not moot(k, ex.tp, ex.pp, no_dp, ex.ep == 1)
+    ]

@@ -76,7 +76,7 @@ class Caps:
     dense_cp_max: int = 8
     dense_cp_long_seq: int = 32768
 
-    def cp_limit(self, problem: "Problem") -> int:
+    def cp_limit(self, problem: Problem) -> int:
         if problem.llm.moe is None and problem.seq_len < self.dense_cp_long_seq:
             return min(self.cp_max, self.dense_cp_max)
         return self.cp_max
@@ -115,7 +115,7 @@ def _upto(vals, n: int) -> list[int]:
 
 
 # --------------------------------------------------------------------------------------------- domains
-def axis_values(problem: "Problem", knob: str) -> list[int]:
+def axis_values(problem: Problem, knob: str) -> list[int]:
     """Values of an integer knob that its own rules allow (before caps, `search` and cross-knob rules):
     tp divides the heads (and the ffn, the K/V split), pp divides the layers or layers + 2, cp splits the
     sequence, dp divides the batch, ep divides the experts, etp the expert ffn; every degree is at most
@@ -129,7 +129,9 @@ def axis_values(problem: "Problem", knob: str) -> list[int]:
         return vals if idle else [v for v in vals if n % v == 0]
 
     if knob == "tp":
-        return deg(t for t in divisors(llm.heads) if llm.ffn % t == 0 and (llm.kv % t == 0 or t % llm.kv == 0))
+        return deg(
+            t for t in divisors(llm.heads) if llm.ffn % t == 0 and (llm.kv % t == 0 or t % llm.kv == 0)
+        )
     if knob == "pp":
         return deg(set(divisors(llm.layers)) | {q for q in divisors(llm.layers + 2) if q > 1})
     if knob == "cp":
@@ -147,7 +149,7 @@ def axis_values(problem: "Problem", knob: str) -> list[int]:
     raise KeyError(knob)
 
 
-def capped(problem: "Problem", knob: str, values: list[int]) -> list[int]:
+def capped(problem: Problem, knob: str, values: list[int]) -> list[int]:
     """`values` within the default caps (`CAPS`), unless `search` names the knob (then it is lifted)."""
     if knob == "cp" and problem.search_rules().get("cp") is None:
         lim = CAPS.cp_limit(problem)
@@ -206,7 +208,9 @@ def tier_spans(sizes, tiers: dict, tp, cp, dp, pp) -> list:
 
 def must_fill_ok(networks, tiers: dict, tp, cp, dp, pp):
     """network.must_fill: the groups placed on a must-fill tier tile it (its size a multiple of their span)."""
-    ok = np.ones(np.broadcast(np.asarray(tp), np.asarray(pp), np.asarray(dp), np.asarray(cp)).shape, dtype=bool)
+    ok = np.ones(
+        np.broadcast(np.asarray(tp), np.asarray(pp), np.asarray(dp), np.asarray(cp)).shape, dtype=bool
+    )
     spans = tier_spans([x.size for x in networks], tiers, tp, cp, dp, pp)
     for net, span in zip(networks, spans):
         if net.must_fill:
@@ -215,12 +219,14 @@ def must_fill_ok(networks, tiers: dict, tp, cp, dp, pp):
 
 
 # --------------------------------------------------------------------------------------------- rules
-def rule_masks(problem: "Problem", tp, pp, dp, cp, vpp=1, micro_batch=1, ep=1, etp=None,
-               pp_embedding_loss=0, pp_uneven=0) -> dict[Group, np.ndarray]:
+def rule_masks(
+    problem: Problem, tp, pp, dp, cp, vpp=1, micro_batch=1, ep=1, etp=None, pp_embedding_loss=0, pp_uneven=0
+) -> dict[Group, np.ndarray]:
     """Each rule group's verdict (True: satisfied) on candidate arrays (broadcast together)."""
     p, llm = problem, problem.llm
-    tp, pp, dp, cp, vpp, mb, ep, el = (np.asarray(x, dtype=np.int64)
-                                        for x in (tp, pp, dp, cp, vpp, micro_batch, ep, pp_embedding_loss))
+    tp, pp, dp, cp, vpp, mb, ep, el = (
+        np.asarray(x, dtype=np.int64) for x in (tp, pp, dp, cp, vpp, micro_batch, ep, pp_embedding_loss)
+    )
     etp = tp if etp is None else np.asarray(etp, dtype=np.int64)
     n, B, S, L = p.num_gpus, p.training.global_batch, p.seq_len, llm.layers
     used = tp * pp * dp * cp
@@ -239,15 +245,27 @@ def rule_masks(problem: "Problem", tp, pp, dp, cp, vpp=1, micro_batch=1, ep=1, e
     if mo is None:
         experts = (ep == 1) & (etp == tp)
     else:
-        experts = ((mo.experts % ep == 0) & (tp % etp == 0) & (mo.expert_ffn % etp == 0)
-                   & ((tp * cp * dp) % (ep * etp) == 0))
+        experts = (
+            (mo.experts % ep == 0)
+            & (tp % etp == 0)
+            & (mo.expert_ffn % etp == 0)
+            & ((tp * cp * dp) % (ep * etp) == 0)
+        )
     tiers = placement([x.size for x in p.system.networks], tp, cp, dp, pp, ep, etp)
     fill = must_fill_ok(p.system.networks, tiers, tp, cp, dp, pp)
-    return {Group.GPUS: gpus, Group.TP_SPLIT: tp_split, Group.LAYERS: layers, Group.INTERLEAVE: interleave,
-            Group.BATCH: batch, Group.CONTEXT: context, Group.EXPERTS: experts, Group.MUST_FILL: fill}
+    return {
+        Group.GPUS: gpus,
+        Group.TP_SPLIT: tp_split,
+        Group.LAYERS: layers,
+        Group.INTERLEAVE: interleave,
+        Group.BATCH: batch,
+        Group.CONTEXT: context,
+        Group.EXPERTS: experts,
+        Group.MUST_FILL: fill,
+    }
 
 
-def legal(problem: "Problem", **knobs) -> np.ndarray:
+def legal(problem: Problem, **knobs) -> np.ndarray:
     """True where every rule group holds (`rule_masks`)."""
     masks = rule_masks(problem, **knobs)
     out = None
@@ -269,9 +287,17 @@ def zero_allowed(z, no_dp_group):
 
 
 _MOOT_WHEN = {  # knob -> the layouts where it has no effect: tp == 1, pp == 1, no data-parallel group, ep == 1
-    "sequence_parallel": ("tp",), "sp_ag_redo": ("tp",), "tp_overlap": ("tp",), "pp_rs_ag": ("tp", "pp"),
-    "schedule": ("pp",), "vpp": ("pp",), "pp_embedding_loss": ("pp",), "zero": ("dp",), "dp_overlap": ("dp",),
-    "ep_dispatcher": ("ep",), "ep_overlap": ("ep",),
+    "sequence_parallel": ("tp",),
+    "sp_ag_redo": ("tp",),
+    "tp_overlap": ("tp",),
+    "pp_rs_ag": ("tp", "pp"),
+    "schedule": ("pp",),
+    "vpp": ("pp",),
+    "pp_embedding_loss": ("pp",),
+    "zero": ("dp",),
+    "dp_overlap": ("dp",),
+    "ep_dispatcher": ("ep",),
+    "ep_overlap": ("ep",),
 }
 
 

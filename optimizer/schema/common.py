@@ -75,7 +75,9 @@ class Precision(StrEnum):
     BF16 = "bf16"
     FP16 = "fp16"
     FP8 = "fp8"  # FP8 with delayed (per-tensor, amax-history) scaling: Transformer Engine DelayedScaling
-    FP8_CURRENT = "fp8_current"  # FP8, per-tensor current scaling (TE Float8CurrentScaling; torchao tensorwise)
+    FP8_CURRENT = (
+        "fp8_current"  # FP8, per-tensor current scaling (TE Float8CurrentScaling; torchao tensorwise)
+    )
     FP8_BLOCK = "fp8_block"  # FP8, block scaling: 1x128 activation and 128x128 weight blocks, FP32 scales
     # (TE Float8BlockScaling, DeepSeek-V3's recipe; Hopper and later)
     MXFP8 = "mxfp8"  # OCP microscaling FP8 (E4M3 values, one E8M0 scale per 32 elements; Blackwell, MI355X)
@@ -134,7 +136,9 @@ class RecomputeModule(StrEnum):
     MLP = "mlp"  # the dense MLP: its inputs and activation output
 
 
-RECOMPUTE_BITS = {m: 1 << i for i, m in enumerate(RecomputeModule)}  # Knobs.recompute_modules bit of each module
+RECOMPUTE_BITS = {
+    m: 1 << i for i, m in enumerate(RecomputeModule)
+}  # Knobs.recompute_modules bit of each module
 
 
 class EpDispatcher(StrEnum):

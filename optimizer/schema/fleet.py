@@ -27,8 +27,11 @@ class FleetJob(Frozen):
     name: str = Field(description="Job identifier.")
     llm: LLM = Field(description="The model: a name in problems/llms/, or inline.")
     training: Training = Field(description="Batch, precision and `tokens` to train (required).")
-    deadline_period: PositiveInt | None = Field(None, description="goal cost: the job's tokens must be trained "
-                                                "by the end of this period (1-based); null = end of the horizon.")
+    deadline_period: PositiveInt | None = Field(
+        None,
+        description="goal cost: the job's tokens must be trained "
+        "by the end of this period (1-based); null = end of the horizon.",
+    )
     weight: PositiveFloat = Field(1.0, description="goal tokens: value of one trained token of this job.")
     search: dict | None = Field(None, description="Restrictions of the knob space, as in `solve`.")
 
@@ -45,11 +48,19 @@ class Fleet(Frozen):
     goal: FleetGoal = Field(FleetGoal.COST, description="cost | tokens.")
     periods: PositiveInt = Field(description="Number of planning periods (e.g. 4 quarters).")
     period_days: PositiveFloat = Field(description="Length of one period, days (a quarter: 91.25).")
-    budget_usd: PositiveFloat | None = Field(None, description="Most that may be spent on nodes over the "
-                                             "horizon, USD (capex; required for goal tokens).")
-    power_kw: PositiveFloat | None = Field(None, description="Power cap of all nodes owned in any period, kW.")
-    sizes_nodes: list[PositiveInt] = Field(min_length=1, description="The grid of job sizes, nodes: each job "
-                                           "runs on one node type at one of these sizes in a period.")
+    budget_usd: PositiveFloat | None = Field(
+        None,
+        description="Most that may be spent on nodes over the "
+        "horizon, USD (capex; required for goal tokens).",
+    )
+    power_kw: PositiveFloat | None = Field(
+        None, description="Power cap of all nodes owned in any period, kW."
+    )
+    sizes_nodes: list[PositiveInt] = Field(
+        min_length=1,
+        description="The grid of job sizes, nodes: each job "
+        "runs on one node type at one of these sizes in a period.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Fleet:
@@ -65,8 +76,10 @@ class FleetProblem(Frozen):
 
     name: str | None = Field(None, description="Problem name.")
     description: str | None = Field(None, description="Free text.")
-    catalog: Catalog = Field(description="Node types on offer (capex price_usd + extra_usd, power_kw, "
-                             "max_nodes = availability in every period): a name in problems/catalogs/, or inline.")
+    catalog: Catalog = Field(
+        description="Node types on offer (capex price_usd + extra_usd, power_kw, "
+        "max_nodes = availability in every period): a name in problems/catalogs/, or inline."
+    )
     types: list[str] | None = Field(None, description="Node types of the catalog considered (null = all).")
     jobs: list[FleetJob] = Field(min_length=1, description="The training jobs.")
     fleet: Fleet = Field(description="Horizon, budget, power cap and objective.")
@@ -80,8 +93,10 @@ class FleetProblem(Frozen):
                 raise ValueError(f"unknown node type {t!r} (catalog has {', '.join(names)})")
         for j in self.jobs:
             if j.deadline_period is not None and j.deadline_period > self.fleet.periods:
-                raise ValueError(f"job {j.name}: deadline_period {j.deadline_period} is after the horizon "
-                                 f"({self.fleet.periods} periods)")
+                raise ValueError(
+                    f"job {j.name}: deadline_period {j.deadline_period} is after the horizon "
+                    f"({self.fleet.periods} periods)"
+                )
         for t in self.node_types:
             if t.price_usd is None:
                 raise ValueError(f"node type {t.name}: fleet needs price_usd")

@@ -12,19 +12,29 @@ class MoE(Frozen):
 
     experts: PositiveInt = Field(le=65536, description="Routed experts per MoE layer (at most 65,536).")
     top_k: PositiveInt = Field(description="Routed experts each token is sent to.")
-    expert_ffn: PositiveInt = Field(description="Intermediate size of one routed expert (gated size for gated MLPs).")
+    expert_ffn: PositiveInt = Field(
+        description="Intermediate size of one routed expert (gated size for gated MLPs)."
+    )
     shared_experts: Int = Field(0, ge=0, description="Always-active shared experts, each of size expert_ffn.")
     moe_layers: PositiveInt | None = Field(
-        None, description="Number of layers whose MLP is MoE (the rest are dense with `ffn`); null = all.")
+        None, description="Number of layers whose MLP is MoE (the rest are dense with `ffn`); null = all."
+    )
     capacity_factor: Float = Field(
-        1.0, gt=0, le=64, description="Tokens an expert receives relative to a perfectly balanced router "
-        "(load imbalance of the busiest expert); scales expert compute and dispatch volume.")
-    expert_bias: bool = Field(False, description="The routed experts' linears carry biases (GPT-OSS). Megatron-Core's "
-                              "eager expert MLP adds the down-projection's, scaled by each row's routing probability, "
-                              "in passes of its own after the grouped GEMM.")
+        1.0,
+        gt=0,
+        le=64,
+        description="Tokens an expert receives relative to a perfectly balanced router "
+        "(load imbalance of the busiest expert); scales expert compute and dispatch volume.",
+    )
+    expert_bias: bool = Field(
+        False,
+        description="The routed experts' linears carry biases (GPT-OSS). Megatron-Core's "
+        "eager expert MLP adds the down-projection's, scaled by each row's routing probability, "
+        "in passes of its own after the grouped GEMM.",
+    )
 
     @model_validator(mode="after")
-    def _check(self) -> "MoE":
+    def _check(self) -> MoE:
         if self.top_k > self.experts:
             raise ValueError(f"top_k ({self.top_k}) cannot exceed experts ({self.experts})")
         return self
@@ -48,8 +58,10 @@ class SlidingWindow(Frozen):
     it (Mistral 7B: every layer, 4096; GPT-OSS: every other layer, 128; Gemma 2/3: alternating or 5 of 6)."""
 
     tokens: PositiveInt = Field(description="Keys each query attends to (the window, the query included).")
-    layers: PositiveInt | None = Field(None, description="Number of layers with the window (the rest attend to the "
-                                       "whole sequence); null = all.")
+    layers: PositiveInt | None = Field(
+        None,
+        description="Number of layers with the window (the rest attend to the whole sequence); null = all.",
+    )
 
 
 class LLM(Frozen):
@@ -61,24 +73,37 @@ class LLM(Frozen):
     ffn: PositiveInt = Field(description="MLP intermediate size (for gated MLPs the gated size, e.g. 14336).")
     layers: PositiveInt = Field(le=100_000, description="Transformer blocks L (at most 100,000).")
     heads: PositiveInt = Field(le=65536, description="Query attention heads a (at most 65,536).")
-    kv_heads: PositiveInt | None = Field(None, description="K/V heads g (GQA when < heads, MQA when 1); null = heads.")
+    kv_heads: PositiveInt | None = Field(
+        None, description="K/V heads g (GQA when < heads, MQA when 1); null = heads."
+    )
     head_dim: PositiveInt | None = Field(None, description="Size of one head; null = hidden / heads.")
     seq_len: PositiveInt = Field(description="Training sequence length s (tokens).")
     vocab: PositiveInt = Field(description="Vocabulary size V (embedding rows, LM-head columns).")
     mlp: MlpKind = Field(MlpKind.GELU, description="MLP kind: gelu, relu, squared_relu, swiglu, geglu.")
     tied_embeddings: bool = Field(False, description="LM head shares the input embedding matrix.")
     bias: bool = Field(False, description="Linear layers carry biases (GPT-2/3 style).")
-    dropout: bool = Field(False, description="Dropout after attention scores, attention and MLP (GPT-3/Megatron recipe).")
+    dropout: bool = Field(
+        False, description="Dropout after attention scores, attention and MLP (GPT-3/Megatron recipe)."
+    )
     moe: MoE | None = Field(None, description="Mixture-of-experts settings; null for a dense model.")
     mla: MLA | None = Field(None, description="Multi-head latent attention (DeepSeek); null = MHA/GQA/MQA.")
-    sliding_window: SlidingWindow | None = Field(None, description="Local attention in some or all layers; null = "
-                                                 "every layer attends to the whole (causal) sequence.")
-    activation_clamp: PositiveFloat | None = Field(None, description="The GLU's halves clamped before the activation "
-                                                   "(GPT-OSS: swiglu_limit 7.0; null = none). Megatron-Core's eager "
-                                                   "expert MLP clamps outside its fused activation kernel.")
-    attention_sinks: bool = Field(False, description="Learned attention sinks (GPT-OSS): one logit per head added "
-                                  "to every softmax denominator. Costs nothing forward; its gradient adds a pass "
-                                  "per query row to the fused attention backward (measured, `SINK_BW_SM_S`).")
+    sliding_window: SlidingWindow | None = Field(
+        None,
+        description="Local attention in some or all layers; null = "
+        "every layer attends to the whole (causal) sequence.",
+    )
+    activation_clamp: PositiveFloat | None = Field(
+        None,
+        description="The GLU's halves clamped before the activation "
+        "(GPT-OSS: swiglu_limit 7.0; null = none). Megatron-Core's eager "
+        "expert MLP clamps outside its fused activation kernel.",
+    )
+    attention_sinks: bool = Field(
+        False,
+        description="Learned attention sinks (GPT-OSS): one logit per head added "
+        "to every softmax denominator. Costs nothing forward; its gradient adds a pass "
+        "per query row to the fused attention backward (measured, `SINK_BW_SM_S`).",
+    )
 
     @property
     def window_share(self) -> float:
@@ -112,11 +137,13 @@ class LLM(Frozen):
         return (self.dhead + self.mla.qk_rope_head_dim + self.mla.v_head_dim) / 2.0
 
     @model_validator(mode="after")
-    def _check(self) -> "LLM":
+    def _check(self) -> LLM:
         if self.kv_heads is not None and self.heads % self.kv_heads:
             raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
         if self.head_dim is None and self.hidden % self.heads:
-            raise ValueError(f"hidden ({self.hidden}) is not a multiple of heads ({self.heads}); set head_dim")
+            raise ValueError(
+                f"hidden ({self.hidden}) is not a multiple of heads ({self.heads}); set head_dim"
+            )
         w = self.sliding_window
         if w is not None and w.layers is not None and w.layers > self.layers:
             raise ValueError(f"sliding_window.layers ({w.layers}) cannot exceed layers ({self.layers})")

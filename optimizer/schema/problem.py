@@ -6,14 +6,11 @@ from enum import StrEnum
 
 from pydantic import Field, StrictBool, StrictInt, model_validator
 
-from optimizer.schema.stack import Stack
-
 from optimizer.schema.common import (
     MEMORY_ERROR_PCT,
     AttentionKernel,
     CudaGraphs,
     EpDispatcher,
-    RecomputeModule,
     Float,
     Frozen,
     Int,
@@ -21,11 +18,13 @@ from optimizer.schema.common import (
     PositiveInt,
     Precision,
     Recompute,
+    RecomputeModule,
     Schedule,
     TpComm,
     TpOverlap,
 )
 from optimizer.schema.llm import LLM
+from optimizer.schema.stack import Stack
 from optimizer.schema.system import System
 
 
@@ -36,9 +35,13 @@ class Training(Frozen):
     seq_len: PositiveInt | None = Field(None, description="Override of the LLM's sequence length (tokens).")
     precision: Precision = Field(Precision.BF16, description="Datatype of matrix math and activations.")
     grad_precision: Precision = Field(
-        Precision.FP32, description="Datatype of accumulated/reduced gradients (Megatron main_grad: fp32; "
-        "ZeRO paper's 16 B/param accounting: bf16).")
-    master_weights: bool = Field(True, description="Keep an fp32 master copy of the weights (mixed precision).")
+        Precision.FP32,
+        description="Datatype of accumulated/reduced gradients (Megatron main_grad: fp32; "
+        "ZeRO paper's 16 B/param accounting: bf16).",
+    )
+    master_weights: bool = Field(
+        True, description="Keep an fp32 master copy of the weights (mixed precision)."
+    )
     tokens: PositiveFloat | None = Field(None, description="Tokens to train, for time-to-train.")
 
 
@@ -53,79 +56,137 @@ class Execution(Frozen):
     cp: PositiveInt = Field(1, description="Context-parallel degree (sequence split, ring attention).")
     ep: PositiveInt = Field(1, description="Expert-parallel degree (MoE), drawn from the dp x cp ranks.")
     etp: PositiveInt | None = Field(None, description="Expert tensor-parallel degree; null = tp.")
-    vpp: PositiveInt = Field(1, description="Interleaved virtual stages per pipeline rank (1 = not interleaved).")
+    vpp: PositiveInt = Field(
+        1, description="Interleaved virtual stages per pipeline rank (1 = not interleaved)."
+    )
     micro_batch: PositiveInt = Field(1, description="Sequences per micro-batch (per data-parallel rank).")
     schedule: Schedule = Field(Schedule.ONE_F_ONE_B, description="Pipeline schedule: 1f1b or gpipe.")
-    recompute: Recompute = Field(Recompute.NONE, description="Activation recomputation: none, selective, full.")
+    recompute: Recompute = Field(
+        Recompute.NONE, description="Activation recomputation: none, selective, full."
+    )
     sequence_parallel: bool = Field(False, description="Megatron sequence parallelism (needs tp_comm rs_ag).")
-    tp_comm: TpComm | None = Field(None, description="TP collective: allreduce or rs_ag; null = rs_ag with SP, "
-                                   "allreduce without.")
-    sp_ag_redo: bool = Field(True, description="With SP: redo the all-gather in backward instead of storing "
-                             "its output (Korthikanti 2022, 'TP redo for SP').")
+    tp_comm: TpComm | None = Field(
+        None, description="TP collective: allreduce or rs_ag; null = rs_ag with SP, allreduce without."
+    )
+    sp_ag_redo: bool = Field(
+        True,
+        description="With SP: redo the all-gather in backward instead of storing "
+        "its output (Korthikanti 2022, 'TP redo for SP').",
+    )
     tp_overlap: TpOverlap = Field(TpOverlap.NONE, description="TP communication overlap: none, pipe, ring.")
     pp_embedding_loss: bool = Field(
-        False, description="The embedding and the loss each take one layer slot of the pipeline split "
+        False,
+        description="The embedding and the loss each take one layer slot of the pipeline split "
         "(Megatron-Core account_for_embedding_in_pipeline_split / account_for_loss_in_pipeline_split): "
-        "layers + 2 divide by pp*vpp, the first and last stages hold one transformer layer less.")
+        "layers + 2 divide by pp*vpp, the first and last stages hold one transformer layer less.",
+    )
     pp_uneven: bool = Field(
-        False, description="Layers need not divide the pipeline: a custom split (Megatron-Core's "
+        False,
+        description="Layers need not divide the pipeline: a custom split (Megatron-Core's "
         "pipeline_model_parallel_layout, or first/last-stage layer counts) puts ceil(slots / (pp*vpp)) layers "
         "on the busiest chunk, and the model times and sizes that stage. For `evaluate` and published runs; "
-        "`solve` keeps even splits.")
-    pp_rs_ag: bool = Field(True, description="PP p2p sends 1/tp of the activation and all-gathers it over the "
-                           "TP group (scatter-gather, Narayanan 2021).")
-    dp_overlap: bool = Field(True, description="Overlap gradient reduction (and parameter gathering) with compute.")
-    pp_overlap: bool = Field(True, description="With interleaving (vpp > 1), overlap each pipeline send/receive with "
-                             "the compute of a chunk (Megatron-Core overlap_p2p_comm, which NeMo and Megatron-Bridge "
-                             "set whenever vpp > 1); the non-interleaved schedule batches its p2p on the critical "
-                             "path. For `evaluate` and published runs; `solve` keeps it on.")
+        "`solve` keeps even splits.",
+    )
+    pp_rs_ag: bool = Field(
+        True,
+        description="PP p2p sends 1/tp of the activation and all-gathers it over the "
+        "TP group (scatter-gather, Narayanan 2021).",
+    )
+    dp_overlap: bool = Field(
+        True, description="Overlap gradient reduction (and parameter gathering) with compute."
+    )
+    pp_overlap: bool = Field(
+        True,
+        description="With interleaving (vpp > 1), overlap each pipeline send/receive with "
+        "the compute of a chunk (Megatron-Core overlap_p2p_comm, which NeMo and Megatron-Bridge "
+        "set whenever vpp > 1); the non-interleaved schedule batches its p2p on the critical "
+        "path. For `evaluate` and published runs; `solve` keeps it on.",
+    )
     recompute_modules: list[RecomputeModule] | None = Field(
-        None, description="With recompute: selective, what is recomputed (Megatron-Core recompute_modules); "
-        "null = the attention core. For `evaluate` and published runs; `solve` recomputes the attention core.")
-    ep_dispatcher: EpDispatcher = Field(EpDispatcher.ALLTOALL, description="MoE token dispatcher: alltoall "
-                                        "(Megatron-Core default) or flex (DeepEP / HybridEP, node-deduplicated); `solve` "
-                                        "keeps alltoall unless `search` names it.")
-    ep_overlap: bool = Field(False, description="MoE: overlap the expert-parallel all-to-all of one micro-batch "
-                             "with the computation of another (Megatron-Core overlap_moe_expert_parallel_comm); "
-                             "needs ep > 1; `solve` keeps it off unless `search` names it.")
-    moe_fused_mlp: bool = Field(False, description="MoE: the routed experts' MLP runs as Transformer Engine's fused op "
-                                "sequence (Megatron-Core use_transformer_engine_op_fuser, TE >= 2.14: grouped GEMMs "
-                                "with their biases, the clamped GLU and the probability scaling fused); otherwise "
-                                "Megatron-Core's eager path adds the clamps and the down-projection's biases in passes "
-                                "of their own. Not searched.")
-    cuda_graphs: CudaGraphs = Field(CudaGraphs.NONE, description="CUDA graphs the stack replays (Megatron-Core "
-                                    "cuda_graph_impl): none (eager), partial (Transformer Engine graphs of the "
-                                    "attention, router and dispatcher preprocessing) or full (the whole iteration). "
-                                    "Under eager launch a dropless MoE layer's forward takes at least the host time "
-                                    "to issue it (it synchronises with the GPU once per layer); partial graphs issue "
-                                    "half of it, full graphs none. Not searched: `solve` plans with the value given.")
-    zero: Int = Field(0, ge=0, le=3, description="ZeRO stage: 0 none, 1 optimizer sharding (distributed "
-                      "optimizer), 2 + gradients, 3 + weights (FSDP full shard).")
-    fused_layers: bool = Field(True, description="Fused element-wise kernels (bias-GeLU, bias-dropout-add, "
-                               "softmax, norms): one memory pass instead of several.")
-    attention: AttentionKernel = Field(AttentionKernel.FLASH, description="Attention kernel: flash, flash2 "
-                                       "(FlashAttention-2 class kernels) or standard.")
-    kv_repeat: bool = Field(False, description="K/V heads repeated to the query heads before the attention kernel "
-                            "(torchtitan until its 'GQA without kv repeats', pytorch/torchtitan#2259, 2026-01): the "
-                            "kernel reads, and a context-parallel ring carries, K/V for every query head. For "
-                            "`evaluate` and published runs; `solve` keeps GQA's own K/V heads.")
-    fused_loss: bool = Field(True, description="The cross-entropy loss as fused kernels (Megatron-Core's vocab-parallel "
-                             "loss, a torch.compile'd loss) rather than PyTorch's cross_entropy on an fp32 upcast of the "
-                             "logits, which holds 12 bytes per logit at its peak; fused_layers: false implies it. For "
-                             "`evaluate` and published runs; `solve` keeps it fused.")
-    weight_offload: bool = Field(False, description="Keep weights in offload memory, stream 2 layers at a time.")
+        None,
+        description="With recompute: selective, what is recomputed (Megatron-Core recompute_modules); "
+        "null = the attention core. For `evaluate` and published runs; `solve` recomputes the attention core.",
+    )
+    ep_dispatcher: EpDispatcher = Field(
+        EpDispatcher.ALLTOALL,
+        description="MoE token dispatcher: alltoall "
+        "(Megatron-Core default) or flex (DeepEP / HybridEP, node-deduplicated); `solve` "
+        "keeps alltoall unless `search` names it.",
+    )
+    ep_overlap: bool = Field(
+        False,
+        description="MoE: overlap the expert-parallel all-to-all of one micro-batch "
+        "with the computation of another (Megatron-Core overlap_moe_expert_parallel_comm); "
+        "needs ep > 1; `solve` keeps it off unless `search` names it.",
+    )
+    moe_fused_mlp: bool = Field(
+        False,
+        description="MoE: the routed experts' MLP runs as Transformer Engine's fused op "
+        "sequence (Megatron-Core use_transformer_engine_op_fuser, TE >= 2.14: grouped GEMMs "
+        "with their biases, the clamped GLU and the probability scaling fused); otherwise "
+        "Megatron-Core's eager path adds the clamps and the down-projection's biases in passes "
+        "of their own. Not searched.",
+    )
+    cuda_graphs: CudaGraphs = Field(
+        CudaGraphs.NONE,
+        description="CUDA graphs the stack replays (Megatron-Core "
+        "cuda_graph_impl): none (eager), partial (Transformer Engine graphs of the "
+        "attention, router and dispatcher preprocessing) or full (the whole iteration). "
+        "Under eager launch a dropless MoE layer's forward takes at least the host time "
+        "to issue it (it synchronises with the GPU once per layer); partial graphs issue "
+        "half of it, full graphs none. Not searched: `solve` plans with the value given.",
+    )
+    zero: Int = Field(
+        0,
+        ge=0,
+        le=3,
+        description="ZeRO stage: 0 none, 1 optimizer sharding (distributed "
+        "optimizer), 2 + gradients, 3 + weights (FSDP full shard).",
+    )
+    fused_layers: bool = Field(
+        True,
+        description="Fused element-wise kernels (bias-GeLU, bias-dropout-add, "
+        "softmax, norms): one memory pass instead of several.",
+    )
+    attention: AttentionKernel = Field(
+        AttentionKernel.FLASH,
+        description="Attention kernel: flash, flash2 (FlashAttention-2 class kernels) or standard.",
+    )
+    kv_repeat: bool = Field(
+        False,
+        description="K/V heads repeated to the query heads before the attention kernel "
+        "(torchtitan until its 'GQA without kv repeats', pytorch/torchtitan#2259, 2026-01): the "
+        "kernel reads, and a context-parallel ring carries, K/V for every query head. For "
+        "`evaluate` and published runs; `solve` keeps GQA's own K/V heads.",
+    )
+    fused_loss: bool = Field(
+        True,
+        description="The cross-entropy loss as fused kernels (Megatron-Core's vocab-parallel "
+        "loss, a torch.compile'd loss) rather than PyTorch's cross_entropy on an fp32 upcast of the "
+        "logits, which holds 12 bytes per logit at its peak; fused_layers: false implies it. For "
+        "`evaluate` and published runs; `solve` keeps it fused.",
+    )
+    weight_offload: bool = Field(
+        False, description="Keep weights in offload memory, stream 2 layers at a time."
+    )
     activation_offload: bool = Field(False, description="Move stored activations to offload memory.")
     activation_offload_layers: PositiveInt | None = Field(
-        None, description="With activation_offload: the transformer layers per pipeline stage whose stored "
+        None,
+        description="With activation_offload: the transformer layers per pipeline stage whose stored "
         "activations go to offload memory, the others staying in HBM (Megatron-Core cpu_offloading_num_layers); "
-        "null = all but the two in use. For `evaluate` and published runs; `solve` offloads all or none.")
-    optimizer_offload: bool = Field(False, description="Keep optimizer state and fp32 gradients in offload memory.")
+        "null = all but the two in use. For `evaluate` and published runs; `solve` offloads all or none.",
+    )
+    optimizer_offload: bool = Field(
+        False, description="Keep optimizer state and fp32 gradients in offload memory."
+    )
     placement: dict[str, str | int] | None = Field(
-        None, description="Network tier (name or index) of each parallel axis, e.g. {tp: nvlink, dp: infiniband}; "
-        "null = Megatron rank order tp, cp, ep, dp, pp, each on the innermost tier that holds it.")
+        None,
+        description="Network tier (name or index) of each parallel axis, e.g. {tp: nvlink, dp: infiniband}; "
+        "null = Megatron rank order tp, cp, ep, dp, pp, each on the innermost tier that holds it.",
+    )
 
     @model_validator(mode="after")
-    def _check(self) -> "Execution":
+    def _check(self) -> Execution:
         if self.placement:
             bad = set(self.placement) - {"tp", "pp", "dp", "cp", "ep"}
             if bad:
@@ -140,12 +201,19 @@ class Execution(Frozen):
 class Options(Frozen):
     """Problem-wide options."""
 
-    memory_headroom_gib: Float | None = Field(None, ge=0, description="HBM kept free on every GPU, GiB. Default "
-                                              "(null): the memory model's stated error, a margin of 5.1% of the "
-                                              "use at the limit (4.9% of the HBM); 0 plans to the last byte.")
+    memory_headroom_gib: Float | None = Field(
+        None,
+        ge=0,
+        description="HBM kept free on every GPU, GiB. Default "
+        "(null): the memory model's stated error, a margin of 5.1% of the "
+        "use at the limit (4.9% of the HBM); 0 plans to the last byte.",
+    )
     allow_idle_gpus: bool = Field(False, description="Allow tp*pp*dp*cp < num_gpus.")
-    gpu_multiple: PositiveInt = Field(1, description="GPUs used (tp*pp*dp*cp) must be a multiple of this, e.g. "
-                                      "whole nodes when hardware is bought (`procure`).")
+    gpu_multiple: PositiveInt = Field(
+        1,
+        description="GPUs used (tp*pp*dp*cp) must be a multiple of this, e.g. "
+        "whole nodes when hardware is bought (`procure`).",
+    )
 
 
 class Goal(StrEnum):
@@ -160,12 +228,17 @@ class Objective(Frozen):
     """The objective of `solve` (default: minimum step time)."""
 
     goal: Goal = Field(Goal.STEP_TIME, description="step_time | tokens_per_gpu | fewest_gpus.")
-    max_step_time_s: PositiveFloat | None = Field(None, description="Step-time target, s: the target of "
-                                                  "fewest_gpus, a constraint for the other goals.")
-    max_days: PositiveFloat | None = Field(None, description="Time-to-train target for training.tokens, days "
-                                           "(instead of max_step_time_s).")
-    max_gpu_hours: PositiveFloat | None = Field(None, description="Cap on GPU-hours to train training.tokens "
-                                                "(GPUs used x time to train): a rental budget over its rate.")
+    max_step_time_s: PositiveFloat | None = Field(
+        None, description="Step-time target, s: the target of fewest_gpus, a constraint for the other goals."
+    )
+    max_days: PositiveFloat | None = Field(
+        None, description="Time-to-train target for training.tokens, days (instead of max_step_time_s)."
+    )
+    max_gpu_hours: PositiveFloat | None = Field(
+        None,
+        description="Cap on GPU-hours to train training.tokens "
+        "(GPUs used x time to train): a rental budget over its rate.",
+    )
 
     @model_validator(mode="after")
     def _target(self):
@@ -181,7 +254,9 @@ class Range(Frozen):
 
     min: StrictInt | None = Field(None, ge=0, description="Smallest value allowed.")
     max: StrictInt | None = Field(None, ge=0, description="Largest value allowed.")
-    in_: list[StrictInt] | None = Field(None, alias="in", description="Values allowed (with min/max: all must hold).")
+    in_: list[StrictInt] | None = Field(
+        None, alias="in", description="Values allowed (with min/max: all must hold)."
+    )
 
 
 IntRule = StrictInt | list[StrictInt] | Range
@@ -203,26 +278,43 @@ class Search(Frozen):
     vpp: IntRule | None = Field(None, description="Virtual pipeline stages per rank.")
     micro_batch: IntRule | None = Field(None, description="Micro-batch sizes, sequences.")
     zero: IntRule | None = Field(None, description="ZeRO stages (0-3).")
-    pp_embedding_loss: BoolRule | None = Field(None, description="Embedding and loss as pipeline layer slots.")
+    pp_embedding_loss: BoolRule | None = Field(
+        None, description="Embedding and loss as pipeline layer slots."
+    )
     sequence_parallel: BoolRule | None = Field(None, description="Sequence parallelism.")
     dp_overlap: BoolRule | None = Field(None, description="Overlap of DP traffic with compute.")
     weight_offload: BoolRule | None = Field(None, description="Weight offload (needs offload memory).")
-    activation_offload: BoolRule | None = Field(None, description="Activation offload (needs offload memory).")
-    optimizer_offload: BoolRule | None = Field(None, description="Optimizer-state offload (needs offload memory).")
-    fused_layers: BoolRule | None = Field(None, description="Fused element-wise kernels (fixed on unless named).")
+    activation_offload: BoolRule | None = Field(
+        None, description="Activation offload (needs offload memory)."
+    )
+    optimizer_offload: BoolRule | None = Field(
+        None, description="Optimizer-state offload (needs offload memory)."
+    )
+    fused_layers: BoolRule | None = Field(
+        None, description="Fused element-wise kernels (fixed on unless named)."
+    )
     pp_rs_ag: BoolRule | None = Field(None, description="Scatter-gather p2p (fixed on unless named).")
-    sp_ag_redo: BoolRule | None = Field(None, description="Redo the SP all-gather in backward (fixed on unless named).")
+    sp_ag_redo: BoolRule | None = Field(
+        None, description="Redo the SP all-gather in backward (fixed on unless named)."
+    )
     recompute: Recompute | list[Recompute] | None = Field(None, description="none | selective | full.")
     tp_overlap: TpOverlap | list[TpOverlap] | None = Field(None, description="none | pipe | ring.")
-    attention: AttentionKernel | list[AttentionKernel] | None = Field(None, description="flash | standard "
-                                                                          "(fixed flash unless named).")
-    schedule: Schedule | list[Schedule] | None = Field(None, description="1f1b | gpipe (fixed 1F1B unless named).")
+    attention: AttentionKernel | list[AttentionKernel] | None = Field(
+        None, description="flash | standard (fixed flash unless named)."
+    )
+    schedule: Schedule | list[Schedule] | None = Field(
+        None, description="1f1b | gpipe (fixed 1F1B unless named)."
+    )
     ep_dispatcher: EpDispatcher | list[EpDispatcher] | None = Field(
-        None, description="MoE token dispatcher: alltoall | flex (fixed alltoall unless named).")
+        None, description="MoE token dispatcher: alltoall | flex (fixed alltoall unless named)."
+    )
     ep_overlap: BoolRule | None = Field(None, description="MoE all-to-all overlap (fixed off unless named).")
-    precision: Precision | list[Precision] | None = Field(None, description="Training precisions to choose from "
-                                                          "(bf16, fp16, fp8, mxfp8, nvfp4; default: training.precision "
-                                                          "only): solve decides among those the system has a peak for.")
+    precision: Precision | list[Precision] | None = Field(
+        None,
+        description="Training precisions to choose from "
+        "(bf16, fp16, fp8, mxfp8, nvfp4; default: training.precision "
+        "only): solve decides among those the system has a peak for.",
+    )
 
     def rules(self) -> dict:
         """{knob: value | list | {min, max, in}} of the knobs named (the form `optimizer.prepare.space` reads)."""
@@ -241,23 +333,29 @@ class Problem(Frozen):
     name: str | None = Field(None, description="Problem name.")
     description: str | None = Field(None, description="Free text.")
     llm: LLM = Field(description="The model: a name in problems/llms/, or inline.")
-    system: System = Field(description="The node type: a name in problems/systems/, or inline "
-                           "(`base: NAME` plus overrides is allowed).")
+    system: System = Field(
+        description="The node type: a name in problems/systems/, or inline "
+        "(`base: NAME` plus overrides is allowed)."
+    )
     num_gpus: PositiveInt = Field(description="GPUs available.")
     training: Training = Field(description="Batch, precision, tokens.")
     execution: Execution = Field(default_factory=Execution, description="Knobs for `evaluate`.")
     search: Search | None = Field(None, description="Restrictions of the knob space for `solve`.")
     options: Options = Field(default_factory=Options, description="Headroom, idle GPUs.")
     objective: Objective = Field(default_factory=Objective, description="What `solve` optimises.")
-    stack: Stack = Field(Stack.MEGATRON_CORE, description="Training framework the plan is for: megatron-core "
-                         "(default; also NeMo, Megatron-Bridge), torchtitan, fsdp (PyTorch FSDP via Composer / "
-                         "llm-foundry) or deepspeed; `solve`, `check` and `procure` search only the knobs it offers "
-                         "(optimizer.schema.stack).")
+    stack: Stack = Field(
+        Stack.MEGATRON_CORE,
+        description="Training framework the plan is for: megatron-core "
+        "(default; also NeMo, Megatron-Bridge), torchtitan, fsdp (PyTorch FSDP via Composer / "
+        "llm-foundry) or deepspeed; `solve`, `check` and `procure` search only the knobs it offers "
+        "(optimizer.schema.stack).",
+    )
 
     @model_validator(mode="after")
     def _objective_needs_tokens(self):
-        if (self.objective.max_days is not None or self.objective.max_gpu_hours is not None) and \
-                not self.training.tokens:
+        if (
+            self.objective.max_days is not None or self.objective.max_gpu_hours is not None
+        ) and not self.training.tokens:
             raise ValueError("objective.max_days and objective.max_gpu_hours need training.tokens")
         return self
 

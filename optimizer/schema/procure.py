@@ -26,18 +26,28 @@ class NodeType(Frozen):
     """One kind of node that can be bought or rented: a system (GPUs, memories, networks) and its prices."""
 
     name: str = Field(description="Identifier of the node type, e.g. h100-80g-ddr512.")
-    system: System = Field(description="The node: a name in problems/systems/, or inline (`base: NAME` plus "
-                           "overrides such as hbm_gib or offload).")
+    system: System = Field(
+        description="The node: a name in problems/systems/, or inline (`base: NAME` plus "
+        "overrides such as hbm_gib or offload)."
+    )
     price_usd: NonNegativeFloat | None = Field(None, description="Capital cost of one node, USD.")
-    extra_usd: NonNegativeFloat = Field(0.0, description="Extra capital cost per node (network share, rack, "
-                                        "install), USD.")
+    extra_usd: NonNegativeFloat = Field(
+        0.0, description="Extra capital cost per node (network share, rack, install), USD."
+    )
     rent_usd_per_gpu_hour: PositiveFloat | None = Field(None, description="Rental price per GPU-hour, USD.")
-    power_kw: PositiveFloat | None = Field(None, description="Power draw of one node under training load, kW.")
-    max_nodes: PositiveInt | None = Field(None, description="Availability: the most nodes of this type on offer.")
-    unit_nodes: PositiveInt = Field(1, description="Nodes sold only together, as one unit: a rack-scale system "
-                                    "(GB200/GB300 NVL72: 18 compute trays of 4 GPUs, the node being the tray) is "
-                                    "bought in whole racks. Prices, power and max_nodes stay per node; a purchase is "
-                                    "a multiple of unit_nodes nodes, and a plan may leave GPUs of its last unit idle.")
+    power_kw: PositiveFloat | None = Field(
+        None, description="Power draw of one node under training load, kW."
+    )
+    max_nodes: PositiveInt | None = Field(
+        None, description="Availability: the most nodes of this type on offer."
+    )
+    unit_nodes: PositiveInt = Field(
+        1,
+        description="Nodes sold only together, as one unit: a rack-scale system "
+        "(GB200/GB300 NVL72: 18 compute trays of 4 GPUs, the node being the tray) is "
+        "bought in whole racks. Prices, power and max_nodes stay per node; a purchase is "
+        "a multiple of unit_nodes nodes, and a plan may leave GPUs of its last unit idle.",
+    )
 
     @property
     def gpus_per_node(self) -> int:
@@ -60,11 +70,13 @@ class Catalog(Frozen):
     description: str | None = Field(None, description="Where the prices come from.")
     node_types: list[NodeType] = Field(min_length=1, description="The node types (variants expanded).")
     joining_network: Network | None = Field(
-        None, description="Network that joins nodes of different types (heterogeneous mixes); null = the "
-        "slower of the two types' outermost tiers.")
+        None,
+        description="Network that joins nodes of different types (heterogeneous mixes); null = the "
+        "slower of the two types' outermost tiers.",
+    )
 
     @model_validator(mode="after")
-    def _unique(self) -> "Catalog":
+    def _unique(self) -> Catalog:
         names = [t.name for t in self.node_types]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
@@ -85,7 +97,9 @@ class ProcureGoal(StrEnum):
     THROUGHPUT = "throughput"  # maximum tokens/s within the budget
     TIME_TO_TRAIN = "time_to_train"  # minimum days to train training.tokens within the budget
     COST = "cost"  # minimum cost that trains training.tokens within deadline_days
-    THROUGHPUT_PER_USD = "throughput_per_usd"  # maximum tokens/s per dollar (capex) or per dollar-hour (rental)
+    THROUGHPUT_PER_USD = (
+        "throughput_per_usd"  # maximum tokens/s per dollar (capex) or per dollar-hour (rental)
+    )
 
 
 class Heterogeneous(StrEnum):
@@ -100,25 +114,39 @@ class Heterogeneous(StrEnum):
 class Procure(Frozen):
     """The purchase: budget, limits, objective."""
 
-    goal: ProcureGoal = Field(ProcureGoal.THROUGHPUT, description="throughput | time_to_train | cost | "
-                              "throughput_per_usd.")
+    goal: ProcureGoal = Field(
+        ProcureGoal.THROUGHPUT, description="throughput | time_to_train | cost | throughput_per_usd."
+    )
     pricing: Pricing = Field(Pricing.CAPEX, description="capex (buy nodes) or rental (pay GPU-hours).")
-    budget_usd: PositiveFloat | None = Field(None, description="Most that may be spent, USD (capex: on nodes; "
-                                             "rental: on the whole training run, which needs training.tokens).")
+    budget_usd: PositiveFloat | None = Field(
+        None,
+        description="Most that may be spent, USD (capex: on nodes; "
+        "rental: on the whole training run, which needs training.tokens).",
+    )
     power_kw: PositiveFloat | None = Field(None, description="Power cap of the whole purchase, kW.")
-    deadline_days: PositiveFloat | None = Field(None, description="goal cost: training.tokens must be trained "
-                                                "within this many days.")
+    deadline_days: PositiveFloat | None = Field(
+        None, description="goal cost: training.tokens must be trained within this many days."
+    )
     max_types: PositiveInt = Field(1, description="At most this many distinct node types in the purchase.")
-    heterogeneous: Heterogeneous = Field(Heterogeneous.NONE, description="Mixes searched when max_types >= 2: "
-                                         "none, data (DP replicas on different types), pipeline (pipeline stages on different types, uneven "
-                                         "layer counts) or all.")
-    max_nodes: PositiveInt = Field(4096, description="Upper bound on nodes of one type when nothing else "
-                                   "bounds them (no budget, power cap or availability).")
-    calibrated_only: bool = Field(False, description="Exclude node types whose system is prior-only (efficiencies "
-                                  "neither calibrated on published runs nor transferred from a same-die system).")
+    heterogeneous: Heterogeneous = Field(
+        Heterogeneous.NONE,
+        description="Mixes searched when max_types >= 2: "
+        "none, data (DP replicas on different types), pipeline (pipeline stages on different types, uneven "
+        "layer counts) or all.",
+    )
+    max_nodes: PositiveInt = Field(
+        4096,
+        description="Upper bound on nodes of one type when nothing else "
+        "bounds them (no budget, power cap or availability).",
+    )
+    calibrated_only: bool = Field(
+        False,
+        description="Exclude node types whose system is prior-only (efficiencies "
+        "neither calibrated on published runs nor transferred from a same-die system).",
+    )
 
     @model_validator(mode="after")
-    def _check(self) -> "Procure":
+    def _check(self) -> Procure:
         if self.goal == ProcureGoal.COST and self.deadline_days is None:
             raise ValueError("goal cost needs deadline_days")
         if self.heterogeneous != Heterogeneous.NONE and self.max_types < 2:
@@ -136,18 +164,24 @@ class ProcureProblem(Frozen):
     training: Training = Field(description="Batch, precision, tokens to train.")
     procure: Procure = Field(default_factory=Procure, description="Budget, limits and objective.")
     search: Search | None = Field(None, description="Restrictions of the knob space, as in `solve`.")
-    stack: Stack = Field(Stack.MEGATRON_CORE, description="Training framework (as in a solve problem): only the "
-                         "knobs it offers are searched.")
-    options: Options = Field(default_factory=Options, description="Memory headroom (idle GPUs and whole nodes "
-                             "are set by procure).")
+    stack: Stack = Field(
+        Stack.MEGATRON_CORE,
+        description="Training framework (as in a solve problem): only the knobs it offers are searched.",
+    )
+    options: Options = Field(
+        default_factory=Options, description="Memory headroom (idle GPUs and whole nodes are set by procure)."
+    )
 
     @model_validator(mode="after")
-    def _check(self) -> "ProcureProblem":
+    def _check(self) -> ProcureProblem:
         pr = self.procure
-        needs_tokens = pr.goal in (ProcureGoal.TIME_TO_TRAIN, ProcureGoal.COST) or \
-            (pr.pricing == Pricing.RENTAL and pr.budget_usd is not None)
+        needs_tokens = pr.goal in (ProcureGoal.TIME_TO_TRAIN, ProcureGoal.COST) or (
+            pr.pricing == Pricing.RENTAL and pr.budget_usd is not None
+        )
         if needs_tokens and not self.training.tokens:
-            raise ValueError(f"procure (goal {pr.goal.value}, pricing {pr.pricing.value}) needs training.tokens")
+            raise ValueError(
+                f"procure (goal {pr.goal.value}, pricing {pr.pricing.value}) needs training.tokens"
+            )
         for t in self.catalog.node_types:
             if pr.pricing == Pricing.CAPEX and t.price_usd is None:
                 raise ValueError(f"node type {t.name}: capex pricing needs price_usd")

@@ -6,11 +6,19 @@ schema does not know are errors (a typo must not silently drop a field); nullabl
 
 from __future__ import annotations
 
-from pydantic import Field
-
 from enum import StrEnum
 
-from optimizer.schema.common import Frozen, MlpKind, NonNegativeFloat, PositiveFloat, PositiveInt, Precision, Recompute
+from pydantic import Field
+
+from optimizer.schema.common import (
+    Frozen,
+    MlpKind,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    Precision,
+    Recompute,
+)
 
 
 class Sharding(StrEnum):
@@ -36,8 +44,9 @@ class RunModel(Frozen):
     """The model trained."""
 
     hidden: PositiveInt = Field(description="Model width.")
-    ffn: PositiveInt | None = Field(None, description="MLP intermediate size (gated size for gated MLPs; per "
-                                    "expert for MoE).")
+    ffn: PositiveInt | None = Field(
+        None, description="MLP intermediate size (gated size for gated MLPs; per expert for MoE)."
+    )
     layers: PositiveInt = Field(description="Transformer blocks.")
     heads: PositiveInt | None = Field(None, description="Query heads.")
     kv_heads: PositiveInt | None = Field(None, description="K/V heads (= heads for MHA).")
@@ -77,8 +86,12 @@ class RunMeasured(Frozen):
     """What was measured (null: not published)."""
 
     step_time_s: PositiveFloat | None = Field(None, description="Step time as stated, s.")
-    derived_step_time_s: PositiveFloat | None = Field(None, description="Step time worked out from stated figures, s.")
-    mfu: float | None = Field(None, gt=0, le=1, description="Model FLOPs utilisation, in `tflops_convention`.")
+    derived_step_time_s: PositiveFloat | None = Field(
+        None, description="Step time worked out from stated figures, s."
+    )
+    mfu: float | None = Field(
+        None, gt=0, le=1, description="Model FLOPs utilisation, in `tflops_convention`."
+    )
     tflops_per_gpu: PositiveFloat | None = Field(None, description="Achieved TFLOP/s per GPU.")
     tflops_convention: str | None = Field(None, description="How the source counts FLOPs.")
     tokens_per_s_per_gpu: PositiveFloat | None = Field(None, description="Throughput, tokens/s per GPU.")
@@ -94,5 +107,7 @@ class Run(Frozen):
     hardware: RunHardware
     parallel: RunParallel
     measured: RunMeasured
-    tier: str = Field(pattern="^[ABC]$", description="A: all core fields known; B: one or two unknown; C: more.")
+    tier: str = Field(
+        pattern="^[ABC]$", description="A: all core fields known; B: one or two unknown; C: more."
+    )
     notes: str | None = Field(None, description="Derivations, assumptions, FLOP conventions.")

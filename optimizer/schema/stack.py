@@ -44,29 +44,57 @@ class Stack(StrEnum):
     DEEPSPEED = "deepspeed"
 
 
-NO_OFFLOAD = {"weight_offload": [False], "activation_offload": [False], "optimizer_offload": [False],
-              "ep_overlap": [False], "ep_dispatcher": [EpDispatcher.ALLTOALL]}  # nor Megatron-Core's MoE overlap, DeepEP
+NO_OFFLOAD = {
+    "weight_offload": [False],
+    "activation_offload": [False],
+    "optimizer_offload": [False],
+    "ep_overlap": [False],
+    "ep_dispatcher": [EpDispatcher.ALLTOALL],
+}  # nor Megatron-Core's MoE overlap, DeepEP
 
 # knob -> values the stack offers (knobs not named: as Megatron-Core)
 PROFILES: dict[Stack, dict[str, list]] = {
     Stack.MEGATRON_CORE: {},
-    Stack.TORCHTITAN: {"zero": [0, 1, 2, 3], "pp_embedding_loss": [False], "pp_rs_ag": [False],
-                       # async TP (PyTorch micro-pipelined TP, its matmuls decomposed: layer.block_cost)
-                       "tp_overlap": [TpOverlap.NONE, TpOverlap.RING], **NO_OFFLOAD,
-                       # PyTorch TP's linears save their all-gathered input for the weight gradient (DTensor
-                       # ColwiseParallel, fused_all_gather_matmul): no re-gather in backward (Megatron-Core's is)
-                       "sp_ag_redo": [False],
-                       # torchao Float8 (tensorwise = current scaling) and MXFP8 (docs/float8.md, docs/mxfp8.md)
-                       "precision": [Precision.BF16, Precision.FP32, Precision.FP8_CURRENT, Precision.MXFP8]},
-    Stack.FSDP: {"tp": [1], "pp": [1], "vpp": [1], "cp": [1], "zero": [0, 2, 3], "sequence_parallel": [False],
-                 "recompute": [Recompute.NONE, Recompute.FULL], "tp_overlap": [TpOverlap.NONE],
-                 "pp_embedding_loss": [False], **NO_OFFLOAD,
-                 # llm-foundry: bf16/fp16 AMP, FP8 through Transformer Engine (delayed scaling)
-                 "precision": [Precision.BF16, Precision.FP16, Precision.FP32, Precision.FP8]},
-    Stack.DEEPSPEED: {"tp": [1], "pp": [1], "vpp": [1], "cp": [1], "zero": [0, 1, 2, 3], "sequence_parallel": [False],
-                      "recompute": [Recompute.NONE, Recompute.FULL], "tp_overlap": [TpOverlap.NONE],
-                      "pp_embedding_loss": [False], **NO_OFFLOAD,
-                      "precision": [Precision.BF16, Precision.FP16, Precision.FP32]},
+    Stack.TORCHTITAN: {
+        "zero": [0, 1, 2, 3],
+        "pp_embedding_loss": [False],
+        "pp_rs_ag": [False],
+        # async TP (PyTorch micro-pipelined TP, its matmuls decomposed: layer.block_cost)
+        "tp_overlap": [TpOverlap.NONE, TpOverlap.RING],
+        **NO_OFFLOAD,
+        # PyTorch TP's linears save their all-gathered input for the weight gradient (DTensor
+        # ColwiseParallel, fused_all_gather_matmul): no re-gather in backward (Megatron-Core's is)
+        "sp_ag_redo": [False],
+        # torchao Float8 (tensorwise = current scaling) and MXFP8 (docs/float8.md, docs/mxfp8.md)
+        "precision": [Precision.BF16, Precision.FP32, Precision.FP8_CURRENT, Precision.MXFP8],
+    },
+    Stack.FSDP: {
+        "tp": [1],
+        "pp": [1],
+        "vpp": [1],
+        "cp": [1],
+        "zero": [0, 2, 3],
+        "sequence_parallel": [False],
+        "recompute": [Recompute.NONE, Recompute.FULL],
+        "tp_overlap": [TpOverlap.NONE],
+        "pp_embedding_loss": [False],
+        **NO_OFFLOAD,
+        # llm-foundry: bf16/fp16 AMP, FP8 through Transformer Engine (delayed scaling)
+        "precision": [Precision.BF16, Precision.FP16, Precision.FP32, Precision.FP8],
+    },
+    Stack.DEEPSPEED: {
+        "tp": [1],
+        "pp": [1],
+        "vpp": [1],
+        "cp": [1],
+        "zero": [0, 1, 2, 3],
+        "sequence_parallel": [False],
+        "recompute": [Recompute.NONE, Recompute.FULL],
+        "tp_overlap": [TpOverlap.NONE],
+        "pp_embedding_loss": [False],
+        **NO_OFFLOAD,
+        "precision": [Precision.BF16, Precision.FP16, Precision.FP32],
+    },
 }
 INT_KNOBS = {"tp", "pp", "vpp", "cp", "zero", "dp", "ep", "etp", "micro_batch"}
 
@@ -76,7 +104,8 @@ INT_KNOBS = {"tp", "pp", "vpp", "cp", "zero", "dp", "ep", "etp", "micro_batch"}
 # "Unsupported quantizer for Userbuffers"), and Megatron-Bridge's NVFP4 presets turn the overlap off
 # (scripts/performance configs: `tp_comm_overlap = False if precision == "nvfp4"`)
 BY_PRECISION: dict[Stack, dict[Precision, dict[str, list]]] = {
-    Stack.MEGATRON_CORE: {Precision.NVFP4: {"tp_overlap": [TpOverlap.NONE]}}}
+    Stack.MEGATRON_CORE: {Precision.NVFP4: {"tp_overlap": [TpOverlap.NONE]}}
+}
 
 
 def _at_precision(stack: Stack, precision) -> dict[str, list]:
@@ -167,8 +196,13 @@ def layout_unsupported(stack: Stack, ex) -> list[tuple[str, str]]:
     for knob, degree in LAYOUT_KNOBS.items():
         allowed = by_layout(stack, knob, ex.pp, ex.tp)
         if allowed is not None and getattr(ex, knob) not in allowed:
-            out.append((knob, f"{getattr(ex, knob)} is not offered by stack {Stack(stack).value} with "
-                              f"{degree}={getattr(ex, degree)} (it offers {allowed})"))
+            out.append(
+                (
+                    knob,
+                    f"{getattr(ex, knob)} is not offered by stack {Stack(stack).value} with "
+                    f"{degree}={getattr(ex, degree)} (it offers {allowed})",
+                )
+            )
     return out
 
 
@@ -219,9 +253,14 @@ def written_unsupported(stack: Stack, ex, precision=None) -> list[tuple[str, str
     """(knob, message) for each knob written in the execution (not left at its default) that the stack does
     not offer (at `precision`): a plan for that stack cannot use it."""
     allowed_by = profile(stack, precision)
-    out = [(knob, not_offered(stack, knob, getattr(ex, knob), precision))
-           for knob in sorted(ex.model_fields_set & set(allowed_by)) if getattr(ex, knob) not in allowed_by[knob]]
-    return out + [(k, m) for k, m in layout_unsupported(stack, ex) if k in ex.model_fields_set and k not in dict(out)]
+    out = [
+        (knob, not_offered(stack, knob, getattr(ex, knob), precision))
+        for knob in sorted(ex.model_fields_set & set(allowed_by))
+        if getattr(ex, knob) not in allowed_by[knob]
+    ]
+    return out + [
+        (k, m) for k, m in layout_unsupported(stack, ex) if k in ex.model_fields_set and k not in dict(out)
+    ]
 
 
 def precision_unsupported(stack: Stack, precision) -> str | None:

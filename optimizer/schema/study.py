@@ -52,7 +52,9 @@ class Study(Frozen):
     description: str | None = Field(None, description="Free text: the question, the paper it reproduces.")
     command: StudyCommand = Field(StudyCommand.SOLVE, description="solve | check, run at every point.")
     base: str | dict[str, Any] = Field(description="The base problem: a path or an inline mapping.")
-    axes: dict[str, Range | list[Any]] = Field(description="Field path -> values (a list, or {from, to, step}).")
+    axes: dict[str, Range | list[Any]] = Field(
+        description="Field path -> values (a list, or {from, to, step})."
+    )
     mode: Mode = Field(Mode.CROSS, description="cross: every combination; zip: the i-th value of every axis.")
     time_limit_s: PositiveFloat = Field(60.0, le=86400, description="Solver time limit per point, s.")
 

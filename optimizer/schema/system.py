@@ -7,7 +7,6 @@ Units are in the field names: ``*_tflops`` dense peak in 10^12 FLOP/s, ``*_gbps`
 from __future__ import annotations
 
 import numpy as np
-
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from optimizer.schema.common import EFFICIENCY_OF, Frozen, Precision, ProcessingMode, peak_precision
@@ -36,19 +35,32 @@ class Network(Frozen):
     name: str = Field(description="Tier name, e.g. nvlink, infiniband.")
     size: PositiveInt = Field(description="GPUs one domain of this tier spans (8 for an NVLink node).")
     bandwidth_gbps: PositiveFloat = Field(description="Per-GPU unidirectional injection bandwidth, GB/s.")
-    latency_us: NonNegativeFloat = Field(description="Per-step latency of a collective (one ring hop), microseconds.")
-    efficiency: float = Field(gt=0, le=1, description="Achieved fraction of bandwidth_gbps for large collectives.")
+    latency_us: NonNegativeFloat = Field(
+        description="Per-step latency of a collective (one ring hop), microseconds."
+    )
+    efficiency: float = Field(
+        gt=0, le=1, description="Achieved fraction of bandwidth_gbps for large collectives."
+    )
     processor_usage: float = Field(
-        0.0, ge=0, lt=1, description="Fraction of compute a collective overlapped with compute steals (SMs used by NCCL).")
-    must_fill: bool = Field(False, description="Groups placed on this tier must tile its domain exactly "
-                            "(tier size divisible by the product of the degrees placed on it).")
+        0.0,
+        ge=0,
+        lt=1,
+        description="Fraction of compute a collective overlapped with compute steals (SMs used by NCCL).",
+    )
+    must_fill: bool = Field(
+        False,
+        description="Groups placed on this tier must tile its domain exactly "
+        "(tier size divisible by the product of the degrees placed on it).",
+    )
 
 
 class OffloadMemory(Frozen):
     """Second memory tier for weight/activation/optimizer offload (host DDR, CXL)."""
 
     capacity_gib: NonNegativeFloat = Field(0.0, description="Offload capacity per GPU, GiB (0 = none).")
-    bandwidth_gbps: NonNegativeFloat = Field(0.0, description="Per-GPU bandwidth to offload memory, GB/s, each way.")
+    bandwidth_gbps: NonNegativeFloat = Field(
+        0.0, description="Per-GPU bandwidth to offload memory, GB/s, each way."
+    )
     efficiency: float = Field(0.8, gt=0, le=1, description="Achieved fraction of bandwidth_gbps.")
 
 
@@ -64,25 +76,40 @@ STACK_TRANSFER_BAND_PCT = 8.2  # the added step-time uncertainty of a plan for a
 class Calibration(Frozen):
     """Which fitted values this file holds and on which published runs they were fitted."""
 
-    runs: list[str] = Field(default_factory=list, description="Ids of the calibration runs used (shared schema).")
+    runs: list[str] = Field(
+        default_factory=list, description="Ids of the calibration runs used (shared schema)."
+    )
     fitted: list[str] = Field(default_factory=list, description="Field names whose values were calibrated.")
-    note: str | None = Field(None, description="How the fit was made; anything not fitted is a datasheet value.")
+    note: str | None = Field(
+        None, description="How the fit was made; anything not fitted is a datasheet value."
+    )
     transferred_from: str | None = Field(
-        None, description="System whose fitted values were copied here (same GPU die); runs are that system's.")
+        None,
+        description="System whose fitted values were copied here (same GPU die); runs are that system's.",
+    )
     shape_from: str | None = Field(
-        None, description="System (same die) whose fitted tables this file takes as they are (GEMM efficiency curve, "
+        None,
+        description="System (same die) whose fitted tables this file takes as they are (GEMM efficiency curve, "
         "HBM table, precision factors), its own runs fitting only what `fitted` adds, e.g. `clock_scale` for a part "
-        "at a lower power limit; `runs` are this file's own.")
-    stacks: dict[str, int] = Field(default_factory=dict, description="Calibration runs per software stack "
-                                   "(megatron-core, torchtitan, ...), as scripts/calibrate.py read them.")
+        "at a lower power limit; `runs` are this file's own.",
+    )
+    stacks: dict[str, int] = Field(
+        default_factory=dict,
+        description="Calibration runs per software stack "
+        "(megatron-core, torchtitan, ...), as scripts/calibrate.py read them.",
+    )
     loo_mape_pct: NonNegativeFloat | None = Field(
-        None, description="Leave-one-out mean |error| of the predicted step time, %, on the runs of this GPU type "
+        None,
+        description="Leave-one-out mean |error| of the predicted step time, %, on the runs of this GPU type "
         "(each run predicted by a fit on the others: scripts/calibrate.py --loo --write): the stated uncertainty "
-        "of its step times. Transferred systems carry their source's. Null: not measured.")
+        "of its step times. Transferred systems carry their source's. Null: not measured.",
+    )
     loo_mape_pct_by_stack: dict[str, NonNegativeFloat] = Field(
-        default_factory=dict, description="Leave-one-out mean |error| of the step time, %, on this GPU type's runs "
+        default_factory=dict,
+        description="Leave-one-out mean |error| of the step time, %, on this GPU type's runs "
         "of one software stack (scripts/calibrate.py --stack S --loo --write-loo): the stated uncertainty of that "
-        "stack's plans, where measured (else loo_mape_pct).")
+        "stack's plans, where measured (else loo_mape_pct).",
+    )
 
     def status(self) -> str:
         """One word: 'calibrated' (fitted on runs of this GPU type), 'transferred' (copied from a same-die
@@ -103,8 +130,11 @@ class Calibration(Frozen):
         name = None if stack is None else str(getattr(stack, "value", stack))
         if name in self.loo_mape_pct_by_stack:
             return self.loo_mape_pct_by_stack[name]
-        base = self.loo_mape_pct if self.loo_mape_pct is not None else (
-            PRIOR_BAND_PCT if self.status() == "prior" else None)
+        base = (
+            self.loo_mape_pct
+            if self.loo_mape_pct is not None
+            else (PRIOR_BAND_PCT if self.status() == "prior" else None)
+        )
         if base is None or self.covers(stack) or self.status() == "prior":
             return base
         return round(float(np.hypot(base, STACK_TRANSFER_BAND_PCT)), 2)
@@ -140,55 +170,86 @@ class System(Frozen):
     hbm_bandwidth_gbps: PositiveFloat = Field(description="HBM bandwidth per GPU, GB/s (datasheet peak).")
     hbm_efficiency: EfficiencyTable = Field(
         description="Achieved fraction of HBM bandwidth by bytes moved per kernel: [[MB, eff], ...], "
-        "interpolated linearly in log10(MB), clamped at the ends.")
+        "interpolated linearly in log10(MB), clamped at the ends."
+    )
     matrix_tflops: dict[Precision, PositiveFloat] = Field(
-        description="Dense tensor-core peak per datatype, TFLOP/s (no sparsity).")
+        description="Dense tensor-core peak per datatype, TFLOP/s (no sparsity)."
+    )
     matrix_efficiency: EfficiencyTable = Field(
-        description="Achieved fraction of matrix peak by GEMM size: [[GFLOP, eff], ...], log10-interpolated.")
+        description="Achieved fraction of matrix peak by GEMM size: [[GFLOP, eff], ...], log10-interpolated."
+    )
     matrix_efficiency_scale: dict[Precision, float] = Field(
-        default_factory=dict, description="Factor on matrix_efficiency for GEMMs in one precision, e.g. "
+        default_factory=dict,
+        description="Factor on matrix_efficiency for GEMMs in one precision, e.g. "
         "{fp8: 0.8}: FP8 GEMMs reach a smaller fraction of their doubled peak than 16-bit ones of theirs "
         "(power and clock limits, scaling epilogues). Missing precisions: 1 (MXFP8: fp8's, less the measured "
-        "block-scaled kernel factor). Calibrated per GPU type.")
+        "block-scaled kernel factor). Calibrated per GPU type.",
+    )
     sm_count: PositiveInt | None = Field(
-        None, description="Streaming multiprocessors (compute units) per GPU, datasheet; with gemm_tile it models "
-        "wave quantization: a GEMM of W output tiles runs ceil(W/sm_count) waves. null = not modelled.")
+        None,
+        description="Streaming multiprocessors (compute units) per GPU, datasheet; with gemm_tile it models "
+        "wave quantization: a GEMM of W output tiles runs ceil(W/sm_count) waves. null = not modelled.",
+    )
     gemm_tile: tuple[PositiveInt, PositiveInt] = Field(
-        (256, 128), description="Output tile (rows, columns) of one thread block of the library's large GEMM "
-        "kernels (cuBLAS/CUTLASS 256x128 on Ampere/Hopper).")
+        (256, 128),
+        description="Output tile (rows, columns) of one thread block of the library's large GEMM "
+        "kernels (cuBLAS/CUTLASS 256x128 on Ampere/Hopper).",
+    )
     attention_efficiency: float = Field(
-        0.6, gt=0, le=1, description="Achieved fraction of matrix peak inside a fused (flash) attention kernel with "
-        "full waves and long sequences (`attention_overhead_keys`).")
+        0.6,
+        gt=0,
+        le=1,
+        description="Achieved fraction of matrix peak inside a fused (flash) attention kernel with "
+        "full waves and long sequences (`attention_overhead_keys`).",
+    )
     attention_efficiency_fa2: float | None = Field(
-        None, gt=0, le=1, description="attention_efficiency of FlashAttention-2 class kernels (`attention: flash2`), "
+        None,
+        gt=0,
+        le=1,
+        description="attention_efficiency of FlashAttention-2 class kernels (`attention: flash2`), "
         "which do not use the architecture's newest matrix instructions; null: the same as attention_efficiency "
-        "(GPUs where FlashAttention-2 is the best kernel, e.g. A100).")
+        "(GPUs where FlashAttention-2 is the best kernel, e.g. A100).",
+    )
     clock_scale: float = Field(
-        1.0, gt=0, le=1, description="Sustained clock of the compute units relative to the one the datasheet peaks "
+        1.0,
+        gt=0,
+        le=1,
+        description="Sustained clock of the compute units relative to the one the datasheet peaks "
         "assume (1: as rated). A power cap below the part's rating (e.g. an H100 SXM at 500 W instead of 700 W) "
         "lowers the clock of every compute-bound kernel, GEMMs, attention and element-wise alike, so it scales "
-        "the matrix, attention and vector peaks together; fitted where runs at that cap exist.")
+        "the matrix, attention and vector peaks together; fitted where runs at that cap exist.",
+    )
     attention_overhead_keys: NonNegativeFloat = Field(
-        3155.0, description="Fixed work of one flash-attention query tile (load Q, rescale, write O; backward dQ), "
+        3155.0,
+        description="Fixed work of one flash-attention query tile (load Q, rescale, write O; backward dQ), "
         "in key positions: a kernel over s keys runs at s / (s + this) of attention_efficiency. Default fitted on "
-        "an H100 SXM's causal FlashAttention forward+backward (`../shared/measurements`: 12-55% of peak).")
+        "an H100 SXM's causal FlashAttention forward+backward (`../shared/measurements`: 12-55% of peak).",
+    )
     attention_overhead_keys_triton: NonNegativeFloat | None = Field(
-        None, description="attention_overhead_keys of FlashAttention's Triton kernel (`attention: flash-triton`): "
+        None,
+        description="attention_overhead_keys of FlashAttention's Triton kernel (`attention: flash-triton`): "
         "another implementation (compiler-scheduled tile loop, its own prologue and epilogue per query tile), so "
         "another fixed work per tile in key positions; fitted per GPU type on runs with that kernel; null: the same "
-        "as attention_overhead_keys.")
+        "as attention_overhead_keys.",
+    )
     vector_tflops: dict[Precision, PositiveFloat] = Field(
-        description="Non-tensor-core (CUDA core) peak per datatype, TFLOP/s.")
+        description="Non-tensor-core (CUDA core) peak per datatype, TFLOP/s."
+    )
     vector_efficiency: EfficiencyTable = Field(
-        description="Achieved fraction of vector peak by op size: [[GFLOP, eff], ...], log10-interpolated.")
+        description="Achieved fraction of vector peak by op size: [[GFLOP, eff], ...], log10-interpolated."
+    )
     processing_mode: ProcessingMode = Field(
-        ProcessingMode.ROOFLINE, description="roofline: op time = max(compute, memory); sum: their sum.")
+        ProcessingMode.ROOFLINE, description="roofline: op time = max(compute, memory); sum: their sum."
+    )
     reserved_gib: NonNegativeFloat = Field(
-        1.0, description="HBM taken by the runtime (CUDA context, NCCL buffers, allocator slack), GiB.")
+        1.0, description="HBM taken by the runtime (CUDA context, NCCL buffers, allocator slack), GiB."
+    )
     offload: OffloadMemory = Field(default_factory=OffloadMemory, description="Second memory tier.")
     networks: list[Network] = Field(min_length=1, description="Network tiers, innermost first.")
     tdp_w: PositiveFloat | None = Field(None, description="GPU board power, W (datasheet).")
-    calibration: Calibration = Field(default_factory=Calibration, description="What was fitted, on which runs.")
+    calibration: Calibration = Field(
+        default_factory=Calibration, description="What was fitted, on which runs."
+    )
 
     def peak_tflops(self, precision: Precision) -> float | None:
         """Dense matrix peak, TFLOP/s, that GEMMs in `precision` run at (the FP8 scaling recipes at the FP8
@@ -208,7 +269,7 @@ class System(Frozen):
         return _check_table(v, info.field_name)
 
     @model_validator(mode="after")
-    def _check(self) -> "System":
+    def _check(self) -> System:
         sizes = [n.size for n in self.networks]
         if any(b < a for a, b in zip(sizes, sizes[1:])):
             raise ValueError("networks must be listed innermost first (non-decreasing size)")

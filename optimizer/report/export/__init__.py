@@ -3,11 +3,21 @@
 One module per target, each with ``emit(problem, execution) -> str``: Megatron-LM (a runnable bash command),
 NeMo 2 (recipe overrides, Python), torchtitan (job config, TOML), DeepSpeed (config, JSON).
 """
+
 from optimizer.report.export import deepspeed, megatron, nemo, torchtitan
 
-EMITTERS = {"megatron": megatron.emit, "nemo": nemo.emit, "torchtitan": torchtitan.emit, "deepspeed": deepspeed.emit}
-TITLES = {"megatron": "Megatron-LM command", "nemo": "NeMo 2 recipe overrides", "torchtitan": "torchtitan config",
-          "deepspeed": "DeepSpeed config"}
+EMITTERS = {
+    "megatron": megatron.emit,
+    "nemo": nemo.emit,
+    "torchtitan": torchtitan.emit,
+    "deepspeed": deepspeed.emit,
+}
+TITLES = {
+    "megatron": "Megatron-LM command",
+    "nemo": "NeMo 2 recipe overrides",
+    "torchtitan": "torchtitan config",
+    "deepspeed": "DeepSpeed config",
+}
 
 
 def emit(target: str, problem, execution) -> str:
@@ -17,7 +27,12 @@ def emit(target: str, problem, execution) -> str:
     return EMITTERS[target](problem, execution)
 
 
-STACK_OF = {"megatron": "megatron-core", "nemo": "megatron-core", "torchtitan": "torchtitan", "deepspeed": "deepspeed"}
+STACK_OF = {
+    "megatron": "megatron-core",
+    "nemo": "megatron-core",
+    "torchtitan": "torchtitan",
+    "deepspeed": "deepspeed",
+}
 
 
 def stack_warnings(target: str, execution) -> list[str]:
@@ -31,6 +46,7 @@ def block(target: str, problem, execution) -> str:
     """The export under its title, as the reports print it; knobs the target lacks are named above it (solve
     with `stack:` set to the target's framework to search only what it runs)."""
     warn = stack_warnings(target, execution)
-    head = "".join(f"# warning: {w}; solve with `stack: {STACK_OF[target]}` to search only what it runs\n"
-                   for w in warn)
+    head = "".join(
+        f"# warning: {w}; solve with `stack: {STACK_OF[target]}` to search only what it runs\n" for w in warn
+    )
     return f"{TITLES[target]}:\n{head}{emit(target, problem, execution)}"

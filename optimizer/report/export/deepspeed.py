@@ -17,14 +17,20 @@ def config(problem, ex) -> dict:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if ex.weight_offload and ex.zero >= 3:
         zero["offload_param"] = {"device": "cpu", "pin_memory": True}
-    out = {"train_batch_size": tr.global_batch, "train_micro_batch_size_per_gpu": ex.micro_batch,
-           "gradient_accumulation_steps": gas,
-           "bf16": {"enabled": prec != "fp16"}, "fp16": {"enabled": prec == "fp16"},
-           "zero_optimization": zero}
+    out = {
+        "train_batch_size": tr.global_batch,
+        "train_micro_batch_size_per_gpu": ex.micro_batch,
+        "gradient_accumulation_steps": gas,
+        "bf16": {"enabled": prec != "fp16"},
+        "fp16": {"enabled": prec == "fp16"},
+        "zero_optimization": zero,
+    }
     if ex.recompute.value != "none":
-        out["activation_checkpointing"] = {"partition_activations": bool(ex.sequence_parallel),
-                                           "contiguous_memory_optimization": True,
-                                           "cpu_checkpointing": bool(ex.activation_offload)}
+        out["activation_checkpointing"] = {
+            "partition_activations": bool(ex.sequence_parallel),
+            "contiguous_memory_optimization": True,
+            "cpu_checkpointing": bool(ex.activation_offload),
+        }
     return out
 
 

@@ -4,6 +4,7 @@ Argument names are those declared in Megatron-LM's ``megatron/training/arguments
 The output is one bash command (``torchrun pretrain_gpt.py`` with continued lines); anything
 that has no Megatron flag is written as comment lines *before* the command, never inside it.
 """
+
 from __future__ import annotations
 
 import shlex
@@ -13,9 +14,13 @@ from optimizer.schema import Precision
 
 # Megatron-Core's low-precision recipes (TransformerEngine; NeMo 2 sets the same through trainer.plugins):
 # precision -> (format, recipe). MXFP8 from Megatron-Core 0.13, NVFP4 (the --fp4-* flags) from 0.14.
-LOW_PRECISION = {Precision.FP8: ("hybrid", "delayed"), Precision.FP8_CURRENT: ("hybrid", "tensorwise"),
-                 Precision.FP8_BLOCK: ("e4m3", "blockwise"), Precision.MXFP8: ("e4m3", "mxfp8"),
-                 Precision.NVFP4: ("e2m1", "nvfp4")}
+LOW_PRECISION = {
+    Precision.FP8: ("hybrid", "delayed"),
+    Precision.FP8_CURRENT: ("hybrid", "tensorwise"),
+    Precision.FP8_BLOCK: ("e4m3", "blockwise"),
+    Precision.MXFP8: ("e4m3", "mxfp8"),
+    Precision.NVFP4: ("e2m1", "nvfp4"),
+}
 assert set(LOW_PRECISION) == set(QUANTIZED)
 
 
@@ -36,10 +41,16 @@ def _shape_flags(problem, ex) -> list[str]:
     """Batch sizes and the transformer's shape: layers, hidden and ffn sizes, heads (head size when not
     hidden / heads, query groups for GQA) and sequence length."""
     llm = problem.llm
-    a = [f"--micro-batch-size {ex.micro_batch}", f"--global-batch-size {problem.training.global_batch}",
-         f"--num-layers {llm.layers}", f"--hidden-size {llm.hidden}", f"--ffn-hidden-size {llm.ffn}",
-         f"--num-attention-heads {llm.heads}", f"--seq-length {problem.seq_len}",
-         f"--max-position-embeddings {problem.seq_len}"]
+    a = [
+        f"--micro-batch-size {ex.micro_batch}",
+        f"--global-batch-size {problem.training.global_batch}",
+        f"--num-layers {llm.layers}",
+        f"--hidden-size {llm.hidden}",
+        f"--ffn-hidden-size {llm.ffn}",
+        f"--num-attention-heads {llm.heads}",
+        f"--seq-length {problem.seq_len}",
+        f"--max-position-embeddings {problem.seq_len}",
+    ]
     if llm.head_dim is not None and llm.head_dim * llm.heads != llm.hidden:
         a.append(f"--kv-channels {llm.head_dim}")
     kv = llm.kv_heads or llm.heads
@@ -72,15 +83,23 @@ def _moe_mla_flags(llm, ex) -> list[str]:
     a = []
     if llm.moe is not None:
         m = llm.moe
-        a += [f"--num-experts {m.experts}", f"--moe-router-topk {m.top_k}",
-              f"--moe-ffn-hidden-size {m.expert_ffn}", f"--expert-model-parallel-size {ex.ep}",
-              f"--expert-tensor-parallel-size {ex.etp or ex.tp}"]
+        a += [
+            f"--num-experts {m.experts}",
+            f"--moe-router-topk {m.top_k}",
+            f"--moe-ffn-hidden-size {m.expert_ffn}",
+            f"--expert-model-parallel-size {ex.ep}",
+            f"--expert-tensor-parallel-size {ex.etp or ex.tp}",
+        ]
         if m.shared_experts:
             a.append(f"--moe-shared-expert-intermediate-size {m.shared_experts * m.expert_ffn}")
     if llm.mla is not None:
         ml = llm.mla
-        a += ["--multi-latent-attention", f"--kv-lora-rank {ml.kv_lora_rank}",
-              f"--qk-pos-emb-head-dim {ml.qk_rope_head_dim}", f"--v-head-dim {ml.v_head_dim}"]
+        a += [
+            "--multi-latent-attention",
+            f"--kv-lora-rank {ml.kv_lora_rank}",
+            f"--qk-pos-emb-head-dim {ml.qk_rope_head_dim}",
+            f"--v-head-dim {ml.v_head_dim}",
+        ]
         if ml.q_lora_rank:
             a.append(f"--q-lora-rank {ml.q_lora_rank}")
     return a
@@ -127,7 +146,10 @@ def _overlap_flags(ex) -> list[str]:
         if ex.zero >= 1:
             a.append("--overlap-param-gather")
     if ex.ep_dispatcher.value == "flex":
-        a += ["--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep"]  # DeepEP (or hybridep)
+        a += [
+            "--moe-token-dispatcher-type flex",
+            "--moe-flex-dispatcher-backend deepep",
+        ]  # DeepEP (or hybridep)
     if ex.ep_overlap:
         a.append("--overlap-moe-expert-parallel-comm")  # Megatron-Core >= 0.14
     if ex.tp_overlap.value != "none":
@@ -144,8 +166,10 @@ def _kernel_offload_flags(ex, notes: list[str]) -> list[str]:
     if ex.attention.value in ("flash", "flash2", "flash-triton"):
         a.append("--use-flash-attn")
     if ex.attention.value == "flash-triton":
-        notes.append("attention: flash-triton (FlashAttention's Triton kernel) has no Megatron-LM flag; "
-                     "--use-flash-attn runs Megatron's fused kernel, faster than the plan assumed")
+        notes.append(
+            "attention: flash-triton (FlashAttention's Triton kernel) has no Megatron-LM flag; "
+            "--use-flash-attn runs Megatron's fused kernel, faster than the plan assumed"
+        )
     if ex.optimizer_offload:
         a.append("--optimizer-cpu-offload")
     if ex.fused_loss:
@@ -176,5 +200,6 @@ def emit(problem, ex) -> str:
     a, notes = args(problem, ex)
     head = [f"# {n}" for n in notes]
     cmd = f"torchrun --nproc-per-node {problem.system.gpus_per_node} pretrain_gpt.py \\\n  " + " \\\n  ".join(
-        " ".join(shlex.quote(w) for w in x.split()) for x in a)
+        " ".join(shlex.quote(w) for w in x.split()) for x in a
+    )
     return "\n".join(head + [cmd]) + "\n"

@@ -26,27 +26,42 @@ def overrides(problem, ex) -> list[tuple[str, object]]:
         ("trainer.strategy.sequence_parallel", bool(ex.sequence_parallel)),
     ]
     if problem.llm.moe is not None:
-        out += [("trainer.strategy.expert_model_parallel_size", ex.ep),
-                ("trainer.strategy.expert_tensor_parallel_size", ex.etp or ex.tp)]
+        out += [
+            ("trainer.strategy.expert_model_parallel_size", ex.ep),
+            ("trainer.strategy.expert_tensor_parallel_size", ex.etp or ex.tp),
+        ]
     if ex.pp > 1 and ex.pp_embedding_loss:
-        out += [("trainer.strategy.account_for_embedding_in_pipeline_split", True),
-                ("trainer.strategy.account_for_loss_in_pipeline_split", True)]
-    out += [("data.micro_batch_size", ex.micro_batch), ("data.global_batch_size", tr.global_batch),
-            ("data.seq_length", problem.seq_len), ("model.config.seq_length", problem.seq_len)]
+        out += [
+            ("trainer.strategy.account_for_embedding_in_pipeline_split", True),
+            ("trainer.strategy.account_for_loss_in_pipeline_split", True),
+        ]
+    out += [
+        ("data.micro_batch_size", ex.micro_batch),
+        ("data.global_batch_size", tr.global_batch),
+        ("data.seq_length", problem.seq_len),
+        ("model.config.seq_length", problem.seq_len),
+    ]
     rec = ex.recompute.value
     out += [("model.config.recompute_granularity", None if rec == "none" else rec)]
     if rec == "full":
         out += [("model.config.recompute_method", "uniform"), ("model.config.recompute_num_layers", 1)]
-    out += [("optim.config.use_distributed_optimizer", ex.zero >= 1),
-            ("trainer.strategy.ddp.overlap_grad_reduce", bool(ex.dp_overlap)),
-            ("trainer.strategy.ddp.overlap_param_gather", bool(ex.dp_overlap and ex.zero >= 1))]
+    out += [
+        ("optim.config.use_distributed_optimizer", ex.zero >= 1),
+        ("trainer.strategy.ddp.overlap_grad_reduce", bool(ex.dp_overlap)),
+        ("trainer.strategy.ddp.overlap_param_gather", bool(ex.dp_overlap and ex.zero >= 1)),
+    ]
     if ex.ep_dispatcher.value == "flex":
-        out += [("model.config.moe_token_dispatcher_type", "flex"), ("model.config.moe_flex_dispatcher_backend", "deepep")]
+        out += [
+            ("model.config.moe_token_dispatcher_type", "flex"),
+            ("model.config.moe_flex_dispatcher_backend", "deepep"),
+        ]
     if ex.ep_overlap:
         out.append(("model.config.overlap_moe_expert_parallel_comm", True))
     if tr.precision in QUANTIZED:
         fmt, recipe = LOW_PRECISION[tr.precision]
-        bits = "fp4" if tr.precision.value == "nvfp4" else "fp8"  # Megatron-Core TransformerConfig fp8 / fp4 fields
+        bits = (
+            "fp4" if tr.precision.value == "nvfp4" else "fp8"
+        )  # Megatron-Core TransformerConfig fp8 / fp4 fields
         out += [(f"trainer.plugins.{bits}", fmt), (f"trainer.plugins.{bits}_recipe", recipe)]
     return out
 
@@ -62,6 +77,8 @@ def notes(problem, ex) -> list[str]:
 
 def emit(problem, ex) -> str:
     """Python lines assigning the plan to `recipe` (a NeMo 2 pretraining recipe)."""
-    head = [f"# NeMo 2 recipe overrides for {problem.name or problem.llm.name} (paraplan plan):",
-            "# recipe = llm.<your model>.pretrain_recipe(...); then"] + [f"# {n}" for n in notes(problem, ex)]
+    head = [
+        f"# NeMo 2 recipe overrides for {problem.name or problem.llm.name} (paraplan plan):",
+        "# recipe = llm.<your model>.pretrain_recipe(...); then",
+    ] + [f"# {n}" for n in notes(problem, ex)]
     return "\n".join(head + [f"recipe.{k} = {_val(v)}" for k, v in overrides(problem, ex)]) + "\n"
