@@ -48,10 +48,10 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
-from optimizer.io.loader import LIBRARY_ENV, read_yaml, validate_model  # noqa: E402
-from optimizer.io.runs import load_runs, stack_of  # noqa: E402
+import calibration_sequence as seq
 
-import calibration_sequence as seq  # noqa: E402
+from optimizer.io.loader import LIBRARY_ENV, read_yaml, validate_model
+from optimizer.io.runs import load_runs, stack_of
 
 # One source document and release per group, matched in order on the run's `source` (case-insensitive regex);
 # the first match wins. date: the document's publication month (YYYY-MM), for the time-forward split.
@@ -144,6 +144,7 @@ def _prior(step: seq.Step, library: Path) -> None:
     """Write calibrate.py's priors (`START`) for the step's parameters into its system file: the fit of a step
     with no runs left."""
     import calibrate
+
     from optimizer.schema import System
 
     calibrate.SHAPE.clear()
