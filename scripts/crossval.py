@@ -164,17 +164,17 @@ def refit(held_runs: list[dict], library: Path, workdir: Path,
     import calibrate
 
     held = {r["id"] for r in held_runs}
-    files, kept = {}, {}
+    files, kept, removed = {}, {}, {}
     for key, path in seq.RUN_FILES.items():
         if not path.is_file():
             continue
         recs = load_runs(str(path)).data
         kept[key] = [r for r in recs if r["id"] not in held]
+        removed[key] = {(r["hardware"]["gpu"], stack_of(r)) for r in recs if r["id"] in held}
         files[key] = path
         if len(kept[key]) < len(recs):
             files[key] = workdir / path.name
             files[key].write_text(yaml.safe_dump(kept[key], sort_keys=False, width=1000))
-    held_gpu_stack = {(r["hardware"]["gpu"], stack_of(r)) for r in held_runs}
     dirty: set[str] = set()
     prior: set[tuple[str, str | None]] = set()
     done = []
@@ -183,7 +183,8 @@ def refit(held_runs: list[dict], library: Path, workdir: Path,
         calibrate.MAXITER = maxiter
     try:
         for step in seq.SEQUENCE:
-            touched = any(g == step.gpu and (step.stack is None or s == step.stack) for g, s in held_gpu_stack)
+            touched = any(g == step.gpu and (step.stack is None or s == step.stack)
+                          for key in step.runs for g, s in removed.get(key, ()))
             base = () if step.transfer else (step.gpu,)
             if not (touched and not step.transfer) and not dirty & set(step.reads + base):
                 continue
