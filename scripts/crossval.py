@@ -140,9 +140,21 @@ def _calibrate(args: list[str]) -> None:
         raise RuntimeError(f"calibrate.py {' '.join(args)} exited {rc}")
 
 
+def prior_value(name: str) -> float:
+    """The prior of a calibrate.py parameter: the System schema's default where it has a scalar one (the value
+    of an uncalibrated file: `clock_scale` 1.0, as rated; the attention priors), else calibrate.py's fixed
+    start (`START`: a curve level 0.6, HBM factor 1.0, precision factors 0.8, ...)."""
+    import calibrate
+
+    from optimizer.schema import System
+
+    field = System.model_fields.get(name)
+    return float(field.default) if field is not None and isinstance(field.default, float) else calibrate.START[name]
+
+
 def _prior(step: seq.Step, library: Path) -> None:
-    """Write calibrate.py's priors (`START`) for the step's parameters into its system file: the fit of a step
-    with no runs left."""
+    """Write the priors (`prior_value`) of the step's parameters into its system file: the fit of a step with no
+    runs left."""
     import calibrate
 
     from optimizer.schema import System
@@ -151,7 +163,7 @@ def _prior(step: seq.Step, library: Path) -> None:
     if step.shape:
         shape = validate_model(System, read_yaml(library / "systems" / f"{step.shape}.yaml"))
         calibrate.SHAPE.update(of=step.shape, curve=[list(map(float, pt)) for pt in shape.matrix_efficiency])
-    x = {n: calibrate.START[n] for n in step.params.split(",") if n}
+    x = {n: prior_value(n) for n in step.params.split(",") if n}
     with contextlib.redirect_stdout(io.StringIO()):
         calibrate.write(library / "systems" / f"{step.gpu}.yaml", x, [], "no runs: calibrate.py priors")
 
@@ -196,7 +208,7 @@ def refit(held_runs: list[dict], library: Path, workdir: Path,
                 prior.add((step.gpu, step.stack))
             else:
                 _calibrate(seq.argv(step, files))
-                prior |= {(step.gpu, st) for s, st in prior if s == step.shape}
+                prior |= {(step.gpu, None) for s, st in prior if s == step.shape and st is None}
             dirty |= set(step.writes)
             done.append(" ".join(seq.argv(step, {k: Path(v.name) for k, v in files.items()})))
     finally:
@@ -276,10 +288,12 @@ def summary(rows: list[dict], extra: dict) -> dict:
     ok = [r for r in rows if r["status"] == "ok" and r["error_pct"] is not None]
     errs = [r["error_pct"] for r in ok]
     st = _stats(ok)
+    groups = _by(ok, "group")
     return {**extra, "mape_pct": st["mape_pct"], "max_abs_error_pct": max(map(abs, errs)) if errs else None,
             "mean_signed_error_pct": st["mean_signed_error_pct"], "n_runs": len(ok),
+            "group_mean_mape_pct": (sum(g["mape_pct"] for g in groups.values()) / len(groups)) if groups else None,
             "n_not_scored": len(rows) - len(ok),
-            "groups": _by(ok, "group"), "by_stack": _by(ok, "stack"), "by_gpu": _by(ok, "gpu"),
+            "groups": groups, "by_stack": _by(ok, "stack"), "by_gpu": _by(ok, "gpu"),
             "by_calibration": _by(ok, "calibration"), "runs": rows}
 
 
@@ -336,7 +350,7 @@ def main() -> int:
     for g, st in out["groups"].items():
         print(f"{g:28s} {st['n']:4d} {st['mape_pct']:7.2f}% {st['mean_signed_error_pct']:+7.2f}%")
     print(f"{'all':28s} {out['n_runs']:4d} {out['mape_pct']:7.2f}% {out['mean_signed_error_pct']:+7.2f}%"
-          f"  (max {out['max_abs_error_pct']:.2f}%)")
+          f"  (max {out['max_abs_error_pct']:.2f}%; mean over groups {out['group_mean_mape_pct']:.2f}%)")
     return 0
 
 
