@@ -168,10 +168,10 @@ def _prior(step: seq.Step, library: Path) -> None:
         calibrate.write(library / "systems" / f"{step.gpu}.yaml", x, [], "no runs: calibrate.py priors")
 
 
-def refit(held_runs: list[dict], library: Path, workdir: Path,
-          maxiter: int | None = None) -> tuple[list[str], set[tuple[str, str | None]]]:
+def refit(held_runs: list[dict], library: Path, workdir: Path, maxiter: int | None = None,
+          every_step: bool = False) -> tuple[list[str], set[tuple[str, str | None]]]:
     """Replay the calibration sequence into `library` (a copy of problems/systems) with `held_runs` removed from
-    every runs file. Returns the commands rerun (for the log) and the (system, stack) pairs left on priors (a
+    every runs file (`every_step`: rerun the steps the held-out runs leave untouched too). Returns the commands rerun (for the log) and the (system, stack) pairs left on priors (a
     fit step with no runs, or tables taken from one by shape or transfer; stack None: every stack)."""
     import calibrate
 
@@ -198,7 +198,7 @@ def refit(held_runs: list[dict], library: Path, workdir: Path,
             touched = any(g == step.gpu and (step.stack is None or s == step.stack)
                           for key in step.runs for g, s in removed.get(key, ()))
             base = () if step.transfer else (step.gpu,)
-            if not (touched and not step.transfer) and not dirty & set(step.reads + base):
+            if not every_step and not (touched and not step.transfer) and not dirty & set(step.reads + base):
                 continue
             if step.transfer:
                 _calibrate(seq.argv(step, files))
@@ -256,6 +256,54 @@ def predict_held(runs: list[dict], library: Path, workdir: Path, prior: set[tupl
     return out
 
 
+FITTED_FIELDS = ("matrix_efficiency", "hbm_efficiency", "matrix_efficiency_scale", "clock_scale",
+                 "attention_efficiency", "attention_overhead_keys", "attention_overhead_keys_triton")
+
+
+def _numbers(value) -> list[float]:
+    """The numbers of a fitted field's value (a scalar, a table of pairs, a dict of factors), in order."""
+    if isinstance(value, dict):
+        return [float(v) for _, v in sorted(value.items())]
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _numbers(v)]
+    return [] if value is None else [float(value)]
+
+
+def replay(maxiter: int | None = None) -> dict[str, dict]:
+    """Rerun every step of the sequence on every run (nothing held out) into a temporary library and return, per
+    system file the sequence writes, each fitted field (`FITTED_FIELDS`, the network efficiencies) that moved:
+    its largest relative difference from the shipped file, and both values. Empty where the sequence reproduces
+    the file."""
+    from optimizer.schema import System
+
+    with tempfile.TemporaryDirectory(prefix="crossval-") as tmp:
+        tmp = Path(tmp)
+        library = tmp / "library"
+        shutil.copytree(ROOT / "problems" / "systems", library / "systems")
+        old = os.environ.get(LIBRARY_ENV)
+        os.environ[LIBRARY_ENV] = str(library)
+        try:
+            refit([], library, tmp, maxiter, every_step=True)
+        finally:
+            if old is None:
+                os.environ.pop(LIBRARY_ENV)
+            else:
+                os.environ[LIBRARY_ENV] = old
+        out = {}
+        for name in dict.fromkeys(w for step in seq.SEQUENCE for w in step.writes):
+            a, b = (validate_model(System, read_yaml(d / f"{name}.yaml")).model_dump(mode="json")
+                    for d in (ROOT / "problems" / "systems", library / "systems"))
+            a["networks"], b["networks"] = ([n["efficiency"] for n in d["networks"]] for d in (a, b))
+            out[name] = {}
+            for f in (*FITTED_FIELDS, "networks"):
+                va, vb = _numbers(a.get(f)), _numbers(b.get(f))
+                rel = (max((abs(x - y) / max(abs(x), 1e-9) for x, y in zip(va, vb)), default=0.0)
+                       if len(va) == len(vb) else float("inf"))
+                if rel > 1e-3:
+                    out[name][f] = {"relative_change": rel, "shipped": a.get(f), "replayed": b.get(f)}
+        return out
+
+
 def evaluate_fold(held_runs: list[dict], label: str, maxiter: int | None = None) -> list[dict]:
     """Refit without `held_runs` into a temporary library, then predict them with it."""
     with tempfile.TemporaryDirectory(prefix="crossval-") as tmp:
@@ -307,6 +355,9 @@ def main() -> int:
                     help=f"hold out {QUICK_GROUP} only, {QUICK_MAXITER} optimiser iterations per fit")
     ap.add_argument("--maxiter", type=int, help="Nelder-Mead iterations per fit (calibrate.py's default otherwise)")
     ap.add_argument("--list-groups", action="store_true", help="print the group table and each group's runs")
+    ap.add_argument("--replay", action="store_true",
+                    help="rerun the whole sequence on every run and print how far each fitted system file moves "
+                         "from the shipped one (0: the sequence reproduces it)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -319,6 +370,12 @@ def main() -> int:
             n = len(by_group.get(group, []))
             gpus = sorted({r["hardware"]["gpu"] for r in by_group.get(group, [])})
             print(f"{group:28s} {date}  {n:4d} runs  {what}\n{'':28s} /{pattern}/  gpus: {', '.join(gpus) or '-'}")
+        return 0
+    if args.replay:
+        moved = replay(args.maxiter)
+        print(json.dumps(moved, indent=1) if args.json else "\n".join(
+            f"{k:20s} " + ("; ".join(f"{f} {d['relative_change']:.1%} ({d['shipped']} -> {d['replayed']})"
+                                      for f, d in v.items()) or "reproduced") for k, v in moved.items()))
         return 0
     groups = [g for _, g, _, _ in GROUPS if g in by_group]
     maxiter = args.maxiter
