@@ -229,23 +229,16 @@ def _by(rows: list[dict], key: str) -> dict:
     return {k: _stats([r for r in rows if r[key] == k]) for k in keys}
 
 
-def predict_held(runs: list[dict], library: Path, workdir: Path, prior: set[tuple[str, str | None]]) -> list[dict]:
-    """Score `runs` with the system files of `library` (`paraplan validate`'s scorer); one row per run."""
+def predict_held(runs: list[dict], workdir: Path, prior: set[tuple[str, str | None]]) -> list[dict]:
+    """Score `runs` with the system files of the library `PARAPLAN_LIBRARY` names (`paraplan validate`'s
+    scorer); one row per run."""
     from optimizer.drivers.validate import score_runs
     from optimizer.io.runs import gpu_systems
 
     path = workdir / "held.yaml"
     path.write_text(yaml.safe_dump(runs, sort_keys=False, width=1000))
-    old = os.environ.get(LIBRARY_ENV)
-    os.environ[LIBRARY_ENV] = str(library)
-    try:
-        scored = score_runs(str(path))["runs"]
-        systems = gpu_systems()
-    finally:
-        if old is None:
-            os.environ.pop(LIBRARY_ENV)
-        else:
-            os.environ[LIBRARY_ENV] = old
+    scored = score_runs(str(path))["runs"]
+    systems = gpu_systems()
     out = []
     for run, row in zip(runs, scored):
         sysname, stack = systems.get(run["hardware"]["gpu"]), row.get("stack") or stack_of(run)
@@ -269,66 +262,76 @@ def _numbers(value) -> list[float]:
     return [] if value is None else [float(value)]
 
 
-def replay(maxiter: int | None = None) -> dict[str, dict]:
-    """Rerun every step of the sequence on every run (nothing held out) into a temporary library and return, per
-    system file the sequence writes, each fitted field (`FITTED_FIELDS`, the network efficiencies) that moved:
-    its largest relative difference from the shipped file, and both values. Empty where the sequence reproduces
-    the file."""
+@contextlib.contextmanager
+def library_from(systems: Path):
+    """A temporary directory holding a library (`library/systems`, a copy of `systems`) that `PARAPLAN_LIBRARY`
+    names while the block runs; yields (directory, library)."""
+    with tempfile.TemporaryDirectory(prefix="crossval-") as tmp:
+        tmp = Path(tmp)
+        library = tmp / "library"
+        shutil.copytree(systems, library / "systems")
+        old = os.environ.get(LIBRARY_ENV)
+        os.environ[LIBRARY_ENV] = str(library)
+        try:
+            yield tmp, library
+        finally:
+            if old is None:
+                os.environ.pop(LIBRARY_ENV)
+            else:
+                os.environ[LIBRARY_ENV] = old
+
+
+SHIPPED = ROOT / "problems" / "systems"
+
+
+def drift(replayed: Path) -> dict[str, dict]:
+    """Per system file the sequence writes, each fitted field (`FITTED_FIELDS`, the network efficiencies) whose
+    value in `replayed` (a systems directory) differs from the shipped file's: the largest relative difference
+    and both values. Empty where the sequence reproduces the file."""
     from optimizer.schema import System
 
-    with tempfile.TemporaryDirectory(prefix="crossval-") as tmp:
-        tmp = Path(tmp)
-        library = tmp / "library"
-        shutil.copytree(ROOT / "problems" / "systems", library / "systems")
-        old = os.environ.get(LIBRARY_ENV)
-        os.environ[LIBRARY_ENV] = str(library)
-        try:
-            refit([], library, tmp, maxiter, every_step=True)
-        finally:
-            if old is None:
-                os.environ.pop(LIBRARY_ENV)
-            else:
-                os.environ[LIBRARY_ENV] = old
-        out = {}
-        for name in dict.fromkeys(w for step in seq.SEQUENCE for w in step.writes):
-            a, b = (validate_model(System, read_yaml(d / f"{name}.yaml")).model_dump(mode="json")
-                    for d in (ROOT / "problems" / "systems", library / "systems"))
-            a["networks"], b["networks"] = ([n["efficiency"] for n in d["networks"]] for d in (a, b))
-            out[name] = {}
-            for f in (*FITTED_FIELDS, "networks"):
-                va, vb = _numbers(a.get(f)), _numbers(b.get(f))
-                rel = (max((abs(x - y) / max(abs(x), 1e-9) for x, y in zip(va, vb)), default=0.0)
-                       if len(va) == len(vb) else float("inf"))
-                if rel > 1e-3:
-                    out[name][f] = {"relative_change": rel, "shipped": a.get(f), "replayed": b.get(f)}
-        return out
+    out = {}
+    for name in dict.fromkeys(w for step in seq.SEQUENCE for w in step.writes):
+        a, b = (validate_model(System, read_yaml(d / f"{name}.yaml")).model_dump(mode="json")
+                for d in (SHIPPED, replayed))
+        a["networks"], b["networks"] = ([n["efficiency"] for n in d["networks"]] for d in (a, b))
+        out[name] = {}
+        for f in (*FITTED_FIELDS, "networks"):
+            va, vb = _numbers(a.get(f)), _numbers(b.get(f))
+            rel = (max((abs(x - y) / max(abs(x), 1e-9) for x, y in zip(va, vb)), default=0.0)
+                   if len(va) == len(vb) else float("inf"))
+            if rel > 1e-3:
+                out[name][f] = {"relative_change": rel, "shipped": a.get(f), "replayed": b.get(f)}
+    return out
 
 
-def evaluate_fold(held_runs: list[dict], label: str, maxiter: int | None = None) -> list[dict]:
-    """Refit without `held_runs` into a temporary library, then predict them with it."""
-    with tempfile.TemporaryDirectory(prefix="crossval-") as tmp:
-        tmp = Path(tmp)
-        library = tmp / "library"
-        shutil.copytree(ROOT / "problems" / "systems", library / "systems")
-        old = os.environ.get(LIBRARY_ENV)
-        os.environ[LIBRARY_ENV] = str(library)
+@contextlib.contextmanager
+def replayed_systems(maxiter: int | None = None):
+    """Rerun every step of the sequence on every run (nothing held out); yields the systems directory written.
+    The shipped files are not a fixed point of the sequence on today's model (`--replay` says where), so a
+    fold starts from these, and a step it leaves untouched is what the sequence gives."""
+    t0 = time.time()
+    with library_from(SHIPPED) as (tmp, library):
+        refit([], library, tmp, maxiter, every_step=True)
+        print(f"crossval: the sequence replayed on every run [{time.time() - t0:.0f} s]", file=sys.stderr, flush=True)
+        yield library / "systems"
+
+
+def evaluate_fold(held_runs: list[dict], label: str, base: Path, maxiter: int | None = None) -> list[dict]:
+    """Refit without `held_runs`, starting from the system files in `base`, into a temporary library; then
+    predict them with it."""
+    with library_from(base) as (tmp, library):
         t0 = time.time()
-        try:
-            done, prior = refit(held_runs, library, tmp, maxiter)
-        finally:
-            if old is None:
-                os.environ.pop(LIBRARY_ENV)
-            else:
-                os.environ[LIBRARY_ENV] = old
-        rows = predict_held(held_runs, library, tmp, prior)
-        ok = [r for r in rows if r["status"] == "ok" and r["error_pct"] is not None]
-        st = _stats(ok)
-        mape = f"{st['mape_pct']:.2f}%" if ok else "-"
-        on_prior = sorted(s + (f"/{st}" if st else "") for s, st in prior)
-        print(f"crossval: {label}: {len(held_runs)} runs held out, {len(done)} steps refitted"
-              f"{' (prior: ' + ', '.join(on_prior) + ')' if prior else ''}, MAPE {mape} "
-              f"[{time.time() - t0:.0f} s]", file=sys.stderr, flush=True)
-        return rows
+        done, prior = refit(held_runs, library, tmp, maxiter)
+        rows = predict_held(held_runs, tmp, prior)
+    ok = [r for r in rows if r["status"] == "ok" and r["error_pct"] is not None]
+    st = _stats(ok)
+    mape = f"{st['mape_pct']:.2f}%" if ok else "-"
+    on_prior = sorted(s + (f"/{st}" if st else "") for s, st in prior)
+    print(f"crossval: {label}: {len(held_runs)} runs held out, {len(done)} steps refitted"
+          f"{' (prior: ' + ', '.join(on_prior) + ')' if prior else ''}, MAPE {mape} "
+          f"[{time.time() - t0:.0f} s]", file=sys.stderr, flush=True)
+    return rows
 
 
 def summary(rows: list[dict], extra: dict) -> dict:
@@ -345,6 +348,22 @@ def summary(rows: list[dict], extra: dict) -> dict:
             "by_calibration": _by(ok, "calibration"), "runs": rows}
 
 
+def _folds(args, groups: list[str], by_group: dict[str, list[dict]], base: Path,
+           maxiter: int | None) -> tuple[list[dict], dict]:
+    """The held-out folds of `--by source` (one per group) or `--by time` (every group dated `--before` or later,
+    in one fold); returns the rows of the predicted runs and the split's description."""
+    if args.by == "source":
+        rows = []
+        for i, g in enumerate(groups):
+            rows += evaluate_fold(by_group[g], f"[{i + 1}/{len(groups)}] {g}", base, maxiter)
+        return rows, {"split": "source"}
+    later = [g for g in groups if DATES[g] >= args.before]
+    held = [r for g in by_group if DATES[g] >= args.before for r in by_group[g]]
+    rows = evaluate_fold(held, f"groups from {args.before} on", base, maxiter)
+    return [r for r in rows if r["group"] in later], {
+        "split": "time", "before": args.before, "fitted_on": [g for g in by_group if DATES[g] < args.before]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--by", choices=("source", "time"), default="source",
@@ -353,6 +372,10 @@ def main() -> int:
     ap.add_argument("--groups", help="comma-separated groups to hold out (--by source) or predict (--by time)")
     ap.add_argument("--quick", action="store_true",
                     help=f"hold out {QUICK_GROUP} only, {QUICK_MAXITER} optimiser iterations per fit")
+    ap.add_argument("--base", choices=("replay", "shipped"),
+                    help="the system files a fold starts from: the sequence rerun on every run (the default; "
+                         "shipped with --quick), or the shipped problems/systems (a step the fold leaves untouched "
+                         "keeps the shipped file)")
     ap.add_argument("--maxiter", type=int, help="Nelder-Mead iterations per fit (calibrate.py's default otherwise)")
     ap.add_argument("--list-groups", action="store_true", help="print the group table and each group's runs")
     ap.add_argument("--replay", action="store_true",
@@ -372,13 +395,15 @@ def main() -> int:
             print(f"{group:28s} {date}  {n:4d} runs  {what}\n{'':28s} /{pattern}/  gpus: {', '.join(gpus) or '-'}")
         return 0
     if args.replay:
-        moved = replay(args.maxiter)
+        with replayed_systems(args.maxiter) as systems:
+            moved = drift(systems)
         print(json.dumps(moved, indent=1) if args.json else "\n".join(
             f"{k:20s} " + ("; ".join(f"{f} {d['relative_change']:.1%} ({d['shipped']} -> {d['replayed']})"
                                       for f, d in v.items()) or "reproduced") for k, v in moved.items()))
         return 0
     groups = [g for _, g, _, _ in GROUPS if g in by_group]
     maxiter = args.maxiter
+    args.base = args.base or ("shipped" if args.quick else "replay")
     if args.quick:
         groups, maxiter = [QUICK_GROUP], maxiter or QUICK_MAXITER
     elif args.groups:
@@ -387,19 +412,10 @@ def main() -> int:
         if unknown:
             ap.error(f"unknown or empty groups: {', '.join(unknown)} (see --list-groups)")
 
-    rows: list[dict] = []
-    if args.by == "source":
-        for i, g in enumerate(groups):
-            rows += evaluate_fold(by_group[g], f"[{i + 1}/{len(groups)}] {g}", maxiter)
-        extra = {"split": "source", "maxiter": maxiter}
-    else:
-        later = [g for g in groups if DATES[g] >= args.before]
-        held = [r for g in (g for _, g, _, _ in GROUPS if g in by_group and DATES[g] >= args.before)
-                for r in by_group[g]]
-        rows = [r for r in evaluate_fold(held, f"groups from {args.before} on", maxiter) if r["group"] in later]
-        extra = {"split": "time", "before": args.before, "maxiter": maxiter,
-                 "fitted_on": [g for g in by_group if DATES[g] < args.before]}
-    out = summary(rows, extra)
+    with contextlib.ExitStack() as stack:
+        base = stack.enter_context(replayed_systems(maxiter)) if args.base == "replay" else SHIPPED
+        rows, extra = _folds(args, groups, by_group, base, maxiter)
+    out = summary(rows, {**extra, "base": args.base, "maxiter": maxiter})
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
