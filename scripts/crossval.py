@@ -14,10 +14,12 @@ without those runs, through calibrate.py's own `main`, into a temporary library 
 (`PARAPLAN_LIBRARY`; problems/systems is never written), and the held-out runs are predicted with that library
 by `paraplan validate`'s scorer (`optimizer.drivers.validate.score_runs`).
 
-A step whose runs, base file and shape/transfer source are untouched by the held-out set is not rerun: the
-shipped system file is what it writes (each fit starts from fixed priors, so a rerun reproduces the file). A
-fit step left with no runs sets its parameters to calibrate.py's priors (`calibrate.START`); the runs of its
-GPU, and of GPUs taking its tables by shape or transfer, are reported as `prior`.
+The folds start from the sequence rerun once on every run (`--base replay`): the shipped files are not a fixed
+point of it on today's model (`--replay` prints where they move), and a fold should differ from its base only
+by the runs it holds out. Within a fold, a step whose runs, base file and shape/transfer source the held-out
+set leaves untouched is not rerun (each fit starts from fixed values, so a rerun reproduces its output). A fit
+step left with no runs takes the priors of its parameters (`prior_value`); the runs of its GPU (and stack),
+and of GPUs taking its tables by shape or transfer, are reported as `prior`.
 
 Not refitted: the model-wide constants in optimizer/model/fitted.yaml (the MoE host launch floor of
 calibrate_host.py, fitted on the shared files' MoE runs, and the allocator slack of calibrate_memory.py, which
