@@ -120,6 +120,27 @@ def with_params(base: System, x: dict) -> System:
     return System.model_validate(d)
 
 
+START = {
+    "level": 0.6,
+    "e1": 0.5,
+    "e2": 0.7,
+    "e3": 0.85,
+    "hbm_scale": 1.0,
+    "fp8_scale": 0.8,
+    "mxfp8_scale": 0.8,
+    "nvfp4_scale": 0.8,
+    "net0_eff": 0.75,
+    "net1_eff": 0.85,
+    "attention_efficiency": 0.6,
+    "attention_overhead_keys": 3155.0,
+    "attention_efficiency_fa2": 0.34,
+    "attention_overhead_keys_triton": 3155.0,
+    "clock_scale": 0.8,
+}  # the fit's fixed start (the uncalibrated files' priors): a re-run on an already
+# calibrated file reproduces its values
+MAXITER = 400  # Nelder-Mead iterations per fit
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument(
@@ -215,24 +236,7 @@ def main() -> int:
     tg = [run_target(r, m.problem)[0] for r, m in keep]
     uses_flash = any(m.problem.execution.attention.value != "standard" for _, m in keep)
     names = [n for n in args.params.split(",") if n and (not n.startswith("attention_") or uses_flash)]
-    x0 = {
-        "level": 0.6,
-        "e1": 0.5,
-        "e2": 0.7,
-        "e3": 0.85,
-        "hbm_scale": 1.0,
-        "fp8_scale": 0.8,
-        "mxfp8_scale": 0.8,
-        "nvfp4_scale": 0.8,
-        "net0_eff": 0.75,
-        "net1_eff": 0.85,
-        "attention_efficiency": 0.6,
-        "attention_overhead_keys": 3155.0,
-        "attention_efficiency_fa2": 0.34,
-        "attention_overhead_keys_triton": 3155.0,
-        "clock_scale": 0.8,
-    }  # fixed start (the uncalibrated files' priors): a re-run
-    # on an already calibrated file reproduces its values
+    x0 = START
     lo = {
         "level": 0.2,
         "fp8_scale": 0.6,
@@ -302,7 +306,7 @@ def main() -> int:
         ):  # --params "": nothing fitted, the runs are held out whole (each error is out of sample)
             return np.array([])
         return minimize(
-            objective, start, method="Nelder-Mead", options={"maxiter": 400, "xatol": 1e-3, "fatol": 1e-3}
+            objective, start, method="Nelder-Mead", options={"maxiter": MAXITER, "xatol": 1e-3, "fatol": 1e-3}
         ).x
 
     e, x = errors(fit(list(range(len(keep)))))

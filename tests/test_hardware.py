@@ -284,8 +284,8 @@ def test_procure_flags_and_can_exclude_prior_only_types(tmp_path):
     """MI300X (prior efficiencies, cheaper) wins silently on main; now the answer says it is prior-only,
     and procure.calibrated_only: true leaves only the calibrated H100."""
     from optimizer.drivers.procure import procure
-    from optimizer.report.procure import render, result_dict
     from optimizer.io.loader import load_procure
+    from optimizer.report.procure import render, result_dict
 
     results = {}
     for cal in ("false", "true"):
@@ -314,8 +314,8 @@ def test_nvl72_racks_are_bought_whole_and_compared_with_nodes():
     purchase of them is a multiple of 18 trays, the limit is whole racks within the budget, and the racks are
     ranked against 8-GPU nodes in one answer."""
     from optimizer.drivers.procure import procure
-    from optimizer.report.procure import render
     from optimizer.io.loader import load_procure
+    from optimizer.report.procure import render
 
     root = Path(__file__).resolve().parents[1]
     pp = load_procure(root / "problems/studies/procure/gpt3-175b-racks-vs-nodes.yaml")

@@ -11,9 +11,9 @@ import pytest
 from optimizer.drivers.evaluate import evaluate_execution
 from optimizer.drivers.pipeline_mix import TypeOffer, enumerate_pipeline_mix, solve_pipeline_mix
 from optimizer.drivers.procure import procure
-from optimizer.report.procure import render
 from optimizer.io.loader import load_problem, load_procure
 from optimizer.model.pipeline_mix import MixPlan, StageGroup, evaluate_mix
+from optimizer.report.procure import render
 from optimizer.schema import Execution, Recompute
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,0 +1,138 @@
+"""scripts/crossval.py: the source groups of the public runs and one held-out group end to end (skipped when
+../shared/calibration is absent)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+from helpers import CALIBRATION, ROOT
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import calibration_sequence
+import crossval
+
+pytestmark = pytest.mark.skipif(
+    not CALIBRATION.is_file(), reason=f"calibration data not present at {CALIBRATION}"
+)
+
+
+def test_every_public_run_has_a_named_group():
+    runs = crossval.public_runs()
+    assert len(runs) > 300
+    named = {g for _, g, _, _ in crossval.GROUPS}
+    assert len(named) == len(crossval.GROUPS)  # one entry per group
+    groups = {r["id"]: crossval.group_of(r["source"]) for _, r in runs}
+    assert set(groups.values()) <= named
+    assert all(crossval.DATES[g] for g in groups.values())
+
+
+@pytest.mark.parametrize(
+    "source, group",
+    [
+        ("Narayanan et al. 2021 (SC21, Megatron-LM PTD-P), Table 1", "narayanan-2021"),
+        ("Korthikanti et al. 2022, Sec. 6.3 text after Table 5", "korthikanti-2022"),
+        (
+            (
+                "MosaicML llm-foundry scripts/train/benchmarking/README.md @061f2c7 (2023-10-17), section 'H100 80GB FP8', "
+                "row 1"
+            ),
+            "llm-foundry-061f2c7",
+        ),
+        (
+            (
+                "NVIDIA NeMo Framework user guide, performance summary (docs.nvidia.com/...), 'Pre-training', Container NeMo "
+                "25.04, System DGX-GB200 table"
+            ),
+            "nemo-25.04",
+        ),
+        (
+            (
+                "NVIDIA Megatron-Bridge performance summary archive (docs/performance-summary-archive.md @067f987), "
+                "'26.04.01 NeMo Container' pre-training table, model DeepSeekV3"
+            ),
+            "megatron-bridge-26.04.01",
+        ),
+        (
+            (
+                "NVIDIA Megatron-Bridge performance summary, 25.11 NeMo Container, Pre-Training, System DGX-H100, row "
+                "LLAMA3_70B (FP8-CS)"
+            ),
+            "megatron-bridge-25.11",
+        ),
+        (
+            "NVIDIA dgxc-benchmarking llama3.1/README_8b.md @143b90d, FP8 performance table",
+            "dgxc-benchmarking-24.11",
+        ),
+    ],
+)
+def test_known_sources(source, group):
+    assert crossval.group_of(source) == group
+
+
+def test_unknown_source_is_an_error():
+    with pytest.raises(ValueError, match="no group"):
+        crossval.group_of("a blog post")
+
+
+def test_sequence_names_existing_systems_and_files():
+    systems = {p.stem for p in (ROOT / "problems" / "systems").glob("*.yaml")}
+    for step in calibration_sequence.SEQUENCE:
+        assert {step.gpu, *step.writes, *step.reads} <= systems
+        assert set(step.runs) <= set(calibration_sequence.RUN_FILES)
+
+
+def test_sequence_commands():
+    h100 = calibration_sequence.SEQUENCE[4]
+    files = {k: calibration_sequence.Path(k) for k in calibration_sequence.RUN_FILES}
+    assert calibration_sequence.argv(h100, files) == [
+        "public",
+        "public_2025",
+        "--gpu",
+        "h100-sxm-80gb",
+        "--params",
+        "level,fp8_scale",
+        "--shape",
+        "h100-sxm-80gb",
+        "--write",
+    ]
+    assert calibration_sequence.argv(calibration_sequence.SEQUENCE[2]) == [
+        "--gpu",
+        "a100-sxm-80gb",
+        "--transfer",
+        "a100-sxm-40gb",
+    ]
+
+
+def test_priors():
+    assert crossval.prior_value("clock_scale") == 1.0  # the schema's: as rated
+    assert crossval.prior_value("level") == 0.6  # calibrate.py's fixed start
+    assert crossval.prior_value("attention_overhead_keys_triton") == 3155.0
+
+
+@pytest.mark.slow
+def test_quick_returns_the_json_shape():
+    systems = {p.name: p.read_bytes() for p in (ROOT / "problems" / "systems").glob("*.yaml")}
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "crossval.py"), "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    d = json.loads(out.stdout)
+    for key in ("mape_pct", "max_abs_error_pct", "mean_signed_error_pct"):
+        assert math.isfinite(d[key])
+    assert d["n_runs"] > 0
+    for table in ("groups", "by_stack", "by_gpu"):
+        assert d[table]
+        for st in d[table].values():
+            assert (
+                st["n"] > 0 and math.isfinite(st["mape_pct"]) and math.isfinite(st["mean_signed_error_pct"])
+            )
+    assert list(d["groups"]) == [crossval.QUICK_GROUP]
+    assert all(r["calibration"] in ("fitted", "prior") for r in d["runs"])
+    assert systems == {p.name: p.read_bytes() for p in (ROOT / "problems" / "systems").glob("*.yaml")}
