@@ -132,7 +132,7 @@ def candidates(
                     rows.append((t, r, s, ell))
     if not rows:
         return None
-    tp, rec, st, ly = (np.array(c, dtype=np.int64) for c in zip(*rows))
+    tp, rec, st, ly = (np.array(c, dtype=np.int64) for c in zip(*rows, strict=True))
     role = role_of(g, G)
     te = group_terms(p, d, b, n_mb, role, tp, rec, ly, st)
     cap = capacity_bytes(p)
@@ -431,18 +431,21 @@ def enumerate_pipeline_mix(
                 continue
             grids = np.meshgrid(*[np.arange(len(c["tp"])) for c in cs], indexing="ij")
             ix = [gr.reshape(-1) for gr in grids]
-            col = lambda k: [cs[g][k][ix[g]] for g in range(G)]  # noqa: E731
+
+            def col(k, cs=cs, ix=ix):
+                return [cs[g][k][ix[g]] for g in range(G)]
+
             st, ly = col("stages"), col("layers")
-            ok = sum(s * y for s, y in zip(st, ly)) == L
+            ok = sum(s * y for s, y in zip(st, ly, strict=True)) == L
             nodes = col("nodes")
             if budget_usd is not None:
-                ok &= sum(nd * (offers[t].node_usd or 0) for nd, t in zip(nodes, types)) <= budget_usd * (
-                    1 + 1e-12
-                )
+                ok &= sum(
+                    nd * (offers[t].node_usd or 0) for nd, t in zip(nodes, types, strict=True)
+                ) <= budget_usd * (1 + 1e-12)
             if power_kw is not None:
-                ok &= sum(nd * (offers[t].power_kw or 0) for nd, t in zip(nodes, types)) <= power_kw * (
-                    1 + 1e-12
-                )
+                ok &= sum(
+                    nd * (offers[t].power_kw or 0) for nd, t in zip(nodes, types, strict=True)
+                ) <= power_kw * (1 + 1e-12)
             infl = [np.minimum(n_mb, sum(st[g:])) for g in range(G)]
             fixed, a, alt, cap = col("fixed"), col("a"), col("last_alt"), col("cap")
             for g in range(G):
@@ -558,7 +561,9 @@ def procure_pipeline(pp, rows, time_limit_s: float = 60.0) -> PipelineChoice | N
     r = best.result
     slow = r.parts_s["slowest_stage"]
     reasons = []
-    for g, stage, hbm, cap in zip(best.plan.groups, r.stage_time_s, r.hbm_bytes, r.capacity_bytes):
+    for g, stage, hbm, cap in zip(
+        best.plan.groups, r.stage_time_s, r.hbm_bytes, r.capacity_bytes, strict=True
+    ):
         share = (
             f"{g.stages * g.layers}/{L} layers ({g.stages} stage(s) x {g.layers}, tp {g.tp}, {g.recompute.value} "
             f"recompute) on {g.gpus(best.plan.dp)} GPUs"

@@ -116,7 +116,7 @@ def _solve_precisions(problem: Problem, precs: list, kw: dict) -> SolveResult:
 def _plans(problem: Problem, knobs: list, objectives: list) -> list[Plan]:
     """Extract and verify: each candidate as an `Execution`, re-evaluated by the model."""
     plans = []
-    for k, obj in zip(knobs, objectives):
+    for k, obj in zip(knobs, objectives, strict=True):
         ev = evaluate_execution(problem, to_execution(k, problem.system))
         obj = ev.result["step_time"] if obj is None else obj
         verify(problem, ev, obj)

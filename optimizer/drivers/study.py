@@ -79,8 +79,8 @@ def points(study) -> list[dict[str, Any]]:
     """Axis values of every point, in order."""
     keys = list(study.axes)
     vals = [study.axis_values(k) for k in keys]
-    combos = zip(*vals) if study.mode.value == "zip" else itertools.product(*vals)
-    return [dict(zip(keys, c)) for c in combos]
+    combos = zip(*vals, strict=True) if study.mode.value == "zip" else itertools.product(*vals)
+    return [dict(zip(keys, c, strict=True)) for c in combos]
 
 
 def _set(data: dict, path: str, value: Any) -> None:

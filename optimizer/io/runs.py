@@ -658,7 +658,7 @@ def predict(mapped: Mapped) -> Prediction:
     combos = list(product(*[mapped.free[n] for n in names])) or [()]
     execs, knobs = [], []
     for combo in combos:
-        upd = dict(zip(names, combo))
+        upd = dict(zip(names, combo, strict=True))
         # the stack's own values for the knobs the run leaves unwritten (as Problem does when it is loaded)
         ex = Execution.model_validate({**p.execution.model_dump(exclude_unset=True), **upd})
         ex = stack_defaults(p.stack, ex)

@@ -232,7 +232,7 @@ def _layouts(p: Problem, dom: dict[str, list]) -> list[tuple[int, int, int, int]
             tp, pp, cp, dp = tp[keep], pp[keep], cp[keep], dp[keep]
     r = rule_masks(p, tp, pp, dp, cp)
     ok = r[Group.GPUS] & (B % dp == 0) & r[Group.MUST_FILL]
-    return list(zip(tp[ok].tolist(), pp[ok].tolist(), cp[ok].tolist(), dp[ok].tolist()))
+    return list(zip(tp[ok].tolist(), pp[ok].tolist(), cp[ok].tolist(), dp[ok].tolist(), strict=True))
 
 
 def _expand(p: Problem, dom: dict[str, list], lay: np.ndarray) -> np.ndarray:

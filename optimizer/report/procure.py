@@ -108,6 +108,7 @@ def _pipeline_dict(c) -> dict:
                 sol.result.hbm_bytes,
                 sol.result.capacity_bytes,
                 c.reasons,
+                strict=True,
             )
         ],
         "dp": sol.plan.dp,

@@ -24,7 +24,8 @@ def table(rows: list[list[str]], header: list[str] | None = None) -> str:
     for j, r in enumerate(allrows):
         lines.append(
             "  ".join(
-                str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths))
+                str(c).ljust(w) if i == 0 else str(c).rjust(w)
+                for i, (c, w) in enumerate(zip(r, widths, strict=False))
             )
         )
         if header and j == 0:

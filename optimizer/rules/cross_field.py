@@ -184,7 +184,7 @@ def _placement_errors(sysm, ex: Execution, dp: int, etp: int) -> list[tuple[str,
     except ValueError as e:
         return [("execution.placement", str(e))]
     out = []
-    for net, span in zip(sysm.networks, tier_spans(sizes, tiers, ex.tp, ex.cp, dp, ex.pp)):
+    for net, span in zip(sysm.networks, tier_spans(sizes, tiers, ex.tp, ex.cp, dp, ex.pp), strict=True):
         span = int(span)
         if span > net.size:
             out.append(

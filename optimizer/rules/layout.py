@@ -212,7 +212,7 @@ def must_fill_ok(networks, tiers: dict, tp, cp, dp, pp):
         np.broadcast(np.asarray(tp), np.asarray(pp), np.asarray(dp), np.asarray(cp)).shape, dtype=bool
     )
     spans = tier_spans([x.size for x in networks], tiers, tp, cp, dp, pp)
-    for net, span in zip(networks, spans):
+    for net, span in zip(networks, spans, strict=True):
         if net.must_fill:
             ok = ok & (net.size % span == 0)
     return ok
