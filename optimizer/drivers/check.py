@@ -70,7 +70,8 @@ def fixed_knobs(problem: Problem, written: dict | None) -> dict[str, list]:
 
 def freed_knobs(problem: Problem, fixed: dict[str, list], ex) -> dict[str, tuple]:
     """Searchable knobs the problem did not fix whose chosen value differs from the execution default:
-    (chosen, default), so a "fits" never hides a knob the solver moved (cp, say) that the user did not write."""
+    (chosen, default), so a "fits" never hides a knob the solver moved (cp, say) that the user did not
+    write."""
     from optimizer.schema import Execution
 
     default = Execution()
@@ -378,7 +379,8 @@ def _relax_memory(
 
 
 def _relax_gpus(problem: Problem, fixed: dict[str, list], out: CheckResult) -> None:
-    """Fewest GPUs (multiples of a node) that fit: the first fitting of N*{1.25..8}, then refined downwards."""
+    """Fewest GPUs (multiples of a node) that fit: the first fitting of N*{1.25..8}, then refined
+    downwards."""
     n, node = problem.num_gpus, problem.system.gpus_per_node
     fixed_n = _without(fixed, "dp")  # dp follows the GPU count
 
@@ -432,8 +434,9 @@ def _nearest_gpus(problem: Problem, fixed: dict[str, list], out: CheckResult) ->
 def _relax_offload(
     problem: Problem, fixed: dict[str, list], out: CheckResult, offload_gib: float, offload_gbps: float
 ) -> None:
-    """Would `offload_gib` of offload memory per GPU at `offload_gbps` make it fit? A solve of the problem with
-    that offload tier, the fixed knobs kept and the offload flags free (the solver decides what to offload)."""
+    """Would `offload_gib` of offload memory per GPU at `offload_gbps` make it fit? A solve of the problem
+    with that offload tier, the fixed knobs kept and the offload flags free (the solver decides what to
+    offload)."""
     sysm = problem.system
     off = sysm.offload.model_copy(
         update={

@@ -413,7 +413,8 @@ def enumerate_pipeline_mix(
     joining=None,
 ) -> MixSolution | None:
     """Exhaustive oracle over the same family: every (d, b), ordered choice of distinct types and tuple of
-    candidates, composed by `compose_mix_step` and checked with the model's memory rule; small instances only."""
+    candidates, composed by `compose_mix_step` and checked with the model's memory rule; small instances
+    only."""
     t0 = time.perf_counter()
     G = groups
     jt = [join_network(o.problem, joining) for o in offers]
@@ -484,7 +485,8 @@ class PipelineChoice:
 
 def _offers(pp, rows) -> list:
     """Which node types the pipeline search is given (at most OFFERED): the two best single-type purchases,
-    then the types with the most HBM within their limit (memory the pipeline can pool), then the most FLOP/s."""
+    then the types with the most HBM within their limit (memory the pipeline can pool), then the most
+    FLOP/s."""
     from optimizer.drivers.purchase import rank_key
 
     live = [r for r in rows if r.max_nodes >= 1 and r.status != "excluded"]
@@ -565,14 +567,20 @@ def procure_pipeline(pp, rows, time_limit_s: float = 60.0) -> PipelineChoice | N
         best.plan.groups, r.stage_time_s, r.hbm_bytes, r.capacity_bytes, strict=True
     ):
         share = (
-            f"{g.stages * g.layers}/{L} layers ({g.stages} stage(s) x {g.layers}, tp {g.tp}, {g.recompute.value} "
-            f"recompute) on {g.gpus(best.plan.dp)} GPUs"
+            f"{g.stages * g.layers}/{L} layers ({g.stages} stage(s) x {g.layers}, tp {g.tp}, "
+            f"{g.recompute.value} recompute) on {g.gpus(best.plan.dp)} GPUs"
         )
         use = f"memory {hbm / 2**30:.1f} of {cap / 2**30:.1f} GiB"
         if hbm >= 0.9 * cap:
-            why = f"memory: its GPUs are {100 * hbm / cap:.0f}% full ({use}); stage {1e3 * stage:.1f} ms per micro-batch"
+            why = (
+                f"memory: its GPUs are {100 * hbm / cap:.0f}% full ({use}); "
+                f"stage {1e3 * stage:.1f} ms per micro-batch"
+            )
         else:
-            why = f"speed: stage {1e3 * stage:.1f} ms per micro-batch against the slowest {1e3 * slow:.1f} ms; {use}"
+            why = (
+                f"speed: stage {1e3 * stage:.1f} ms per micro-batch against the slowest "
+                f"{1e3 * slow:.1f} ms; {use}"
+            )
         reasons.append(f"{g.node_type}: {share}: {why}")
     singles = [x.purchase for x in rows if x.purchase is not None]
     if not singles:
@@ -592,8 +600,8 @@ def procure_pipeline(pp, rows, time_limit_s: float = 60.0) -> PipelineChoice | N
             p = r.parts_s
             verdict = (
                 f"loses to the best single-type purchase ({s1.label()}, step {s1.step_time_s:.3f} s, "
-                f"{-gain:.1f}% faster): the mix's slowest stage ({1e3 * slow:.1f} ms per micro-batch) sets its "
-                f"steady state; pipeline {p['pipeline']:.3f} s, p2p {p['p2p']:.3f} s, DP and optimizer "
-                f"{p['dp_optimizer']:.3f} s"
+                f"{-gain:.1f}% faster): the mix's slowest stage ({1e3 * slow:.1f} ms per micro-batch) "
+                f"sets its steady state; pipeline {p['pipeline']:.3f} s, p2p {p['p2p']:.3f} s, "
+                f"DP and optimizer {p['dp_optimizer']:.3f} s"
             )
     return PipelineChoice(best, pur, reasons, verdict, [r.node_type.name for r in chosen])

@@ -72,7 +72,8 @@ def _solve_precisions(problem: Problem, precs: list, kw: dict) -> SolveResult:
     from optimizer.prepare.objective import gpus_used, score
 
     t0 = time.perf_counter()
-    # the file's own rules: each branch narrows them to what the stack offers at its precision (`search_rules`)
+    # the file's own rules: each branch narrows them to what the stack offers at its precision
+    # (`search_rules`)
     search = {k: v for k, v in problem.user_search_rules().items() if k != "precision"}
     best, best_score, notes, candidates, statuses = None, None, [], 0, set()
     for pr in precs:

@@ -1,5 +1,6 @@
 """`paraplan procure`'s report: a `ProcureResult` as a JSON object and as text (per node type its limit and
-best purchase, costs in USD, step times in s, days to train; the best purchase and its plan; the Pareto front)."""
+best purchase, costs in USD, step times in s, days to train; the best purchase and its plan; the Pareto
+front)."""
 
 from __future__ import annotations
 

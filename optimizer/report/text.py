@@ -101,8 +101,8 @@ def evaluation_dict(ev: Any) -> dict[str, Any]:
 
 
 def calibration_line(system: Any, stack: Any = None) -> str:
-    """One line: whether the system's efficiencies were fitted on published runs (of which stacks), copied from
-    a same-die system, or are priors (then its step times are guesses, not predictions)."""
+    """One line: whether the system's efficiencies were fitted on published runs (of which stacks), copied
+    from a same-die system, or are priors (then its step times are guesses, not predictions)."""
     cal = system.calibration
     line = f"calibration: {system.name}: {cal.summary(stack)}"
     if cal.status() == "prior":
@@ -121,8 +121,9 @@ def render_evaluation(ev: Any) -> str:
         calibration_line(p.system, p.stack),
     ]
     knobs = (
-        f"tp={ex.tp} pp={ex.pp} dp={d['execution']['dp']} cp={ex.cp} vpp={ex.vpp} micro_batch={ex.micro_batch} "
-        f"recompute={ex.recompute.value} sp={ex.sequence_parallel} zero={ex.zero} tp_overlap={ex.tp_overlap.value} "
+        f"tp={ex.tp} pp={ex.pp} dp={d['execution']['dp']} cp={ex.cp} vpp={ex.vpp} "
+        f"micro_batch={ex.micro_batch} recompute={ex.recompute.value} sp={ex.sequence_parallel} "
+        f"zero={ex.zero} tp_overlap={ex.tp_overlap.value} "
         f"dp_overlap={ex.dp_overlap} attention={ex.attention.value} schedule={ex.schedule.value}"
     )
     if p.llm.moe is not None:
@@ -175,9 +176,10 @@ def render_evaluation(ev: Any) -> str:
         f"MFU {100 * d['mfu']:.1f}%  HFU {100 * d['hfu']:.1f}%  "
         f"{d['tokens_per_s']:.0f} tokens/s  {d['samples_per_s']:.2f} samples/s  "
         f"{d['micro_batches']:.0f} micro-batches",
-        "  (MFU: the model's FLOPs, 6 x active parameters + 12 L s a d attention per token with full attention "
-        "as published (PaLM, App. B), over peak; HFU: the FLOPs the kernels execute, recompute included and "
-        "causal flash attention at half the scores, so HFU < MFU when that half outweighs the recompute)",
+        "  (MFU: the model's FLOPs, 6 x active parameters + 12 L s a d attention per token with full "
+        "attention as published (PaLM, App. B), over peak; HFU: the FLOPs the kernels execute, recompute "
+        "included and causal flash attention at half the scores, so HFU < MFU when that half outweighs the "
+        "recompute)",
     ]
     if d["time_to_train_s"]:
         out.append(f"time to train {p.training.tokens:.3g} tokens: {d['time_to_train_s'] / 86400:.2f} days")
