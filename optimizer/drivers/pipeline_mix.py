@@ -511,7 +511,7 @@ def procure_pipeline(pp, rows, time_limit_s: float = 60.0) -> PipelineChoice | N
     """The fastest heterogeneous pipeline the procurement allows over the offered types (`_offers`), with
     2..min(max_types, 3) groups; capex budgets and power caps are constraints of the solve, a rental budget
     is checked on the result (its cost follows the time to train)."""
-    from optimizer.drivers.purchase import Group, purchase_of, rank_key, sub_problem
+    from optimizer.drivers.purchase import Group, purchase_of, sub_problem
     from optimizer.progress import progress
     from optimizer.schema.procure import Pricing
 
@@ -559,6 +559,14 @@ def procure_pipeline(pp, rows, time_limit_s: float = 60.0) -> PipelineChoice | N
     pur = purchase_of(pp, groups, best.result.step_time_s)
     if pr.budget_usd is not None and pur.cost_usd > pr.budget_usd * (1 + 1e-9):
         return None
+    reasons = _stage_reasons(pp, best)
+    verdict = _verdict(pp, rows, best, pur)
+    return PipelineChoice(best, pur, reasons, verdict, [r.node_type.name for r in chosen])
+
+
+def _stage_reasons(pp, best) -> list[str]:
+    """Per group, in pipeline order: its share of the layers and GPUs, and what bounds it: memory (its GPUs
+    at least 90% full) or speed (its stage time, ms per micro-batch, against the slowest stage's)."""
     L = pp.llm.layers
     r = best.result
     slow = r.parts_s["slowest_stage"]
@@ -582,6 +590,16 @@ def procure_pipeline(pp, rows, time_limit_s: float = 60.0) -> PipelineChoice | N
                 f"{1e3 * slow:.1f} ms; {use}"
             )
         reasons.append(f"{g.node_type}: {share}: {why}")
+    return reasons
+
+
+def _verdict(pp, rows, best, pur) -> str:
+    """The mix against the best single-type purchase (`rank_key`): why it wins, or the step-time parts (s)
+    that make it lose; where no single type fits, the memory the pipeline pools."""
+    from optimizer.drivers.purchase import rank_key
+
+    r = best.result
+    slow = r.parts_s["slowest_stage"]
     singles = [x.purchase for x in rows if x.purchase is not None]
     if not singles:
         verdict = (
@@ -604,4 +622,4 @@ def procure_pipeline(pp, rows, time_limit_s: float = 60.0) -> PipelineChoice | N
                 f"sets its steady state; pipeline {p['pipeline']:.3f} s, p2p {p['p2p']:.3f} s, "
                 f"DP and optimizer {p['dp_optimizer']:.3f} s"
             )
-    return PipelineChoice(best, pur, reasons, verdict, [r.node_type.name for r in chosen])
+    return verdict
