@@ -111,6 +111,8 @@ def calibration_line(system: Any, stack: Any = None) -> str:
 
 
 def render_evaluation(ev: Any) -> str:
+    """One evaluation as text: the execution's knobs, the step time's parts (s), memory per GPU (GiB),
+    MFU/HFU and throughput, time to train (days) and whether it fits."""
     d = evaluation_dict(ev)
     ex = ev.execution
     p = ev.problem
@@ -120,20 +122,7 @@ def render_evaluation(ev: Any) -> str:
         f"paraplan evaluate: {p.name or ''}  {p.llm.name} on {p.num_gpus} x {p.system.name}{idle}",
         calibration_line(p.system, p.stack),
     ]
-    knobs = (
-        f"tp={ex.tp} pp={ex.pp} dp={d['execution']['dp']} cp={ex.cp} vpp={ex.vpp} "
-        f"micro_batch={ex.micro_batch} recompute={ex.recompute.value} sp={ex.sequence_parallel} "
-        f"zero={ex.zero} tp_overlap={ex.tp_overlap.value} "
-        f"dp_overlap={ex.dp_overlap} attention={ex.attention.value} schedule={ex.schedule.value}"
-    )
-    if p.llm.moe is not None:
-        knobs += f" ep={ex.ep} etp={ex.etp or ex.tp} cuda_graphs={ex.cuda_graphs.value}"
-        knobs += " fused_expert_mlp" if ex.moe_fused_mlp else ""
-        if ex.ep > 1:
-            knobs += f" ep_dispatcher={ex.ep_dispatcher.value} ep_overlap={ex.ep_overlap}"
-    if ex.recompute.value == "selective" and ex.recompute_modules:
-        knobs += f" recompute_modules={','.join(m.value for m in ex.recompute_modules)}"
-    out.append("execution: " + knobs)
+    out.append("execution: " + _knobs_text(ex, d, p))
     if ex.activation_offload and ex.activation_offload_layers:
         out.append(f"activation offload: {ex.activation_offload_layers} layers per stage")
     if ex.weight_offload or ex.activation_offload or ex.optimizer_offload:
@@ -150,21 +139,7 @@ def render_evaluation(ev: Any) -> str:
     rows.append(["step time", _fmt_s(total), "100.0%"])
     out += ["", table(rows, ["time per step", "time", "share"])]
     mem = d["memory_gib"]
-    mrows = []
-    for name, key in MEM_PARTS:
-        mrows.append([name, f"{mem[key]:8.2f}"])
-        if key == "activations":
-            mrows += [
-                [f"  of which {what}", f"{mem[k]:8.2f}"]
-                for what, k in (
-                    ("loss logits", "activations_loss_logits"),
-                    ("recompute working set", "activations_recompute_working_set"),
-                )
-                if mem[k] > 0
-            ]
-    mrows.append(["total HBM", f"{mem['total']:8.2f}"])
-    mrows.append(["allocator peak (PyTorch reserved)", f"{mem['allocator_reserved_peak']:8.2f}"])
-    mrows.append(["capacity", f"{mem['capacity']:8.2f}"])
+    mrows = _memory_rows(mem)
     out += ["", table(mrows, ["memory per GPU (worst stage)", "GiB"])]
     if d["offload_memory_gib"] > 0:
         out.append(
@@ -192,6 +167,44 @@ def render_evaluation(ev: Any) -> str:
     for w in d["warnings"]:
         out.append(f"warning: {w}")
     return "\n".join(out)
+
+
+def _knobs_text(ex: Any, d: dict, p: Any) -> str:
+    """The execution's knobs as `name=value` words (MoE and selective-recompute knobs where they apply)."""
+    knobs = (
+        f"tp={ex.tp} pp={ex.pp} dp={d['execution']['dp']} cp={ex.cp} vpp={ex.vpp} "
+        f"micro_batch={ex.micro_batch} recompute={ex.recompute.value} sp={ex.sequence_parallel} "
+        f"zero={ex.zero} tp_overlap={ex.tp_overlap.value} "
+        f"dp_overlap={ex.dp_overlap} attention={ex.attention.value} schedule={ex.schedule.value}"
+    )
+    if p.llm.moe is not None:
+        knobs += f" ep={ex.ep} etp={ex.etp or ex.tp} cuda_graphs={ex.cuda_graphs.value}"
+        knobs += " fused_expert_mlp" if ex.moe_fused_mlp else ""
+        if ex.ep > 1:
+            knobs += f" ep_dispatcher={ex.ep_dispatcher.value} ep_overlap={ex.ep_overlap}"
+    if ex.recompute.value == "selective" and ex.recompute_modules:
+        knobs += f" recompute_modules={','.join(m.value for m in ex.recompute_modules)}"
+    return knobs
+
+
+def _memory_rows(mem: dict) -> list[list[str]]:
+    """Rows of the memory table (GiB per GPU, worst stage): the parts, the activations' shares, the totals."""
+    mrows = []
+    for name, key in MEM_PARTS:
+        mrows.append([name, f"{mem[key]:8.2f}"])
+        if key == "activations":
+            mrows += [
+                [f"  of which {what}", f"{mem[k]:8.2f}"]
+                for what, k in (
+                    ("loss logits", "activations_loss_logits"),
+                    ("recompute working set", "activations_recompute_working_set"),
+                )
+                if mem[k] > 0
+            ]
+    mrows.append(["total HBM", f"{mem['total']:8.2f}"])
+    mrows.append(["allocator peak (PyTorch reserved)", f"{mem['allocator_reserved_peak']:8.2f}"])
+    mrows.append(["capacity", f"{mem['capacity']:8.2f}"])
+    return mrows
 
 
 def render_validation(v: dict[str, Any]) -> str:
