@@ -269,6 +269,8 @@ def _command(sub, name: str, func, help: str, positional: str | None = None, emi
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `paraplan` argument parser: the shared flags, then one subcommand per task in help order
+    (planning, procurement, studies and what-ifs, the schema)."""
     ap = argparse.ArgumentParser(
         prog="paraplan",
         parents=[_shared(DEFAULTS, suppress=True)],
@@ -279,6 +281,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     ap.add_argument("--version", action="version", version=f"paraplan {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
+    _plan_commands(sub)
+    _procure_commands(sub)
+    _study_commands(sub)
+    p = _command(sub, "schema", cmd_schema, "print the JSON Schema of an input format")
+    p.add_argument(
+        "--kind",
+        choices=list(api.SCHEMA_KINDS),
+        default="problem",
+        help="which file format (default: problem)",
+    )
+    return ap
+
+
+def _plan_commands(sub) -> None:
+    """Subcommands on one problem's plan: evaluate, validate, solve and check (with its offload flags)."""
     _command(
         sub,
         "evaluate",
@@ -316,6 +333,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--offload-gib", type=_amount, default=512.0, help="offload memory to try when nothing fits"
     )
     p.add_argument("--offload-gbps", type=_amount, default=64.0, help="its bandwidth, GB/s (PCIe 5 x16: 64)")
+
+
+def _procure_commands(sub) -> None:
+    """Subcommands that choose hardware: procure (with its Pareto front) and fleet (a schedule of jobs)."""
     p = _command(
         sub,
         "procure",
@@ -334,6 +355,11 @@ def build_parser() -> argparse.ArgumentParser:
         "problem",
     )
     p.add_argument("--plot", metavar="FILE.png", help="draw the schedule as a Gantt chart")
+
+
+def _study_commands(sub) -> None:
+    """Subcommands over many variants of a problem: study (axes over a base problem, local or Ray workers)
+    and whatif (the worth of more of each resource, the robust plan)."""
     p = _command(
         sub,
         "study",
@@ -367,14 +393,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=_top, default=10, help="plans compared for robustness (default 10)")
     p.add_argument("--band", type=float, default=0.1, help="efficiency band, a fraction (default 0.1)")
     p.add_argument("--plot", metavar="FILE.png", help="a tornado chart of the resources' value")
-    p = _command(sub, "schema", cmd_schema, "print the JSON Schema of an input format")
-    p.add_argument(
-        "--kind",
-        choices=list(api.SCHEMA_KINDS),
-        default="problem",
-        help="which file format (default: problem)",
-    )
-    return ap
 
 
 def _solve_flags(p) -> None:

@@ -70,7 +70,8 @@ def fixed_knobs(problem: Problem, written: dict | None) -> dict[str, list]:
 
 def freed_knobs(problem: Problem, fixed: dict[str, list], ex) -> dict[str, tuple]:
     """Searchable knobs the problem did not fix whose chosen value differs from the execution default:
-    (chosen, default), so a "fits" never hides a knob the solver moved (cp, say) that the user did not write."""
+    (chosen, default), so a "fits" never hides a knob the solver moved (cp, say) that the user did not
+    write."""
     from optimizer.schema import Execution
 
     default = Execution()
@@ -291,7 +292,19 @@ def _relax_memory(
     offload_gib: float,
     offload_gbps: float,
 ) -> None:
-    # smallest HBM per GPU
+    """Memory relaxations of a problem that does not fit, in order: HBM per GPU, GPU count, sequence length,
+    global batch, each fixed knob released, the minimal conflicting set of fixed knobs, offload memory."""
+    _relax_hbm(problem, fixed, out)
+    _relax_gpus(problem, fixed, out)
+    _relax_seq_len(problem, p, fixed, out)
+    _relax_batch(problem, p, fixed, out)
+    _relax_fixed(problem, p, fixed, out)
+    # offload memory
+    _relax_offload(problem, fixed, out, offload_gib, offload_gbps)
+
+
+def _relax_hbm(problem: Problem, fixed: dict[str, list], out: CheckResult) -> None:
+    """Smallest HBM per GPU (GiB, rounded up to 0.1) that fits, and the step time there."""
     if out.min_hbm_gib is not None:
         hbm = math.ceil(out.min_hbm_gib * 10 + 1e-9) / 10
         q = with_fixed(problem, fixed, system=problem.system.model_copy(update={"hbm_gib": hbm}))
@@ -299,8 +312,11 @@ def _relax_memory(
         out.relaxations.append(
             Relaxation("hbm", f"HBM per GPU of at least {hbm:g} GiB", hbm, st is not None, st)
         )
-    _relax_gpus(problem, fixed, out)
-    # largest sequence length (memory grows with it): bisection over multiples of 128
+
+
+def _relax_seq_len(problem: Problem, p: Problem, fixed: dict[str, list], out: CheckResult) -> None:
+    """Largest sequence length (tokens) that fits: memory grows with it, so a bisection over multiples of
+    128 below the problem's own."""
     S = p.seq_len
 
     def seq_fits(s_: int) -> bool:
@@ -330,7 +346,10 @@ def _relax_memory(
         out.relaxations.append(
             Relaxation("seq_len", "no shorter sequence (multiple of 128) fits", None, False)
         )
-    # largest global batch (in-flight micro-batches shrink with fewer of them): halving
+
+
+def _relax_batch(problem: Problem, p: Problem, fixed: dict[str, list], out: CheckResult) -> None:
+    """Largest global batch B/2^k that fits (in-flight micro-batches shrink with fewer of them): halving."""
     B = p.training.global_batch
     b = B // 2
 
@@ -351,7 +370,12 @@ def _relax_memory(
         b //= 2
     else:
         out.relaxations.append(Relaxation("global_batch", f"no global batch {B}/2^k fits", None, False))
-    # release fixed knobs, one at a time
+
+
+def _relax_fixed(problem: Problem, p: Problem, fixed: dict[str, list], out: CheckResult) -> None:
+    """Each fixed knob released on its own, then the minimal conflicting set: memory.hbm and the fixed
+    knobs it needs (deletion filter: a knob whose release still leaves nothing that fits is not part of
+    the conflict, and stays released)."""
     for k in fixed:
         _record_if_fits(
             out, "release", f"release {k} (fixed to {fixed[k]})", k, with_fixed(problem, _without(fixed, k))
@@ -373,12 +397,11 @@ def _relax_memory(
         )
     else:
         out.explanation.append("no fixed knob is to blame: nothing in the whole space fits")
-    # offload memory
-    _relax_offload(problem, fixed, out, offload_gib, offload_gbps)
 
 
 def _relax_gpus(problem: Problem, fixed: dict[str, list], out: CheckResult) -> None:
-    """Fewest GPUs (multiples of a node) that fit: the first fitting of N*{1.25..8}, then refined downwards."""
+    """Fewest GPUs (multiples of a node) that fit: the first fitting of N*{1.25..8}, then refined
+    downwards."""
     n, node = problem.num_gpus, problem.system.gpus_per_node
     fixed_n = _without(fixed, "dp")  # dp follows the GPU count
 
@@ -432,8 +455,9 @@ def _nearest_gpus(problem: Problem, fixed: dict[str, list], out: CheckResult) ->
 def _relax_offload(
     problem: Problem, fixed: dict[str, list], out: CheckResult, offload_gib: float, offload_gbps: float
 ) -> None:
-    """Would `offload_gib` of offload memory per GPU at `offload_gbps` make it fit? A solve of the problem with
-    that offload tier, the fixed knobs kept and the offload flags free (the solver decides what to offload)."""
+    """Would `offload_gib` of offload memory per GPU at `offload_gbps` make it fit? A solve of the problem
+    with that offload tier, the fixed knobs kept and the offload flags free (the solver decides what to
+    offload)."""
     sysm = problem.system
     off = sysm.offload.model_copy(
         update={

@@ -2,8 +2,9 @@
 
 Two stages:
 1. Throughput table. For every (job, node type, size in nodes of `fleet.sizes_nodes`) the CP-SAT planner
-   (`optimizer.drivers.solve`, goal step_time, whole nodes, idle GPUs allowed) proves the fastest step; the job then
-   trains rate = global_batch x seq_len / step_time tokens/s, i.e. rate x period_days x 86400 tokens per period.
+   (`optimizer.drivers.solve`, goal step_time, whole nodes, idle GPUs allowed) proves the fastest step; the
+   job then trains rate = global_batch x seq_len / step_time tokens/s, i.e. rate x period_days x 86400 tokens
+   per period.
    Sizes where nothing fits are left out.
 2. Portfolio MILP (Pyomo, HiGHS through highspy in a worker process, formulations.pyomo_model.run_highs):
 
@@ -14,7 +15,8 @@ Two stages:
     sum_{q'<=q} buy[t,q'] <= max_nodes[t]            availability
     sum_t power[t] sum_{q'<=q} buy[t,q'] <= power_kw power cap
     cost = sum_{t,q} node_usd[t] buy[t,q]            capex (price_usd + extra_usd per node)
-  goal cost:   sum_{t,s,q<=deadline_j} tok[j,t,s] x[j,t,s,q] >= tokens_j; minimise cost (ties: fewer node-periods)
+  goal cost:   sum_{t,s,q<=deadline_j} tok[j,t,s] x[j,t,s,q] >= tokens_j; minimise cost
+               (ties: fewer node-periods)
   goal tokens: cost <= budget; done_j <= tokens_j, done_j <= sum_{t,s,q} tok x; maximise sum_j weight_j done_j
 
 A job that finishes early in a period holds its nodes to the period's end (periods are the planning grain).

@@ -21,8 +21,8 @@ the PARTNERS best other types (by the homogeneous ranking) takes what the remain
 (and its availability). Each mix is the best of this family of splits, with both groups solved to proven
 optimality; pipeline stages on different types (uneven layer counts) are not modelled. For the speed goals a
 mix is skipped when even the sum of the two groups' throughputs with the whole batch (a group does not get
-faster per sequence with fewer sequences: fewer micro-batches, more bubble and DP sync per sequence) cannot beat
-the best purchase found.
+faster per sequence with fewer sequences: fewer micro-batches, more bubble and DP sync per sequence) cannot
+beat the best purchase found.
 """
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ def best_mix(
     memo: dict = {}
 
     def group(t, nodes: int, batch: int):
-        """The proven-best group (a rental budget caps each group's GPU-hours; the mix's bill is checked below)."""
+        """The proven-best group (a rental budget caps each group's GPU-hours; the mix's bill is checked
+        below)."""
         key = (t.name, nodes, batch)
         if key not in memo:
             memo[key] = (

@@ -132,7 +132,7 @@ def candidates(
                     rows.append((t, r, s, ell))
     if not rows:
         return None
-    tp, rec, st, ly = (np.array(c, dtype=np.int64) for c in zip(*rows))
+    tp, rec, st, ly = (np.array(c, dtype=np.int64) for c in zip(*rows, strict=True))
     role = role_of(g, G)
     te = group_terms(p, d, b, n_mb, role, tp, rec, ly, st)
     cap = capacity_bytes(p)
@@ -413,7 +413,8 @@ def enumerate_pipeline_mix(
     joining=None,
 ) -> MixSolution | None:
     """Exhaustive oracle over the same family: every (d, b), ordered choice of distinct types and tuple of
-    candidates, composed by `compose_mix_step` and checked with the model's memory rule; small instances only."""
+    candidates, composed by `compose_mix_step` and checked with the model's memory rule; small instances
+    only."""
     t0 = time.perf_counter()
     G = groups
     jt = [join_network(o.problem, joining) for o in offers]
@@ -431,18 +432,21 @@ def enumerate_pipeline_mix(
                 continue
             grids = np.meshgrid(*[np.arange(len(c["tp"])) for c in cs], indexing="ij")
             ix = [gr.reshape(-1) for gr in grids]
-            col = lambda k: [cs[g][k][ix[g]] for g in range(G)]  # noqa: E731
+
+            def col(k, cs=cs, ix=ix):
+                return [cs[g][k][ix[g]] for g in range(G)]
+
             st, ly = col("stages"), col("layers")
-            ok = sum(s * y for s, y in zip(st, ly)) == L
+            ok = sum(s * y for s, y in zip(st, ly, strict=True)) == L
             nodes = col("nodes")
             if budget_usd is not None:
-                ok &= sum(nd * (offers[t].node_usd or 0) for nd, t in zip(nodes, types)) <= budget_usd * (
-                    1 + 1e-12
-                )
+                ok &= sum(
+                    nd * (offers[t].node_usd or 0) for nd, t in zip(nodes, types, strict=True)
+                ) <= budget_usd * (1 + 1e-12)
             if power_kw is not None:
-                ok &= sum(nd * (offers[t].power_kw or 0) for nd, t in zip(nodes, types)) <= power_kw * (
-                    1 + 1e-12
-                )
+                ok &= sum(
+                    nd * (offers[t].power_kw or 0) for nd, t in zip(nodes, types, strict=True)
+                ) <= power_kw * (1 + 1e-12)
             infl = [np.minimum(n_mb, sum(st[g:])) for g in range(G)]
             fixed, a, alt, cap = col("fixed"), col("a"), col("last_alt"), col("cap")
             for g in range(G):
@@ -481,7 +485,8 @@ class PipelineChoice:
 
 def _offers(pp, rows) -> list:
     """Which node types the pipeline search is given (at most OFFERED): the two best single-type purchases,
-    then the types with the most HBM within their limit (memory the pipeline can pool), then the most FLOP/s."""
+    then the types with the most HBM within their limit (memory the pipeline can pool), then the most
+    FLOP/s."""
     from optimizer.drivers.purchase import rank_key
 
     live = [r for r in rows if r.max_nodes >= 1 and r.status != "excluded"]
@@ -506,7 +511,7 @@ def procure_pipeline(pp, rows, time_limit_s: float = 60.0) -> PipelineChoice | N
     """The fastest heterogeneous pipeline the procurement allows over the offered types (`_offers`), with
     2..min(max_types, 3) groups; capex budgets and power caps are constraints of the solve, a rental budget
     is checked on the result (its cost follows the time to train)."""
-    from optimizer.drivers.purchase import Group, purchase_of, rank_key, sub_problem
+    from optimizer.drivers.purchase import Group, purchase_of, sub_problem
     from optimizer.progress import progress
     from optimizer.schema.procure import Pricing
 
@@ -554,21 +559,47 @@ def procure_pipeline(pp, rows, time_limit_s: float = 60.0) -> PipelineChoice | N
     pur = purchase_of(pp, groups, best.result.step_time_s)
     if pr.budget_usd is not None and pur.cost_usd > pr.budget_usd * (1 + 1e-9):
         return None
+    reasons = _stage_reasons(pp, best)
+    verdict = _verdict(pp, rows, best, pur)
+    return PipelineChoice(best, pur, reasons, verdict, [r.node_type.name for r in chosen])
+
+
+def _stage_reasons(pp, best) -> list[str]:
+    """Per group, in pipeline order: its share of the layers and GPUs, and what bounds it: memory (its GPUs
+    at least 90% full) or speed (its stage time, ms per micro-batch, against the slowest stage's)."""
     L = pp.llm.layers
     r = best.result
     slow = r.parts_s["slowest_stage"]
     reasons = []
-    for g, stage, hbm, cap in zip(best.plan.groups, r.stage_time_s, r.hbm_bytes, r.capacity_bytes):
+    for g, stage, hbm, cap in zip(
+        best.plan.groups, r.stage_time_s, r.hbm_bytes, r.capacity_bytes, strict=True
+    ):
         share = (
-            f"{g.stages * g.layers}/{L} layers ({g.stages} stage(s) x {g.layers}, tp {g.tp}, {g.recompute.value} "
-            f"recompute) on {g.gpus(best.plan.dp)} GPUs"
+            f"{g.stages * g.layers}/{L} layers ({g.stages} stage(s) x {g.layers}, tp {g.tp}, "
+            f"{g.recompute.value} recompute) on {g.gpus(best.plan.dp)} GPUs"
         )
         use = f"memory {hbm / 2**30:.1f} of {cap / 2**30:.1f} GiB"
         if hbm >= 0.9 * cap:
-            why = f"memory: its GPUs are {100 * hbm / cap:.0f}% full ({use}); stage {1e3 * stage:.1f} ms per micro-batch"
+            why = (
+                f"memory: its GPUs are {100 * hbm / cap:.0f}% full ({use}); "
+                f"stage {1e3 * stage:.1f} ms per micro-batch"
+            )
         else:
-            why = f"speed: stage {1e3 * stage:.1f} ms per micro-batch against the slowest {1e3 * slow:.1f} ms; {use}"
+            why = (
+                f"speed: stage {1e3 * stage:.1f} ms per micro-batch against the slowest "
+                f"{1e3 * slow:.1f} ms; {use}"
+            )
         reasons.append(f"{g.node_type}: {share}: {why}")
+    return reasons
+
+
+def _verdict(pp, rows, best, pur) -> str:
+    """The mix against the best single-type purchase (`rank_key`): why it wins, or the step-time parts (s)
+    that make it lose; where no single type fits, the memory the pipeline pools."""
+    from optimizer.drivers.purchase import rank_key
+
+    r = best.result
+    slow = r.parts_s["slowest_stage"]
     singles = [x.purchase for x in rows if x.purchase is not None]
     if not singles:
         verdict = (
@@ -587,8 +618,8 @@ def procure_pipeline(pp, rows, time_limit_s: float = 60.0) -> PipelineChoice | N
             p = r.parts_s
             verdict = (
                 f"loses to the best single-type purchase ({s1.label()}, step {s1.step_time_s:.3f} s, "
-                f"{-gain:.1f}% faster): the mix's slowest stage ({1e3 * slow:.1f} ms per micro-batch) sets its "
-                f"steady state; pipeline {p['pipeline']:.3f} s, p2p {p['p2p']:.3f} s, DP and optimizer "
-                f"{p['dp_optimizer']:.3f} s"
+                f"{-gain:.1f}% faster): the mix's slowest stage ({1e3 * slow:.1f} ms per micro-batch) "
+                f"sets its steady state; pipeline {p['pipeline']:.3f} s, p2p {p['p2p']:.3f} s, "
+                f"DP and optimizer {p['dp_optimizer']:.3f} s"
             )
-    return PipelineChoice(best, pur, reasons, verdict, [r.node_type.name for r in chosen])
+    return verdict

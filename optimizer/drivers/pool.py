@@ -1,9 +1,10 @@
-"""Worker processes for independent solves (study points, procurement node types): the one place that starts them.
+"""Worker processes for independent solves (study points, procurement node types): the one place that starts
+them.
 
 Workers are forked (Linux's default up to Python 3.13), so a plain script that calls `procure` or `run_study`
-without an ``if __name__ == "__main__":`` guard works; PARAPLAN_MP_START=forkserver (or spawn) starts them from
-a fresh interpreter instead, the default of Python 3.14, for hosts where forking a process that already ran
-CP-SAT's threads is unwelcome (such scripts then need the guard).
+without an ``if __name__ == "__main__":`` guard works; PARAPLAN_MP_START=forkserver (or spawn) starts them
+from a fresh interpreter instead, the default of Python 3.14, for hosts where forking a process that already
+ran CP-SAT's threads is unwelcome (such scripts then need the guard).
 """
 
 from __future__ import annotations

@@ -162,7 +162,7 @@ def pareto_front(
     live = [t for t in types if t.name in min_nodes]
     per_budget: dict[float, list[Group]] = {b: [] for b in budgets}
     with progress("procure: Pareto budgets per type", len(live)) as step:
-        for name, groups in per_type(
+        for _name, groups in per_type(
             pp,
             live,
             "budgets",

@@ -174,8 +174,9 @@ def rank_key(pp: ProcureProblem, p: Purchase) -> tuple[float, float]:
 
 # ---------------------------------------------------------------------------------------------- solve
 def system_tables_key(system) -> str:
-    """What of a system the CP-SAT tables depend on: all but its name, calibration and memory capacities (HBM and
-    offload capacity enter only the capacity rows, `formulations.tables.restrict`; whether offload exists does)."""
+    """What of a system the CP-SAT tables depend on: all but its name, calibration and memory capacities (HBM
+    and offload capacity enter only the capacity rows, `formulations.tables.restrict`; whether offload exists
+    does)."""
     d = system.model_dump(mode="json", exclude={"name", "hbm_gib", "calibration"})
     off = d.get("offload") or {}
     d["offload"] = {k: v for k, v in off.items() if k != "capacity_gib"} | {
@@ -185,8 +186,9 @@ def system_tables_key(system) -> str:
 
 
 def tables_key(q: Problem) -> str:
-    """What a problem's CP-SAT tables depend on: everything but its name, GPU count (a smaller count is a subset
-    of a larger one's space with idle GPUs allowed), objective and execution, and the system's `system_tables_key`."""
+    """What a problem's CP-SAT tables depend on: everything but its name, GPU count (a smaller count is a
+    subset of a larger one's space with idle GPUs allowed), objective and execution, and the system's
+    `system_tables_key`."""
     d = q.model_dump(
         mode="json", exclude={"name", "description", "num_gpus", "objective", "execution", "system"}
     )
@@ -204,7 +206,8 @@ class TablesCache:
         self.max_entries = max_entries
 
     def get(self, q: Problem, at_gpus: int | None = None):
-        """Tables that hold `q`'s space (None: it is empty), built at max(q.num_gpus, at_gpus) GPUs when needed."""
+        """Tables that hold `q`'s space (None: it is empty), built at max(q.num_gpus, at_gpus) GPUs when
+        needed."""
         from formulations.tables import build_all
         from optimizer.prepare.space import compact_space
 

@@ -72,7 +72,8 @@ def _solve_precisions(problem: Problem, precs: list, kw: dict) -> SolveResult:
     from optimizer.prepare.objective import gpus_used, score
 
     t0 = time.perf_counter()
-    # the file's own rules: each branch narrows them to what the stack offers at its precision (`search_rules`)
+    # the file's own rules: each branch narrows them to what the stack offers at its precision
+    # (`search_rules`)
     search = {k: v for k, v in problem.user_search_rules().items() if k != "precision"}
     best, best_score, notes, candidates, statuses = None, None, [], 0, set()
     for pr in precs:
@@ -116,7 +117,7 @@ def _solve_precisions(problem: Problem, precs: list, kw: dict) -> SolveResult:
 def _plans(problem: Problem, knobs: list, objectives: list) -> list[Plan]:
     """Extract and verify: each candidate as an `Execution`, re-evaluated by the model."""
     plans = []
-    for k, obj in zip(knobs, objectives):
+    for k, obj in zip(knobs, objectives, strict=True):
         ev = evaluate_execution(problem, to_execution(k, problem.system))
         obj = ev.result["step_time"] if obj is None else obj
         verify(problem, ev, obj)
@@ -137,8 +138,6 @@ def solve(
     """The best plans of the problem. `backend` cpsat (default) or pyomo (the same kept pairs as a MILP,
     `formulations.pyomo_model`, with `solver`); `tables` (CP-SAT): tables built for the same problem with
     more GPUs and idle GPUs allowed, reused for this GPU limit (`formulations.tables.restrict`)."""
-    from optimizer.prepare.objective import describe, gpus_used
-
     kw = dict(
         method=method,
         top=top,
@@ -153,69 +152,94 @@ def solve(
         return _solve_precisions(problem, precs, kw)
     t0 = time.perf_counter()
     if method == "cpsat":
-        if backend == "pyomo":  # the same kept pairs as a MILP (formulations.pyomo_model)
-            from formulations.pyomo_model import solve_pyomo
-
-            o = solve_pyomo(problem, top=top, time_limit_s=time_limit_s, t0=t0, solver=solver)
-        else:
-            from formulations.model import solve_cpsat
-
-            o = solve_cpsat(problem, top=top, time_limit_s=time_limit_s, t0=t0, params=params, tables=tables)
-        plans = _plans(problem, o.knobs, o.objectives_s)
-        first = plans[0].evaluation
-        notes = [describe(problem, gpus_used(first.execution), first.result["step_time"])] + o.notes
-        return SolveResult(
-            backend,
-            o.status,
-            plans,
-            o.candidates,
-            None,
-            time.perf_counter() - t0,
-            bound_s=o.bound_s,
-            gap=o.gap,
-            notes=notes,
-        )
+        return _solve_model(problem, top, time_limit_s, params, tables, backend, solver, t0)
     if method == "enumerate":
-        from formulations.enumerate import enumerate_best
-        from optimizer.errors import ProblemError
-        from optimizer.prepare.space import compact_space
-
-        size = compact_space(problem).size
-        if size > ENUMERATE_MAX:
-            raise ProblemError(
-                "--method",
-                None,
-                None,
-                f"enumerate walks all {size:,} candidates, more than the "
-                f"{ENUMERATE_MAX:,} it holds in memory; use cpsat (the default)",
-            )
-        r = enumerate_best(problem, build_space(problem), top=top)
-        if len(r.step_time_s) == 0:
-            reason = Reason.RULES if r.n_candidates == 0 else Reason.TARGET if r.n_feasible else Reason.MEMORY
-            what = "meets the objective's target" if r.n_feasible else "is within memory"
-            raise Infeasible(
-                f"nothing fits: none of {r.n_candidates:,} candidates {what} "
-                "(run `paraplan check` for why and what would fit)",
-                reason=reason,
-            )
-        plans = _plans(
-            problem,
-            [r.knobs.take(np.array([i])) for i in range(len(r.step_time_s))],
-            [float(x) for x in r.step_time_s],
-        )
-        note = describe(
-            problem, gpus_used(plans[0].evaluation.execution), plans[0].evaluation.result["step_time"]
-        )
-        step_goal = problem.objective.goal.value == "step_time"
-        return SolveResult(
-            "enumerate",
-            "optimal",
-            plans,
-            r.n_candidates,
-            r.n_feasible,
-            time.perf_counter() - t0,
-            bound_s=float(r.step_time_s[0]) if step_goal else None,
-            gap=0.0,
-            notes=[note],
-        )
+        return _solve_enumerate(problem, top, t0)
     raise ValueError(f"unknown method {method}")
+
+
+def _solve_model(
+    problem: Problem,
+    top: int,
+    time_limit_s: float,
+    params: dict | None,
+    tables,
+    backend: str,
+    solver: str,
+    t0: float,
+) -> SolveResult:
+    """Build and solve the CP-SAT model (or, with backend pyomo, the same kept pairs as a MILP,
+    `formulations.pyomo_model`), then extract and verify its plans; `t0` (perf_counter s) starts the clock."""
+    from optimizer.prepare.objective import describe, gpus_used
+
+    if backend == "pyomo":  # the same kept pairs as a MILP (formulations.pyomo_model)
+        from formulations.pyomo_model import solve_pyomo
+
+        o = solve_pyomo(problem, top=top, time_limit_s=time_limit_s, t0=t0, solver=solver)
+    else:
+        from formulations.model import solve_cpsat
+
+        o = solve_cpsat(problem, top=top, time_limit_s=time_limit_s, t0=t0, params=params, tables=tables)
+    plans = _plans(problem, o.knobs, o.objectives_s)
+    first = plans[0].evaluation
+    notes = [describe(problem, gpus_used(first.execution), first.result["step_time"])] + o.notes
+    return SolveResult(
+        backend,
+        o.status,
+        plans,
+        o.candidates,
+        None,
+        time.perf_counter() - t0,
+        bound_s=o.bound_s,
+        gap=o.gap,
+        notes=notes,
+    )
+
+
+def _solve_enumerate(problem: Problem, top: int, t0: float) -> SolveResult:
+    """The exhaustive oracle (`formulations.enumerate`): every candidate of the compact space evaluated, the
+    `top` fastest extracted and verified; refused above ENUMERATE_MAX candidates (memory), `Infeasible` when
+    none fits. `t0` (perf_counter s) starts the clock."""
+    from formulations.enumerate import enumerate_best
+    from optimizer.errors import ProblemError
+    from optimizer.prepare.objective import describe, gpus_used
+    from optimizer.prepare.space import compact_space
+
+    size = compact_space(problem).size
+    if size > ENUMERATE_MAX:
+        raise ProblemError(
+            "--method",
+            None,
+            None,
+            f"enumerate walks all {size:,} candidates, more than the "
+            f"{ENUMERATE_MAX:,} it holds in memory; use cpsat (the default)",
+        )
+    r = enumerate_best(problem, build_space(problem), top=top)
+    if len(r.step_time_s) == 0:
+        reason = Reason.RULES if r.n_candidates == 0 else Reason.TARGET if r.n_feasible else Reason.MEMORY
+        what = "meets the objective's target" if r.n_feasible else "is within memory"
+        raise Infeasible(
+            f"nothing fits: none of {r.n_candidates:,} candidates {what} "
+            "(run `paraplan check` for why and what would fit)",
+            reason=reason,
+        )
+    plans = _plans(
+        problem,
+        [r.knobs.take(np.array([i])) for i in range(len(r.step_time_s))],
+        [float(x) for x in r.step_time_s],
+    )
+    note = describe(
+        problem, gpus_used(plans[0].evaluation.execution), plans[0].evaluation.result["step_time"]
+    )
+    step_goal = problem.objective.goal.value == "step_time"
+    return SolveResult(
+        "enumerate",
+        "optimal",
+        plans,
+        r.n_candidates,
+        r.n_feasible,
+        time.perf_counter() - t0,
+        bound_s=float(r.step_time_s[0]) if step_goal else None,
+        gap=0.0,
+        notes=[note],
+    )

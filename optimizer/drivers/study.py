@@ -30,8 +30,8 @@ REF_KINDS = {"llm": "llm", "system": "system"}
 @dataclass
 class StudyResult:
     """The rows of a study's points in order (`run_point`); a point's `status` is its solve's (optimal,
-    feasible), its check's (fits, does not fit), `infeasible` (proven: an answer), `time_limit` (no plan by the
-    limit, exit 4's meaning) or `error` (its values make an invalid problem, exit 2's meaning)."""
+    feasible), its check's (fits, does not fit), `infeasible` (proven: an answer), `time_limit` (no plan by
+    the limit, exit 4's meaning) or `error` (its values make an invalid problem, exit 2's meaning)."""
 
     study: object  # optimizer.schema.study.Study
     rows: list[dict]
@@ -79,8 +79,8 @@ def points(study) -> list[dict[str, Any]]:
     """Axis values of every point, in order."""
     keys = list(study.axes)
     vals = [study.axis_values(k) for k in keys]
-    combos = zip(*vals) if study.mode.value == "zip" else itertools.product(*vals)
-    return [dict(zip(keys, c)) for c in combos]
+    combos = zip(*vals, strict=True) if study.mode.value == "zip" else itertools.product(*vals)
+    return [dict(zip(keys, c, strict=True)) for c in combos]
 
 
 def _set(data: dict, path: str, value: Any) -> None:
@@ -114,10 +114,10 @@ _CACHE: dict[str, object] = {}  # per process: this study run's tables cache (`r
 
 def shared_tables(problem, most: int | None, run: str = ""):
     """CP-SAT tables for `problem` built once per process at the study's largest GPU count `most`
-    (`purchase.TablesCache`) and reused by every point that differs only in its GPU count: with idle GPUs allowed
-    the larger space holds every smaller layout, so each point's solve is the same optimum on a subset. None
-    where that does not hold (no `most`, idle GPUs not allowed). `run` names the study run, so a warm Ray
-    worker builds them again for a new run rather than keeping an earlier run's."""
+    (`purchase.TablesCache`) and reused by every point that differs only in its GPU count: with idle GPUs
+    allowed the larger space holds every smaller layout, so each point's solve is the same optimum on a
+    subset. None where that does not hold (no `most`, idle GPUs not allowed). `run` names the study run, so a
+    warm Ray worker builds them again for a new run rather than keeping an earlier run's."""
     if not most or not problem.options.allow_idle_gpus:
         return None
     from optimizer.drivers.purchase import TablesCache

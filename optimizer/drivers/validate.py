@@ -19,8 +19,8 @@ def _group(rows: list[dict], key: str) -> dict:
 
 @dataclass(frozen=True)
 class ValidateResult:
-    """`paraplan validate`'s answer: one row per run (`runs`: id, status ok|skipped|error, reason, predicted and
-    target step time in s, error_pct, predicted and target peak memory in GiB, fits, stack, assumptions,
+    """`paraplan validate`'s answer: one row per run (`runs`: id, status ok|skipped|error, reason, predicted
+    and target step time in s, error_pct, predicted and target peak memory in GiB, fits, stack, assumptions,
     precision, precision_group) and their `summary` (n_runs, n_scored, mape_pct, max_abs_error_pct,
     memory_mape_pct, n_not_fitting, by_stack, precision_order); the CLI reference gives the JSON shape."""
 
@@ -134,9 +134,9 @@ def _summarise(rows: list) -> ValidateResult:
 
 
 def _precision_order(scored: list) -> dict[str, Any]:
-    """Per (model, GPU, GPU count, sequence length, global batch) scored in several precisions: whether the model
-    orders the precisions as measured (`runs.order_precisions`; one group's steps hold the same tokens, so the
-    shorter step is the higher throughput)."""
+    """Per (model, GPU, GPU count, sequence length, global batch) scored in several precisions: whether the
+    model orders the precisions as measured (`runs.order_precisions`; one group's steps hold the same tokens,
+    so the shorter step is the higher throughput)."""
     groups = order_precisions(
         (r["precision_group"], r["precision"], r["target_step_time_s"], r["predicted_step_time_s"])
         for r in scored

@@ -8,10 +8,10 @@ bandwidth, matrix FLOP/s (every precision), each network tier's bandwidth, offlo
 Robustness: the efficiency bands are GEMM (matrix) efficiency, HBM efficiency and network efficiency, each
 scaled by 1 -/+ `band`. Every part of the step time (compute, memory-bound kernels, collectives, p2p, offload,
 the bubble that follows them) is non-increasing in each efficiency, and the composition (sums, maxima of
-overlapped parts) keeps that, so for every plan the worst case over the band's 8 corners is the all-low corner.
-The plan that is best in the worst case is therefore the proven optimum of one solve, on the system at that
-corner: exact over the whole space, not among a short list. The nominal optimum's regret is its own worst case
-against the robust plan's. The K best nominal plans (`--top K`) are also evaluated at every corner, which
+overlapped parts) keeps that, so for every plan the worst case over the band's 8 corners is the all-low
+corner. The plan that is best in the worst case is therefore the proven optimum of one solve, on the system at
+that corner: exact over the whole space, not among a short list. The nominal optimum's regret is its own worst
+case against the robust plan's. The K best nominal plans (`--top K`) are also evaluated at every corner, which
 checks the monotonicity claim on them (`worst_corner_is_low`).
 """
 
@@ -101,7 +101,8 @@ class LeverValue:
 
 @dataclass(frozen=True)
 class RobustPlan:
-    """The plan best in the worst case over efficiency bands of +-`band` (module docstring): step times in s."""
+    """The plan best in the worst case over efficiency bands of +-`band` (module docstring): step times in
+    s."""
 
     band: float
     plans: int  # nominal plans evaluated at every corner (`--top`)
@@ -158,7 +159,8 @@ def whatif(
 
 
 def _corner(problem: Problem, g: float, h: float, n: float) -> Problem:
-    """The problem on a system whose GEMM, HBM and network efficiencies are scaled by g, h, n (capped at 1)."""
+    """The problem on a system whose GEMM, HBM and network efficiencies are scaled by g, h, n (capped at
+    1)."""
     s = problem.system
     nets = [x.model_copy(update={"efficiency": min(1.0, x.efficiency * n)}) for x in s.networks]
     return problem.model_copy(
@@ -175,7 +177,8 @@ def _corner(problem: Problem, g: float, h: float, n: float) -> Problem:
 
 
 def robust(problem: Problem, base, band: float, time_limit_s: float = 60.0) -> RobustPlan:
-    """The plan best in the worst case over the efficiency bands, and the optimum's regret (module docstring)."""
+    """The plan best in the worst case over the efficiency bands, and the optimum's regret (module
+    docstring)."""
     from optimizer.drivers.evaluate import evaluate_execution
     from optimizer.drivers.solve import solve
 

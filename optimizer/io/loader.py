@@ -202,7 +202,8 @@ def library_dirs(near: Path | None = None) -> list[Path]:
     """Directories searched for ``llms/``, ``systems/``, ``catalogs/`` (first hit wins).
 
     1. ``$PARAPLAN_LIBRARY`` (os.pathsep-separated);
-    2. the referencing file's directory and its ancestors (a ``problems/`` tree, or one holding ``problems/``);
+    2. the referencing file's directory and its ancestors (a ``problems/`` tree, or one holding
+       ``problems/``);
     3. ``./problems``; 4. the library installed with the package.
     """
     dirs: list[Path] = []
@@ -261,7 +262,8 @@ def _deep_merge(base: Any, over: Any) -> Any:
 
 
 def resolve_ref(doc: Sourced, loc: Loc, kind: str, near: Path | None) -> None:
-    """Replace the value at `loc` (a name, a path, or ``{base: NAME, ...overrides}``) by its file's content."""
+    """Replace the value at `loc` (a name, a path, or ``{base: NAME, ...overrides}``) by its file's
+    content."""
     parent = doc.data
     for k in loc[:-1]:
         parent = parent[k]
@@ -296,7 +298,10 @@ def resolve_ref(doc: Sourced, loc: Loc, kind: str, near: Path | None) -> None:
             what = (
                 f"unknown {kind} '{value}'"
                 if LIBRARY_NAME.match(value)
-                else f"'{value[:60]}' is not a library name (letters, digits, '.', '_', '+', '-') nor a .yaml path"
+                else (
+                    f"'{value[:60]}' is not a library name (letters, digits, '.', '_', '+', '-') "
+                    "nor a .yaml path"
+                )
             )
             raise ProblemError(file, line, ".".join(map(str, loc)), f"{what} (known: {names})")
         path = found

@@ -43,8 +43,8 @@ from optimizer.schema.llm import SlidingWindow
 
 MAX_FREE_MICRO_BATCH = 4  # an unstated micro-batch is chosen among 1..4 (Megatron recipes use 1-4)
 ZERO = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
-# First year a feature was in the frameworks' public releases (Megatron-LM: Korthikanti 2022, Megatron-Core 2023;
-# torchtitan: GQA passed to SDPA without repeating K/V, pytorch/torchtitan#2259, 2026-01).
+# First year a feature was in the frameworks' public releases (Megatron-LM: Korthikanti 2022,
+# Megatron-Core 2023; torchtitan: GQA passed to SDPA without repeating K/V, pytorch/torchtitan#2259, 2026-01).
 FEATURE_YEAR = {
     "sequence_parallel": 2022,
     "selective_recompute": 2022,
@@ -77,8 +77,8 @@ _LIBRARY_DOCS: dict[str, tuple[tuple, list]] = {}  # kind -> (its files' (path, 
 
 def _library_docs(kind: str) -> list[tuple[Path, Any]]:
     """(path, parsed YAML) of every library file of `kind`, read once per state of those files (one added,
-    removed or changed: all read again); a file that does not read is passed over (loading it by name says why).
-    `validate` maps every run through what is derived from them."""
+    removed or changed: all read again); a file that does not read is passed over (loading it by name says
+    why). `validate` maps every run through what is derived from them."""
     paths = [p for p in (find_in_library(kind, n) for n in available(kind)) if p is not None]
     key = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in paths)
     hit = _LIBRARY_DOCS.get(kind)
@@ -119,9 +119,9 @@ def _moe_shape(m: dict) -> tuple:
 
 def _library_expert_bias(m: dict) -> bool:
     """Whether a library model of the record's shape (`problems/llms`: hidden, ffn, layers, heads, K/V heads,
-    head size, vocabulary, MLP kind and its experts) has biased experts: the run schema has no field for them and
-    the records' notes do not state them (GPT-OSS's name its QKV bias only; its checkpoint and Megatron-Bridge's
-    provider, add_bias_linear=True, give every expert linear one)."""
+    head size, vocabulary, MLP kind and its experts) has biased experts: the run schema has no field for them
+    and the records' notes do not state them (GPT-OSS's name its QKV bias only; its checkpoint and
+    Megatron-Bridge's provider, add_bias_linear=True, give every expert linear one)."""
     return any(
         isinstance(doc, dict)
         and isinstance(doc.get("moe"), dict)
@@ -208,8 +208,8 @@ def _llm_of(run: dict, year: int | None) -> LLM:
     dense = re.search(r"dense with ffn (\d+)", notes)
     if moe is not None and dense:
         ffn = int(dense.group(1))
-    # the run schema has no sliding-window fields: GPT-OSS records state them ("alternate 128-token sliding-window
-    # attention and full attention (18 each)")
+    # the run schema has no sliding-window fields: GPT-OSS records state them ("alternate 128-token
+    # sliding-window attention and full attention (18 each)")
     win = re.search(r"(\d+)-token sliding-window attention and full attention \((\d+) each\)", notes)
     window = SlidingWindow(tokens=int(win.group(1)), layers=int(win.group(2))) if win else None
     sinks = "attention sinks" in notes  # GPT-OSS records: "attention sinks and QKV bias"
@@ -371,8 +371,8 @@ def _kernel_knobs(
     run: dict, llm: LLM, year: int | None, stack: str, notes: str, flash: bool, out: Mapped
 ) -> dict[str, Any]:
     """The fixed parallel degrees and kernel knobs: attention (`_attention`), fused element-wise kernels
-    unless the notes say eager, an unfused fp32 loss when they say not compiled, and torchtitan's K/V repeat for GQA
-    before `FEATURE_YEAR['gqa_without_kv_repeat']`."""
+    unless the notes say eager, an unfused fp32 loss when they say not compiled, and torchtitan's K/V repeat
+    for GQA before `FEATURE_YEAR['gqa_without_kv_repeat']`."""
     par = run["parallel"]
     eager = "eager" in notes
     if eager:
@@ -594,8 +594,8 @@ def _grad_precision(run: dict, precision: str, notes: str, out: Mapped) -> str:
 def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     """Turn one calibration record into a problem (or a reason to skip it): the fixed execution knobs go into
     the problem, the ones left to choose into `Mapped.free`, every assumption into `Mapped.assumptions`
-    (module docstring), in the order system, era, model, precision, kernels, notes, batch and pipeline, memory,
-    overlap, gradient precision."""
+    (module docstring), in the order system, era, model, precision, kernels, notes, batch and pipeline,
+    memory, overlap, gradient precision."""
     out = Mapped(run)
     system = _system_of(run, systems, out)
     if system is None:
@@ -658,7 +658,7 @@ def predict(mapped: Mapped) -> Prediction:
     combos = list(product(*[mapped.free[n] for n in names])) or [()]
     execs, knobs = [], []
     for combo in combos:
-        upd = dict(zip(names, combo))
+        upd = dict(zip(names, combo, strict=True))
         # the stack's own values for the knobs the run leaves unwritten (as Problem does when it is loaded)
         ex = Execution.model_validate({**p.execution.model_dump(exclude_unset=True), **upd})
         ex = stack_defaults(p.stack, ex)
@@ -705,8 +705,8 @@ def load_runs(path: str) -> Sourced:
 
 
 def precision_key(run: dict) -> tuple:
-    """The (model, GPU, GPU count, sequence length, global batch) a run's precision is compared within: the model
-    keyed on the run id's prefix up to the GPU name (the schema has no model-name field)."""
+    """The (model, GPU, GPU count, sequence length, global batch) a run's precision is compared within: the
+    model keyed on the run id's prefix up to the GPU name (the schema has no model-name field)."""
     gpu = run["hardware"]["gpu"]
     return (
         run["id"].split(f"-{gpu.split('-')[0]}")[0],
@@ -719,9 +719,9 @@ def precision_key(run: dict) -> tuple:
 
 def order_precisions(entries) -> list[tuple[tuple, list[str], list[str]]]:
     """`entries`: (key, precision, measured step s, predicted step s), the key fixing the tokens of a step
-    (`precision_key`). For each key with several precisions, each run once (a key holding two runs of one precision,
-    e.g. two micro-batch sizes, is no precision comparison): the precisions fastest first as measured and as
-    predicted (`paraplan validate`'s precision order, `scoring._precision_order`)."""
+    (`precision_key`). For each key with several precisions, each run once (a key holding two runs of one
+    precision, e.g. two micro-batch sizes, is no precision comparison): the precisions fastest first as
+    measured and as predicted (`paraplan validate`'s precision order, `scoring._precision_order`)."""
     groups: dict[tuple, list[tuple[str, float, float]]] = {}
     for key, prec, measured, predicted in entries:
         groups.setdefault(tuple(key), []).append((str(prec), measured, predicted))

@@ -232,12 +232,13 @@ def _layouts(p: Problem, dom: dict[str, list]) -> list[tuple[int, int, int, int]
             tp, pp, cp, dp = tp[keep], pp[keep], cp[keep], dp[keep]
     r = rule_masks(p, tp, pp, dp, cp)
     ok = r[Group.GPUS] & (B % dp == 0) & r[Group.MUST_FILL]
-    return list(zip(tp[ok].tolist(), pp[ok].tolist(), cp[ok].tolist(), dp[ok].tolist()))
+    return list(zip(tp[ok].tolist(), pp[ok].tolist(), cp[ok].tolist(), dp[ok].tolist(), strict=True))
 
 
 def _expand(p: Problem, dom: dict[str, list], lay: np.ndarray) -> np.ndarray:
     """Rows (tp, pp, cp, dp, ep, etp, el) of every layout with each legal (ep, etp) split (`layout`'s
-    rules.experts; dense: (1, tp)) and embedding/loss split (el only with pp > 1, when the search allows it)."""
+    rules.experts; dense: (1, tp)) and embedding/loss split (el only with pp > 1, when the search allows
+    it)."""
     tp, pp, cp, dp = lay.T
     if p.llm.moe is None:
         rows = np.stack([tp, pp, cp, dp, np.ones_like(tp), tp], axis=1)
@@ -258,8 +259,8 @@ def _expand(p: Problem, dom: dict[str, list], lay: np.ndarray) -> np.ndarray:
 
 
 def compact_space(problem: Problem) -> Compact:
-    """Legal layouts and (layout, vpp, micro-batch) triples, every rule from `optimizer.rules.layout` evaluated on
-    whole arrays at once."""
+    """Legal layouts and (layout, vpp, micro-batch) triples, every rule from `optimizer.rules.layout`
+    evaluated on whole arrays at once."""
     p, llm = problem, problem.llm
     per_cache: dict[tuple[bool, bool, bool, bool], list] = {}
     dom = knob_domains(p)

@@ -44,7 +44,7 @@ def plot_breakdown(evaluations: list[Any], path: str, title: str = "") -> None:
         if not any(v > 0 for v in vals):
             continue
         at.barh(ys, vals, left=left, color=cmap(j % 20), label=name, height=0.6)
-        left = [a + b for a, b in zip(left, vals)]
+        left = [a + b for a, b in zip(left, vals, strict=True)]
     at.set_yticks(ys, names, fontsize=7)
     at.set_xlabel("step time, s")
     at.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncols=3, frameon=False)
@@ -53,7 +53,7 @@ def plot_breakdown(evaluations: list[Any], path: str, title: str = "") -> None:
     for j, (name, key) in enumerate(MEM_PARTS):
         vals = [float(ev.result[key]) / GIB for ev in evaluations]
         am.barh(ys, vals, left=left, color=cmap((2 * j + 1) % 20), label=name, height=0.6)
-        left = [a + b for a, b in zip(left, vals)]
+        left = [a + b for a, b in zip(left, vals, strict=True)]
     cap = evaluations[0].problem.system.hbm_gib if evaluations else 0
     am.axvline(cap, color="crimson", lw=1.2, ls="--", label=f"HBM {cap:g} GiB")
     am.set_xlabel("memory per GPU (worst stage), GiB")
@@ -152,7 +152,7 @@ def _study_breakdown(plt, ok: list[dict], study, keys: list[str]):
         vals = [float(r.get(f"time_s.{key}") or 0.0) for r in ok]
         if any(vals):
             ax.barh(range(len(ok)), vals, left=left, color=cmap(j % 20), label=name)
-            left = [a + b for a, b in zip(left, vals)]
+            left = [a + b for a, b in zip(left, vals, strict=True)]
     ax.set_yticks(range(len(ok)), [", ".join(f"{k}={r[f'axis.{k}']}" for k in keys) for r in ok], fontsize=6)
     ax.invert_yaxis()
     ax.set_xlabel("step time, s")
@@ -244,7 +244,7 @@ def plot_pareto(r: ProcureResult, path: str) -> None:
             zorder=3,
             label=kind + (" (prior only: uncalibrated)" if prior else ""),
         )
-    for k, (p, x, y) in enumerate(zip(pts, xs, ys)):
+    for k, (p, x, y) in enumerate(zip(pts, xs, ys, strict=True)):
         n = sum(g.nodes for g in p.groups)
         ax.annotate(
             f"{n} node{'s' if n > 1 else ''}",

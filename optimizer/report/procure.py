@@ -1,5 +1,6 @@
 """`paraplan procure`'s report: a `ProcureResult` as a JSON object and as text (per node type its limit and
-best purchase, costs in USD, step times in s, days to train; the best purchase and its plan; the Pareto front)."""
+best purchase, costs in USD, step times in s, days to train; the best purchase and its plan; the Pareto
+front)."""
 
 from __future__ import annotations
 
@@ -108,6 +109,7 @@ def _pipeline_dict(c) -> dict:
                 sol.result.hbm_bytes,
                 sol.result.capacity_bytes,
                 c.reasons,
+                strict=True,
             )
         ],
         "dp": sol.plan.dp,
@@ -133,8 +135,23 @@ def _money(x: float) -> str:
 
 
 def render(r: ProcureResult) -> str:
-    from optimizer.report.text import render_evaluation
+    """`paraplan procure`'s report: the limits, a row per node type, the pipelined mix, the best purchase
+    and its plans, the Pareto front and the notes."""
+    out = _render_header(r) + _render_types(r)
+    if r.best is None:
+        out.append(
+            "NOTHING FITS: no node type of the catalog trains the model within the limits "
+            "(run `paraplan check` on a node type for why)"
+        )
+        return "\n".join(out)
+    out += _render_best(r) + _render_pareto(r)
+    for n in r.notes:
+        out.append(f"note: {n}")
+    return "\n".join(out)
 
+
+def _render_header(r: ProcureResult) -> list[str]:
+    """The title line: goal, pricing, limits (USD, kW, days), node types, candidates, status, time in s."""
     pp, pr = r.problem, r.problem.procure
     lim = [
         f"budget {_money(pr.budget_usd)}" if pr.budget_usd else "no budget",
@@ -147,6 +164,14 @@ def render(r: ProcureResult) -> str:
         + f"); {len(pp.catalog.node_types)} node types, "
         f"{r.candidates:,} candidates searched; {r.status}; {r.seconds:.2f} s"
     ]
+    return out
+
+
+def _render_types(r: ProcureResult) -> list[str]:
+    """A row per node type (nodes, GPUs, cost in USD, step time in s, tokens/s, days to train, calibration),
+    then the mixes evaluated and the pipelined mix."""
+    pp, pr = r.problem, r.problem.procure
+    out: list[str] = []
     out.append("")
     lw = max([len(f"{x.max_nodes} ({x.bound_by})") for x in r.rows] + [5])
     nw = max([len(x.node_type.name) for x in r.rows] + [9])
@@ -179,12 +204,15 @@ def render(r: ProcureResult) -> str:
     elif pr.heterogeneous.value in ("pipeline", "all") and pr.max_types >= 2:
         out.append("pipelined mix: none fits within the limits")
     out.append("")
-    if r.best is None:
-        out.append(
-            "NOTHING FITS: no node type of the catalog trains the model within the limits "
-            "(run `paraplan check` on a node type for why)"
-        )
-        return "\n".join(out)
+    return out
+
+
+def _render_best(r: ProcureResult) -> list[str]:
+    """The best purchase (cost in USD, power in kW, step time in s, days to train) and each group's plan."""
+    from optimizer.report.text import render_evaluation
+
+    pp = r.problem
+    out: list[str] = []
     b = r.best
     prior = sorted({g.node_type.name for g in b.groups if g.node_type.system.calibration.status() == "prior"})
     if prior:
@@ -217,6 +245,13 @@ def render(r: ProcureResult) -> str:
             f"step {g.step_time_s:.4f} s ===",
         ]
         out.append(render_evaluation(g.plan.evaluation))
+    return out
+
+
+def _render_pareto(r: ProcureResult) -> list[str]:
+    """The Pareto front of cost (USD) against days to train (step time in s without a token count)."""
+    pp = r.problem
+    out: list[str] = []
     if r.pareto:
         out += [
             "",
@@ -226,6 +261,4 @@ def render(r: ProcureResult) -> str:
         for p in r.pareto:
             t = p.days_to_train if p.days_to_train is not None else p.step_time_s
             out.append(f"  {_money(p.cost_usd):>10s} {t:8.2f}  {p.label()}")
-    for n in r.notes:
-        out.append(f"note: {n}")
-    return "\n".join(out)
+    return out

@@ -36,7 +36,8 @@ def render(problem: Problem, r: SolveResult, emit: str | None = None) -> str:
     ]
     if r.bound_s is not None:
         out.append(
-            f"best step time {r.plans[0].objective_s:.4f} s, bound {r.bound_s:.4f} s, gap {100 * (r.gap or 0):.3f}%"
+            f"best step time {r.plans[0].objective_s:.4f} s, bound {r.bound_s:.4f} s, "
+            f"gap {100 * (r.gap or 0):.3f}%"
         )
     for i, p in enumerate(r.plans):
         out += [

@@ -24,7 +24,8 @@ def table(rows: list[list[str]], header: list[str] | None = None) -> str:
     for j, r in enumerate(allrows):
         lines.append(
             "  ".join(
-                str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths))
+                str(c).ljust(w) if i == 0 else str(c).rjust(w)
+                for i, (c, w) in enumerate(zip(r, widths, strict=False))
             )
         )
         if header and j == 0:
@@ -100,8 +101,8 @@ def evaluation_dict(ev: Any) -> dict[str, Any]:
 
 
 def calibration_line(system: Any, stack: Any = None) -> str:
-    """One line: whether the system's efficiencies were fitted on published runs (of which stacks), copied from
-    a same-die system, or are priors (then its step times are guesses, not predictions)."""
+    """One line: whether the system's efficiencies were fitted on published runs (of which stacks), copied
+    from a same-die system, or are priors (then its step times are guesses, not predictions)."""
     cal = system.calibration
     line = f"calibration: {system.name}: {cal.summary(stack)}"
     if cal.status() == "prior":
@@ -110,6 +111,8 @@ def calibration_line(system: Any, stack: Any = None) -> str:
 
 
 def render_evaluation(ev: Any) -> str:
+    """One evaluation as text: the execution's knobs, the step time's parts (s), memory per GPU (GiB),
+    MFU/HFU and throughput, time to train (days) and whether it fits."""
     d = evaluation_dict(ev)
     ex = ev.execution
     p = ev.problem
@@ -119,19 +122,7 @@ def render_evaluation(ev: Any) -> str:
         f"paraplan evaluate: {p.name or ''}  {p.llm.name} on {p.num_gpus} x {p.system.name}{idle}",
         calibration_line(p.system, p.stack),
     ]
-    knobs = (
-        f"tp={ex.tp} pp={ex.pp} dp={d['execution']['dp']} cp={ex.cp} vpp={ex.vpp} micro_batch={ex.micro_batch} "
-        f"recompute={ex.recompute.value} sp={ex.sequence_parallel} zero={ex.zero} tp_overlap={ex.tp_overlap.value} "
-        f"dp_overlap={ex.dp_overlap} attention={ex.attention.value} schedule={ex.schedule.value}"
-    )
-    if p.llm.moe is not None:
-        knobs += f" ep={ex.ep} etp={ex.etp or ex.tp} cuda_graphs={ex.cuda_graphs.value}"
-        knobs += " fused_expert_mlp" if ex.moe_fused_mlp else ""
-        if ex.ep > 1:
-            knobs += f" ep_dispatcher={ex.ep_dispatcher.value} ep_overlap={ex.ep_overlap}"
-    if ex.recompute.value == "selective" and ex.recompute_modules:
-        knobs += f" recompute_modules={','.join(m.value for m in ex.recompute_modules)}"
-    out.append("execution: " + knobs)
+    out.append("execution: " + _knobs_text(ex, d, p))
     if ex.activation_offload and ex.activation_offload_layers:
         out.append(f"activation offload: {ex.activation_offload_layers} layers per stage")
     if ex.weight_offload or ex.activation_offload or ex.optimizer_offload:
@@ -148,6 +139,56 @@ def render_evaluation(ev: Any) -> str:
     rows.append(["step time", _fmt_s(total), "100.0%"])
     out += ["", table(rows, ["time per step", "time", "share"])]
     mem = d["memory_gib"]
+    mrows = _memory_rows(mem)
+    out += ["", table(mrows, ["memory per GPU (worst stage)", "GiB"])]
+    if d["offload_memory_gib"] > 0:
+        out.append(
+            f"offload memory: {d['offload_memory_gib']:.2f} GiB, link need "
+            f"{d['offload_bandwidth_need_gbps']:.1f} GB/s"
+        )
+    out += [
+        "",
+        f"MFU {100 * d['mfu']:.1f}%  HFU {100 * d['hfu']:.1f}%  "
+        f"{d['tokens_per_s']:.0f} tokens/s  {d['samples_per_s']:.2f} samples/s  "
+        f"{d['micro_batches']:.0f} micro-batches",
+        "  (MFU: the model's FLOPs, 6 x active parameters + 12 L s a d attention per token with full "
+        "attention as published (PaLM, App. B), over peak; HFU: the FLOPs the kernels execute, recompute "
+        "included and causal flash attention at half the scores, so HFU < MFU when that half outweighs the "
+        "recompute)",
+    ]
+    if d["time_to_train_s"]:
+        out.append(f"time to train {p.training.tokens:.3g} tokens: {d['time_to_train_s'] / 86400:.2f} days")
+    out.append(f"fits in memory: {'yes' if d['fits'] else 'NO'}")
+    from optimizer.model.capacity import memory_margin_warning
+
+    margin = memory_margin_warning(ev.result["hbm"], p) if d["fits"] else None
+    if margin:
+        out.append(f"warning: {margin}")
+    for w in d["warnings"]:
+        out.append(f"warning: {w}")
+    return "\n".join(out)
+
+
+def _knobs_text(ex: Any, d: dict, p: Any) -> str:
+    """The execution's knobs as `name=value` words (MoE and selective-recompute knobs where they apply)."""
+    knobs = (
+        f"tp={ex.tp} pp={ex.pp} dp={d['execution']['dp']} cp={ex.cp} vpp={ex.vpp} "
+        f"micro_batch={ex.micro_batch} recompute={ex.recompute.value} sp={ex.sequence_parallel} "
+        f"zero={ex.zero} tp_overlap={ex.tp_overlap.value} "
+        f"dp_overlap={ex.dp_overlap} attention={ex.attention.value} schedule={ex.schedule.value}"
+    )
+    if p.llm.moe is not None:
+        knobs += f" ep={ex.ep} etp={ex.etp or ex.tp} cuda_graphs={ex.cuda_graphs.value}"
+        knobs += " fused_expert_mlp" if ex.moe_fused_mlp else ""
+        if ex.ep > 1:
+            knobs += f" ep_dispatcher={ex.ep_dispatcher.value} ep_overlap={ex.ep_overlap}"
+    if ex.recompute.value == "selective" and ex.recompute_modules:
+        knobs += f" recompute_modules={','.join(m.value for m in ex.recompute_modules)}"
+    return knobs
+
+
+def _memory_rows(mem: dict) -> list[list[str]]:
+    """Rows of the memory table (GiB per GPU, worst stage): the parts, the activations' shares, the totals."""
     mrows = []
     for name, key in MEM_PARTS:
         mrows.append([name, f"{mem[key]:8.2f}"])
@@ -163,32 +204,7 @@ def render_evaluation(ev: Any) -> str:
     mrows.append(["total HBM", f"{mem['total']:8.2f}"])
     mrows.append(["allocator peak (PyTorch reserved)", f"{mem['allocator_reserved_peak']:8.2f}"])
     mrows.append(["capacity", f"{mem['capacity']:8.2f}"])
-    out += ["", table(mrows, ["memory per GPU (worst stage)", "GiB"])]
-    if d["offload_memory_gib"] > 0:
-        out.append(
-            f"offload memory: {d['offload_memory_gib']:.2f} GiB, link need "
-            f"{d['offload_bandwidth_need_gbps']:.1f} GB/s"
-        )
-    out += [
-        "",
-        f"MFU {100 * d['mfu']:.1f}%  HFU {100 * d['hfu']:.1f}%  "
-        f"{d['tokens_per_s']:.0f} tokens/s  {d['samples_per_s']:.2f} samples/s  "
-        f"{d['micro_batches']:.0f} micro-batches",
-        "  (MFU: the model's FLOPs, 6 x active parameters + 12 L s a d attention per token with full attention "
-        "as published (PaLM, App. B), over peak; HFU: the FLOPs the kernels execute, recompute included and "
-        "causal flash attention at half the scores, so HFU < MFU when that half outweighs the recompute)",
-    ]
-    if d["time_to_train_s"]:
-        out.append(f"time to train {p.training.tokens:.3g} tokens: {d['time_to_train_s'] / 86400:.2f} days")
-    out.append(f"fits in memory: {'yes' if d['fits'] else 'NO'}")
-    from optimizer.model.capacity import memory_margin_warning
-
-    margin = memory_margin_warning(ev.result["hbm"], p) if d["fits"] else None
-    if margin:
-        out.append(f"warning: {margin}")
-    for w in d["warnings"]:
-        out.append(f"warning: {w}")
-    return "\n".join(out)
+    return mrows
 
 
 def render_validation(v: dict[str, Any]) -> str:

@@ -1,4 +1,5 @@
-"""`paraplan whatif`'s report as text: the step time (s) saved by +X% of each resource, and the robust plan."""
+"""`paraplan whatif`'s report as text: the step time (s) saved by +X% of each resource, and the robust
+plan."""
 
 from __future__ import annotations
 

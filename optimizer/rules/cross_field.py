@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
 
 def execution_errors(problem: Problem, ex: Execution | None = None) -> list[tuple[str, str]]:
-    """(field path, message) for every rule the execution breaks: `optimizer.rules.layout`'s rule groups on this
-    one execution, worded on the user's fields, plus the knob rules a layout does not cover (sequence
+    """(field path, message) for every rule the execution breaks: `optimizer.rules.layout`'s rule groups on
+    this one execution, worded on the user's fields, plus the knob rules a layout does not cover (sequence
     parallelism with all-reduce, offload without offload memory, a precision the system lacks, explicit
     placement)."""
     p = problem
@@ -184,7 +184,7 @@ def _placement_errors(sysm, ex: Execution, dp: int, etp: int) -> list[tuple[str,
     except ValueError as e:
         return [("execution.placement", str(e))]
     out = []
-    for net, span in zip(sysm.networks, tier_spans(sizes, tiers, ex.tp, ex.cp, dp, ex.pp)):
+    for net, span in zip(sysm.networks, tier_spans(sizes, tiers, ex.tp, ex.cp, dp, ex.pp), strict=True):
         span = int(span)
         if span > net.size:
             out.append(
@@ -240,8 +240,8 @@ def check_problem(problem: Problem, doc: Sourced | None = None) -> None:
 
 
 def execution_warnings(stack: Stack, ex, precision=None) -> list[str]:
-    """Knobs of an execution (`evaluate`, `--emit`) that the stack does not offer (at `precision`), unless moot in
-    its layout (`rules.layout.moot`: e.g. sequence parallelism at tp 1)."""
+    """Knobs of an execution (`evaluate`, `--emit`) that the stack does not offer (at `precision`), unless
+    moot in its layout (`rules.layout.moot`: e.g. sequence parallelism at tp 1)."""
     no_dp = ex.dp == 1 and ex.cp == 1
     out = [
         f"{knob}={not_offered(stack, knob, getattr(ex, knob), precision)}"

@@ -207,12 +207,13 @@ def tier_spans(sizes, tiers: dict, tp, cp, dp, pp) -> list:
 
 
 def must_fill_ok(networks, tiers: dict, tp, cp, dp, pp):
-    """network.must_fill: the groups placed on a must-fill tier tile it (its size a multiple of their span)."""
+    """network.must_fill: the groups placed on a must-fill tier tile it (its size a multiple of their
+    span)."""
     ok = np.ones(
         np.broadcast(np.asarray(tp), np.asarray(pp), np.asarray(dp), np.asarray(cp)).shape, dtype=bool
     )
     spans = tier_spans([x.size for x in networks], tiers, tp, cp, dp, pp)
-    for net, span in zip(networks, spans):
+    for net, span in zip(networks, spans, strict=True):
         if net.must_fill:
             ok = ok & (net.size % span == 0)
     return ok
@@ -286,7 +287,8 @@ def zero_allowed(z, no_dp_group):
     return (np.asarray(z) == 0) | ~np.asarray(no_dp_group, dtype=bool)
 
 
-_MOOT_WHEN = {  # knob -> the layouts where it has no effect: tp == 1, pp == 1, no data-parallel group, ep == 1
+# knob -> the layouts where it has no effect: tp == 1, pp == 1, no data-parallel group, ep == 1
+_MOOT_WHEN = {
     "sequence_parallel": ("tp",),
     "sp_ag_redo": ("tp",),
     "tp_overlap": ("tp",),
