@@ -47,11 +47,11 @@ def grid_leave_one_out(runs: list[dict], base: System, grid: list[dict]) -> list
 
     cal = load_script("calibrate")
     mapped = [map_run(r, {base.name: base}) for r in runs]
-    target = [run_target(r, m.problem)[0] for r, m in zip(runs, mapped)]
+    target = [run_target(r, m.problem)[0] for r, m in zip(runs, mapped, strict=True)]
     err = np.zeros((len(grid), len(runs)))
     for i, x in enumerate(grid):
         sysm = cal.with_params(base, x)
-        for j, (m, t) in enumerate(zip(mapped, target)):
+        for j, (m, t) in enumerate(zip(mapped, target, strict=True)):
             m2 = type(m)(run=m.run, problem=m.problem.model_copy(update={"system": sysm}), free=m.free)
             err[i, j] = 100 * (predict(m2).result["step_time"] - t) / t
     return [float(x) for x in load_script("grid_fit").held_out(err)]

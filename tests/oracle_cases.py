@@ -1,9 +1,9 @@
 """The problems on which CP-SAT (and the Pyomo MILP) must reach the exhaustive oracle's optimum.
 
-ORACLE: varied problems, 1B to 1T parameters, 8 to 16,384 GPUs, A100 and H100 (and V100), loose and tight memory,
-fixed and free knobs, idle GPUs allowed or not, long sequences with context parallelism, mixtures of experts
-with ep and etp free (with and without context parallelism), and the other objectives. SMALL: tiny problems
-that each exercise one formulation feature. Their enumerated optima are stored in
+ORACLE: varied problems, 1B to 1T parameters, 8 to 16,384 GPUs, A100 and H100 (and V100), loose and tight
+memory, fixed and free knobs, idle GPUs allowed or not, long sequences with context parallelism, mixtures of
+experts with ep and etp free (with and without context parallelism), and the other objectives. SMALL: tiny
+problems that each exercise one formulation feature. Their enumerated optima are stored in
 tests/golden/oracle_optima.json, written only by scripts/regen_oracle.py.
 """
 

@@ -302,8 +302,8 @@ def test_solve_plot_breakdown(tmp_path, capsys, monkeypatch):
 
 
 def test_help_of_every_command_prints_and_exits_0(capsys):
-    """`--help` of the program and of each sub-command renders (argparse formats help strings with %, so a bare
-    '%' in one crashes only when help is asked for)."""
+    """`--help` of the program and of each sub-command renders (argparse formats help strings with %, so a
+    bare '%' in one crashes only when help is asked for)."""
     from optimizer.cli import build_parser
 
     parser = build_parser()
@@ -321,11 +321,11 @@ def test_help_of_every_command_prints_and_exits_0(capsys):
 
 
 def test_validate_reports_the_precision_order():
-    """`validate` compares, per (model, GPU, GPU count, sequence, global batch) scored in several precisions, the
-    order of their measured step times (the same tokens each) with the model's and prints the count and each group
-    it misorders.
-    Hand-made rows: group A (two precisions) ordered as measured, group B not; a group with one precision twice
-    (two micro-batch sizes, say) is no precision comparison."""
+    """`validate` compares, per (model, GPU, GPU count, sequence, global batch) scored in several precisions,
+    the order of their measured step times (the same tokens each) with the model's and prints the count and
+    each group it misorders.
+    Hand-made rows: group A (two precisions) ordered as measured, group B not; a group with one precision
+    twice (two micro-batch sizes, say) is no precision comparison."""
     from optimizer.drivers.validate import _summarise
     from optimizer.report.text import render_validation
 

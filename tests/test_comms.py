@@ -47,8 +47,8 @@ def test_ring_across_nodes_uses_every_member_nic():
 
 
 def test_moe_dispatch_crosses_the_outer_tier_once_per_remote_node():
-    """Top-k dispatch over 4 nodes of 8: a token reaches 3*(1-(3/4)^8) remote nodes on average, not 8*3/4 rows;
-    with top-1 nothing is deduplicated."""
+    """Top-k dispatch over 4 nodes of 8: a token reaches 3*(1-(3/4)^8) remote nodes on average, not 8*3/4
+    rows; with top-1 nothing is deduplicated."""
     from optimizer.model.hardware import a2a_time
 
     k = 8

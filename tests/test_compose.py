@@ -98,7 +98,8 @@ def test_activations_gpipe_interleaved_offload():
 
 def test_uneven_pipeline_is_timed_by_its_busiest_stage(tmp_path):
     """pp_uneven (a custom layout, e.g. DeepSeek-V3's 61 layers over 16 chunks): the step is that of the even
-    split whose every stage holds the busiest stage's ceil(L / pp) layers; without it the split is an error."""
+    split whose every stage holds the busiest stage's ceil(L / pp) layers; without it the split is an
+    error."""
     import pytest
 
     from optimizer.drivers.evaluate import evaluate_execution

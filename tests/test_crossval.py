@@ -37,29 +37,30 @@ def test_every_public_run_has_a_named_group():
         ("Korthikanti et al. 2022, Sec. 6.3 text after Table 5", "korthikanti-2022"),
         (
             (
-                "MosaicML llm-foundry scripts/train/benchmarking/README.md @061f2c7 (2023-10-17), section 'H100 80GB FP8', "
-                "row 1"
+                "MosaicML llm-foundry scripts/train/benchmarking/README.md @061f2c7 (2023-10-17), "
+                "section 'H100 80GB FP8', row 1"
             ),
             "llm-foundry-061f2c7",
         ),
         (
             (
-                "NVIDIA NeMo Framework user guide, performance summary (docs.nvidia.com/...), 'Pre-training', Container NeMo "
-                "25.04, System DGX-GB200 table"
+                "NVIDIA NeMo Framework user guide, performance summary (docs.nvidia.com/...), "
+                "'Pre-training', Container NeMo 25.04, System DGX-GB200 table"
             ),
             "nemo-25.04",
         ),
         (
             (
-                "NVIDIA Megatron-Bridge performance summary archive (docs/performance-summary-archive.md @067f987), "
+                "NVIDIA Megatron-Bridge performance summary archive "
+                "(docs/performance-summary-archive.md @067f987), "
                 "'26.04.01 NeMo Container' pre-training table, model DeepSeekV3"
             ),
             "megatron-bridge-26.04.01",
         ),
         (
             (
-                "NVIDIA Megatron-Bridge performance summary, 25.11 NeMo Container, Pre-Training, System DGX-H100, row "
-                "LLAMA3_70B (FP8-CS)"
+                "NVIDIA Megatron-Bridge performance summary, 25.11 NeMo Container, Pre-Training, "
+                "System DGX-H100, row LLAMA3_70B (FP8-CS)"
             ),
             "megatron-bridge-25.11",
         ),

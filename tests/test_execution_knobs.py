@@ -100,11 +100,11 @@ def test_moe_dispatcher_and_overlap():
 
 
 def test_alltoall_dispatcher_sorts_rows_by_local_expert_and_back():
-    """Megatron-Core's plain all-to-all delivers rows grouped by source rank; with several local experts it sorts
-    them into expert order after the dispatch and back before the combine (sort_chunks_by_idxs): two fused
-    gather passes over the routed rows in forward and their two reverse gathers in backward, which the flex
-    dispatchers (DeepEP, HybridEP) and a single local expert do not make; with expert TP the rows are sorted after
-    the expert-TP all-gather, etp times as many."""
+    """Megatron-Core's plain all-to-all delivers rows grouped by source rank; with several local experts it
+    sorts them into expert order after the dispatch and back before the combine (sort_chunks_by_idxs): two
+    fused gather passes over the routed rows in forward and their two reverse gathers in backward, which the
+    flex dispatchers (DeepEP, HybridEP) and a single local expert do not make; with expert TP the rows are
+    sorted after the expert-TP all-gather, etp times as many."""
     from optimizer.model.hardware import Hardware
     from optimizer.model.layer import _elementwise
 
@@ -184,7 +184,8 @@ def test_runs_read_recipe_knobs_from_notes():
 def test_solve_decides_the_moe_dispatcher_and_overlap_when_search_names_them(tmp_path):
     """Fixed alltoall without overlap unless `search` names them; opened, the proven optimum is no slower, and
     when its experts span nodes it uses the node-deduplicated dispatcher (the oracle case
-    qwen3-235b-ep-dispatch-overlap-128xh100 checks CP-SAT against enumeration). A stack without them refuses."""
+    qwen3-235b-ep-dispatch-overlap-128xh100 checks CP-SAT against enumeration). A stack without them
+    refuses."""
     from optimizer.drivers.solve import solve
     from optimizer.errors import ProblemErrors
     from optimizer.io.loader import load_problem

@@ -136,8 +136,8 @@ def test_moe_flags():
 
 @pytest.mark.parametrize("zero,dp_overlap", [(0, True), (1, True), (1, False)])
 def test_dp_overlap_flags(zero, dp_overlap):
-    """Gradient reduction overlaps with --overlap-grad-reduce; the distributed optimizer's parameter all-gather
-    too (--overlap-param-gather) when it shards (ZeRO-1), whatever the MoE knobs."""
+    """Gradient reduction overlaps with --overlap-grad-reduce; the distributed optimizer's parameter
+    all-gather too (--overlap-param-gather) when it shards (ZeRO-1), whatever the MoE knobs."""
     ex = Execution(tp=8, pp=4, zero=zero, dp_overlap=dp_overlap)
     a = parse(emit("megatron", _problem("llama3.1-70b", ex), ex))
     assert a.overlap_grad_reduce == dp_overlap
@@ -271,8 +271,9 @@ def test_emit_on_every_command(tmp_path, capsys, command, target):
 
 
 def test_triton_attention_plan_exports_flash_with_a_note():
-    """A plan with FlashAttention's Triton kernel (llm-foundry's) has no Megatron-LM kernel of its own: the export
-    turns flash attention on and says, in a comment before the command, that Megatron's kernel is faster."""
+    """A plan with FlashAttention's Triton kernel (llm-foundry's) has no Megatron-LM kernel of its own: the
+    export turns flash attention on and says, in a comment before the command, that Megatron's kernel is
+    faster."""
     ex = Execution(tp=1, pp=1, attention="flash-triton")
     text = emit("megatron", _problem("llama3.1-8b", ex), ex)
     assert parse(text).use_flash_attn

@@ -1,4 +1,4 @@
-"""`paraplan fleet` (issue 17): the portfolio MILP against brute force on tiny instances (throughput tables
+"""`paraplan fleet`: the portfolio MILP against brute force on tiny instances (throughput tables
 given by hand, so the check is independent of the planner), the infeasibility explanation, input errors with
 file:line:field, and the shipped example solved to proven optimality."""
 
@@ -56,8 +56,8 @@ def load(tmp_path, goal="cost", budget="null"):
 
 
 def brute(goal: str, budget: float | None, deadline=None):
-    """Every schedule (per job and period: idle or one (type, size)); the cheapest purchase of a schedule owns,
-    per type, the running maximum of the nodes in use (nodes are kept once bought)."""
+    """Every schedule (per job and period: idle or one (type, size)); the cheapest purchase of a schedule
+    owns, per type, the running maximum of the nodes in use (nodes are kept once bought)."""
     deadline = deadline or {"j1": 2, "j2": 3}
     opts = [None] + [(t, s) for t in "ab" for s in (1, 2)]
     best = None

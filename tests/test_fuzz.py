@@ -1,5 +1,5 @@
-"""Fuzz: mutated shipped problems and hostile files through the CLI (in-process). The full run (150 cases) is in
-the slow set; the fast set draws a small sample of the same cases.
+"""Fuzz: mutated shipped problems and hostile files through the CLI (in-process). The full run (150 cases) is
+in the slow set; the fast set draws a small sample of the same cases.
 
 Asserts, for every case: no traceback (exit 0, 2, 3 or 4), no hang (an alarm of 30 s), and every input
 error naming file:line. `scripts/fuzz_problems.py N` runs the same cases in bulk and counts them.

@@ -148,7 +148,8 @@ def test_microscaled_peaks_and_16_bit_attention():
 
 @pytest.fixture
 def calibrate(tmp_path, monkeypatch):
-    """scripts/calibrate.py as a module, over a copy of the shipped systems (PARAPLAN_LIBRARY points at it)."""
+    """scripts/calibrate.py as a module, over a copy of the shipped systems (PARAPLAN_LIBRARY points at
+    it)."""
     from tests.helpers import load_script
 
     lib = tmp_path / "lib"
@@ -158,8 +159,8 @@ def calibrate(tmp_path, monkeypatch):
 
 
 def test_calibrate_transfer_takes_no_runs_files_and_a_fit_requires_them(calibrate, monkeypatch):
-    """`calibrate.py --gpu SRC --transfer DST` copies SRC's fitted tables without reading any run; a fit without
-    runs files is a usage error (exit 2), not a traceback."""
+    """`calibrate.py --gpu SRC --transfer DST` copies SRC's fitted tables without reading any run; a fit
+    without runs files is a usage error (exit 2), not a traceback."""
     import sys
 
     cal, lib = calibrate
@@ -229,13 +230,14 @@ RUNS_2025 = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "pu
 @pytest.mark.skipif(not RUNS_2025.is_file(), reason="calibration data not present")
 def test_model_orders_precisions_as_measured():
     """MXFP8/NVFP4 runs are scored and `paraplan validate` reports how the model orders each (model, GPU)'s
-    precisions against the published throughputs: NVFP4 fastest, then FP8 (per-tensor), then MXFP8, on Llama 3 70B
-    and Llama 3.1 405B (GB200, GB300): 4 of 4 groups since MXFP8 GEMMs run at the block-scaled kernel factor
-    measured on a B300 (`hardware.BLOCK_SCALED_KERNEL`, 0.951 of per-tensor FP8) and its output-gradient gathers
-    carry both copies (2 of 4 before: the 405B FP8 runs, 6.7-7.4% faster than the MXFP8 ones on both racks, were
-    put the other way while the fits' MXFP8 factor sat at its bound; 3 of 4 before the block-scaled formats'
-    sequence-parallel all-gathers were priced in their quantised bytes, 4 of 4 before GB300's refit with the
-    all-to-all dispatcher's sort, 2 of 4 while the LM head was priced at the FP8 peak)."""
+    precisions against the published throughputs: NVFP4 fastest, then FP8 (per-tensor), then MXFP8, on Llama 3
+    70B and Llama 3.1 405B (GB200, GB300): 4 of 4 groups since MXFP8 GEMMs run at the block-scaled kernel
+    factor measured on a B300 (`hardware.BLOCK_SCALED_KERNEL`, 0.951 of per-tensor FP8) and its
+    output-gradient gathers carry both copies (2 of 4 before: the 405B FP8 runs, 6.7-7.4% faster than the
+    MXFP8 ones on both racks, were put the other way while the fits' MXFP8 factor sat at its bound; 3 of 4
+    before the block-scaled formats' sequence-parallel all-gathers were priced in their quantised bytes, 4 of
+    4 before GB300's refit with the all-to-all dispatcher's sort, 2 of 4 while the LM head was priced at the
+    FP8 peak)."""
     from optimizer.drivers.validate import score_runs
 
     po = score_runs(str(RUNS_2025)).as_dict()["summary"]["precision_order"]
@@ -247,12 +249,13 @@ def test_model_orders_precisions_as_measured():
 
 @pytest.mark.skipif(not RUNS_2025.is_file(), reason="calibration data not present")
 def test_hgx_blackwell_is_its_rack_part_at_its_own_clock_leave_one_out():
-    """B200 and B300 are GB200's and GB300's dies at a lower power limit: the GEMM curve, HBM table and precision
-    factors are the rack part's as they are, and one factor, the sustained clock against their own datasheet
-    peaks, is fitted (0.924 and 0.899). Leave-one-out over B200's 11 runs, the clock chosen on a 0.025 grid from the
-    other 10: mean |held-out error| <= 12% (measured 8.8% here and 8.4% with calibrate.py since GPT-OSS's attention
-    sinks and eager expert passes, 10.3% and 9.9% before them, 12.5% and 12.2% before the host launch floor of
-    eager MoE layers; 16.75% with B200's own four-parameter fit, two of them at their bounds)."""
+    """B200 and B300 are GB200's and GB300's dies at a lower power limit: the GEMM curve, HBM table and
+    precision factors are the rack part's as they are, and one factor, the sustained clock against their own
+    datasheet peaks, is fitted (0.924 and 0.899). Leave-one-out over B200's 11 runs, the clock chosen on a
+    0.025 grid from the other 10: mean |held-out error| <= 12% (measured 8.8% here and 8.4% with calibrate.py
+    since GPT-OSS's attention sinks and eager expert passes, 10.3% and 9.9% before them, 12.5% and 12.2%
+    before the host launch floor of eager MoE layers; 16.75% with B200's own four-parameter fit, two of them
+    at their bounds)."""
     from optimizer.io.runs import load_runs
 
     for hgx, rack in (("b200-sxm-180gb", "gb200-nvl72"), ("b300-sxm-270gb", "gb300-nvl72")):
@@ -363,9 +366,9 @@ def test_fp8_scaling_recipes():
 
 
 def test_flash_attention_efficiency_is_size_aware():
-    """Flash attention runs at attention_efficiency x the wave quantization of its 128-row query tiles over the
-    SMs x keys / (keys + attention_overhead_keys): short sequences and few heads per GPU run far below the flat
-    efficiency (GPT-3 at tp 8: 12 heads of 2048 tokens), long ones approach it."""
+    """Flash attention runs at attention_efficiency x the wave quantization of its 128-row query tiles over
+    the SMs x keys / (keys + attention_overhead_keys): short sequences and few heads per GPU run far below the
+    flat efficiency (GPT-3 at tp 8: 12 heads of 2048 tokens), long ones approach it."""
     from optimizer.model.hardware import Hardware
 
     h100 = system("h100-sxm-80gb")
@@ -384,10 +387,10 @@ def test_flash_attention_efficiency_is_size_aware():
 
 
 def test_the_triton_kernel_has_its_own_per_tile_overhead_where_the_system_states_it():
-    """`attention_overhead_keys_triton` is the fixed work per query tile of FlashAttention's Triton kernel only:
-    on H100 (fitted on llm-foundry's runs, 1810 keys against cuDNN's 3155) a Triton kernel over k keys runs at
-    k / (k + 1810) of its long-sequence efficiency, while cuDNN and FlashAttention-2 class kernels keep 3155; a
-    system without it (A100) uses attention_overhead_keys for every kernel."""
+    """`attention_overhead_keys_triton` is the fixed work per query tile of FlashAttention's Triton kernel
+    only: on H100 (fitted on llm-foundry's runs, 1810 keys against cuDNN's 3155) a Triton kernel over k keys
+    runs at k / (k + 1810) of its long-sequence efficiency, while cuDNN and FlashAttention-2 class kernels
+    keep 3155; a system without it (A100) uses attention_overhead_keys for every kernel."""
     h100 = system("h100-sxm-80gb")
     assert h100.attention_overhead_keys_triton not in (None, h100.attention_overhead_keys)
     hw = Hardware(h100, Precision.BF16)
@@ -409,8 +412,9 @@ def test_the_triton_kernel_has_its_own_per_tile_overhead_where_the_system_states
 
 def test_attention_throughput_follows_the_head_size_as_measured():
     """Fused attention at head size 64 runs at 413/595 of its head-128 throughput (cuDNN, Transformer Engine's
-    kernels) and FlashAttention-2 at 324/370 (FlashAttention-3 paper, Fig. 5, H100 SXM5): a compute-bound kernel of
-    the same FLOPs takes that much longer; 256 is near 128, and sizes between interpolate in log2."""
+    kernels) and FlashAttention-2 at 324/370 (FlashAttention-3 paper, Fig. 5, H100 SXM5): a compute-bound
+    kernel of the same FLOPs takes that much longer; 256 is near 128, and sizes between interpolate in
+    log2."""
     hw = Hardware(system("h100-sxm-80gb"), Precision.BF16)
     flops, nbytes = 1e13, 1e6  # compute-bound
     t = {d: float(hw.attention_kernel(flops, nbytes, head_dim=d)) for d in (64, 128, 256)}
@@ -422,10 +426,10 @@ def test_attention_throughput_follows_the_head_size_as_measured():
 
 
 def test_sliding_window_attention_costs_its_band():
-    """A window of W keys: each query attends to W - W^2/(2s) keys on average (FLOPs), and its kernel loops over
-    that band only, so a short window runs far below peak (`attention_overhead_keys`) on few FLOPs; a layer share
-    (`sliding_window.layers`) mixes windowed and full attention; a window at least as long as the sequence is full
-    causal attention."""
+    """A window of W keys: each query attends to W - W^2/(2s) keys on average (FLOPs), and its kernel loops
+    over that band only, so a short window runs far below peak (`attention_overhead_keys`) on few FLOPs; a
+    layer share (`sliding_window.layers`) mixes windowed and full attention; a window at least as long as the
+    sequence is full causal attention."""
     from optimizer.model.layer import block_cost, flash_attention
     from optimizer.model.step import make_ctx
     from optimizer.schema import LLM, Execution, Training
@@ -459,8 +463,8 @@ def test_sliding_window_attention_costs_its_band():
 
 
 def test_a_fit_on_top_of_a_transfer_states_its_own_runs_on_the_source_tables(calibrate):
-    """B200 is GB200's die at a lower power limit: `--transfer` copies GB200's tables, then a clock-only fit on
-    B200's runs writes B200's own runs and fitted field, and names GB200 as the source of its tables
+    """B200 is GB200's die at a lower power limit: `--transfer` copies GB200's tables, then a clock-only fit
+    on B200's runs writes B200's own runs and fitted field, and names GB200 as the source of its tables
     (`calibration.shape_from`); GB200's runs are not claimed as B200's."""
     cal, lib = calibrate
     assert cal.transfer("gb200-nvl72", ["b200-sxm-180gb"], lib) == 0
@@ -485,8 +489,8 @@ def test_a_fit_on_top_of_a_transfer_states_its_own_runs_on_the_source_tables(cal
 
 def test_calibrate_write_records_the_stacks_of_every_run(calibrate):
     """`calibration.stacks` counts the stacks of the fit's runs; a partial fit (one factor) that adds a run
-    recounts them when every run's stack is known, adds the new runs' stacks to the file's counts when only theirs
-    are, and keeps the file's otherwise."""
+    recounts them when every run's stack is known, adds the new runs' stacks to the file's counts when only
+    theirs are, and keeps the file's otherwise."""
     cal, lib = calibrate
     path = lib / "systems" / "h100-sxm-80gb.yaml"
     before = validate_model(System, read_yaml(path)).calibration
@@ -497,7 +501,8 @@ def test_calibrate_write_records_the_stacks_of_every_run(calibrate):
     assert after.runs == before.runs + ["tt-new"]
     recount = {s: list(by_id.values()).count(s) for s in set(by_id.values())} | {"torchtitan": 1}
     assert after.stacks == recount
-    # the file's runs unknown to this fit (another runs file), the new run known: the file's counts plus its stack
+    # the file's runs unknown to this fit (another runs file), the new run known: the file's counts plus its
+    # stack
     cal.write(path, {"fp8_scale": 0.9}, ["ds-new"], "runs.yaml", None, {"ds-new": "deepspeed"})
     assert validate_model(System, read_yaml(path)).calibration.stacks == recount | {"deepspeed": 1}
     cal.write(path, {"fp8_scale": 0.9}, ["other"], "runs.yaml", None, {})  # stacks unknown: kept
@@ -539,16 +544,16 @@ def test_lm_head_and_router_stay_16_bit_in_quantised_recipes():
 
 
 def test_sequence_parallel_gathers_travel_quantised():
-    """Quantised recipes cast before the sequence-parallel all-gather, which carries the GEMM's rowwise copy with its
-    scales (Transformer Engine's _all_gather_fp8 / _all_gather_mxfp8 / _all_gather_nvfp4): 1 byte per element in
-    per-tensor FP8, 1 + 1/32 in MXFP8, 0.5 + 1/16 in NVFP4; reduce-scatters carry GEMM outputs in 16 bit.
-    Hand-worked: the forward's TP link time is 2 x (all-gather + reduce-scatter) of one T x h activation.
-    Backward, the all-gather of a row-parallel GEMM's output gradient feeds the data gradient (rowwise) and the
-    weight gradient (columnwise); a block-scaled copy scaled along rows cannot serve as one scaled along columns, so
-    Transformer Engine gathers both (linear.py backward's second, columnwise all-gather under Userbuffers;
-    _all_gather_mxfp8 / _all_gather_nvfp4 with both usages), while per-tensor FP8 and BF16 gather one: the
-    backward's TP link time is 2 x (output-gradient all-gather + reduce-scatter) + 2 x the input all-gather the
-    weight gradient redoes (sp_ag_redo)."""
+    """Quantised recipes cast before the sequence-parallel all-gather, which carries the GEMM's rowwise copy
+    with its scales (Transformer Engine's _all_gather_fp8 / _all_gather_mxfp8 / _all_gather_nvfp4): 1 byte per
+    element in per-tensor FP8, 1 + 1/32 in MXFP8, 0.5 + 1/16 in NVFP4; reduce-scatters carry GEMM outputs in
+    16 bit. Hand-worked: the forward's TP link time is 2 x (all-gather + reduce-scatter) of one T x h
+    activation. Backward, the all-gather of a row-parallel GEMM's output gradient feeds the data gradient
+    (rowwise) and the weight gradient (columnwise); a block-scaled copy scaled along rows cannot serve as one
+    scaled along columns, so Transformer Engine gathers both (linear.py backward's second, columnwise
+    all-gather under Userbuffers; _all_gather_mxfp8 / _all_gather_nvfp4 with both usages), while per-tensor
+    FP8 and BF16 gather one: the backward's TP link time is 2 x (output-gradient all-gather + reduce-scatter)
+    + 2 x the input all-gather the weight gradient redoes (sp_ag_redo)."""
     from optimizer.model.hardware import Tiers, collective_time, tier_of
     from optimizer.model.layer import block_cost
     from optimizer.model.step import make_ctx
@@ -596,11 +601,11 @@ def test_sequence_parallel_gathers_travel_quantised():
 
 
 def test_mxfp8_kernels_run_at_the_measured_fraction_of_per_tensor_fp8():
-    """An MXFP8 GEMM runs at the system's per-tensor FP8 efficiency times the block-scaled kernel factor measured on
-    a B300 (`BLOCK_SCALED_KERNEL`, derived from problems/measurements/b300-te-gemm-precisions.json by
-    bench_kernels.block_scaled_kernel: 6.812 / 7.161 ms per layer); MXFP8 takes FP8's calibrated scale where a
-    system states no MXFP8 one (`common.EFFICIENCY_OF`). Compute-bound GEMMs at the same peak: time ratio 1 / the
-    factor."""
+    """An MXFP8 GEMM runs at the system's per-tensor FP8 efficiency times the block-scaled kernel factor
+    measured on a B300 (`BLOCK_SCALED_KERNEL`, derived from problems/measurements/b300-te-gemm-precisions.json
+    by bench_kernels.block_scaled_kernel: 6.812 / 7.161 ms per layer); MXFP8 takes FP8's calibrated scale
+    where a system states no MXFP8 one (`common.EFFICIENCY_OF`). Compute-bound GEMMs at the same peak: time
+    ratio 1 / the factor."""
     from optimizer.model.hardware import BLOCK_SCALED_KERNEL
 
     for name in ("gb200-nvl72", "gb300-nvl72", "h100-sxm-80gb"):
@@ -621,9 +626,9 @@ def test_mxfp8_kernels_run_at_the_measured_fraction_of_per_tensor_fp8():
 
 
 def test_power_cap_clock_scales_every_compute_peak_but_not_mfu():
-    """`clock_scale` (a power-capped part's sustained clock): GEMMs, attention and element-wise kernels that are
-    compute-bound all take 1/clock_scale as long, memory-bound ones do not change, and MFU stays against the
-    datasheet peak (so a slower step shows as a lower MFU)."""
+    """`clock_scale` (a power-capped part's sustained clock): GEMMs, attention and element-wise kernels that
+    are compute-bound all take 1/clock_scale as long, memory-bound ones do not change, and MFU stays against
+    the datasheet peak (so a slower step shows as a lower MFU)."""
     base = system("h100-sxm-80gb")
     capped = base.model_copy(update={"clock_scale": 0.8})
     hw, hc = Hardware(base, Precision.BF16), Hardware(capped, Precision.BF16)

@@ -1,6 +1,7 @@
-"""The model's kernels against the H100 microbenchmarks (`scripts/bench_kernels.py`): whole transformer blocks,
-forward + backward, stay within 7% (median) of the measured ones, GEMMs and causal flash attention (size-aware:
-wave quantization of its query tiles, per-tile fixed work against the keys) within 15%; every class is scored."""
+"""The model's kernels against the H100 microbenchmarks (`scripts/bench_kernels.py`): whole transformer
+blocks, forward + backward, stay within 7% (median) of the measured ones, GEMMs and causal flash attention
+(size-aware: wave quantization of its query tiles, per-tile fixed work against the keys) within 15%; every
+class is scored."""
 
 from __future__ import annotations
 
@@ -105,9 +106,9 @@ H200 = ROOT / "problems" / "measurements" / "h200-sxm-141gb-microbench.json"
 
 
 def test_h200_blocks_within_seven_percent_of_the_project_s_own_measurements():
-    """The H200 microbenchmarks this project measured (problems/measurements, scripts/microbench.py --compile):
-    whole blocks, eager and compiled, within 7% (median) with the H200's system file (tables transferred from the
-    H100, the H200's HBM); every class is scored to finite, sane ratios."""
+    """The H200 microbenchmarks this project measured (problems/measurements, scripts/microbench.py
+    --compile): whole blocks, eager and compiled, within 7% (median) with the H200's system file (tables
+    transferred from the H100, the H200's HBM); every class is scored to finite, sane ratios."""
     bk = load_script("bench_kernels")
     from optimizer.io.loader import load_named
     from optimizer.schema import System
@@ -122,11 +123,12 @@ def test_h200_blocks_within_seven_percent_of_the_project_s_own_measurements():
 
 
 def test_head_size_scale_matches_the_h200_attention_kernels():
-    """`HEAD_DIM_SCALE` (FLOP rate at head size 64 against 128; FlashAttention-3 paper's H100 forward figures) against
-    the H200's measured forward+backward of the same heads and sequence (64 q / 8 K/V heads, 4096 tokens), per
-    backend: cuDNN (the `flash` class) and FlashAttention-2 (`fa2`), within 10%. And the H200 system's two
-    efficiencies (cuDNN class against FlashAttention-2: 0.65 / 0.34, a prior) put FlashAttention-2's time within 25%
-    of the measured median ratio (1.66x; the prior's 1.91x is 13% pessimistic, kept for the torchtitan runs)."""
+    """`HEAD_DIM_SCALE` (FLOP rate at head size 64 against 128; FlashAttention-3 paper's H100 forward figures)
+    against the H200's measured forward+backward of the same heads and sequence (64 q / 8 K/V heads, 4096
+    tokens), per backend: cuDNN (the `flash` class) and FlashAttention-2 (`fa2`), within 10%. And the H200
+    system's two efficiencies (cuDNN class against FlashAttention-2: 0.65 / 0.34, a prior) put
+    FlashAttention-2's time within 25% of the measured median ratio (1.66x; the prior's 1.91x is 13%
+    pessimistic, kept for the torchtitan runs)."""
     import numpy as np
 
     from optimizer.model.hardware import HEAD_DIM_SCALE
@@ -148,8 +150,9 @@ def test_head_size_scale_matches_the_h200_attention_kernels():
 
 
 def test_moe_layer_probe_smoke(tmp_path):
-    """scripts/microbench_moe_layer.py --small (PyTorch, optional) times the GPT-OSS block's pieces on any device:
-    every table filled, every time positive, no error recorded (no timing comparisons: a shared CPU is noisy)."""
+    """scripts/microbench_moe_layer.py --small (PyTorch, optional) times the GPT-OSS block's pieces on any
+    device: every table filled, every time positive, no error recorded (no timing comparisons: a shared CPU is
+    noisy)."""
     pytest.importorskip("torch")
     import subprocess
     import sys
@@ -171,11 +174,11 @@ def test_moe_layer_probe_smoke(tmp_path):
 
 
 def test_ring_attention_compute_matches_the_h200_measurement():
-    """Context parallelism's attention compute on one rank (the causal step, cp-1 half-chunk steps, fp32 merges;
-    scripts/microbench_ring_attention.py on the H200, problems/measurements/h200-ring-attention.json), scored by
-    bench_kernels.py's `ring` class: the model's `flash_attention(..., cp=cp)` is within 10% of the measured
-    forward+backward with FlashAttention-2 (the torchtitan runs' kernel) at every cp (1-8, 32K-256K tokens) and
-    within 15% with cuDNN."""
+    """Context parallelism's attention compute on one rank (the causal step, cp-1 half-chunk steps, fp32
+    merges; scripts/microbench_ring_attention.py on the H200, problems/measurements/h200-ring-attention.json),
+    scored by bench_kernels.py's `ring` class: the model's `flash_attention(..., cp=cp)` is within 10% of the
+    measured forward+backward with FlashAttention-2 (the torchtitan runs' kernel) at every cp (1-8, 32K-256K
+    tokens) and within 15% with cuDNN."""
     bk = load_script("bench_kernels")
     from optimizer.io.loader import load_named
     from optimizer.schema import System
@@ -191,8 +194,9 @@ def test_ring_attention_compute_matches_the_h200_measurement():
 def test_attention_sinks_backward_matches_the_h200_measurement():
     """Learned attention sinks on cuDNN's fused attention (scripts/microbench_cudnn_attention.py on the H200,
     problems/measurements/h200-cudnn-attention-sinks.json: 10 shapes, causal and 128-token window), scored by
-    bench_kernels.py's `sinks` class: the backward time the model's sinks add (`Hardware.sink_backward`) is within
-    10% of the measured difference at the median and within 35% everywhere; the forward is left as it is."""
+    bench_kernels.py's `sinks` class: the backward time the model's sinks add (`Hardware.sink_backward`) is
+    within 10% of the measured difference at the median and within 35% everywhere; the forward is left as it
+    is."""
     bk = load_script("bench_kernels")
     from optimizer.io.loader import load_named
     from optimizer.model.layer import flash_attention
@@ -212,8 +216,8 @@ def test_attention_sinks_backward_matches_the_h200_measurement():
 
 
 def test_cudnn_attention_probe_exits_cleanly_without_a_gpu(tmp_path):
-    """scripts/microbench_cudnn_attention.py needs a CUDA GPU (and the cuDNN frontend): without one it exits 2 with
-    a message, no traceback and no file (without PyTorch likewise, naming what to install)."""
+    """scripts/microbench_cudnn_attention.py needs a CUDA GPU (and the cuDNN frontend): without one it exits 2
+    with a message, no traceback and no file (without PyTorch likewise, naming what to install)."""
     import subprocess
     import sys
 
@@ -237,11 +241,12 @@ def test_cudnn_attention_probe_exits_cleanly_without_a_gpu(tmp_path):
 
 def test_eager_expert_passes_match_the_h200_measurement():
     """Megatron-Core's eager expert-MLP passes for GPT-OSS (scripts/microbench_expert_eager.py on the H200,
-    problems/measurements/h200-expert-eager.json), scored by bench_kernels.py's `expert_eager` class: the model's
-    rates `layer.EAGER_EXPERT_MEASURED` are what the file gives at its largest row count (`expert_eager_rates`,
-    the counted passes' time on the H200's tables against the measured one); the clamps at 16384 rows, which the
-    rates are not taken from, are within 10%; the biases of 16 experts of 1024 rows each (64 small kernels) take
-    longer than the model's passes (host-bound, the eager MoE host floor's part), as documented."""
+    problems/measurements/h200-expert-eager.json), scored by bench_kernels.py's `expert_eager` class: the
+    model's rates `layer.EAGER_EXPERT_MEASURED` are what the file gives at its largest row count
+    (`expert_eager_rates`, the counted passes' time on the H200's tables against the measured one); the clamps
+    at 16384 rows, which the rates are not taken from, are within 10%; the biases of 16 experts of 1024 rows
+    each (64 small kernels) take longer than the model's passes (host-bound, the eager MoE host floor's part),
+    as documented."""
     bk = load_script("bench_kernels")
     import optimizer.model.layer as layer
     from optimizer.io.loader import load_named
@@ -257,12 +262,12 @@ def test_eager_expert_passes_match_the_h200_measurement():
 
 
 def test_precisions_against_transformer_engine_b300_gemms():
-    """Transformer Engine's GEMM profiling tutorial on a B300 (problems/measurements/b300-te-gemm-precisions.json, a
-    5B model's layer, inputs pre-quantised), scored by bench_kernels.py's `precisions` class: the MXFP8 kernel
-    factor `hardware.BLOCK_SCALED_KERNEL` is what the file gives (`block_scaled_kernel`); forward and backward
-    (`Hardware.linear`'s passes), the model's FP8 and MXFP8 layer GEMM time relative to BF16 is within 8% of the
-    measured ratio, NVFP4's (whose factor the GB300 runs fit, not this file) within 20%, the model NVFP4 too fast
-    (-11 to -14.5%)."""
+    """Transformer Engine's GEMM profiling tutorial on a B300
+    (problems/measurements/b300-te-gemm-precisions.json, a 5B model's layer, inputs pre-quantised), scored by
+    bench_kernels.py's `precisions` class: the MXFP8 kernel factor `hardware.BLOCK_SCALED_KERNEL` is what the
+    file gives (`block_scaled_kernel`); forward and backward (`Hardware.linear`'s passes), the model's FP8 and
+    MXFP8 layer GEMM time relative to BF16 is within 8% of the measured ratio, NVFP4's (whose factor the GB300
+    runs fit, not this file) within 20%, the model NVFP4 too fast (-11 to -14.5%)."""
     bk = load_script("bench_kernels")
     from optimizer.io.loader import load_named
     from optimizer.model.hardware import BLOCK_SCALED_KERNEL
@@ -307,8 +312,8 @@ def test_eager_expert_probe_smoke(tmp_path):
 
 
 def test_bench_kernels_refuses_files_it_cannot_score(tmp_path):
-    """bench_kernels.py exits 2 with a message (no traceback) on a file that is not JSON, on JSON without a table it
-    scores, and on records in another layout (the GPT-OSS block probe's)."""
+    """bench_kernels.py exits 2 with a message (no traceback) on a file that is not JSON, on JSON without a
+    table it scores, and on records in another layout (the GPT-OSS block probe's)."""
     import subprocess
     import sys
 
@@ -327,7 +332,8 @@ def test_bench_kernels_refuses_files_it_cannot_score(tmp_path):
 
 
 def test_ring_attention_probe_smoke(tmp_path):
-    """scripts/microbench_ring_attention.py --small (PyTorch, optional) runs the ring's computation on any device."""
+    """scripts/microbench_ring_attention.py --small (PyTorch, optional) runs the ring's computation on any
+    device."""
     pytest.importorskip("torch")
     import subprocess
     import sys
@@ -353,10 +359,10 @@ def test_ring_attention_probe_smoke(tmp_path):
 
 
 def test_ring_attention_probe_computes_exact_causal_attention():
-    """What the ring probe times is the real computation: with the K/V chunk pair of rank (r - i) mod cp at step
-    i, its steps (causal on the local pair, then all queries against a first half or the second half of the queries
-    against all of it) and fp32 log-sum-exp merges give exactly the causal attention of the whole sequence on the
-    rank's load-balanced chunks (r and 2cp-1-r), for every rank at cp 1, 2 and 4."""
+    """What the ring probe times is the real computation: with the K/V chunk pair of rank (r - i) mod cp at
+    step i, its steps (causal on the local pair, then all queries against a first half or the second half of
+    the queries against all of it) and fp32 log-sum-exp merges give exactly the causal attention of the whole
+    sequence on the rank's load-balanced chunks (r and 2cp-1-r), for every rank at cp 1, 2 and 4."""
     torch = pytest.importorskip("torch")
     ring = load_script("microbench_ring_attention")
     torch.manual_seed(0)

@@ -107,7 +107,7 @@ objective: {{goal: tokens_per_gpu}}
 
 def test_idle_gpus_make_every_smaller_layout_legal(tmp_path):
     """With idle GPUs allowed, more GPUs can never make the optimum worse: every layout legal on 1000 GPUs
-    is legal on 1500 (pp = 8 does not divide 1500 and used to drop out of the space, as in the issue's
+    is legal on 1500 (pp = 8 does not divide 1500 and used to drop out of the space, as in the
     Qwen3-235B case, which made 1500 GPUs worse than 1000)."""
     p1, _ = load_problem_doc(write(tmp_path, IDLE.format(n=1000), "a.yaml"))
     p2, _ = load_problem_doc(write(tmp_path, IDLE.format(n=1500), "b.yaml"))

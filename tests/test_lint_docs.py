@@ -1,6 +1,7 @@
-"""The tree's own hygiene, run with the suite: ruff's rules (`[tool.ruff.lint]` in pyproject.toml: pycodestyle,
-pyflakes, isort, bugbear, pyupgrade) hold on every Python file, the code is as `ruff format` writes it, and the
-documentation site builds with `mkdocs build --strict` (no broken link, every page in the nav)."""
+"""The tree's own hygiene, run with the suite: ruff's rules (`[tool.ruff.lint]` in pyproject.toml:
+pycodestyle, pyflakes, isort, bugbear, pyupgrade) hold on every Python file, the code is as `ruff format`
+writes it, and the documentation site builds with `mkdocs build --strict` (no broken link, every page in the
+nav)."""
 
 from __future__ import annotations
 
@@ -35,8 +36,8 @@ def test_ruff_format_is_applied():
 
 
 def test_docs_build_strict(tmp_path):
-    """mkdocs comes with the test extra (through the docs extra); the material theme's notice about MkDocs 2 is
-    turned off, it is not a warning of the build."""
+    """mkdocs comes with the test extra (through the docs extra); the material theme's notice about MkDocs 2
+    is turned off, it is not a warning of the build."""
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     r = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],

@@ -1,6 +1,6 @@
-"""The PyTorch FSDP stack (MosaicML Composer / llm-foundry) on its published runs: the importer of llm-foundry's
-throughput tables (scripts/import_llmfoundry.py -> problems/runs/llmfoundry-mpt.yaml), FlashAttention's Triton
-kernel, and the runs themselves (every one scored and fitting, held-out accuracy)."""
+"""The PyTorch FSDP stack (MosaicML Composer / llm-foundry) on its published runs: the importer of
+llm-foundry's throughput tables (scripts/import_llmfoundry.py -> problems/runs/llmfoundry-mpt.yaml),
+FlashAttention's Triton kernel, and the runs themselves (every one scored and fitting, held-out accuracy)."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ def _row(*cells) -> str:
 
 def test_mpt_shapes_give_the_tables_parameter_counts():
     """vocab x d + max_seq_len x d (learned positions) + L (12 d^2 + 13 d) + 2 d, by hand for MPT-7B at 2048
-    tokens: 50368*4096 + 2048*4096 + 32*(12*4096^2 + 13*4096) + 2*4096 = 6,658,859,008 (the table's NumParams);
-    at 1024 tokens 1024*4096 fewer."""
+    tokens: 50368*4096 + 2048*4096 + 32*(12*4096^2 + 13*4096) + 2*4096 = 6,658,859,008 (the table's
+    NumParams); at 1024 tokens 1024*4096 fewer."""
     imp = load_script("import_llmfoundry")
     assert imp.n_params("7b", 2048) == 206307328 + 8388608 + 32 * (201326592 + 53248) + 8192 == 6658859008
     assert imp.n_params("7b", 2048) - imp.n_params("7b", 1024) == 1024 * 4096
@@ -137,19 +137,20 @@ def scored():
 
 
 def test_every_llmfoundry_run_is_scored_and_fits(scored):
-    """200 runs (MPT 125M-70B, 512-65536 tokens, 8-128 GPUs): every one scored, none judged "does not fit" (with
-    llm-foundry's fused cross-entropy the logits stay bf16; an fp32 loss would put 68 of them over their HBM)."""
+    """200 runs (MPT 125M-70B, 512-65536 tokens, 8-128 GPUs): every one scored, none judged "does not fit"
+    (with llm-foundry's fused cross-entropy the logits stay bf16; an fp32 loss would put 68 of them over their
+    HBM)."""
     s = scored["summary"]
     assert s["n_scored"] == 200 and s["n_not_fitting"] == 0
     assert all(r["stack"] == "fsdp" for r in scored["runs"])
 
 
 def test_held_out_gpus(scored):
-    """The A100 40GB runs fitted one value, their sustained clock on the 80GB part's tables (same die): in sample
-    <= 8% (measured 4.5%), signed mean within 5% (measured -0.8%); their leave-one-out is
-    `test_clock_leave_one_out_on_the_a100_40gb_runs`. The H100 runs fitted one value, the Triton kernel's per-tile
-    overhead: in sample <= 6% (measured 3.7%), signed mean within 5% (measured -1.8%); their leave-one-out is
-    `test_triton_overhead_leave_one_out_on_the_h100_runs`."""
+    """The A100 40GB runs fitted one value, their sustained clock on the 80GB part's tables (same die): in
+    sample <= 8% (measured 4.5%), signed mean within 5% (measured -0.8%); their leave-one-out is
+    `test_clock_leave_one_out_on_the_a100_40gb_runs`. The H100 runs fitted one value, the Triton kernel's
+    per-tile overhead: in sample <= 6% (measured 3.7%), signed mean within 5% (measured -1.8%); their
+    leave-one-out is `test_triton_overhead_leave_one_out_on_the_h100_runs`."""
     err = {}
     for r in scored["runs"]:
         gpu = r["id"].split("-")[2]
@@ -169,11 +170,11 @@ def _grid_leave_one_out(gpu: str, grid: list[dict]) -> list[float]:
 
 
 def test_triton_overhead_leave_one_out_on_the_h100_runs():
-    """H100's Triton-kernel overhead per query tile (`attention_overhead_keys_triton`, the one value calibrate.py
-    --stack fsdp fits on these runs) chosen on a grid for all runs but one, that one predicted with it: mean
-    |held-out error| <= 6% over the 62 H100 runs (measured 4.8% on this grid; calibrate.py's Nelder-Mead: 4.76%).
-    With cuDNN's 3155 keys (the kernel the H100 measurements ran) the same runs were 8.6% off, and short
-    sequences up to 23% slow."""
+    """H100's Triton-kernel overhead per query tile (`attention_overhead_keys_triton`, the one value
+    calibrate.py --stack fsdp fits on these runs) chosen on a grid for all runs but one, that one predicted
+    with it: mean |held-out error| <= 6% over the 62 H100 runs (measured 4.8% on this grid; calibrate.py's
+    Nelder-Mead: 4.76%). With cuDNN's 3155 keys (the kernel the H100 measurements ran) the same runs were 8.6%
+    off, and short sequences up to 23% slow."""
     grid = [{"attention_overhead_keys_triton": k} for k in (750.0, 1250.0, 1800.0, 2500.0, 3155.0)]
     held = _grid_leave_one_out("h100-sxm-80gb", grid)
     assert len(held) == 62 and np.mean(np.abs(held)) <= 6.0
@@ -181,12 +182,12 @@ def test_triton_overhead_leave_one_out_on_the_h100_runs():
 
 @pytest.mark.slow
 def test_clock_leave_one_out_on_the_a100_40gb_runs():
-    """The A100 40GB part carries the 80GB part's fitted tables (same die) and fits one value on its own 78 runs,
-    the sustained clock on every compute peak (`clock_scale`, as calibrate.py --shape a100-sxm-80gb --params
-    clock_scale does), chosen on a grid for all runs but one, that one predicted with it: mean |held-out error|
-    <= 5% and its signed mean within 2.5% (measured 4.5% and -0.6% on this grid; calibrate.py's Nelder-Mead: the
-    system file's loo_mape_pct). The 80GB part's tables as they are (clock 1.0) leave the same runs 5.7% off,
-    4.1% fast on average."""
+    """The A100 40GB part carries the 80GB part's fitted tables (same die) and fits one value on its own 78
+    runs, the sustained clock on every compute peak (`clock_scale`, as calibrate.py --shape a100-sxm-80gb
+    --params clock_scale does), chosen on a grid for all runs but one, that one predicted with it: mean
+    |held-out error| <= 5% and its signed mean within 2.5% (measured 4.5% and -0.6% on this grid;
+    calibrate.py's Nelder-Mead: the system file's loo_mape_pct). The 80GB part's tables as they are (clock
+    1.0) leave the same runs 5.7% off, 4.1% fast on average."""
     grid = [{"clock_scale": c} for c in (0.92, 0.94, 0.96, 0.98, 1.0)]
     held = _grid_leave_one_out("a100-sxm-40gb", grid)
     assert len(held) == 78 and np.mean(np.abs(held)) <= 5.0 and abs(np.mean(held)) <= 2.5
@@ -196,10 +197,10 @@ def test_clock_leave_one_out_on_the_a100_40gb_runs():
 
 @pytest.mark.slow
 def test_attention_fit_leave_one_out_on_the_a100_80gb_runs():
-    """Leave-one-out, not in-sample: A100's fused-attention efficiency and per-tile overhead (in keys), the two
-    values scripts/calibrate.py --stack fsdp fits on these runs, chosen on a grid for all runs but one, that one
-    predicted with them. Mean |held-out error| <= 6.5% over the 60 A100 80GB runs of the file (measured 5.2% on
-    this grid; calibrate.py's Nelder-Mead leave-one-out: 5.44% with the shared run)."""
+    """Leave-one-out, not in-sample: A100's fused-attention efficiency and per-tile overhead (in keys), the
+    two values scripts/calibrate.py --stack fsdp fits on these runs, chosen on a grid for all runs but one,
+    that one predicted with them. Mean |held-out error| <= 6.5% over the 60 A100 80GB runs of the file
+    (measured 5.2% on this grid; calibrate.py's Nelder-Mead leave-one-out: 5.44% with the shared run)."""
     grid = [
         {"attention_efficiency": e, "attention_overhead_keys": k}
         for e in (0.52, 0.57, 0.62, 0.67)
@@ -210,8 +211,8 @@ def test_attention_fit_leave_one_out_on_the_a100_80gb_runs():
 
 
 def test_stated_uncertainty_of_a_stack_is_its_own_leave_one_out_where_measured():
-    """A system whose runs of a stack were held out one at a time states that stack's error for its plans; other
-    stacks keep the overall figure (or the widened one when no run of theirs was fitted)."""
+    """A system whose runs of a stack were held out one at a time states that stack's error for its plans;
+    other stacks keep the overall figure (or the widened one when no run of theirs was fitted)."""
     from optimizer.schema.system import Calibration
 
     c = Calibration(

@@ -114,7 +114,7 @@ def test_weights_hold_every_parameter():
     assert float(evaluate(p, k).weights[0]) == 2 * 968
 
 
-# ------------------------------------------------------------------------------ activations (Korthikanti 2022)
+# ----------------------------------------------------------------------------- activations (Korthikanti 2022)
 # GPT-style block: gelu, dropout, biases, ffn = 4h, a*d = h, standard attention, bf16.
 H, A, S, B = 1024, 16, 2048, 2
 GPT = LLM(

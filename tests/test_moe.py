@@ -1,4 +1,4 @@
-"""Issue 6: mixtures of experts, MLA, expert parallelism. Parameter counts against the published totals,
+"""Mixtures of experts, MLA, expert parallelism. Parameter counts against the published totals,
 FLOPs and memory per GPU worked by hand for several tp/ep/etp splits, all-to-all placement."""
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ PUBLISHED = [
     ("mixtral-8x22b", 141e9, 39e9, 0.005),  # Mistral AI: 141B, 39B active
     ("qwen3-235b-a22b", 235e9, 22e9, 0.01),  # Qwen3 report Table 2: 235B total, 22B activated
     ("deepseek-v3", 671e9, 37e9, 0.015),  # DeepSeek-V3 report: 671B total, 37B activated
-    # gpt-oss model card: 116.83B total, 5.13B active without the 0.58B embedding (the count's active holds it)
+    # gpt-oss model card: 116.83B total, 5.13B active without the 0.58B embedding (the count's active holds
+    # it)
     ("gpt-oss-120b", 116.83e9, 5.13e9 + 201088 * 2880, 0.005),
 ]
 
@@ -261,10 +262,10 @@ def _fw_gpu(b):
 
 def test_eager_dropless_moe_forward_takes_at_least_the_host_time(monkeypatch):
     """A dropless MoE layer reads its token counts on the host once per forward, so under eager launch its
-    forward takes at least MOE_HOST_FW_S (the host's time to issue it); partial CUDA graphs (attention, router,
-    dispatcher preprocessing) leave half of it, full-iteration graphs none. GPT-OSS at micro-batch 1, ep 8 on
-    H100 is such a layer (3.4 ms of GPU forward): with a 5 ms host its eager forward takes 5 ms, with partial
-    graphs (2.5 ms left to the host) and full ones its GPU time."""
+    forward takes at least MOE_HOST_FW_S (the host's time to issue it); partial CUDA graphs (attention,
+    router, dispatcher preprocessing) leave half of it, full-iteration graphs none. GPT-OSS at micro-batch 1,
+    ep 8 on H100 is such a layer (3.4 ms of GPU forward): with a 5 ms host its eager forward takes 5 ms, with
+    partial graphs (2.5 ms left to the host) and full ones its GPU time."""
     import optimizer.model.layer as layer
 
     eager, full = (_gpt_oss(Execution(tp=1, ep=8, micro_batch=1, cuda_graphs=g)) for g in ("none", "full"))
@@ -293,8 +294,9 @@ def test_eager_dropless_moe_forward_takes_at_least_the_host_time(monkeypatch):
 
 
 def test_host_floor_under_all_to_all_overlap_counts_the_merged_backward():
-    """With the EP all-to-all overlap Megatron-Core runs a micro-batch's forward merged with another's backward,
-    whose GPU work covers the host too: the floor does not bind where forward + backward outlast it."""
+    """With the EP all-to-all overlap Megatron-Core runs a micro-batch's forward merged with another's
+    backward, whose GPU work covers the host too: the floor does not bind where forward + backward outlast
+    it."""
     p, k = _gpt_oss(Execution(tp=1, ep=8, micro_batch=1, ep_overlap=True, cuda_graphs="none"))
     pf, kf = _gpt_oss(Execution(tp=1, ep=8, micro_batch=1, ep_overlap=True, cuda_graphs="full"))
     assert float(block_cost(make_ctx(p), k, moe=True).fw[0]) == float(
@@ -303,8 +305,9 @@ def test_host_floor_under_all_to_all_overlap_counts_the_merged_backward():
 
 
 def test_runs_read_their_cuda_graphs_from_the_notes():
-    """The Megatron-Bridge presets' CUDA graphs as the runs' notes state them: full-iteration graphs, Transformer
-    Engine graphs of attention/router/preprocess, or none (eager, also when the notes say "no CUDA graphs")."""
+    """The Megatron-Bridge presets' CUDA graphs as the runs' notes state them: full-iteration graphs,
+    Transformer Engine graphs of attention/router/preprocess, or none (eager, also when the notes say "no CUDA
+    graphs")."""
     from optimizer.io.runs import map_run
 
     base = {
@@ -351,8 +354,9 @@ def test_runs_read_their_cuda_graphs_from_the_notes():
 
 
 def test_host_wait_is_its_own_part_of_the_step():
-    """`evaluate` reports the host's launch wait as its own part (`host_wait`): the forward stays the GPU's time,
-    and the parts still add up to the step time; with full CUDA graphs the wait is zero and the step shorter."""
+    """`evaluate` reports the host's launch wait as its own part (`host_wait`): the forward stays the GPU's
+    time, and the parts still add up to the step time; with full CUDA graphs the wait is zero and the step
+    shorter."""
     from optimizer.report.text import TIME_PARTS
 
     eager = _gpt_oss(Execution(tp=1, ep=8, micro_batch=1, cuda_graphs="none"))
@@ -370,11 +374,11 @@ def test_host_wait_is_its_own_part_of_the_step():
 
 
 def test_calibrate_host_fits_the_floor_on_eager_runs_only():
-    """scripts/calibrate_host.py scans MOE_HOST_FW_S over its grid: a run replayed as full-iteration CUDA graphs
-    (Qwen3-30B-A3B on 8 GB300 in the 26.06 table) has the same error at every value, an eager one at micro-batch 1
-    (the same model on 16 H100: -28% without the floor) is predicted slower as the value grows, and a fit on that
-    one run alone lands at 5.25 ms, beside the 5.0 ms fitted on the 2025 file's 18 MoE runs it is not one of. A
-    file that cannot be read is refused with exit 2."""
+    """scripts/calibrate_host.py scans MOE_HOST_FW_S over its grid: a run replayed as full-iteration CUDA
+    graphs (Qwen3-30B-A3B on 8 GB300 in the 26.06 table) has the same error at every value, an eager one at
+    micro-batch 1 (the same model on 16 H100: -28% without the floor) is predicted slower as the value grows,
+    and a fit on that one run alone lands at 5.25 ms, beside the 5.0 ms fitted on the 2025 file's 18 MoE runs
+    it is not one of. A file that cannot be read is refused with exit 2."""
     from helpers import ROOT, load_script
 
     cal = load_script("calibrate_host")
@@ -393,12 +397,13 @@ def test_calibrate_host_fits_the_floor_on_eager_runs_only():
 
 
 def test_eager_expert_mlp_pays_for_the_clamped_glu_and_the_expert_biases(monkeypatch):
-    """Megatron-Core's eager expert MLP (no Transformer Engine op fuser) clamps a clamped GLU's halves and adds
-    the down-projection's probability-scaled biases in passes of their own: GPT-OSS's MoE layer on H100 costs
-    exactly those passes more (`layer.clamp_passes` over the R x 2f rows of its rank, `layer.expert_bias_passes`
-    over the R x h rows, R the micro-batch's tokens x top-k at ep 8) than the same model without the clamp and the
-    biases, a tenth of the layer's forward and more; with the fused expert MLP (`moe_fused_mlp`) neither costs
-    anything, and nothing else moves. (The passes against measured kernels: tests/test_kernels_bench.py.)"""
+    """Megatron-Core's eager expert MLP (no Transformer Engine op fuser) clamps a clamped GLU's halves and
+    adds the down-projection's probability-scaled biases in passes of their own: GPT-OSS's MoE layer on H100
+    costs exactly those passes more (`layer.clamp_passes` over the R x 2f rows of its rank,
+    `layer.expert_bias_passes` over the R x h rows, R the micro-batch's tokens x top-k at ep 8) than the same
+    model without the clamp and the biases, a tenth of the layer's forward and more; with the fused expert MLP
+    (`moe_fused_mlp`) neither costs anything, and nothing else moves. (The passes against measured kernels:
+    tests/test_kernels_bench.py.)"""
     import optimizer.model.layer as layer
     from optimizer.model.hardware import Hardware
 

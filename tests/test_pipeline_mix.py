@@ -1,6 +1,6 @@
-"""Heterogeneous pipelines (`optimizer.model.pipeline_mix`, `optimizer.drivers.pipeline_mix`): one type split in two groups
-is the homogeneous model; CP-SAT equals the exhaustive oracle on small instances; the shipped examples win
-and lose with their reasons."""
+"""Heterogeneous pipelines (`optimizer.model.pipeline_mix`, `optimizer.drivers.pipeline_mix`): one type split
+in two groups is the homogeneous model; CP-SAT equals the exhaustive oracle on small instances; the shipped
+examples win and lose with their reasons."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Every shipped file under problems/ loads through the loader of its kind without an error: library llms and
 systems (their schemas), catalogs (through a procurement problem that names the file), problems (`api.load`),
 check problems (`load_problem_doc`: the knobs they write need not obey the execution rules; saying why not is
-`check`'s job), procurement problems (`load_procure`), fleets (`load_fleet`), studies (`load_study`, and the problems of 32 of its
-points, first and last included),
+`check`'s job), procurement problems (`load_procure`), fleets (`load_fleet`), studies (`load_study`, and the
+problems of 32 of its points, first and last included),
 runs (`load_runs`), Hugging Face configs (as a problem's `llm:`). The single problems are also checked
 (`api.check`, which proves the fixed knobs fit or finds why not), and the solve problems that write an
 execution evaluated (`api.evaluate`); their solved optima are tests/golden's (test_golden.py)."""

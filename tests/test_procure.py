@@ -1,4 +1,4 @@
-"""`paraplan procure` (issue 5): catalogs, limits that bind, goals, heterogeneous mixes, Pareto front, CLI."""
+"""`paraplan procure`: catalogs, limits that bind, goals, heterogeneous mixes, Pareto front, CLI."""
 
 from __future__ import annotations
 
@@ -46,7 +46,8 @@ def write(
     name: str = "p",
 ) -> object:
     text = (
-        f"name: {name}\nllm: {TINY_LLM}\ntraining: {{global_batch: {batch}, precision: bf16, tokens: 1.0e+10}}\n"
+        f"name: {name}\nllm: {TINY_LLM}\n"
+        f"training: {{global_batch: {batch}, precision: bf16, tokens: 1.0e+10}}\n"
         f"procure: {procure_yaml}\n"
         + CATALOG.format(fast_extra=fast_extra, slow_extra=slow_extra, joining=joining)
     )
@@ -107,7 +108,8 @@ def test_availability_binds(tmp_path):
 
 
 def test_cost_goal_is_the_cheapest_purchase_meeting_the_deadline(tmp_path):
-    """Against a sweep over node counts of each type: the cheapest count whose fastest plan meets the deadline."""
+    """Against a sweep over node counts of each type: the cheapest count whose fastest plan meets the
+    deadline."""
     pp = load_procure(write(tmp_path, "{goal: cost, deadline_days: 2.0, max_nodes: 6}"))
     r = procure(pp)
     steps_to_train = 1.0e10 / (96 * 2048)
@@ -136,7 +138,8 @@ def test_throughput_per_dollar_against_a_sweep(tmp_path):
 
 
 def test_rental_budget_caps_gpu_hours(tmp_path):
-    """Rental: the whole run's bill (GPUs x hours x rate) stays within the budget; a tighter budget is slower."""
+    """Rental: the whole run's bill (GPUs x hours x rate) stays within the budget; a tighter budget is
+    slower."""
     loose = procure(
         load_procure(
             write(
@@ -182,8 +185,8 @@ def test_heterogeneous_mix_beats_every_homogeneous_purchase(tmp_path):
 def test_heterogeneous_mix_every_batch_split_is_tried(tmp_path):
     """A group's step time is not monotone in its batch share (the share must divide over its data-parallel
     ranks), so the best split is found by trying every share: 2 fast + 8 slow nodes on 48/48 sequences (the
-    2.2 M$ purchase) must not lose to the 2 fast + 6 slow nodes a 2.0 M$ budget buys; a bisection for where the
-    groups' step times cross stopped at 36/60 there and did."""
+    2.2 M$ purchase) must not lose to the 2 fast + 6 slow nodes a 2.0 M$ budget buys; a bisection for where
+    the groups' step times cross stopped at 36/60 there and did."""
     more = procure(load_procure(write(tmp_path, MIX, fast_extra="max_nodes: 2", name="more")))
     less = procure(
         load_procure(write(tmp_path, MIX.replace("2.2e+6", "2.0e+6"), fast_extra="max_nodes: 2", name="less"))
@@ -212,7 +215,7 @@ def test_pareto_front_is_monotone_and_each_point_is_its_budgets_optimum(tmp_path
     assert len(front) >= 3
     costs = [p.cost_usd for p in front]
     days = [p.days_to_train for p in front]
-    assert costs == sorted(costs) and all(a > b for a, b in zip(days, days[1:]))
+    assert costs == sorted(costs) and all(a > b for a, b in zip(days, days[1:], strict=False))
     assert front[-1].step_time_s == pytest.approx(r.best.step_time_s, rel=1e-6)
     for p in front[:3]:  # nothing of any type within the point's cost is faster
         for t in pp.catalog.node_types:
@@ -249,8 +252,8 @@ def test_catalog_variants_expand(tmp_path):
 
 
 def test_tables_of_a_larger_purchase_serve_a_smaller_one(tmp_path):
-    """formulations.tables.restrict: the tables filled for 6 nodes, restricted to 2 and 4, give the same proven
-    optimum and space size as solving those purchases from scratch."""
+    """formulations.tables.restrict: the tables filled for 6 nodes, restricted to 2 and 4, give the same
+    proven optimum and space size as solving those purchases from scratch."""
     from optimizer.drivers.purchase import TablesCache
 
     pp = load_procure(write(tmp_path, "{goal: throughput, budget_usd: 2.0e+6}"))
@@ -292,7 +295,8 @@ def test_parallel_over_types_equals_serial(tmp_path, monkeypatch):
     """Per-type work runs on several processes (types sharing tables in one chunk); the answer and the Pareto
     front are those of the serial run."""
     variants = (
-        "\n    - name: fast-hbm96\n      system: {base: h100-sxm-80gb, hbm_gib: 96}\n      price_usd: 320000\n"
+        "\n    - name: fast-hbm96\n      system: {base: h100-sxm-80gb, hbm_gib: 96}\n"
+        "      price_usd: 320000\n"
         "      power_kw: 10"
     )
     path = write(tmp_path, "{goal: throughput, budget_usd: 2.0e+6}", slow_extra=variants)
@@ -318,8 +322,9 @@ def test_parallel_over_types_equals_serial(tmp_path, monkeypatch):
 
 
 def test_report_shows_each_plan_on_the_gpus_bought_and_evaluate_names_idle_gpus(tmp_path):
-    """A type's plan is solved on its whole pool of nodes (idle GPUs allowed); the report shows it on the nodes
-    bought. `evaluate` on a problem with more GPUs than the plan uses says how many are used and idle."""
+    """A type's plan is solved on its whole pool of nodes (idle GPUs allowed); the report shows it on the
+    nodes bought. `evaluate` on a problem with more GPUs than the plan uses says how many are used and
+    idle."""
     import re
     from dataclasses import replace
 
@@ -329,7 +334,7 @@ def test_report_shows_each_plan_on_the_gpus_bought_and_evaluate_names_idle_gpus(
     pp = load_procure(write(tmp_path, "{goal: throughput, budget_usd: 1.05e+6}", slow_extra="max_nodes: 1"))
     r = procure(pp)
     text, js = render(r), result_dict(r)
-    for g, gd in zip(r.best.groups, js["best"]["groups"]):
+    for g, gd in zip(r.best.groups, js["best"]["groups"], strict=True):
         bought = g.nodes * g.node_type.gpus_per_node
         assert re.search(rf"paraplan evaluate: .* on {bought} x {g.node_type.system.name}\n", text)
         assert gd["plan"]["num_gpus"] == bought  # text and JSON agree

@@ -1,6 +1,6 @@
 """The model against the published runs of ../shared/calibration/public_runs.yaml (skipped when absent).
 
-Targets of the foundation issue: Korthikanti et al. 2022 Table 5 (8 runs) mean |error| <= 2.5% and max
+Targets: Korthikanti et al. 2022 Table 5 (8 runs) mean |error| <= 2.5% and max
 <= 5% (Calculon: 3.65% / 8.87%); all scored public runs MAPE <= 6%.
 """
 

@@ -1,4 +1,4 @@
-"""Every finding of the hostile-input review (issue 14), one test each: exit 2 with file:line:field and no
+"""Every finding of the hostile-input review, one test each: exit 2 with file:line:field and no
 traceback for bad input, whatever the bytes; no hang; distinct exit codes; strict JSON."""
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def test_deep_nesting_recursive_alias_and_alias_bomb(tmp_path, capsys):
     rc, _, err, dt, path = run(tmp_path, capsys, BASE + "x: &a [*a]\n", name="rec.yaml")
     assert_input_error(rc, err, path, 5, "x.0", "refers to itself")
     bomb = "a: &a [" + ",".join(["lol"] * 10) + "]\n"
-    for i, (x, y) in enumerate(zip("abcdefgh", "bcdefghi")):
+    for x, y in zip("abcdefgh", "bcdefghi", strict=True):
         bomb += f"{y}: &{y} [" + ",".join([f"*{x}"] * 10) + "]\n"
     rc, _, err, dt, path = run(tmp_path, capsys, BASE + bomb, name="bomb.yaml")
     assert_input_error(rc, err, path, None, None, "values")
@@ -194,7 +194,8 @@ def test_enumerate_refuses_a_space_too_large_for_memory(tmp_path, capsys, monkey
 def test_every_size_one_solves(tmp_path, capsys):
     """A model of every size 1 has sub-ns steps: the 0.1% check allows one solver time unit (it exited 4)."""
     body = (
-        "llm: {name: one, hidden: 1, ffn: 1, layers: 1, heads: 1, seq_len: 1, vocab: 1}\nsystem: h100-sxm-80gb\n"
+        "llm: {name: one, hidden: 1, ffn: 1, layers: 1, heads: 1, seq_len: 1, vocab: 1}\n"
+        "system: h100-sxm-80gb\n"
         "num_gpus: 1\ntraining: {global_batch: 1}\n"
     )
     rc, out, err, _, _ = run(tmp_path, capsys, body, "--json")

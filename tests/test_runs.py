@@ -102,8 +102,9 @@ def test_custom_pipeline_layout_maps_onto_pp_uneven():
 
 
 def test_fp8_recipe_named_in_the_notes_is_the_precision_modelled():
-    """A run recorded as `fp8` whose notes name per-tensor current scaling (Megatron-Bridge FP8-CS, NeMo 25.04) is
-    modelled as `fp8_current` (an amax pass before each cast); without it, `fp8` (delayed scaling)."""
+    """A run recorded as `fp8` whose notes name per-tensor current scaling (Megatron-Bridge FP8-CS, NeMo
+    25.04) is modelled as `fp8_current` (an amax pass before each cast); without it, `fp8` (delayed
+    scaling)."""
     systems = {"h100-sxm-80gb": library_system("h100-sxm-80gb")}
     r = record({"step_time_s": 1.0})
     r["hardware"]["gpu"] = "h100-sxm-80gb"
@@ -119,9 +120,9 @@ def test_fp8_recipe_named_in_the_notes_is_the_precision_modelled():
 
 
 def test_attention_sinks_named_in_the_notes_are_modelled():
-    """GPT-OSS records state "attention sinks" in their notes (the run schema has no field for them): the mapped
-    LLM carries them, says so, and its predicted step is longer (the sinks' gradient in the attention backward);
-    the library's gpt-oss-120b has them too."""
+    """GPT-OSS records state "attention sinks" in their notes (the run schema has no field for them): the
+    mapped LLM carries them, says so, and its predicted step is longer (the sinks' gradient in the attention
+    backward); the library's gpt-oss-120b has them too."""
     from helpers import library_llm
 
     from optimizer.io.runs import predict
@@ -139,8 +140,8 @@ def test_attention_sinks_named_in_the_notes_are_modelled():
 
 def test_clamped_glu_and_fused_expert_mlp_named_in_the_notes_are_modelled():
     """GPT-OSS records state "clamped SwiGLU (limit 7.0)"; the 26.06 presets' "fused grouped MLP" (Transformer
-    Engine's op fuser) runs the experts' clamp and biases inside fused ops: a mapped MoE run carries the clamp,
-    and the fused expert MLP only where its notes name it, and is slower eager than fused."""
+    Engine's op fuser) runs the experts' clamp and biases inside fused ops: a mapped MoE run carries the
+    clamp, and the fused expert MLP only where its notes name it, and is slower eager than fused."""
     from optimizer.io.runs import predict
 
     systems = {"h100-sxm-80gb": library_system("h100-sxm-80gb")}
@@ -184,10 +185,10 @@ def test_a_broken_library_file_is_no_twin(tmp_path, monkeypatch):
 
 
 def test_held_out_moe_runs_carry_their_recipes_a2a_overlap_and_dispatcher():
-    """The Qwen3 MoE runs on H100 (problems/runs/published-moe-fp8.yaml) were measured with Megatron-Bridge presets
-    that set moe_a2a_overlap=True (and, for Qwen3-30B at 26.02, the DeepEP dispatcher); their notes say so and the
-    mapping follows: the all-to-all overlaps another micro-batch's compute, Qwen3-235B's TP collectives do not
-    overlap their matmuls; GPT-OSS's H100 preset has no A2A overlap."""
+    """The Qwen3 MoE runs on H100 (problems/runs/published-moe-fp8.yaml) were measured with Megatron-Bridge
+    presets that set moe_a2a_overlap=True (and, for Qwen3-30B at 26.02, the DeepEP dispatcher); their notes
+    say so and the mapping follows: the all-to-all overlaps another micro-batch's compute, Qwen3-235B's TP
+    collectives do not overlap their matmuls; GPT-OSS's H100 preset has no A2A overlap."""
     from helpers import ROOT
 
     from optimizer.io.runs import load_runs
@@ -205,9 +206,9 @@ def test_held_out_moe_runs_carry_their_recipes_a2a_overlap_and_dispatcher():
 
 
 def test_tp_comm_overlap_the_notes_turn_off_is_not_chosen():
-    """A run whose notes say its recipe disabled TP communication overlap (Megatron-Bridge's NVFP4 presets: their
-    FP4 parameter gather cannot run beside it) has its TP collectives exposed; without such a phrase a recent run
-    leaves the choice to the model. The four NVFP4 runs of the 2025 file say so."""
+    """A run whose notes say its recipe disabled TP communication overlap (Megatron-Bridge's NVFP4 presets:
+    their FP4 parameter gather cannot run beside it) has its TP collectives exposed; without such a phrase a
+    recent run leaves the choice to the model. The four NVFP4 runs of the 2025 file say so."""
     from helpers import CALIBRATION
 
     from optimizer.io.runs import load_runs
@@ -231,13 +232,13 @@ def test_tp_comm_overlap_the_notes_turn_off_is_not_chosen():
 
 
 def test_the_next_release_is_predicted_held_out():
-    """problems/runs/bridge-2606.yaml: Megatron-Bridge's 26.06 pre-training table (20 runs; no fit uses them), the
-    release after the 26.04.01 table the Blackwell systems are calibrated on. Every run is scored and fits; held-out
-    MAPE <= 8% (5.5% at the time of writing, 8.7% before GPT-OSS's attention sinks and eager expert passes: Llama
-    3.1 405B, DeepSeek-V3, Qwen3-30B-A3B and Qwen3-235B within 10% on Blackwell, GPT-OSS -12% to -17%). Qwen3-235B ran 1.30x faster than in
-    26.04.01 on both racks with the same layout; of what its new preset turned on (EP all-to-all overlap,
-    full-iteration CUDA graphs, a fused grouped GEMM + GLU, FP8 attention) the model has the overlap, and that
-    alone predicts the gain within 5% (1.31x and 1.27x)."""
+    """problems/runs/bridge-2606.yaml: Megatron-Bridge's 26.06 pre-training table (20 runs; no fit uses them),
+    the release after the 26.04.01 table the Blackwell systems are calibrated on. Every run is scored and
+    fits; held-out MAPE <= 8% (5.5% at the time of writing, 8.7% before GPT-OSS's attention sinks and eager
+    expert passes: Llama 3.1 405B, DeepSeek-V3, Qwen3-30B-A3B and Qwen3-235B within 10% on Blackwell, GPT-OSS
+    -12% to -17%). Qwen3-235B ran 1.30x faster than in 26.04.01 on both racks with the same layout; of what
+    its new preset turned on (EP all-to-all overlap, full-iteration CUDA graphs, a fused grouped GEMM + GLU,
+    FP8 attention) the model has the overlap, and that alone predicts the gain within 5% (1.31x and 1.27x)."""
     from helpers import CALIBRATION, ROOT
 
     from optimizer.drivers.validate import score_runs

@@ -1,6 +1,7 @@
-"""Every shipped script runs: each scripts/bench_*.py with --quick (the same code paths on one small input, in a
-fresh process as a user runs it, from the repository root), the cheap pure-Python scripts on tiny inputs, and
-the GPU measurement scripts (scripts/microbench*.py) exit 2 with what to install where PyTorch is absent."""
+"""Every shipped script runs: each scripts/bench_*.py with --quick (the same code paths on one small input, in
+a fresh process as a user runs it, from the repository root), the cheap pure-Python scripts on tiny inputs,
+and the GPU measurement scripts (scripts/microbench*.py) exit 2 with what to install where PyTorch is
+absent."""
 
 from __future__ import annotations
 
@@ -70,8 +71,8 @@ def test_bench_main_takes_argv(capsys):
 
 @pytest.mark.parametrize("path", sorted(MEASUREMENTS.glob("*.json")), ids=lambda p: p.stem)
 def test_bench_kernels_scores_or_refuses_each_shipped_file(path):
-    """Each shipped measurements file is scored (exit 0) or refused with a one-line reason (exit 2) when it holds
-    no table in a layout the script reads; never a traceback."""
+    """Each shipped measurements file is scored (exit 0) or refused with a one-line reason (exit 2) when it
+    holds no table in a layout the script reads; never a traceback."""
     system = "b300-sxm-270gb" if path.name.startswith("b300") else "h200-sxm-141gb"
     r = run("bench_kernels.py", "--measurements", str(path), "--system", system, "--json")
     assert "Traceback" not in r.stderr
@@ -83,8 +84,8 @@ def test_bench_kernels_scores_or_refuses_each_shipped_file(path):
 
 
 def test_bench_checks_fail_the_run():
-    """The machine-independent checks: disagreeing optima and a missed ratio target (bench_solve), a purchase of
-    the wrong kind or none (bench_procure), a missed kernel target (bench_kernels)."""
+    """The machine-independent checks: disagreeing optima and a missed ratio target (bench_solve), a purchase
+    of the wrong kind or none (bench_procure), a missed kernel target (bench_kernels)."""
     bs = load_script("bench_solve")
     row = {"name": "x", "candidates": 2 * 10**7, "ratio": 25.0, "same_optimum": True}
     assert bs.failures([row]) == []
@@ -139,8 +140,8 @@ def test_every_microbench_script_listed():
 
 @pytest.mark.parametrize("script", sorted(MICROBENCH))
 def test_microbench_without_torch_exits_2(script, tmp_path):
-    """Run as a user without PyTorch would (torch made unimportable, whether or not it is installed): exit 2 with
-    what to install, no traceback, no file written."""
+    """Run as a user without PyTorch would (torch made unimportable, whether or not it is installed): exit 2
+    with what to install, no traceback, no file written."""
     out = tmp_path / "out.json"
     argv = [str(SCRIPTS / script)] + [str(out) if a == "OUT" else a for a in MICROBENCH[script]]
     code = (

@@ -1,5 +1,5 @@
-"""CP-SAT (`--method cpsat`) against the exhaustive oracle (its stored optima; enumerated afresh in the slow set),
-and each constraint group on tiny problems."""
+"""CP-SAT (`--method cpsat`) against the exhaustive oracle (its stored optima; enumerated afresh in the slow
+set), and each constraint group on tiny problems."""
 
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ def cpsat_of_case(name: str):
 
 
 def assert_cpsat_reaches(name: str, optimum: dict):
-    """CP-SAT's plan is proven optimal and its objective equals the enumerated optimum within 0.1%, on the same
-    space (other goals: the same number of GPUs, a zero gap)."""
+    """CP-SAT's plan is proven optimal and its objective equals the enumerated optimum within 0.1%, on the
+    same space (other goals: the same number of GPUs, a zero gap)."""
     p, c = cpsat_of_case(name)
     assert c.method == "cpsat" and c.status == "optimal"
     assert optimum["goal"] == p.objective.goal.value
@@ -101,7 +101,7 @@ def test_bounds_never_exceed_the_pairs_objective(tmp_path):
     r = evaluate(p, space)
     ok = feasible(p, space, r)
     axes = ("tp", "pp", "cp", "dp", "ep", "etp", "pp_embedding_loss")
-    lay = {tuple(int(x) for x in key): i for i, key in enumerate(zip(*[T.lay[a] for a in axes]))}
+    lay = {tuple(int(x) for x in key): i for i, key in enumerate(zip(*[T.lay[a] for a in axes], strict=True))}
     lb = {}
     for j in range(len(P)):
         key = (
@@ -340,7 +340,10 @@ def test_tokens_per_gpu_prefers_efficiency_over_speed(tmp_path):
     p = load_text(tmp_path, "idle", IDLE.format(objective="{goal: tokens_per_gpu}"))
     fast = solve(load_text(tmp_path, "fast", IDLE.format(objective="{goal: step_time}")), "cpsat").plans[0]
     eff = solve(p, "cpsat").plans[0]
-    n = lambda pl: pl.evaluation.execution.tp * pl.evaluation.execution.pp * pl.evaluation.execution.dp
+
+    def n(pl):
+        return pl.evaluation.execution.tp * pl.evaluation.execution.pp * pl.evaluation.execution.dp
+
     assert eff.objective_s >= fast.objective_s * (1 - 1e-9)
     assert n(eff) * eff.objective_s <= n(fast) * fast.objective_s * (1 + 1e-9)
 

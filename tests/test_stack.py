@@ -155,8 +155,8 @@ def test_stack_limits_precisions(tmp_path, capsys):
 
 def test_unwritten_knobs_take_the_stack_value_and_stay_unwritten(tmp_path, capsys):
     """torchtitan sends whole activations between stages and always shards the norms' sequence with TP: a file
-    that leaves pp_rs_ag and sequence_parallel unwritten gets torchtitan's values (no warning), and writing the
-    other value is an input error naming the layout."""
+    that leaves pp_rs_ag and sequence_parallel unwritten gets torchtitan's values (no warning), and writing
+    the other value is an input error naming the layout."""
     p = _load(tmp_path, "stack: torchtitan\nexecution: {tp: 2, pp: 2}\n")
     ex = p.execution
     assert ex.pp_rs_ag is False and ex.sequence_parallel is True
@@ -172,10 +172,10 @@ def test_unwritten_knobs_take_the_stack_value_and_stay_unwritten(tmp_path, capsy
 
 
 def test_megatron_core_offers_no_tp_overlap_in_nvfp4(tmp_path, capsys):
-    """Transformer Engine's Userbuffers (Megatron-Core's TP-communication overlap) communicate FP8 and MXFP8 tensors,
-    not NVFP4 ones, and Megatron-Bridge's NVFP4 presets turn the overlap off (`stack.BY_PRECISION`): an NVFP4 solve
-    keeps TP collectives in line, the FP8 branch of the same precision search may overlap them, a written
-    `tp_overlap: ring` in NVFP4 is a located input error, and evaluate warns about it."""
+    """Transformer Engine's Userbuffers (Megatron-Core's TP-communication overlap) communicate FP8 and MXFP8
+    tensors, not NVFP4 ones, and Megatron-Bridge's NVFP4 presets turn the overlap off (`stack.BY_PRECISION`):
+    an NVFP4 solve keeps TP collectives in line, the FP8 branch of the same precision search may overlap them,
+    a written `tp_overlap: ring` in NVFP4 is a located input error, and evaluate warns about it."""
     from optimizer.schema import Precision, TpOverlap
     from optimizer.schema.stack import profile, restrict
 

@@ -78,9 +78,9 @@ def test_per_op_sac_recomputes_k_o_w3_and_the_element_wise_ops():
 
 
 def test_torchtitan_without_checkpointing_recomputes_nothing_and_keeps_every_activation():
-    """recompute none on the torchtitan stack is no checkpointing (its per-op policy applies to `selective` only):
-    no time or FLOPs run again and the block keeps what Megatron-Core's block keeps without recompute. (It was
-    given the per-op policy's recompute and memory, so the solver could pick none for free.)"""
+    """recompute none on the torchtitan stack is no checkpointing (its per-op policy applies to `selective`
+    only): no time or FLOPs run again and the block keeps what Megatron-Core's block keeps without recompute.
+    (It was given the per-op policy's recompute and memory, so the solver could pick none for free.)"""
     p, k = _pk(recompute="none")
     c = block_cost(make_ctx(p), k)
     pm, km = _pk(stack="megatron-core", recompute="none")
@@ -164,11 +164,12 @@ def test_runs_map_torchtitan_layouts_kernels_and_loss(titan_runs):
 
 
 def test_vanilla_tp_run_is_not_given_async_tp(titan_runs):
-    """The 70B benchmark ran twice, vanilla TP and async TP (table 3: 19.76 s and 18.70 s a step): the notes say
-    which, so the vanilla run's TP collectives are on the critical path (it was given the overlap the model would
-    choose, and came out 13% fast) and the async run keeps its overlap: its collectives are hidden, and its matmuls
-    next to them run decomposed (`test_async_tp_runs_the_matmuls_next_to_tp_collectives_as_tp_smaller_ones`), so its
-    forward is longer and its step still shorter."""
+    """The 70B benchmark ran twice, vanilla TP and async TP (table 3: 19.76 s and 18.70 s a step): the notes
+    say which, so the vanilla run's TP collectives are on the critical path (it was given the overlap the
+    model would choose, and came out 13% fast) and the async run keeps its overlap: its collectives are
+    hidden, and its matmuls next to them run decomposed
+    (`test_async_tp_runs_the_matmuls_next_to_tp_collectives_as_tp_smaller_ones`), so its forward is longer and
+    its step still shorter."""
     from optimizer.io.runs import predict
 
     runs = {k: map_run(titan_runs[f"tt2412-llama3.1-70b-fsdp32-tp8-{k}"]) for k in ("tp", "asynctp")}
@@ -181,11 +182,11 @@ def test_vanilla_tp_run_is_not_given_async_tp(titan_runs):
 
 
 def test_async_tp_runs_the_matmuls_next_to_tp_collectives_as_tp_smaller_ones():
-    """PyTorch's micro-pipelined (async) TP fuses all-gather -> matmul and matmul -> reduce-scatter into tp matmuls
-    of T/tp rows each (forward and data gradient; the weight gradient stays whole): on the torchtitan stack the
-    block's GEMM time with the overlap is the whole GEMMs' plus, for each of the four linears (QKV, output, gated
-    up, down) and each direction, tp x gemm(T/tp rows) - gemm(T rows). Megatron-Core's TE overlap keeps its
-    calibration's account (unchanged)."""
+    """PyTorch's micro-pipelined (async) TP fuses all-gather -> matmul and matmul -> reduce-scatter into tp
+    matmuls of T/tp rows each (forward and data gradient; the weight gradient stays whole): on the torchtitan
+    stack the block's GEMM time with the overlap is the whole GEMMs' plus, for each of the four linears (QKV,
+    output, gated up, down) and each direction, tp x gemm(T/tp rows) - gemm(T rows). Megatron-Core's TE
+    overlap keeps its calibration's account (unchanged)."""
     from optimizer.model.params import attention_params
 
     tp = 4
@@ -209,14 +210,15 @@ def test_async_tp_runs_the_matmuls_next_to_tp_collectives_as_tp_smaller_ones():
 
 
 def test_async_tp_benchmark_of_june_2025_held_out():
-    """The PyTorch team's async TP benchmark (June 2025, problems/runs/torchtitan-asynctp-2506.yaml: Llama 3.1 70B
-    on 256 and 8B on 64 of the 500 W H100s, vanilla and async TP, BF16 and Float8 tensorwise), never fitted: the
-    96 GB part's calibration is the 2024-12 runs'. Measured 6.68% MAPE, signed -6.2% (6.10%, -4.7% before the 96 GB
-    part was refitted with FSDP2's copies, its clock factor 0.799 -> 0.817; 8.52%, -8.4% before the async-TP matmuls
-    were decomposed). Issue 15's signed criterion is per stack: over the torchtitan runs, the 19 of the 2024-12
-    file (in sample) and these 8, the mean signed error is within 5% (-4.7%). Async TP's gain over vanilla TP, model
-    against measured, 70B BF16 / 70B Float8 / 8B BF16 / 8B Float8: 8.7 / 11.0 / 11.9 / 12.4% against 9.2 / 16.4 /
-    9.9 / 9.7% (17.7 / 18.4 / 24.3 / 21.4% before): a gain in every pair, within 6 points of the measured one."""
+    """The PyTorch team's async TP benchmark (June 2025, problems/runs/torchtitan-asynctp-2506.yaml: Llama 3.1
+    70B on 256 and 8B on 64 of the 500 W H100s, vanilla and async TP, BF16 and Float8 tensorwise), never
+    fitted: the 96 GB part's calibration is the 2024-12 runs'. Measured 6.68% MAPE, signed -6.2% (6.10%, -4.7%
+    before the 96 GB part was refitted with FSDP2's copies, its clock factor 0.799 -> 0.817; 8.52%, -8.4%
+    before the async-TP matmuls were decomposed). The signed criterion is per stack: over the torchtitan runs,
+    the 19 of the 2024-12 file (in sample) and these 8, the mean signed error is within 5% (-4.7%). Async TP's
+    gain over vanilla TP, model against measured, 70B BF16 / 70B Float8 / 8B BF16 / 8B Float8: 8.7 / 11.0 /
+    11.9 / 12.4% against 9.2 / 16.4 / 9.9 / 9.7% (17.7 / 18.4 / 24.3 / 21.4% before): a gain in every pair,
+    within 6 points of the measured one."""
     from optimizer.drivers.validate import score_runs
 
     f = ROOT / "problems" / "runs" / "torchtitan-asynctp-2506.yaml"
@@ -263,9 +265,9 @@ def test_allocator_slack_leave_one_out_within_10pct():
 
 
 def test_stated_uncertainty_widens_for_a_stack_the_calibration_runs_did_not_use():
-    """H100's calibration runs are Megatron-Core's and llm-foundry's (FSDP): a torchtitan plan on it carries the
-    cross-stack error (STACK_TRANSFER_BAND_PCT, measured on the H200 torchtitan runs) in quadrature; the 96 GB
-    part's runs are torchtitan's, so torchtitan plans there keep its own leave-one-out band."""
+    """H100's calibration runs are Megatron-Core's and llm-foundry's (FSDP): a torchtitan plan on it carries
+    the cross-stack error (STACK_TRANSFER_BAND_PCT, measured on the H200 torchtitan runs) in quadrature; the
+    96 GB part's runs are torchtitan's, so torchtitan plans there keep its own leave-one-out band."""
     from optimizer.schema.system import STACK_TRANSFER_BAND_PCT
 
     h100, h96 = library_system("h100-sxm-80gb").calibration, library_system("h100-sxm-96gb").calibration
@@ -279,13 +281,13 @@ def test_stated_uncertainty_widens_for_a_stack_the_calibration_runs_did_not_use(
 
 
 def test_step_time_leave_one_out_on_the_96gb_torchtitan_runs(titan_runs):
-    """Leave-one-out, not in-sample: the 500 W H100 96GB runs on H100's GEMM curve and measured attention with one
-    fitted clock factor (`System.clock_scale`, the power cap's sustained clock on every compute peak, as
-    scripts/calibrate.py --shape h100-sxm-80gb --params clock_scale fits it; the FP8 factor as fitted) chosen on a
-    grid for all runs but one, that one predicted with it. Mean |held-out error| within 10% (measured 8.6% on this
-    0.02 grid; 7.32% with the FP8 factor refitted too, calibrate.py --loo; 11.2% when the cap was a GEMM level
-    only, leaving attention at the uncapped clock); the worst are the long context-parallel runs (a documented
-    gap)."""
+    """Leave-one-out, not in-sample: the 500 W H100 96GB runs on H100's GEMM curve and measured attention with
+    one fitted clock factor (`System.clock_scale`, the power cap's sustained clock on every compute peak, as
+    scripts/calibrate.py --shape h100-sxm-80gb --params clock_scale fits it; the FP8 factor as fitted) chosen
+    on a grid for all runs but one, that one predicted with it. Mean |held-out error| within 10% (measured
+    8.6% on this 0.02 grid; 7.32% with the FP8 factor refitted too, calibrate.py --loo; 11.2% when the cap was
+    a GEMM level only, leaving attention at the uncapped clock); the worst are the long context-parallel runs
+    (a documented gap)."""
     from tests.helpers import grid_leave_one_out
 
     base = library_system("h100-sxm-96gb")  # H100's curve as it is: only the clock varies
@@ -316,7 +318,8 @@ def test_torchtitan_selective_with_context_parallelism_does_not_rerun_the_ring()
 def test_torchtitan_tp_keeps_the_gathered_input_and_its_per_op_policy_regathers_what_it_recomputes():
     """PyTorch TP's linears save their all-gathered input (no re-gather in backward, unlike Megatron-Core's
     sp_ag_redo): the stack's default is sp_ag_redo off, so the QKV and MLP inputs are stored whole; under the
-    per-op policy the all-gathers feeding the recomputed k and w3 run again (2 per dense layer), not in backward."""
+    per-op policy the all-gathers feeding the recomputed k and w3 run again (2 per dense layer), not in
+    backward."""
     from optimizer.model.hardware import collective_time
 
     tp = 8
@@ -336,8 +339,8 @@ def test_torchtitan_tp_keeps_the_gathered_input_and_its_per_op_policy_regathers_
 
 def test_fsdp_zero2_gathers_the_parameters_for_every_micro_batch():
     """FSDP's SHARD_GRAD_OP / FSDP2 without reshard-after-forward free the gathered parameters after each
-    micro-batch's backward, so ZeRO-2 gathers n_mb times a step on the fsdp and torchtitan stacks; DeepSpeed (and
-    Megatron-Core) gather once."""
+    micro-batch's backward, so ZeRO-2 gathers n_mb times a step on the fsdp and torchtitan stacks; DeepSpeed
+    (and Megatron-Core) gather once."""
     from optimizer.model.compose import dp_links
 
     n, B = 8, 32  # micro-batch 1 on 8 GPUs: 4 micro-batches
@@ -387,7 +390,8 @@ def test_fsdp1_keeps_no_sharded_16bit_copy_under_zero3():
 
 def test_published_runs_are_predicted_with_their_stack_defaults(titan_runs):
     """A run's execution keeps the stack's own values for the knobs the record leaves unwritten (torchtitan:
-    whole activations between stages, its TP keeping the gathered input) when `predict` varies its free knobs."""
+    whole activations between stages, its TP keeping the gathered input) when `predict` varies its free
+    knobs."""
     from optimizer.io.runs import predict
 
     pred = predict(map_run(titan_runs["tt2412-llama3.1-405b-fsdp8-tp8-pp8-1f1b"]))
@@ -397,8 +401,9 @@ def test_published_runs_are_predicted_with_their_stack_defaults(titan_runs):
 def test_torchtitan_repeats_kv_heads_before_attention_and_its_cp_ring_carries_them(titan_runs):
     """torchtitan ran `repeat_kv` before SDPA until pytorch/torchtitan#2259 (2026-01), so its context-parallel
     ring carries K/V for every query head (4x the GQA bytes for Llama 3.1 8B: 32 / 8 heads); PyTorch's ring
-    all-gathers K/V once before the first step (hidden behind that step's kernel only) and rotates dK/dV in fp32
-    (3x the forward's bytes in backward, not 2x). The published runs of 2024-12 and 2025-06 are mapped with it."""
+    all-gathers K/V once before the first step (hidden behind that step's kernel only) and rotates dK/dV in
+    fp32 (3x the forward's bytes in backward, not 2x). The published runs of 2024-12 and 2025-06 are mapped
+    with it."""
     from optimizer.model.hardware import collective_time
 
     p0, k0 = _pk(num_gpus=4, cp=4, recompute="full")
@@ -419,9 +424,9 @@ def test_torchtitan_repeats_kv_heads_before_attention_and_its_cp_ring_carries_th
 
 
 def test_enumerating_a_torchtitan_space_with_no_zero_stage_left_for_a_layout(tmp_path):
-    """With pp 2 torchtitan offers ZeRO 0/1 only, so a search over zero 2/3 leaves pipelined layouts no value: the
-    space leaves them out (`space.compact_space`; the enumerator raised on their empty product) and the enumerator
-    agrees with CP-SAT."""
+    """With pp 2 torchtitan offers ZeRO 0/1 only, so a search over zero 2/3 leaves pipelined layouts no value:
+    the space leaves them out (`space.compact_space`; the enumerator raised on their empty product) and the
+    enumerator agrees with CP-SAT."""
     import json
     import subprocess
     import sys
@@ -457,11 +462,12 @@ def test_enumerating_a_torchtitan_space_with_no_zero_stage_left_for_a_layout(tmp
 
 
 def test_fsdp_copies_and_casts_around_each_reduction_and_gather():
-    """PyTorch FSDP's own passes over a layer's unsharded parameters (stack.fsdp_copy_bytes): FSDP1 concatenates
-    the views' gradients, casts them to the fp32 reduce dtype and pre-divides them (2+6+8 = 18 bytes per parameter
-    per reduction; 8 with a bf16 reduction); FSDP2 copies them into the fp32 reduce-scatter input (6) and copies
-    each all-gather out (4); Megatron-Core and DeepSpeed none. Counted as the traffic is: ZeRO-3 once per
-    micro-batch for the reduction and twice for the gathers, ZeRO-0 not at all; a step's time includes them."""
+    """PyTorch FSDP's own passes over a layer's unsharded parameters (stack.fsdp_copy_bytes): FSDP1
+    concatenates the views' gradients, casts them to the fp32 reduce dtype and pre-divides them (2+6+8 = 18
+    bytes per parameter per reduction; 8 with a bf16 reduction); FSDP2 copies them into the fp32
+    reduce-scatter input (6) and copies each all-gather out (4); Megatron-Core and DeepSpeed none. Counted as
+    the traffic is: ZeRO-3 once per micro-batch for the reduction and twice for the gathers, ZeRO-0 not at
+    all; a step's time includes them."""
     from optimizer.report.text import TIME_PARTS
     from optimizer.schema.stack import fsdp_copy_bytes
 

@@ -219,8 +219,8 @@ def test_edge_stage_hides_one_p2p_exchange_per_micro_batch():
 
 def test_interleaved_exchanges_overlap_a_chunk_forward():
     """With overlap_p2p_comm (vpp > 1) a steady-state exchange costs only what exceeds the forward of a chunk
-    (Lc layers): on NVLink/IB nothing of it, so only fill and drain remain (2(pp-1) exchanges); on a link so slow
-    that a send outlasts the chunk the remainder stays, 2*vpp per micro-batch."""
+    (Lc layers): on NVLink/IB nothing of it, so only fill and drain remain (2(pp-1) exchanges); on a link so
+    slow that a send outlasts the chunk the remainder stays, 2*vpp per micro-batch."""
     p = _problem("h100-sxm-80gb", "llama3.1-8b")  # tp 2 x pp 4 x dp 8, 16 micro-batches
     on, off = (evaluate(p, _knobs(p, [Execution(tp=2, pp=4, vpp=2, pp_overlap=o)])) for o in (True, False))
     n_mb, pp, vpp = 16, 4, 2

@@ -48,7 +48,8 @@ def test_cli_json_and_tornado(tmp_path, capsys):
 
 def test_robust_plan_is_best_worst_case_over_the_space(tmp_path):
     """The robust plan is a solve at the all-low corner: its worst case is no worse than any of the K best
-    nominal plans' worst cases (each evaluated at all 8 corners), and the all-low corner is each plan's worst."""
+    nominal plans' worst cases (each evaluated at all 8 corners), and the all-low corner is each plan's
+    worst."""
     import itertools
 
     from optimizer.drivers.evaluate import evaluate_execution
