@@ -19,15 +19,15 @@ exchange, he = max(head - t_p2p, 0) (`compose.edge_head`).
 Step time (1F1B with unequal stages: the steady state runs at the slowest stage, the fill and drain pass
 every stage once):
 
-    T = (n_mb - 1) * M + sum_g s_g*u_g + he                                     pipeline
-        + 2*n_mb*max_b p2p_b + 2*sum_b p2p_b                                     p2p, b over the P-1 boundaries
-        + max_g (dp_exposed_g + dp_slowdown_g + optimizer_g)                      per group, in parallel
+    T = (n_mb - 1) * M + sum_g s_g*u_g + he                                 pipeline
+        + 2*n_mb*max_b p2p_b + 2*sum_b p2p_b                                p2p, b over the P-1 boundaries
+        + max_g (dp_exposed_g + dp_slowdown_g + optimizer_g)                per group, in parallel
     M = max(max_g u_g, u_last + he)
 
 Inside a group a boundary costs the p2p of one activation (1/tp with SP) on the tier its placement gives;
 between groups it crosses the joining network (`catalog.joining_network`, default each type's outermost tier,
-the slower of the two in time) with the larger of the two sides' messages. With one type this is exactly the homogeneous
-model's step time for the same layout (vpp = 1, no embedding/loss layer slots; tested).
+the slower of the two in time) with the larger of the two sides' messages. With one type this is exactly the
+homogeneous model's step time for the same layout (vpp = 1, no embedding/loss layer slots; tested).
 
 Memory per GPU, for the busiest stage of each group on its own GPU: weights (16-bit) and gradients of
 its stage, optimizer state / d, activations: the group's first stage keeps min(n_mb, P - k_g) micro-batches
