@@ -98,7 +98,9 @@ def pipeline(A1, A2, Bf, E, pm2, tau_mb, head_mb, tau, p2p_mb, p2p, offx_mb) -> 
     bubble_s      = (pp-1)/vpp*Ls*tau     = Bf * tau
     p2p_steady_s  = 2*n_mb*vpp*t_p2p      = E * t_p2p/mb;   p2p_fill_s = 2*(pp-1)*t_p2p
     offload_exposed_s = n_mb*Ls*(exposed weight/activation streaming per layer) = A1 * offx/mb"""
-    out = dict(zip(PIPE, (A1 * tau_mb, A2 * head_mb, Bf * tau, E * p2p_mb, pm2 * p2p, A1 * offx_mb)))
+    out = dict(
+        zip(PIPE, (A1 * tau_mb, A2 * head_mb, Bf * tau, E * p2p_mb, pm2 * p2p, A1 * offx_mb), strict=True)
+    )
     out["pipeline_s"] = pipeline_sum(out)
     return out
 

@@ -125,7 +125,7 @@ def group_terms(problem: Problem, dp: int, mb: int, n_mb: int, role: str, tp, re
     sys_ = problem.system
     ctx = make_ctx(problem)
     tiers = ctx.tiers
-    keys = sorted(set(zip(tp.ravel().tolist(), rec.ravel().tolist())))
+    keys = sorted(set(zip(tp.ravel().tolist(), rec.ravel().tolist(), strict=True)))
     if not keys:
         return {}
     exs = [
@@ -238,7 +238,7 @@ def compose_mix_step(n_mb, u: list, s: list, he, p2p: list, joins: list, x: list
     G = len(u)
     M = np.maximum(np.maximum.reduce(list(u)), u[-1] + he)
     bounds = [np.where(np.asarray(s[g]) > 1, p2p[g], 0.0) for g in range(G)] + list(joins)
-    pipe = (n_mb - 1) * M + sum(si * ui for si, ui in zip(s, u)) + he
+    pipe = (n_mb - 1) * M + sum(si * ui for si, ui in zip(s, u, strict=True)) + he
     p2p_t = 2 * n_mb * np.maximum.reduce(bounds) + 2 * (
         sum((np.asarray(s[g]) - 1) * p2p[g] for g in range(G)) + sum(joins)
     )
@@ -264,7 +264,7 @@ class MixResult:
 
     @property
     def fits(self) -> bool:
-        return all(h <= c for h, c in zip(self.hbm_bytes, self.capacity_bytes))
+        return all(h <= c for h, c in zip(self.hbm_bytes, self.capacity_bytes, strict=True))
 
 
 def evaluate_mix(problems: dict[str, Problem], plan: MixPlan, joining=None) -> MixResult:
@@ -305,7 +305,7 @@ def evaluate_mix(problems: dict[str, Problem], plan: MixPlan, joining=None) -> M
         ).items()
     }
     infl = inflight(n_mb, s)
-    hbm = [max(x["fixed"] + i * x["a"], x["last_alt"]) for x, i in zip(t, infl)]
+    hbm = [max(x["fixed"] + i * x["a"], x["last_alt"]) for x, i in zip(t, infl, strict=True)]
     stage = [x["u"] for x in t]
     stage[-1] += t[-1]["he"]
     return MixResult(

@@ -18,7 +18,7 @@ def _check_table(table: EfficiencyTable, what: str) -> EfficiencyTable:
     if not table:
         raise ValueError(f"{what} needs at least one [size, efficiency] point")
     sizes = [p[0] for p in table]
-    if any(b <= a for a, b in zip(sizes, sizes[1:])):
+    if any(b <= a for a, b in zip(sizes, sizes[1:], strict=False)):
         raise ValueError(f"{what} sizes must be strictly increasing")
     if any(not (0 < p[1] <= 1) for p in table):
         raise ValueError(f"{what} efficiencies must be in (0, 1]")
@@ -273,7 +273,7 @@ class System(Frozen):
     @model_validator(mode="after")
     def _check(self) -> System:
         sizes = [n.size for n in self.networks]
-        if any(b < a for a, b in zip(sizes, sizes[1:])):
+        if any(b < a for a, b in zip(sizes, sizes[1:], strict=False)):
             raise ValueError("networks must be listed innermost first (non-decreasing size)")
         if self.networks[0].size < self.gpus_per_node and len(self.networks) == 1:
             raise ValueError("a single network tier must span at least one node")
