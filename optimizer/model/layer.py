@@ -1136,15 +1136,26 @@ def host_floor_s(k: Knobs, blk: BlockCost) -> tuple:
 
 
 # ------------------------------------------------------------------------------------------------ the block
-def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
-    """Cost of one transformer block (dense, or with an MoE MLP when `moe`) for every candidate in `k`:
-    seconds, bytes and FLOPs per layer per micro-batch on one GPU, composed of the functions above."""
-    sh = block_shape(ctx, k, moe)
-    rec, tp = sh.rec, sh.tp
-    lin = dense_linears(ctx, k, sh)
-    att = attention_core(ctx, k, sh)
-    act = mlp_activation(ctx.llm, sh.fused)
-    ew = dense_elementwise(ctx, sh, act)
+class BlockCompute(NamedTuple):
+    """The block's compute per layer per micro-batch: GEMM time forward and backward (s) and FLOPs, the
+    element-wise kernels' time forward and backward (s), each summed over the dense part, the routed experts
+    and a quantised recipe's casts in that order; and the routed experts' cost (`MoeCost()` for a dense
+    block)."""
+
+    gemm_fw: np.ndarray
+    gemm_bw: np.ndarray
+    gemm_flops: np.ndarray
+    ew_fw: np.ndarray
+    ew_bw: np.ndarray
+    mc: MoeCost
+
+
+def block_compute(
+    ctx: Ctx, k: Knobs, sh: BlockShape, lin: DenseLinears, ew: DenseElementwise, act: MlpActivation
+) -> BlockCompute:
+    """The block's GEMM and element-wise sums (`BlockCompute`): the dense linears `lin` and element-wise
+    kernels `ew`, plus the routed experts (`moe_cost`) of an MoE layer, plus the casts of a quantised recipe
+    (`quantisation_casts_s`)."""
     gemm_fw, gemm_bw, gemm_fl = lin.fw_s, lin.bw_s, lin.flops
     ew_fw, ew_bw = ew.fw_s, ew.bw_s
     mc = MoeCost()
@@ -1155,24 +1166,46 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     if ctx.precision in QUANTIZED:
         c_fw, c_bw = quantisation_casts_s(ctx, sh, mc.shape)
         ew_fw, ew_bw = ew_fw + c_fw, ew_bw + c_bw
-    fw = gemm_fw + att.fw_s + ew_fw
-    bw = gemm_bw + att.bw_s + ew_bw
+    return BlockCompute(gemm_fw, gemm_bw, gemm_fl, ew_fw, ew_bw, mc)
+
+
+def block_sac(ctx: Ctx, k: Knobs, sh: BlockShape, bc: BlockCompute, ckpt) -> tuple | None:
+    """torchtitan's per-op selective checkpointing of the block (`per_op_sac`: recompute s, its hardware
+    FLOPs, stored bytes, the recomputed matmuls' s), its routed experts' forward and dispatch run again; None
+    for the other stacks, whose `selective` is Megatron-Core's modules (`selective_recompute`)."""
+    if not sh.titan:
+        return None
+    mc = bc.mc
+    return per_op_sac(
+        ctx,
+        k,
+        sh.T,
+        sh.Tn,
+        sh.ah,
+        sh.kvr,
+        sh.d,
+        sh.f,
+        bc.ew_fw,
+        moe_fw=(mc.gemm_fw_s + mc.act_fw_s, mc.ep_fw_s),
+        ckpt=ckpt,
+    )
+
+
+def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
+    """Cost of one transformer block (dense, or with an MoE MLP when `moe`) for every candidate in `k`:
+    seconds, bytes and FLOPs per layer per micro-batch on one GPU, composed of the functions above."""
+    sh = block_shape(ctx, k, moe)
+    rec, tp = sh.rec, sh.tp
+    lin = dense_linears(ctx, k, sh)
+    att = attention_core(ctx, k, sh)
+    act = mlp_activation(ctx.llm, sh.fused)
+    ew = dense_elementwise(ctx, sh, act)
+    bc = block_compute(ctx, k, sh, lin, ew, act)
+    gemm_fw, gemm_bw, gemm_fl, mc = bc.gemm_fw, bc.gemm_bw, bc.gemm_flops, bc.mc
+    fw = gemm_fw + att.fw_s + bc.ew_fw
+    bw = gemm_bw + att.bw_s + bc.ew_bw
     ckpt = checkpoint_bytes(sh)
-    sac = None
-    if sh.titan:  # `selective` is torchtitan's per-op policy, not Megatron-Core's modules
-        sac = per_op_sac(
-            ctx,
-            k,
-            sh.T,
-            sh.Tn,
-            sh.ah,
-            sh.kvr,
-            sh.d,
-            sh.f,
-            ew_fw,
-            moe_fw=(mc.gemm_fw_s + mc.act_fw_s, mc.ep_fw_s),
-            ckpt=ckpt,
-        )
+    sac = block_sac(ctx, k, sh, bc, ckpt)
     # the attention core (and its CP ring) runs again; torchtitan's per-op policy saves the SDPA output and
     # its log-sum-exp (the ring runs inside that op), and it has no recompute_modules
     attn_redone = (rec == 2) | (recomputes(k, RecomputeModule.CORE_ATTN) & (not sh.titan))
