@@ -26,10 +26,10 @@ def memory_margin_warning(used_bytes: float, problem: Problem) -> str | None:
     if margin >= MEMORY_ERROR_PCT / 100 * used_bytes:
         return None
     return (
-        f"memory margin {margin / GIB:.1f} GiB ({100 * margin / cap:.1f}% of {problem.system.hbm_gib:g} GiB) is "
-        f"below the memory model's stated error (+-{MEMORY_ERROR_PCT:g}% of the use, peak-memory MAPE on published "
-        f"runs): set options.memory_headroom_gib to about {MEMORY_ERROR_PCT / 100 * used_bytes / GIB:.0f} GiB to "
-        "plan with that margin"
+        f"memory margin {margin / GIB:.1f} GiB ({100 * margin / cap:.1f}% of {problem.system.hbm_gib:g} "
+        f"GiB) is below the memory model's stated error (+-{MEMORY_ERROR_PCT:g}% of the use, peak-memory "
+        "MAPE on published runs): set options.memory_headroom_gib to about "
+        f"{MEMORY_ERROR_PCT / 100 * used_bytes / GIB:.0f} GiB to plan with that margin"
     )
 
 

@@ -68,8 +68,8 @@ def edge_head(head, t_p2p, pp):
 
 def p2p_steady(t_p2p, window, overlap):
     """A steady-state pipeline exchange's time on the critical path: all of it, or with `overlap` (interleaved
-    1F1B with Megatron-Core's overlap_p2p_comm: each send/receive is posted before a chunk's compute and waited
-    on after it) what exceeds that compute, `window`: max(t_p2p - window, 0)."""
+    1F1B with Megatron-Core's overlap_p2p_comm: each send/receive is posted before a chunk's compute and
+    waited on after it) what exceeds that compute, `window`: max(t_p2p - window, 0)."""
     return np.where(overlap, np.maximum(t_p2p - window, 0 * t_p2p), t_p2p)
 
 
@@ -98,16 +98,18 @@ def pipeline(A1, A2, Bf, E, pm2, tau_mb, head_mb, tau, p2p_mb, p2p, offx_mb) -> 
     bubble_s      = (pp-1)/vpp*Ls*tau     = Bf * tau
     p2p_steady_s  = 2*n_mb*vpp*t_p2p      = E * t_p2p/mb;   p2p_fill_s = 2*(pp-1)*t_p2p
     offload_exposed_s = n_mb*Ls*(exposed weight/activation streaming per layer) = A1 * offx/mb"""
-    out = dict(zip(PIPE, (A1 * tau_mb, A2 * head_mb, Bf * tau, E * p2p_mb, pm2 * p2p, A1 * offx_mb)))
+    out = dict(
+        zip(PIPE, (A1 * tau_mb, A2 * head_mb, Bf * tau, E * p2p_mb, pm2 * p2p, A1 * offx_mb), strict=True)
+    )
     out["pipeline_s"] = pipeline_sum(out)
     return out
 
 
 def dp_links(AR, RS, AG, F, nmb, regather=False) -> dict:
-    """DP traffic per ZeRO stage on its link: all-reduce (0); reduce-scatter + all-gather (1); a reduce-scatter
-    per micro-batch + all-gather, the gather per micro-batch too when the stack `regather`s (a Python bool: the
-    stack's, one for every row, so integer tables stay integers) (2); FSDP's gather in forward and backward and
-    reduce-scatter per micro-batch, F = 2*AG + RS (3)."""
+    """DP traffic per ZeRO stage on its link: all-reduce (0); reduce-scatter + all-gather (1); a
+    reduce-scatter per micro-batch + all-gather, the gather per micro-batch too when the stack `regather`s (a
+    Python bool: the stack's, one for every row, so integer tables stay integers) (2); FSDP's gather in
+    forward and backward and reduce-scatter per micro-batch, F = 2*AG + RS (3)."""
     return {0: AR, 1: RS + AG, 2: nmb * RS + (nmb if regather else 1) * AG, 3: nmb * F}
 
 

@@ -31,22 +31,23 @@ BYTES = {
     Precision.FP16: 2,
     Precision.FP32: 4,
 }
-# FP8 block scaling keeps one FP32 scale per 128 elements (1x128 tiles); current scaling reads each tensor once
-# more for its amax before the cast (two passes; delayed scaling uses the amax history: one)
+# FP8 block scaling keeps one FP32 scale per 128 elements (1x128 tiles); current scaling reads each tensor
+# once more for its amax before the cast (two passes; delayed scaling uses the amax history: one)
 CAST_READS = {Precision.FP8_CURRENT: 2.0}
-# Block-scaled formats keep their scales along a GEMM's reduction dimension, which is the rows of an operand in
-# one GEMM and its columns in the next (activations: forward and weight gradient; output gradients: data and
-# weight gradients), so each cast writes a rowwise and a columnwise quantized copy (Transformer Engine MXFP8 and
-# NVFP4 recipes; per-tensor FP8 scales need no second copy on Blackwell, and Hopper's transposed FP8 copy is
-# written by the same fused cast-transpose kernel counted once here)
+# Block-scaled formats keep their scales along a GEMM's reduction dimension, which is the rows of an operand
+# in one GEMM and its columns in the next (activations: forward and weight gradient; output gradients: data
+# and weight gradients), so each cast writes a rowwise and a columnwise quantized copy (Transformer Engine
+# MXFP8 and NVFP4 recipes; per-tensor FP8 scales need no second copy on Blackwell, and Hopper's transposed FP8
+# copy is written by the same fused cast-transpose kernel counted once here)
 CAST_COPIES = {Precision.MXFP8: 2.0, Precision.NVFP4: 2.0}
-# Throughput of a block-scaled GEMM kernel against a per-tensor-scaled one at the same datasheet peak: the tensor
-# cores read one scale per 32 elements of the reduction dimension, and Transformer Engine swizzles the scales into
-# their layout inside each GEMM call (tex.generic_gemm). Measured on a B300 by Transformer Engine's GEMM profiling
-# tutorial (problems/measurements/b300-te-gemm-precisions.json): a 5B model's 12 GEMMs per layer, inputs
-# pre-quantised, 6.812 ms per-tensor FP8 against 7.161 ms MXFP8 (forward 0.91, data gradient 0.97, weight gradient
-# 0.97); `scripts/bench_kernels.py` derives it from that file (`block_scaled_kernel`). Applied on top of a system's
-# FP8 efficiency (`System.efficiency_scale`); the factor is NVIDIA's kernels' (MI355X's MXFP8 is a prior).
+# Throughput of a block-scaled GEMM kernel against a per-tensor-scaled one at the same datasheet peak: the
+# tensor cores read one scale per 32 elements of the reduction dimension, and Transformer Engine swizzles the
+# scales into their layout inside each GEMM call (tex.generic_gemm). Measured on a B300 by Transformer
+# Engine's GEMM profiling tutorial (problems/measurements/b300-te-gemm-precisions.json): a 5B model's 12 GEMMs
+# per layer, inputs pre-quantised, 6.812 ms per-tensor FP8 against 7.161 ms MXFP8 (forward 0.91, data gradient
+# 0.97, weight gradient 0.97); `scripts/bench_kernels.py` derives it from that file (`block_scaled_kernel`).
+# Applied on top of a system's FP8 efficiency (`System.efficiency_scale`); the factor is NVIDIA's kernels'
+# (MI355X's MXFP8 is a prior).
 BLOCK_SCALED_KERNEL = {Precision.MXFP8: FITTED.mxfp8_kernel_ratio}
 # Precisions whose GEMM operands are quantised from 16-bit activations by cast kernels (Transformer Engine);
 # attention, element-wise ops and activations between ops stay 16-bit.
@@ -90,12 +91,14 @@ class Hardware:
     # ------------------------------------------------------------------ peaks
     @property
     def matrix_peak(self) -> float:
-        """FLOP/s of the matrix unit in the training precision, at the sustained clock (`System.clock_scale`)."""
+        """FLOP/s of the matrix unit in the training precision, at the sustained clock
+        (`System.clock_scale`)."""
         return self.datasheet_peak * self.system.clock_scale
 
     @property
     def datasheet_peak(self) -> float:
-        """FLOP/s of the matrix unit in the training precision as the datasheet rates it (what MFU is against)."""
+        """FLOP/s of the matrix unit in the training precision as the datasheet rates it (what MFU is
+        against)."""
         return self.system.peak_tflops(self.precision) * 1e12
 
     @property
@@ -170,11 +173,12 @@ class Hardware:
         return self._combine(t_c, self.mem_time(nbytes))
 
     def linear(self, m, n, k, batch=1, in_bytes=2, out_bytes=2, wide=False, split=1):
-        """A linear layer on m rows, k inputs and n outputs (`batch` of them: grouped experts): (forward s, backward
-        s, forward FLOPs). Forward is one m x n x k GEMM; backward two of the same size, the data gradient (m x k)
-        and the weight gradient (k x n, written in fp32). `wide` as for `gemm`. `split`: the forward and the
-        data gradient run as that many GEMMs of m/split rows each (a TP collective decomposed around them), each
-        at the efficiency of its size; the weight gradient, a reduction over the rows, stays whole."""
+        """A linear layer on m rows, k inputs and n outputs (`batch` of them: grouped experts): (forward s,
+        backward s, forward FLOPs). Forward is one m x n x k GEMM; backward two of the same size, the data
+        gradient (m x k) and the weight gradient (k x n, written in fp32). `wide` as for `gemm`. `split`: the
+        forward and the data gradient run as that many GEMMs of m/split rows each (a TP collective decomposed
+        around them), each at the efficiency of its size; the weight gradient, a reduction over the rows,
+        stays whole."""
         fw = split * self.gemm(m / split, n, k, batch, in_bytes=in_bytes, out_bytes=out_bytes, wide=wide)
         dgrad = split * self.gemm(m / split, k, n, batch, in_bytes=in_bytes, out_bytes=out_bytes, wide=wide)
         wgrad = self.gemm(k, n, m, batch, in_bytes=in_bytes, out_bytes=4, wide=wide)
@@ -186,10 +190,10 @@ class Hardware:
         """A fused (flash) attention kernel: one thread block per 128-row query tile of each (sequence, head),
         `rows` queries against `keys` keys over `heads` sequence-heads. Its efficiency is attention_efficiency
         (`fa2`: attention_efficiency_fa2, FlashAttention-2 class kernels; `triton`: FlashAttention's Triton
-        implementation, the FlashAttention-2 class efficiency / TRITON_FA2_SLOWDOWN) times the kernel's relative
-        throughput at `head_dim` (`HEAD_DIM_SCALE`) times the wave quantization of its tiles over the SMs (as for GEMMs)
-        times keys / (keys + attention_overhead_keys) (each tile's fixed work against its loop over the keys;
-        the Triton kernel: attention_overhead_keys_triton where the system states it).
+        implementation, the FlashAttention-2 class efficiency / TRITON_FA2_SLOWDOWN) times the kernel's
+        relative throughput at `head_dim` (`HEAD_DIM_SCALE`) times the wave quantization of its tiles over the
+        SMs (as for GEMMs) times keys / (keys + attention_overhead_keys) (each tile's fixed work against its
+        loop over the keys; the Triton kernel: attention_overhead_keys_triton where the system states it).
         Without rows and keys: the flat efficiency."""
         s = self.system
         fa2 = np.asarray(fa2) | np.asarray(triton)
@@ -213,9 +217,9 @@ class Hardware:
         return self._combine(t_c, self.mem_time(nbytes))
 
     def sink_backward(self, rows):
-        """The extra backward time of learned attention sinks over `rows` query rows (sequences x heads x queries
-        of this rank): `SINK_BW_SM_S` SM-seconds per row spread over the GPU's SMs (the reference's 132 where the
-        system does not state them)."""
+        """The extra backward time of learned attention sinks over `rows` query rows (sequences x heads x
+        queries of this rank): `SINK_BW_SM_S` SM-seconds per row spread over the GPU's SMs (the reference's
+        132 where the system does not state them)."""
         return np.asarray(rows, dtype=float) * SINK_BW_SM_S / (self.system.sm_count or SINK_REFERENCE_SMS)
 
     def vector(self, flops, nbytes, fp32: bool = False):
@@ -227,26 +231,26 @@ class Hardware:
 
 
 ATTENTION_TILE = (128, 1)  # flash attention: one thread block per 128 query rows of one (sequence, head)
-# Fused attention's throughput by head size relative to head size 128 (log2 of the head size, factor), linear in
-# log2 between and clamped outside: per score element the softmax's exponential and rescaling are a fixed cost
-# against 4*d matmul FLOPs, so small heads run at a smaller fraction of peak, and each kernel's tiles are tuned
-# for some sizes. Measured on an H100 SXM5, forward at 16K tokens (Shah et al. 2024, FlashAttention-3, Fig. 5):
-# cuDNN (Transformer Engine's kernels: `flash`) 413 / 595 / 581 TFLOP/s and FlashAttention-2 (`flash2`) 324 / 370 /
-# 326 at head sizes 64 / 128 / 256.
+# Fused attention's throughput by head size relative to head size 128 (log2 of the head size, factor), linear
+# in log2 between and clamped outside: per score element the softmax's exponential and rescaling are a fixed
+# cost against 4*d matmul FLOPs, so small heads run at a smaller fraction of peak, and each kernel's tiles are
+# tuned for some sizes. Measured on an H100 SXM5, forward at 16K tokens (Shah et al. 2024, FlashAttention-3,
+# Fig. 5): cuDNN (Transformer Engine's kernels: `flash`) 413 / 595 / 581 TFLOP/s and FlashAttention-2
+# (`flash2`) 324 / 370 / 326 at head sizes 64 / 128 / 256.
 HEAD_DIM_SCALE = {
     "flash": ([6.0, 7.0, 8.0], [413 / 595, 1.0, 581 / 595]),
     "fa2": ([6.0, 7.0, 8.0], [324 / 370, 1.0, 326 / 370]),
 }
-# FlashAttention's Triton implementation (flash_attn_triton; `attention: flash-triton`) against FlashAttention-2's
-# CUDA kernels: "1.3-2.5x faster than FlashAttention in Triton" forward+backward on an A100 (Dao 2023,
-# FlashAttention-2, Sec. 4.1, Fig. 4); the geometric middle of that range, not a fitted value.
+# FlashAttention's Triton implementation (flash_attn_triton; `attention: flash-triton`) against
+# FlashAttention-2's CUDA kernels: "1.3-2.5x faster than FlashAttention in Triton" forward+backward on an A100
+# (Dao 2023, FlashAttention-2, Sec. 4.1, Fig. 4); the geometric middle of that range, not a fitted value.
 TRITON_FA2_SLOWDOWN = (1.3 * 2.5) ** 0.5
 # Learned attention sinks (GPT-OSS; Transformer Engine's softmax_type "learnable" on cuDNN's fused attention):
-# forward time unchanged, backward longer by a cost per query row (sequence x head x query), whatever the keys,
-# window and head size. Measured on an H200 SXM (132 SMs, cuDNN 9.19 through the cuDNN frontend's graph API:
-# scripts/microbench_cudnn_attention.py, problems/measurements/h200-cudnn-attention-sinks.json): 1.18-1.88 ns per
-# row, median 1.57, over 20 causal and 128-token-window kernels of 8-64 heads, head size 64 and 128, 2K-16K
-# tokens, micro-batch 1-4. Held as SM-seconds per row, so a GPU of more SMs spreads it wider.
+# forward time unchanged, backward longer by a cost per query row (sequence x head x query), whatever the
+# keys, window and head size. Measured on an H200 SXM (132 SMs, cuDNN 9.19 through the cuDNN frontend's graph
+# API: scripts/microbench_cudnn_attention.py, problems/measurements/h200-cudnn-attention-sinks.json):
+# 1.18-1.88 ns per row, median 1.57, over 20 causal and 128-token-window kernels of 8-64 heads, head size 64
+# and 128, 2K-16K tokens, micro-batch 1-4. Held as SM-seconds per row, so a GPU of more SMs spreads it wider.
 SINK_REFERENCE_SMS = 132
 SINK_BW_SM_S = 1.57e-9 * SINK_REFERENCE_SMS
 
@@ -295,8 +299,8 @@ def collective_time(kind: str, nbytes, group, tier, tiers: Tiers, stride=None):
     min(local x outer bandwidth, inner bandwidth) (nccl-tests: all-reduce bus bandwidth across DGX nodes is
     about the node's aggregate NIC bandwidth when all 8 GPUs are in the communicator, one NIC's when one is).
     That holds for the large, bucketed, overlapped data-parallel reductions, whose callers pass `stride`;
-    without it (tensor/context-parallel collectives: small, on the critical path, and with TP overlap a ring of
-    single-link p2p hops) each member's own link is the bound, as inside one domain.
+    without it (tensor/context-parallel collectives: small, on the critical path, and with TP overlap a ring
+    of single-link p2p hops) each member's own link is the bound, as inside one domain.
     """
     n = np.asarray(group, dtype=float)
     s = np.asarray(nbytes, dtype=float)

@@ -106,7 +106,7 @@ class Knobs:
 
     def row(self, i: int = 0) -> dict[str, int]:
         arrs = np.broadcast_arrays(*[getattr(self, f.name) for f in fields(self)])
-        return {f.name: int(a.reshape(-1)[i]) for f, a in zip(fields(self), arrs)}
+        return {f.name: int(a.reshape(-1)[i]) for f, a in zip(fields(self), arrs, strict=True)}
 
     @classmethod
     def concat(cls, parts: list[Knobs]) -> Knobs:

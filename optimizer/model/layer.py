@@ -51,14 +51,14 @@ from .hardware import (
 from .knobs import Knobs
 from .params import attention_params
 
-# Host time to issue one dropless MoE layer's forward under eager launch (Python dispatch and kernel launches of
-# the attention, router, dispatcher, grouped experts and combine, between two of the host's synchronisations with
-# the GPU): one value for the Megatron-Core stack, fitted by scripts/calibrate_host.py on the published MoE runs
-# (its leave-one-out error is printed there and in the README). The share of it CUDA graphs leave to the host, by
-# `Knobs.cuda_graphs` code (none, partial, full): partial graphs replay the attention, the router and the
-# dispatcher's preprocessing, taken as half of the layer's host work (those modules against the dispatch, experts
-# and combine they leave eager, by a reading of Megatron-Core's MoE layer: an estimate, neither counted kernel by
-# kernel nor fitted); full graphs replay everything.
+# Host time to issue one dropless MoE layer's forward under eager launch (Python dispatch and kernel launches
+# of the attention, router, dispatcher, grouped experts and combine, between two of the host's
+# synchronisations with the GPU): one value for the Megatron-Core stack, fitted by scripts/calibrate_host.py
+# on the published MoE runs (its leave-one-out error is printed there and in the README). The share of it CUDA
+# graphs leave to the host, by `Knobs.cuda_graphs` code (none, partial, full): partial graphs replay the
+# attention, the router and the dispatcher's preprocessing, taken as half of the layer's host work (those
+# modules against the dispatch, experts and combine they leave eager, by a reading of Megatron-Core's MoE
+# layer: an estimate, neither counted kernel by kernel nor fitted); full graphs replay everything.
 MOE_HOST_FW_S = FITTED.moe_host_fw_s
 GRAPH_HOST_SHARE = np.array([1.0, 0.5, 0.0])
 
@@ -89,7 +89,8 @@ class Ctx:
 
     @property
     def keeps_master(self) -> bool:
-        """Whether the optimizer state holds an fp32 master copy of the weights (mixed precision; not in fp32)."""
+        """Whether the optimizer state holds an fp32 master copy of the weights (mixed precision; not in
+        fp32)."""
         return self.master_weights and self.precision != Precision.FP32
 
     @property
@@ -140,7 +141,8 @@ class BlockCost:
 
     @property
     def total(self):
-        """Per layer per micro-batch critical-path time: compute + exposed TP, CP and EP traffic + host wait."""
+        """Per layer per micro-batch critical-path time: compute + exposed TP, CP and EP traffic + host
+        wait."""
         return (
             self.fw
             + self.bw
@@ -207,25 +209,25 @@ def flash_attention(
 ):
     """Causal flash attention of `b` sequences, `q_heads` query and `kv_heads` K/V heads of size `d` per GPU,
     `sq` queries against `sk` keys (the causal half of the scores computed; load-balanced over cp ranks):
-    (forward s, backward s, forward FLOPs). One kernel each way, the backward 2.5x the forward's work; it reads
-    Q, K, V, O and writes the softmax statistics (`Hardware.attention_kernel` times it by size; `fa2`:
+    (forward s, backward s, forward FLOPs). One kernel each way, the backward 2.5x the forward's work; it
+    reads Q, K, V, O and writes the softmax statistics (`Hardware.attention_kernel` times it by size; `fa2`:
     FlashAttention-2 class kernels; `triton`: FlashAttention's Triton implementation).
 
     Context parallelism (ring attention, load-balanced: each rank holds two of the 2*cp sequence chunks;
-    Megatron-Core / Transformer Engine, torch context_parallel) runs cp kernels per direction, one per K/V chunk
-    pair received, each looping over the keys of that step only. A causal kernel over k keys does per query tile
-    the work of a full one over k/2, so in causal-equivalent keys (the convention of `attention_overhead_keys`)
-    the first step's kernel loops over s/cp keys and each later one either all the rank's queries against one
-    received chunk of s/(2cp) keys (s/cp) or its second chunk's queries against both received chunks (2s/cp):
-    1.5 s/cp on average. After each step but the first the partial output is rescaled and merged in fp32 (read
-    and write O and the log-sum-exp; backward: the same for dQ).
+    Megatron-Core / Transformer Engine, torch context_parallel) runs cp kernels per direction, one per K/V
+    chunk pair received, each looping over the keys of that step only. A causal kernel over k keys does per
+    query tile the work of a full one over k/2, so in causal-equivalent keys (the convention of
+    `attention_overhead_keys`) the first step's kernel loops over s/cp keys and each later one either all the
+    rank's queries against one received chunk of s/(2cp) keys (s/cp) or its second chunk's queries against
+    both received chunks (2s/cp): 1.5 s/cp on average. After each step but the first the partial output is
+    rescaled and merged in fp32 (read and write O and the log-sum-exp; backward: the same for dQ).
 
     A sliding `window` of W keys (W < sk): each query attends to its W predecessors, W - W^2/(2 sk) keys on
-    average, and a query tile's loop covers that band (2x it in causal-equivalent keys), so short windows run at
-    a small fraction of peak (`attention_overhead_keys`) on few FLOPs.
+    average, and a query tile's loop covers that band (2x it in causal-equivalent keys), so short windows run
+    at a small fraction of peak (`attention_overhead_keys`) on few FLOPs.
 
-    Learned attention `sinks` (GPT-OSS) leave the forward as it is and add `Hardware.sink_backward` per query row
-    of this rank to the backward (measured on cuDNN's fused kernels: the sinks' gradient)."""
+    Learned attention `sinks` (GPT-OSS) leave the forward as it is and add `Hardware.sink_backward` per query
+    row of this rank to the backward (measured on cuDNN's fused kernels: the sinks' gradient)."""
     heads = b * q_heads
     sk = np.asarray(sk, dtype=float)
     avg_keys = sk * 0.5  # causal: a query attends to half the keys on average
@@ -290,41 +292,43 @@ def _elementwise(hw: Hardware, n, flops_per, bytes_per, passes):
 
 
 # Megatron-Core's eager expert-MLP passes (below) against the model's pricing of the bytes they are counted to
-# move, measured: (forward, backward) time / the counted passes' time on the system's element-wise tables. Eager
-# PyTorch kernels on the GLU's strided halves and autograd's masks, copies and reductions run at about 2 TB/s
-# forward and 1.3 TB/s backward on a 4.8 TB/s H200 where the tables give the counted bytes 4.3
+# move, measured: (forward, backward) time / the counted passes' time on the system's element-wise tables.
+# Eager PyTorch kernels on the GLU's strided halves and autograd's masks, copies and reductions run at about 2
+# TB/s forward and 1.3 TB/s backward on a 4.8 TB/s H200 where the tables give the counted bytes 4.3
 # (scripts/microbench_expert_eager.py, problems/measurements/h200-expert-eager.json: 65536 rows of GPT-OSS
-# widths, 2 and 16 local experts; at 16384 rows over 16 experts the biases' 64 small kernels take longer still,
-# host-bound: the eager MoE host floor's part). `python scripts/bench_kernels.py --measurements
+# widths, 2 and 16 local experts; at 16384 rows over 16 experts the biases' 64 small kernels take longer
+# still, host-bound: the eager MoE host floor's part). `python scripts/bench_kernels.py --measurements
 # problems/measurements/h200-expert-eager.json --system h200-sxm-141gb` prints these values from the file.
 EAGER_EXPERT_MEASURED = {"clamp": FITTED.eager_expert_clamp_ratio, "bias": FITTED.eager_expert_bias_ratio}
 
 
 def clamp_passes(hw: Hardware, n_up, e):
-    """(forward s, backward s) of a clamped GLU's clamps in Megatron-Core's eager expert MLP, over `n_up` elements
-    of the experts' up-projection output of `e` bytes: its two halves are clamped and concatenated before the
-    fused activation kernel (fused_bias_geglu.weighted_bias_quick_geglu_impl with activation_func_clamp_value,
-    core_v0.15-0.18): 2 passes of 2 elements each forward; backward the clamps' masked gradients (3 elements)
-    and the halves' concatenation (2); at the measured rate of such kernels (`EAGER_EXPERT_MEASURED`)."""
+    """(forward s, backward s) of a clamped GLU's clamps in Megatron-Core's eager expert MLP, over `n_up`
+    elements of the experts' up-projection output of `e` bytes: its two halves are clamped and concatenated
+    before the fused activation kernel (fused_bias_geglu.weighted_bias_quick_geglu_impl with
+    activation_func_clamp_value, core_v0.15-0.18): 2 passes of 2 elements each forward; backward the clamps'
+    masked gradients (3 elements) and the halves' concatenation (2); at the measured rate of such kernels
+    (`EAGER_EXPERT_MEASURED`)."""
     kf, kb = EAGER_EXPERT_MEASURED["clamp"]
     return kf * _elementwise(hw, n_up, 1.0, 2.0 * e, 2.0), kb * _elementwise(hw, n_up, 1.0, 2.5 * e, 2.0)
 
 
 def expert_bias_passes(hw: Hardware, n_h, e):
-    """(forward s, backward s) of the experts' down-projection biases in Megatron-Core's eager expert MLP, over
-    `n_h` elements of its output of `e` bytes: each expert's bias, scaled by its rows' routing probabilities, is
-    added after the grouped GEMM and the experts' rows concatenated (TEGroupedMLP._apply_bias, core_v0.15-0.18:
-    b * p, t + b * p, torch.cat: 1 + 3 + 2 elements in 3 passes); backward the product's two gradients, each a
-    product pass and a reduction (the bias's over the rows, the probability's over the hidden size): 6 in 4; at
-    the measured rate of such kernels (`EAGER_EXPERT_MEASURED`)."""
+    """(forward s, backward s) of the experts' down-projection biases in Megatron-Core's eager expert MLP,
+    over `n_h` elements of its output of `e` bytes: each expert's bias, scaled by its rows' routing
+    probabilities, is added after the grouped GEMM and the experts' rows concatenated
+    (TEGroupedMLP._apply_bias, core_v0.15-0.18: b * p, t + b * p, torch.cat: 1 + 3 + 2 elements in 3 passes);
+    backward the product's two gradients, each a product pass and a reduction (the bias's over the rows, the
+    probability's over the hidden size): 6 in 4; at the measured rate of such kernels
+    (`EAGER_EXPERT_MEASURED`)."""
     kf, kb = EAGER_EXPERT_MEASURED["bias"]
     return kf * _elementwise(hw, n_h, 2.0, 2.0 * e, 3.0), kb * _elementwise(hw, n_h, 2.0, 1.5 * e, 4.0)
 
 
-# ---------------------------------------------------------------------------------------------- one block, by physics
-# `block_cost` composes the functions below, one per kind of work. Where several add into one of the block's sums
-# they are added in the order the model always has: float addition is not associative, and that order is part of
-# the model's numbers.
+# ------------------------------------------------------------------------------------- one block, by physics
+# `block_cost` composes the functions below, one per kind of work. Where several add into one of the block's
+# sums they are added in the order the model always has: float addition is not associative, and that order is
+# part of the model's numbers.
 
 
 @dataclass(frozen=True)
@@ -361,8 +365,8 @@ class BlockShape:
 
 
 def block_shape(ctx: Ctx, k: Knobs, moe: bool) -> BlockShape:
-    """The per-GPU shape of the block (dense, or with an MoE MLP when `moe`) for every candidate in `k`: tokens
-    T = b*s/cp, q heads a/tp, K/V heads g/tp (at least 1), MLP width f/tp (module docstring)."""
+    """The per-GPU shape of the block (dense, or with an MoE MLP when `moe`) for every candidate in `k`:
+    tokens T = b*s/cp, q heads a/tp, K/V heads g/tp (at least 1), MLP width f/tp (module docstring)."""
     llm = ctx.llm
     mo = llm.moe if moe else None
     # the TP-sharded dense MLP: the layer's MLP, or the shared experts of an MoE layer (width 0: none)
@@ -376,8 +380,8 @@ def block_shape(ctx: Ctx, k: Knobs, moe: bool) -> BlockShape:
     kvr = kv_per_rank(llm, tp)
     ah = llm.heads / tp
     qkv_p, out_p = attention_params(llm, tp)
-    # K/V heads the attention kernel reads (and a CP ring carries): the model's, or every query head's when they
-    # are repeated before the kernel (`Execution.kv_repeat`)
+    # K/V heads the attention kernel reads (and a CP ring carries): the model's, or every query head's when
+    # they are repeated before the kernel (`Execution.kv_repeat`)
     kva = np.where(k.kv_repeat.astype(bool), ah, kvr)
     return BlockShape(
         moe=mo,
@@ -410,8 +414,8 @@ def block_shape(ctx: Ctx, k: Knobs, moe: bool) -> BlockShape:
 
 
 def recomputes(k: Knobs, module: RecomputeModule) -> np.ndarray:
-    """Whether selective recompute re-runs `module` (Megatron-Core recompute_modules; none named: the attention
-    core), per candidate."""
+    """Whether selective recompute re-runs `module` (Megatron-Core recompute_modules; none named: the
+    attention core), per candidate."""
     rm = np.where(k.recompute_modules == 0, RECOMPUTE_BITS[RecomputeModule.CORE_ATTN], k.recompute_modules)
     return (k.recompute == 1) & ((rm & RECOMPUTE_BITS[module]) > 0)
 
@@ -431,7 +435,8 @@ NO_LINEAR = LinearCost(0.0, 0.0, 0.0)
 
 @dataclass(frozen=True)
 class DenseLinears:
-    """The block's TP-sharded linear layers: QKV, output projection, MLP up and down (0 without a dense MLP)."""
+    """The block's TP-sharded linear layers: QKV, output projection, MLP up and down (0 without a dense
+    MLP)."""
 
     qkv: LinearCost
     proj: LinearCost
@@ -454,11 +459,12 @@ class DenseLinears:
 def dense_linears(ctx: Ctx, k: Knobs, sh: BlockShape) -> DenseLinears:
     """The dense linear layers' GEMMs (`Hardware.linear`: seconds and FLOPs; fw one GEMM, bw two of its size).
 
-    torchtitan's async TP (PyTorch's micro-pipelined TP: torch._inductor fx_passes/micro_pipeline_tp fuses each
-    all-gather -> matmul and matmul -> reduce-scatter of the compiled graph into fused_all_gather_matmul /
-    fused_matmul_reduce_scatter) runs every matmul next to a TP collective, forward and data gradient, as tp
-    matmuls of T/tp rows, one per chunk the copy engines deliver or send (Wang et al., "Introducing Async Tensor
-    Parallelism in PyTorch", 2024): smaller GEMMs at the efficiency of their size (`Hardware.linear` split)."""
+    torchtitan's async TP (PyTorch's micro-pipelined TP: torch._inductor fx_passes/micro_pipeline_tp fuses
+    each all-gather -> matmul and matmul -> reduce-scatter of the compiled graph into fused_all_gather_matmul
+    / fused_matmul_reduce_scatter) runs every matmul next to a TP collective, forward and data gradient, as tp
+    matmuls of T/tp rows, one per chunk the copy engines deliver or send (Wang et al., "Introducing Async
+    Tensor Parallelism in PyTorch", 2024): smaller GEMMs at the efficiency of their size (`Hardware.linear`
+    split)."""
     split = np.where((k.tp_overlap > 0) & (sh.tp > 1) & sh.titan, sh.tp, 1.0)
 
     def g3(m, n, kk):
@@ -471,11 +477,12 @@ def dense_linears(ctx: Ctx, k: Knobs, sh: BlockShape) -> DenseLinears:
     return DenseLinears(qkv, proj, NO_LINEAR, NO_LINEAR)
 
 
-# ------------------------------------------------------------------------------------------------ attention core
+# -------------------------------------------------------------------------------------------- attention core
 @dataclass(frozen=True)
 class AttentionCore:
-    """The attention core (QK^T, softmax, PV) of the micro-batch on this rank, standard or flash per candidate:
-    seconds, FLOPs, and the standard path's score matrix (its elements, over `batch` sequence-heads)."""
+    """The attention core (QK^T, softmax, PV) of the micro-batch on this rank, standard or flash per
+    candidate: seconds, FLOPs, and the standard path's score matrix (its elements, over `batch`
+    sequence-heads)."""
 
     fw_s: np.ndarray
     bw_s: np.ndarray
@@ -486,9 +493,9 @@ class AttentionCore:
 
 
 def standard_attention(ctx: Ctx, sh: BlockShape) -> tuple:
-    """Standard attention with materialised scores (forward s, backward s, forward FLOPs): the QK^T and PV batched
-    GEMMs over the full (masked) sq x s scores, softmax (scale, mask, softmax: 3 memory passes unfused, 1 fused)
-    and attention dropout as memory-bound kernels; backward two GEMMs per forward GEMM."""
+    """Standard attention with materialised scores (forward s, backward s, forward FLOPs): the QK^T and PV
+    batched GEMMs over the full (masked) sq x s scores, softmax (scale, mask, softmax: 3 memory passes
+    unfused, 1 fused) and attention dropout as memory-bound kernels; backward two GEMMs per forward GEMM."""
     hw, e, d = ctx.hw, sh.e, sh.d
     sq, sk = sh.sq, sh.s
     batch = sh.b * sh.ah
@@ -507,8 +514,8 @@ def standard_attention(ctx: Ctx, sh: BlockShape) -> tuple:
 
 def fused_attention(ctx: Ctx, k: Knobs, sh: BlockShape) -> tuple:
     """The fused kernel (`flash_attention`: forward s, backward s, forward FLOPs) of the knob's class (2:
-    FlashAttention-2, 3: Triton), with learned sinks if the model has them. Layers with a sliding window weigh in
-    by their share of the layers (`LLM.window_share`): the per-layer mean."""
+    FlashAttention-2, 3: Triton), with learned sinks if the model has them. Layers with a sliding window weigh
+    in by their share of the layers (`LLM.window_share`): the per-layer mean."""
     llm = ctx.llm
     kern = {
         "fa2": k.attention == 2,
@@ -543,7 +550,7 @@ def attention_core(ctx: Ctx, k: Knobs, sh: BlockShape) -> AttentionCore:
     )
 
 
-# ------------------------------------------------------------------------------------------------ element-wise ops
+# ------------------------------------------------------------------------------------------ element-wise ops
 class MlpActivation(NamedTuple):
     """The MLP activation kernel's shape, shared by the dense MLP and the routed experts."""
 
@@ -587,10 +594,11 @@ class DenseElementwise:
 
 
 def dense_elementwise(ctx: Ctx, sh: BlockShape, act: MlpActivation) -> DenseElementwise:
-    """Element-wise kernels of the dense block (seconds): two norms and two (bias-)dropout-adds on the Tn tokens
-    of the norm region, the MLP activation, rotary embedding on q and k. Unfused (eager) kernels make one memory
-    pass each: a norm is ~4 (square-mean, rsqrt, scale, weight), rotary embedding ~6 (split, 2 mul, 2 add, cat);
-    bias + dropout + residual add is one fused kernel (read x, residual; write y), else 2-3 kernels."""
+    """Element-wise kernels of the dense block (seconds): two norms and two (bias-)dropout-adds on the Tn
+    tokens of the norm region, the MLP activation, rotary embedding on q and k. Unfused (eager) kernels make
+    one memory pass each: a norm is ~4 (square-mean, rsqrt, scale, weight), rotary embedding ~6 (split, 2 mul,
+    2 add, cat); bias + dropout + residual add is one fused kernel (read x, residual; write y), else 2-3
+    kernels."""
     llm, hw, e, fused = ctx.llm, ctx.hw, sh.e, sh.fused
     n_h = sh.Tn * sh.h
     norm_passes = np.where(fused, 1.0, 4.0)
@@ -610,7 +618,7 @@ def dense_elementwise(ctx: Ctx, sh: BlockShape, act: MlpActivation) -> DenseElem
     )
 
 
-# ------------------------------------------------------------------------------------------------ routed experts
+# -------------------------------------------------------------------------------------------- routed experts
 @dataclass(frozen=True)
 class MoeShape:
     """Where a rank's routed tokens go (module docstring): counts of experts, rows and elements."""
@@ -676,8 +684,9 @@ class MoeLinears:
 
 
 def moe_linears(ctx: Ctx, sh: BlockShape, ms: MoeShape) -> MoeLinears:
-    """The router, a GEMM of Ts x E x h outside the FP8 autocast (Megatron-Core's router_gating_linear, 16-bit or
-    fp32 logits), and the E/ep local experts as grouped GEMMs of m_e rows each (`Hardware.linear`: s, FLOPs)."""
+    """The router, a GEMM of Ts x E x h outside the FP8 autocast (Megatron-Core's router_gating_linear, 16-bit
+    or fp32 logits), and the E/ep local experts as grouped GEMMs of m_e rows each (`Hardware.linear`: s,
+    FLOPs)."""
     hw, h, e, gi = ctx.hw, sh.h, sh.e, sh.gi
     return MoeLinears(
         router=LinearCost(*hw.linear(ms.Ts, ms.E, h, in_bytes=e, out_bytes=e, wide=True)),
@@ -720,14 +729,14 @@ class MoeElementwise:
 
 
 def moe_elementwise(ctx: Ctx, k: Knobs, sh: BlockShape, ms: MoeShape, act: MlpActivation) -> MoeElementwise:
-    """Softmax/top-k over Ts x E (fp32); permute and un-permute (gather/scatter of rows) + the weighted sum; the
-    activation function on the R x f_e/etp expert rows; the eager expert passes (`eager_expert_passes`).
+    """Softmax/top-k over Ts x E (fp32); permute and un-permute (gather/scatter of rows) + the weighted sum;
+    the activation function on the R x f_e/etp expert rows; the eager expert passes (`eager_expert_passes`).
 
     The plain all-to-all delivers rows grouped by source rank; with several local experts they are sorted into
-    expert order after the dispatch (and the expert-TP gather: R rows) and back before the combine (Megatron-Core
-    MoEAlltoAllTokenDispatcher sort_chunks_by_idxs, one fused gather pass each way; its backward is the reverse
-    gather, one pass each way). The flex dispatchers (DeepEP, HybridEP) hand over rows the local permutation
-    already orders."""
+    expert order after the dispatch (and the expert-TP gather: R rows) and back before the combine
+    (Megatron-Core MoEAlltoAllTokenDispatcher sort_chunks_by_idxs, one fused gather pass each way; its
+    backward is the reverse gather, one pass each way). The flex dispatchers (DeepEP, HybridEP) hand over rows
+    the local permutation already orders."""
     hw, h, e, fused = ctx.hw, sh.h, sh.e, sh.fused
     n_r = ms.Ts * ms.E
     topk_fw = _elementwise(hw, n_r, 6.0, 4.0 + 4.0, np.where(fused, 1.0, 3.0))
@@ -748,8 +757,8 @@ def moe_elementwise(ctx: Ctx, k: Knobs, sh: BlockShape, ms: MoeShape, act: MlpAc
 
 def moe_dispatch_combine_s(ctx: Ctx, k: Knobs, sh: BlockShape, ms: MoeShape) -> tuple:
     """Link time (s) of the MoE token movement, as (forward s, backward s), each the dispatch and combine
-    all-to-alls over ep (rows of h, 16-bit; `a2a_time`, whose `copies` = top_k models the flex dispatchers' node
-    deduplication) and the expert-TP all-gather and reduce-scatter over etp."""
+    all-to-alls over ep (rows of h, 16-bit; `a2a_time`, whose `copies` = top_k models the flex dispatchers'
+    node deduplication) and the expert-TP all-gather and reduce-scatter over etp."""
     h, e = sh.h, sh.e
     a2a = a2a_time(
         ms.Ts * ms.kk * ms.cf * h * e,
@@ -767,9 +776,9 @@ def moe_dispatch_combine_s(ctx: Ctx, k: Knobs, sh: BlockShape, ms: MoeShape) -> 
 
 
 def moe_stored_bytes(sh: BlockShape, ms: MoeShape, act: MlpActivation) -> tuple:
-    """Bytes an MoE layer keeps for backward: router input and probabilities, permuted rows (GEMM input), expert
-    up-projection output and activation output, rows kept for the weighted combine. Returns (all of them, the
-    expert down-projection's input: what `moe_act` recompute drops)."""
+    """Bytes an MoE layer keeps for backward: router input and probabilities, permuted rows (GEMM input),
+    expert up-projection output and activation output, rows kept for the weighted combine. Returns (all of
+    them, the expert down-projection's input: what `moe_act` recompute drops)."""
     gi, e, h = sh.gi, sh.e, sh.h
     Ts, R, fe_r = ms.Ts, ms.R, ms.fe_r
     moe_act_in = gi * R * fe_r  # the expert down-projection's input (the activation's output)
@@ -799,8 +808,8 @@ class MoeCost:
 
 
 def moe_cost(ctx: Ctx, k: Knobs, sh: BlockShape, act: MlpActivation) -> MoeCost:
-    """The routed experts of the MoE layer `sh` (module docstring): GEMMs, element-wise kernels, token movement
-    and stored bytes."""
+    """The routed experts of the MoE layer `sh` (module docstring): GEMMs, element-wise kernels, token
+    movement and stored bytes."""
     ms = moe_shape(k, sh)
     lin = moe_linears(ctx, sh, ms)
     ew = moe_elementwise(ctx, k, sh, ms, act)
@@ -819,14 +828,14 @@ def moe_cost(ctx: Ctx, k: Knobs, sh: BlockShape, act: MlpActivation) -> MoeCost:
     )
 
 
-# ------------------------------------------------------------------------------------------------ precision casts
+# ------------------------------------------------------------------------------------------- precision casts
 def quantisation_casts_s(ctx: Ctx, sh: BlockShape, ms: MoeShape | None) -> tuple:
     """(forward s, backward s) of the casts of a quantised recipe (FP8 with Transformer Engine; MXFP8, NVFP4).
 
     Every FP8 GEMM operand is cast from 16 bit (read e, write 1 byte, amax): forward, the activations entering
-    each GEMM unless the producing kernel writes FP8 itself (fused norm / activation: only the attention output is
-    cast); backward, the output gradient of every GEMM. Weights are cast once a step. MXFP8 / NVFP4: the same
-    casts, writing gemm_in bytes per element (block scales included)."""
+    each GEMM unless the producing kernel writes FP8 itself (fused norm / activation: only the attention
+    output is cast); backward, the output gradient of every GEMM. Weights are cast once a step. MXFP8 / NVFP4:
+    the same casts, writing gemm_in bytes per element (block scales included)."""
     T, h, f, tp, fused, e = sh.T, sh.h, sh.f, sh.tp, sh.fused, sh.e
     n_in = T * sh.out_p / h + np.where(fused, 0.0, T * h + (T * h if f > 0 else 0.0) + T * f / tp)
     n_go = T * (sh.qkv_p / h + h) + (T * (sh.up_n + h) if f > 0 else 0.0)
@@ -838,7 +847,7 @@ def quantisation_casts_s(ctx: Ctx, sh: BlockShape, ms: MoeShape | None) -> tuple
     return _elementwise(ctx.hw, n_in, 2.0, rd + wr, 1.0), _elementwise(ctx.hw, n_go, 2.0, rd + wr, 1.0)
 
 
-# ------------------------------------------------------------------------------------------------ TP collectives
+# -------------------------------------------------------------------------------------------- TP collectives
 class TpLinks(NamedTuple):
     """TP collective link time (s) of one block, before overlap."""
 
@@ -848,23 +857,24 @@ class TpLinks(NamedTuple):
 
 
 def tp_collectives_s(ctx: Ctx, k: Knobs, sh: BlockShape) -> TpLinks:
-    """The TP collectives of the attention and MLP column+row pairs (an MoE layer without shared experts has no
-    TP-sharded MLP: one pair): an all-reduce after each, or with SP an all-gather before and a reduce-scatter
-    after (module docstring).
+    """The TP collectives of the attention and MLP column+row pairs (an MoE layer without shared experts has
+    no TP-sharded MLP: one pair): an all-reduce after each, or with SP an all-gather before and a
+    reduce-scatter after (module docstring).
 
-    A sequence-parallel all-gather carries the GEMM input as cast (gi: Transformer Engine's gather_along_first_dim
-    with the input / grad-output quantizer, _all_gather_fp8 / _fp8_blockwise / _mxfp8 / _nvfp4; torchao
-    Float8ColwiseParallel), the forward only the rowwise copy its GEMM reads (layernorm_linear.py sets the
-    quantizer to rowwise before the gather) and backward again for the weight gradient (`sp_ag_redo`), so one
-    copy per gather in block-scaled formats too; reduce-scatters carry GEMM outputs: 16 bit. The backward's
-    gather of a row-parallel GEMM's output gradient carries both copies in block-scaled formats: the data gradient
-    reads it rowwise, the weight gradient columnwise, and a row-scaled copy cannot be turned into a column-scaled
-    one (Transformer Engine linear.py backward: a second, columnwise all-gather beside the data-gradient GEMM under
-    Userbuffers; `_all_gather_mxfp8` / `_all_gather_nvfp4` gather both usages without); per-tensor FP8 gathers one.
+    A sequence-parallel all-gather carries the GEMM input as cast (gi: Transformer Engine's
+    gather_along_first_dim with the input / grad-output quantizer, _all_gather_fp8 / _fp8_blockwise / _mxfp8 /
+    _nvfp4; torchao Float8ColwiseParallel), the forward only the rowwise copy its GEMM reads
+    (layernorm_linear.py sets the quantizer to rowwise before the gather) and backward again for the weight
+    gradient (`sp_ag_redo`), so one copy per gather in block-scaled formats too; reduce-scatters carry GEMM
+    outputs: 16 bit. The backward's gather of a row-parallel GEMM's output gradient carries both copies in
+    block-scaled formats: the data gradient reads it rowwise, the weight gradient columnwise, and a row-scaled
+    copy cannot be turned into a column-scaled one (Transformer Engine linear.py backward: a second,
+    columnwise all-gather beside the data-gradient GEMM under Userbuffers; `_all_gather_mxfp8` /
+    `_all_gather_nvfp4` gather both usages without); per-tensor FP8 gathers one.
 
-    Full recompute re-issues the forward's; torchtitan's per-op policy recomputes k and w3 from the all-gathered
-    norm outputs, which it does not save (its save list holds reduce-scatter outputs, not all-gathers): the
-    sequence-parallel all-gathers run again."""
+    Full recompute re-issues the forward's; torchtitan's per-op policy recomputes k and w3 from the
+    all-gathered norm outputs, which it does not save (its save list holds reduce-scatter outputs, not
+    all-gathers): the sequence-parallel all-gathers run again."""
     T, h, tp, sp, rec, tiers = sh.T, sh.h, sh.tp, sh.sp, sh.rec, ctx.tiers
     M = T * h * sh.e  # one full activation of the micro-batch
     ar = collective_time("ar", M, tp, k.tier_tp, tiers)
@@ -896,9 +906,9 @@ class TpCost:
 
 def tp_exposure(ctx: Ctx, k: Knobs, sh: BlockShape, links: TpLinks, gemm_fw, gemm_bw, gemm_re) -> TpCost:
     """What of the TP traffic stays on the critical path (s). With overlap (`tp_overlap`: pipe or ring) the
-    collectives hide behind the GEMMs of the same pass (`gemm_re`: the matmuls recompute runs again) except the
-    first ring tile (1/tp of the traffic), which cannot overlap; pipe adds half a chunk more (Calculon). The
-    collectives' share of the SMs (`processor_usage`) slows the GEMMs they hide under."""
+    collectives hide behind the GEMMs of the same pass (`gemm_re`: the matmuls recompute runs again) except
+    the first ring tile (1/tp of the traffic), which cannot overlap; pipe adds half a chunk more (Calculon).
+    The collectives' share of the SMs (`processor_usage`) slows the GEMMs they hide under."""
     tp = sh.tp
     tp_fw, tp_bw, tp_re = links
     ov = k.tp_overlap
@@ -930,14 +940,15 @@ def tp_exposure(ctx: Ctx, k: Knobs, sh: BlockShape, links: TpLinks, gemm_fw, gem
 
 # ------------------------------------------------------------------------------------------------ CP ring
 def cp_ring_s(ctx: Ctx, k: Knobs, sh: BlockShape, att: AttentionCore, attn_redone) -> tuple:
-    """Context parallelism's K/V exchange (s): (link time fw + bw + recompute, exposed time). Each of the cp - 1
-    steps moves one K/V chunk to the next rank (`collective_time` p2p), behind the attention kernels.
+    """Context parallelism's K/V exchange (s): (link time fw + bw + recompute, exposed time). Each of the cp -
+    1 steps moves one K/V chunk to the next rank (`collective_time` p2p), behind the attention kernels.
 
-    Transformer Engine's p2p ring: one exchange per step, each behind that step's kernel; dK, dV travel back with
-    K, V. PyTorch's context parallel (torch.distributed.tensor.experimental._attention, torchtitan's default rotate
-    method): K/V are all-gathered once, before the first step, so the gather hides behind that step's kernel only
-    (1/cp of the attention); backward gathers them again and rotates dK/dV, accumulated in fp32, one send per step
-    behind the next step's kernel, the last one exposed. `attn_redone`: recompute runs the core and its ring again."""
+    Transformer Engine's p2p ring: one exchange per step, each behind that step's kernel; dK, dV travel back
+    with K, V. PyTorch's context parallel (torch.distributed.tensor.experimental._attention, torchtitan's
+    default rotate method): K/V are all-gathered once, before the first step, so the gather hides behind that
+    step's kernel only (1/cp of the attention); backward gathers them again and rotates dK/dV, accumulated in
+    fp32, one send per step behind the next step's kernel, the last one exposed. `attn_redone`: recompute runs
+    the core and its ring again."""
     cp, e, attn_fw, attn_bw = sh.cp, sh.e, att.fw_s, att.bw_s
     kv_chunk = 2.0 * sh.b * (sh.s / cp) * sh.kva * sh.d * e
     step = collective_time("p2p", kv_chunk, cp, k.tier_cp, ctx.tiers)
@@ -970,7 +981,7 @@ def cp_ring_s(ctx: Ctx, k: Knobs, sh: BlockShape, att: AttentionCore, attn_redon
     return cp_fw + cp_bw + cp_re, cp_exp
 
 
-# ------------------------------------------------------------------------------------------------ stored activations
+# ---------------------------------------------------------------------------------------- stored activations
 def checkpoint_bytes(sh: BlockShape):
     """Bytes of the layer's input (what full recompute keeps): 16-bit, SP-sharded in the norm region."""
     split_n = np.where(sh.sp, 1.0 / sh.tp, 1.0)  # norm/dropout region
@@ -998,8 +1009,9 @@ class ActivationBytes:
 def activation_bytes(
     k: Knobs, sh: BlockShape, att: AttentionCore, act: MlpActivation, moe_store
 ) -> ActivationBytes:
-    """Stored activations of the block (bytes), `moe_store` those of its routed experts (Korthikanti et al. 2022,
-    Sec. 4: 34 sbh + 5 a s^2 b with dropout, 16-bit; generalised to GQA, gated MLPs, flash and no dropout)."""
+    """Stored activations of the block (bytes), `moe_store` those of its routed experts (Korthikanti et al.
+    2022, Sec. 4: 34 sbh + 5 a s^2 b with dropout, 16-bit; generalised to GQA, gated MLPs, flash and no
+    dropout)."""
     T, h, e, gi, tp, f = sh.T, sh.h, sh.e, sh.gi, sh.tp, sh.f
     split_n = np.where(sh.sp, 1.0 / tp, 1.0)  # norm/dropout region
     # QKV/up input: SP-sharded if re-gathered
@@ -1039,7 +1051,8 @@ def selective_recompute(
     mem: ActivationBytes,
 ) -> tuple:
     """Megatron-Core's selective recompute of the modules `recompute_modules` names (none named: the attention
-    core): (forward time run again s, its hardware FLOPs, bytes no longer kept), summed over the modules chosen."""
+    core): (forward time run again s, its hardware FLOPs, bytes no longer kept), summed over the modules
+    chosen."""
     none = (0.0, 0.0, 0.0)
     modules = {
         RecomputeModule.CORE_ATTN: (att.fw_s, att.flops_fw, np.where(sh.flash, mem.proj_in, mem.scores)),
@@ -1061,8 +1074,9 @@ def recompute_and_stored(
     sh: BlockShape, fw, hw_fw, ckpt, selective: tuple | None, sac: tuple | None, full
 ) -> tuple:
     """(recompute s, its hardware FLOPs, stored bytes) per layer per micro-batch: full recompute re-runs the
-    forward and keeps the layer input (`ckpt`); selective recompute runs what `selective` (Megatron-Core's modules)
-    or `sac` (torchtitan's per-op policy, `per_op_sac`) says and keeps the rest of `full`; none keeps `full`."""
+    forward and keeps the layer input (`ckpt`); selective recompute runs what `selective` (Megatron-Core's
+    modules) or `sac` (torchtitan's per-op policy, `per_op_sac`) says and keeps the rest of `full`; none keeps
+    `full`."""
     rec = sh.rec
     if sh.titan:
         sac_t, sac_fl, sac_stored, _ = sac
@@ -1088,11 +1102,11 @@ def ep_overlapped(k: Knobs) -> np.ndarray:
 def ep_exposed_s(ctx: Ctx, k: Knobs, sh: BlockShape, mc: MoeCost, fw, bw, re) -> tuple:
     """(link time s, exposed s) of the MoE token movement, forward, backward and again under full recompute.
 
-    MoE all-to-all overlapped with another micro-batch's compute (Megatron-Core overlap_moe_expert_parallel_comm:
-    the 1F1B steady state merges one micro-batch's forward with another's backward, so the forward's
-    dispatch/combine runs under the other's backward compute and the backward's under the other's forward): what
-    exceeds that compute stays exposed, and the communication kernels' share of the SMs slows the compute they
-    hide under."""
+    MoE all-to-all overlapped with another micro-batch's compute (Megatron-Core
+    overlap_moe_expert_parallel_comm: the 1F1B steady state merges one micro-batch's forward with another's
+    backward, so the forward's dispatch/combine runs under the other's backward compute and the backward's
+    under the other's forward): what exceeds that compute stays exposed, and the communication kernels' share
+    of the SMs slows the compute they hide under."""
     ep_fw = mc.ep_fw_s
     ep_link = ep_fw + mc.ep_bw_s + np.where(sh.rec == 2, ep_fw, 0.0)
     if sh.moe is None:
@@ -1106,13 +1120,14 @@ def ep_exposed_s(ctx: Ctx, k: Knobs, sh: BlockShape, mc: MoeCost, fw, bw, re) ->
 
 # ------------------------------------------------------------------------------------------------ host floor
 def host_floor_s(k: Knobs, blk: BlockCost) -> tuple:
-    """(forward s, recompute s) the GPU waits for the host issuing an eager dropless MoE layer (Megatron-Core).
+    """(forward s, recompute s) the GPU waits for the host issuing an eager dropless MoE layer
+    (Megatron-Core).
 
     The layer reads its routed token counts on the host once per forward (Megatron-Core TEGroupedMLP.forward
-    `tokens_per_expert.tolist()`, the dispatchers' cuda_sync_point), so the host cannot run ahead of it and the
-    forward takes at least the host time to issue it (MOE_HOST_FW_S, less what CUDA graphs replay). With the
-    all-to-all overlap the forward runs merged with another micro-batch's backward, whose GPU work covers the
-    host too. Full recompute issues the forward again."""
+    `tokens_per_expert.tolist()`, the dispatchers' cuda_sync_point), so the host cannot run ahead of it and
+    the forward takes at least the host time to issue it (MOE_HOST_FW_S, less what CUDA graphs replay). With
+    the all-to-all overlap the forward runs merged with another micro-batch's backward, whose GPU work covers
+    the host too. Full recompute issues the forward again."""
     host = MOE_HOST_FW_S * GRAPH_HOST_SHARE[np.asarray(k.cuda_graphs, dtype=int)]
     # the GPU's critical path while the host issues
     gpu = blk.fw_total + np.where(ep_overlapped(k), blk.bw_total, 0.0)
@@ -1121,15 +1136,26 @@ def host_floor_s(k: Knobs, blk: BlockCost) -> tuple:
 
 
 # ------------------------------------------------------------------------------------------------ the block
-def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
-    """Cost of one transformer block (dense, or with an MoE MLP when `moe`) for every candidate in `k`: seconds,
-    bytes and FLOPs per layer per micro-batch on one GPU, composed of the functions above."""
-    sh = block_shape(ctx, k, moe)
-    rec, tp = sh.rec, sh.tp
-    lin = dense_linears(ctx, k, sh)
-    att = attention_core(ctx, k, sh)
-    act = mlp_activation(ctx.llm, sh.fused)
-    ew = dense_elementwise(ctx, sh, act)
+class BlockCompute(NamedTuple):
+    """The block's compute per layer per micro-batch: GEMM time forward and backward (s) and FLOPs, the
+    element-wise kernels' time forward and backward (s), each summed over the dense part, the routed experts
+    and a quantised recipe's casts in that order; and the routed experts' cost (`MoeCost()` for a dense
+    block)."""
+
+    gemm_fw: np.ndarray
+    gemm_bw: np.ndarray
+    gemm_flops: np.ndarray
+    ew_fw: np.ndarray
+    ew_bw: np.ndarray
+    mc: MoeCost
+
+
+def block_compute(
+    ctx: Ctx, k: Knobs, sh: BlockShape, lin: DenseLinears, ew: DenseElementwise, act: MlpActivation
+) -> BlockCompute:
+    """The block's GEMM and element-wise sums (`BlockCompute`): the dense linears `lin` and element-wise
+    kernels `ew`, plus the routed experts (`moe_cost`) of an MoE layer, plus the casts of a quantised recipe
+    (`quantisation_casts_s`)."""
     gemm_fw, gemm_bw, gemm_fl = lin.fw_s, lin.bw_s, lin.flops
     ew_fw, ew_bw = ew.fw_s, ew.bw_s
     mc = MoeCost()
@@ -1140,31 +1166,53 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     if ctx.precision in QUANTIZED:
         c_fw, c_bw = quantisation_casts_s(ctx, sh, mc.shape)
         ew_fw, ew_bw = ew_fw + c_fw, ew_bw + c_bw
-    fw = gemm_fw + att.fw_s + ew_fw
-    bw = gemm_bw + att.bw_s + ew_bw
+    return BlockCompute(gemm_fw, gemm_bw, gemm_fl, ew_fw, ew_bw, mc)
+
+
+def block_sac(ctx: Ctx, k: Knobs, sh: BlockShape, bc: BlockCompute, ckpt) -> tuple | None:
+    """torchtitan's per-op selective checkpointing of the block (`per_op_sac`: recompute s, its hardware
+    FLOPs, stored bytes, the recomputed matmuls' s), its routed experts' forward and dispatch run again; None
+    for the other stacks, whose `selective` is Megatron-Core's modules (`selective_recompute`)."""
+    if not sh.titan:
+        return None
+    mc = bc.mc
+    return per_op_sac(
+        ctx,
+        k,
+        sh.T,
+        sh.Tn,
+        sh.ah,
+        sh.kvr,
+        sh.d,
+        sh.f,
+        bc.ew_fw,
+        moe_fw=(mc.gemm_fw_s + mc.act_fw_s, mc.ep_fw_s),
+        ckpt=ckpt,
+    )
+
+
+def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
+    """Cost of one transformer block (dense, or with an MoE MLP when `moe`) for every candidate in `k`:
+    seconds, bytes and FLOPs per layer per micro-batch on one GPU, composed of the functions above."""
+    sh = block_shape(ctx, k, moe)
+    rec, tp = sh.rec, sh.tp
+    lin = dense_linears(ctx, k, sh)
+    att = attention_core(ctx, k, sh)
+    act = mlp_activation(ctx.llm, sh.fused)
+    ew = dense_elementwise(ctx, sh, act)
+    bc = block_compute(ctx, k, sh, lin, ew, act)
+    gemm_fw, gemm_bw, gemm_fl, mc = bc.gemm_fw, bc.gemm_bw, bc.gemm_flops, bc.mc
+    fw = gemm_fw + att.fw_s + bc.ew_fw
+    bw = gemm_bw + att.bw_s + bc.ew_bw
     ckpt = checkpoint_bytes(sh)
-    sac = None
-    if sh.titan:  # `selective` is torchtitan's per-op policy, not Megatron-Core's modules
-        sac = per_op_sac(
-            ctx,
-            k,
-            sh.T,
-            sh.Tn,
-            sh.ah,
-            sh.kvr,
-            sh.d,
-            sh.f,
-            ew_fw,
-            moe_fw=(mc.gemm_fw_s + mc.act_fw_s, mc.ep_fw_s),
-            ckpt=ckpt,
-        )
-    # the attention core (and its CP ring) runs again; torchtitan's per-op policy saves the SDPA output and its
-    # log-sum-exp (the ring runs inside that op), and it has no recompute_modules
+    sac = block_sac(ctx, k, sh, bc, ckpt)
+    # the attention core (and its CP ring) runs again; torchtitan's per-op policy saves the SDPA output and
+    # its log-sum-exp (the ring runs inside that op), and it has no recompute_modules
     attn_redone = (rec == 2) | (recomputes(k, RecomputeModule.CORE_ATTN) & (not sh.titan))
     hw_fw = gemm_fl + att.flops_fw
     hw_bw = 2 * gemm_fl + att.flops_bw
-    # re-issued collectives hide behind the matmuls that run again: the whole forward's under full recompute, the
-    # recomputed k and w3 under torchtitan's per-op policy
+    # re-issued collectives hide behind the matmuls that run again: the whole forward's under full recompute,
+    # the recomputed k and w3 under torchtitan's per-op policy
     g_re = np.where(rec == 2, gemm_fw, sac[3] if sh.titan else 0.0)
     tpc = tp_exposure(ctx, k, sh, tp_collectives_s(ctx, k, sh), gemm_fw, gemm_bw, g_re)
     cp_link, cp_exp = cp_ring_s(ctx, k, sh, att, attn_redone)

@@ -19,15 +19,15 @@ exchange, he = max(head - t_p2p, 0) (`compose.edge_head`).
 Step time (1F1B with unequal stages: the steady state runs at the slowest stage, the fill and drain pass
 every stage once):
 
-    T = (n_mb - 1) * M + sum_g s_g*u_g + he                                     pipeline
-        + 2*n_mb*max_b p2p_b + 2*sum_b p2p_b                                     p2p, b over the P-1 boundaries
-        + max_g (dp_exposed_g + dp_slowdown_g + optimizer_g)                      per group, in parallel
+    T = (n_mb - 1) * M + sum_g s_g*u_g + he                                 pipeline
+        + 2*n_mb*max_b p2p_b + 2*sum_b p2p_b                                p2p, b over the P-1 boundaries
+        + max_g (dp_exposed_g + dp_slowdown_g + optimizer_g)                per group, in parallel
     M = max(max_g u_g, u_last + he)
 
 Inside a group a boundary costs the p2p of one activation (1/tp with SP) on the tier its placement gives;
 between groups it crosses the joining network (`catalog.joining_network`, default each type's outermost tier,
-the slower of the two in time) with the larger of the two sides' messages. With one type this is exactly the homogeneous
-model's step time for the same layout (vpp = 1, no embedding/loss layer slots; tested).
+the slower of the two in time) with the larger of the two sides' messages. With one type this is exactly the
+homogeneous model's step time for the same layout (vpp = 1, no embedding/loss layer slots; tested).
 
 Memory per GPU, for the busiest stage of each group on its own GPU: weights (16-bit) and gradients of
 its stage, optimizer state / d, activations: the group's first stage keeps min(n_mb, P - k_g) micro-batches
@@ -47,6 +47,7 @@ from optimizer.model.compose import dp_exposed as dp_exposed_by_zero
 from optimizer.model.compose import edge_head
 from optimizer.model.hardware import Tiers, collective_time
 from optimizer.model.knobs import RECOMPUTE, Knobs, from_execution
+from optimizer.model.layer import Ctx
 from optimizer.model.step import (
     GIB,
     adam_time,
@@ -112,22 +113,16 @@ def join_time(msg, tiers: list[Tiers]):
     return np.maximum.reduce([collective_time("p2p", msg, 2.0, 0, t) for t in tiers])
 
 
-def group_terms(problem: Problem, dp: int, mb: int, n_mb: int, role: str, tp, rec, layers, stages) -> dict:
-    """Per candidate (arrays tp, rec (code), layers, stages of one shape) of one node type (`problem` is that
-    type's problem: system, llm, training, options) in pipeline position `role`: the stage time u (s, per
-    micro-batch), the LM head not hidden (he, last only), the p2p time of one in-group boundary (p2p) and
-    the message (msg, bytes), the per-group DP + optimizer time (x), memory in bytes: fixed (weights,
-    gradients, optimizer state, reserve, working set, edge extras), stored activations per micro-batch in
-    flight (a), the last stage's alternative (last_alt; 0 elsewhere), GPUs (gpus)."""
-    tp, rec, layers, stages = (
-        np.asarray(x, dtype=np.int64) for x in np.broadcast_arrays(tp, rec, layers, stages)
-    )
-    sys_ = problem.system
-    ctx = make_ctx(problem)
-    tiers = ctx.tiers
-    keys = sorted(set(zip(tp.ravel().tolist(), rec.ravel().tolist())))
+def _layer_terms(problem: Problem, ctx: Ctx, dp: int, mb: int, tp, rec) -> dict | None:
+    """The homogeneous model's per-layer terms for candidates of tensor-parallel degrees `tp` and recompute
+    codes `rec` (arrays of one shape): each distinct (tp, rec) pair evaluated once (`evaluate`) as a two-stage
+    plan of `dp` replicas and micro-batch `mb` (sequence parallelism where tp > 1, ZeRO-1, DP overlap, no
+    scatter-gather), then spread to the candidates: layer time, LM head, forward and backward time per layer
+    (s), stored and working activations, logits and embedding output (bytes), layer parameters per GPU.
+    None when there are no candidates."""
+    keys = sorted(set(zip(tp.ravel().tolist(), rec.ravel().tolist(), strict=True)))
     if not keys:
-        return {}
+        return None
     exs = [
         Execution(
             tp=t,
@@ -142,7 +137,7 @@ def group_terms(problem: Problem, dp: int, mb: int, n_mb: int, role: str, tp, re
         )
         for t, r in keys
     ]
-    kn = Knobs.concat([from_execution(e, sys_, 2 * dp * e.tp) for e in exs])
+    kn = Knobs.concat([from_execution(e, problem.system, 2 * dp * e.tp) for e in exs])
     res = evaluate(problem, kn, ctx)
     te = res.terms
     idx = {k: i for i, k in enumerate(keys)}
@@ -152,29 +147,47 @@ def group_terms(problem: Problem, dp: int, mb: int, n_mb: int, role: str, tp, re
         v = np.broadcast_to(np.asarray(getattr(te, name), dtype=float), (len(keys),))
         return v[pos]
 
-    p_layer = np.broadcast_to(np.asarray(layer_params_per_gpu(ctx, kn), dtype=float), (len(keys),))[pos]
-    tau, head, fwt, bwt = per("layer_s"), per("head_s"), per("layer_fw_s"), per("layer_bw_s")
-    stored, working = per("act_stored_bytes"), per("act_working_bytes")
-    logits, emb_out = per("logits_bytes"), per("emb_out_bytes")
-    L = layers.astype(float)
+    names = ("layer_s", "head_s", "layer_fw_s", "layer_bw_s")
+    names += ("act_stored_bytes", "act_working_bytes", "logits_bytes", "emb_out_bytes")
+    out = {name: per(name) for name in names}
+    out["p_layer"] = np.broadcast_to(np.asarray(layer_params_per_gpu(ctx, kn), dtype=float), (len(keys),))[
+        pos
+    ]
+    return out
+
+
+def _boundary(problem: Problem, ctx: Ctx, dp: int, mb: int, tp, stages) -> tuple:
+    """One in-group stage boundary: (the message, bytes: a micro-batch's activation, 1/tp with SP; its p2p
+    time, s, on the tier the group's placement gives the pipeline axis; that placement's DP tier)."""
     llm = ctx.llm
     e = ctx.e
     M = float(mb) * problem.seq_len * llm.hidden * e
     msg = np.where(tp > 1, M / tp, M)
-    sizes = [n.size for n in sys_.networks]
+    sizes = [n.size for n in problem.system.networks]
     pl = placement(sizes, tp, 1, dp, np.maximum(stages, 2))
     tier_pp, tier_dp = np.asarray(pl["pp"]), np.asarray(pl["dp"])
-    p2p = collective_time("p2p", msg, 2.0, tier_pp, tiers)
-    u = L * tau
-    he = edge_head(head, p2p, 2) if role == LAST else np.zeros_like(u)
-    # parameters of the group's busiest stage
+    p2p = collective_time("p2p", msg, 2.0, tier_pp, ctx.tiers)
+    return msg, p2p, tier_dp
+
+
+def _stage_params(ctx: Ctx, role: str, tp, L, p_layer):
+    """Parameters of the group's busiest stage on one GPU: its L layers, plus the embedding on the first
+    stage and the LM head and final norm on the last (vocab x hidden / tp each)."""
+    llm = ctx.llm
     vh = llm.vocab * llm.hidden / tp
-    P = (
+    return (
         L * p_layer
         + (vh if role == FIRST else 0.0)
         + (vh + llm.hidden * (2 if llm.bias else 1) if role == LAST else 0.0)
     )
-    wb, gb, ob = state_bytes(ctx)
+
+
+def _dp_time(ctx: Ctx, dp: int, n_mb: int, P, gb, wb, tier_dp, tp, L, fwt, bwt, u) -> tuple:
+    """The group's ZeRO-1 data-parallel traffic of `P` parameters over `dp` replicas (reduce-scatter of the
+    gradients, all-gather of the weights on `tier_dp`, `compose.dp_links`) overlapped with the backward of
+    its L layers (`compose.dp_exposed`, per-layer times fwt and bwt, s): (exposed s, the compute it slows
+    by its share of the SMs, s); zeros (shaped as `u`) without data parallelism."""
+    tiers = ctx.tiers
     d = float(dp)
     RS, AR, AG = dp_reductions(P, gb, wb, d, tier_dp, tiers, stride=tp)
     link = RS + AG  # ZeRO-1 (`compose.dp_links`)
@@ -202,6 +215,35 @@ def group_terms(problem: Problem, dp: int, mb: int, n_mb: int, role: str, tp, re
     has_dp = dp > 1
     dp_exp = exp if has_dp else np.zeros_like(u)
     dp_slow = tiers.processor_usage[tier_dp] * (link - dp_exp) if has_dp else np.zeros_like(u)
+    return dp_exp, dp_slow
+
+
+def group_terms(problem: Problem, dp: int, mb: int, n_mb: int, role: str, tp, rec, layers, stages) -> dict:
+    """Per candidate (arrays tp, rec (code), layers, stages of one shape) of one node type (`problem` is that
+    type's problem: system, llm, training, options) in pipeline position `role`: the stage time u (s, per
+    micro-batch), the LM head not hidden (he, last only), the p2p time of one in-group boundary (p2p) and
+    the message (msg, bytes), the per-group DP + optimizer time (x), memory in bytes: fixed (weights,
+    gradients, optimizer state, reserve, working set, edge extras), stored activations per micro-batch in
+    flight (a), the last stage's alternative (last_alt; 0 elsewhere), GPUs (gpus)."""
+    tp, rec, layers, stages = (
+        np.asarray(x, dtype=np.int64) for x in np.broadcast_arrays(tp, rec, layers, stages)
+    )
+    sys_ = problem.system
+    ctx = make_ctx(problem)
+    lt = _layer_terms(problem, ctx, dp, mb, tp, rec)
+    if lt is None:
+        return {}
+    tau, head, fwt, bwt = lt["layer_s"], lt["head_s"], lt["layer_fw_s"], lt["layer_bw_s"]
+    stored, working = lt["act_stored_bytes"], lt["act_working_bytes"]
+    logits, emb_out = lt["logits_bytes"], lt["emb_out_bytes"]
+    L = layers.astype(float)
+    msg, p2p, tier_dp = _boundary(problem, ctx, dp, mb, tp, stages)
+    u = L * tau
+    he = edge_head(head, p2p, 2) if role == LAST else np.zeros_like(u)
+    P = _stage_params(ctx, role, tp, L, lt["p_layer"])
+    wb, gb, ob = state_bytes(ctx)
+    d = float(dp)
+    dp_exp, dp_slow = _dp_time(ctx, dp, n_mb, P, gb, wb, tier_dp, tp, L, fwt, bwt, u)
     opt = adam_time(ctx.hw, P / d, gb, ob, wb)
     fixed = (
         P * (wb + gb) + P / d * ob + sys_.reserved_gib * GIB + working + (emb_out if role == FIRST else 0.0)
@@ -238,7 +280,7 @@ def compose_mix_step(n_mb, u: list, s: list, he, p2p: list, joins: list, x: list
     G = len(u)
     M = np.maximum(np.maximum.reduce(list(u)), u[-1] + he)
     bounds = [np.where(np.asarray(s[g]) > 1, p2p[g], 0.0) for g in range(G)] + list(joins)
-    pipe = (n_mb - 1) * M + sum(si * ui for si, ui in zip(s, u)) + he
+    pipe = (n_mb - 1) * M + sum(si * ui for si, ui in zip(s, u, strict=True)) + he
     p2p_t = 2 * n_mb * np.maximum.reduce(bounds) + 2 * (
         sum((np.asarray(s[g]) - 1) * p2p[g] for g in range(G)) + sum(joins)
     )
@@ -264,7 +306,7 @@ class MixResult:
 
     @property
     def fits(self) -> bool:
-        return all(h <= c for h, c in zip(self.hbm_bytes, self.capacity_bytes))
+        return all(h <= c for h, c in zip(self.hbm_bytes, self.capacity_bytes, strict=True))
 
 
 def evaluate_mix(problems: dict[str, Problem], plan: MixPlan, joining=None) -> MixResult:
@@ -305,7 +347,7 @@ def evaluate_mix(problems: dict[str, Problem], plan: MixPlan, joining=None) -> M
         ).items()
     }
     infl = inflight(n_mb, s)
-    hbm = [max(x["fixed"] + i * x["a"], x["last_alt"]) for x, i in zip(t, infl)]
+    hbm = [max(x["fixed"] + i * x["a"], x["last_alt"]) for x, i in zip(t, infl, strict=True)]
     stage = [x["u"] for x in t]
     stage[-1] += t[-1]["he"]
     return MixResult(

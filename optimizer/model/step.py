@@ -6,12 +6,12 @@ loss; Narayanan et al. 2021, Sec. 2.2):
     T = n_mb * (Ls * tau + head) + bubble + p2p + dp_exposed + optimizer + offload_exposed + fsdp_copies
 
 with Ls = L/pp layers per stage ((L+2)/pp on a middle stage when the embedding and loss take a layer
-slot each, Megatron-Core's account_for_embedding/loss_in_pipeline_split), tau the per-layer per-micro-batch time of `layer.block_cost` (compute,
-recompute and exposed TP/CP traffic), n_mb = B/(dp*b) micro-batches and, for 1F1B with vpp virtual
-stages (interleaving), bubble = (pp-1)/vpp * Ls * tau; p2p = 2*(n_mb*vpp + pp-1)*t_p2p less, per
-micro-batch, the min(t_p2p, head) that the edge stage's extra work hides (with interleaving and
-overlap_p2p_comm a steady-state exchange costs only what exceeds a chunk's forward; the steady-state cycle of
-1F1B: a middle stage waits on two neighbours per chunk, the edge stage on one).
+slot each, Megatron-Core's account_for_embedding/loss_in_pipeline_split), tau the per-layer per-micro-batch
+time of `layer.block_cost` (compute, recompute and exposed TP/CP traffic), n_mb = B/(dp*b) micro-batches and,
+for 1F1B with vpp virtual stages (interleaving), bubble = (pp-1)/vpp * Ls * tau; p2p = 2*(n_mb*vpp +
+pp-1)*t_p2p less, per micro-batch, the min(t_p2p, head) that the edge stage's extra work hides (with
+interleaving and overlap_p2p_comm a steady-state exchange costs only what exceeds a chunk's forward; the
+steady-state cycle of 1F1B: a middle stage waits on two neighbours per chunk, the edge stage on one).
 
 Data-parallel gradient traffic (over dp*cp ranks) is a ring all-reduce, or with ZeRO >= 1 a
 reduce-scatter of gradients plus an all-gather of parameters; ZeRO-2 reduces at every micro-batch and
@@ -187,8 +187,8 @@ def state_bytes(ctx: Ctx) -> tuple[float, float, float]:
 
 
 def dp_reductions(params, gb: float, wb: float, group, tier, tiers: Tiers, stride):
-    """(reduce-scatter, all-reduce) of the gradients (`gb` bytes each) and the all-gather of the weights (`wb`)
-    of `params` parameters over a data-parallel group of `group` ranks `stride` apart on `tier`."""
+    """(reduce-scatter, all-reduce) of the gradients (`gb` bytes each) and the all-gather of the weights
+    (`wb`) of `params` parameters over a data-parallel group of `group` ranks `stride` apart on `tier`."""
     return (
         collective_time("rs", params * gb, group, tier, tiers, stride=stride),
         collective_time("ar", params * gb, group, tier, tiers, stride=stride),
@@ -232,8 +232,8 @@ def _shape(ctx: Ctx, k: Knobs) -> _Shape:
     el = (k.pp_embedding_loss.astype(bool) & (pp > 1)).astype(
         float
     )  # embedding and loss take a layer slot each
-    # layer slots of the split: with pp_uneven (a custom layout) padded to the busiest chunk's ceil, so that every
-    # per-stage factor below is the busiest stage's
+    # layer slots of the split: with pp_uneven (a custom layout) padded to the busiest chunk's ceil, so that
+    # every per-stage factor below is the busiest stage's
     slots = L + 2.0 * el
     uneven = k.pp_uneven.astype(bool) & (pp > 1)
     slots = np.where(uneven, np.ceil(slots / (pp * vpp)) * pp * vpp, slots)
@@ -268,9 +268,10 @@ def _edge_work(ctx: Ctx, k: Knobs, g: _Shape):
     emb_comm = np.where(
         sp, collective_time("rs", M, tp, k.tier_tp, tiers), collective_time("ar", M, tp, k.tier_tp, tiers)
     )
-    # the LM head stays 16-bit in quantised recipes: Megatron-Core's output layer is its own ColumnParallelLinear,
-    # outside Transformer Engine's FP8 autocast (TE's LM head only with the opt-in MXFP8 output projection,
-    # Megatron-LM #4825, 2026), and torchtitan's Float8 conversion skips the `output` linear
+    # the LM head stays 16-bit in quantised recipes: Megatron-Core's output layer is its own
+    # ColumnParallelLinear, outside Transformer Engine's FP8 autocast (TE's LM head only with the opt-in MXFP8
+    # output projection, Megatron-LM #4825, 2026), and torchtitan's Float8 conversion skips the `output`
+    # linear
     head_fw, head_bw, _ = hw.linear(T, V / tp, h, in_bytes=e, out_bytes=e, wide=True)
     n_logit = T * V / tp
     loss_fw = hw.vector(10.0 * n_logit, n_logit * (e + 3 * 4.0), fp32=True)
@@ -456,10 +457,10 @@ def _state_memory(ctx: Ctx, k: Knobs, P: _Params) -> dict:
     z, w_off, o_off = k.zero, k.weight_offload.astype(bool), k.optimizer_offload.astype(bool)
     two_layers = 2.0 * P.layer
     # FSDP (ZeRO-3) gathers two layers at a time (the one computing and the one prefetched). PyTorch FSDP2
-    # (torchtitan) keeps no sharded 16-bit copy, its sharded fp32 parameters are the master weights (counted in
-    # the optimizer state), and it reduce-scatters one layer's unsharded 16-bit gradients through an fp32 copy
-    # (MixedPrecisionPolicy reduce_dtype fp32): a transient of a layer's parameters x (wb + gb). FSDP1 (stack
-    # fsdp) keeps none either: its low-precision shard is freed once the parameters are gathered
+    # (torchtitan) keeps no sharded 16-bit copy, its sharded fp32 parameters are the master weights (counted
+    # in the optimizer state), and it reduce-scatters one layer's unsharded 16-bit gradients through an fp32
+    # copy (MixedPrecisionPolicy reduce_dtype fp32): a transient of a layer's parameters x (wb + gb). FSDP1
+    # (stack fsdp) keeps none either: its low-precision shard is freed once the parameters are gathered
     # (FlatParamHandle post_unshard -> _free_low_precision_sharded_param); DeepSpeed ZeRO-3 keeps its 16-bit
     # partitions.
     fsdp2 = ctx.stack == Stack.TORCHTITAN
@@ -489,10 +490,10 @@ def _activation_memory(ctx: Ctx, k: Knobs, g: _Shape, blk: BlockCost, f_v: dict,
     rec = k.recompute
     # recompute rebuilds, for one layer at a time, what the forward did not keep
     working = np.where(rec == 2, blk.act_full, np.where(rec == 1, blk.act_full - blk.act_stored, 0.0))
-    # the loss's logits at its peak: fused (Megatron-Core's vocab-parallel cross-entropy: the 16-bit logits and
-    # their fp32 softmax), else PyTorch cross_entropy on an fp32 upcast: at the start of backward the fp32
-    # log-softmax output, its gradient and the input's gradient, 12 bytes per logit (torchtitan before its loss
-    # was compiled)
+    # the loss's logits at its peak: fused (Megatron-Core's vocab-parallel cross-entropy: the 16-bit logits
+    # and their fp32 softmax), else PyTorch cross_entropy on an fp32 upcast: at the start of backward the fp32
+    # log-softmax output, its gradient and the input's gradient, 12 bytes per logit (torchtitan before its
+    # loss was compiled)
     loss_b = np.where(k.fused_loss.astype(bool) & k.fused_layers.astype(bool), e + 4.0, 12.0)
     logits = g.T * V / g.tp * loss_b
     emb_out = 2.0 * g.T * h * e
@@ -522,9 +523,9 @@ def _memory(problem: Problem, ctx: Ctx, k: Knobs, g: _Shape, P: _Params, blk: Bl
     activations = ac["act"]
     reserved = np.full_like(activations, problem.system.reserved_gib * GIB)
     hbm = st["weights"] + st["grads"] + st["optim_state"] + activations + reserved
-    # what PyTorch's caching allocator holds at that peak (torch.cuda.max_memory_reserved, the figure frameworks
-    # report): the tensors plus its slack (block rounding, freed blocks kept for reuse), up to the memory the
-    # runtime leaves it; `hbm` (allocated) is what has to fit
+    # what PyTorch's caching allocator holds at that peak (torch.cuda.max_memory_reserved, the figure
+    # frameworks report): the tensors plus its slack (block rounding, freed blocks kept for reuse), up to the
+    # memory the runtime leaves it; `hbm` (allocated) is what has to fit
     usable = problem.system.hbm_gib * GIB - reserved
     hbm_reserved = np.minimum((hbm - reserved) * (1.0 + ALLOCATOR_SLACK), np.maximum(usable, hbm - reserved))
     return (
@@ -562,7 +563,8 @@ def _offload_streaming(problem: Problem, ctx: Ctx, k: Knobs, P: _Params, blk: Bl
 def _pipeline_time(k: Knobs, g: _Shape, blk: BlockCost, head, t_p2p, off_exp_layer, f_l, f_v):
     """The pipeline's parts (`compose.pipeline`), s, and the steady-state exchange t_ss it used."""
     pp, vpp, mb, tau = g.pp, g.vpp, g.mb, blk.total
-    # interleaved 1F1B with overlap_p2p_comm: a steady-state exchange waits only for what exceeds a chunk's forward
+    # interleaved 1F1B with overlap_p2p_comm: a steady-state exchange waits only for what exceeds a chunk's
+    # forward
     t_ss = p2p_steady(t_p2p, f_v["Lc"] * blk.fw_total, k.pp_overlap.astype(bool) & (vpp > 1))
     head_mb = edge_head(head, t_ss, pp) / mb
     pl = pipeline(

@@ -21,9 +21,8 @@ MAX_AMOUNT = 1.0e15  # USD, tokens, kW, GiB, GB/s, TFLOP/s, seconds, days: above
 # The memory model's stated error: leave-one-out MAPE of the predicted against the measured peak memory on the
 # 20 published runs that report it (`python scripts/calibrate_memory.py ../shared/calibration/public_runs.yaml
 # problems/runs/torchtitan-h100-h200.yaml`: 5.05%, max 14.7%; 5.60% before torchtitan's TP was read as keeping
-# its all-gathered inputs; 15.68% on the one run before the allocator, per-op checkpointing and FSDP2 memory were
-# modelled). The default headroom plans with that margin; reports
-# warn when a plan's margin is below it.
+# its all-gathered inputs; 15.68% on the one run before the allocator, per-op checkpointing and FSDP2 memory
+# were modelled). The default headroom plans with that margin; reports warn when a plan's margin is below it.
 MEMORY_ERROR_PCT = 5.1
 
 # (the caps are validators, not `le`: a field's own tighter `Field(le=...)` must keep applying)
@@ -81,7 +80,8 @@ class Precision(StrEnum):
     FP8_BLOCK = "fp8_block"  # FP8, block scaling: 1x128 activation and 128x128 weight blocks, FP32 scales
     # (TE Float8BlockScaling, DeepSeek-V3's recipe; Hopper and later)
     MXFP8 = "mxfp8"  # OCP microscaling FP8 (E4M3 values, one E8M0 scale per 32 elements; Blackwell, MI355X)
-    NVFP4 = "nvfp4"  # NVIDIA FP4 (E2M1 values, one E4M3 scale per 16 elements + a per-tensor FP32 scale; Blackwell)
+    NVFP4 = "nvfp4"  # NVIDIA FP4 (E2M1 values, one E4M3 scale per 16 elements + a per-tensor FP32 scale;
+    # Blackwell)
     FP32 = "fp32"
 
 
@@ -94,9 +94,9 @@ def peak_precision(p: Precision) -> Precision:
     return PEAK_OF.get(Precision(p), Precision(p))
 
 
-# precisions whose GEMM efficiency is another's unless a system states their own (`matrix_efficiency_scale`): the
-# FP8 recipes run FP8's kernels, and MXFP8 (a peak of its own on the datasheets) FP8's at the measured block-scaled
-# kernel factor (`model.hardware.BLOCK_SCALED_KERNEL`)
+# precisions whose GEMM efficiency is another's unless a system states their own (`matrix_efficiency_scale`):
+# the FP8 recipes run FP8's kernels, and MXFP8 (a peak of its own on the datasheets) FP8's at the measured
+# block-scaled kernel factor (`model.hardware.BLOCK_SCALED_KERNEL`)
 EFFICIENCY_OF = {**PEAK_OF, Precision.MXFP8: Precision.FP8}
 
 
@@ -156,11 +156,11 @@ class EpDispatcher(StrEnum):
 
 class CudaGraphs(StrEnum):
     """How much of a training iteration the stack replays as CUDA graphs (Megatron-Core cuda_graph_impl and
-    cuda_graph_scope). Eager execution launches every kernel from Python on the host; a dropless MoE layer also
-    synchronises the host with the GPU once per forward to read the routed token counts (the grouped GEMM's and
-    the all-to-all's split sizes), so the host cannot run ahead of that layer and the layer's forward takes at
-    least the host time to issue it (Megatron-Core MoE README, "CPU Overhead Bottleneck": gaps between kernels;
-    its remedies: CUDA graphs, a larger micro-batch).
+    cuda_graph_scope). Eager execution launches every kernel from Python on the host; a dropless MoE layer
+    also synchronises the host with the GPU once per forward to read the routed token counts (the grouped
+    GEMM's and the all-to-all's split sizes), so the host cannot run ahead of that layer and the layer's
+    forward takes at least the host time to issue it (Megatron-Core MoE README, "CPU Overhead Bottleneck":
+    gaps between kernels; its remedies: CUDA graphs, a larger micro-batch).
 
     ``none``: eager. ``partial``: Transformer Engine graphs of the attention, the router and the dispatcher's
     preprocessing (cuda_graph_impl transformer_engine, cuda_graph_scope attn moe_router moe_preprocess).
@@ -205,10 +205,10 @@ class AttentionKernel(StrEnum):
     cuDNN on Hopper and Blackwell). ``flash2``: the same algorithm in FlashAttention-2 class kernels, which
     use no Hopper/Blackwell warp-group MMA or tensor-memory copies (`System.attention_efficiency_fa2`;
     PyTorch SDPA's flash backend through 2025). ``flash-triton``: FlashAttention's Triton implementation
-    (flash_attn_triton, MosaicML llm-foundry's ``attn_impl: triton``, 2022-2023), which FlashAttention-2's CUDA
-    kernels outrun 1.3-2.5x forward+backward (Dao 2023, FlashAttention-2, Sec. 4.1): it runs at the FlashAttention-2
-    class efficiency divided by `TRITON_FA2_SLOWDOWN`. ``standard``: materialised scores, softmax and dropout as
-    separate memory-bound kernels (Megatron before 2023)."""
+    (flash_attn_triton, MosaicML llm-foundry's ``attn_impl: triton``, 2022-2023), which FlashAttention-2's
+    CUDA kernels outrun 1.3-2.5x forward+backward (Dao 2023, FlashAttention-2, Sec. 4.1): it runs at the
+    FlashAttention-2 class efficiency divided by `TRITON_FA2_SLOWDOWN`. ``standard``: materialised scores,
+    softmax and dropout as separate memory-bound kernels (Megatron before 2023)."""
 
     FLASH = "flash"
     STANDARD = "standard"

@@ -83,9 +83,9 @@ class Execution(Frozen):
     pp_uneven: bool = Field(
         False,
         description="Layers need not divide the pipeline: a custom split (Megatron-Core's "
-        "pipeline_model_parallel_layout, or first/last-stage layer counts) puts ceil(slots / (pp*vpp)) layers "
-        "on the busiest chunk, and the model times and sizes that stage. For `evaluate` and published runs; "
-        "`solve` keeps even splits.",
+        "pipeline_model_parallel_layout, or first/last-stage layer counts) puts ceil(slots / (pp*vpp)) "
+        "layers on the busiest chunk, and the model times and sizes that stage. For `evaluate` and published "
+        "runs; `solve` keeps even splits.",
     )
     pp_rs_ag: bool = Field(
         True,
@@ -104,8 +104,8 @@ class Execution(Frozen):
     )
     recompute_modules: list[RecomputeModule] | None = Field(
         None,
-        description="With recompute: selective, what is recomputed (Megatron-Core recompute_modules); "
-        "null = the attention core. For `evaluate` and published runs; `solve` recomputes the attention core.",
+        description="With recompute: selective, what is recomputed (Megatron-Core recompute_modules); null = "
+        "the attention core. For `evaluate` and published runs; `solve` recomputes the attention core.",
     )
     ep_dispatcher: EpDispatcher = Field(
         EpDispatcher.ALLTOALL,
@@ -173,8 +173,9 @@ class Execution(Frozen):
     activation_offload_layers: PositiveInt | None = Field(
         None,
         description="With activation_offload: the transformer layers per pipeline stage whose stored "
-        "activations go to offload memory, the others staying in HBM (Megatron-Core cpu_offloading_num_layers); "
-        "null = all but the two in use. For `evaluate` and published runs; `solve` offloads all or none.",
+        "activations go to offload memory, the others staying in HBM (Megatron-Core "
+        "cpu_offloading_num_layers); null = all but the two in use. For `evaluate` and published runs; "
+        "`solve` offloads all or none.",
     )
     optimizer_offload: bool = Field(
         False, description="Keep optimizer state and fp32 gradients in offload memory."
@@ -317,7 +318,8 @@ class Search(Frozen):
     )
 
     def rules(self) -> dict:
-        """{knob: value | list | {min, max, in}} of the knobs named (the form `optimizer.prepare.space` reads)."""
+        """{knob: value | list | {min, max, in}} of the knobs named (the form `optimizer.prepare.space`
+        reads)."""
         out = {}
         for k in type(self).model_fields:
             v = getattr(self, k)
@@ -383,9 +385,10 @@ class Problem(Frozen):
 
     @model_validator(mode="after")
     def _stack_defaults(self):
-        """Execution knobs the file left at their default take the stack's value where the stack does not offer
-        the default (torchtitan sends whole activations between stages: pp_rs_ag false), so that `evaluate` and
-        published runs model what the framework runs; the knobs stay unwritten (not fixed by the file)."""
+        """Execution knobs the file left at their default take the stack's value where the stack does not
+        offer the default (torchtitan sends whole activations between stages: pp_rs_ag false), so that
+        `evaluate` and published runs model what the framework runs; the knobs stay unwritten (not fixed by
+        the file)."""
         from optimizer.schema.stack import stack_defaults
 
         ex = stack_defaults(self.stack, self.execution)
@@ -402,8 +405,8 @@ class Problem(Frozen):
         return dict(s) if isinstance(s, dict) else s.rules()
 
     def search_rules(self) -> dict:
-        """The knob space's restrictions: the file's `search` narrowed to what the stack offers at the training
-        precision (a search over precisions solves each at its own: `solve._solve_precisions`)."""
+        """The knob space's restrictions: the file's `search` narrowed to what the stack offers at the
+        training precision (a search over precisions solves each at its own: `solve._solve_precisions`)."""
         from optimizer.schema.stack import restrict
 
         return restrict(self.stack, self.user_search_rules(), self.training.precision)
@@ -415,7 +418,8 @@ class Problem(Frozen):
         return self.training.tokens / (self.training.global_batch * self.seq_len)
 
     def step_time_target_s(self) -> float | None:
-        """The largest step time that meets the objective's target (days -> s via training.tokens); None: none."""
+        """The largest step time that meets the objective's target (days -> s via training.tokens); None:
+        none."""
         o = self.objective
         if o.max_step_time_s is not None:
             return o.max_step_time_s

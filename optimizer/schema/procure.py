@@ -1,4 +1,5 @@
-"""Schemas of procurement: hardware catalogs (`problems/catalogs/`) and procurement problems (`paraplan procure`).
+"""Schemas of procurement: hardware catalogs (`problems/catalogs/`) and procurement problems
+(`paraplan procure`).
 
 Money is in US dollars (`*_usd`), power in kilowatts (`*_kw`), time in days or hours as named.
 """
@@ -17,8 +18,8 @@ from optimizer.schema.system import Network, System
 
 
 def whole_units(nodes_used, unit_nodes: int):
-    """Nodes bought to hold `nodes_used` nodes when they are sold `unit_nodes` at a time (a rack): the next whole
-    unit. Integers or numpy arrays."""
+    """Nodes bought to hold `nodes_used` nodes when they are sold `unit_nodes` at a time (a rack): the next
+    whole unit. Integers or numpy arrays."""
     return -(-nodes_used // unit_nodes) * unit_nodes
 
 
@@ -107,7 +108,8 @@ class Heterogeneous(StrEnum):
 
     NONE = "none"
     DATA = "data"  # data-parallel replicas on different types, global batch split in proportion to speed
-    PIPELINE = "pipeline"  # pipeline stages on different types, uneven layers per stage (optimizer.drivers.pipeline_mix)
+    PIPELINE = "pipeline"  # pipeline stages on different types, uneven layers per stage
+    # (optimizer.drivers.pipeline_mix)
     ALL = "all"  # both families
 
 

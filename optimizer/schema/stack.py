@@ -13,19 +13,20 @@ Megatron-Core. What each profile offers, with its source:
   (`reshard_after_forward` always: ZeRO-3; never: ZeRO-2-like, gathered weights kept for backward) or DDP
   replication (ZeRO-0); with pipeline parallelism FSDP2 keeps the parameters gathered (reshard_after_forward
   False) and synchronises gradients at the last micro-batch only (torchtitan parallelize_llama,
-  torch.distributed.pipelining), i.e. ZeRO-1 in memory and traffic; no distributed optimizer otherwise; TP with sequence parallelism and async TP
-  (a collective-matmul decomposition: `ring`); PP with 1F1B, interleaved 1F1B and GPipe schedules, stages
-  split by modules (the embedding on the first stage, the output on the last: no layer slots), full
-  activations sent between stages (no scatter-gather); CP; selective and full activation checkpointing; no
-  CPU offload of weights, activations or optimizer state in the training recipes.
+  torch.distributed.pipelining), i.e. ZeRO-1 in memory and traffic; no distributed optimizer otherwise; TP
+  with sequence parallelism and async TP (a collective-matmul decomposition: `ring`); PP with 1F1B,
+  interleaved 1F1B and GPipe schedules, stages split by modules (the embedding on the first stage, the output
+  on the last: no layer slots), full activations sent between stages (no scatter-gather); CP; selective and
+  full activation checkpointing; no CPU offload of weights, activations or optimizer state in the training
+  recipes.
 - fsdp (PyTorch FSDP1 through MosaicML Composer / llm-foundry; Composer docs "FSDP": sharding_strategy
   FULL_SHARD (ZeRO-3), SHARD_GRAD_OP (ZeRO-2), NO_SHARD (DDP); activation_checkpointing per block): data
   parallelism only (no tensor, pipeline or context parallelism in llm-foundry's training configs), full or no
   activation checkpointing, no TP overlap, no offload.
 - deepspeed (DeepSpeed docs "ZeRO" and "Pipeline Parallelism"): ZeRO stages 0-3 on the plain DeepSpeed engine,
-  full activation checkpointing; no tensor parallelism without Megatron-DeepSpeed (plan that as megatron-core),
-  and no pipeline here (DeepSpeed's PipelineModule runs only with ZeRO <= 1 and is not in this profile); no CP;
-  ZeRO-Offload/Infinity are not modelled.
+  full activation checkpointing; no tensor parallelism without Megatron-DeepSpeed (plan that as
+  megatron-core), and no pipeline here (DeepSpeed's PipelineModule runs only with ZeRO <= 1 and is not in this
+  profile); no CP; ZeRO-Offload/Infinity are not modelled.
 """
 
 from __future__ import annotations
@@ -100,9 +101,10 @@ INT_KNOBS = {"tp", "pp", "vpp", "cp", "zero", "dp", "ep", "etp", "micro_batch"}
 
 # knob -> values the stack offers at a training precision, where narrower than PROFILES: Transformer Engine's
 # Userbuffers, which run Megatron-Core's TP-communication overlap (tp_comm_overlap), communicate FP8 and MXFP8
-# tensors but not NVFP4 ones (transformer_engine/pytorch/module/base.py `fill_userbuffers_buffer_for_all_gather`:
-# "Unsupported quantizer for Userbuffers"), and Megatron-Bridge's NVFP4 presets turn the overlap off
-# (scripts/performance configs: `tp_comm_overlap = False if precision == "nvfp4"`)
+# tensors but not NVFP4 ones (transformer_engine/pytorch/module/base.py
+# `fill_userbuffers_buffer_for_all_gather`: "Unsupported quantizer for Userbuffers"), and Megatron-Bridge's
+# NVFP4 presets turn the overlap off (scripts/performance configs: `tp_comm_overlap = False if precision ==
+# "nvfp4"`)
 BY_PRECISION: dict[Stack, dict[Precision, dict[str, list]]] = {
     Stack.MEGATRON_CORE: {Precision.NVFP4: {"tp_overlap": [TpOverlap.NONE]}}
 }
@@ -121,10 +123,10 @@ def profile(stack: Stack, precision=None) -> dict[str, list]:
 
 def zero2_regathers(stack: Stack) -> bool:
     """Whether the stack's ZeRO-2 gathers the parameters again for every micro-batch: PyTorch FSDP's
-    SHARD_GRAD_OP (FSDP1, stack fsdp) and FSDP2 without resharding after forward (torchtitan) keep the gathered
-    parameters from a micro-batch's forward through its backward and free them after it (FSDP1
-    `_should_free_in_backward`; FSDP2 post-backward reshard); DeepSpeed's and Megatron-Core's ZeRO-2 keep whole
-    parameters and gather once a step (`compose.dp_links`)."""
+    SHARD_GRAD_OP (FSDP1, stack fsdp) and FSDP2 without resharding after forward (torchtitan) keep the
+    gathered parameters from a micro-batch's forward through its backward and free them after it (FSDP1
+    `_should_free_in_backward`; FSDP2 post-backward reshard); DeepSpeed's and Megatron-Core's ZeRO-2 keep
+    whole parameters and gather once a step (`compose.dp_links`)."""
     return Stack(stack) in (Stack.FSDP, Stack.TORCHTITAN)
 
 
@@ -140,13 +142,14 @@ def fsdp_copy_bytes(stack: Stack, wb: float, gb: float) -> tuple[float, float, f
       split_with_sizes backward: read and write wb), cast to the reduce dtype when it differs (Composer's
       mixed_precision DEFAULT: bf16 compute, fp32 reduction; read wb, write gb), and pre-divided in place
       (`_div_if_needed` with `_gradient_predivide_factor`, > 1 from 2 ranks on: read and write gb). The
-      all-gather writes the flat parameter itself: no copy. Without sharding (NO_SHARD, ZeRO-0) the all-reduced
-      full gradient is post-divided as well (the rest of the world size, > 1 from 4 ranks on: read and write gb).
-      These passes run on FSDP1's post-backward stream, beside the next layer's backward; they are counted as
-      time all the same, since a memory-bound kernel streaming at the HBM's rate needs the SMs for that time.
-    - FSDP2 (torchtitan; torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): `foreach_reduce` copies the
-      gradients into the reduce-scatter input in the reduce dtype (`torch._chunk_cat`: read wb, write gb; NCCL
-      averages, no divide kernel for bf16/fp32), and each all-gather is copied out into the parameters
+      all-gather writes the flat parameter itself: no copy. Without sharding (NO_SHARD, ZeRO-0) the
+      all-reduced full gradient is post-divided as well (the rest of the world size, > 1 from 4 ranks on: read
+      and write gb). These passes run on FSDP1's post-backward stream, beside the next layer's backward; they
+      are counted as time all the same, since a memory-bound kernel streaming at the HBM's rate needs the SMs
+      for that time.
+    - FSDP2 (torchtitan; torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): `foreach_reduce` copies
+      the gradients into the reduce-scatter input in the reduce dtype (`torch._chunk_cat`: read wb, write gb;
+      NCCL averages, no divide kernel for bf16/fp32), and each all-gather is copied out into the parameters
       (`foreach_all_gather_copy_out`, split_with_sizes_copy: read and write wb).
     They run on the whole unsharded parameters of a layer, each time it is reduced or gathered (counted as
     the traffic is: `compose.dp_links`), on the SMs the compute uses; modelled as element-wise passes."""
@@ -162,10 +165,11 @@ LAYOUT_KNOBS = {"zero": "pp", "sequence_parallel": "tp"}  # knobs `by_layout` na
 
 
 def by_layout(stack: Stack, knob: str, pp: int, tp: int = 1) -> list | None:
-    """The values of `knob` the stack offers in a layout of `pp` pipeline stages and `tp` tensor-parallel ranks,
-    where they are narrower than `PROFILES` (None: as PROFILES). torchtitan's FSDP2 is ZeRO-1 in
+    """The values of `knob` the stack offers in a layout of `pp` pipeline stages and `tp` tensor-parallel
+    ranks, where they are narrower than `PROFILES` (None: as PROFILES). torchtitan's FSDP2 is ZeRO-1 in
     pipeline-parallel layouts (parameters kept gathered, gradients synchronised at the last micro-batch) and
-    ZeRO-2/3 (or DDP) otherwise; its tensor parallelism always shards the norms' sequence (SequenceParallel)."""
+    ZeRO-2/3 (or DDP) otherwise; its tensor parallelism always shards the norms' sequence
+    (SequenceParallel)."""
     if Stack(stack) == Stack.TORCHTITAN and knob == "zero":
         return [0, 1] if pp > 1 else [0, 2, 3]
     if Stack(stack) == Stack.TORCHTITAN and knob == "sequence_parallel" and tp > 1:
@@ -174,8 +178,8 @@ def by_layout(stack: Stack, knob: str, pp: int, tp: int = 1) -> list | None:
 
 
 def stack_defaults(stack: Stack, ex):
-    """`ex` with every knob it leaves at its default set to the stack's first offered value where the stack does
-    not offer the default (the same object when nothing changes); the set of written knobs is kept."""
+    """`ex` with every knob it leaves at its default set to the stack's first offered value where the stack
+    does not offer the default (the same object when nothing changes); the set of written knobs is kept."""
     update = {}
     for knob, allowed in {"sequence_parallel": [False, True], **PROFILES[Stack(stack)]}.items():
         if knob == "precision" or knob in ex.model_fields_set:
@@ -216,8 +220,9 @@ def not_offered(stack: Stack, knob: str, value, precision=None) -> str:
 
 def restrict(stack: Stack, rules: dict, precision=None) -> dict:
     """The user's `search` rules ({knob: value | list | {min, max, in}}) narrowed to what the stack offers (at
-    `precision`). An integer knob the user left open becomes {"in": offered} (a range, so `check` does not report
-    it as a knob the file fixed); other knobs become the list offered; a single value the stack lacks leaves none."""
+    `precision`). An integer knob the user left open becomes {"in": offered} (a range, so `check` does not
+    report it as a knob the file fixed); other knobs become the list offered; a single value the stack lacks
+    leaves none."""
     out = dict(rules)
     for knob, allowed in profile(stack, precision).items():
         r = out.get(knob)

@@ -18,7 +18,7 @@ def _check_table(table: EfficiencyTable, what: str) -> EfficiencyTable:
     if not table:
         raise ValueError(f"{what} needs at least one [size, efficiency] point")
     sizes = [p[0] for p in table]
-    if any(b <= a for a, b in zip(sizes, sizes[1:])):
+    if any(b <= a for a, b in zip(sizes, sizes[1:], strict=False)):
         raise ValueError(f"{what} sizes must be strictly increasing")
     if any(not (0 < p[1] <= 1) for p in table):
         raise ValueError(f"{what} efficiencies must be in (0, 1]")
@@ -67,10 +67,11 @@ class OffloadMemory(Frozen):
 PRIOR_BAND_PCT = 30.0  # a prior-only system's step-time uncertainty: the uncalibrated GEMM-efficiency prior
 # (0.85) against the values fitted on published H100/A100 runs (0.60-0.65) is ~30% off
 STACK_TRANSFER_BAND_PCT = 8.2  # the added step-time uncertainty of a plan for a stack none of the system's
-# calibration runs used, measured on runs of one stack predicted with a calibration from another's: torchtitan's
-# two H200 runs (problems/runs/torchtitan-h100-h200.yaml) on H200's Megatron-Core calibration, -4.5% and -6.2%,
-# and llm-foundry's 62 H100 FSDP runs (problems/runs/llmfoundry-mpt.yaml) on H100's (without the Triton kernel's
-# fitted per-tile overhead), 8.31%: 8.2% over the 64 (8.6% before FSDP's copies were modelled)
+# calibration runs used, measured on runs of one stack predicted with a calibration from another's:
+# torchtitan's two H200 runs (problems/runs/torchtitan-h100-h200.yaml) on H200's Megatron-Core calibration,
+# -4.5% and -6.2%, and llm-foundry's 62 H100 FSDP runs (problems/runs/llmfoundry-mpt.yaml) on H100's (without
+# the Triton kernel's fitted per-tile overhead), 8.31%: 8.2% over the 64 (8.6% before FSDP's copies were
+# modelled)
 
 
 class Calibration(Frozen):
@@ -89,9 +90,9 @@ class Calibration(Frozen):
     )
     shape_from: str | None = Field(
         None,
-        description="System (same die) whose fitted tables this file takes as they are (GEMM efficiency curve, "
-        "HBM table, precision factors), its own runs fitting only what `fitted` adds, e.g. `clock_scale` for a part "
-        "at a lower power limit; `runs` are this file's own.",
+        description="System (same die) whose fitted tables this file takes as they are (GEMM efficiency "
+        "curve, HBM table, precision factors), its own runs fitting only what `fitted` adds, e.g. "
+        "`clock_scale` for a part at a lower power limit; `runs` are this file's own.",
     )
     stacks: dict[str, int] = Field(
         default_factory=dict,
@@ -101,14 +102,14 @@ class Calibration(Frozen):
     loo_mape_pct: NonNegativeFloat | None = Field(
         None,
         description="Leave-one-out mean |error| of the predicted step time, %, on the runs of this GPU type "
-        "(each run predicted by a fit on the others: scripts/calibrate.py --loo --write): the stated uncertainty "
-        "of its step times. Transferred systems carry their source's. Null: not measured.",
+        "(each run predicted by a fit on the others: scripts/calibrate.py --loo --write): the stated "
+        "uncertainty of its step times. Transferred systems carry their source's. Null: not measured.",
     )
     loo_mape_pct_by_stack: dict[str, NonNegativeFloat] = Field(
         default_factory=dict,
-        description="Leave-one-out mean |error| of the step time, %, on this GPU type's runs "
-        "of one software stack (scripts/calibrate.py --stack S --loo --write-loo): the stated uncertainty of that "
-        "stack's plans, where measured (else loo_mape_pct).",
+        description="Leave-one-out mean |error| of the step time, %, on this GPU type's runs of one software "
+        "stack (scripts/calibrate.py --stack S --loo --write-loo): the stated uncertainty of that stack's "
+        "plans, where measured (else loo_mape_pct).",
     )
 
     def status(self) -> str:
@@ -125,8 +126,8 @@ class Calibration(Frozen):
 
     def band_pct(self, stack: str | None = None) -> float | None:
         """The step-time uncertainty, +-%: the leave-one-out error where measured; a prior-only system's
-        PRIOR_BAND_PCT; None when calibrated but its leave-one-out error was not measured. For a `stack` none of
-        the calibration runs used, STACK_TRANSFER_BAND_PCT is added in quadrature (independent errors)."""
+        PRIOR_BAND_PCT; None when calibrated but its leave-one-out error was not measured. For a `stack` none
+        of the calibration runs used, STACK_TRANSFER_BAND_PCT is added in quadrature (independent errors)."""
         name = None if stack is None else str(getattr(stack, "value", stack))
         if name in self.loo_mape_pct_by_stack:
             return self.loo_mape_pct_by_stack[name]
@@ -206,31 +207,32 @@ class System(Frozen):
         None,
         gt=0,
         le=1,
-        description="attention_efficiency of FlashAttention-2 class kernels (`attention: flash2`), "
-        "which do not use the architecture's newest matrix instructions; null: the same as attention_efficiency "
-        "(GPUs where FlashAttention-2 is the best kernel, e.g. A100).",
+        description="attention_efficiency of FlashAttention-2 class kernels (`attention: flash2`), which do "
+        "not use the architecture's newest matrix instructions; null: the same as attention_efficiency (GPUs "
+        "where FlashAttention-2 is the best kernel, e.g. A100).",
     )
     clock_scale: float = Field(
         1.0,
         gt=0,
         le=1,
-        description="Sustained clock of the compute units relative to the one the datasheet peaks "
-        "assume (1: as rated). A power cap below the part's rating (e.g. an H100 SXM at 500 W instead of 700 W) "
-        "lowers the clock of every compute-bound kernel, GEMMs, attention and element-wise alike, so it scales "
-        "the matrix, attention and vector peaks together; fitted where runs at that cap exist.",
+        description="Sustained clock of the compute units relative to the one the datasheet peaks assume (1: "
+        "as rated). A power cap below the part's rating (e.g. an H100 SXM at 500 W instead of 700 W) lowers "
+        "the clock of every compute-bound kernel, GEMMs, attention and element-wise alike, so it scales the "
+        "matrix, attention and vector peaks together; fitted where runs at that cap exist.",
     )
     attention_overhead_keys: NonNegativeFloat = Field(
         3155.0,
         description="Fixed work of one flash-attention query tile (load Q, rescale, write O; backward dQ), "
-        "in key positions: a kernel over s keys runs at s / (s + this) of attention_efficiency. Default fitted on "
-        "an H100 SXM's causal FlashAttention forward+backward (`../shared/measurements`: 12-55% of peak).",
+        "in key positions: a kernel over s keys runs at s / (s + this) of attention_efficiency. Default "
+        "fitted on an H100 SXM's causal FlashAttention forward+backward (`../shared/measurements`: 12-55% of "
+        "peak).",
     )
     attention_overhead_keys_triton: NonNegativeFloat | None = Field(
         None,
         description="attention_overhead_keys of FlashAttention's Triton kernel (`attention: flash-triton`): "
-        "another implementation (compiler-scheduled tile loop, its own prologue and epilogue per query tile), so "
-        "another fixed work per tile in key positions; fitted per GPU type on runs with that kernel; null: the same "
-        "as attention_overhead_keys.",
+        "another implementation (compiler-scheduled tile loop, its own prologue and epilogue per query "
+        "tile), so another fixed work per tile in key positions; fitted per GPU type on runs with that "
+        "kernel; null: the same as attention_overhead_keys.",
     )
     vector_tflops: dict[Precision, PositiveFloat] = Field(
         description="Non-tensor-core (CUDA core) peak per datatype, TFLOP/s."
@@ -271,7 +273,7 @@ class System(Frozen):
     @model_validator(mode="after")
     def _check(self) -> System:
         sizes = [n.size for n in self.networks]
-        if any(b < a for a, b in zip(sizes, sizes[1:])):
+        if any(b < a for a, b in zip(sizes, sizes[1:], strict=False)):
             raise ValueError("networks must be listed innermost first (non-decreasing size)")
         if self.networks[0].size < self.gpus_per_node and len(self.networks) == 1:
             raise ValueError("a single network tier must span at least one node")
