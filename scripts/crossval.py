@@ -50,10 +50,10 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
-import calibration_sequence as seq
+import calibration_sequence as seq  # noqa: E402
 
-from optimizer.io.loader import LIBRARY_ENV, read_yaml, validate_model
-from optimizer.io.runs import load_runs, stack_of
+from optimizer.io.loader import LIBRARY_ENV, read_yaml, validate_model  # noqa: E402
+from optimizer.io.runs import load_runs, stack_of  # noqa: E402
 
 # One source document and release per group, matched in order on the run's `source` (case-insensitive regex);
 # the first match wins. date: the document's publication month (YYYY-MM), for the time-forward split.

@@ -24,11 +24,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from oracle_cases import CASES
+from oracle_cases import CASES  # noqa: E402
 
-from optimizer.drivers.solve import solve
-from optimizer.io.loader import load_problem
-from optimizer.prepare.objective import gpus_used
+from optimizer.drivers.solve import solve  # noqa: E402
+from optimizer.io.loader import load_problem  # noqa: E402
+from optimizer.prepare.objective import gpus_used  # noqa: E402
 
 PATH = ROOT / "tests" / "golden" / "oracle_optima.json"
 REL_TOL = 1e-9  # objective_s: the same model on another platform may differ in the last bits
