@@ -60,7 +60,9 @@ def curve(e1: float, e2: float, e3: float) -> list[list[float]]:
     """Monotone GEMM efficiency: knots at 1, 100 and 10^4 GFLOP (linear in log10 between), and a
     small-GEMM point at 0.01 GFLOP where launch overhead dominates (e1/4)."""
     e = np.maximum.accumulate(np.clip([e1, e2, e3], 0.05, 0.99))
-    pts = [[0.01, round(float(e[0]) / 4, 4)]] + [[k, round(float(v), 4)] for k, v in zip(KNOTS, e)]
+    pts = [[0.01, round(float(e[0]) / 4, 4)]] + [
+        [k, round(float(v), 4)] for k, v in zip(KNOTS, e, strict=True)
+    ]
     return pts
 
 
@@ -223,7 +225,7 @@ def main() -> int:
     path = find_in_library("system", args.gpu)
     base = validate_model(System, read_yaml(path))
     mapped = [map_run(r, {base.name: base}) for r in runs]
-    keep = [(r, m) for r, m in zip(runs, mapped) if not m.skip]
+    keep = [(r, m) for r, m in zip(runs, mapped, strict=True) if not m.skip]
     keep = [(r, m) for r, m in keep if run_target(r, m.problem)[0] is not None]
     scorable = []
     for r, m in keep:  # a run the model cannot lay out is reported and left out of the fit, never hidden
@@ -282,7 +284,7 @@ def main() -> int:
     }  # simplex coordinates of order 1 (xatol is absolute)
 
     def errors(vec, idx=None):
-        x = {n: float(np.clip(v * unit.get(n, 1.0), lo[n], hi[n])) for n, v in zip(names, vec)}
+        x = {n: float(np.clip(v * unit.get(n, 1.0), lo[n], hi[n])) for n, v in zip(names, vec, strict=True)}
         sysm = with_params(base, x)
         errs = []
         for i in range(len(keep)) if idx is None else idx:
@@ -315,7 +317,7 @@ def main() -> int:
         held = np.array(
             [errors(fit([j for j in range(len(keep)) if j != i]), [i])[0][0] for i in range(len(keep))]
         )
-    for i, ((r, _), err) in enumerate(zip(keep, e)):
+    for i, ((r, _), err) in enumerate(zip(keep, e, strict=True)):
         print(f"  {r['id']:48s} {err:+6.2f}%" + (f"   held out {held[i]:+6.2f}%" if held is not None else ""))
     print(f"{args.gpu}: MAPE {np.mean(np.abs(e)):.2f}%  max {np.max(np.abs(e)):.2f}%  params {x}")
     if held is not None:

@@ -82,7 +82,7 @@ def main() -> int:
     table = error_table(rows)
     b = best_row(table)
     s, e, held = float(GRID[b]), table[b], held_out(table)
-    for (rid, a, _, m), x, h in zip(rows, e, held):
+    for (rid, a, _, m), x, h in zip(rows, e, held, strict=True):
         print(f"  {rid:50s} allocated {a:6.1f}  measured {m:6.1f} GiB  {x:+6.1f}%   held out {h:+6.1f}%")
     print(
         f"ALLOCATOR_SLACK {s:.3f} on {len(rows)} runs: MAPE {np.mean(np.abs(e)):.2f}%  max {np.max(np.abs(e)):.1f}%;"

@@ -319,7 +319,7 @@ def predict_held(runs: list[dict], workdir: Path, prior: set[tuple[str, str | No
     scored = score_runs(str(path))["runs"]
     systems = gpu_systems()
     out = []
-    for run, row in zip(runs, scored):
+    for run, row in zip(runs, scored, strict=True):
         sysname, stack = systems.get(run["hardware"]["gpu"]), row.get("stack") or stack_of(run)
         out.append(
             {
@@ -395,7 +395,7 @@ def drift(replayed: Path) -> dict[str, dict]:
         for f in (*FITTED_FIELDS, "networks"):
             va, vb = _numbers(a.get(f)), _numbers(b.get(f))
             rel = (
-                max((abs(x - y) / max(abs(x), 1e-9) for x, y in zip(va, vb)), default=0.0)
+                max((abs(x - y) / max(abs(x), 1e-9) for x, y in zip(va, vb, strict=True)), default=0.0)
                 if len(va) == len(vb)
                 else float("inf")
             )

@@ -90,7 +90,7 @@ def rows(readme: str):
         if section is None or len(cells) != len(COLUMNS) or cells[0] in ("Model", "---"):
             continue
         n += 1
-        yield section, n, dict(zip(COLUMNS, cells))
+        yield section, n, dict(zip(COLUMNS, cells, strict=True))
 
 
 def run_of(section: str, n: int, c: dict, used: set[str]) -> tuple[dict | None, str | None]:
