@@ -6,8 +6,9 @@
 Cases: the bench cases of scripts/bench_solve.py (problems/studies/solve/). Per case, one run of each
 backend after a warm-up (space, tables, presolve, model build and solve included, the problem file already
 loaded; for pyomo also writing the MPS file and the HiGHS worker process, formulations/highs_worker.py), and
-whether the optima agree within 0.1% (exit 1 when they do not). JSON: {"cases": [{"name", "cpsat_s", "pyomo_s",
-"same_optimum"}]}. --quick: the same on one small problem (Llama 3.1 8B on 8 H100), a smoke test of seconds.
+whether the optima agree within 0.1% (exit 1 when they do not). JSON: {"cases": [{"name", "cpsat_s",
+"pyomo_s", "same_optimum"}]}. --quick: the same on one small problem (Llama 3.1 8B on 8 H100), a smoke test of
+seconds.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(
             f"{r['name']:28} {r['cpsat_s']:9.3f} {r['pyomo_s']:14.3f}  "
-            f"{'yes' if r['same_optimum'] else 'NO'} ({r['step_time_s']:.4f} s; {r['cpsat_status']}/{r['pyomo_status']})"
+            f"{'yes' if r['same_optimum'] else 'NO'} "
+            f"({r['step_time_s']:.4f} s; {r['cpsat_status']}/{r['pyomo_status']})"
         )
     return 1 if bad else 0
 
