@@ -319,7 +319,7 @@ def predict_held(runs: list[dict], workdir: Path, prior: set[tuple[str, str | No
 
     path = workdir / "held.yaml"
     path.write_text(yaml.safe_dump(runs, sort_keys=False, width=1000))
-    scored = score_runs(str(path))["runs"]
+    scored = score_runs(str(path)).runs
     systems = gpu_systems()
     out = []
     for run, row in zip(runs, scored, strict=True):
