@@ -6,8 +6,9 @@
 Cases: the bench cases of scripts/bench_solve.py (problems/studies/solve/). Per case, one run of each
 backend after a warm-up (space, tables, presolve, model build and solve included, the problem file already
 loaded; for pyomo also writing the MPS file and the HiGHS worker process, formulations/highs_worker.py), and
-whether the optima agree within 0.1% (exit 1 when they do not). JSON: {"cases": [{"name", "cpsat_s", "pyomo_s",
-"same_optimum"}]}. --quick: the same on one small problem (Llama 3.1 8B on 8 H100), a smoke test of seconds.
+whether the optima agree within 0.1% (exit 1 when they do not). JSON: {"cases": [{"name", "cpsat_s",
+"pyomo_s", "same_optimum"}]}. --quick: the same on one small problem (Llama 3.1 8B on 8 H100), a smoke test of
+seconds.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from optimizer.drivers.solve import solve
-from optimizer.io.loader import load_problem
+from optimizer.drivers.solve import solve  # noqa: E402
+from optimizer.io.loader import load_problem  # noqa: E402
 
 CASES = ["gpt3-175b-1024xh100", "gpt3-175b-4096xa100", "gpt3-175b-upto6144xa100"]
 QUICK_CASE = "llama3.1-8b-8xh100"
@@ -80,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(
             f"{r['name']:28} {r['cpsat_s']:9.3f} {r['pyomo_s']:14.3f}  "
-            f"{'yes' if r['same_optimum'] else 'NO'} ({r['step_time_s']:.4f} s; {r['cpsat_status']}/{r['pyomo_status']})"
+            f"{'yes' if r['same_optimum'] else 'NO'} "
+            f"({r['step_time_s']:.4f} s; {r['cpsat_status']}/{r['pyomo_status']})"
         )
     return 1 if bad else 0
 

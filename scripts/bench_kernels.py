@@ -7,8 +7,8 @@ Times every measured op with the model's own functions (`optimizer.model.hardwar
 `optimizer.model.layer` makes) on the system file, and prints per class the count, the median |error| and the
 mean signed error (model / measured - 1), and the worst case:
 - gemm: BF16 and FP8 GEMMs at layer shapes and squares (`Hardware.gemm`, FP8 operands 1 byte);
-- attention: causal flash attention forward+backward (`Hardware.attention_kernel`, the layer's flops and bytes:
-  4 b h s^2 d / 2 forward, 2.5x that backward);
+- attention: causal flash attention forward+backward (`Hardware.attention_kernel`, the layer's flops and
+  bytes: 4 b h s^2 d / 2 forward, 2.5x that backward);
 - elementwise: add, gelu, layer/RMS norm, dropout with the measured bytes (`Hardware.vector`);
 - block: whole pre-norm blocks, forward + backward, at tp 1 (`optimizer.model.layer.block_cost`);
 - ring: one rank of load-balanced ring attention (context parallelism), forward + backward, from
@@ -18,12 +18,13 @@ mean signed error (model / measured - 1), and the worst case:
   (`flash_attention(..., window=, sinks=)`);
 - expert_eager: Megatron-Core's eager expert-MLP passes for GPT-OSS (clamped GLU, expert biases), forward +
   backward, from scripts/microbench_expert_eager.py (`layer.clamp_passes`, `layer.expert_bias_passes`);
-- precisions: a layer's GEMMs forward and backward in per-tensor FP8, MXFP8 and NVFP4 relative to BF16, against Transformer
-  Engine's benchmark_gemm.py tables (problems/measurements/b300-te-gemm-precisions.json, inputs pre-quantised),
-  and the MXFP8 kernel factor `hardware.BLOCK_SCALED_KERNEL` derived from them (`block_scaled_kernel`).
+- precisions: a layer's GEMMs forward and backward in per-tensor FP8, MXFP8 and NVFP4 relative to BF16,
+  against Transformer Engine's benchmark_gemm.py tables (problems/measurements/b300-te-gemm-precisions.json,
+  inputs pre-quantised), and the MXFP8 kernel factor `hardware.BLOCK_SCALED_KERNEL` derived from them
+  (`block_scaled_kernel`).
 The default file is ../shared/measurements/h100-sxm-80gb-microbench.json (beside the project); targets of the
-model's kernels, checked on that file (exit 1 when missed; the model is deterministic): attention and GEMM median
-|error| <= 15%, block <= 7%. --quick: without --measurements, the shipped
+model's kernels, checked on that file (exit 1 when missed; the model is deterministic): attention and GEMM
+median |error| <= 15%, block <= 7%. --quick: without --measurements, the shipped
 problems/measurements/h200-sxm-141gb-microbench.json on h200-sxm-141gb (a smoke test that needs nothing beside
 the project).
 """
@@ -128,9 +129,9 @@ def block_errors(data: dict, system: System) -> list[tuple[str, float]]:
 
 
 def ring_errors(data: dict, system: System) -> list[tuple[str, float]]:
-    """One rank's load-balanced ring attention, forward + backward (scripts/microbench_ring_attention.py: the causal
-    step, cp-1 half-chunk steps, fp32 merges; K/V expanded to the query heads), against the layer's own kernel
-    with cp (`flash_attention(..., cp=cp)`; `flash2` rows on the FlashAttention-2 class)."""
+    """One rank's load-balanced ring attention, forward + backward (scripts/microbench_ring_attention.py: the
+    causal step, cp-1 half-chunk steps, fp32 merges; K/V expanded to the query heads), against the layer's own
+    kernel with cp (`flash_attention(..., cp=cp)`; `flash2` rows on the FlashAttention-2 class)."""
     hw = Hardware(system, Precision.BF16)
     out = []
     for r in data.get("rows", []):
@@ -183,8 +184,8 @@ def cudnn_variants(data: dict, system: System) -> dict[tuple[str, str], tuple[fl
 
 
 def sink_errors(data: dict, system: System) -> list[tuple[str, float]]:
-    """Learned attention sinks: the backward time they add (the model's `Hardware.sink_backward`, i.e. backward
-    with sinks minus without) against the measured difference, causal and windowed."""
+    """Learned attention sinks: the backward time they add (the model's `Hardware.sink_backward`, i.e.
+    backward with sinks minus without) against the measured difference, causal and windowed."""
     v = cudnn_variants(data, system)
     return [
         (f"{name} {shape}", (bw - v[shape, base][1]) / (mbw - v[shape, base][3]) - 1)
@@ -194,7 +195,8 @@ def sink_errors(data: dict, system: System) -> list[tuple[str, float]]:
 
 
 def cudnn_attention_errors(data: dict, system: System) -> list[tuple[str, float]]:
-    """cuDNN's fused attention, forward + backward, per variant (with and without a 128-token window and sinks)."""
+    """cuDNN's fused attention, forward + backward, per variant (with and without a 128-token window and
+    sinks)."""
     return [
         (f"{name} {shape}", (fw + bw) / (mfw + mbw) - 1)
         for (shape, name), (fw, bw, mfw, mbw) in cudnn_variants(data, system).items()
@@ -205,9 +207,9 @@ EAGER_PASSES = {"clamp": (clamp_passes, "up"), "bias": (expert_bias_passes, "hid
 
 
 def expert_eager_errors(data: dict, system: System) -> list[tuple[str, float]]:
-    """Megatron-Core's eager expert-MLP passes (scripts/microbench_expert_eager.py: the clamped GLU's clamps and
-    the probability-scaled expert biases), forward + backward, against the model's own (`layer.clamp_passes`,
-    `layer.expert_bias_passes`, 16-bit)."""
+    """Megatron-Core's eager expert-MLP passes (scripts/microbench_expert_eager.py: the clamped GLU's clamps
+    and the probability-scaled expert biases), forward + backward, against the model's own
+    (`layer.clamp_passes`, `layer.expert_bias_passes`, 16-bit)."""
     hw = Hardware(system, Precision.BF16)
     out = []
     for r in data.get("rows", []):
@@ -222,10 +224,10 @@ def expert_eager_errors(data: dict, system: System) -> list[tuple[str, float]]:
 
 
 def expert_eager_rates(data: dict, system: System) -> dict[str, tuple[float, float]]:
-    """What `layer.EAGER_EXPERT_MEASURED` holds, from a scripts/microbench_expert_eager.py file: per pass kind, the
-    measured forward and backward times over the counted passes' times on the system's element-wise tables (the
-    pass functions at rate 1), averaged over the file's largest row count (bandwidth-bound kernels; smaller ones
-    add per-kernel host time the eager MoE host floor holds)."""
+    """What `layer.EAGER_EXPERT_MEASURED` holds, from a scripts/microbench_expert_eager.py file: per pass
+    kind, the measured forward and backward times over the counted passes' times on the system's element-wise
+    tables (the pass functions at rate 1), averaged over the file's largest row count (bandwidth-bound
+    kernels; smaller ones add per-kernel host time the eager MoE host floor holds)."""
     import optimizer.model.layer as layer
 
     hw = Hardware(system, Precision.BF16)
@@ -253,16 +255,17 @@ TE_PRECISIONS = {"fp8_current": Precision.FP8_CURRENT, "mxfp8": Precision.MXFP8,
 
 
 def te_layer_linears(data: dict) -> list[tuple[str, int, int, int]]:
-    """The layer's four linears (name, rows M, inputs K, outputs N) of a b300-te-gemm-precisions.json-style file:
-    tokens x hidden into QKV, attention output, MLP up and down (benchmark_gemm.py's model-config shapes)."""
+    """The layer's four linears (name, rows M, inputs K, outputs N) of a b300-te-gemm-precisions.json-style
+    file: tokens x hidden into QKV, attention output, MLP up and down (benchmark_gemm.py's model-config
+    shapes)."""
     m, h, f = data["tokens"], data["hidden"], data["intermediate"]
     qkv = h + 2 * data["kv_heads"] * (h // data["heads"])
     return [("qkv", m, h, qkv), ("attn out", m, h, h), ("mlp up", m, h, f), ("mlp down", m, f, h)]
 
 
 def te_layer_time(hw: Hardware, linears, in_bytes: float) -> tuple[float, float]:
-    """The model's (forward, backward) GEMM time of the layer's linears (`Hardware.linear`, as `layer.block_cost`
-    prices them: the backward is the data and the weight gradient)."""
+    """The model's (forward, backward) GEMM time of the layer's linears (`Hardware.linear`, as
+    `layer.block_cost` prices them: the backward is the data and the weight gradient)."""
     fw = bw = 0.0
     for _, m, k, n in linears:
         f, b, _ = hw.linear(m, n, k, in_bytes=in_bytes, out_bytes=2)
@@ -271,8 +274,9 @@ def te_layer_time(hw: Hardware, linears, in_bytes: float) -> tuple[float, float]
 
 
 def block_scaled_kernel(data: dict) -> float:
-    """What `hardware.BLOCK_SCALED_KERNEL[mxfp8]` holds, from the file: the per-tensor FP8 layer's pre-quantised
-    GEMM time over the MXFP8 one's (the same datasheet peak), summed over the three GEMMs of each linear."""
+    """What `hardware.BLOCK_SCALED_KERNEL[mxfp8]` holds, from the file: the per-tensor FP8 layer's
+    pre-quantised GEMM time over the MXFP8 one's (the same datasheet peak), summed over the three GEMMs of
+    each linear."""
     pq = data["per_layer_ms"]["pre_quantized"]
     return round(sum(pq[p]["fp8_current"] for p in pq) / sum(pq[p]["mxfp8"] for p in pq), 3)
 
@@ -408,12 +412,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {k:12s} n=   0  (not measured)")
                 continue
             print(
-                f"  {k:12s} n={s['n']:4d}  median |err| {s['median_abs_error_pct']:6.1f}%  mean {s['mean_signed_error_pct']:+6.1f}%"
+                f"  {k:12s} n={s['n']:4d}  median |err| {s['median_abs_error_pct']:6.1f}% "
+                f" mean {s['mean_signed_error_pct']:+6.1f}%"
                 f"  worst {s['worst']['error_pct']:+.1f}% ({s['worst']['op']})"
             )
         if "expert_eager_rates" in out:
             print(
-                f"  measured rates of the eager expert passes (layer.EAGER_EXPERT_MEASURED): {out['expert_eager_rates']}"
+                "  measured rates of the eager expert passes (layer.EAGER_EXPERT_MEASURED): "
+                f"{out['expert_eager_rates']}"
             )
         if "block_scaled_kernel" in out:
             print(

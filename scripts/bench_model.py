@@ -4,8 +4,8 @@
     python scripts/bench_model.py [--n 200000] [--repeat 5] [--json] [--quick]
 
 Builds a random grid of executions of GPT-3 175B on 1024 H100 (every knob varied, legal or not: the model
-evaluates them all) and times `optimizer.model.step.evaluate` on it, median of --repeat runs. Also times the same
-candidates one by one on a sample, and prints the ratio. Target: >= 100,000 per second
+evaluates them all) and times `optimizer.model.step.evaluate` on it, median of --repeat runs. Also times the
+same candidates one by one on a sample, and prints the ratio. Target: >= 100,000 per second
 (machine-dependent: reported, not checked). --quick: 2,000 candidates, one run, a sample of 20 (a smoke test).
 """
 
@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out))
     else:
         print(
-            f"{args.n} candidates in {vec:.3f} s (median of {args.repeat}): {args.n / vec:,.0f} candidates/s; "
+            f"{args.n} candidates in {vec:.3f} s (median of {args.repeat}): "
+            f"{args.n / vec:,.0f} candidates/s; "
             f"one at a time {one * 1e3:.2f} ms each: vectorised is {out['speedup_vs_scalar']:.0f}x faster"
         )
     return 0

@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'case':32s} {'types':>5s} {'space':>15s} {'solve_s':>8s} {'status':>8s}  best")
     for c in out:
         print(
-            f"{c['name']:32s} {c['node_types']:5d} {c['space']:15,d} {c['solve_s']:8.2f} {c['status']:>8s}  {c['best']}"
+            f"{c['name']:32s} {c['node_types']:5d} {c['space']:15,d} {c['solve_s']:8.2f}"
+            f" {c['status']:>8s}  {c['best']}"
         )
     return 1 if bad else 0
 

@@ -5,12 +5,12 @@
 
 Cases (problems/studies/solve/): GPT-3 175B on 1024 H100 and on 4096 A100 with every knob free, and GPT-3
 175B on up to 6144 A100 with idle GPUs allowed (a space of 2.4e7 candidates), and the 1024-H100 case with the
-precision open (BF16, FP8, FP8 current scaling: one proven solve each, candidates summed). Per case: the size of the
-candidate space, CP-SAT wall time (median of --repeat runs; space, tables, presolve, model build and solve
-included, the problem file already loaded), the enumerator's wall time (one run), their ratio, and whether
-the optima agree within 0.1%. Targets: CP-SAT median <= 1 s per case on 2 cores, >= 10x faster than the
-enumerator on the >= 1e7-candidate case. The ratio target is checked (exit 1 when missed, or when the optima
-disagree); the absolute one depends on the machine and is reported only.
+precision open (BF16, FP8, FP8 current scaling: one proven solve each, candidates summed). Per case: the size
+of the candidate space, CP-SAT wall time (median of --repeat runs; space, tables, presolve, model build and
+solve included, the problem file already loaded), the enumerator's wall time (one run), their ratio, and
+whether the optima agree within 0.1%. Targets: CP-SAT median <= 1 s per case on 2 cores, >= 10x faster than
+the enumerator on the >= 1e7-candidate case. The ratio target is checked (exit 1 when missed, or when the
+optima disagree); the absolute one depends on the machine and is reported only.
 
 --quick: the same code paths on one small problem (Llama 3.1 8B on 8 H100, 2e4 candidates), one CP-SAT run: a
 smoke test that finishes in seconds.
@@ -73,8 +73,8 @@ def run_case(name: str, repeat: int, path: Path | None = None) -> dict:
 
 
 def failures(rows: list[dict]) -> list[str]:
-    """The checks of the benchmark that do not depend on the machine's speed: the optima agree, and on spaces of
-    >= 1e7 candidates CP-SAT is >= 10x faster than the enumerator (a side-by-side ratio)."""
+    """The checks of the benchmark that do not depend on the machine's speed: the optima agree, and on spaces
+    of >= 1e7 candidates CP-SAT is >= 10x faster than the enumerator (a side-by-side ratio)."""
     out = [
         f"{r['name']}: CP-SAT and the enumerator disagree on the optimum"
         for r in rows
@@ -121,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1 if bad else 0
     print(
-        f"{'case':26s} {'candidates':>12s} {'cpsat_s':>8s} {'enum_s':>8s} {'ratio':>7s} {'same':>5s} step_time_s"
+        f"{'case':26s} {'candidates':>12s} {'cpsat_s':>8s} {'enum_s':>8s} {'ratio':>7s}"
+        f" {'same':>5s} step_time_s"
     )
     for r in rows:
         print(

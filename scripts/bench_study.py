@@ -82,8 +82,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             import ray
 
-            # one local Ray instance of 2 CPUs, up before timing (as `--ray ADDRESS` finds a cluster up); a short
-            # warm-up study starts both worker processes; then the same sweep with 1 and with 2 workers in flight
+            # one local Ray instance of 2 CPUs, up before timing (as `--ray ADDRESS` finds a cluster up); a
+            # short warm-up study starts both worker processes; then the same sweep with 1 and with 2 workers
+            # in flight
             ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
             try:
                 run_study(study(tmp, 8 * 4, **model), tmp / "warm.csv", workers=2, use_ray=True)
@@ -110,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
             else f"{out['ray_speedup']}x ({out['ray_seconds']}; identical: {out['ray_identical']})"
         )
         print(
-            f"{out['points']} points in {out['seconds']} s on {os.cpu_count()} cores ({out['statuses']}); resumed "
+            f"{out['points']} points in {out['seconds']} s on {os.cpu_count()} cores"
+            f" ({out['statuses']}); resumed "
             f"run identical: {out['resume_identical']}; Ray 2 workers vs 1: {ray_text}"
         )
     bad = [k for k in ("resume_identical", "ray_identical") if out.get(k) is False]

@@ -6,11 +6,12 @@
 Parameters (physical, shared by every run on the GPU; nothing is keyed on a run or a model):
 - the GEMM efficiency table `matrix_efficiency`: a monotone curve with knots at 10, 300 and 3000
   GFLOP per GEMM, where the GEMMs of the runs lie (linear in log10 of the size between them);
-- `attention_efficiency` of fused (flash) attention and `attention_overhead_keys` (each query tile's fixed work,
-  in keys of its loop), only with --params naming them (they need flash runs over a range of sequence lengths
-  to be identifiable; otherwise the file's prior stays); `attention_efficiency_fa2` the efficiency of FlashAttention-2
-  class kernels (`flash2`, and `flash-triton` through it) and `attention_overhead_keys_triton` the Triton kernel's
-  fixed work per tile (runs with `flash-triton` attention);
+- `attention_efficiency` of fused (flash) attention and `attention_overhead_keys` (each query tile's fixed
+  work, in keys of its loop), only with --params naming them (they need flash runs over a range of sequence
+  lengths to be identifiable; otherwise the file's prior stays); `attention_efficiency_fa2` the efficiency of
+  FlashAttention-2 class kernels (`flash2`, and `flash-triton` through it) and
+  `attention_overhead_keys_triton` the Triton kernel's fixed work per tile (runs with `flash-triton`
+  attention);
 - one factor scaling the HBM efficiency prior `hbm_efficiency` (memory-bound kernels);
 - the efficiency of network tier 0 (NVLink) and tier 1 (InfiniBand/RoCE);
 - `fp8_scale`, the factor on the GEMM efficiency of FP8 GEMMs (`matrix_efficiency_scale.fp8`), fitted on
@@ -60,11 +61,14 @@ def curve(e1: float, e2: float, e3: float) -> list[list[float]]:
     """Monotone GEMM efficiency: knots at 1, 100 and 10^4 GFLOP (linear in log10 between), and a
     small-GEMM point at 0.01 GFLOP where launch overhead dominates (e1/4)."""
     e = np.maximum.accumulate(np.clip([e1, e2, e3], 0.05, 0.99))
-    pts = [[0.01, round(float(e[0]) / 4, 4)]] + [[k, round(float(v), 4)] for k, v in zip(KNOTS, e)]
+    pts = [[0.01, round(float(e[0]) / 4, 4)]] + [
+        [k, round(float(v), 4)] for k, v in zip(KNOTS, e, strict=True)
+    ]
     return pts
 
 
-SHAPE: dict = {}  # --shape: {"of": a calibrated GPU, "curve": its fitted curve}, scaled by one level ("level")
+# --shape: {"of": a calibrated GPU, "curve": its fitted curve}, scaled by one level ("level")
+SHAPE: dict = {}
 
 
 def shaped(level: float) -> list[list[float]]:
@@ -87,7 +91,8 @@ SCALED = ("fp8", "mxfp8", "nvfp4")  # precisions with a fitted factor on matrix_
 
 
 def shape_as_is(x: dict) -> bool:
-    """A clock-only fit on the --shape GPU's curve as it is (same die, another power limit): no level, no knots."""
+    """A clock-only fit on the --shape GPU's curve as it is (same die, another power limit): no level, no
+    knots."""
     return bool(SHAPE) and "clock_scale" in x and "level" not in x and "e1" not in x
 
 
@@ -223,7 +228,7 @@ def main() -> int:
     path = find_in_library("system", args.gpu)
     base = validate_model(System, read_yaml(path))
     mapped = [map_run(r, {base.name: base}) for r in runs]
-    keep = [(r, m) for r, m in zip(runs, mapped) if not m.skip]
+    keep = [(r, m) for r, m in zip(runs, mapped, strict=True) if not m.skip]
     keep = [(r, m) for r, m in keep if run_target(r, m.problem)[0] is not None]
     scorable = []
     for r, m in keep:  # a run the model cannot lay out is reported and left out of the fit, never hidden
@@ -282,7 +287,7 @@ def main() -> int:
     }  # simplex coordinates of order 1 (xatol is absolute)
 
     def errors(vec, idx=None):
-        x = {n: float(np.clip(v * unit.get(n, 1.0), lo[n], hi[n])) for n, v in zip(names, vec)}
+        x = {n: float(np.clip(v * unit.get(n, 1.0), lo[n], hi[n])) for n, v in zip(names, vec, strict=True)}
         sysm = with_params(base, x)
         errs = []
         for i in range(len(keep)) if idx is None else idx:
@@ -315,12 +320,13 @@ def main() -> int:
         held = np.array(
             [errors(fit([j for j in range(len(keep)) if j != i]), [i])[0][0] for i in range(len(keep))]
         )
-    for i, ((r, _), err) in enumerate(zip(keep, e)):
+    for i, ((r, _), err) in enumerate(zip(keep, e, strict=True)):
         print(f"  {r['id']:48s} {err:+6.2f}%" + (f"   held out {held[i]:+6.2f}%" if held is not None else ""))
     print(f"{args.gpu}: MAPE {np.mean(np.abs(e)):.2f}%  max {np.max(np.abs(e)):.2f}%  params {x}")
     if held is not None:
         print(
-            f"leave-one-out: MAPE {np.mean(np.abs(held)):.2f}% (tier-weighted {np.sum(w * np.abs(held)) / np.sum(w):.2f}%)"
+            f"leave-one-out: MAPE {np.mean(np.abs(held)):.2f}%"
+            f" (tier-weighted {np.sum(w * np.abs(held)) / np.sum(w):.2f}%)"
             f"  max {np.max(np.abs(held)):.2f}%"
         )
     if args.write:
@@ -422,7 +428,8 @@ def _dump(rt, doc: CommentedMap, path: Path) -> None:
 
 
 def stacks_of(run_ids: list[str], stack_by_id: dict[str, str]) -> dict[str, int] | None:
-    """Runs per software stack (`optimizer.io.runs.stack_of`), most runs first; None when a run is not known."""
+    """Runs per software stack (`optimizer.io.runs.stack_of`), most runs first; None when a run is not
+    known."""
     if any(r not in stack_by_id for r in run_ids):
         return None
     out: dict[str, int] = {}
@@ -526,8 +533,9 @@ def write(
             net["efficiency"] = _fixed(x[key], 4)
             _set_comment(net, "efficiency", note)
             fitted.append(f"networks[{idx}].efficiency")
-    # a partial fit (some parameters) keeps the runs and fields fitted before; on a file a transfer just wrote, those
-    # are the source's: the file then states its own runs and fields, on the source's tables (`shape_from`)
+    # a partial fit (some parameters) keeps the runs and fields fitted before; on a file a transfer just
+    # wrote, those are the source's: the file then states its own runs and fields, on the source's tables
+    # (`shape_from`)
     old = validate_model(System, read_yaml(path)).calibration if "e1" not in x and "level" not in x else None
     shape_from = SHAPE["of"] if shape_as_is(x) else None
     if old is not None and old.transferred_from:

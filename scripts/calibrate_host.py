@@ -3,14 +3,14 @@
 
     python scripts/calibrate_host.py RUNS.yaml [RUNS.yaml ...] [--write]
 
-Under eager launch a dropless MoE layer synchronises the host with the GPU once per forward (it reads the routed
-token counts), so its forward takes at least the host time to issue it (`layer.MOE_HOST_FW_S`, less the share
-CUDA graphs replay: `layer.GRAPH_HOST_SHARE`). One parameter for the Megatron-Core stack, shared by every GPU
-(it is the host's work, not the GPU's), fitted on every Megatron-Core MoE run of the files by a grid search
-minimising the mean |error| of their step times with every system as calibrated (`grid_fit.best_row`); each
-run's leave-one-out error is always printed (`grid_fit.held_out`). `--write` sets `moe_host_fw_s` (its value
-and the runs files) in optimizer/model/fitted.yaml, which `layer.MOE_HOST_FW_S` reads. The systems' own fits
-(scripts/calibrate.py) come after this one, on the model with it.
+Under eager launch a dropless MoE layer synchronises the host with the GPU once per forward (it reads the
+routed token counts), so its forward takes at least the host time to issue it (`layer.MOE_HOST_FW_S`, less the
+share CUDA graphs replay: `layer.GRAPH_HOST_SHARE`). One parameter for the Megatron-Core stack, shared by
+every GPU (it is the host's work, not the GPU's), fitted on every Megatron-Core MoE run of the files by a grid
+search minimising the mean |error| of their step times with every system as calibrated (`grid_fit.best_row`);
+each run's leave-one-out error is always printed (`grid_fit.held_out`). `--write` sets `moe_host_fw_s` (its
+value and the runs files) in optimizer/model/fitted.yaml, which `layer.MOE_HOST_FW_S` reads. The systems' own
+fits (scripts/calibrate.py) come after this one, on the model with it.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ def moe_runs(files: list[str]) -> list[tuple[str, dict]]:
 
 
 def error_table(runs: list[tuple[str, dict]]) -> tuple[list[str], np.ndarray]:
-    """Signed % step-time error of each run (columns) at each grid value (rows); runs the model cannot score are
-    reported and left out."""
+    """Signed % step-time error of each run (columns) at each grid value (rows); runs the model cannot score
+    are reported and left out."""
     ids, cols = [], []
     saved = layer.MOE_HOST_FW_S
     try:

@@ -37,7 +37,8 @@ GRID = np.round(np.arange(0.0, 0.3001, 0.005), 3)
 
 
 def measured_runs(files: list[str]) -> list[tuple[str, float, float, float]]:
-    """(id, allocated GiB as the allocator counts it, usable GiB, measured peak GiB) of every run with a peak."""
+    """(id, allocated GiB as the allocator counts it, usable GiB, measured peak GiB) of every run with a
+    peak."""
     out = []
     for f in files:
         for run in load_runs(f).data:
@@ -82,10 +83,11 @@ def main() -> int:
     table = error_table(rows)
     b = best_row(table)
     s, e, held = float(GRID[b]), table[b], held_out(table)
-    for (rid, a, _, m), x, h in zip(rows, e, held):
+    for (rid, a, _, m), x, h in zip(rows, e, held, strict=True):
         print(f"  {rid:50s} allocated {a:6.1f}  measured {m:6.1f} GiB  {x:+6.1f}%   held out {h:+6.1f}%")
     print(
-        f"ALLOCATOR_SLACK {s:.3f} on {len(rows)} runs: MAPE {np.mean(np.abs(e)):.2f}%  max {np.max(np.abs(e)):.1f}%;"
+        f"ALLOCATOR_SLACK {s:.3f} on {len(rows)} runs: MAPE {np.mean(np.abs(e)):.2f}%"
+        f"  max {np.max(np.abs(e)):.1f}%;"
         f" leave-one-out MAPE {np.mean(np.abs(held)):.2f}%  max {np.max(np.abs(held)):.1f}%"
     )
     if args.write:

@@ -2,10 +2,11 @@
 that docs/calibration.md ("The commands behind today's files") lists in prose.
 
 Each step is one calibrate.py invocation: a fit of `params` on the runs of `gpu` in `runs` (optionally one
-software `stack`, optionally on the GEMM-efficiency curve of `shape` scaled by a level or taken as it is), or a
-`transfer` of `gpu`'s fitted tables to same-die systems. Steps run in this order; a step whose `shape` or
-`transfer` source is refitted must be rerun after it. `scripts/crossval.py` replays the sequence with runs held
-out; `argv(step, files)` is the command line a step stands for, so the same list can drive a full recalibration.
+software `stack`, optionally on the GEMM-efficiency curve of `shape` scaled by a level or taken as it is), or
+a `transfer` of `gpu`'s fitted tables to same-die systems. Steps run in this order; a step whose `shape` or
+`transfer` source is refitted must be rerun after it. `scripts/crossval.py` replays the sequence with runs
+held out; `argv(step, files)` is the command line a step stands for, so the same list can drive a full
+recalibration.
 
 Run files are named by key (`RUN_FILES`) so that a caller can substitute filtered copies of them.
 """

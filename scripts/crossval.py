@@ -50,10 +50,10 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
-import calibration_sequence as seq
+import calibration_sequence as seq  # noqa: E402
 
-from optimizer.io.loader import LIBRARY_ENV, read_yaml, validate_model
-from optimizer.io.runs import load_runs, stack_of
+from optimizer.io.loader import LIBRARY_ENV, read_yaml, validate_model  # noqa: E402
+from optimizer.io.runs import load_runs, stack_of  # noqa: E402
 
 # One source document and release per group, matched in order on the run's `source` (case-insensitive regex);
 # the first match wins. date: the document's publication month (YYYY-MM), for the time-forward split.
@@ -81,7 +81,8 @@ GROUPS: list[tuple[str, str, str, str]] = [
         r"dgxc-benchmarking (v24\.11\.1|llama3\.1/readme_\d+b\.md @143b90d)",
         "dgxc-benchmarking-24.11",
         "2024-11",
-        "NVIDIA dgxc-benchmarking v24.11.1 READMEs, BF16 and FP8 tables (@143b90d: the same llama3.1 file version)",
+        "NVIDIA dgxc-benchmarking v24.11.1 READMEs, BF16 and FP8 tables"
+        " (@143b90d: the same llama3.1 file version)",
     ),
     (
         r"dgxc-benchmarking qwen3/",
@@ -177,7 +178,8 @@ def public_runs() -> list[tuple[Path, dict]]:
 
 
 def _step_runs(step: seq.Step, kept: dict[str, list[dict]]) -> int:
-    """How many runs of the step's GPU (and stack) its run files hold after holding out (`kept`: by file key)."""
+    """How many runs of the step's GPU (and stack) its run files hold after holding out (`kept`: by file
+    key)."""
     return sum(
         1
         for key in step.runs
@@ -224,8 +226,8 @@ def prior_value(name: str) -> float:
 
 
 def _prior(step: seq.Step, library: Path) -> None:
-    """Write the priors (`prior_value`) of the step's parameters into its system file: the fit of a step with no
-    runs left."""
+    """Write the priors (`prior_value`) of the step's parameters into its system file: the fit of a step with
+    no runs left."""
     import calibrate
 
     from optimizer.schema import System
@@ -242,9 +244,10 @@ def _prior(step: seq.Step, library: Path) -> None:
 def refit(
     held_runs: list[dict], library: Path, workdir: Path, maxiter: int | None = None, every_step: bool = False
 ) -> tuple[list[str], set[tuple[str, str | None]]]:
-    """Replay the calibration sequence into `library` (a copy of problems/systems) with `held_runs` removed from
-    every runs file (`every_step`: rerun the steps the held-out runs leave untouched too). Returns the commands rerun (for the log) and the (system, stack) pairs left on priors (a
-    fit step with no runs, or tables taken from one by shape or transfer; stack None: every stack)."""
+    """Replay the calibration sequence into `library` (a copy of problems/systems) with `held_runs` removed
+    from every runs file (`every_step`: rerun the steps the held-out runs leave untouched too). Returns the
+    commands rerun (for the log) and the (system, stack) pairs left on priors (a fit step with no runs, or
+    tables taken from one by shape or transfer; stack None: every stack)."""
     import calibrate
 
     held = {r["id"] for r in held_runs}
@@ -316,10 +319,10 @@ def predict_held(runs: list[dict], workdir: Path, prior: set[tuple[str, str | No
 
     path = workdir / "held.yaml"
     path.write_text(yaml.safe_dump(runs, sort_keys=False, width=1000))
-    scored = score_runs(str(path))["runs"]
+    scored = score_runs(str(path)).runs
     systems = gpu_systems()
     out = []
-    for run, row in zip(runs, scored):
+    for run, row in zip(runs, scored, strict=True):
         sysname, stack = systems.get(run["hardware"]["gpu"]), row.get("stack") or stack_of(run)
         out.append(
             {
@@ -358,8 +361,8 @@ def _numbers(value) -> list[float]:
 
 @contextlib.contextmanager
 def library_from(systems: Path):
-    """A temporary directory holding a library (`library/systems`, a copy of `systems`) that `PARAPLAN_LIBRARY`
-    names while the block runs; yields (directory, library)."""
+    """A temporary directory holding a library (`library/systems`, a copy of `systems`) that
+    `PARAPLAN_LIBRARY` names while the block runs; yields (directory, library)."""
     with tempfile.TemporaryDirectory(prefix="crossval-") as tmp:
         tmp = Path(tmp)
         library = tmp / "library"
@@ -379,9 +382,9 @@ SHIPPED = ROOT / "problems" / "systems"
 
 
 def drift(replayed: Path) -> dict[str, dict]:
-    """Per system file the sequence writes, each fitted field (`FITTED_FIELDS`, the network efficiencies) whose
-    value in `replayed` (a systems directory) differs from the shipped file's: the largest relative difference
-    and both values. Empty where the sequence reproduces the file."""
+    """Per system file the sequence writes, each fitted field (`FITTED_FIELDS`, the network efficiencies)
+    whose value in `replayed` (a systems directory) differs from the shipped file's: the largest relative
+    difference and both values. Empty where the sequence reproduces the file."""
     from optimizer.schema import System
 
     out = {}
@@ -395,7 +398,7 @@ def drift(replayed: Path) -> dict[str, dict]:
         for f in (*FITTED_FIELDS, "networks"):
             va, vb = _numbers(a.get(f)), _numbers(b.get(f))
             rel = (
-                max((abs(x - y) / max(abs(x), 1e-9) for x, y in zip(va, vb)), default=0.0)
+                max((abs(x - y) / max(abs(x), 1e-9) for x, y in zip(va, vb, strict=True)), default=0.0)
                 if len(va) == len(vb)
                 else float("inf")
             )
@@ -442,7 +445,8 @@ def evaluate_fold(held_runs: list[dict], label: str, base: Path, maxiter: int | 
 
 
 def summary(rows: list[dict], extra: dict) -> dict:
-    """The JSON object: overall figures over the scored runs, per group, per stack, per GPU, per calibration."""
+    """The JSON object: overall figures over the scored runs, per group, per stack, per GPU, per
+    calibration."""
     ok = [r for r in rows if r["status"] == "ok" and r["error_pct"] is not None]
     errs = [r["error_pct"] for r in ok]
     st = _stats(ok)
@@ -468,8 +472,8 @@ def summary(rows: list[dict], extra: dict) -> dict:
 def _folds(
     args, groups: list[str], by_group: dict[str, list[dict]], base: Path, maxiter: int | None
 ) -> tuple[list[dict], dict]:
-    """The held-out folds of `--by source` (one per group) or `--by time` (every group dated `--before` or later,
-    in one fold); returns the rows of the predicted runs and the split's description."""
+    """The held-out folds of `--by source` (one per group) or `--by time` (every group dated `--before` or
+    later, in one fold); returns the rows of the predicted runs and the split's description."""
     if args.by == "source":
         rows = []
         for i, g in enumerate(groups):
@@ -531,7 +535,8 @@ def main() -> int:
             n = len(by_group.get(group, []))
             gpus = sorted({r["hardware"]["gpu"] for r in by_group.get(group, [])})
             print(
-                f"{group:28s} {date}  {n:4d} runs  {what}\n{'':28s} /{pattern}/  gpus: {', '.join(gpus) or '-'}"
+                f"{group:28s} {date}  {n:4d} runs  {what}"
+                f"\n{'':28s} /{pattern}/  gpus: {', '.join(gpus) or '-'}"
             )
         return 0
     if args.replay:

@@ -3,9 +3,10 @@
 
     python scripts/fuzz_problems.py N [--seed S] [--limit-s 60] [--show 5]
 
-Each case mutates a shipped problem (problems/, not the library parts) or writes hostile YAML (tests/fuzzing.py
-says which mutations) and runs `paraplan <command>` on it in this process under an alarm. Prints the count of
-tracebacks, hangs (over --limit-s) and input errors without file:line, with the first few of each.
+Each case mutates a shipped problem (problems/, not the library parts) or writes hostile YAML
+(tests/fuzzing.py says which mutations) and runs `paraplan <command>` on it in this process under an alarm.
+Prints the count of tracebacks, hangs (over --limit-s) and input errors without file:line, with the first few
+of each.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def main() -> int:
                 )
     print(
         f"{a.n} cases in {time.perf_counter() - t0:.0f} s: tracebacks {counts['traceback']}, hangs over "
-        f"{a.limit_s} s {counts['hang']}, errors without file:line {counts['no_line']}; exit codes {dict(rcs)}"
+        f"{a.limit_s} s {counts['hang']}, errors without file:line {counts['no_line']};"
+        f" exit codes {dict(rcs)}"
     )
     for kind, items in bad.items():
         for case, out in items[: a.show]:

@@ -14,8 +14,8 @@ FITTED_YAML = Path(__file__).resolve().parent.parent / "optimizer" / "model" / "
 
 
 def best_row(err: np.ndarray) -> int:
-    """The grid row (rows: grid values, columns: runs; signed % errors) with the smallest mean |error|, the first
-    one on ties."""
+    """The grid row (rows: grid values, columns: runs; signed % errors) with the smallest mean |error|, the
+    first one on ties."""
     return int(np.argmin(np.round(np.mean(np.abs(err), axis=1), 9)))
 
 

@@ -1,20 +1,21 @@
 """Write problems/runs/llmfoundry-mpt.yaml from MosaicML llm-foundry's published throughput tables.
 
 Source: mosaicml/llm-foundry ``scripts/train/benchmarking/README.md`` at commit 061f2c7 (2023-10-17), sections
-"H100 80GB BF16", "H100 80GB FP8", "A100 80GB with 1600 Gbps node-node interconnect (RoCE)" and "A100 40GB with
-1600 Gbps node-node interconnect (RoCE)": MPT models (125M to 70B) trained with Composer + PyTorch FSDP, one row
-per measured configuration (12-step benchmark runs). Get the file with
+"H100 80GB BF16", "H100 80GB FP8", "A100 80GB with 1600 Gbps node-node interconnect (RoCE)" and "A100 40GB
+with 1600 Gbps node-node interconnect (RoCE)": MPT models (125M to 70B) trained with Composer + PyTorch FSDP,
+one row per measured configuration (12-step benchmark runs). Get the file with
 
     git clone https://github.com/mosaicml/llm-foundry
     git -C llm-foundry show 061f2c7:scripts/train/benchmarking/README.md > README.md
     python scripts/import_llmfoundry.py README.md
 
-Every row becomes one run in the calibration-run schema (`optimizer.io.runs`); nothing is dropped except the row
-already in ``shared/calibration/public_runs.yaml`` (MPT-7B, 2048 tokens, 8 A100 80GB) and rows whose numbers
-contradict each other (stated below, with the reason, when the script runs). The model shapes are those of the
-repository's ``scripts/train/yamls/pretrain/mpt-<size>.yaml`` at the same commit, and each is checked against the
-table's NumParams column (vocab x d + max_seq_len x d learned positions + L x (12 d^2 + 13 d) + 2 d: biases on
-every linear layer and LayerNorms with bias), so a wrong shape stops the script.
+Every row becomes one run in the calibration-run schema (`optimizer.io.runs`); nothing is dropped except the
+row already in ``shared/calibration/public_runs.yaml`` (MPT-7B, 2048 tokens, 8 A100 80GB) and rows whose
+numbers contradict each other (stated below, with the reason, when the script runs). The model shapes are
+those of the repository's ``scripts/train/yamls/pretrain/mpt-<size>.yaml`` at the same commit, and each is
+checked against the table's NumParams column (vocab x d + max_seq_len x d learned positions
++ L x (12 d^2 + 13 d) + 2 d: biases on every linear layer and LayerNorms with bias), so a wrong shape stops
+the script.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ SOURCE = (
     "MosaicML llm-foundry scripts/train/benchmarking/README.md @061f2c7 (2023-10-17), section '{section}', "
     "row {row}"
 )
-# scripts/train/yamls/pretrain/mpt-<size>.yaml @061f2c7: d_model, n_heads, n_layers (expansion_ratio 4, vocab 50368)
+# scripts/train/yamls/pretrain/mpt-<size>.yaml @061f2c7: d_model, n_heads, n_layers
+# (expansion_ratio 4, vocab 50368)
 SHAPES = {
     "125m": (768, 12, 12),
     "350m": (1024, 16, 24),
@@ -90,7 +92,7 @@ def rows(readme: str):
         if section is None or len(cells) != len(COLUMNS) or cells[0] in ("Model", "---"):
             continue
         n += 1
-        yield section, n, dict(zip(COLUMNS, cells))
+        yield section, n, dict(zip(COLUMNS, cells, strict=True))
 
 
 def run_of(section: str, n: int, c: dict, used: set[str]) -> tuple[dict | None, str | None]:
@@ -121,19 +123,24 @@ def run_of(section: str, n: int, c: dict, used: set[str]) -> tuple[dict | None, 
     pure = c["mp_mode"] == "PURE"
     notes = [
         "Composer/llm-foundry, PyTorch FSDP1 FULL_SHARD over all GPUs (zero3), data parallel only",
-        f"MPT-{size}: d_model {d}, n_heads {heads}, n_layers {layers}, expansion_ratio 4, GeLU, vocab {VOCAB}, "
+        f"MPT-{size}: d_model {d}, n_heads {heads}, n_layers {layers}, expansion_ratio 4, GeLU,"
+        f" vocab {VOCAB}, "
         "learned positions, biases on every linear layer and LayerNorm (scripts/train/yamls/pretrain/"
         f"mpt-{size}.yaml @{COMMIT}; NumParams {c['params']} checked)",
-        "attention: attn_impl triton (FlashAttention's Triton kernel, flash_attn_triton; submit_benchmarks.py default)",
+        "attention: attn_impl triton (FlashAttention's Triton kernel, flash_attn_triton;"
+        " submit_benchmarks.py default)",
         "torch.compile off (submit_benchmarks.py), but each element-wise op of the MPT block is one native "
-        "kernel (F.layer_norm as low_precision_layernorm, F.gelu, bias in addmm, residual add; no rotary, no dropout)",
+        "kernel (F.layer_norm as low_precision_layernorm, F.gelu, bias in addmm, residual add;"
+        " no rotary, no dropout)",
         "loss: flash-attn's fused cross-entropy on the bf16 logits (modeling_mpt.py loss_fn default "
         "fused_crossentropy, required: it raises without the xentropy kernel)",
         (
-            "precision bf16 with FSDP mixed_precision PURE: parameters, gradients and their reduction in bf16, "
+            "precision bf16 with FSDP mixed_precision PURE: parameters, "
+            "gradients and their reduction in bf16, "
             "gradients reduced in bf16"
             if pure
-            else f"precision {c['precision']} with FSDP mixed_precision DEFAULT: bf16 compute, fp32 gradient reduction"
+            else f"precision {c['precision']} with FSDP mixed_precision DEFAULT: bf16 compute,"
+            " fp32 gradient reduction"
         )
         + ("; FP8 GEMMs through Transformer Engine (delayed scaling, 2023)" if prec == "fp8" else ""),
         f"activation checkpointing {'on (every block): recompute full' if ckpt else 'off'}; no CPU offload",
@@ -194,15 +201,19 @@ def run_of(section: str, n: int, c: dict, used: set[str]) -> tuple[dict | None, 
     return run, None
 
 
-HEADER = """\
-# Published, measured LLM pre-training runs on PyTorch FSDP through MosaicML Composer / llm-foundry (stack `fsdp`):
-# MPT 125M-70B on 8-128 A100 (40 and 80 GB) and H100 80GB GPUs, BF16 and FP8. Same record schema as
-# shared/calibration/public_runs.yaml.
-#
-# Source: mosaicml/llm-foundry scripts/train/benchmarking/README.md @061f2c7 (2023-10-17), its four result tables.
-# Generated by scripts/import_llmfoundry.py (do not edit by hand; re-run the script and review the diff). The row
-# already in shared/calibration/public_runs.yaml (MPT-7B, 2048 tokens, 8 A100 80GB) is not repeated. Rows left out:
-"""
+HEADER = (
+    "# Published, measured LLM pre-training runs on PyTorch FSDP through MosaicML Composer / llm-foundry"
+    " (stack `fsdp`):\n"
+    "# MPT 125M-70B on 8-128 A100 (40 and 80 GB) and H100 80GB GPUs, BF16 and FP8. Same record schema as\n"
+    "# shared/calibration/public_runs.yaml.\n"
+    "#\n"
+    "# Source: mosaicml/llm-foundry scripts/train/benchmarking/README.md @061f2c7 (2023-10-17), its four"
+    " result tables.\n"
+    "# Generated by scripts/import_llmfoundry.py (do not edit by hand; re-run the script and review the"
+    " diff). The row\n"
+    "# already in shared/calibration/public_runs.yaml (MPT-7B, 2048 tokens, 8 A100 80GB) is not"
+    " repeated. Rows left out:\n"
+)
 
 
 def main(argv=None) -> int:

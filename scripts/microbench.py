@@ -4,8 +4,8 @@
     python scripts/microbench.py OUT.json [--device cuda] [--quick] [--compile] [--queue N] [--only attn,elem]
                                           [--attn-grid wide]
 
-Needs PyTorch (`pip install "paraplan[microbench]"`, or any torch build for your GPU). Measures, with CUDA events
-(wall clock on the CPU), the median of --repeats timed runs after --warmup runs, on random data:
+Needs PyTorch (`pip install "paraplan[microbench]"`, or any torch build for your GPU). Measures, with CUDA
+events (wall clock on the CPU), the median of --repeats timed runs after --warmup runs, on random data:
 - gemm: BF16 `a @ b` (and FP8 `torch._scaled_mm` where the GPU has it) at layer shapes of a few models over
   tp 1..8 and token counts, and squares 256..16384;
 - attn: causal `scaled_dot_product_attention` forward and forward+backward over heads x sequence, head_dim 128
@@ -60,7 +60,7 @@ def gemms(torch, dev, quick, timer) -> list[dict]:
             m, n, k = min(m, 64), min(n, 64), min(k, 64)
         a = torch.randn(m, k, device=dev, dtype=dt)
         b = torch.randn(k, n, device=dev, dtype=dt)
-        s = timer(lambda: a @ b)
+        s = timer(lambda a=a, b=b: a @ b)
         out.append(
             {
                 "model": model,
@@ -97,9 +97,9 @@ def gemms(torch, dev, quick, timer) -> list[dict]:
 
 
 def fp8_gemm(torch, dev):
-    """A maker of FP8 GEMMs (`torch._scaled_mm`: e4m3 operands with per-tensor scales, bf16 out; B column-major as
-    cuBLASLt wants it), or None where the device has no FP8 tensor cores (compute capability < 8.9) or the build
-    lacks it."""
+    """A maker of FP8 GEMMs (`torch._scaled_mm`: e4m3 operands with per-tensor scales, bf16 out; B
+    column-major as cuBLASLt wants it), or None where the device has no FP8 tensor cores (compute
+    capability < 8.9) or the build lacks it."""
     if not dev.startswith("cuda") or not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
         return None
     if torch.cuda.get_device_capability(0) < (8, 9):
@@ -156,10 +156,10 @@ def attention(torch, dev, quick, timer, wide=False) -> list[dict]:
         v = torch.randn(b, kv, s, d, device=dev, dtype=dt, requires_grad=True)
         kw = {"is_causal": True, "enable_gqa": kv != heads}
 
-        def fw():
+        def fw(q=q, k=k, v=v, kw=kw):
             return F.scaled_dot_product_attention(q, k, v, **kw)
 
-        def fwbw():
+        def fwbw(fw=fw):
             fw().sum().backward()
 
         row = {"b": b, "s": s, "heads": heads, "kv_heads": kv, "head_dim": d}
@@ -176,8 +176,9 @@ def attention(torch, dev, quick, timer, wide=False) -> list[dict]:
 
 
 def backends(torch, dev):
-    """(name, context) for PyTorch's default SDPA choice and, on CUDA, each fused backend forced: `cudnn` (cuDNN's
-    fused attention, Transformer Engine's kernels on Hopper/Blackwell) and `flash2` (PyTorch's FlashAttention-2)."""
+    """(name, context) for PyTorch's default SDPA choice and, on CUDA, each fused backend forced: `cudnn`
+    (cuDNN's fused attention, Transformer Engine's kernels on Hopper/Blackwell) and `flash2` (PyTorch's
+    FlashAttention-2)."""
     import contextlib
 
     out = [("default", contextlib.nullcontext)]
@@ -205,11 +206,11 @@ def elementwise(torch, dev, quick, timer) -> list[dict]:
         rms = torch.nn.RMSNorm(hidden, device=dev, dtype=dt) if hasattr(torch.nn, "RMSNorm") else ln
         n = tokens * hidden
         ops = {
-            "add": (lambda: x + y, 3 * n * e),
-            "gelu": (lambda: torch.nn.functional.gelu(x), 2 * n * e),
-            "layernorm": (lambda: ln(x), 2 * n * e),
-            "rmsnorm": (lambda: rms(x), 2 * n * e),
-            "dropout": (lambda: torch.nn.functional.dropout(x, 0.1, True), 2 * n * e + n),
+            "add": (lambda x=x, y=y: x + y, 3 * n * e),
+            "gelu": (lambda x=x: torch.nn.functional.gelu(x), 2 * n * e),
+            "layernorm": (lambda ln=ln, x=x: ln(x), 2 * n * e),
+            "rmsnorm": (lambda rms=rms, x=x: rms(x), 2 * n * e),
+            "dropout": (lambda x=x: torch.nn.functional.dropout(x, 0.1, True), 2 * n * e + n),
         }
         res = {}
         for name, (fn, nbytes) in ops.items():
@@ -219,7 +220,8 @@ def elementwise(torch, dev, quick, timer) -> list[dict]:
     return out
 
 
-BLOCKS = [  # (model, hidden, ffn, heads, kv_heads, gated, micro_batch, seq, layers): the H100 file's block cases
+# (model, hidden, ffn, heads, kv_heads, gated, micro_batch, seq, layers): the H100 file's block cases
+BLOCKS = [
     ("llama3.1-8b", 4096, 14336, 32, 8, True, 1, 4096, 4),
     ("llama3.1-8b", 4096, 14336, 32, 8, True, 2, 8192, 2),
     ("gpt3-175b", 12288, 49152, 96, 96, False, 1, 2048, 1),
@@ -228,92 +230,98 @@ BLOCKS = [  # (model, hidden, ffn, heads, kv_heads, gated, micro_batch, seq, lay
 ]
 
 
-def blocks(torch, dev, quick, timer, compile_too=False) -> list[dict]:
-    """Whole pre-norm transformer blocks, forward + backward, eager (and torch.compile'd with --compile): Llama-style
-    (RMSNorm, rotary embedding, GQA, SwiGLU, no biases) or GPT-style (LayerNorm with biases, GELU), bf16, no
-    dropout; `layers` blocks in a row on one micro-batch, per_layer_s = fwbw_s / layers."""
+def block_case(torch, dev, dt, timer, case: tuple, compile_too: bool) -> list[dict]:
+    """One BLOCKS case (model, hidden, ffn, heads, kv_heads, gated, micro_batch, seq, layers) timed forward +
+    backward: its row, eager, and with `compile_too` a second row torch.compile'd."""
     import torch.nn.functional as F
 
+    model, h, f, a, kv, gated, b, s, n_layers = case
+    rows = []
+    d = h // a
+
+    def lin(o, i, bias):
+        w = (torch.randn(o, i, device=dev, dtype=dt) * 0.02).requires_grad_()
+        return w, (torch.zeros(o, device=dev, dtype=dt, requires_grad=True) if bias else None)
+
+    layers = []
+    for _ in range(n_layers):
+        norm = [torch.ones(h, device=dev, dtype=dt, requires_grad=True) for _ in range(2)]
+        nb = [None if gated else torch.zeros(h, device=dev, dtype=dt, requires_grad=True) for _ in range(2)]
+        layers.append(
+            {
+                "norm": norm,
+                "nb": nb,
+                "qkv": lin((a + 2 * kv) * d, h, not gated),
+                "o": lin(h, a * d, not gated),
+                "up": lin(2 * f if gated else f, h, not gated),
+                "down": lin(h, f, not gated),
+            }
+        )
+    pos = torch.arange(s, device=dev, dtype=torch.float32)[:, None]
+    ang = pos * (1.0 / 500000 ** (torch.arange(0, d, 2, device=dev, dtype=torch.float32) / d))[None, :]
+    cos, sin = ang.cos().to(dt), ang.sin().to(dt)
+
+    def rope(x):
+        x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+    def norm(x, w, bias):
+        return F.rms_norm(x, (h,), w) if gated else F.layer_norm(x, (h,), w, bias)
+
+    def block(x, p):
+        y = norm(x, p["norm"][0], p["nb"][0])
+        q, k, v = F.linear(y, *p["qkv"]).split([a * d, kv * d, kv * d], dim=-1)
+        q = q.view(b, s, a, d).transpose(1, 2)
+        k = k.view(b, s, kv, d).transpose(1, 2)
+        v = v.view(b, s, kv, d).transpose(1, 2)
+        if gated:
+            q, k = rope(q), rope(k)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv != a)
+        x = x + F.linear(o.transpose(1, 2).reshape(b, s, a * d), *p["o"])
+        y = F.linear(norm(x, p["norm"][1], p["nb"][1]), *p["up"])
+        y = F.silu(y[..., :f]) * y[..., f:] if gated else F.gelu(y)
+        return x + F.linear(y, *p["down"])
+
+    x = torch.randn(b, s, h, device=dev, dtype=dt, requires_grad=True)
+    for compiled in [False, True] if compile_too else [False]:
+        fn = torch.compile(block) if compiled else block
+
+        def fwbw(fn=fn):
+            y = x
+            for p in layers:
+                y = fn(y, p)
+            y.sum().backward()
+
+        t = timer(fwbw)
+        rows.append(
+            {
+                "model": model,
+                "hidden": h,
+                "ffn": f,
+                "heads": a,
+                "kv_heads": kv,
+                "head_dim": d,
+                "gated": gated,
+                "micro_batch": b,
+                "seq": s,
+                "layers": n_layers,
+                "compiled": compiled,
+                "fwbw_s": t,
+                "per_layer_s": t / n_layers,
+            }
+        )
+    return rows
+
+
+def blocks(torch, dev, quick, timer, compile_too=False) -> list[dict]:
+    """Whole pre-norm transformer blocks, forward + backward, eager (and torch.compile'd with --compile):
+    Llama-style (RMSNorm, rotary embedding, GQA, SwiGLU, no biases) or GPT-style (LayerNorm with biases,
+    GELU), bf16, no dropout; `layers` blocks in a row on one micro-batch, per_layer_s = fwbw_s / layers."""
     dt = torch.bfloat16 if dev.startswith("cuda") else torch.float32
     out = []
     cases = [("tiny", 64, 128, 4, 2, True, 1, 32, 2)] if quick else BLOCKS
-    for model, h, f, a, kv, gated, b, s, n_layers in cases:
-        d = h // a
-
-        def lin(o, i, bias):
-            w = (torch.randn(o, i, device=dev, dtype=dt) * 0.02).requires_grad_()
-            return w, (torch.zeros(o, device=dev, dtype=dt, requires_grad=True) if bias else None)
-
-        layers = []
-        for _ in range(n_layers):
-            norm = [torch.ones(h, device=dev, dtype=dt, requires_grad=True) for _ in range(2)]
-            nb = [
-                None if gated else torch.zeros(h, device=dev, dtype=dt, requires_grad=True) for _ in range(2)
-            ]
-            layers.append(
-                {
-                    "norm": norm,
-                    "nb": nb,
-                    "qkv": lin((a + 2 * kv) * d, h, not gated),
-                    "o": lin(h, a * d, not gated),
-                    "up": lin(2 * f if gated else f, h, not gated),
-                    "down": lin(h, f, not gated),
-                }
-            )
-        pos = torch.arange(s, device=dev, dtype=torch.float32)[:, None]
-        ang = pos * (1.0 / 500000 ** (torch.arange(0, d, 2, device=dev, dtype=torch.float32) / d))[None, :]
-        cos, sin = ang.cos().to(dt), ang.sin().to(dt)
-
-        def rope(x):
-            x1, x2 = x[..., : d // 2], x[..., d // 2 :]
-            return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
-
-        def norm(x, w, bias):
-            return F.rms_norm(x, (h,), w) if gated else F.layer_norm(x, (h,), w, bias)
-
-        def block(x, p):
-            y = norm(x, p["norm"][0], p["nb"][0])
-            q, k, v = F.linear(y, *p["qkv"]).split([a * d, kv * d, kv * d], dim=-1)
-            q = q.view(b, s, a, d).transpose(1, 2)
-            k = k.view(b, s, kv, d).transpose(1, 2)
-            v = v.view(b, s, kv, d).transpose(1, 2)
-            if gated:
-                q, k = rope(q), rope(k)
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv != a)
-            x = x + F.linear(o.transpose(1, 2).reshape(b, s, a * d), *p["o"])
-            y = F.linear(norm(x, p["norm"][1], p["nb"][1]), *p["up"])
-            y = F.silu(y[..., :f]) * y[..., f:] if gated else F.gelu(y)
-            return x + F.linear(y, *p["down"])
-
-        x = torch.randn(b, s, h, device=dev, dtype=dt, requires_grad=True)
-        for compiled in [False, True] if compile_too else [False]:
-            fn = torch.compile(block) if compiled else block
-
-            def fwbw():
-                y = x
-                for p in layers:
-                    y = fn(y, p)
-                y.sum().backward()
-
-            t = timer(fwbw)
-            out.append(
-                {
-                    "model": model,
-                    "hidden": h,
-                    "ffn": f,
-                    "heads": a,
-                    "kv_heads": kv,
-                    "head_dim": d,
-                    "gated": gated,
-                    "micro_batch": b,
-                    "seq": s,
-                    "layers": n_layers,
-                    "compiled": compiled,
-                    "fwbw_s": t,
-                    "per_layer_s": t / n_layers,
-                }
-            )
-        del layers, x
+    for case in cases:
+        out.extend(block_case(torch, dev, dt, timer, case, compile_too))
     return out
 
 
@@ -343,7 +351,8 @@ def main() -> int:
     queue = max(1, a.queue)
 
     def timer(fn) -> float:
-        """Median seconds of one `fn()` (`torch_timing.median_time`; --queue calls back to back per timed run)."""
+        """Median seconds of one `fn()` (`torch_timing.median_time`; --queue calls back to back per
+        timed run)."""
         return median_time(torch, fn, a.repeats, a.warmup, queue=queue, cuda=dev.startswith("cuda"))
 
     only = set(a.only.split(","))
@@ -366,7 +375,8 @@ def main() -> int:
     with open(a.out, "w") as f:
         json.dump(data, f, indent=1)
     print(
-        f"wrote {a.out}: {len(data['gemm'])} GEMMs, {len(data['attn'])} attention, {len(data['elem'])} element-wise "
+        f"wrote {a.out}: {len(data['gemm'])} GEMMs, {len(data['attn'])} attention, "
+        f"{len(data['elem'])} element-wise "
         f"sizes, {len(data['layer'])} blocks on {name}"
     )
     return 0

@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
-"""Time cuDNN's fused attention as Transformer Engine calls it for GPT-OSS: causal, 128-token sliding window and
-learnable softmax sinks, forward and backward, through the cuDNN frontend's graph API.
+"""Time cuDNN's fused attention as Transformer Engine calls it for GPT-OSS: causal, 128-token sliding window
+and learnable softmax sinks, forward and backward, through the cuDNN frontend's graph API.
 
     python scripts/microbench_cudnn_attention.py OUT.json
 
-Needs PyTorch with a CUDA GPU and `nvidia-cudnn-frontend` >= 1.20 (its Python graph API exposes `sink_token` and
-`dSink_token`; cuDNN >= 9.13 runs them). Megatron-Core's GPT-OSS layers (Megatron-Bridge `gpt_oss_bridge.py`:
-`softmax_type = "learnable"`, `window_size = (sliding_window - 1, 0)`, every second layer windowed) reach cuDNN
-through Transformer Engine's FusedAttention; what such a kernel costs against plain causal attention is what
-microbench.py (PyTorch SDPA: no sinks, no window) cannot say. Per shape (micro-batch, query heads, K/V heads,
-sequence, head size) it times, with CUDA events (median of --repeats after warm-up, random data):
-- `causal`, `causal_sink`, `window`, `window_sink`: one forward graph and one backward graph each (`fw_s`, `bw_s`);
-  the window's left bound is 128 keys (the query and its 127 predecessors), right bound 0;
+Needs PyTorch with a CUDA GPU and `nvidia-cudnn-frontend` >= 1.20 (its Python graph API exposes `sink_token`
+and `dSink_token`; cuDNN >= 9.13 runs them). Megatron-Core's GPT-OSS layers (Megatron-Bridge
+`gpt_oss_bridge.py`: `softmax_type = "learnable"`, `window_size = (sliding_window - 1, 0)`, every second layer
+windowed) reach cuDNN through Transformer Engine's FusedAttention; what such a kernel costs against plain
+causal attention is what microbench.py (PyTorch SDPA: no sinks, no window) cannot say. Per shape (micro-batch,
+query heads, K/V heads, sequence, head size) it times, with CUDA events (median of --repeats after warm-up,
+random data):
+- `causal`, `causal_sink`, `window`, `window_sink`: one forward graph and one backward graph each (`fw_s`,
+  `bw_s`); the window's left bound is 128 keys (the query and its 127 predecessors), right bound 0;
 - `sdpa_cudnn`: PyTorch's SDPA forced to its cuDNN backend, causal, forward and forward+backward: the kernel
   microbench.py's tables hold, as a check that the graph path times the same kernel.
 A variant cuDNN rejects is recorded under `errors` and the others still run. Output in problems/measurements/.
@@ -25,9 +26,9 @@ import sys
 
 from torch_timing import median_time, need_torch
 
-# (micro-batch, query heads, K/V heads, sequence, head size): GPT-OSS-120B's rank at tp 1 with micro-batch 1 (the
-# H100 run) and 4 (the Blackwell runs), at tp 2, 4 and 8 (32, 16, 8 heads), at 2K-16K tokens; Llama-3-class
-# 128-wide heads as the reference
+# (micro-batch, query heads, K/V heads, sequence, head size): GPT-OSS-120B's rank at tp 1 with micro-batch 1
+# (the H100 run) and 4 (the Blackwell runs), at tp 2, 4 and 8 (32, 16, 8 heads), at 2K-16K tokens;
+# Llama-3-class 128-wide heads as the reference
 SHAPES = (
     (1, 64, 8, 4096, 64),
     (4, 64, 8, 4096, 64),
@@ -123,6 +124,20 @@ def graphs(torch, cudnn, handle, b, hq, hkv, s, d, window, sink):
     return fw, bw
 
 
+def sdpa_cudnn(F, backend, timer, q, k, v) -> dict:
+    """`timer`'s seconds for PyTorch's causal `F.scaled_dot_product_attention` under the `backend` context
+    (cuDNN's), forward (`fw_s`) and forward+backward (`fwbw_s`), for q [b, heads, s, d] and k, v
+    [b, kv_heads, s, d]."""
+    with backend:
+
+        def fw_t():
+            return F.scaled_dot_product_attention(
+                q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1]
+            )
+
+        return {"fw_s": timer(fw_t), "fwbw_s": timer(lambda: fw_t().sum().backward())}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
@@ -137,7 +152,8 @@ def main() -> int:
         import cudnn
     except ImportError:
         print(
-            "microbench_cudnn_attention needs nvidia-cudnn-frontend >= 1.20: pip install nvidia-cudnn-frontend",
+            "microbench_cudnn_attention needs nvidia-cudnn-frontend >= 1.20: "
+            "pip install nvidia-cudnn-frontend",
             file=sys.stderr,
         )
         return 2
@@ -172,9 +188,7 @@ def main() -> int:
         k = torch.randn(b, hkv, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         v = torch.randn(b, hkv, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         try:
-            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                fw_t = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=hkv != hq)  # noqa
-                row["sdpa_cudnn"] = {"fw_s": timer(fw_t), "fwbw_s": timer(lambda: fw_t().sum().backward())}
+            row["sdpa_cudnn"] = sdpa_cudnn(F, sdpa_kernel(SDPBackend.CUDNN_ATTENTION), timer, q, k, v)
         except Exception as exc:  # noqa: BLE001
             res["errors"].append(
                 {"shape": [b, hq, hkv, s, d], "variant": "sdpa_cudnn", "error": repr(exc)[:400]}

@@ -12,13 +12,14 @@ local; full causal attention in every layer, no sinks):
 - grouped: the experts' up and down projections as one batched GEMM (`torch.bmm`), a loop of GEMMs and
   `torch._grouped_mm`, for 16 x 1024, 16 x 4096, 2 x 32768 and 4 x 8192 rows;
 - layer: the attention half, the MoE half and the whole block forward and forward+backward (RMSNorm, QKV with
-  bias, rotary, SDPA, output projection with bias; router, top-4, softmax, permute, expert up with bias, clamped
-  SwiGLU with the +1 offset, expert down with bias, probability-weighted combine), with and without the host
-  synchronisation a dropless dispatcher makes (token counts to the CPU), one block and nine in a row (a PP stage
-  of the H100 run), and the CUDA time of the top kernels (`profile_top`: name, seconds per block, calls).
-Attention kernels per backend and head size are microbench.py's (`--attn-grid wide`), context parallelism's steps
-microbench_ring_attention.py's. `--small` shrinks every shape (a CPU smoke test; the numbers mean nothing).
-Output in problems/measurements/.
+  bias, rotary, SDPA, output projection with bias; router, top-4, softmax, permute, expert up with bias,
+  clamped SwiGLU with the +1 offset, expert down with bias, probability-weighted combine), with and without
+  the host synchronisation a dropless dispatcher makes (token counts to the CPU), one block and nine in a row
+  (a PP stage of the H100 run), and the CUDA time of the top kernels (`profile_top`: name, seconds per block,
+  calls).
+Attention kernels per backend and head size are microbench.py's (`--attn-grid wide`), context parallelism's
+steps microbench_ring_attention.py's. `--small` shrinks every shape (a CPU smoke test; the numbers mean
+nothing). Output in problems/measurements/.
 """
 
 import argparse
@@ -83,7 +84,7 @@ shapes = [
 ]
 for name, m, n, k in shapes:
     a, b = r(m, k), r(k, n)
-    t = median_time(torch, lambda: a @ b, 15, 3)
+    t = median_time(torch, lambda a=a, b=b: a @ b, 15, 3)
     res["gemm"].append({"op": name, "m": m, "n": n, "k": k, "s": t, "tflops": 2 * m * n * k / t / 1e12})
 save()
 
@@ -95,12 +96,14 @@ for g, rows in [(16, 1024), (16, 4096), (2, 32768), (4, 8192)]:
         ent = {"groups": g, "rows": rows, "op": nm, "n": n, "k": k}
         fl = 2 * g * rows * n * k
         xb = x.view(g, rows, k)
-        ent["bmm_s"] = median_time(torch, lambda: torch.bmm(xb, w), 15, 3)
-        ent["loop_s"] = median_time(torch, lambda: [xb[i] @ w[i] for i in range(g)], 15, 3)
+        ent["bmm_s"] = median_time(torch, lambda xb=xb, w=w: torch.bmm(xb, w), 15, 3)
+        ent["loop_s"] = median_time(torch, lambda xb=xb, w=w, g=g: [xb[i] @ w[i] for i in range(g)], 15, 3)
         if dev == "cuda" and hasattr(torch, "_grouped_mm"):
             offs = torch.arange(1, g + 1, device=dev, dtype=torch.int32) * rows
             try:
-                ent["grouped_mm_s"] = median_time(torch, lambda: torch._grouped_mm(x, w, offs=offs), 15, 3)
+                ent["grouped_mm_s"] = median_time(
+                    torch, lambda x=x, w=w, offs=offs: torch._grouped_mm(x, w, offs=offs), 15, 3
+                )
             except Exception as ex:  # noqa
                 res["errors"].append(f"grouped_mm {g}x{rows}: {ex!r}"[:300])
         ent["bmm_tflops"] = fl / ent["bmm_s"] / 1e12
@@ -108,7 +111,7 @@ for g, rows in [(16, 1024), (16, 4096), (2, 32768), (4, 8192)]:
 save()
 
 
-# ---------------------------------------------------------------- 3. a GPT-OSS layer, eager (EP 8: 16 local experts, balanced)
+# ----------------------------------------------- 3. a GPT-OSS layer, eager (EP 8: 16 local experts, balanced)
 def rope(x, cos, sin):
     x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
@@ -157,12 +160,13 @@ def moe_block(x):
     logits = F.linear(h, P.wr)
     topv, topi = torch.topk(logits, 4, dim=-1)
     probs = torch.softmax(topv.float(), dim=-1).to(dt)
-    # force-balanced: the 4*SEQ assignments go round-robin to the 16 local experts (the a2a's rows, as if local)
+    # force-balanced: the 4*SEQ assignments go round-robin to the 16 local experts (the a2a's rows, as if
+    # local)
     flat_tok = torch.arange(SEQ, device=dev).repeat_interleave(4)
     eid = torch.arange(4 * SEQ, device=dev) % E_LOC
     order = torch.argsort(eid, stable=True)
     if HOST_SYNC[0]:
-        counts = torch.bincount(eid, minlength=E_LOC).tolist()  # dropless: tokens per expert to the host
+        torch.bincount(eid, minlength=E_LOC).tolist()  # dropless: tokens per expert to the host
     rows = h.index_select(0, flat_tok[order])
     xe = rows.view(E_LOC, -1, H)
     u = torch.baddbmm(P.bup, xe, P.wup)
@@ -185,9 +189,9 @@ gx = torch.randn(SEQ, H, device=dev, dtype=dt)
 L = res["layer"]
 for nm, fn in [("attn", attn_block), ("moe", moe_block), ("layer", layer)]:
     try:
-        L[nm + "_fw_s"] = median_time(torch, lambda: fn(x0), 20, 3)
+        L[nm + "_fw_s"] = median_time(torch, lambda fn=fn: fn(x0), 20, 3)
 
-        def fb():
+        def fb(fn=fn):
             fn(x0).backward(gx)
 
         L[nm + "_fwbw_s"] = median_time(torch, fb, 20, 3)

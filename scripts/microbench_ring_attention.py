@@ -3,18 +3,20 @@
 
     python scripts/microbench_ring_attention.py OUT.json [--small]
 
-PyTorch's context parallelism (torch.distributed.tensor.experimental.context_parallel, the one torchtitan runs;
-Transformer Engine's p2p ring is built the same way) splits the sequence into 2*cp chunks, gives rank r chunks r
-and 2cp-1-r, and runs cp steps: step 0 causal attention of the local queries on the local keys; each later step
-one full (non-causal) kernel, either all local queries against the first half of the received K/V chunk (steps
-i <= r) or the second half of the queries against all of it (i > r); the partial outputs are merged in fp32
-with their log-sum-exps (out -= sigmoid(lse_i - lse) * (out - out_i); lse -= logsigmoid(lse - lse_i)), and
-backward runs the same kernels in reverse. This times exactly that computation on one GPU (the K/V of the other
-ranks are random tensors already here: no communication), forward and forward+backward, for the torchtitan
-runs' shapes (Llama 3.1 8B: 32 query / 8 K/V heads of 128; 32768 tokens per rank at cp 1, 2, 4 and 8, i.e.
-sequences of 32K-256K; K/V expanded to the 32 query heads, as the kernels called here take equal heads), with
-PyTorch's FlashAttention-2 kernel (as those runs) and cuDNN's where it takes the shape. `scripts/bench_kernels.py` is not needed: compare `fwbw_s` with the model's
-`optimizer.model.layer.flash_attention(..., cp=cp)` for the same shapes. `--small`: tiny shapes on any device.
+PyTorch's context parallelism (torch.distributed.tensor.experimental.context_parallel, the one torchtitan
+runs; Transformer Engine's p2p ring is built the same way) splits the sequence into 2*cp chunks, gives rank r
+chunks r and 2cp-1-r, and runs cp steps: step 0 causal attention of the local queries on the local keys; each
+later step one full (non-causal) kernel, either all local queries against the first half of the received K/V
+chunk (steps i <= r) or the second half of the queries against all of it (i > r); the partial outputs are
+merged in fp32 with their log-sum-exps
+(out -= sigmoid(lse_i - lse) * (out - out_i); lse -= logsigmoid(lse - lse_i)), and backward runs the same
+kernels in reverse. This times exactly that computation on one GPU (the K/V of the other ranks are random
+tensors already here: no communication), forward and forward+backward, for the torchtitan runs' shapes (Llama
+3.1 8B: 32 query / 8 K/V heads of 128; 32768 tokens per rank at cp 1, 2, 4 and 8, i.e. sequences of 32K-256K;
+K/V expanded to the 32 query heads, as the kernels called here take equal heads), with PyTorch's
+FlashAttention-2 kernel (as those runs) and cuDNN's where it takes the shape. `scripts/bench_kernels.py` is
+not needed: compare `fwbw_s` with the model's `optimizer.model.layer.flash_attention(..., cp=cp)` for the same
+shapes. `--small`: tiny shapes on any device.
 """
 
 import argparse
@@ -25,8 +27,8 @@ from torch_timing import median_time, need_torch
 
 
 def attn_lse(q, k, v, causal, backend):
-    """Attention output and log-sum-exp ([b, h, s]) with autograd, on the chosen kernel (`math`: plain PyTorch in
-    fp32, any device)."""
+    """Attention output and log-sum-exp ([b, h, s]) with autograd, on the chosen kernel (`math`: plain PyTorch
+    in fp32, any device)."""
     import torch
 
     if backend == "flash2":
@@ -45,8 +47,8 @@ def attn_lse(q, k, v, causal, backend):
 
 
 def ring_rank(q, ks, vs, cp, rank, backend):
-    """Rank `rank`'s forward over the cp steps (`ks[i]`, `vs[i]`: the K/V chunk pair it holds at step i, its own at
-    step 0) with the fp32 merges, as torch's _templated_ring_attention / _SDPAMerger."""
+    """Rank `rank`'s forward over the cp steps (`ks[i]`, `vs[i]`: the K/V chunk pair it holds at step i, its
+    own at step 0) with the fp32 merges, as torch's _templated_ring_attention / _SDPAMerger."""
     import torch
     import torch.nn.functional as F
 
@@ -85,12 +87,39 @@ def local_chunks(x, cp, rank):
 
 
 def ring_exact(q, k, v, cp, rank, backend="math"):
-    """Rank `rank`'s ring output for full-sequence q, k, v, with the chunk pair of rank (rank - i) mod cp at step
-    i (the ring passes K/V to the next rank): equal to the causal attention of the whole sequence on that rank's
-    chunks (the smoke test checks it)."""
+    """Rank `rank`'s ring output for full-sequence q, k, v, with the chunk pair of rank (rank - i) mod cp at
+    step i (the ring passes K/V to the next rank): equal to the causal attention of the whole sequence on that
+    rank's chunks (the smoke test checks it)."""
     ks = [local_chunks(k, cp, (rank - i) % cp) for i in range(cp)]
     vs = [local_chunks(v, cp, (rank - i) % cp) for i in range(cp)]
     return ring_rank(local_chunks(q, cp, rank), ks, vs, cp, rank, backend)
+
+
+def time_rank(
+    torch, row: dict, q, ks, vs, cp: int, rank: int, local: int, backend: str, repeats: int
+) -> None:
+    """Set `row`'s `fw_s`, `fwbw_s` and `kernels_fw_s`: median seconds over `repeats` runs of rank `rank`'s
+    ring forward, forward+backward, and the same steps' attention calls alone (forward, no merges), for
+    queries `q` of `local` tokens and the K/V chunk pairs `ks`, `vs` of its cp steps."""
+    go = torch.randn(*q.shape, device=q.device, dtype=q.dtype)
+    row["fw_s"] = median_time(torch, lambda: ring_rank(q, ks, vs, cp, rank, backend), repeats, 2)
+
+    def fb():
+        ring_rank(q, ks, vs, cp, rank, backend).backward(go)
+
+    row["fwbw_s"] = median_time(torch, fb, repeats, 2)
+
+    def kernels():  # the same steps' attention calls alone, forward, no merges
+        with torch.no_grad():
+            for i in range(cp):
+                if i == 0:
+                    attn_lse(q, ks[i], vs[i], True, backend)
+                elif i <= rank:
+                    attn_lse(q, ks[i][:, :, : local // 2], vs[i][:, :, : local // 2], False, backend)
+                else:
+                    attn_lse(q[:, :, local // 2 :], ks[i], vs[i], False, backend)
+
+    row["kernels_fw_s"] = median_time(torch, kernels, repeats, 2)
 
 
 def main() -> int:
@@ -131,29 +160,7 @@ def main() -> int:
                 "head_dim": d,
             }
             try:
-                go = torch.randn(1, heads, local, d, device=dev, dtype=dt)
-                row["fw_s"] = median_time(
-                    torch, lambda: ring_rank(q, ks, vs, cp, rank, backend), a.repeats, 2
-                )
-
-                def fb():
-                    ring_rank(q, ks, vs, cp, rank, backend).backward(go)
-
-                row["fwbw_s"] = median_time(torch, fb, a.repeats, 2)
-
-                def kernels():  # the same steps' attention calls alone, forward, no merges
-                    with torch.no_grad():
-                        for i in range(cp):
-                            if i == 0:
-                                attn_lse(q, ks[i], vs[i], True, backend)
-                            elif i <= rank:
-                                attn_lse(
-                                    q, ks[i][:, :, : local // 2], vs[i][:, :, : local // 2], False, backend
-                                )
-                            else:
-                                attn_lse(q[:, :, local // 2 :], ks[i], vs[i], False, backend)
-
-                row["kernels_fw_s"] = median_time(torch, kernels, a.repeats, 2)
+                time_rank(torch, row, q, ks, vs, cp, rank, local, backend, a.repeats)
                 res["rows"].append(row)
             except Exception as ex:  # noqa: BLE001 - a backend that does not take the shape: recorded, not fatal
                 res["errors"].append(f"{backend} cp{cp}: {ex!r}"[:300])

@@ -16,8 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from optimizer.drivers.solve import solve
-from optimizer.io.loader import load_problem
+from optimizer.drivers.solve import solve  # noqa: E402
+from optimizer.io.loader import load_problem  # noqa: E402
 
 PROBLEMS = [
     "default.yaml",

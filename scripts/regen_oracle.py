@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
-"""Regenerate tests/golden/oracle_optima.json: the exhaustive oracle's optimum (formulations/enumerate.py, every
-candidate of the space through the vectorised model) of each case in tests/oracle_cases.py. The fast test
-compares CP-SAT with these stored optima; the slow test enumerates afresh and checks this file is current.
-Review the diff before committing: a changed optimum is a change of the model.
+"""Regenerate tests/golden/oracle_optima.json: the exhaustive oracle's optimum (formulations/enumerate.py,
+every candidate of the space through the vectorised model) of each case in tests/oracle_cases.py. The fast
+test compares CP-SAT with these stored optima; the slow test enumerates afresh and checks this file is
+current. Review the diff before committing: a changed optimum is a change of the model.
 
     python scripts/regen_oracle.py            # rewrite the file
     python scripts/regen_oracle.py --check    # exit 1 (and print the differences) when the file is stale
 
-Stored per case: the goal, the optimum's step time (objective_s, seconds, rounded to 1 ns), GPUs it uses, the size
-of the space (candidates) and how many fit in memory (feasible_candidates), and the optimal execution (the
-enumerator breaks ties by candidate order, so it is reproducible).
+Stored per case: the goal, the optimum's step time (objective_s, seconds, rounded to 1 ns), GPUs it uses, the
+size of the space (candidates) and how many fit in memory (feasible_candidates), and the optimal execution
+(the enumerator breaks ties by candidate order, so it is reproducible).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from oracle_cases import CASES
+from oracle_cases import CASES  # noqa: E402
 
-from optimizer.drivers.solve import solve
-from optimizer.io.loader import load_problem
-from optimizer.prepare.objective import gpus_used
+from optimizer.drivers.solve import solve  # noqa: E402
+from optimizer.io.loader import load_problem  # noqa: E402
+from optimizer.prepare.objective import gpus_used  # noqa: E402
 
 PATH = ROOT / "tests" / "golden" / "oracle_optima.json"
 REL_TOL = 1e-9  # objective_s: the same model on another platform may differ in the last bits

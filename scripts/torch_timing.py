@@ -1,5 +1,5 @@
-"""What the GPU measurement scripts (microbench.py, microbench_moe_layer.py, microbench_ring_attention.py) share:
-PyTorch or a clear exit, and one way of timing a call."""
+"""What the GPU measurement scripts (microbench.py, microbench_moe_layer.py, microbench_ring_attention.py)
+share: PyTorch or a clear exit, and one way of timing a call."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import time
 
 
 def need_torch(script: str, gpu: bool, smoke_flag: str | None):
-    """PyTorch, or exit 2 with what to install; with `gpu`, exit 2 where CUDA is absent, naming the script's smoke
-    test flag (`smoke_flag`) that runs anywhere, if it has one."""
+    """PyTorch, or exit 2 with what to install; with `gpu`, exit 2 where CUDA is absent, naming the script's
+    smoke test flag (`smoke_flag`) that runs anywhere, if it has one."""
     try:
         import torch
     except ImportError:
@@ -31,10 +31,10 @@ def need_torch(script: str, gpu: bool, smoke_flag: str | None):
 
 def median_time(torch, fn, repeats: int, warmup: int, queue: int = 1, cuda: bool | None = None) -> float:
     """Median seconds of one `fn()` over `repeats` timed runs after `warmup` calls: CUDA events on a GPU (the
-    wall clock on a CPU). With `queue` > 1 each timed run is `queue` calls back to back, divided by `queue`: the
-    GPU then runs them as a training step does, queued ahead by the CPU, so the CPU's dispatch time is hidden
-    unless it is longer than the kernels; with 1 each call's dispatch on an idle GPU is inside its time. `cuda`:
-    time with CUDA events (default: where CUDA is available)."""
+    wall clock on a CPU). With `queue` > 1 each timed run is `queue` calls back to back, divided by `queue`:
+    the GPU then runs them as a training step does, queued ahead by the CPU, so the CPU's dispatch time is
+    hidden unless it is longer than the kernels; with 1 each call's dispatch on an idle GPU is inside its
+    time. `cuda`: time with CUDA events (default: where CUDA is available)."""
     cuda = torch.cuda.is_available() if cuda is None else cuda
     for _ in range(warmup):
         fn()
@@ -59,8 +59,8 @@ def median_time(torch, fn, repeats: int, warmup: int, queue: int = 1, cuda: bool
 
 
 def wall_time(torch, fn, repeats: int, warmup: int) -> float:
-    """Mean wall-clock seconds of `fn()` over `repeats` back-to-back calls, synchronised at both ends: what the
-    host sees, CPU time between kernels included."""
+    """Mean wall-clock seconds of `fn()` over `repeats` back-to-back calls, synchronised at both ends: what
+    the host sees, CPU time between kernels included."""
     for _ in range(warmup):
         fn()
     if torch.cuda.is_available():
