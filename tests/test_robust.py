@@ -172,7 +172,7 @@ def test_sat_params_checked(tmp_path, capsys):
 
 
 def test_plot_checked_before_any_work(tmp_path, capsys, monkeypatch):
-    """A --plot path that cannot be written is refused before anything is solved (the solve is never called)."""
+    """An unwritable --plot path is refused before anything is solved (the solve is never called)."""
     import optimizer.drivers.procure as procure_mod
 
     def never(*a, **k):
