@@ -116,8 +116,8 @@ def complete_hint(m: cp_model.CpModel, ch, hint: dict[str, int]) -> None:
 
 
 def objective_score(T: Tables, m: cp_model.CpModel, ch, obj):
-    """The score of `optimizer.prepare.objective` (step time; GPUs x step time; GPUs x BIG + step time under the
-    target), as `formulations.bounds.score_int` computes it."""
+    """The score of `optimizer.prepare.objective` (step time; GPUs x step time; GPUs x BIG + step time
+    under the target), as `formulations.bounds.score_int` computes it."""
     p = T.problem
     g = p.objective.goal.value
     tg, cap = target(p, TIME_UNIT), gpu_time_cap(p, TIME_UNIT)
@@ -222,7 +222,7 @@ def solve_cpsat(
             # the presolve's incumbent is a plan the model evaluated: answer with it and the bound
             h = pre.incumbent.hint
             P = Pairs(
-                *(np.array([h[n]]) for n in ("l", "vi", "mi", "ri", "si", "oi")),
+                *(np.array([h[n]]) for n in ("li", "vi", "mi", "ri", "si", "oi")),
                 np.zeros(1, dtype=np.int64),
                 np.array([h["var"]]),
             )

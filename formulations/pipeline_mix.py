@@ -1,5 +1,5 @@
-"""CP-SAT model of a heterogeneous pipeline (`optimizer.model.pipeline_mix`) for one data-parallel degree d and
-micro-batch b (the driver `optimizer.drivers.pipeline_mix` runs it over every legal (d, b)).
+"""CP-SAT model of a heterogeneous pipeline (`optimizer.model.pipeline_mix`) for one data-parallel degree d
+and micro-batch b (the driver `optimizer.drivers.pipeline_mix` runs it over every legal (d, b)).
 
 Decision: per pipeline position g (G positions, in order), one row of that position's candidate table, a
 (node type, tp, recompute, stages s_g, layers per stage L_g) whose terms the analytical model filled
@@ -7,7 +7,8 @@ Decision: per pipeline position g (G positions, in order), one row of that posit
 
     type_g all different                                    a type holds at most one group
     sum_g s_g*L_g = L                                       every layer on exactly one stage
-    sum_g cost_g <= budget, sum_g power_g <= power cap      (capex; nodes of a type within its limit by the table)
+    sum_g cost_g <= budget, sum_g power_g <= power cap      (capex; nodes of a type within its limit by the
+                                                            table)
     sum_{g'>g} s_g' <= rmax_g                               memory of each non-last group's first stage:
         rmax = the most stages after it with a*min(n_mb, s_g + rmax) <= slack (exact in its table, as is
         the last group's memory)
@@ -16,7 +17,8 @@ Objective (`y >= f(x)` for the maxima, exact at the optimum when minimising):
 
     T = (n_mb-1)*M + sum_g s_g*u_g + he + 2*n_mb*Pmax + 2*(sum_g (s_g-1)*p2p_g + sum_b J_b) + X
     M >= u_g, M >= u_last + he;  Pmax >= p2p_g (s_g > 1), Pmax >= J_b;  X >= x_g
-    J_b >= each side's message over each side's network (the join's time: the larger message over the slower net)
+    J_b >= each side's message over each side's network (the join's time: the larger message over the
+           slower net)
 """
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ def domains(problem: Problem, fixed: dict[str, list]) -> dict[str, list[int]]:
 def _table(problem: Problem, dom: dict[str, list[int]], names: tuple[str, ...], group: Group, **const):
     """Rows of `names`' values (cartesian product of their domains) that `group` accepts."""
     grids = np.meshgrid(*(np.array(dom[k], dtype=np.int64) for k in names), indexing="ij")
-    cols = {k: g.reshape(-1) for k, g in zip(names, grids)}
+    cols = {k: g.reshape(-1) for k, g in zip(names, grids, strict=True)}
     arg = {"tp": 1, "pp": 1, "dp": 1, "cp": 1} | const | cols
     ok = rule_masks(
         problem,
