@@ -6,8 +6,9 @@ gets
 
     LB(t, s) = pipeline(t, s) + min over ZeRO stages z that fit of [optimizer_z + pu * link_z]
 
-where pipeline is exactly the solver's pipeline part, and the DP time is at least pu x its link time (with overlap the model charges pu*link + (1-pu)*exposed,
-without it the whole link), so LB never exceeds the solver's objective of any assignment using the pair.
+where pipeline is exactly the solver's pipeline part, and the DP time is at least pu x its link time
+(with overlap the model charges pu*link + (1-pu)*exposed, without it the whole link), so LB never exceeds
+the solver's objective of any assignment using the pair.
 Memory alike: a pair is dropped when no ZeRO stage fits (state + activations + reserve > capacity).
 Triples are bounded first, with every block column at its minimum over the triple's block settings (each
 term is monotone in them, so that bounds every pair of the triple); only the surviving triples are expanded.
@@ -40,7 +41,7 @@ UB_SLACK = 1e-4  # relative: the integer objective of the incumbent may differ f
 class Pairs:
     """Candidate (triple, block) pairs with their bounds; arrays of equal length."""
 
-    l: np.ndarray
+    li: np.ndarray
     vi: np.ndarray
     mi: np.ndarray
     ri: np.ndarray
@@ -51,17 +52,17 @@ class Pairs:
     slb: np.ndarray | None = None  # lower bound of the score (optimizer.prepare.objective), TIME_UNIT
 
     def __len__(self) -> int:
-        return len(self.l)
+        return len(self.li)
 
     def take(self, idx) -> Pairs:
         return Pairs(
-            *(getattr(self, n)[idx] for n in ("l", "vi", "mi", "ri", "si", "oi", "lb", "var")),
+            *(getattr(self, n)[idx] for n in ("li", "vi", "mi", "ri", "si", "oi", "lb", "var")),
             None if self.slb is None else self.slb[idx],
         )
 
     @staticmethod
     def concat(parts: list[Pairs]) -> Pairs:
-        names = ("l", "vi", "mi", "ri", "si", "oi", "lb", "var")
+        names = ("li", "vi", "mi", "ri", "si", "oi", "lb", "var")
         slb = None if any(p.slb is None for p in parts) else np.concatenate([p.slb for p in parts])
         return Pairs(*(np.concatenate([getattr(p, n) for p in parts]) for n in names), slb)
 
@@ -75,12 +76,12 @@ def expand(T: Tables, tri: np.ndarray) -> Pairs:
     (the space's single value there)."""
     nR, nS, nO = len(T.rec_vals), len(T.sp_vals), len(T.ov_vals)
     subs = np.indices((nR, nS, nO)).reshape(3, -1).T
-    l, vi, mi = (np.repeat(tri[:, j], len(subs)) for j in range(3))
+    li, vi, mi = (np.repeat(tri[:, j], len(subs)) for j in range(3))
     ri, si, oi = (np.tile(subs[:, j], len(tri)) for j in range(3))
-    ok = (T.L["tp1"][l] == 0) | ((si == 0) & (oi == 0))
+    ok = (T.L["tp1"][li] == 0) | ((si == 0) & (oi == 0))
     idx = np.nonzero(ok)[0]
     return Pairs(
-        l[idx],
+        li[idx],
         vi[idx],
         mi[idx],
         ri[idx],
@@ -117,8 +118,8 @@ def triple_cols(T: Tables, tri: np.ndarray):
         m_tp1 = np.where(mask1.reshape(1, -1, 1), a, big).min(axis=1)
         return np.where(tp1_of_g[:, None], m_tp1, m_all)  # (nG, extra)
 
-    l, mi = tri[:, 0], tri[:, 2]
-    g = T.L["tpcp"][l] * nM + mi
+    li, mi = tri[:, 0], tri[:, 2]
+    g = T.L["tpcp"][li] * nM + mi
     mins = {
         n: gmin(BE[n])[:, 0]
         for n in (
@@ -131,12 +132,13 @@ def triple_cols(T: Tables, tri: np.ndarray):
             "offx_mb",
         )
     }
-    # the overlapped exchange max(p2p - Lc*window, 0) falls with the window: its largest keeps the bound a bound
+    # the overlapped exchange max(p2p - Lc*window, 0) falls with the window: its largest keeps the bound a
+    # bound
     mins["p2p_window"] = -gmin(-BE["p2p_window"])[:, 0]
     # the pipeline's head and exchanges grow with the head and t_p2p (2*vpp >= 2 exchanges per head hidden)
     head, p2p = gmin(BE["head_s"], 3 * nT), gmin(BE["p2p_s"], nT)
-    tpp = T.lay["tier_pp"][l]
-    got = {"head_s": head[g, T.L["hc"][l] * nT + tpp], "p2p_s": p2p[g, tpp]}
+    tpp = T.lay["tier_pp"][li]
+    got = {"head_s": head[g, T.L["hc"][li] * nT + tpp], "p2p_s": p2p[g, tpp]}
     return lambda name: got[name] if name in got else mins[name][g]
 
 
@@ -153,9 +155,10 @@ class Presolved:
 NONE = np.iinfo(np.int64).max // 2  # "no bound"
 
 
-def score_int(T: Tables, l: np.ndarray, step: np.ndarray) -> np.ndarray:
-    """`optimizer.prepare.objective.score` of integer step times (TIME_UNIT); NONE where a target is missed."""
-    return score(T.problem, T.gpus(l), step, unit=TIME_UNIT, missed=NONE)
+def score_int(T: Tables, li: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """`optimizer.prepare.objective.score` of integer step times (TIME_UNIT); NONE where a target is
+    missed."""
+    return score(T.problem, T.gpus(li), step, unit=TIME_UNIT, missed=NONE)
 
 
 def presolve(Ts: Tables | list[Tables], top: int = 1, n_triples: int = 96) -> Presolved:
@@ -182,7 +185,8 @@ def presolve(Ts: Tables | list[Tables], top: int = 1, n_triples: int = 96) -> Pr
         first = np.argpartition(lb_all, n - 1)[:n] if 0 < n < len(lb_all) else np.arange(len(lb_all))
         sel = [expand(T, tris[j][pos_all[first][var_all[first] == j]]) for j, T in enumerate(Ts)]
         inc = incumbent(Ts, Pairs.concat(sel), top)
-        # a weak incumbent leaves many triples within its bound (and CP-SAT a long proof): widen it, 4x at a time
+        # a weak incumbent leaves many triples within its bound (and CP-SAT a long proof): widen it, 4x at a
+        # time
         if n >= len(lb_all) or int((lb_all <= inc.ub).sum()) <= 4 * n or n >= 16 * n_triples:
             break
         n = min(len(lb_all), 4 * n)
@@ -191,9 +195,9 @@ def presolve(Ts: Tables | list[Tables], top: int = 1, n_triples: int = 96) -> Pr
         keep_t = tris[j][lbs[j] <= inc.ub]
         n_kept_t += len(keep_t)
         P = expand(T, keep_t)
-        cols = pair_columns(T, P.l, P.vi, P.mi, P.ri, P.si, P.oi)
+        cols = pair_columns(T, P.li, P.vi, P.mi, P.ri, P.si, P.oi)
         P.lb, fit = _bound(T, cols)
-        P.slb = score_int(T, P.l, P.lb)
+        P.slb = score_int(T, P.li, P.lb)
         n_fit += int(fit.sum())
         keep = np.nonzero(fit & (P.slb <= inc.ub) & (P.slb < NONE))[0]
         parts.append(P.take(keep))
@@ -251,7 +255,7 @@ def knobs_of_pairs(Ts: Tables | list[Tables], P: Pairs, z: np.ndarray, d: np.nda
     for t in Ts:
         by_var[t.var] = [t.fixed[k] for k in T.fixed]
     fixed = {k: by_var[P.var, i] for i, k in enumerate(T.fixed)}
-    lay = {k: v[P.l] for k, v in T.lay.items()}
+    lay = {k: v[P.li] for k, v in T.lay.items()}
     return knob_grid(
         fixed,
         len(P),
@@ -286,7 +290,7 @@ def incumbent(Ts: Tables | list[Tables], sel: Pairs, top: int = 1) -> Incumbent:
     zz, dd = (a.reshape(-1) for a in np.indices((nz, nd)))
     rep = sel.take(np.repeat(np.arange(len(sel)), nz * nd))
     z, d = np.tile(zz, len(sel)), np.tile(dd, len(sel))
-    dpg1 = T.L["dpg1"][rep.l]
+    dpg1 = T.L["dpg1"][rep.li]
     # as the space: ZeRO only with a data-parallel group, and the (moot) DP overlap flag on without one
     legal = zero_allowed(np.array(T.z_vals)[z], dpg1) & (
         (dpg1 == 0) | (np.array(T.dpo_vals)[d] == 1) | (1 not in T.dpo_vals)
@@ -296,11 +300,11 @@ def incumbent(Ts: Tables | list[Tables], sel: Pairs, top: int = 1) -> Incumbent:
     k = knobs_of_pairs(Ts, rep, z, d)
     res = evaluate(T.problem, k)
     fits = feasible(T.problem, k, res)
-    t = np.where(fits, score(T.problem, T.gpus(rep.l), res.step_time), np.inf)
+    t = np.where(fits, score(T.problem, T.gpus(rep.li), res.step_time), np.inf)
     # each evaluated pair's exact score (its best ZeRO stage and overlap) less the rounding slack of the
     # integer objective, on the step time: a lower bound as tight as the model
     lo_step = np.floor(res.step_time * TIME_UNIT * (1 - UB_SLACK)).astype(np.int64) - 1
-    lb = np.where(fits, score(T.problem, T.gpus(rep.l), lo_step, unit=TIME_UNIT, missed=NONE), NONE).astype(
+    lb = np.where(fits, score(T.problem, T.gpus(rep.li), lo_step, unit=TIME_UNIT, missed=NONE), NONE).astype(
         np.int64
     )
     pair_lb = np.full(len(sel), NONE, dtype=np.int64)
@@ -311,7 +315,7 @@ def incumbent(Ts: Tables | list[Tables], sel: Pairs, top: int = 1) -> Incumbent:
         return Incumbent(np.iinfo(np.int64).max, None, len(t), pair_lb)
     i = int(good[0])
     hint = dict(
-        l=int(rep.l[i]),
+        li=int(rep.li[i]),
         vi=int(rep.vi[i]),
         mi=int(rep.mi[i]),
         ri=int(rep.ri[i]),
@@ -327,5 +331,5 @@ def incumbent(Ts: Tables | list[Tables], sel: Pairs, top: int = 1) -> Incumbent:
     # the slack is on the step time (the integer objective rounds it), not on the score: a relative slack on
     # GPUs x BIG + T (fewest_gpus) would span seconds of step time and prune nothing
     step_ub = np.ceil(float(res.step_time[j]) * TIME_UNIT * (1 + UB_SLACK)) + 1
-    ub = score(T.problem, np.array([int(T.gpus(rep.l[j : j + 1])[0])]), np.array([step_ub]), unit=TIME_UNIT)
+    ub = score(T.problem, np.array([int(T.gpus(rep.li[j : j + 1])[0])]), np.array([step_ub]), unit=TIME_UNIT)
     return Incumbent(int(np.ceil(float(ub[0]))), hint, len(t), pair_lb)

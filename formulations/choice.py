@@ -21,7 +21,7 @@ from formulations.common import Lookups, index_literals
 from formulations.tables import Tables
 from optimizer.rules.layout import zero_allowed
 
-KEYS = ("l", "vi", "mi", "ri", "si", "oi", "var")
+KEYS = ("li", "vi", "mi", "ri", "si", "oi", "var")
 
 
 @dataclass

@@ -41,10 +41,10 @@ def min_memory(problem: Problem, n_first: int = 64) -> MinMemory:
         order = np.argsort(lb, kind="stable")
         first = tri[order[: min(n_first, len(order))]]
         P = expand(T, first)
-        cols = pair_columns(T, P.l, P.vi, P.mi, P.ri, P.si, P.oi)
+        cols = pair_columns(T, P.li, P.vi, P.mi, P.ri, P.si, P.oi)
         best = float((cols["act"] + state_min(T, cols)[0]).min())
         P = expand(T, tri[lb <= best])  # every triple that may hold a smaller plan
-        cols = pair_columns(T, P.l, P.vi, P.mi, P.ri, P.si, P.oi)
+        cols = pair_columns(T, P.li, P.vi, P.mi, P.ri, P.si, P.oi)
         smin, zarg, _, _ = state_min(T, cols)
         tot = cols["act"] + smin
         i = int(np.argmin(tot))

@@ -44,7 +44,7 @@ def main(argv: list[str]) -> int:
     if has:
         names = h.getLp().col_names_
         vals = h.getSolution().col_value
-        out["values"] = {n: v for n, v in zip(names, vals) if abs(v) > 1e-9}
+        out["values"] = {n: v for n, v in zip(names, vals, strict=False) if abs(v) > 1e-9}
     # HiGHS may print a banner on stdout before output_flag takes effect (highspy >= 1.12): the result is
     # the line after MARKER
     sys.stdout.write("\n" + MARKER + json.dumps(out) + "\n")

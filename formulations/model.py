@@ -116,8 +116,8 @@ def complete_hint(m: cp_model.CpModel, ch, hint: dict[str, int]) -> None:
 
 
 def objective_score(T: Tables, m: cp_model.CpModel, ch, obj):
-    """The score of `optimizer.prepare.objective` (step time; GPUs x step time; GPUs x BIG + step time under the
-    target), as `formulations.bounds.score_int` computes it."""
+    """The score of `optimizer.prepare.objective` (step time; GPUs x step time; GPUs x BIG + step time
+    under the target), as `formulations.bounds.score_int` computes it."""
     p = T.problem
     g = p.objective.goal.value
     tg, cap = target(p, TIME_UNIT), gpu_time_cap(p, TIME_UNIT)
@@ -168,17 +168,9 @@ def _infeasible(problem: Problem, size: int) -> Infeasible:
     )
 
 
-def solve_cpsat(
-    problem: Problem,
-    top: int = 1,
-    time_limit_s: float = 60.0,
-    t0: float | None = None,
-    params: dict | None = None,
-    tables: list[Tables] | None = None,
-) -> Outcome:
-    """`tables`: those of the same problem with more GPUs and idle GPUs allowed (`tables.restrict`), to solve
-    many GPU limits of one problem (procurement) without filling tables again."""
-    t0 = t0 if t0 is not None else time.perf_counter()
+def _variant_tables(problem: Problem, tables: list[Tables] | None) -> tuple[list[Tables], int]:
+    """The tables of every variant with legal triples and the size of the space (candidates); `tables`:
+    those of a larger problem to restrict (`tables.restrict`). Infeasible (rules) when nothing is legal."""
     if tables is not None:
         Ts, size = restrict(tables, problem)
         Ts = [T for T in Ts if len(T.legal_lvm)]
@@ -192,16 +184,50 @@ def solve_cpsat(
             "(run `paraplan check` for why)",
             reason=Reason.RULES,
         )
-    T = Ts[0]  # layouts, value lists and capacities are shared by the variants
-    pre = presolve(Ts, top)
-    if len(pre.pairs) == 0:
+    return Ts, size
+
+
+def _raise_without_solution(
+    problem: Problem, size: int, pre: Presolved, st, solver: cp_model.CpSolver, time_limit_s: float
+) -> None:
+    """The first solve found no plan: Infeasible when CP-SAT proved that nothing fits, TimeLimit when the
+    time ran out and the presolve has no incumbent to answer with; returns when it has one."""
+    if st == cp_model.INFEASIBLE:
         raise _infeasible(problem, size)
-    m, ch, mem, tv = define_model(T, pre, pre.incumbent.hint)
-    err = m.Validate()
-    if err:  # a formulation bug, reported loudly
-        raise VerificationError(f"invalid CP-SAT model: {err}")
-    solver = cp_model.CpSolver()
-    set_params(solver, {**SOLVER_PARAMS, **(params or {})})
+    if pre.incumbent.hint is None:
+        raise TimeLimit(
+            f"no plan found within {time_limit_s:g} s ({solver.StatusName(st)}): not a proof "
+            "that nothing fits; raise --time-limit"
+        )
+
+
+def _incumbent_knobs(Ts: list[Tables], pre: Presolved) -> Knobs:
+    """The presolve's incumbent, a plan the model evaluated, as knobs (the answer when the time limit
+    leaves CP-SAT without a plan)."""
+    h = pre.incumbent.hint
+    P = Pairs(
+        *(np.array([h[n]]) for n in ("li", "vi", "mi", "ri", "si", "oi")),
+        np.zeros(1, dtype=np.int64),
+        np.array([h["var"]]),
+    )
+    return knobs_of_pairs(Ts, P, np.array([h["zi"]]), np.array([h["di"]]))
+
+
+def _solve_top(
+    problem: Problem,
+    Ts: list[Tables],
+    pre: Presolved,
+    size: int,
+    model: tuple,
+    solver: cp_model.CpSolver,
+    top: int,
+    time_limit_s: float,
+    t0: float,
+):
+    """Up to `top` plans, best first, each solve forbidding the assignments found before (within what is
+    left of `time_limit_s` since `t0`). (status, knobs, objectives in s, bound in s, relative gap); the
+    bound and gap are those of the first solve, the bound only for the step-time goal."""
+    m, ch, _, tv = model
     knobs: list[Knobs] = []
     objs: list[float | None] = []
     status_name, bound, gap = "optimal", None, None
@@ -212,21 +238,8 @@ def solve_cpsat(
         if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             if i > 0:
                 break
-            if st == cp_model.INFEASIBLE:
-                raise _infeasible(problem, size)
-            if pre.incumbent.hint is None:
-                raise TimeLimit(
-                    f"no plan found within {time_limit_s:g} s ({solver.StatusName(st)}): not a proof "
-                    "that nothing fits; raise --time-limit"
-                )
-            # the presolve's incumbent is a plan the model evaluated: answer with it and the bound
-            h = pre.incumbent.hint
-            P = Pairs(
-                *(np.array([h[n]]) for n in ("l", "vi", "mi", "ri", "si", "oi")),
-                np.zeros(1, dtype=np.int64),
-                np.array([h["var"]]),
-            )
-            knobs.append(knobs_of_pairs(Ts, P, np.array([h["zi"]]), np.array([h["di"]])))
+            _raise_without_solution(problem, size, pre, st, solver, time_limit_s)
+            knobs.append(_incumbent_knobs(Ts, pre))
             objs.append(None)
             lb = int(pre.pairs.slb.min())
             status_name, gap = "feasible", None
@@ -246,6 +259,14 @@ def solve_cpsat(
             )
         )
         m.AddForbiddenAssignments(ch.key(), [[a["pair"], a["zi"], a["di"]]])
+    return status_name, knobs, objs, bound, gap
+
+
+def _notes(
+    Ts: list[Tables], pre: Presolved, m: cp_model.CpModel, objs: list[float | None], time_limit_s: float
+) -> list[str]:
+    """What the presolve kept, the CP-SAT model's size and, when the time limit left only the presolve's
+    incumbent, that the plan is not proven optimal."""
     inc = pre.incumbent
     var = f" in {len(Ts)} variants (kernels, schedule, offload)" if len(Ts) > 1 else ""
     notes = [
@@ -259,4 +280,33 @@ def solve_cpsat(
             f"time limit of {time_limit_s:g} s reached: the plan is the presolve's best evaluated plan, "
             "not proven optimal"
         )
-    return Outcome(status_name, knobs, objs, size, bound, gap, notes)
+    return notes
+
+
+def solve_cpsat(
+    problem: Problem,
+    top: int = 1,
+    time_limit_s: float = 60.0,
+    t0: float | None = None,
+    params: dict | None = None,
+    tables: list[Tables] | None = None,
+) -> Outcome:
+    """`tables`: those of the same problem with more GPUs and idle GPUs allowed (`tables.restrict`), to solve
+    many GPU limits of one problem (procurement) without filling tables again."""
+    t0 = t0 if t0 is not None else time.perf_counter()
+    Ts, size = _variant_tables(problem, tables)
+    T = Ts[0]  # layouts, value lists and capacities are shared by the variants
+    pre = presolve(Ts, top)
+    if len(pre.pairs) == 0:
+        raise _infeasible(problem, size)
+    model = define_model(T, pre, pre.incumbent.hint)
+    m = model[0]
+    err = m.Validate()
+    if err:  # a formulation bug, reported loudly
+        raise VerificationError(f"invalid CP-SAT model: {err}")
+    solver = cp_model.CpSolver()
+    set_params(solver, {**SOLVER_PARAMS, **(params or {})})
+    status_name, knobs, objs, bound, gap = _solve_top(
+        problem, Ts, pre, size, model, solver, top, time_limit_s, t0
+    )
+    return Outcome(status_name, knobs, objs, size, bound, gap, _notes(Ts, pre, m, objs, time_limit_s))

@@ -11,16 +11,16 @@ and the state memory. Columns (integers; time in TIME_UNIT, memory in KiB, usage
     pipe_layers_s = n_mb*Ls*tau    = A1[l]*tau_mb[beta]       (Narayanan 2021, Sec. 2.2)
     pipe_head_s = n_mb*head        = A2[l]*edge_head(head_s[beta, hc, tier_pp], t_p2p, pp)/mb (hc: pp = 1;
                                    pp > 1; pp > 1 with the embedding and loss as layer slots, where the head
-                                   hides behind the layer it replaces); with pp > 1 the edge stage's extra work
-                                   hides one p2p exchange per micro-batch: max(head - t_p2p, 0)
+                                   hides behind the layer it replaces); with pp > 1 the edge stage's extra
+                                   work hides one p2p exchange per micro-batch: max(head - t_p2p, 0)
     bubble_s    = (pp-1)/vpp*Ls*tau = Bf[lv]*layer_s[beta]
     p2p_steady_s = 2*n_mb*vpp*t_p2p = E[lv]*p2p_s[beta, tier_pp]/mb;  p2p_fill_s = 2(pp-1)*t_p2p; interleaved
                                    (vpp > 1, overlap_p2p_comm) t_p2p -> max(t_p2p - Lc*fw, 0) in both and in
                                    the edge stage's head (`compose.p2p_steady`)
     offload_exposed_s = n_mb*Ls*exposed weight/activation streaming per layer = A1[l]*offx_mb[beta]
     pipeline_s  their sum (`compose.pipeline`)
-    link{z}     DP traffic of ZeRO stage z on its link: AR; RS+AG; n_mb*RS+AG (PyTorch FSDP stacks: n_mb*(RS+AG));
-                n_mb*(2AG+RS)
+    link{z}     DP traffic of ZeRO stage z on its link: AR; RS+AG; n_mb*RS+AG (PyTorch FSDP stacks:
+                n_mb*(RS+AG)); n_mb*(2AG+RS)
     exp{z}      its exposed part with overlap: max(one bucket, traffic - backward window) (Calculon's window)
     ovl{z}      Q x DP time with overlap = pu*link + (Q-pu)*exp (pu: processor usage of the DP tier, x Q)
     opt{z}      optimizer step, plus PyTorch FSDP's copies around its reductions and gathers, counted as the
@@ -74,25 +74,25 @@ def state_min(T: Tables, cols: dict[str, np.ndarray], act_kib: np.ndarray | None
     return mem.min(axis=0), mem.argmin(axis=0), time.min(axis=0), time.min(axis=0) < big
 
 
-def block_index(T: Tables, l, mi, ri, si, oi) -> np.ndarray:
+def block_index(T: Tables, li, mi, ri, si, oi) -> np.ndarray:
     nM, nR, nS, nO = T.nM, len(T.rec_vals), len(T.sp_vals), len(T.ov_vals)
-    return (((T.L["tpcp"][l] * nM + mi) * nR + ri) * nS + si) * nO + oi
+    return (((T.L["tpcp"][li] * nM + mi) * nR + ri) * nS + si) * nO + oi
 
 
-def _pipeline_columns(T: Tables, l, vi, mi, col) -> dict[str, np.ndarray]:
+def _pipeline_columns(T: Tables, li, vi, mi, col) -> dict[str, np.ndarray]:
     """The pipeline's parts (`compose.pipeline`) of rows (l, vi, mi). Interleaved schedules overlap each
     steady-state exchange with a chunk's forward (Execution.pp_overlap, which `solve` keeps on): what exceeds
     Lc layers' forward stays, and the edge stage's head hides that remainder."""
-    lv = l * T.nV + vi
+    lv = li * T.nV + vi
     Lt, LV = T.L, T.LV
-    mbv, pp = np.array(T.mb_vals)[mi], T.lay["pp"][l]
+    mbv, pp = np.array(T.mb_vals)[mi], T.lay["pp"][li]
     t_ss = p2p_steady(col("p2p_s"), LV["Lc"][lv] * col("p2p_window"), (np.array(T.v_vals)[vi] > 1) & (pp > 1))
     return pipeline(
-        Lt["A1"][l],
-        Lt["A2"][l],
+        Lt["A1"][li],
+        Lt["A2"][li],
         LV["Bf"][lv],
         LV["E"][lv],
-        Lt["pm2"][l],
+        Lt["pm2"][li],
         col("tau_mb"),
         edge_head(col("head_s"), t_ss, pp) // mbv,
         col("layer_s"),
@@ -102,19 +102,19 @@ def _pipeline_columns(T: Tables, l, vi, mi, col) -> dict[str, np.ndarray]:
     )
 
 
-def compose(T: Tables, l, vi, mi, col) -> dict[str, np.ndarray]:
+def compose(T: Tables, li, vi, mi, col) -> dict[str, np.ndarray]:
     """Terms of rows (l, vi, mi) with block columns `col(name)` (exact per pair; for bounds, the minimum
     over a triple's block settings, which makes every term a lower bound since all are monotone)."""
-    lv, lm = l * T.nV + vi, l * T.nM + mi
+    lv, lm = li * T.nV + vi, li * T.nM + mi
     Lt, LV, LM = T.L, T.LV, T.LM
-    out = _pipeline_columns(T, l, vi, mi, col)
+    out = _pipeline_columns(T, li, vi, mi, col)
     acts = activations(
         LV["inflv"][lv],
         LM["infl1"][lm],
         LM["NL"][lm],
-        Lt["Ls"][l],
+        Lt["Ls"][li],
         np.array(T.v_vals)[vi],
-        T.lay["pp"][l],
+        T.lay["pp"][li],
         bool(T.fixed["schedule"]),
         bool(T.fixed["activation_offload"]),
         col("act_stored_bytes"),
@@ -122,44 +122,44 @@ def compose(T: Tables, l, vi, mi, col) -> dict[str, np.ndarray]:
         col("emb_out_bytes"),
         col("logits_bytes"),
     )
-    out["act"] = acts["act"] + Lt["reserved_bytes"][l]
+    out["act"] = acts["act"] + Lt["reserved_bytes"][li]
     out["offact"] = acts["offact"]
-    out["pu"] = np.rint(np.array(T.pu_tiers)[T.lay["tier_dp"][l]] * Q).astype(np.int64)
+    out["pu"] = np.rint(np.array(T.pu_tiers)[T.lay["tier_dp"][li]] * Q).astype(np.int64)
     regather = zero2_regathers(T.problem.stack)
-    AR, RS, AG = (Lt[n][l] for n in DP_COLUMNS)
-    links = dp_links(AR, RS, AG, Lt["F"][l], LM["nmb"][lm], regather)
+    AR, RS, AG = (Lt[n][li] for n in DP_COLUMNS)
+    links = dp_links(AR, RS, AG, Lt["F"][li], LM["nmb"][lm], regather)
     for z in range(4):
         out[f"link{z}"] = links[z]
-    PA, PR, PG = (Lt[n][l] for n in FSDP_COPY_COLUMNS)
+    PA, PR, PG = (Lt[n][li] for n in FSDP_COPY_COLUMNS)
     copies = dp_links(PA, PR, PG, fsdp_traffic(PG, PR), LM["nmb"][lm], regather)
     for z in T.z_vals:
         # the optimizer column holds FSDP's copies too (`compose_step`'s fsdp_copies); none without a DP group
-        out[f"opt{z}"] = Lt[f"optimizer_s_z{z}"][l] + (1 - Lt["dpg1"][l]) * copies[z]
+        out[f"opt{z}"] = Lt[f"optimizer_s_z{z}"][li] + (1 - Lt["dpg1"][li]) * copies[z]
         for name in ("state_hbm_bytes", "state_offload_bytes"):
-            out[f"{name}_z{z}"] = Lt[f"{name}_z{z}"][l]
-    out["dpg1"] = Lt["dpg1"][l]
-    out["n_gpus"] = T.gpus(l)
+            out[f"{name}_z{z}"] = Lt[f"{name}_z{z}"][li]
+    out["dpg1"] = Lt["dpg1"][li]
+    out["n_gpus"] = T.gpus(li)
     return out
 
 
-def exposures(T: Tables, l, vi, mi, col, out: dict[str, np.ndarray]) -> None:
+def exposures(T: Tables, li, vi, mi, col, out: dict[str, np.ndarray]) -> None:
     """Add exp{z} and ovl{z} (exact per pair: the windows depend on the block's backward/forward time)."""
-    lv, lm = l * T.nV + vi, l * T.nM + mi
+    lv, lm = li * T.nV + vi, li * T.nM + mi
     Lt, LV, LM = T.L, T.LV, T.LM
     bwt, fwt, fbt = col("layer_bw_s"), col("layer_fw_s"), col("fbt")
     t_cb, W = LV["Lc"][lv] * bwt, LV["Wm"][lv] * bwt
-    Lfw, NL = Lt["Ls"][l] * fwt, LM["NL"][lm]
+    Lfw, NL = Lt["Ls"][li] * fwt, LM["NL"][lm]
     nmb = LM["nmb"][lm]
-    AR, RS, AG = (Lt[n][l] for n in DP_COLUMNS)
+    AR, RS, AG = (Lt[n][li] for n in DP_COLUMNS)
     exp = dp_exposed(
         AR,
         RS,
         AG,
-        Lt["F"][l],
-        Lt["ARb"][l],
-        Lt["RSb"][l],
-        Lt["AGb"][l],
-        Lt["Fb"][l],
+        Lt["F"][li],
+        Lt["ARb"][li],
+        Lt["RSb"][li],
+        Lt["AGb"][li],
+        Lt["Fb"][li],
         LV["ARv"][lv],
         LV["RSv"][lv],
         t_cb,
@@ -177,15 +177,18 @@ def exposures(T: Tables, l, vi, mi, col, out: dict[str, np.ndarray]) -> None:
         out[f"ovl{z}"] = pu * out[f"link{z}"] + (Q - pu) * exp[z]
 
 
-def pair_columns(T: Tables, l, vi, mi, ri, si, oi) -> dict[str, np.ndarray]:
+def pair_columns(T: Tables, li, vi, mi, ri, si, oi) -> dict[str, np.ndarray]:
     """Every term of the given pairs (arrays of indices)."""
-    b = block_index(T, l, mi, ri, si, oi)
+    b = block_index(T, li, mi, ri, si, oi)
     nT = len(T.problem.system.networks)
-    at = {"head_s": (3 * b + T.L["hc"][l]) * nT + T.lay["tier_pp"][l], "p2p_s": nT * b + T.lay["tier_pp"][l]}
+    at = {
+        "head_s": (3 * b + T.L["hc"][li]) * nT + T.lay["tier_pp"][li],
+        "p2p_s": nT * b + T.lay["tier_pp"][li],
+    }
 
     def col(name):
         return T.BETA[name][at.get(name, b)]
 
-    out = compose(T, l, vi, mi, col)
-    exposures(T, l, vi, mi, col, out)
+    out = compose(T, li, vi, mi, col)
+    exposures(T, li, vi, mi, col, out)
     return out

@@ -13,7 +13,8 @@ in w:
     memory.hbm:      sum_c (state_hbm_bytes_z[p] + act[p]) w[c] <= HBM - headroom (KiB)  (formulations.memory)
     memory.offload:  sum_c (state_offload_bytes_z[p] + offact[p]) w[c] <= offload memory (KiB)
     target:          sum_c step[c] w[c] <= target;  sum_c n[p] step[c] w[c] <= GPU-seconds cap
-    minimise         sum_c score[c] w[c]        (optimizer.prepare.objective: step time, GPUs x step, GPUs x BIG + step)
+    minimise         sum_c score[c] w[c]        (optimizer.prepare.objective: step time, GPUs x step,
+                                                 GPUs x BIG + step)
 Rules that CP-SAT posts on (zi, di): no ZeRO stage > 0 and DP overlap forced on without a data-parallel
 group (`rules.dp1`) decide which choices exist.
 """
@@ -79,19 +80,24 @@ def build_pyomo(problem: Problem, T, pre):
 
     C = choices(T, pre)
     tg, cap = target(problem, TIME_UNIT), gpu_time_cap(problem, TIME_UNIT)
-    # the score of `optimizer.prepare.objective` per choice (TIME_UNIT); a choice that misses a target cannot be chosen
+    # the score of `optimizer.prepare.objective` per choice (TIME_UNIT); a choice that misses a target
+    # cannot be chosen
     sc = objective_score(problem, C["n"], C["step"], unit=TIME_UNIT, missed=NONE)
     keep = sc < NONE
     m = pyo.ConcreteModel(name=problem.name or "paraplan")
     idx = np.nonzero(keep)[0]
     m.C = pyo.Set(initialize=range(len(idx)), ordered=True)
     m.w = pyo.Var(m.C, domain=pyo.Binary)
-    f = lambda a: {i: float(a[idx[i]]) for i in range(len(idx))}
+
+    def f(a):
+        return {i: float(a[idx[i]]) for i in range(len(idx))}
+
     step, hbm, off, scv, ng = f(C["step"]), f(C["hbm"]), f(C["off"]), f(sc), f(C["n"])
 
     def scaled(coef: dict, rhs: float | None = None):
-        """MILP solvers refuse coefficients past ~1e15 (HiGHS) and lose precision well before: a row (or the
-        objective) whose values exceed 1e12 is divided by a power of ten (GPUs x 10^5 s in ns reaches 1e16)."""
+        """MILP solvers refuse coefficients past ~1e15 (HiGHS) and lose precision well before: a row (or
+        the objective) whose values exceed 1e12 is divided by a power of ten (GPUs x 10^5 s in ns reaches
+        1e16)."""
         top = max([abs(v) for v in coef.values()] + ([abs(rhs)] if rhs is not None else []) + [1.0])
         k = 10.0 ** max(0, int(np.ceil(np.log10(top / 1e12))))
         return {i: v / k for i, v in coef.items()}, (None if rhs is None else rhs / k)

@@ -16,6 +16,8 @@ heads, layers, batch, sequence, experts) and the fixed values, so that no group 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 from ortools.sat.python import cp_model
 
@@ -99,7 +101,7 @@ def domains(problem: Problem, fixed: dict[str, list]) -> dict[str, list[int]]:
 def _table(problem: Problem, dom: dict[str, list[int]], names: tuple[str, ...], group: Group, **const):
     """Rows of `names`' values (cartesian product of their domains) that `group` accepts."""
     grids = np.meshgrid(*(np.array(dom[k], dtype=np.int64) for k in names), indexing="ij")
-    cols = {k: g.reshape(-1) for k, g in zip(names, grids)}
+    cols = {k: g.reshape(-1) for k, g in zip(names, grids, strict=True)}
     arg = {"tp": 1, "pp": 1, "dp": 1, "cp": 1} | const | cols
     ok = rule_masks(
         problem,
@@ -117,95 +119,152 @@ def _table(problem: Problem, dom: dict[str, list[int]], names: tuple[str, ...], 
     return [tuple(int(cols[k][i]) for k in names) for i in np.nonzero(ok)[0]]
 
 
-def build(problem: Problem, fixed: dict[str, list], skip: frozenset[str] = frozenset()):
-    """(model, {group: literal}, {knob: var}) for the rules and the fixed knobs."""
-    llm, n = problem.llm, problem.num_gpus
+# products past it break rules.gpus anyway (num_gpus <= 2^24); keeps CP-SAT's domains in int64
+PRODUCT_CAP = 2**40
+
+
+@dataclass
+class RuleModel:
+    """The explanation model under construction: the knobs' variables `v` over their domains `dom`, and
+    the literal of each group posted so far (`lit`, by group name)."""
+
+    problem: Problem
+    dom: dict[str, list[int]]
+    m: cp_model.CpModel
+    v: dict[str, cp_model.IntVar]
+    lit: dict[str, cp_model.IntVar] = field(default_factory=dict)
+
+    @property
+    def hi(self) -> dict[str, int]:
+        """The largest candidate of each degree (tp, pp, cp, dp)."""
+        return {k: max(self.dom[k]) for k in ("tp", "pp", "cp", "dp")}
+
+    def group(self, name: str):
+        """A new literal for group `name`, which enforces its constraints."""
+        self.lit[str(name)] = self.m.NewBoolVar(str(name))
+        return self.lit[str(name)]
+
+    def allowed(self, names, g, **const) -> None:
+        """Group `g` as a table over `names` (the rows `_table` accepts), enforced by its literal."""
+        rows = _table(self.problem, self.dom, names, g, **const)
+        self.m.AddAllowedAssignments([self.v[k] for k in names], rows).OnlyEnforceIf(self.group(g))
+
+
+def up(x: int) -> int:
+    """A product's upper bound, capped at PRODUCT_CAP."""
+    return min(x, PRODUCT_CAP)
+
+
+def define_knobs(problem: Problem, fixed: dict[str, list]) -> RuleModel:
+    """A model with one variable per knob (`KNOBS`, in order) over its candidate values (`domains`)."""
     dom = domains(problem, fixed)
     m = cp_model.CpModel()
     v = {k: m.NewIntVarFromDomain(cp_model.Domain.FromValues(dom[k]), k) for k in KNOBS}
-    lit: dict[str, cp_model.IntVar] = {}
+    return RuleModel(problem, dom, m, v)
 
-    def group(name: str):
-        lit[str(name)] = m.NewBoolVar(str(name))
-        return lit[str(name)]
 
-    def allowed(names, g, **const):
-        m.AddAllowedAssignments([v[k] for k in names], _table(problem, dom, names, g, **const)).OnlyEnforceIf(
-            group(g)
-        )
-
-    # rules.gpus: the product of the degrees (vectorised check of the full 4-axis grid would be large)
-    hi = {k: max(dom[k]) for k in ("tp", "pp", "cp", "dp")}
-    cap = (
-        2**40
-    )  # products past it break rules.gpus anyway (num_gpus <= 2^24); keeps CP-SAT's domains in int64
-
-    def up(x: int) -> int:
-        return min(x, cap)
-
+def define_gpus(r: RuleModel) -> None:
+    """rules.gpus: the product of the degrees (vectorised check of the full 4-axis grid would be large)
+    equals the GPU count (at most it with idle GPUs allowed; a multiple of `gpu_multiple`)."""
+    problem, m, v, hi = r.problem, r.m, r.v, r.hi
+    n = problem.num_gpus
     a = m.NewIntVar(1, up(hi["tp"] * hi["pp"]), "tp*pp")
     b = m.NewIntVar(1, up(hi["tp"] * hi["pp"] * hi["cp"]), "tp*pp*cp")
     tot = m.NewIntVar(1, up(hi["tp"] * hi["pp"] * hi["cp"] * hi["dp"]), "tp*pp*cp*dp")
     m.AddMultiplicationEquality(a, [v["tp"], v["pp"]])
     m.AddMultiplicationEquality(b, [a, v["cp"]])
     m.AddMultiplicationEquality(tot, [b, v["dp"]])
-    g = group(Group.GPUS)
+    g = r.group(Group.GPUS)
     (m.Add(tot <= n) if problem.options.allow_idle_gpus else m.Add(tot == n)).OnlyEnforceIf(g)
     k = problem.options.gpu_multiple
     if k > 1:
         m.Add(
             tot == k * m.NewIntVar(0, up(hi["tp"] * hi["pp"] * hi["cp"] * hi["dp"]) // k + 1, "nodes")
         ).OnlyEnforceIf(g)
-    m.AddLinearExpressionInDomain(
-        v["tp"],
-        cp_model.Domain.FromValues([r[0] for r in _table(problem, dom, ("tp",), Group.TP_SPLIT)] or [0]),
-    ).OnlyEnforceIf(group(Group.TP_SPLIT))
-    allowed(("pp", "vpp", "pp_embedding_loss"), Group.LAYERS)
+
+
+def define_tp_split(r: RuleModel) -> None:
+    """rules.tp_split: tp among the values the group accepts on its own."""
+    r.m.AddLinearExpressionInDomain(
+        r.v["tp"],
+        cp_model.Domain.FromValues([x[0] for x in _table(r.problem, r.dom, ("tp",), Group.TP_SPLIT)] or [0]),
+    ).OnlyEnforceIf(r.group(Group.TP_SPLIT))
+
+
+def define_experts(r: RuleModel) -> None:
+    """rules.experts: a dense model has ep = 1 and etp = tp; a MoE model has etp dividing tp and the expert
+    ffn, ep dividing the experts, and ep*etp dividing the tp*cp*dp ranks of a stage."""
+    llm, m, v, dom, hi = r.problem.llm, r.m, r.v, r.dom, r.hi
     if llm.moe is None:
-        g = group(Group.EXPERTS)
+        g = r.group(Group.EXPERTS)
         m.Add(v["ep"] == 1).OnlyEnforceIf(g)
         m.Add(v["etp"] == v["tp"]).OnlyEnforceIf(g)
-    else:
-        g = group(Group.EXPERTS)
-        m.AddAllowedAssignments(
-            [v["tp"], v["etp"]],
-            [(t, e) for t in dom["tp"] for e in dom["etp"] if t % e == 0 and llm.moe.expert_ffn % e == 0],
-        ).OnlyEnforceIf(g)
-        m.AddLinearExpressionInDomain(
-            v["ep"], cp_model.Domain.FromValues([e for e in dom["ep"] if llm.moe.experts % e == 0] or [0])
-        ).OnlyEnforceIf(g)
-        tc = m.NewIntVar(1, up(hi["tp"] * hi["cp"]), "tp*cp")
-        tcd = m.NewIntVar(1, up(hi["tp"] * hi["cp"] * hi["dp"]), "tp*cp*dp")
-        m.AddMultiplicationEquality(tc, [v["tp"], v["cp"]])
-        m.AddMultiplicationEquality(tcd, [tc, v["dp"]])
-        ee = m.NewIntVar(1, up(max(dom["ep"]) * max(dom["etp"])), "ep*etp")
-        q = m.NewIntVar(1, up(hi["tp"] * hi["cp"] * hi["dp"]), "edp")
-        m.AddMultiplicationEquality(ee, [v["ep"], v["etp"]])
-        m.AddMultiplicationEquality(tcd, [ee, q]).OnlyEnforceIf(g)
-    allowed(("dp", "micro_batch"), Group.BATCH)
-    # rules.interleave: only binds when vpp > 1 (a table over (dp, micro_batch, pp) under that literal)
+        return
+    g = r.group(Group.EXPERTS)
+    m.AddAllowedAssignments(
+        [v["tp"], v["etp"]],
+        [(t, e) for t in dom["tp"] for e in dom["etp"] if t % e == 0 and llm.moe.expert_ffn % e == 0],
+    ).OnlyEnforceIf(g)
+    m.AddLinearExpressionInDomain(
+        v["ep"], cp_model.Domain.FromValues([e for e in dom["ep"] if llm.moe.experts % e == 0] or [0])
+    ).OnlyEnforceIf(g)
+    tc = m.NewIntVar(1, up(hi["tp"] * hi["cp"]), "tp*cp")
+    tcd = m.NewIntVar(1, up(hi["tp"] * hi["cp"] * hi["dp"]), "tp*cp*dp")
+    m.AddMultiplicationEquality(tc, [v["tp"], v["cp"]])
+    m.AddMultiplicationEquality(tcd, [tc, v["dp"]])
+    ee = m.NewIntVar(1, up(max(dom["ep"]) * max(dom["etp"])), "ep*etp")
+    q = m.NewIntVar(1, up(hi["tp"] * hi["cp"] * hi["dp"]), "edp")
+    m.AddMultiplicationEquality(ee, [v["ep"], v["etp"]])
+    m.AddMultiplicationEquality(tcd, [ee, q]).OnlyEnforceIf(g)
+
+
+def define_interleave(r: RuleModel) -> None:
+    """rules.interleave: only binds when vpp > 1 (a table over (dp, micro_batch, pp) under that literal)."""
+    m, v = r.m, r.v
     v1 = m.NewBoolVar("vpp==1")
     m.Add(v["vpp"] == 1).OnlyEnforceIf(v1)
     m.Add(v["vpp"] > 1).OnlyEnforceIf(v1.Not())
-    g = group(Group.INTERLEAVE)
-    rows = _table(problem, dom, ("dp", "micro_batch", "pp"), Group.INTERLEAVE, vpp=2)
+    g = r.group(Group.INTERLEAVE)
+    rows = _table(r.problem, r.dom, ("dp", "micro_batch", "pp"), Group.INTERLEAVE, vpp=2)
     m.AddAllowedAssignments([v["dp"], v["micro_batch"], v["pp"]], rows).OnlyEnforceIf([g, v1.Not()])
-    allowed(("cp",), Group.CONTEXT)
-    cap = CAPS.cp_limit(problem)
-    if problem.search_rules().get("cp") is None and max(dom["cp"]) > cap:
-        m.Add(v["cp"] <= cap).OnlyEnforceIf(group(Group.CAP_CP))
-    if any(net.must_fill for net in problem.system.networks):
-        allowed(("tp", "cp", "pp", "dp"), Group.MUST_FILL)
+
+
+def define_cp_cap(r: RuleModel) -> None:
+    """caps.cp: the search's default cap on cp, unless the search names cp or no candidate exceeds it."""
+    cap = CAPS.cp_limit(r.problem)
+    if r.problem.search_rules().get("cp") is None and max(r.dom["cp"]) > cap:
+        r.m.Add(r.v["cp"] <= cap).OnlyEnforceIf(r.group(Group.CAP_CP))
+
+
+def define_fixed(r: RuleModel, fixed: dict[str, list]) -> None:
+    """fixed.<knob>: each knob the problem fixes or restricts within its values."""
     for k, vals in fixed.items():
-        if k in v:
-            g = group(f"fixed.{k}")
-            m.AddLinearExpressionInDomain(
-                v[k], cp_model.Domain.FromValues([int(x) for x in vals])
+        if k in r.v:
+            g = r.group(f"fixed.{k}")
+            r.m.AddLinearExpressionInDomain(
+                r.v[k], cp_model.Domain.FromValues([int(x) for x in vals])
             ).OnlyEnforceIf(g)
+
+
+def build(problem: Problem, fixed: dict[str, list], skip: frozenset[str] = frozenset()):
+    """(model, {group: literal}, {knob: var}) for the rules and the fixed knobs; the groups in `skip` are
+    switched off."""
+    r = define_knobs(problem, fixed)
+    define_gpus(r)
+    define_tp_split(r)
+    r.allowed(("pp", "vpp", "pp_embedding_loss"), Group.LAYERS)
+    define_experts(r)
+    r.allowed(("dp", "micro_batch"), Group.BATCH)
+    define_interleave(r)
+    r.allowed(("cp",), Group.CONTEXT)
+    define_cp_cap(r)
+    if any(net.must_fill for net in problem.system.networks):
+        r.allowed(("tp", "cp", "pp", "dp"), Group.MUST_FILL)
+    define_fixed(r, fixed)
     for name in skip:
-        if name in lit:
-            m.Add(lit[name] == 0)
-    return m, lit, v
+        if name in r.lit:
+            r.m.Add(r.lit[name] == 0)
+    return r.m, r.lit, r.v
 
 
 def conflict(problem: Problem, fixed: dict[str, list]) -> list[str] | None:

@@ -6,8 +6,8 @@ The step time (`optimizer.model.step`) is composed of terms that each depend on 
 - per *layout+vpp* lv: layers per chunk L/(pp*vpp), the overlap window factor, p2p count factors,
   in-flight layers of the interleaved schedule;
 - per (layout, micro-batch) lm: micro-batches n_mb and n_mb*L/pp, in-flight layers of 1F1B;
-- per *block* beta = (tp, cp, ep, etp, micro-batch, recompute, SP, TP overlap): per-layer time tau, forward and
-  backward parts, LM-head/loss time, p2p time, stored and working activations, logits.
+- per *block* beta = (tp, cp, ep, etp, micro-batch, recompute, SP, TP overlap): per-layer time tau, forward
+  and backward parts, LM-head/loss time, p2p time, stored and working activations, logits.
 The knobs in `OTHER_KNOBS` (kernels, p2p, schedule, SP redo, offload flags) change every table: each
 combination the space allows is a *variant* with its own tables (`build_all`), all filled by the same
 model calls (the variant knobs are extra columns of each grid).
@@ -101,9 +101,9 @@ class Tables:
     var: int = 0  # index of the variant among `build_all`'s
     cand_per_layout: np.ndarray | None = None  # candidates of the space per layout (sizes of subsets)
 
-    def gpus(self, l: np.ndarray) -> np.ndarray:
+    def gpus(self, li: np.ndarray) -> np.ndarray:
         """GPUs used by layouts l: tp*pp*dp*cp."""
-        return (self.lay["tp"] * self.lay["pp"] * self.lay["dp"] * self.lay["cp"])[l]
+        return (self.lay["tp"] * self.lay["pp"] * self.lay["dp"] * self.lay["cp"])[li]
 
     @property
     def nV(self) -> int:
@@ -126,7 +126,8 @@ OTHER_KNOBS = (
     "activation_offload",
     "optimizer_offload",
 )
-"""Knobs that set a *variant* (one set of tables each): kernels, p2p, schedule, MoE dispatch and offload flags."""
+"""Knobs that set a *variant* (one set of tables each): kernels, p2p, schedule, MoE dispatch and offload
+flags."""
 
 
 def knob_grid(fixed: dict, n: int, **cols) -> Knobs:
@@ -175,7 +176,10 @@ def _union(c: Compact) -> dict[str, set[int]]:
 def variants(c: Compact) -> list[dict[str, int]]:
     """Every combination of the values the space gives the variant knobs (`OTHER_KNOBS`), as codes."""
     union = _union(c)
-    return [dict(zip(OTHER_KNOBS, combo)) for combo in product(*[sorted(union[n]) for n in OTHER_KNOBS])]
+    return [
+        dict(zip(OTHER_KNOBS, combo, strict=True))
+        for combo in product(*[sorted(union[n]) for n in OTHER_KNOBS])
+    ]
 
 
 def build_tables(problem: Problem, c: Compact) -> Tables:
@@ -274,7 +278,10 @@ def _layout_tables(problem: Problem, lay: dict, tpcp_index: dict, z_vals: list[i
     slots = problem.llm.layers + 2 * lay["pp_embedding_loss"]  # the embedding and loss take a layer slot each
     L0.update(layout_factors(problem.training.global_batch, slots, lay["dp"], lay["pp"]))  # A1, A2, Ls, pm2
     L0["tpcp"] = np.array(
-        [tpcp_index[tuple(int(x) for x in key)] for key in zip(lay["tp"], lay["cp"], lay["ep"], lay["etp"])]
+        [
+            tpcp_index[tuple(int(x) for x in key)]
+            for key in zip(lay["tp"], lay["cp"], lay["ep"], lay["etp"], strict=True)
+        ]
     )
     L0["tp1"] = (lay["tp"] == 1).astype(np.int64)
     edp = lay["tp"] * lay["cp"] * lay["dp"] // (lay["ep"] * lay["etp"])
@@ -288,7 +295,7 @@ def _layout_tables(problem: Problem, lay: dict, tpcp_index: dict, z_vals: list[i
     for j, Lt in enumerate(Lv):
         for name in DP_COLUMNS + FSDP_COPY_COLUMNS:
             Lt[name] = t_int(getattr(r, name)[j])
-        for name, b in zip(DP_COLUMNS, ("ARb", "RSb", "AGb")):
+        for name, b in zip(DP_COLUMNS, ("ARb", "RSb", "AGb"), strict=True):
             Lt[b] = t_int(getattr(r, name)[j] * bkt[j])
         F = fsdp_traffic(r.dp_allgather_s[j], r.dp_reduce_scatter_s[j])
         Lt["F"], Lt["Fb"] = t_int(F), t_int(F * bkt[j])
@@ -366,8 +373,8 @@ def _block_tables(
         for name in ("act_stored_bytes", "act_working_bytes", "emb_out_bytes", "logits_bytes"):
             BETA[name] = kib_up(getattr(rb, name)[j])
         BETA["offx_mb"] = t_int(rb.offload_layer_s[j] / mb_b)
-        # head column (hc) x PP tier: the edge stage's LM head and loss per micro-batch (hc: pp = 1; pp > 1; pp > 1
-        # with the embedding and loss as layer slots); the exchange it hides is taken off per pair
+        # head column (hc) x PP tier: the edge stage's LM head and loss per micro-batch (hc: pp = 1; pp > 1;
+        # pp > 1 with the embedding and loss as layer slots); the exchange it hides is taken off per pair
         head = np.zeros((nB, 3, nT), dtype=np.int64)
         head[:, 0, :] = t_int(rb.head_s[j])[:, None]
         p2p = np.zeros((nB, nT), dtype=np.int64)
@@ -391,7 +398,9 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
     nVar, nL = len(allv), len(c.layouts)
     lay, vals = _layout_columns(c), _values(c)
     # the block's group key: (tp, cp, ep, etp) (their tiers follow from them)
-    tpcp = sorted({tuple(int(x) for x in key) for key in zip(lay["tp"], lay["cp"], lay["ep"], lay["etp"])})
+    tpcp = sorted(
+        {tuple(int(x) for x in key) for key in zip(lay["tp"], lay["cp"], lay["ep"], lay["etp"], strict=True)}
+    )
     run = _runner(problem, allv)
     tpcp_index = {x: i for i, x in enumerate(tpcp)}
     slots, L0, Lv, r = _layout_tables(problem, lay, tpcp_index, vals["zero"], run, nVar)

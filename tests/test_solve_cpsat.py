@@ -105,7 +105,7 @@ def test_bounds_never_exceed_the_pairs_objective(tmp_path):
     lb = {}
     for j in range(len(P)):
         key = (
-            int(P.l[j]),
+            int(P.li[j]),
             T.v_vals[P.vi[j]],
             T.mb_vals[P.mi[j]],
             T.rec_vals[P.ri[j]],
@@ -136,7 +136,7 @@ def test_pair_columns_compose_like_the_model(tmp_path):
     p = load_text(tmp_path, "dense", SMALL["dense-8gpu"])
     T = build_tables(p, compact_space(p))
     P = presolve(T, top=10**9).pairs
-    cols = pair_columns(T, P.l, P.vi, P.mi, P.ri, P.si, P.oi)
+    cols = pair_columns(T, P.li, P.vi, P.mi, P.ri, P.si, P.oi)
     from formulations.bounds import knobs_of_pairs
 
     k = knobs_of_pairs(T, P, np.zeros(len(P), dtype=int), np.zeros(len(P), dtype=int))
