@@ -1,4 +1,4 @@
-"""Every fact that changes a run's prediction is a typed field (`optimizer.schema.run`): `notes` change nothing."""
+"""Every fact that changes a run's prediction is a typed field (`optimizer.schema.run`); notes change none."""
 
 from __future__ import annotations
 
