@@ -699,29 +699,41 @@ def facts_file(path: str | Path) -> Path | None:
     return None
 
 
+def load_facts(path: str | Path, errors: list | None = None) -> tuple[Sourced, dict[str, dict]]:
+    """A sidecar facts file (run id -> `optimizer.schema.run.RunFacts`), each entry checked by the schema; the
+    entries' errors are appended to `errors` (raised when it is None)."""
+    from optimizer.errors import ProblemErrors
+    from optimizer.schema.run import RunFacts
+
+    doc = read_yaml(path)
+    if not isinstance(doc.data, dict):
+        raise ProblemError(doc.file, 1, None, "a facts file is a mapping of run id -> facts")
+    out, errs = {}, []
+    for rid, entry in doc.data.items():
+        try:
+            out[str(rid)] = validate_model(RunFacts, doc, entry, prefix=(rid,)).model_dump(mode="json")
+        except ProblemErrors as e:
+            errs += e.errors
+    if errors is None and errs:
+        raise ProblemErrors(errs)
+    if errors is not None:
+        errors += errs
+    return doc, out
+
+
 def _merge_facts(records: list[dict], path: str | Path, errors: list) -> None:
     """Merge the sidecar facts of `path` (`facts_file`) into `records` (as dumped by the run schema): its
     ``software`` into the record's, its ``architecture`` into the record's model. A fact stated both in the
     record and in the sidecar, or an id the runs file does not hold, is an error."""
-    from optimizer.errors import ProblemErrors
-    from optimizer.schema.run import RunFacts
-
     fp = facts_file(path)
     if fp is None:
         return
-    doc = read_yaml(fp)
-    if not isinstance(doc.data, dict):
-        raise ProblemError(doc.file, 1, None, "a facts file is a mapping of run id -> facts")
+    doc, facts_by_id = load_facts(fp, errors)
     by_id = {r["id"]: r for r in records}
-    for rid, entry in doc.data.items():
+    for rid, facts in facts_by_id.items():
         if rid not in by_id:
             file, line = doc.locate((rid,))
-            errors.append(ProblemError(file, line, str(rid), f"no run '{rid}' in {Path(path).name}"))
-            continue
-        try:
-            facts = validate_model(RunFacts, doc, entry, prefix=(rid,)).model_dump(mode="json")
-        except ProblemErrors as e:
-            errors += e.errors
+            errors.append(ProblemError(file, line, rid, f"no run '{rid}' in {Path(path).name}"))
             continue
         rec = by_id[rid]
         for key, target in (("software", rec), ("architecture", rec["model"])):
