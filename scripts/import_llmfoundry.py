@@ -195,6 +195,8 @@ def run_of(section: str, n: int, c: dict, used: set[str]) -> tuple[dict | None, 
             "tokens_per_s_per_gpu": tps_gpu,
             "peak_memory_gib": None,
         },
+        "software": {"framework": "llm-foundry", "year": 2023, "attention": "flash-triton"}
+        | ({"grad_reduce_dtype": "bf16"} if pure else {}),
         "tier": "A",
         "notes": "; ".join(notes),
     }

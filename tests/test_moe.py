@@ -304,15 +304,15 @@ def test_host_floor_under_all_to_all_overlap_counts_the_merged_backward():
     )
 
 
-def test_runs_read_their_cuda_graphs_from_the_notes():
-    """The Megatron-Bridge presets' CUDA graphs as the runs' notes state them: full-iteration graphs,
-    Transformer Engine graphs of attention/router/preprocess, or none (eager, also when the notes say "no CUDA
-    graphs")."""
+def test_runs_read_their_cuda_graphs_from_their_software():
+    """The Megatron-Bridge presets' CUDA graphs as the runs' software.cuda_graphs states them: full-iteration
+    graphs, Transformer Engine graphs of attention/router/preprocess, or none (eager, also when not
+    stated)."""
     from optimizer.io.runs import map_run
 
     base = {
         "id": "x",
-        "source": "Test 2026",
+        "source": "Test",
         "tier": "A",
         "model": {
             "hidden": 2048,
@@ -343,14 +343,10 @@ def test_runs_read_their_cuda_graphs_from_the_notes():
         },
         "measured": {"step_time_s": 1.0},
     }
-    cases = {
-        "HybridEP dispatcher, full-iteration CUDA graphs (cuda_graph_impl full_iteration)": "full",
-        "preset: TE CUDA graphs (attn/router/preprocess)": "partial",
-        "no A2A overlap, no CUDA graphs, recompute none": "none",
-        "": "none",
-    }
-    for notes, want in cases.items():
-        assert map_run(base | {"notes": notes}).problem.execution.cuda_graphs.value == want, notes
+    cases = {"full": "full", "partial": "partial", "none": "none", None: "none"}
+    for graphs, want in cases.items():
+        run = base | {"software": {"year": 2026, "cuda_graphs": graphs}}
+        assert map_run(run).problem.execution.cuda_graphs.value == want, graphs
 
 
 def test_host_wait_is_its_own_part_of_the_step():

@@ -16,7 +16,7 @@ import pytest
 from optimizer import api
 from optimizer.drivers.study import load_study, point_problem, points
 from optimizer.io.loader import load_fleet, load_problem_doc, load_procure, read_yaml, validate_model
-from optimizer.io.runs import load_runs
+from optimizer.io.runs import load_facts, load_runs
 from optimizer.schema import LLM, System
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,6 +31,7 @@ KINDS = {  # folder under problems/ (or a file): the kind of every YAML in it
     "systems": "system",
     "catalogs": "catalog",
     "runs": "runs",
+    "runs/facts": "run-facts",
     "fleet": "fleet",
     "studies/calculon": "study",
     "studies/check": "check",
@@ -88,6 +89,8 @@ def test_loads(path, tmp_path):
         assert pts and all(point_problem(base, near, axes).num_gpus >= 1 for axes in sample)
     elif kind == "runs":
         assert load_runs(str(path)).data
+    elif kind == "run-facts":
+        assert load_facts(path)[1]
 
 
 @pytest.mark.parametrize("config", sorted(PROBLEMS.glob("hf/*/config.json")), ids=lambda p: p.parent.name)

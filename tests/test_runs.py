@@ -23,6 +23,7 @@ def record(measured: dict) -> dict:
         "source": "Test 2021",
         "tier": "B",
         "notes": None,
+        "software": {"year": 2021},
         "model": {
             "hidden": 1024,
             "ffn": 4096,
@@ -82,15 +83,16 @@ def test_stated_step_time_wins():
 
 
 def test_performance_summary_runs_reduce_gradients_in_bf16():
-    """NeMo / Megatron-Bridge performance recipes set grad_reduce_in_fp32 = False; other sources keep fp32."""
+    """NeMo / Megatron-Bridge performance recipes set grad_reduce_in_fp32 = False (their records state
+    software.grad_reduce_dtype bf16); unstated, bf16 training reduces in fp32."""
     systems = {"a100-sxm-80gb": library_system("a100-sxm-80gb")}
     r = record({"step_time_s": 1.0})
     r["parallel"]["precision"] = "bf16"
     plain = map_run(r, systems)
-    perf = map_run(r | {"source": "NVIDIA NeMo Framework user guide, performance summary"}, systems)
+    perf = map_run(r | {"software": {"year": 2021, "grad_reduce_dtype": "bf16"}}, systems)
     assert plain.problem.training.grad_precision.value == "fp32"
     assert perf.problem.training.grad_precision.value == "bf16"
-    assert any("grad_reduce_in_fp32" in a for a in perf.assumptions)
+    assert any("software.grad_reduce_dtype" in a for a in perf.assumptions)
 
 
 def test_custom_pipeline_layout_maps_onto_pp_uneven():
@@ -101,62 +103,65 @@ def test_custom_pipeline_layout_maps_onto_pp_uneven():
     assert m.problem.execution.pp_uneven and any("custom pipeline layout" in a for a in m.assumptions)
 
 
-def test_fp8_recipe_named_in_the_notes_is_the_precision_modelled():
-    """A run recorded as `fp8` whose notes name per-tensor current scaling (Megatron-Bridge FP8-CS, NeMo
-    25.04) is modelled as `fp8_current` (an amax pass before each cast); without it, `fp8` (delayed
-    scaling)."""
+def test_fp8_recipe_stated_is_the_precision_modelled():
+    """A run recorded as `fp8` whose software.fp8_recipe is per-tensor current scaling (Megatron-Bridge
+    FP8-CS, NeMo 25.04) is
+    modelled as `fp8_current` (an amax pass before each cast); without it, `fp8` (delayed scaling)."""
     systems = {"h100-sxm-80gb": library_system("h100-sxm-80gb")}
     r = record({"step_time_s": 1.0})
     r["hardware"]["gpu"] = "h100-sxm-80gb"
     r["parallel"]["precision"] = "fp8"
     plain = map_run(r, systems)
-    cs = map_run(
-        r | {"notes": "precision: FP8 per-tensor current scaling (bf16_with_fp8_current_scaling_mixed)"},
-        systems,
-    )
+    cs = map_run(r | {"software": {"year": 2021, "fp8_recipe": "current"}}, systems)
     assert plain.problem.training.precision.value == "fp8"
     assert cs.problem.training.precision.value == "fp8_current"
     assert any("current scaling" in a for a in cs.assumptions)
 
 
-def test_attention_sinks_named_in_the_notes_are_modelled():
-    """GPT-OSS records state "attention sinks" in their notes (the run schema has no field for them): the
-    mapped LLM carries them, says so, and its predicted step is longer (the sinks' gradient in the attention
-    backward); the library's gpt-oss-120b has them too."""
+def test_attention_sinks_stated_are_modelled():
+    """GPT-OSS records state attention sinks (model.architecture.attention_sinks): the mapped
+    LLM carries them, says so, and its predicted step is longer (the sinks' gradient in the attention
+    backward);
+    the library's gpt-oss-120b has them too."""
     from helpers import library_llm
 
     from optimizer.io.runs import predict
 
     systems = {"h100-sxm-80gb": library_system("h100-sxm-80gb")}
-    r = record({"step_time_s": 1.0}) | {"source": "Test 2025"}  # a year of flash attention
+    r = record({"step_time_s": 1.0}) | {"software": {"year": 2025}}  # a year of flash attention
     r["hardware"]["gpu"] = "h100-sxm-80gb"
     plain = map_run(r, systems)
-    sink = map_run(r | {"notes": "GPT-OSS-style: attention sinks and QKV bias"}, systems)
+    sink = map_run(r | {"model": r["model"] | {"architecture": {"attention_sinks": True}}}, systems)
     assert not plain.problem.llm.attention_sinks and sink.problem.llm.attention_sinks
     assert any("attention sinks" in a for a in sink.assumptions)
     assert predict(sink).result["step_time"] > predict(plain).result["step_time"]
     assert library_llm("gpt-oss-120b").attention_sinks
 
 
-def test_clamped_glu_and_fused_expert_mlp_named_in_the_notes_are_modelled():
-    """GPT-OSS records state "clamped SwiGLU (limit 7.0)"; the 26.06 presets' "fused grouped MLP" (Transformer
-    Engine's op fuser) runs the experts' clamp and biases inside fused ops: a mapped MoE run carries the
-    clamp, and the fused expert MLP only where its notes name it, and is slower eager than fused."""
+def test_clamped_glu_and_fused_expert_mlp_stated_are_modelled():
+    """GPT-OSS records state a clamped SwiGLU (model.architecture.activation_clamp 7.0); the 26.06 presets'
+    fused
+    grouped MLP (Transformer Engine's op fuser, software.moe_fused_mlp) runs the experts' clamp and biases
+    inside
+    fused ops: a mapped MoE run carries the clamp, and the fused expert MLP only where its record states it,
+    and
+    is slower eager than fused."""
     from optimizer.io.runs import predict
 
     systems = {"h100-sxm-80gb": library_system("h100-sxm-80gb")}
-    r = record({"step_time_s": 1.0}) | {"source": "Test 2025"}
+    r = record({"step_time_s": 1.0}) | {"software": {"year": 2025}}
     r["hardware"]["gpu"] = "h100-sxm-80gb"
     r["model"] = r["model"] | {"mlp": "swiglu", "moe": {"experts": 8, "top_k": 2, "expert_ffn": 4096}}
     r["parallel"] = r["parallel"] | {"ep": 8, "recompute": "none"}
-    eager = map_run(r | {"notes": "clamped SwiGLU (limit 7.0)"}, systems)
-    fused = map_run(r | {"notes": "clamped SwiGLU (limit 7.0); CuTe-DSL fused grouped MLP"}, systems)
+    clamped = r | {"model": r["model"] | {"architecture": {"activation_clamp": 7.0}}}
+    eager = map_run(clamped, systems)
+    fused = map_run(clamped | {"software": {"year": 2025, "moe_fused_mlp": True}}, systems)
     assert eager.problem.llm.activation_clamp == fused.problem.llm.activation_clamp == 7.0
     assert map_run(r, systems).problem.llm.activation_clamp is None
     assert not eager.problem.execution.moe_fused_mlp and fused.problem.execution.moe_fused_mlp
-    assert any("fused grouped MLP" in a for a in fused.assumptions)
+    assert any("software.moe_fused_mlp" in a for a in fused.assumptions)
     assert predict(eager).result["step_time"] > predict(fused).result["step_time"]
-    # the experts' biases come from the library model of the record's shape (gpt-oss-120b), not from the notes
+    # the experts' biases come from the library model of the record's shape (gpt-oss-120b)
     assert not eager.problem.llm.moe.expert_bias
     from helpers import ROOT
 
@@ -186,9 +191,11 @@ def test_a_broken_library_file_is_no_twin(tmp_path, monkeypatch):
 
 def test_held_out_moe_runs_carry_their_recipes_a2a_overlap_and_dispatcher():
     """The Qwen3 MoE runs on H100 (problems/runs/published-moe-fp8.yaml) were measured with Megatron-Bridge
-    presets that set moe_a2a_overlap=True (and, for Qwen3-30B at 26.02, the DeepEP dispatcher); their notes
-    say so and the mapping follows: the all-to-all overlaps another micro-batch's compute, Qwen3-235B's TP
-    collectives do not overlap their matmuls; GPT-OSS's H100 preset has no A2A overlap."""
+    presets
+    that set moe_a2a_overlap=True (and, for Qwen3-30B at 26.02, the DeepEP dispatcher); their software says so
+    and the
+    mapping follows: the all-to-all overlaps another micro-batch's compute, Qwen3-235B's TP collectives do not
+    overlap their matmuls; GPT-OSS's H100 preset has no A2A overlap."""
     from helpers import ROOT
 
     from optimizer.io.runs import load_runs
@@ -205,19 +212,20 @@ def test_held_out_moe_runs_carry_their_recipes_a2a_overlap_and_dispatcher():
     assert not map_run(runs["mbridge-gpt-oss-120b-bf16-64gpu-h100-26.02"]).problem.execution.ep_overlap
 
 
-def test_tp_comm_overlap_the_notes_turn_off_is_not_chosen():
-    """A run whose notes say its recipe disabled TP communication overlap (Megatron-Bridge's NVFP4 presets:
-    their FP4 parameter gather cannot run beside it) has its TP collectives exposed; without such a phrase a
-    recent run leaves the choice to the model. The four NVFP4 runs of the 2025 file say so."""
+def test_tp_comm_overlap_stated_off_is_not_chosen():
+    """A run whose recipe disabled TP communication overlap (software.tp_comm_overlap false; Megatron-Bridge's
+    NVFP4 presets: their FP4 parameter gather cannot run beside it) has its TP collectives exposed; unstated,
+    a
+    recent run leaves the choice to the model. The four NVFP4 runs of the 2025 file state it."""
     from helpers import CALIBRATION
 
     from optimizer.io.runs import load_runs
 
     r = record({"step_time_s": 1.0})
-    r["source"] = "Test 2026"
+    r["software"] = {"year": 2026}
     r["parallel"] |= {"tp": 2, "dp": 4}
     free = map_run(r)
-    off = map_run(r | {"notes": "precision nvfp4; TP comm overlap disabled for nvfp4 in the recipe"})
+    off = map_run(r | {"software": {"year": 2026, "tp_comm_overlap": False}})
     assert "tp_overlap" in free.free and "tp_overlap" not in off.free
     assert off.problem.execution.tp_overlap.value == "none"
     assert any("not overlapped" in a for a in off.assumptions)

@@ -92,10 +92,13 @@ def test_evaluate_warns_about_knobs_the_stack_lacks(tmp_path):
 
 
 def test_runs_read_their_stack():
-    assert stack_of({"source": "pytorch/torchtitan benchmarks", "notes": None}) == "torchtitan"
-    assert stack_of({"source": "MosaicML llm-foundry", "notes": ""}) == "fsdp"
-    assert stack_of({"source": "x", "notes": "trained with DeepSpeed ZeRO-3"}) == "deepspeed"
-    assert stack_of({"source": "NVIDIA NeMo performance summary", "notes": ""}) == "megatron-core"
+    assert stack_of({"software": {"framework": "torchtitan"}}) == "torchtitan"
+    assert stack_of({"software": {"framework": "llm-foundry"}}) == "fsdp"
+    assert (
+        stack_of({"software": {"framework": "deepspeed"}, "notes": "trained with torchtitan"}) == "deepspeed"
+    )
+    assert stack_of({"software": {"framework": "nemo"}}) == "megatron-core"
+    assert stack_of({"source": "pytorch/torchtitan benchmarks", "notes": "torchtitan"}) == "megatron-core"
 
 
 RUNS = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "public_runs.yaml"

@@ -159,17 +159,19 @@ def test_runs_map_torchtitan_layouts_kernels_and_loss(titan_runs):
     h200 = map_run(titan_runs["trainy2506-llama3.1-8b-h200-fsdp32-compile-float8"]).problem.execution
     assert h200.fused_loss and h200.attention.value == "flash2"  # torch.compile'd loss (June 2025)
     run = dict(titan_runs["tt2412-llama3.1-8b-fsdp8-compile"])
-    run["notes"] = run["notes"].replace("FlashAttention-2 kernels", "cuDNN attention")
-    assert map_run(run).problem.execution.attention.value == "flash"  # notes naming cuDNN win
+    run["software"] = run["software"] | {"attention": "cudnn"}
+    assert map_run(run).problem.execution.attention.value == "flash"  # a stated cuDNN kernel wins
 
 
 def test_vanilla_tp_run_is_not_given_async_tp(titan_runs):
-    """The 70B benchmark ran twice, vanilla TP and async TP (table 3: 19.76 s and 18.70 s a step): the notes
-    say which, so the vanilla run's TP collectives are on the critical path (it was given the overlap the
-    model would choose, and came out 13% fast) and the async run keeps its overlap: its collectives are
-    hidden, and its matmuls next to them run decomposed
-    (`test_async_tp_runs_the_matmuls_next_to_tp_collectives_as_tp_smaller_ones`), so its forward is longer and
-    its step still shorter."""
+    """The 70B benchmark ran twice, vanilla TP and async TP (table 3: 19.76 s and 18.70 s a step): their
+    software.tp_comm_overlap says which, so the vanilla run's TP collectives are on the critical path (it was
+    given the overlap the model would
+    choose, and came out 13% fast) and the async run keeps its overlap: its collectives are hidden, and its
+    matmuls
+    next to them run decomposed (`test_async_tp_runs_the_matmuls_next_to_tp_collectives_as_tp_smaller_ones`),
+    so its
+    forward is longer and its step still shorter."""
     from optimizer.io.runs import predict
 
     runs = {k: map_run(titan_runs[f"tt2412-llama3.1-70b-fsdp32-tp8-{k}"]) for k in ("tp", "asynctp")}

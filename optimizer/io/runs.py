@@ -7,16 +7,18 @@ state are resolved by stated, documented assumptions, reported per run:
   chooses them, within the run's fixed tp/pp/dp/cp, as the fastest setting that fits in memory (the
   published run was tuned; this is what `paraplan solve` would do); an unknown ``vpp`` is 1, since
   interleaving is an opt-in schedule that a paper would state;
-- the choice is limited to what the software of the run's time offered, read from the year in its
-  ``source`` (`FEATURE_YEAR`: sequence parallelism and selective recompute from 2022, the distributed
-  optimizer, FlashAttention and communication overlap from 2023); knobs the schema has no field for
-  follow the same rule: runs published up to 2022 used Megatron-LM of that time (materialised
-  attention, dropout 0.1, no TP-communication overlap, gradient all-reduce not overlapped); later runs
-  use FlashAttention, no dropout, and may overlap communication (the model chooses). Phrases in
-  ``notes`` that state one of these (``FlashAttention``, ``not overlapped``, ``comm overlap on`` / ``off`` /
-  ``disabled``,
-  ``eager``: unfused element-wise kernels; ``attn_impl triton``: FlashAttention's Triton kernel, also what
-  llm-foundry's benchmark tables ran; ``gradients reduced in bf16``) win;
+- the choice is limited to what the software of the run's time offered, read from its typed
+  ``software.year`` (`FEATURE_YEAR`: sequence parallelism and selective recompute from 2022, the
+  distributed optimizer, FlashAttention and communication overlap from 2023; null: current software);
+  knobs a run does not state follow the same rule: runs of software up to 2022 used Megatron-LM of that
+  time (materialised attention, dropout 0.1, no TP-communication overlap, gradient all-reduce not
+  overlapped); later runs use FlashAttention, no dropout, and may overlap communication (the model
+  chooses). The typed facts of ``software:`` (`optimizer.schema.run.RunSoftware`: attention kernel, eager,
+  fused loss, FP8 recipe, CUDA graphs, activation offload, MoE dispatcher / overlap / fused MLP,
+  recompute modules, TP and DP overlap, gradient-reduce dtype) win over these defaults; the stack is
+  the framework's (`FRAMEWORK_STACK`, null: megatron-core);
+- ``model.architecture`` (`optimizer.schema.run.RunArchitecture`) gives MLA, the dense layers' MLP of an
+  MoE, a sliding window, attention sinks and a clamped GLU; ``notes`` are prose and change nothing;
 - ``precision: null`` (16-bit, fp16 or bf16 not stated) is fp16 for runs published up to 2022 (the
   Megatron GPT recipes of the time), bf16 after; both have the same peak;
 - gradients are accumulated and reduced in fp32 with bf16 (Megatron forces main_grad fp32 for bf16;
@@ -26,7 +28,6 @@ state are resolved by stated, documented assumptions, reported per run:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from itertools import product
 from pathlib import Path
@@ -104,9 +105,19 @@ def gpu_systems() -> dict[str, str]:
     return out
 
 
+def software(run: dict) -> dict:
+    """The run's typed software facts (`optimizer.schema.run.RunSoftware`; empty when not stated)."""
+    return run.get("software") or {}
+
+
+def architecture(run: dict) -> dict:
+    """The run's typed architecture facts (`optimizer.schema.run.RunArchitecture`; empty when none)."""
+    return run["model"].get("architecture") or {}
+
+
 def run_year(run: dict) -> int | None:
-    years = [int(y) for y in re.findall(r"(?<!\d)(20[0-3]\d)(?!\d)", f"{run.get('source', '')}")]
-    return min(years) if years else None
+    """The year of the software the run used (``software.year``; None: current software)."""
+    return software(run).get("year")
 
 
 _SHAPE = ("hidden", "ffn", "layers", "heads", "kv_heads", "head_dim", "vocab", "mlp")
@@ -120,8 +131,9 @@ def _moe_shape(m: dict) -> tuple:
 def _library_expert_bias(m: dict) -> bool:
     """Whether a library model of the record's shape (`problems/llms`: hidden, ffn, layers, heads, K/V heads,
     head size, vocabulary, MLP kind and its experts) has biased experts: the run schema has no field for them
-    and the records' notes do not state them (GPT-OSS's name its QKV bias only; its checkpoint and
-    Megatron-Bridge's provider, add_bias_linear=True, give every expert linear one)."""
+    and
+    the records do not state them (GPT-OSS's name its QKV bias only; its checkpoint and Megatron-Bridge's
+    provider, add_bias_linear=True, give every expert linear one)."""
     return any(
         isinstance(doc, dict)
         and isinstance(doc.get("moe"), dict)
@@ -129,10 +141,6 @@ def _library_expert_bias(m: dict) -> bool:
         and _moe_shape(doc) == _moe_shape(m)
         for _, doc in _library_docs("llm")
     )
-
-
-def _notes(run: dict) -> str:
-    return f"{run.get('notes') or ''}".lower()
 
 
 def target_step_time(run: dict) -> tuple[float | None, str | None]:
@@ -198,24 +206,22 @@ def _llm_of(run: dict, year: int | None) -> LLM:
             shared_experts=mo.get("shared_experts") or 0,
             moe_layers=mo.get("moe_layers"),
         )
-    notes = _notes(run)
-    # the run schema has no MLA fields: DeepSeek records state them in their notes, with the dense layers' ffn
+    arch = architecture(run)
     mla, head_dim, ffn = None, m.get("head_dim"), m["ffn"] or 4 * m["hidden"]
-    x = re.search(r"mla \(q_lora (\d+), kv_lora (\d+), qk_nope (\d+) \+ qk_rope (\d+), v_head (\d+)", notes)
+    x = arch.get("mla")
     if x:
-        q, kv, nope, rope, v = map(int, x.groups())
-        mla, head_dim = MLA(q_lora_rank=q, kv_lora_rank=kv, qk_rope_head_dim=rope, v_head_dim=v), nope
-    dense = re.search(r"dense with ffn (\d+)", notes)
-    if moe is not None and dense:
-        ffn = int(dense.group(1))
-    # the run schema has no sliding-window fields: GPT-OSS records state them ("alternate 128-token
-    # sliding-window attention and full attention (18 each)")
-    win = re.search(r"(\d+)-token sliding-window attention and full attention \((\d+) each\)", notes)
-    window = SlidingWindow(tokens=int(win.group(1)), layers=int(win.group(2))) if win else None
-    sinks = "attention sinks" in notes  # GPT-OSS records: "attention sinks and QKV bias"
-    clamp = re.search(
-        r"clamped swiglu \(limit (\d+(?:\.\d+)?)\)", notes
-    )  # GPT-OSS: "clamped SwiGLU (limit 7.0)"
+        mla = MLA(
+            q_lora_rank=x["q_lora_rank"],
+            kv_lora_rank=x["kv_lora_rank"],
+            qk_rope_head_dim=x["qk_rope_head_dim"],
+            v_head_dim=x["v_head_dim"],
+        )
+        head_dim = x["qk_nope_head_dim"]
+    if moe is not None and arch.get("dense_ffn"):
+        ffn = arch["dense_ffn"]
+    win = arch.get("sliding_window")
+    window = SlidingWindow(tokens=win["tokens"], layers=win.get("layers")) if win else None
+    clamp = arch.get("activation_clamp")
     if moe is not None and _library_expert_bias(m):
         moe = moe.model_copy(update={"expert_bias": True})
     return LLM(
@@ -235,24 +241,33 @@ def _llm_of(run: dict, year: int | None) -> LLM:
         moe=moe,
         mla=mla,
         sliding_window=window,
-        attention_sinks=sinks,
-        activation_clamp=float(clamp.group(1)) if clamp else None,
+        attention_sinks=bool(arch.get("attention_sinks")),
+        activation_clamp=float(clamp) if clamp is not None else None,
     )
 
 
-STACK_WORDS = (
-    ("torchtitan", "torchtitan"),
-    ("llm-foundry", "fsdp"),
-    ("composer", "fsdp"),
-    ("deepspeed", "deepspeed"),
-)
+# framework (`optimizer.schema.run.Framework`) -> the stack profile it is planned as
+# (`optimizer.schema.stack`):
+# the Megatron family (Megatron-DeepSpeed included: its TP and PP are Megatron's) is megatron-core,
+# llm-foundry
+# runs PyTorch FSDP through Composer
+FRAMEWORK_STACK = {
+    "megatron-lm": "megatron-core",
+    "megatron-core": "megatron-core",
+    "nemo": "megatron-core",
+    "megatron-bridge": "megatron-core",
+    "megatron-deepspeed": "megatron-core",
+    "deepspeed": "deepspeed",
+    "torchtitan": "torchtitan",
+    "fsdp": "fsdp",
+    "llm-foundry": "fsdp",
+}
 
 
 def stack_of(run: dict) -> str:
-    """The run's software stack, read from its source and notes: torchtitan; llm-foundry or Composer (PyTorch
-    FSDP: `fsdp`); DeepSpeed; else megatron-core (Megatron-LM, NeMo, Megatron-Bridge)."""
-    txt = f"{run.get('source') or ''} {run.get('notes') or ''}".lower()
-    return next((stack for word, stack in STACK_WORDS if word in txt), "megatron-core")
+    """The run's software stack: its ``software.framework``'s (`FRAMEWORK_STACK`), megatron-core when not
+    stated."""
+    return FRAMEWORK_STACK[software(run).get("framework") or "megatron-core"]
 
 
 def _system_of(run: dict, systems: dict[str, System] | None, out: Mapped) -> System | None:
@@ -277,12 +292,13 @@ def _system_of(run: dict, systems: dict[str, System] | None, out: Mapped) -> Sys
     return system
 
 
-def _era(year: int | None, notes: str, out: Mapped) -> bool:
-    """Whether the run used FlashAttention (notes, else the publication year, `FEATURE_YEAR`), noting it with
-    the era's dropout (0.1 up to 2022, none after)."""
+def _era(year: int | None, sw: dict, out: Mapped) -> bool:
+    """Whether the run used FlashAttention (``software.attention``, else the software's year, `FEATURE_YEAR`),
+    noting it with the era's dropout (0.1 up to 2022, none after)."""
     old = year is not None and year <= 2022
-    era = f"published {year}" if year else "no year in source"
-    flash = ("flash" in notes) or _has(year, "flash_attention")
+    era = f"published {year}" if year else "no software year stated"
+    stated = sw.get("attention")
+    flash = stated != "standard" if stated else _has(year, "flash_attention")
     out.assumptions.append(
         f"{era}: {'FlashAttention' if flash else 'materialised (standard) attention'}, "
         f"{'dropout 0.1' if old else 'no dropout'}"
@@ -291,7 +307,8 @@ def _era(year: int | None, notes: str, out: Mapped) -> bool:
 
 
 def _model_of(run: dict, year: int | None, out: Mapped) -> LLM:
-    """The run's LLM (`_llm_of`), noting the features read from its notes or the library; a shape the LLM
+    """The run's LLM (`_llm_of`), noting the features read from its architecture facts or the library; a
+    shape the LLM
     schema rejects is a ParaplanError naming the run."""
     try:
         llm = _llm_of(run, year)
@@ -305,79 +322,68 @@ def _model_of(run: dict, year: int | None, out: Mapped) -> LLM:
         w = llm.sliding_window
         out.assumptions.append(
             f"sliding-window attention of {w.tokens} tokens in {w.layers or llm.layers} of "
-            f"{llm.layers} layers (notes)"
+            f"{llm.layers} layers (model.architecture)"
         )
     if llm.attention_sinks:
         out.assumptions.append(
-            "learned attention sinks: the fused attention backward's per-row sink gradient (notes)"
+            "learned attention sinks: the fused attention backward's per-row sink gradient "
+            "(model.architecture)"
         )
     if llm.activation_clamp is not None:
-        out.assumptions.append(f"the GLU's halves clamped at {llm.activation_clamp:g} (notes)")
+        out.assumptions.append(f"the GLU's halves clamped at {llm.activation_clamp:g} (model.architecture)")
     if llm.moe is not None and llm.moe.expert_bias:
         out.assumptions.append(
-            "biased experts (the library model of this shape; the notes do not state them)"
+            "biased experts (the library model of this shape; the run schema has no field for them)"
         )
     return llm
 
 
-def _precision_of(run: dict, year: int | None, notes: str, out: Mapped) -> str:
+def _precision_of(run: dict, year: int | None, sw: dict, out: Mapped) -> str:
     """The training precision: the run's, 16-bit null as fp16 up to 2022 and bf16 after; FP8 with
-    per-tensor current scaling when the notes name it (Transformer Engine's Float8CurrentScaling: an amax pass
-    before each cast)."""
+    per-tensor current scaling when ``software.fp8_recipe`` is current (Transformer Engine's
+    Float8CurrentScaling: an amax pass before each cast)."""
     prec = run["parallel"].get("precision")
     if prec is None:
         prec = "fp16" if year is not None and year <= 2022 else "bf16"
         out.assumptions.append(f"precision null (16-bit): {prec}")
-    if prec == "fp8" and "current scaling" in notes:
+    if prec == "fp8" and sw.get("fp8_recipe") == "current":
         prec = "fp8_current"
-        out.assumptions.append("FP8 per-tensor current scaling (notes): fp8_current")
+        out.assumptions.append("FP8 per-tensor current scaling (software.fp8_recipe): fp8_current")
     return prec
 
 
-def _attention(run: dict, stack: str, notes: str, flash: bool, out: Mapped) -> str:
-    """The attention kernel: materialised (`standard`) or FlashAttention; its Triton kernel when the notes say
-    attn_impl triton or the run is from llm-foundry's benchmark tables (measured with submit_benchmarks.py,
-    whose attn_impl default is triton); FlashAttention-2 when the notes name it or under torchtitan (PyTorch
-    SDPA's flash backend), unless the notes name cuDNN or FA3."""
-    attention = "flash" if flash else "standard"
-    bench = "llm-foundry scripts/train/benchmarking" in str(run.get("source") or "")
-    if flash and ("attn_impl triton" in notes or bench):
-        attention = "flash-triton"
+def _attention(stack: str, sw: dict, flash: bool, out: Mapped) -> str:
+    """The attention kernel: ``software.attention`` as stated (cuDNN and FlashAttention-3 modelled as `flash`,
+    the GPU's best fused kernel); unstated, materialised (`standard`) or FlashAttention by the era, and under
+    torchtitan FlashAttention-2 (PyTorch SDPA's flash backend; cuDNN attention is its default only from
+    PyTorch
+    2.9)."""
+    stated = sw.get("attention")
+    if stated:
+        attention = {"cudnn": "flash", "fa3": "flash"}.get(stated, stated)
+        out.assumptions.append(f"attention kernel {stated} (software.attention): {attention}")
+        return attention
+    if flash and stack == "torchtitan":
         out.assumptions.append(
-            "FlashAttention's Triton kernel ("
-            + (
-                "notes: attn_impl triton)"
-                if "attn_impl triton" in notes
-                else "llm-foundry's benchmark script runs attn_impl triton by default)"
-            )
+            "FlashAttention-2 kernels: torchtitan runs PyTorch SDPA, whose flash backend is FlashAttention-2 "
+            "(cuDNN attention is the default only from PyTorch 2.9); a stated software.attention wins"
         )
-    if attention == "flash" and (
-        "flashattention-2" in notes or (stack == "torchtitan" and not re.search(r"cudnn|fa3", notes))
-    ):
-        attention = "flash2"
-        out.assumptions.append(
-            "FlashAttention-2 kernels: "
-            + (
-                "notes"
-                if "flashattention-2" in notes
-                else "torchtitan runs PyTorch SDPA, whose flash backend is FlashAttention-2 (cuDNN "
-                "attention is the default only from PyTorch 2.9); notes naming cuDNN or FA3 win"
-            )
-        )
-    return attention
+        return "flash2"
+    return "flash" if flash else "standard"
 
 
 def _kernel_knobs(
-    run: dict, llm: LLM, year: int | None, stack: str, notes: str, flash: bool, out: Mapped
+    run: dict, llm: LLM, year: int | None, stack: str, sw: dict, flash: bool, out: Mapped
 ) -> dict[str, Any]:
     """The fixed parallel degrees and kernel knobs: attention (`_attention`), fused element-wise kernels
-    unless the notes say eager, an unfused fp32 loss when they say not compiled, and torchtitan's K/V repeat
-    for GQA before `FEATURE_YEAR['gqa_without_kv_repeat']`."""
+    unless ``software.eager``, an unfused fp32 loss when ``software.fused_loss`` is false, and torchtitan's
+    K/V
+    repeat for GQA before `FEATURE_YEAR['gqa_without_kv_repeat']`."""
     par = run["parallel"]
-    eager = "eager" in notes
+    eager = bool(sw.get("eager"))
     if eager:
-        out.assumptions.append("eager mode (notes): unfused element-wise kernels")
-    attention = _attention(run, stack, notes, flash, out)
+        out.assumptions.append("eager mode (software.eager): unfused element-wise kernels")
+    attention = _attention(stack, sw, flash, out)
     fixed: dict[str, Any] = dict(
         tp=par["tp"],
         pp=par["pp"],
@@ -387,9 +393,11 @@ def _kernel_knobs(
         attention=attention,
         fused_layers=not eager,
     )
-    if "not compiled" in notes and not eager:
+    if sw.get("fused_loss") is False:
         fixed["fused_loss"] = False
-        out.assumptions.append("loss: cross_entropy on an fp32 upcast of the logits, not compiled (notes)")
+        out.assumptions.append(
+            "loss: cross_entropy on an fp32 upcast of the logits, not compiled (software.fused_loss)"
+        )
     if stack == "torchtitan" and llm.kv < llm.heads and not _has(year, "gqa_without_kv_repeat"):
         fixed["kv_repeat"] = True
         out.assumptions.append(
@@ -399,45 +407,46 @@ def _kernel_knobs(
     return fixed
 
 
-def _notes_knobs(run: dict, notes: str, fixed: dict, free: dict, out: Mapped) -> None:
-    """Knobs the schema has no field for, as the notes state them: activation offload (Megatron-Core
-    cpu_offloading_num_layers), the MoE dispatcher (DeepEP / HybridEP) and all-to-all overlap, CUDA graphs
-    (Megatron-Bridge presets' cuda_graph_impl / cuda_graph_scope; none named: eager), Transformer Engine's
-    fused expert MLP (use_transformer_engine_op_fuser, cutedsl_fused_grouped_mlp); and expert tensor
-    parallelism, left free between 1 and tp for an MoE with tp > 1."""
+def _software_knobs(run: dict, sw: dict, fixed: dict, free: dict, out: Mapped) -> None:
+    """Knobs the run's ``software:`` states: activation offload (Megatron-Core cpu_offloading_num_layers), the
+    MoE dispatcher (DeepEP / HybridEP: `flex`) and all-to-all overlap (ep > 1), CUDA graphs (Megatron-Bridge
+    presets' cuda_graph_impl / cuda_graph_scope; unstated: the stack's default), Transformer Engine's fused
+    expert MLP (use_transformer_engine_op_fuser, cutedsl_fused_grouped_mlp); and expert tensor parallelism,
+    left
+    free between 1 and tp for an MoE with tp > 1 (the schema has no field for it)."""
     par, m = run["parallel"], run["model"]
-    off = re.search(r"cpu_offloading_num_layers\s*=\s*(\d+)", notes)
+    off = sw.get("activation_offload_layers")
     if off:
-        fixed.update(activation_offload=True, activation_offload_layers=int(off.group(1)))
+        fixed.update(activation_offload=True, activation_offload_layers=off)
         out.assumptions.append(
-            f"activations of {off.group(1)} layers offloaded to CPU memory (notes: Megatron-Core "
-            "cpu_offloading_num_layers)"
+            f"activations of {off} layers offloaded to CPU memory (software.activation_offload_layers)"
         )
-    if m.get("moe") and par["ep"] > 1 and re.search(r"deepep|hybridep", notes):
+    if m.get("moe") and par["ep"] > 1 and sw.get("moe_dispatcher") in ("deepep", "hybridep"):
         fixed["ep_dispatcher"] = "flex"
         out.assumptions.append(
-            "MoE tokens dispatched once per remote node (notes: DeepEP / HybridEP dispatcher)"
+            f"MoE tokens dispatched once per remote node (software.moe_dispatcher: {sw['moe_dispatcher']})"
         )
-    if m.get("moe") and par["ep"] > 1 and re.search(r"a2a overlap on", notes):
+    if m.get("moe") and par["ep"] > 1 and sw.get("moe_a2a_overlap"):
         fixed["ep_overlap"] = True
         out.assumptions.append(
-            "MoE all-to-all overlapped with another micro-batch's compute (notes: EP A2A overlap)"
+            "MoE all-to-all overlapped with another micro-batch's compute (software.moe_a2a_overlap)"
         )
-    if re.search(r"full-iteration cuda graphs|cuda_graph_impl[ =]*full_iteration", notes):
+    graphs = sw.get("cuda_graphs")
+    if graphs == "full":
         fixed["cuda_graphs"] = "full"
-        out.assumptions.append(
-            "the whole iteration replayed as CUDA graphs (notes: full-iteration CUDA graphs)"
-        )
-    elif re.search(r"te cuda graphs", notes):
+        out.assumptions.append("the whole iteration replayed as CUDA graphs (software.cuda_graphs: full)")
+    elif graphs == "partial":
         fixed["cuda_graphs"] = "partial"
         out.assumptions.append(
-            "Transformer Engine CUDA graphs of the attention, router and dispatcher preprocessing (notes)"
+            "Transformer Engine CUDA graphs of the attention, router and dispatcher preprocessing "
+            "(software.cuda_graphs: partial)"
         )
-    if m.get("moe") and re.search(r"fused grouped mlp|op fuser", notes):
+    elif graphs == "none":
+        fixed["cuda_graphs"] = "none"
+        out.assumptions.append("no CUDA graphs (software.cuda_graphs: none)")
+    if m.get("moe") and sw.get("moe_fused_mlp"):
         fixed["moe_fused_mlp"] = True
-        out.assumptions.append(
-            "the experts' MLP as Transformer Engine's fused ops (notes: fused grouped MLP)"
-        )
+        out.assumptions.append("the experts' MLP as Transformer Engine's fused ops (software.moe_fused_mlp)")
     if m.get("moe") and par["tp"] > 1:
         free["etp"] = sorted({1, par["tp"]})
         out.assumptions.append(
@@ -501,20 +510,20 @@ def _batch_and_pipeline(run: dict, stack: str, fixed: dict, free: dict, out: Map
         fixed["vpp"] = par["vpp"]
 
 
-def _memory_knobs(run: dict, year: int | None, notes: str, fixed: dict, free: dict, out: Mapped) -> None:
-    """Recomputation (the modules the notes list for a selective one; unstated: chosen among what the year's
+def _memory_knobs(run: dict, year: int | None, sw: dict, fixed: dict, free: dict, out: Mapped) -> None:
+    """Recomputation (``software.recompute_modules`` for a selective one; unstated: chosen among what the
+    year's
     software offered), sequence parallelism (unstated: chosen when tp > 1 and offered) and optimizer sharding
     (unstated: none before the distributed optimizer, else chosen between none and ZeRO-1)."""
     par = run["parallel"]
-    mods = re.search(r"recompute_modules \[([^\]]*)\]", notes)
-    if par.get("recompute") == "selective" and mods:
-        names = re.findall(r"'([a-z_]+)'", mods.group(1))
+    names = sw.get("recompute_modules")
+    if par.get("recompute") == "selective" and names:
         known = [n for n in names if n in RecomputeModule.__members__.values()]
         unknown = [n for n in names if n not in known]
         if known:
             fixed["recompute_modules"] = known
             out.assumptions.append(
-                f"selective recompute of {', '.join(known)} (notes: recompute_modules)"
+                f"selective recompute of {', '.join(known)} (software.recompute_modules)"
                 + (f"; not modelled: {', '.join(unknown)}" if unknown else "")
             )
     if par.get("recompute") is None:
@@ -544,29 +553,37 @@ def _memory_knobs(run: dict, year: int | None, notes: str, fixed: dict, free: di
         fixed["zero"] = ZERO[par["optimizer_sharding"]]
 
 
-def _overlap_knobs(run: dict, year: int | None, notes: str, fixed: dict, free: dict, out: Mapped) -> None:
-    """Communication overlap, which the schema does not carry: interleaved pipeline exchanges exposed before
-    overlap_p2p_comm; gradient reduction not overlapped when the notes say so or before the year it was
-    offered, else chosen; TP communication overlap as the notes state it, else off before it was offered and
-    chosen after (tp > 1 only)."""
+def _overlap_knobs(run: dict, year: int | None, sw: dict, fixed: dict, free: dict, out: Mapped) -> None:
+    """Communication overlap: interleaved pipeline exchanges exposed before overlap_p2p_comm; gradient
+    reduction as ``software.dp_comm_overlap`` states it, else not overlapped before the year it was offered
+    and
+    chosen after; TP communication overlap as ``software.tp_comm_overlap`` states it, else off before it was
+    offered and chosen after (tp > 1 only)."""
     par = run["parallel"]
     if par["pp"] > 1 and (par.get("vpp") or 1) > 1 and not _has(year, "pp_overlap"):
         fixed["pp_overlap"] = False
         out.assumptions.append(
             "interleaved pipeline exchanges on the critical path (Megatron-LM before overlap_p2p_comm, 2023)"
         )
-    if "not overlapped" in notes or not _has(year, "dp_overlap"):
+    dp_stated = sw.get("dp_comm_overlap")
+    if dp_stated is True:
+        fixed["dp_overlap"] = True
+        out.assumptions.append("gradient reduction overlapped with backward (software.dp_comm_overlap)")
+    elif dp_stated is False or not _has(year, "dp_overlap"):
         fixed["dp_overlap"] = False
         out.assumptions.append("gradient reduction not overlapped with backward")
     else:
         free["dp_overlap"] = [True, False]
     if par["tp"] > 1:
-        if re.search(r"tp[_ ]comm[_ ]overlap on|comm overlap on", notes):
+        tp_stated = sw.get("tp_comm_overlap")
+        if tp_stated is True:
             fixed["tp_overlap"] = "ring"
-            out.assumptions.append("TP communication overlap on (notes)")
-        elif re.search(r"no async tp|tp[_ ]comm[_ ]overlap off|comm overlap (?:off|disabled)", notes):
+            out.assumptions.append("TP communication overlap on (software.tp_comm_overlap)")
+        elif tp_stated is False:
             fixed["tp_overlap"] = "none"
-            out.assumptions.append("TP collectives not overlapped with the matmuls (notes)")
+            out.assumptions.append(
+                "TP collectives not overlapped with the matmuls (software.tp_comm_overlap)"
+            )
         elif not _has(year, "tp_overlap"):
             fixed["tp_overlap"] = "none"
         else:
@@ -574,46 +591,41 @@ def _overlap_knobs(run: dict, year: int | None, notes: str, fixed: dict, free: d
             out.assumptions.append("TP communication overlap: chosen by the model")
 
 
-def _grad_precision(run: dict, precision: str, notes: str, out: Mapped) -> str:
-    """The precision gradients are accumulated and reduced in: fp16 with fp16, else fp32 (Megatron's
-    main_grad, FSDP's reduce dtype); bf16 for the NeMo / Megatron-Bridge performance tables (their recipes set
-    grad_reduce_in_fp32 = False) and for bf16 runs whose notes say so (e.g. FSDP mixed_precision PURE)."""
-    grad = "fp16" if precision == "fp16" else "fp32"
-    if "performance summary" in str(run.get("source") or "").lower() and precision != "fp16":
-        grad = "bf16"
-        out.assumptions.append(
-            "gradients reduced in bf16: the NeMo / Megatron-Bridge performance recipes set "
-            "grad_reduce_in_fp32 = False"
-        )
-    if precision == "bf16" and "gradients reduced in bf16" in notes:
-        grad = "bf16"
-        out.assumptions.append("gradients reduced in bf16 (notes)")
-    return grad
+def _grad_precision(precision: str, sw: dict, out: Mapped) -> str:
+    """The precision gradients are accumulated and reduced in: ``software.grad_reduce_dtype`` as stated (bf16
+    for the NeMo / Megatron-Bridge performance tables, whose recipes set grad_reduce_in_fp32 = False, and for
+    FSDP mixed_precision PURE); unstated, fp16 with fp16, else fp32 (Megatron's main_grad, FSDP's reduce
+    dtype)."""
+    stated = sw.get("grad_reduce_dtype")
+    if stated:
+        out.assumptions.append(f"gradients reduced in {stated} (software.grad_reduce_dtype)")
+        return stated
+    return "fp16" if precision == "fp16" else "fp32"
 
 
 def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     """Turn one calibration record into a problem (or a reason to skip it): the fixed execution knobs go into
     the problem, the ones left to choose into `Mapped.free`, every assumption into `Mapped.assumptions`
-    (module docstring), in the order system, era, model, precision, kernels, notes, batch and pipeline,
-    memory, overlap, gradient precision."""
+    (module docstring), in the order system, era, model, precision, kernels, software, batch and pipeline,
+    memory, overlap, gradient precision. Only typed fields are read: ``notes`` change nothing."""
     out = Mapped(run)
     system = _system_of(run, systems, out)
     if system is None:
         return out
-    year, stack, notes = run_year(run), stack_of(run), _notes(run)
-    flash = _era(year, notes, out)
+    year, stack, sw = run_year(run), stack_of(run), software(run)
+    flash = _era(year, sw, out)
     llm = _model_of(run, year, out)
-    precision = _precision_of(run, year, notes, out)
+    precision = _precision_of(run, year, sw, out)
     if system.peak_tflops(precision) is None:
         out.skip = f"system {system.name} has no {precision} peak"
         return out
-    fixed = _kernel_knobs(run, llm, year, stack, notes, flash, out)
+    fixed = _kernel_knobs(run, llm, year, stack, sw, flash, out)
     free: dict[str, list] = {}
-    _notes_knobs(run, notes, fixed, free, out)
+    _software_knobs(run, sw, fixed, free, out)
     _batch_and_pipeline(run, stack, fixed, free, out)
-    _memory_knobs(run, year, notes, fixed, free, out)
-    _overlap_knobs(run, year, notes, fixed, free, out)
-    grad = _grad_precision(run, precision, notes, out)
+    _memory_knobs(run, year, sw, fixed, free, out)
+    _overlap_knobs(run, year, sw, fixed, free, out)
+    grad = _grad_precision(precision, sw, out)
     B = run["parallel"]["global_batch"]
     training = Training(global_batch=B, precision=precision, grad_precision=grad)
     try:
@@ -678,11 +690,79 @@ def predict(mapped: Mapped) -> Prediction:
     return Prediction(execs[i], res.row(i), bool(fits[i]), len(execs))
 
 
+def facts_file(path: str | Path) -> Path | None:
+    """The sidecar facts file of a runs file (`optimizer.schema.run.RunFacts` per run id):
+    ``facts/<stem>.yaml``
+    beside it, else ``runs/facts/<stem>.yaml`` in the library (`library_dirs`: the project's
+    ``problems/runs/facts`` holds the facts of ``../shared/calibration``'s files, which the project does not
+    own); None when there is none."""
+    from optimizer.io.loader import library_dirs
+
+    p = Path(path)
+    for cand in [p.parent / "facts" / p.name] + [
+        d / "runs" / "facts" / p.name for d in library_dirs(p.parent)
+    ]:
+        try:
+            if cand.is_file():
+                return cand
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def load_facts(path: str | Path, errors: list | None = None) -> tuple[Sourced, dict[str, dict]]:
+    """A sidecar facts file (run id -> `optimizer.schema.run.RunFacts`), each entry checked by the schema; the
+    entries' errors are appended to `errors` (raised when it is None)."""
+    from optimizer.errors import ProblemErrors
+    from optimizer.schema.run import RunFacts
+
+    doc = read_yaml(path)
+    if not isinstance(doc.data, dict):
+        raise ProblemError(doc.file, 1, None, "a facts file is a mapping of run id -> facts")
+    out, errs = {}, []
+    for rid, entry in doc.data.items():
+        try:
+            out[str(rid)] = validate_model(RunFacts, doc, entry, prefix=(rid,)).model_dump(mode="json")
+        except ProblemErrors as e:
+            errs += e.errors
+    if errors is None and errs:
+        raise ProblemErrors(errs)
+    if errors is not None:
+        errors += errs
+    return doc, out
+
+
+def _merge_facts(records: list[dict], path: str | Path, errors: list) -> None:
+    """Merge the sidecar facts of `path` (`facts_file`) into `records` (as dumped by the run schema): its
+    ``software`` into the record's, its ``architecture`` into the record's model. A fact stated both in the
+    record and in the sidecar, or an id the runs file does not hold, is an error."""
+    fp = facts_file(path)
+    if fp is None:
+        return
+    doc, facts_by_id = load_facts(fp, errors)
+    by_id = {r["id"]: r for r in records}
+    for rid, facts in facts_by_id.items():
+        if rid not in by_id:
+            file, line = doc.locate((rid,))
+            errors.append(ProblemError(file, line, rid, f"no run '{rid}' in {Path(path).name}"))
+            continue
+        rec = by_id[rid]
+        for key, target in (("software", rec), ("architecture", rec["model"])):
+            if facts[key] is None:
+                continue
+            if target.get(key) is not None:
+                file, line = doc.locate((rid, key))
+                errors.append(ProblemError(file, line, key, f"run '{rid}' states its {key} already"))
+            else:
+                target[key] = facts[key]
+
+
 def load_runs(path: str) -> Sourced:
     """A runs file, every record checked against the run schema (`optimizer.schema.run`: unknown keys and
-    wrong types are file:line:field errors); the records come back with every key present."""
+    wrong types are file:line:field errors), with the typed facts of its sidecar file merged in
+    (`facts_file`);
+    the records come back with every key present."""
     from optimizer.errors import ProblemErrors
-    from optimizer.io.loader import validate_model
     from optimizer.schema.run import Run
 
     doc = read_yaml(path)
@@ -700,6 +780,9 @@ def load_runs(path: str) -> Sourced:
     dup = sorted({x for x in ids if ids.count(x) > 1})
     if dup:
         raise ProblemError(doc.file, None, "id", f"duplicate run ids: {', '.join(dup)}")
+    _merge_facts(records, path, errors)
+    if errors:
+        raise ProblemErrors(errors)
     doc.data = records
     return doc
 

@@ -2,6 +2,13 @@
 
 Every file in this schema is a YAML list of these records; `paraplan validate` reads any of them. Keys the
 schema does not know are errors (a typo must not silently drop a field); nullable keys may be omitted.
+
+Every fact that changes a prediction is a typed field: the model's shape (`RunModel`, with `RunArchitecture`
+for
+MLA, dense layers of an MoE, sliding windows, attention sinks and a clamped GLU) and the software that ran it
+(`RunSoftware`). `notes` is prose for the reader and never changes a prediction. The facts of runs in files
+the
+project does not own are kept in sidecar files (`RunFacts`, `optimizer.io.runs.load_runs`).
 """
 
 from __future__ import annotations
@@ -40,6 +47,41 @@ class RunMoE(Frozen):
     moe_layers: PositiveInt | None = Field(None, description="Layers whose MLP is MoE (null: all).")
 
 
+class RunMLA(Frozen):
+    """Multi-head latent attention (DeepSeek-V2/V3): queries and keys/values through low-rank latents."""
+
+    q_lora_rank: int = Field(ge=0, description="Rank of the query latent (0: queries not compressed).")
+    kv_lora_rank: PositiveInt = Field(description="Rank of the joint key/value latent.")
+    qk_nope_head_dim: PositiveInt = Field(description="Non-rotary part of each query/key head.")
+    qk_rope_head_dim: PositiveInt = Field(description="Rotary (decoupled) part of each query/key head.")
+    v_head_dim: PositiveInt = Field(description="Size of one value head.")
+
+
+class RunSlidingWindow(Frozen):
+    """Local causal attention in some layers (GPT-OSS: 128 tokens in every other layer)."""
+
+    tokens: PositiveInt = Field(description="Keys each query attends to (the window, the query included).")
+    layers: PositiveInt | None = Field(
+        None, description="Layers with the window (null: every layer; alternating with full attention: half)."
+    )
+
+
+class RunArchitecture(Frozen):
+    """Shape facts of the model beyond `RunModel`'s core fields (null or omitted: not present)."""
+
+    mla: RunMLA | None = Field(None, description="Multi-head latent attention (null: standard attention).")
+    dense_ffn: PositiveInt | None = Field(
+        None, description="MLP intermediate size of the dense (non-MoE) layers of an MoE model."
+    )
+    sliding_window: RunSlidingWindow | None = Field(None, description="Sliding-window attention, or null.")
+    attention_sinks: bool | None = Field(
+        None, description="Learned per-head attention sinks (a logit added to every softmax row; GPT-OSS)."
+    )
+    activation_clamp: PositiveFloat | None = Field(
+        None, description="Limit the GLU's gate and linear halves are clamped at (GPT-OSS: 7.0), or null."
+    )
+
+
 class RunModel(Frozen):
     """The model trained."""
 
@@ -55,6 +97,9 @@ class RunModel(Frozen):
     vocab: PositiveInt | None = Field(None, description="Vocabulary size.")
     mlp: MlpKind | None = Field(None, description="gelu | swiglu | geglu | squared_relu | relu.")
     moe: RunMoE | None = Field(None, description="Mixture of experts, or null for a dense model.")
+    architecture: RunArchitecture | None = Field(
+        None, description="MLA, dense-layer MLP of an MoE, sliding window, sinks, clamp (null: none of them)."
+    )
 
 
 class RunHardware(Frozen):
@@ -82,6 +127,143 @@ class RunParallel(Frozen):
     precision: Precision | None = Field(None, description="bf16 | fp16 | fp8 | mxfp8 | nvfp4 (null: 16-bit).")
 
 
+class Framework(StrEnum):
+    """The training framework that ran a run (its software stack: `optimizer.io.runs.FRAMEWORK_STACK`)."""
+
+    MEGATRON_LM = "megatron-lm"
+    MEGATRON_CORE = "megatron-core"
+    NEMO = "nemo"
+    MEGATRON_BRIDGE = "megatron-bridge"
+    MEGATRON_DEEPSPEED = "megatron-deepspeed"
+    DEEPSPEED = "deepspeed"
+    TORCHTITAN = "torchtitan"
+    FSDP = "fsdp"
+    LLM_FOUNDRY = "llm-foundry"
+
+
+class RunAttention(StrEnum):
+    """The attention kernel a run used.
+
+    ``standard``: materialised scores; ``flash``: FlashAttention at the GPU's best fused kernel; ``flash2``:
+    FlashAttention-2 class kernels (PyTorch SDPA's flash backend); ``flash-triton``: FlashAttention's Triton
+    kernel (llm-foundry ``attn_impl: triton``); ``cudnn`` and ``fa3``: cuDNN fused attention and
+    FlashAttention-3
+    (modelled as ``flash``)."""
+
+    STANDARD = "standard"
+    FLASH = "flash"
+    FLASH2 = "flash2"
+    FLASH_TRITON = "flash-triton"
+    CUDNN = "cudnn"
+    FA3 = "fa3"
+
+
+class Fp8Recipe(StrEnum):
+    """How FP8 scaling factors are obtained (Transformer Engine recipes): ``delayed`` from an amax history,
+    ``current`` per tensor from an amax pass before each cast (Float8CurrentScaling)."""
+
+    DELAYED = "delayed"
+    CURRENT = "current"
+
+
+class RunCudaGraphs(StrEnum):
+    """How much of an iteration was replayed as CUDA graphs: ``none`` (eager launches), ``partial``
+    (Transformer Engine graphs of the attention, router and dispatcher preprocessing), ``full`` (the whole
+    iteration; Megatron-Core cuda_graph_impl full_iteration)."""
+
+    NONE = "none"
+    PARTIAL = "partial"
+    FULL = "full"
+
+
+class MoeDispatcher(StrEnum):
+    """The MoE token dispatcher: ``alltoall`` (one NCCL all-to-all), ``deepep`` / ``hybridep`` (hierarchical:
+    a token sent once per remote node; Megatron-Core moe_token_dispatcher_type flex)."""
+
+    ALLTOALL = "alltoall"
+    DEEPEP = "deepep"
+    HYBRIDEP = "hybridep"
+
+
+class ReduceDtype(StrEnum):
+    """Precision gradients are accumulated and reduced in."""
+
+    FP32 = "fp32"
+    BF16 = "bf16"
+    FP16 = "fp16"
+
+
+class RunSoftware(Frozen):
+    """The software that ran the run, as its source states it (null or omitted: not stated; the mapping then
+    uses the framework's documented default, `optimizer.io.runs`)."""
+
+    framework: Framework | None = Field(None, description="Training framework (null: megatron-core).")
+    release: str | None = Field(None, description="Framework release or commit, as the source names it.")
+    year: int | None = Field(
+        None,
+        ge=2017,
+        le=2100,
+        description="Year of the software the run used (its publication year): gates the features the era "
+        "offered (`optimizer.io.runs.FEATURE_YEAR`); null: current software.",
+    )
+    attention: RunAttention | None = Field(
+        None, description="Attention kernel (null: FlashAttention from 2023, else materialised)."
+    )
+    eager: bool | None = Field(
+        None, description="True: no torch.compile or fused kernels, element-wise ops unfused (null: fused)."
+    )
+    fused_loss: bool | None = Field(
+        None,
+        description="False: the loss is cross_entropy on an fp32 upcast of the logits, not compiled (null: "
+        "the stack's default).",
+    )
+    fp8_recipe: Fp8Recipe | None = Field(None, description="FP8 scaling recipe (null: delayed scaling).")
+    cuda_graphs: RunCudaGraphs | None = Field(None, description="CUDA graphs (null: the stack's default).")
+    activation_offload_layers: int | None = Field(
+        None,
+        ge=1,
+        description="Layers whose activations are offloaded to CPU memory (Megatron-Core "
+        "cpu_offloading_num_layers; null: none).",
+    )
+    moe_dispatcher: MoeDispatcher | None = Field(None, description="MoE token dispatcher (null: alltoall).")
+    moe_a2a_overlap: bool | None = Field(
+        None,
+        description="MoE all-to-all overlapped with another micro-batch's compute "
+        "(moe_a2a_overlap; null: off).",
+    )
+    moe_fused_mlp: bool | None = Field(
+        None,
+        description="Experts' MLP as Transformer Engine fused ops (op fuser, fused grouped MLP; null: off).",
+    )
+    recompute_modules: list[str] | None = Field(
+        None,
+        description="Megatron-Core recompute_modules of a selective recompute "
+        "(null: the default, core_attn); names the model does not know are reported, not modelled.",
+    )
+    tp_comm_overlap: bool | None = Field(
+        None,
+        description="TP communication overlapped with the GEMMs (tp_comm_overlap, async TP; null: chosen by "
+        "the model where the era offered it).",
+    )
+    dp_comm_overlap: bool | None = Field(
+        None,
+        description="Gradient reduction overlapped with backward (null: chosen by the model where the era "
+        "offered it).",
+    )
+    grad_reduce_dtype: ReduceDtype | None = Field(
+        None,
+        description="Precision gradients are reduced in (null: fp16 for fp16 training, else fp32).",
+    )
+
+
+class RunFacts(Frozen):
+    """Typed facts of one run kept beside a runs file the project does not own (`problems/runs/facts`):
+    transcribed from the run's source, reviewable, never fitted; merged into the record of that id."""
+
+    software: RunSoftware | None = None
+    architecture: RunArchitecture | None = None
+
+
 class RunMeasured(Frozen):
     """What was measured (null: not published)."""
 
@@ -107,6 +289,7 @@ class Run(Frozen):
     hardware: RunHardware
     parallel: RunParallel
     measured: RunMeasured
+    software: RunSoftware | None = Field(None, description="The software that ran it (null: not stated).")
     tier: str = Field(
         pattern="^[ABC]$", description="A: all core fields known; B: one or two unknown; C: more."
     )

@@ -1,0 +1,119 @@
+"""Every fact that changes a run's prediction is a typed field (`optimizer.schema.run`); notes change none."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from helpers import ROOT
+
+from optimizer.errors import ProblemErrors
+from optimizer.io.runs import load_runs, map_run
+from optimizer.schema.run import Run
+
+RUN_FILES = sorted((ROOT / "problems" / "runs").glob("*.yaml")) + sorted(
+    (ROOT.parent / "shared" / "calibration").glob("*.yaml")
+)
+
+
+def test_optimizer_never_reads_a_runs_notes():
+    """No ``"notes"`` string constant (a subscript, .get or membership key) in optimizer/io/runs.py, and no
+    other
+    module of optimizer/ reads a run's notes either."""
+    tree = ast.parse((ROOT / "optimizer" / "io" / "runs.py").read_text())
+    keys = [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value == "notes"]
+    assert not keys, [n.lineno for n in keys]
+    for p in (ROOT / "optimizer").rglob("*.py"):
+        text = p.read_text()
+        assert "run['notes']" not in text and 'run["notes"]' not in text and 'get("notes")' not in text, p
+
+
+def _mapping(run: dict) -> dict:
+    m = map_run(run)
+    if m.problem is None:
+        return {"skip": m.skip}
+    return {"problem": m.problem.model_dump(mode="json"), "free": m.free}
+
+
+def test_scrambled_notes_leave_every_mapping_identical():
+    """Each run's notes replaced by words that used to steer the mapping (and by nothing): every problem and
+    its
+    free knobs are the same."""
+    scramble = (
+        "eager; not compiled; attn_impl triton; FlashAttention-2; cuDNN; FP8 current scaling; "
+        "cpu_offloading_num_layers=9; DeepEP; A2A overlap on; full-iteration CUDA graphs; fused grouped MLP; "
+        "recompute_modules ['mlp']; comm overlap on; not overlapped; gradients reduced in bf16; torchtitan; "
+        "deepspeed; llm-foundry; attention sinks; clamped SwiGLU (limit 3.0); dense with ffn 1024; "
+        "MLA (q_lora 64, kv_lora 32, qk_nope 16 + qk_rope 8, v_head 16); "
+        "64-token sliding-window attention and full attention (2 each)"
+    )
+    n = 0
+    for f in RUN_FILES:
+        for run in load_runs(str(f)).data:
+            want = _mapping(run)
+            for notes in (scramble, None, run["notes"][::-1] if run["notes"] else "x"):
+                assert _mapping(run | {"notes": notes}) == want, (f.name, run["id"])
+            n += 1
+    assert n >= 200
+
+
+def _record(**extra) -> dict:
+    return {
+        "id": "r",
+        "source": "Test",
+        "tier": "A",
+        "model": {"hidden": 1024, "ffn": 4096, "layers": 8, "heads": 16, "seq_len": 2048},
+        "hardware": {"gpu": "h100-sxm-80gb", "num_gpus": 8, "gpus_per_node": 8},
+        "parallel": {"tp": 1, "pp": 1, "dp": 8, "cp": 1, "ep": 1, "global_batch": 64},
+        "measured": {"step_time_s": 1.0},
+    } | extra
+
+
+def test_software_block_is_typed_and_strict():
+    ok = Run.model_validate(
+        _record(
+            software={
+                "framework": "megatron-bridge",
+                "release": "26.06",
+                "year": 2026,
+                "attention": "flash",
+                "cuda_graphs": "full",
+                "recompute_modules": ["core_attn", "moe_act"],
+                "tp_comm_overlap": False,
+                "grad_reduce_dtype": "bf16",
+            }
+        )
+    )
+    assert ok.software.cuda_graphs.value == "full" and ok.software.tp_comm_overlap is False
+    with pytest.raises(ValueError, match="cuda_graph"):
+        Run.model_validate(_record(software={"cuda_graph": "full"}))  # typo'd key
+    with pytest.raises(ValueError):
+        Run.model_validate(_record(software={"attention": "flash4"}))
+
+
+def test_sidecar_facts_are_merged_and_checked(tmp_path: Path):
+    """A runs file's facts/<stem>.yaml is merged into its records; a fact stated twice or an unknown id is an
+    error."""
+    import yaml
+
+    (tmp_path / "facts").mkdir()
+    runs = tmp_path / "r.yaml"
+    runs.write_text(yaml.safe_dump([_record()]))
+    facts = tmp_path / "facts" / "r.yaml"
+    facts.write_text(
+        yaml.safe_dump({"r": {"software": {"year": 2021}, "architecture": {"attention_sinks": True}}})
+    )
+    (rec,) = load_runs(str(runs)).data
+    assert rec["software"]["year"] == 2021 and rec["model"]["architecture"]["attention_sinks"] is True
+    assert map_run(rec).problem.execution.attention.value == "standard"  # 2021: materialised attention
+    facts.write_text(yaml.safe_dump({"s": {"software": {"year": 2021}}}))
+    with pytest.raises(ProblemErrors, match="no run 's'"):
+        load_runs(str(runs))
+    runs.write_text(yaml.safe_dump([_record(software={"year": 2024})]))
+    facts.write_text(yaml.safe_dump({"r": {"software": {"year": 2021}}}))
+    with pytest.raises(ProblemErrors, match="software already"):
+        load_runs(str(runs))
+    facts.write_text(yaml.safe_dump({"r": {"softwares": {"year": 2021}}}))
+    with pytest.raises(ProblemErrors):
+        load_runs(str(runs))
