@@ -260,7 +260,9 @@ def refit(
         removed[key] = {(r["hardware"]["gpu"], stack_of(r)) for r in recs if r["id"] in held}
         files[key] = path
         if len(kept[key]) < len(recs):
-            files[key] = workdir / path.name
+            # the kept records carry their typed facts already (load_runs merged the sidecar): a name of their
+            # own, so that no sidecar file (runs/facts/<stem>.yaml) is merged into them a second time
+            files[key] = workdir / f"{path.stem}.fold.yaml"
             files[key].write_text(yaml.safe_dump(kept[key], sort_keys=False, width=1000))
     dirty: set[str] = set()
     prior: set[tuple[str, str | None]] = set()

@@ -164,8 +164,8 @@ def _block(key: str, facts: dict, indent: int) -> list[str]:
 
 def migrate_project_file(path: Path, dry: bool) -> int:
     """Insert `software:` before each record's `tier:` and `architecture:` at the end of its `model:` block
-    (before
-    `hardware:`) as text, so that every other byte of the file, comments and line folding included, stays."""
+    (before `hardware:`) as text, so that every other byte of the file, comments and line folding included,
+    stays."""
     lines = path.read_text().splitlines(keepends=True)
     data = yaml.safe_load("".join(lines))
     starts = [i for i, ln in enumerate(lines) if ln.startswith("- id:")] + [len(lines)]

@@ -121,8 +121,7 @@ def test_fp8_recipe_stated_is_the_precision_modelled():
 def test_attention_sinks_stated_are_modelled():
     """GPT-OSS records state attention sinks (model.architecture.attention_sinks): the mapped
     LLM carries them, says so, and its predicted step is longer (the sinks' gradient in the attention
-    backward);
-    the library's gpt-oss-120b has them too."""
+    backward); the library's gpt-oss-120b has them too."""
     from helpers import library_llm
 
     from optimizer.io.runs import predict
@@ -142,10 +141,9 @@ def test_clamped_glu_and_fused_expert_mlp_stated_are_modelled():
     """GPT-OSS records state a clamped SwiGLU (model.architecture.activation_clamp 7.0); the 26.06 presets'
     fused
     grouped MLP (Transformer Engine's op fuser, software.moe_fused_mlp) runs the experts' clamp and biases
-    inside
-    fused ops: a mapped MoE run carries the clamp, and the fused expert MLP only where its record states it,
-    and
-    is slower eager than fused."""
+    inside fused ops: a mapped MoE run carries the clamp, and the fused expert MLP only where its record
+    states it,
+    and is slower eager than fused."""
     from optimizer.io.runs import predict
 
     systems = {"h100-sxm-80gb": library_system("h100-sxm-80gb")}

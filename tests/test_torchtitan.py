@@ -168,8 +168,8 @@ def test_vanilla_tp_run_is_not_given_async_tp(titan_runs):
     software.tp_comm_overlap says which, so the vanilla run's TP collectives are on the critical path (it was
     given the overlap the model would
     choose, and came out 13% fast) and the async run keeps its overlap: its collectives are hidden, and its
-    matmuls
-    next to them run decomposed (`test_async_tp_runs_the_matmuls_next_to_tp_collectives_as_tp_smaller_ones`),
+    matmuls next to them run decomposed
+    (`test_async_tp_runs_the_matmuls_next_to_tp_collectives_as_tp_smaller_ones`),
     so its
     forward is longer and its step still shorter."""
     from optimizer.io.runs import predict

@@ -131,8 +131,7 @@ def _moe_shape(m: dict) -> tuple:
 def _library_expert_bias(m: dict) -> bool:
     """Whether a library model of the record's shape (`problems/llms`: hidden, ffn, layers, heads, K/V heads,
     head size, vocabulary, MLP kind and its experts) has biased experts: the run schema has no field for them
-    and
-    the records do not state them (GPT-OSS's name its QKV bias only; its checkpoint and Megatron-Bridge's
+    and the records do not state them (GPT-OSS's name its QKV bias only; its checkpoint and Megatron-Bridge's
     provider, add_bias_linear=True, give every expert linear one)."""
     return any(
         isinstance(doc, dict)
@@ -356,8 +355,7 @@ def _attention(stack: str, sw: dict, flash: bool, out: Mapped) -> str:
     """The attention kernel: ``software.attention`` as stated (cuDNN and FlashAttention-3 modelled as `flash`,
     the GPU's best fused kernel); unstated, materialised (`standard`) or FlashAttention by the era, and under
     torchtitan FlashAttention-2 (PyTorch SDPA's flash backend; cuDNN attention is its default only from
-    PyTorch
-    2.9)."""
+    PyTorch 2.9)."""
     stated = sw.get("attention")
     if stated:
         attention = {"cudnn": "flash", "fa3": "flash"}.get(stated, stated)
@@ -412,8 +410,7 @@ def _software_knobs(run: dict, sw: dict, fixed: dict, free: dict, out: Mapped) -
     MoE dispatcher (DeepEP / HybridEP: `flex`) and all-to-all overlap (ep > 1), CUDA graphs (Megatron-Bridge
     presets' cuda_graph_impl / cuda_graph_scope; unstated: the stack's default), Transformer Engine's fused
     expert MLP (use_transformer_engine_op_fuser, cutedsl_fused_grouped_mlp); and expert tensor parallelism,
-    left
-    free between 1 and tp for an MoE with tp > 1 (the schema has no field for it)."""
+    left free between 1 and tp for an MoE with tp > 1 (the schema has no field for it)."""
     par, m = run["parallel"], run["model"]
     off = sw.get("activation_offload_layers")
     if off:
