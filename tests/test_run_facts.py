@@ -35,6 +35,7 @@ def _mapping(run: dict) -> dict:
     return {"problem": m.problem.model_dump(mode="json"), "free": m.free}
 
 
+@pytest.mark.slow  # maps all 331 runs twice: about 14 s
 def test_scrambled_notes_leave_every_mapping_identical():
     """Each run's notes replaced by the words that used to steer the mapping: every problem and its free knobs
     are the same (the AST test above proves no key reads them; this checks the behaviour end to end)."""

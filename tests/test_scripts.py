@@ -42,7 +42,9 @@ QUICK = {
     "bench_solve.py": ([], ["llama3.1-8b-8xh100", "True", "checks: passed"]),
     "bench_study.py": ([], ["2 points in", "resumed run identical: True"]),
 }
-SLOW = {"bench_study.py"}  # a process pool and a killed, resumed CLI run: about 9 s on 2 cores
+# the slow set (run by CI with the rest): a process pool and a killed, resumed CLI run (bench_study, about 9 s
+# on 2 cores), and the benchmarks that start solver processes (3-8 s of CPU each)
+SLOW = {"bench_study.py", "bench_backends.py", "bench_check.py", "bench_procure.py", "bench_solve.py"}
 
 
 def test_every_bench_script_has_a_quick_case():
