@@ -35,10 +35,11 @@ def _mapping(run: dict) -> dict:
     return {"problem": m.problem.model_dump(mode="json"), "free": m.free}
 
 
-@pytest.mark.slow  # maps all 331 runs twice: about 14 s
+@pytest.mark.slow  # maps 151 runs twice: about 6 s
 def test_scrambled_notes_leave_every_mapping_identical():
     """Each run's notes replaced by the words that used to steer the mapping: every problem and its free knobs
-    are the same (the AST test above proves no key reads them; this checks the behaviour end to end)."""
+    are the same (the AST test above proves no key reads them; this checks the behaviour end to end). Every
+    run of every file, except one in ten of llm-foundry's 200 rows of one table (all mapped by the same code)."""
     scramble = (
         "eager; not compiled; attn_impl triton; FlashAttention-2; cuDNN; FP8 current scaling; "
         "cpu_offloading_num_layers=9; DeepEP; A2A overlap on; full-iteration CUDA graphs; fused grouped MLP; "
@@ -49,11 +50,12 @@ def test_scrambled_notes_leave_every_mapping_identical():
     )
     n = 0
     for f in RUN_FILES:
-        for run in load_runs(str(f)).data:
+        runs = load_runs(str(f)).data
+        for run in runs[::10] if f.name == "llmfoundry-mpt.yaml" else runs:
             want = _mapping(run)
             assert _mapping(run | {"notes": scramble}) == want, (f.name, run["id"])
             n += 1
-    assert n >= 200
+    assert n >= 140
 
 
 def _record(**extra) -> dict:
