@@ -39,7 +39,7 @@ def _mapping(run: dict) -> dict:
 def test_scrambled_notes_leave_every_mapping_identical():
     """Each run's notes replaced by the words that used to steer the mapping: every problem and its free knobs
     are the same (the AST test above proves no key reads them; this checks the behaviour end to end). Every
-    run of every file, except one in ten of llm-foundry's 200 rows of one table (all mapped by the same code)."""
+    run of every file, except one in ten of llm-foundry's 200 rows of one table (mapped by the same code)."""
     scramble = (
         "eager; not compiled; attn_impl triton; FlashAttention-2; cuDNN; FP8 current scaling; "
         "cpu_offloading_num_layers=9; DeepEP; A2A overlap on; full-iteration CUDA graphs; fused grouped MLP; "
