@@ -9,12 +9,13 @@ studies/solve/). Review the diff before committing: a changed objective is a cha
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from golden_file import write_or_check  # noqa: E402
 
 from optimizer.drivers.solve import solve  # noqa: E402
 from optimizer.io.loader import load_problem  # noqa: E402
@@ -61,15 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             "candidates": r.candidates,
         }
         print(rel, out[rel])
-    if args.check:
-        diff = differences(json.loads(PATH.read_text()) if PATH.is_file() else {}, out)
-        for line in diff:
-            print("DIFF", line)
-        print(f"{PATH.relative_to(ROOT)}: {'stale, run scripts/regen_golden.py' if diff else 'current'}")
-        return 1 if diff else 0
-    PATH.write_text(json.dumps(out, indent=2) + "\n")
-    print(f"wrote {PATH.relative_to(ROOT)}")
-    return 0
+    return write_or_check(PATH, out, args.check, "regen_golden.py", differences)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from golden_file import write_or_check  # noqa: E402
 from oracle_cases import CASES  # noqa: E402
 
 from optimizer.drivers.solve import solve  # noqa: E402
@@ -97,15 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, text in CASES.items():
         fresh[name] = enumerate_case(name, text)
         print(name, {k: v for k, v in fresh[name].items() if k != "execution"}, flush=True)
-    if args.check:
-        diff = differences(load() if PATH.is_file() else {}, fresh)
-        for line in diff:
-            print("DIFF", line)
-        print(f"{PATH.relative_to(ROOT)}: {'stale, run scripts/regen_oracle.py' if diff else 'current'}")
-        return 1 if diff else 0
-    PATH.write_text(json.dumps(fresh, indent=2) + "\n")
-    print(f"wrote {PATH.relative_to(ROOT)}")
-    return 0
+    return write_or_check(PATH, fresh, args.check, "regen_oracle.py", differences)
 
 
 if __name__ == "__main__":
