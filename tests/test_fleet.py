@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from optimizer.drivers.fleet import Rate, fleet
+from formulations.fleet import Rate
+from optimizer.drivers.fleet import fleet
 from optimizer.errors import ProblemError, ProblemErrors
 from optimizer.io.loader import load_fleet
 

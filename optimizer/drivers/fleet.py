@@ -6,18 +6,9 @@ Two stages:
    job then trains rate = global_batch x seq_len / step_time tokens/s, i.e. rate x period_days x 86400 tokens
    per period.
    Sizes where nothing fits are left out.
-2. Portfolio MILP (Pyomo, HiGHS through highspy in a worker process, formulations.pyomo_model.run_highs):
-
-    buy[t,q]   >= 0 integer      nodes of type t bought at the start of period q (kept to the horizon's end)
-    x[j,t,s,q] binary            job j runs on s nodes of type t during period q
-    sum_{t,s} x[j,t,s,q] <= 1                        a job runs on one allocation per period
-    sum_{j,s} s x[j,t,s,q] <= sum_{q'<=q} buy[t,q']  nodes in use <= nodes owned
-    sum_{q'<=q} buy[t,q'] <= max_nodes[t]            availability
-    sum_t power[t] sum_{q'<=q} buy[t,q'] <= power_kw power cap
-    cost = sum_{t,q} node_usd[t] buy[t,q]            capex (price_usd + extra_usd per node)
-  goal cost:   sum_{t,s,q<=deadline_j} tok[j,t,s] x[j,t,s,q] >= tokens_j; minimise cost
-               (ties: fewer node-periods)
-  goal tokens: cost <= budget; done_j <= tokens_j, done_j <= sum_{t,s,q} tok x; maximise sum_j weight_j done_j
+2. Portfolio MILP (`formulations.fleet`; Pyomo, HiGHS through highspy in a worker process): nodes to buy
+   per type and period and the allocation of each job per period, for the least capex (goal cost) or the
+   most weighted tokens within the budget (goal tokens).
 
 A job that finishes early in a period holds its nodes to the period's end (periods are the planning grain).
 Infeasible: the budget's shortfall (min cost without the budget, less the budget), and per job the tokens its
@@ -30,24 +21,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from formulations.fleet import Rate, solve_portfolio, token_scale
 from optimizer.errors import Infeasible
 from optimizer.schema import Options, Problem
 from optimizer.schema.fleet import FleetGoal, FleetProblem
 from optimizer.schema.problem import Objective
 
 SECONDS_PER_DAY = 86400.0
-
-
-@dataclass
-class Rate:
-    job: str
-    node_type: str
-    nodes: int
-    gpus_used: int
-    step_time_s: float
-    tokens_per_s: float
-    tokens_per_period: float
-    status: str  # optimal | feasible
 
 
 @dataclass
@@ -112,97 +92,6 @@ def throughput_table(fp: FleetProblem, time_limit_s: float = 60.0) -> list[Rate]
                     )
                 )
     return out
-
-
-def token_scale(fp: FleetProblem) -> float:
-    """Tokens per unit in the MILP's rows: the largest job's tokens are 1000 units (well-scaled rows)."""
-    return max(j.training.tokens for j in fp.jobs) / 1e3
-
-
-def build_portfolio(
-    fp: FleetProblem,
-    rates: list[Rate],
-    budget_usd: float | None = "default",
-    deadlines: dict[str, int] | None = None,
-    goal: FleetGoal | None = None,
-):
-    """The Pyomo model of the portfolio (see the module docstring)."""
-    import pyomo.environ as pyo
-
-    goal = goal or fp.fleet.goal
-    budget = fp.fleet.budget_usd if budget_usd == "default" else budget_usd
-    P = fp.fleet.periods
-    types = {t.name: t for t in fp.node_types}
-    jobs = {j.name: j for j in fp.jobs}
-    dl = {j.name: (deadlines or {}).get(j.name, j.deadline_period or P) for j in fp.jobs}
-    m = pyo.ConcreteModel(name=fp.name or "fleet")
-    Q = list(range(1, P + 1))
-    X = [(i, q) for i, r in enumerate(rates) for q in Q]
-    m.buy = pyo.Var(list(types), Q, domain=pyo.NonNegativeIntegers)
-    m.x = pyo.Var(X, domain=pyo.Binary)
-    owned = {(t, q): sum(m.buy[t, k] for k in Q if k <= q) for t in types for q in Q}
-    m.one = pyo.ConstraintList()
-    m.cap = pyo.ConstraintList()
-    for jn in jobs:
-        for q in Q:
-            xs = [m.x[i, q] for i, r in enumerate(rates) if r.job == jn]
-            if xs:
-                m.one.add(sum(xs) <= 1)
-    for t, nt in types.items():
-        for q in Q:
-            use = [r.nodes * m.x[i, q] for i, r in enumerate(rates) if r.node_type == t]
-            if use:
-                m.cap.add(sum(use) <= owned[t, q])
-            if nt.max_nodes is not None:
-                m.cap.add(owned[t, q] <= nt.max_nodes)
-    if fp.fleet.power_kw is not None:
-        m.power = pyo.ConstraintList()
-        for q in Q:
-            m.power.add(sum(types[t].power_kw * owned[t, q] for t in types) <= fp.fleet.power_kw)
-    cost = sum(types[t].node_usd * m.buy[t, q] for t in types for q in Q)
-    m.cost = pyo.Expression(expr=cost)
-    if budget is not None:
-        m.budget = pyo.Constraint(expr=cost <= budget)
-    scale = token_scale(fp)
-    if goal == FleetGoal.COST:
-        m.tokens = pyo.ConstraintList()
-        for jn, j in jobs.items():
-            tr = [
-                r.tokens_per_period / scale * m.x[i, q]
-                for i, r in enumerate(rates)
-                if r.job == jn
-                for q in Q
-                if q <= dl[jn]
-            ]
-            m.tokens.add((sum(tr) if tr else 0) >= j.training.tokens / scale)
-        # ties between equal-cost purchases: fewer node-periods in use (an epsilon far below $1)
-        eps = 1e-6 / max(1, sum(r.nodes for r in rates) * P)
-        m.obj = pyo.Objective(
-            expr=cost + eps * sum(r.nodes * m.x[i, q] for (i, q) in X for r in [rates[i]]), sense=pyo.minimize
-        )
-    else:
-        m.done = pyo.Var(list(jobs), domain=pyo.NonNegativeReals)
-        m.tokens = pyo.ConstraintList()
-        for jn, j in jobs.items():
-            tr = [
-                r.tokens_per_period / scale * m.x[i, q]
-                for i, r in enumerate(rates)
-                if r.job == jn
-                for q in Q
-                if q <= dl[jn]
-            ]
-            m.tokens.add(m.done[jn] <= j.training.tokens / scale)
-            m.tokens.add(m.done[jn] <= (sum(tr) if tr else 0))
-        m.obj = pyo.Objective(expr=sum(j.weight * m.done[jn] for jn, j in jobs.items()), sense=pyo.maximize)
-    return m, X, dl
-
-
-def solve_portfolio(fp: FleetProblem, rates: list[Rate], time_limit_s: float = 60.0, **kw):
-    from formulations.pyomo_model import run_highs
-
-    m, X, dl = build_portfolio(fp, rates, **kw)
-    r = run_highs(m, time_limit_s)
-    return m, X, dl, r
 
 
 def fleet(fp: FleetProblem, time_limit_s: float = 60.0, rates: list[Rate] | None = None) -> FleetResult:
