@@ -197,3 +197,24 @@ def test_fits_reports_the_knobs_it_freed(tmp_path, capsys):
     assert "left free, chosen by the solver" in out
     for k, (c, d) in r.freed.items():
         assert f"{k}={c} [{d}]" in out
+
+
+def test_smallest_hbm_fits_with_the_default_headroom(tmp_path):
+    """The default headroom is a share of the HBM (the memory model's stated error), so it grows with the HBM
+    suggested: the smallest HBM is the use x (1 + the error), and it fits; the use plus the headroom of the
+    GPU the problem has (what was suggested before) does not."""
+    from optimizer.model.capacity import MEMORY_ERROR_PCT
+
+    path = tmp_path / "p.yaml"
+    body = BASE.format(hbm=16, gpus=8, batch=16, extra="execution: {tp: 1, pp: 1, zero: 0}")
+    path.write_text(body.replace("options: {memory_headroom_gib: 0}\n", ""))
+    r = check(*load_problem_doc(path))
+    assert not r.fits
+    hbm = next(x for x in r.relaxations if x.kind == "hbm")
+    assert hbm.fits, hbm
+    need = r.min_hbm_gib / (1 + MEMORY_ERROR_PCT / 100)
+    old = need + 16 * (1 - 1 / (1 + MEMORY_ERROR_PCT / 100))  # use + this 16 GiB GPU's headroom
+    path.write_text(
+        body.replace("hbm_gib: 16", f"hbm_gib: {old:.1f}").replace("options: {memory_headroom_gib: 0}\n", "")
+    )
+    assert not check(*load_problem_doc(path)).fits

@@ -260,7 +260,7 @@ def _explain_memory(p: Problem, out: CheckResult):
     cap = capacity_bytes(p) / GIB
     ev = evaluate_execution(p, to_execution(mm.knobs, p.system))
     need = ev.result["hbm"] / GIB
-    out.min_hbm_gib = need + p.headroom_gib()
+    out.min_hbm_gib = p.hbm_to_hold_gib(need)
     ex = ev.execution
     plan = (
         f"tp={ex.tp} pp={ex.pp} dp={ex.dp} cp={ex.cp} vpp={ex.vpp} micro_batch={ex.micro_batch} "

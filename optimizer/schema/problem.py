@@ -369,6 +369,12 @@ class Problem(Frozen):
             return h
         return self.system.hbm_gib * (1 - 1 / (1 + MEMORY_ERROR_PCT / 100))
 
+    def hbm_to_hold_gib(self, use_gib: float) -> float:
+        """The HBM per GPU (GiB) whose part left after the headroom (`headroom_gib`) holds `use_gib`: use plus
+        the fixed headroom, or, with the default headroom (a share of the HBM), use x (1 + the stated error)."""
+        h = self.options.memory_headroom_gib
+        return use_gib + h if h is not None else use_gib * (1 + MEMORY_ERROR_PCT / 100)
+
     @model_validator(mode="after")
     def _stack_offers_search(self):
         from optimizer.schema.stack import precision_unsupported, unsupported, written_unsupported
