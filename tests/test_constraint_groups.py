@@ -9,14 +9,14 @@ memory.hbm (the smallest HBM per GPU of any legal plan, `formulations.fit`) and 
 step-time target no plan that fits meets) are named by `optimizer.drivers.check.check`.
 
 Each row of `CASES` is a twin pair on a 4-layer, 12-head toy model (`BASE`): a feasible problem and an
-infeasible one that differs from it in one value and fails BECAUSE of the row's group. The test asserts
+infeasible one that differs from it in one value and fails because of the row's group. The test asserts
 that the feasible twin has no conflict and that the infeasible twin's minimal conflict is exactly the row's
 groups: the group under test plus `fixed.<knob>` for the knobs the twin fixes in `search`, and the one rule
 group it is defined against: rules.batch for rules.interleave (the micro-batch count exists only where
 dp*micro_batch divides the global batch) and rules.gpus for caps.cp (only the GPU count pushes cp past its
-cap). The rule rows call `formulations.rules.conflict`
-directly (one small CP-SAT model, a few ms); only the memory and target rows run `check`, whose solves stay
-cheap on the toy model. The whole file is part of the fast test set (a few seconds of CPU).
+cap). The rule rows call `formulations.rules.conflict` directly (one small CP-SAT model, a few ms); only
+the memory and target rows run `check`, whose solves stay cheap on the toy model. The whole file is part
+of the fast test set (a few seconds of CPU).
 """
 
 from __future__ import annotations
