@@ -371,7 +371,8 @@ class Problem(Frozen):
 
     def hbm_to_hold_gib(self, use_gib: float) -> float:
         """The HBM per GPU (GiB) whose part left after the headroom (`headroom_gib`) holds `use_gib`: use plus
-        the fixed headroom, or, with the default headroom (a share of the HBM), use x (1 + the stated error)."""
+        the fixed headroom, or, with the default headroom (a share of the HBM), use x (1 + the stated
+        error)."""
         h = self.options.memory_headroom_gib
         return use_gib + h if h is not None else use_gib * (1 + MEMORY_ERROR_PCT / 100)
 
