@@ -1,0 +1,59 @@
+"""Input robustness of the readers and the system schema: bad files and bad values end in exit 2 with
+file:line:field (or the config key), never a traceback, a hang or an unbounded read."""
+
+from __future__ import annotations
+
+import pytest
+
+from optimizer.cli import main
+
+SYS_PROBLEM = (
+    "name: sys\nllm: llama3.1-8b\nsystem: {{base: h100-sxm-80gb, {field}}}\nnum_gpus: 16\n"
+    "training: {{global_batch: 64, precision: bf16, tokens: 1.0e+9}}\n"
+)
+
+
+def run(tmp_path, capsys, body: str, *args, command="solve", name="p.yaml"):
+    path = tmp_path / name
+    path.write_text(body, encoding="utf-8")
+    try:
+        rc = main([command, str(path), *args])
+    except SystemExit as e:  # argparse
+        rc = e.code
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return rc, out, err, str(path)
+
+
+def assert_input_error(rc, err, path, field, words=""):
+    assert rc == 2, err
+    lines = [x for x in err.splitlines() if x.startswith("error: ")]
+    hit = [x for x in lines if x.startswith(f"error: {path}") and field in x and words in x]
+    assert hit, (field, words, lines)
+
+
+@pytest.mark.parametrize(
+    "field, where, words",
+    [
+        ('hbm_gib: "120"', "system.hbm_gib", "number"),
+        ("hbm_gib: 1.0e+16", "system.hbm_gib", "<="),
+        ("hbm_gib: 1.0e+14", "system.hbm_gib", "<="),
+        ("gpus_per_node: 100000000000", "system.gpus_per_node", "<="),
+        ("hbm_bandwidth_gbps: 1.0e+300", "system.hbm_bandwidth_gbps", "<="),
+        (
+            "networks: [{name: nvlink, size: 8, bandwidth_gbps: 450.0, latency_us: 3, efficiency: 0.8}, "
+            "{name: ib, size: 1180591620717411303424, bandwidth_gbps: 50.0, latency_us: 5, efficiency: 0.8}]",
+            "system.networks.1.size",
+            "<=",
+        ),
+        (
+            'networks: [{name: nvlink, size: 8, bandwidth_gbps: 450.0, latency_us: 3, efficiency: "0.8"}]',
+            "system.networks.0.efficiency",
+            "number",
+        ),
+        ("clock_scale: true", "system.clock_scale", ""),
+    ],
+)
+def test_system_fields_strict_and_bounded(tmp_path, capsys, field, where, words):
+    rc, _, err, path = run(tmp_path, capsys, SYS_PROBLEM.format(field=field))
+    assert_input_error(rc, err, path, where, words)
