@@ -55,7 +55,7 @@ PositiveInt = Annotated[int, Strict(), Field(gt=0), AfterValidator(_count)]
 Float = Annotated[float, Strict(), AfterValidator(_amount)]
 PositiveFloat = Annotated[float, Strict(), Field(gt=0), AfterValidator(_amount)]
 NonNegativeFloat = Annotated[float, Strict(), Field(ge=0), AfterValidator(_amount)]
-CapacityGiB = Annotated[float, Strict(), Field(ge=0), AfterValidator(_capacity)]
+CapacityGiB = Annotated[float, Strict(), AfterValidator(_capacity)]  # sign: the field's own ge/gt
 
 
 class Axis(StrEnum):

@@ -68,7 +68,7 @@ class Network(Frozen):
 class OffloadMemory(Frozen):
     """Second memory tier for weight/activation/optimizer offload (host DDR, CXL)."""
 
-    capacity_gib: CapacityGiB = Field(0.0, description="Offload capacity per GPU, GiB (0 = none).")
+    capacity_gib: CapacityGiB = Field(0.0, ge=0, description="Offload capacity per GPU, GiB (0 = none).")
     bandwidth_gbps: NonNegativeFloat = Field(
         0.0, description="Per-GPU bandwidth to offload memory, GB/s, each way."
     )
@@ -255,7 +255,7 @@ class System(Frozen):
         ProcessingMode.ROOFLINE, description="roofline: op time = max(compute, memory); sum: their sum."
     )
     reserved_gib: CapacityGiB = Field(
-        1.0, description="HBM taken by the runtime (CUDA context, NCCL buffers, allocator slack), GiB."
+        1.0, ge=0, description="HBM taken by the runtime (CUDA context, NCCL buffers, allocator slack), GiB."
     )
     offload: OffloadMemory = Field(default_factory=OffloadMemory, description="Second memory tier.")
     networks: list[Network] = Field(min_length=1, description="Network tiers, innermost first.")
