@@ -57,3 +57,27 @@ def assert_input_error(rc, err, path, field, words=""):
 def test_system_fields_strict_and_bounded(tmp_path, capsys, field, where, words):
     rc, _, err, path = run(tmp_path, capsys, SYS_PROBLEM.format(field=field))
     assert_input_error(rc, err, path, where, words)
+
+
+TAG_PROBLEM = (
+    "name: t\nllm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 16\n"
+    "training: {{global_batch: 64, precision: bf16, tokens: 1.0e+9}}\noptions: {{allow_idle_gpus: {value}}}\n"
+)
+
+
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        ("!!bool maybe", "'maybe' is not a boolean"),
+        ("!!int abc", "invalid value"),
+        ("!!timestamp xyz", "'xyz' is not a !!timestamp"),
+    ],
+)
+def test_explicit_tag_on_a_value_it_does_not_fit(tmp_path, capsys, value, words):
+    rc, _, err, path = run(tmp_path, capsys, TAG_PROBLEM.format(value=value), command="check")
+    assert_input_error(rc, err, path + ":6:", "options.allow_idle_gpus", words)
+
+
+def test_explicit_bool_tag_on_a_key(tmp_path, capsys):
+    rc, _, err, path = run(tmp_path, capsys, "name: t\n!!bool maybe: 3\n", command="check")
+    assert_input_error(rc, err, path + ":2:", "", "not a boolean")

@@ -119,6 +119,25 @@ def _check_depth(text: str, name: str) -> None:
         return  # composing reports syntax errors with their line
 
 
+def _construct(constructor: yaml.SafeLoader, n: yaml.Node, name: str, loc: Loc) -> Any:
+    """The Python value of one node. An explicit tag on a value it does not fit (``!!bool maybe``,
+    ``!!int x``, ``!!timestamp y``) makes PyYAML's constructors raise KeyError, ValueError or AttributeError;
+    each is a one-line error at the node's line."""
+    where = ".".join(map(str, loc)) or None
+    line = n.start_mark.line + 1
+    tag = "!!" + n.tag.rsplit(":", 1)[-1]
+    if tag == "!!bool" and isinstance(n, yaml.ScalarNode) and n.value.lower() not in constructor.bool_values:
+        raise ProblemError(name, line, where, f"invalid value: {n.value!r} is not a boolean")
+    try:
+        return constructor.construct_object(n, deep=True)
+    except (yaml.YAMLError, ValueError, OverflowError) as e:
+        raise ProblemError(name, line, where, f"invalid value: {str(e).splitlines()[0]}") from None
+    except (KeyError, AttributeError, TypeError):
+        raise ProblemError(
+            name, line, where, f"invalid value: {str(n.value)[:40]!r} is not a {tag}"
+        ) from None
+
+
 def parse_yaml(text: str, name: str = "<input>") -> Sourced:
     try:
         yaml.reader.Reader(text)  # printable characters only
@@ -169,7 +188,7 @@ def parse_yaml(text: str, name: str = "<input>") -> Sourced:
             for k, v in n.value:
                 if not isinstance(k, yaml.ScalarNode) or k.tag not in _TAGS:
                     fail(k, loc, "keys must be plain strings")
-                key = constructor.construct_object(k, deep=True)
+                key = _construct(constructor, k, name, loc)
                 if not isinstance(key, (str, int)):
                     raise ProblemError(
                         name, k.start_mark.line + 1, ".".join(map(str, loc)) or None, "keys must be strings"
@@ -189,10 +208,7 @@ def parse_yaml(text: str, name: str = "<input>") -> Sourced:
             return items
         if isinstance(n, yaml.ScalarNode) and n.tag.endswith((":int", ":float")) and len(n.value) > 64:
             fail(n, loc, f"number with {len(n.value)} characters (at most 64)")
-        try:
-            return constructor.construct_object(n, deep=True)
-        except (yaml.YAMLError, ValueError, OverflowError) as e:
-            fail(n, loc, f"invalid value: {str(e).splitlines()[0]}")
+        return _construct(constructor, n, name, loc)
 
     return Sourced(walk(node, ()), where, name)
 
