@@ -3,6 +3,9 @@ file:line:field (or the config key), never a traceback, a hang or an unbounded r
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
 from optimizer.cli import main
@@ -81,3 +84,32 @@ def test_explicit_tag_on_a_value_it_does_not_fit(tmp_path, capsys, value, words)
 def test_explicit_bool_tag_on_a_key(tmp_path, capsys):
     rc, _, err, path = run(tmp_path, capsys, "name: t\n!!bool maybe: 3\n", command="check")
     assert_input_error(rc, err, path + ":2:", "", "not a boolean")
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
+def test_device_refused_before_reading(capsys, device):
+    if not os.path.exists(device):
+        pytest.skip(f"no {device}")
+    assert main(["check", device]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"error: {device}: " in err and "not a regular file" in err
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs")
+@pytest.mark.parametrize("command", ["check", "study"])
+def test_fifo_refused_without_blocking(tmp_path, capsys, monkeypatch, command):
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo("f.yaml")
+    (tmp_path / "st.yaml").write_text("name: s\nbase: f.yaml\naxes: {num_gpus: [8]}\n", encoding="utf-8")
+    t0 = time.perf_counter()
+    assert main([command, "f.yaml" if command == "check" else "st.yaml"]) == 2
+    assert time.perf_counter() - t0 < 5
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "error: f.yaml: " in err and "not a regular file (a FIFO)" in err
+
+
+def test_read_is_bounded(tmp_path, capsys):
+    path = tmp_path / "big.yaml"
+    path.write_bytes(b"# " + b"x" * (4 * 2**20 + 10) + b"\n")
+    assert main(["check", str(path)]) == 2
+    assert "file too large" in capsys.readouterr().err

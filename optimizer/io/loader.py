@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,21 @@ MAX_VALUES = 200_000  # keys, items and scalars after alias expansion (an alias 
 _TAGS = {f"tag:yaml.org,2002:{t}" for t in ("map", "seq", "str", "int", "float", "bool", "null", "timestamp")}
 
 
+def read_regular(p: Path, limit_bytes: int) -> bytes:
+    """At most `limit_bytes` + 1 bytes of the regular file `p` (a byte over the limit says it is larger).
+    A FIFO, device or directory is refused before anything is read: /dev/zero never ends and a FIFO with no
+    writer blocks the open; opening without blocking and checking the opened file leaves no window between
+    the check and the read. Raises OSError, or ValueError naming what `p` is."""
+    fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = st.st_mode
+            what = "a directory" if stat.S_ISDIR(kind) else "a FIFO" if stat.S_ISFIFO(kind) else "a device"
+            raise ValueError(f"not a regular file ({what})")
+        return f.read(limit_bytes + 1)
+
+
 def read_yaml(path: str | os.PathLike) -> Sourced:
     """Parse one YAML file, keeping the line of every key and list item. Any bytes get a one-line error:
     too large, binary, not UTF-8, too deep, too many values, an unsupported tag."""
@@ -72,19 +88,13 @@ def read_yaml(path: str | os.PathLike) -> Sourced:
     except (TypeError, ValueError) as e:
         raise ProblemError(str(path)[:200], None, None, f"not a file name: {e}") from None
     try:
-        size = p.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise ProblemError(
-                name,
-                None,
-                None,
-                f"file too large ({size / 2**20:.1f} MiB; at most {MAX_FILE_BYTES // 2**20} MiB)",
-            )
-        raw = p.read_bytes()
+        raw = read_regular(p, MAX_FILE_BYTES)
     except FileNotFoundError:
         raise ProblemError(name, None, None, "no such file") from None
     except (OSError, ValueError) as e:
         raise ProblemError(name, None, None, f"cannot read: {getattr(e, 'strerror', None) or e}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ProblemError(name, None, None, f"file too large (at most {MAX_FILE_BYTES // 2**20} MiB)")
     if b"\0" in raw:
         raise ProblemError(
             name, raw[: raw.index(b"\0")].count(b"\n") + 1, None, "binary file (NUL byte), not YAML"
