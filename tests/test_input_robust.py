@@ -113,3 +113,15 @@ def test_read_is_bounded(tmp_path, capsys):
     path.write_bytes(b"# " + b"x" * (4 * 2**20 + 10) + b"\n")
     assert main(["check", str(path)]) == 2
     assert "file too large" in capsys.readouterr().err
+
+
+def test_check_with_a_precision_list(tmp_path, capsys):
+    """`check` of a problem whose search opens several precisions answers (it crashed reading the
+    precision's enum value from a string)."""
+    body = (
+        "name: small-precisions\nllm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 16\n"
+        "training: {global_batch: 64, precision: bf16, tokens: 1.0e+9}\nsearch: {precision: [bf16, fp8]}\n"
+    )
+    rc, out, err, _ = run(tmp_path, capsys, body, command="check")
+    assert rc == 0, err
+    assert "checked in" in out + err
