@@ -3,6 +3,7 @@ file:line:field (or the config key), never a traceback, a hang or an unbounded r
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -125,3 +126,56 @@ def test_check_with_a_precision_list(tmp_path, capsys):
     rc, out, err, _ = run(tmp_path, capsys, body, command="check")
     assert rc == 0, err
     assert "checked in" in out + err
+
+
+MIXTRAL = {
+    "model_type": "mixtral",
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 32768,
+    "num_attention_heads": 32,
+    "num_experts_per_tok": 2,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "num_local_experts": 8,
+    "tie_word_embeddings": False,
+    "vocab_size": 32000,
+}
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"hidden_size": "1e400"}, "hidden_size: must be an integer, not inf"),
+        ({"num_hidden_layers": 10**12}, "num_hidden_layers: must be in 0.."),
+        ({"num_hidden_layers": 10**8, "mlp_only_layers": [1]}, "num_hidden_layers: must be in 0.."),
+        ({"hidden_size": None}, "hidden_size: must be an integer, not null"),
+        ({"hidden_size": 4096.9}, "hidden_size: must be an integer, not 4096.9"),
+        ({"mlp_only_layers": 5}, "mlp_only_layers: must be a list of layer indices"),
+        ({"tie_word_embeddings": "false"}, "tie_word_embeddings: must be true or false, not a string"),
+        ({"num_local_experts": "8"}, "num_local_experts: must be an integer, not a string"),
+        ({"x": "DEEP"}, "nested too deeply"),
+    ],
+)
+def test_malformed_hf_config(tmp_path, capsys, change, words):
+    cfg = tmp_path / "m" / "config.json"
+    cfg.parent.mkdir()
+    text = json.dumps({**MIXTRAL, **change}).replace('"1e400"', "1e400")
+    cfg.write_text(text.replace('"DEEP"', "[" * 100_000 + "]" * 100_000), encoding="utf-8")
+    body = f"name: hf\nllm: {cfg}\nsystem: h100-sxm-80gb\nnum_gpus: 64\ntraining: {{global_batch: 256}}\n"
+    t0 = time.perf_counter()
+    rc, _, err, path = run(tmp_path, capsys, body, command="evaluate")
+    assert time.perf_counter() - t0 < 5
+    assert_input_error(rc, err, path + ":2:", f"llm: {cfg}: ", words)
+
+
+def test_hf_moe_layer_count_unchanged(tmp_path):
+    """The sparse-layer count, now counted rather than listed, is the list's length."""
+    from optimizer.io.hf_config import to_llm
+
+    qwen = {**MIXTRAL, "model_type": "qwen2_moe", "num_hidden_layers": 24, "decoder_sparse_step": 2}
+    assert to_llm({**qwen, "mlp_only_layers": [1, 2, 5]}, "q")["moe"]["moe_layers"] == 12 - 2
+    assert "moe_layers" not in to_llm(MIXTRAL, "m")["moe"]
+    ds = {**MIXTRAL, "first_k_dense_replace": 3}
+    assert to_llm(ds, "d")["moe"]["moe_layers"] == 29
