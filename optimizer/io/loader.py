@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,21 @@ MAX_VALUES = 200_000  # keys, items and scalars after alias expansion (an alias 
 _TAGS = {f"tag:yaml.org,2002:{t}" for t in ("map", "seq", "str", "int", "float", "bool", "null", "timestamp")}
 
 
+def read_regular(p: Path, limit_bytes: int) -> bytes:
+    """At most `limit_bytes` + 1 bytes of the regular file `p` (a byte over the limit says it is larger).
+    A FIFO, device or directory is refused before anything is read: /dev/zero never ends and a FIFO with no
+    writer blocks the open; opening without blocking and checking the opened file leaves no window between
+    the check and the read. Raises OSError, or ValueError naming what `p` is."""
+    fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = st.st_mode
+            what = "a directory" if stat.S_ISDIR(kind) else "a FIFO" if stat.S_ISFIFO(kind) else "a device"
+            raise ValueError(f"not a regular file ({what})")
+        return f.read(limit_bytes + 1)
+
+
 def read_yaml(path: str | os.PathLike) -> Sourced:
     """Parse one YAML file, keeping the line of every key and list item. Any bytes get a one-line error:
     too large, binary, not UTF-8, too deep, too many values, an unsupported tag."""
@@ -72,19 +88,13 @@ def read_yaml(path: str | os.PathLike) -> Sourced:
     except (TypeError, ValueError) as e:
         raise ProblemError(str(path)[:200], None, None, f"not a file name: {e}") from None
     try:
-        size = p.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise ProblemError(
-                name,
-                None,
-                None,
-                f"file too large ({size / 2**20:.1f} MiB; at most {MAX_FILE_BYTES // 2**20} MiB)",
-            )
-        raw = p.read_bytes()
+        raw = read_regular(p, MAX_FILE_BYTES)
     except FileNotFoundError:
         raise ProblemError(name, None, None, "no such file") from None
     except (OSError, ValueError) as e:
         raise ProblemError(name, None, None, f"cannot read: {getattr(e, 'strerror', None) or e}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ProblemError(name, None, None, f"file too large (at most {MAX_FILE_BYTES // 2**20} MiB)")
     if b"\0" in raw:
         raise ProblemError(
             name, raw[: raw.index(b"\0")].count(b"\n") + 1, None, "binary file (NUL byte), not YAML"
@@ -117,6 +127,25 @@ def _check_depth(text: str, name: str) -> None:
                 depth -= 1
     except yaml.MarkedYAMLError:
         return  # composing reports syntax errors with their line
+
+
+def _construct(constructor: yaml.SafeLoader, n: yaml.Node, name: str, loc: Loc) -> Any:
+    """The Python value of one node. An explicit tag on a value it does not fit (``!!bool maybe``,
+    ``!!int x``, ``!!timestamp y``) makes PyYAML's constructors raise KeyError, ValueError or AttributeError;
+    each is a one-line error at the node's line."""
+    where = ".".join(map(str, loc)) or None
+    line = n.start_mark.line + 1
+    tag = "!!" + n.tag.rsplit(":", 1)[-1]
+    if tag == "!!bool" and isinstance(n, yaml.ScalarNode) and n.value.lower() not in constructor.bool_values:
+        raise ProblemError(name, line, where, f"invalid value: {n.value!r} is not a boolean")
+    try:
+        return constructor.construct_object(n, deep=True)
+    except (yaml.YAMLError, ValueError, OverflowError) as e:
+        raise ProblemError(name, line, where, f"invalid value: {str(e).splitlines()[0]}") from None
+    except (KeyError, AttributeError, TypeError):
+        raise ProblemError(
+            name, line, where, f"invalid value: {str(n.value)[:40]!r} is not a {tag}"
+        ) from None
 
 
 def parse_yaml(text: str, name: str = "<input>") -> Sourced:
@@ -169,7 +198,7 @@ def parse_yaml(text: str, name: str = "<input>") -> Sourced:
             for k, v in n.value:
                 if not isinstance(k, yaml.ScalarNode) or k.tag not in _TAGS:
                     fail(k, loc, "keys must be plain strings")
-                key = constructor.construct_object(k, deep=True)
+                key = _construct(constructor, k, name, loc)
                 if not isinstance(key, (str, int)):
                     raise ProblemError(
                         name, k.start_mark.line + 1, ".".join(map(str, loc)) or None, "keys must be strings"
@@ -189,10 +218,7 @@ def parse_yaml(text: str, name: str = "<input>") -> Sourced:
             return items
         if isinstance(n, yaml.ScalarNode) and n.tag.endswith((":int", ":float")) and len(n.value) > 64:
             fail(n, loc, f"number with {len(n.value)} characters (at most 64)")
-        try:
-            return constructor.construct_object(n, deep=True)
-        except (yaml.YAMLError, ValueError, OverflowError) as e:
-            fail(n, loc, f"invalid value: {str(e).splitlines()[0]}")
+        return _construct(constructor, n, name, loc)
 
     return Sourced(walk(node, ()), where, name)
 

@@ -18,6 +18,10 @@ class Frozen(BaseModel):
 # physically meaningful, so that nothing downstream overflows or loops over a value.
 MAX_COUNT = 2**24  # GPUs, sequences, tokens per sequence, layer widths: 16.7M is beyond any machine or model
 MAX_AMOUNT = 1.0e15  # USD, tokens, kW, GiB, GB/s, TFLOP/s, seconds, days: above any real quantity
+MAX_CAPACITY_GIB = float(
+    2**24
+)  # one GPU's memory (HBM, offload tier), GiB: 16 PiB, beyond any device; in KiB
+# (the memory constraints' unit) it stays within 2^44, far inside CP-SAT's int64 coefficients
 # The memory model's stated error: leave-one-out MAPE of the predicted against the measured peak memory on the
 # 20 published runs that report it (`python scripts/calibrate_memory.py ../shared/calibration/public_runs.yaml
 # problems/runs/torchtitan-h100-h200.yaml`: 5.05%, max 14.7%; 5.60% before torchtitan's TP was read as keeping
@@ -40,11 +44,18 @@ def _amount(v: float) -> float:
     return v
 
 
+def _capacity(v: float) -> float:
+    if abs(v) > MAX_CAPACITY_GIB:
+        raise ValueError(f"must be <= {MAX_CAPACITY_GIB:,.0f} GiB (the largest physically meaningful memory)")
+    return v
+
+
 Int = Annotated[int, Strict(), AfterValidator(_count)]
 PositiveInt = Annotated[int, Strict(), Field(gt=0), AfterValidator(_count)]
 Float = Annotated[float, Strict(), AfterValidator(_amount)]
 PositiveFloat = Annotated[float, Strict(), Field(gt=0), AfterValidator(_amount)]
 NonNegativeFloat = Annotated[float, Strict(), Field(ge=0), AfterValidator(_amount)]
+CapacityGiB = Annotated[float, Strict(), AfterValidator(_capacity)]  # sign: the field's own ge/gt
 
 
 class Axis(StrEnum):

@@ -7,11 +7,22 @@ Units are in the field names: ``*_tflops`` dense peak in 10^12 FLOP/s, ``*_gbps`
 from __future__ import annotations
 
 import numpy as np
-from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from optimizer.schema.common import EFFICIENCY_OF, Frozen, Precision, ProcessingMode, peak_precision
+from optimizer.schema.common import (
+    EFFICIENCY_OF,
+    CapacityGiB,
+    Float,
+    Frozen,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    Precision,
+    ProcessingMode,
+    peak_precision,
+)
 
-EfficiencyTable = list[tuple[float, float]]
+EfficiencyTable = list[tuple[Float, Float]]
 
 
 def _check_table(table: EfficiencyTable, what: str) -> EfficiencyTable:
@@ -38,10 +49,10 @@ class Network(Frozen):
     latency_us: NonNegativeFloat = Field(
         description="Per-step latency of a collective (one ring hop), microseconds."
     )
-    efficiency: float = Field(
+    efficiency: Float = Field(
         gt=0, le=1, description="Achieved fraction of bandwidth_gbps for large collectives."
     )
-    processor_usage: float = Field(
+    processor_usage: Float = Field(
         0.0,
         ge=0,
         lt=1,
@@ -57,11 +68,11 @@ class Network(Frozen):
 class OffloadMemory(Frozen):
     """Second memory tier for weight/activation/optimizer offload (host DDR, CXL)."""
 
-    capacity_gib: NonNegativeFloat = Field(0.0, description="Offload capacity per GPU, GiB (0 = none).")
+    capacity_gib: CapacityGiB = Field(0.0, ge=0, description="Offload capacity per GPU, GiB (0 = none).")
     bandwidth_gbps: NonNegativeFloat = Field(
         0.0, description="Per-GPU bandwidth to offload memory, GB/s, each way."
     )
-    efficiency: float = Field(0.8, gt=0, le=1, description="Achieved fraction of bandwidth_gbps.")
+    efficiency: Float = Field(0.8, gt=0, le=1, description="Achieved fraction of bandwidth_gbps.")
 
 
 PRIOR_BAND_PCT = 30.0  # a prior-only system's step-time uncertainty: the uncalibrated GEMM-efficiency prior
@@ -167,7 +178,7 @@ class System(Frozen):
     description: str | None = Field(None, description="What the node is.")
     gpu: str = Field(description="GPU model (calibration-schema name where one exists).")
     gpus_per_node: PositiveInt = Field(description="GPUs in one node.")
-    hbm_gib: PositiveFloat = Field(description="HBM capacity per GPU, GiB.")
+    hbm_gib: CapacityGiB = Field(gt=0, description="HBM capacity per GPU, GiB.")
     hbm_bandwidth_gbps: PositiveFloat = Field(description="HBM bandwidth per GPU, GB/s (datasheet peak).")
     hbm_efficiency: EfficiencyTable = Field(
         description="Achieved fraction of HBM bandwidth by bytes moved per kernel: [[MB, eff], ...], "
@@ -179,7 +190,7 @@ class System(Frozen):
     matrix_efficiency: EfficiencyTable = Field(
         description="Achieved fraction of matrix peak by GEMM size: [[GFLOP, eff], ...], log10-interpolated."
     )
-    matrix_efficiency_scale: dict[Precision, float] = Field(
+    matrix_efficiency_scale: dict[Precision, Float] = Field(
         default_factory=dict,
         description="Factor on matrix_efficiency for GEMMs in one precision, e.g. "
         "{fp8: 0.8}: FP8 GEMMs reach a smaller fraction of their doubled peak than 16-bit ones of theirs "
@@ -196,14 +207,14 @@ class System(Frozen):
         description="Output tile (rows, columns) of one thread block of the library's large GEMM "
         "kernels (cuBLAS/CUTLASS 256x128 on Ampere/Hopper).",
     )
-    attention_efficiency: float = Field(
+    attention_efficiency: Float = Field(
         0.6,
         gt=0,
         le=1,
         description="Achieved fraction of matrix peak inside a fused (flash) attention kernel with "
         "full waves and long sequences (`attention_overhead_keys`).",
     )
-    attention_efficiency_fa2: float | None = Field(
+    attention_efficiency_fa2: Float | None = Field(
         None,
         gt=0,
         le=1,
@@ -211,7 +222,7 @@ class System(Frozen):
         "not use the architecture's newest matrix instructions; null: the same as attention_efficiency (GPUs "
         "where FlashAttention-2 is the best kernel, e.g. A100).",
     )
-    clock_scale: float = Field(
+    clock_scale: Float = Field(
         1.0,
         gt=0,
         le=1,
@@ -243,8 +254,8 @@ class System(Frozen):
     processing_mode: ProcessingMode = Field(
         ProcessingMode.ROOFLINE, description="roofline: op time = max(compute, memory); sum: their sum."
     )
-    reserved_gib: NonNegativeFloat = Field(
-        1.0, description="HBM taken by the runtime (CUDA context, NCCL buffers, allocator slack), GiB."
+    reserved_gib: CapacityGiB = Field(
+        1.0, ge=0, description="HBM taken by the runtime (CUDA context, NCCL buffers, allocator slack), GiB."
     )
     offload: OffloadMemory = Field(default_factory=OffloadMemory, description="Second memory tier.")
     networks: list[Network] = Field(min_length=1, description="Network tiers, innermost first.")
