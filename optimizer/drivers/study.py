@@ -161,7 +161,31 @@ def run_point(args: tuple) -> dict[str, Any]:
         row |= {"status": "time_limit", "reason": str(e).replace("\n", "; ")}
     except ParaplanError as e:
         row |= {"status": "error", "reason": str(e).replace("\n", "; ")}
+    except Exception as e:  # a defect at one point is that point's row: the other points still run
+        row |= {"status": "error", "reason": _internal(e)}
     return row  # no wall-clock column: a resumed study's table equals an uninterrupted one's
+
+
+def _internal(e: BaseException) -> str:
+    """The one-line reason of an unexpected exception at a point (a defect of paraplan, not of the input)."""
+    return f"internal error: {type(e).__name__}: {e}".replace("\n", "; ")
+
+
+def _pooled_row(fut, args: tuple) -> dict[str, Any]:
+    """The row of a point run in a worker; a worker that died (or a result that did not come back) is that
+    point's `error` row rather than the end of the study."""
+    try:
+        return fut.result()
+    except Exception as e:
+        i, axes = args[0], args[1]
+        return (
+            {"point": i}
+            | {f"axis.{k}": v for k, v in axes.items()}
+            | {
+                "status": "error",
+                "reason": _internal(e),
+            }
+        )
 
 
 class Journal:
@@ -220,9 +244,9 @@ def run_study(
             from optimizer.drivers.pool import process_pool
 
             with process_pool(workers or os.cpu_count() or 1) as ex:
-                futs = [ex.submit(run_point, t) for t in todo]
+                futs = {ex.submit(run_point, t): t for t in todo}
                 for f in as_completed(futs):
-                    journal.add(f.result())
+                    journal.add(_pooled_row(f, futs[f]))
                     step()
         else:
             for t in todo:

@@ -1,0 +1,48 @@
+"""`paraplan study` under faults: a point that crashes, an output that cannot be written, a journal cut by a
+kill or left by an edited study, a bad axis value reported at the study's own line."""
+
+from __future__ import annotations
+
+import csv
+
+from optimizer.cli import main
+
+BASE = "llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 8\ntraining: {global_batch: 16}\n"
+
+
+def write(tmp_path, axes: str, command: str = "check", base: str = BASE):
+    (tmp_path / "base.yaml").write_text(base)
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: t\ncommand: {command}\nbase: base.yaml\naxes:\n{axes}")
+    return path
+
+
+def rows(path):
+    return list(csv.DictReader(open(path)))
+
+
+def _crash_at_four_gpus(monkeypatch):
+    import optimizer.drivers.check as check_mod
+
+    real = check_mod.check
+
+    def check(problem, *a, **k):
+        if problem.num_gpus == 4:
+            raise AttributeError("'str' object has no attribute 'value'")
+        return real(problem, *a, **k)
+
+    monkeypatch.setattr(check_mod, "check", check)
+
+
+def test_a_point_that_crashes_is_an_error_row(tmp_path, monkeypatch, capsys):
+    _crash_at_four_gpus(monkeypatch)
+    s = write(tmp_path, "  num_gpus: [4, 8, 16]\n")
+    for workers in ("1", "2"):
+        out = tmp_path / f"w{workers}.csv"
+        assert main(["study", str(s), "-o", str(out), "--workers", workers]) == 2
+        r = rows(out)
+        assert [x["status"] for x in r] == ["error", "fits", "fits"]
+        assert "internal error: AttributeError" in r[0]["reason"]
+        journal = out.with_suffix(".csv.journal.jsonl").read_text().splitlines()
+        assert len(journal) == 3
+    assert "Traceback" not in capsys.readouterr().err
