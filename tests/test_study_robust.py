@@ -46,3 +46,18 @@ def test_a_point_that_crashes_is_an_error_row(tmp_path, monkeypatch, capsys):
         journal = out.with_suffix(".csv.journal.jsonl").read_text().splitlines()
         assert len(journal) == 3
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_journal_cut_by_a_kill_resumes_without_solving_twice(tmp_path):
+    s = write(tmp_path, "  num_gpus: [8, 16]\n")
+    ref, cut = tmp_path / "ref.csv", tmp_path / "c.csv"
+    assert main(["study", str(s), "-o", str(ref), "--workers", "1"]) == 0
+    lines = (tmp_path / "ref.csv.journal.jsonl").read_text().splitlines()
+    journal = tmp_path / "c.csv.journal.jsonl"
+    journal.write_text("[]\n{}\n" + lines[0] + "\n" + lines[1][:60])  # not rows, a row, a cut line
+    assert main(["study", str(s), "-o", str(cut), "--workers", "1"]) == 0
+    assert cut.read_text() == ref.read_text()
+    after = journal.read_text().splitlines()
+    assert len(after) == 2 + 2  # the two non-rows kept, the cut line dropped, every point once
+    assert main(["study", str(s), "-o", str(cut), "--workers", "1"]) == 0
+    assert journal.read_text().splitlines() == after  # nothing solved again

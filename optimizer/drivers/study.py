@@ -188,6 +188,18 @@ def _pooled_row(fut, args: tuple) -> dict[str, Any]:
         )
 
 
+def _journal_row(line: str) -> dict | None:
+    """The row of one journal line; None for a line that is not one (not JSON, or JSON without a point
+    index): its point is solved again."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(row, dict) or not isinstance(row.get("point"), int) or "status" not in row:
+        return None
+    return row
+
+
 class Journal:
     """Rows of finished points, one JSON line each, appended as they finish (the study's resume state)."""
 
@@ -195,12 +207,15 @@ class Journal:
         self.path = path
         self.rows: dict[int, dict] = {}
         if path.exists():
-            for line in path.read_text().splitlines():
-                try:
-                    r = json.loads(line)
-                except ValueError:
-                    continue  # a line cut by a kill: its point is solved again
-                self.rows[int(r["point"])] = r
+            text = path.read_text(errors="replace")
+            if text and not text.endswith("\n"):  # a last line cut by a kill: dropped, so appends start clean
+                text = text[: text.rfind("\n") + 1]
+                with path.open("r+b") as f:
+                    f.truncate(len(text.encode()))
+            for line in text.splitlines():
+                row = _journal_row(line)
+                if row is not None:
+                    self.rows[int(row["point"])] = row
 
     def add(self, row: dict) -> None:
         self.rows[int(row["point"])] = row
