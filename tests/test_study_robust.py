@@ -61,3 +61,19 @@ def test_a_journal_cut_by_a_kill_resumes_without_solving_twice(tmp_path):
     assert len(after) == 2 + 2  # the two non-rows kept, the cut line dropped, every point once
     assert main(["study", str(s), "-o", str(cut), "--workers", "1"]) == 0
     assert journal.read_text().splitlines() == after  # nothing solved again
+
+
+def test_an_unwritable_output_is_refused_before_any_point(tmp_path, monkeypatch, capsys):
+    import optimizer.drivers.study as study_mod
+
+    def never(*a):
+        raise AssertionError("a point ran")
+
+    monkeypatch.setattr(study_mod, "run_point", never)
+    s = write(tmp_path, "  num_gpus: [8, 16]\n")
+    (tmp_path / "adir").mkdir()
+    for out in ("/proc/x.csv", str(tmp_path / "nonexistent" / "x.csv"), str(tmp_path / "adir")):
+        assert main(["study", str(s), "-o", out, "--workers", "1"]) == 2
+        err = capsys.readouterr().err
+        assert "--output" in err and "cannot write" in err and "Traceback" not in err
+    assert not (tmp_path / "adir.journal.jsonl").exists()

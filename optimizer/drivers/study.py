@@ -206,6 +206,12 @@ class Journal:
     def __init__(self, path: Path):
         self.path = path
         self.rows: dict[int, dict] = {}
+        try:
+            path.open("a").close()  # refused before any point runs, not after the first
+        except OSError as e:
+            raise ProblemError(
+                "--output", None, None, f"cannot write the journal {path}: {e.strerror}"
+            ) from None
         if path.exists():
             text = path.read_text(errors="replace")
             if text and not text.endswith("\n"):  # a last line cut by a kill: dropped, so appends start clean
@@ -219,9 +225,14 @@ class Journal:
 
     def add(self, row: dict) -> None:
         self.rows[int(row["point"])] = row
-        with self.path.open("a") as f:
-            f.write(json.dumps(row, default=str) + "\n")
-            f.flush()  # in the kernel at once: a killed study keeps it (no fsync: power loss is not the case)
+        try:
+            with self.path.open("a") as f:
+                f.write(json.dumps(row, default=str) + "\n")
+                f.flush()  # in the kernel at once: a killed study keeps it (no fsync: not for power loss)
+        except OSError as e:
+            raise ProblemError(
+                "--output", None, None, f"cannot write the journal {self.path}: {e.strerror}"
+            ) from None
 
 
 def run_study(
