@@ -4,6 +4,7 @@ kill or left by an edited study, a bad axis value reported at the study's own li
 from __future__ import annotations
 
 import csv
+import json
 
 from optimizer.cli import main
 
@@ -77,3 +78,20 @@ def test_an_unwritable_output_is_refused_before_any_point(tmp_path, monkeypatch,
         err = capsys.readouterr().err
         assert "--output" in err and "cannot write" in err and "Traceback" not in err
     assert not (tmp_path / "adir.journal.jsonl").exists()
+
+
+def test_a_journal_is_not_reused_after_the_study_or_base_is_edited(tmp_path):
+    s = write(tmp_path, "  num_gpus: [8, 16]\n")
+    out = tmp_path / "t.csv"
+    assert main(["study", str(s), "-o", str(out), "--workers", "1"]) == 0
+    assert {x["system"] for x in rows(out)} == {"h100-sxm-80gb"}
+    (tmp_path / "base.yaml").write_text(BASE.replace("h100-sxm-80gb", "a100-sxm-40gb"))
+    assert main(["study", str(s), "-o", str(out), "--workers", "1"]) == 0
+    assert {x["system"] for x in rows(out)} == {"a100-sxm-40gb"}
+    s.write_text(s.read_text().replace("[8, 16]", "[16, 32]"))
+    assert main(["study", str(s), "-o", str(out), "--workers", "1"]) == 0
+    r = rows(out)
+    assert [x["axis.num_gpus"] for x in r] == ["16", "32"] and [x["point"] for x in r] == ["0", "1"]
+    journal = (tmp_path / "t.csv.journal.jsonl").read_text().splitlines()
+    assert len(journal) == 5  # 16 GPUs on the a100 was reused at its new index; 32 solved
+    assert all("key" in json.loads(line) for line in journal) and "key" not in r[0]

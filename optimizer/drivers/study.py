@@ -14,6 +14,7 @@ twice, and the CSV (points in order) is the same as an uninterrupted run's.
 from __future__ import annotations
 
 import copy
+import hashlib
 import itertools
 import json
 import os
@@ -109,6 +110,45 @@ def point_problem(base, near: Path, axes: dict[str, Any]):
     return validate_problem(resolve_document(Sourced(data, dict(base.where), base.file), near))
 
 
+def _resolved(data: dict, near: Path) -> Any:
+    """`data` with its library references (llm, system, catalog) read in, for a fingerprint; a reference that
+    does not resolve stands as written (its points are error rows, keyed by what was written)."""
+    from optimizer.io.loader import Sourced, resolve_document
+
+    try:
+        return resolve_document(Sourced(copy.deepcopy(data)), near).data
+    except ParaplanError:
+        return data
+
+
+def point_keys(study, base, near: Path, pts: list[dict[str, Any]]) -> list[str]:
+    """Each point's journal key: a SHA-256 of what its row depends on (the command, the time limit, the base
+    problem with its library files read in, and the point's axis values, a library name among them read in
+    too), so that a journal left by an edited study, base problem or library file is not reused."""
+    common = json.dumps(
+        [study.command.value, study.time_limit_s, base.data, _resolved(base.data, near)],
+        sort_keys=True,
+        default=str,
+    )
+    refs: dict[str, str] = {}  # a library name set by an axis -> its resolved content
+
+    def ref(k: str, v: Any) -> Any:
+        if k not in REF_KINDS or not isinstance(v, str):
+            return v
+        key = f"{k}\0{v}"
+        if key not in refs:
+            refs[key] = json.dumps(_resolved({k: v}, near), sort_keys=True, default=str)
+        return refs[key]
+
+    head = hashlib.sha256(common.encode()).hexdigest()
+    return [
+        hashlib.sha256(
+            (head + json.dumps({k: ref(k, v) for k, v in p.items()}, sort_keys=True, default=str)).encode()
+        ).hexdigest()
+        for p in pts
+    ]
+
+
 _CACHE: dict[str, object] = {}  # per process: this study run's tables cache (`run` id -> TablesCache)
 
 
@@ -189,42 +229,42 @@ def _pooled_row(fut, args: tuple) -> dict[str, Any]:
 
 
 def _journal_row(line: str) -> dict | None:
-    """The row of one journal line; None for a line that is not one (not JSON, or JSON without a point
-    index): its point is solved again."""
+    """The row of one journal line; None for a line that is not one (not JSON, or JSON without a point key,
+    as an older journal's): its point is solved again."""
     try:
         row = json.loads(line)
     except ValueError:
         return None
-    if not isinstance(row, dict) or not isinstance(row.get("point"), int) or "status" not in row:
+    if not isinstance(row, dict) or not isinstance(row.get("key"), str) or "status" not in row:
         return None
     return row
 
 
 class Journal:
-    """Rows of finished points, one JSON line each, appended as they finish (the study's resume state)."""
+    """Rows of finished points, one JSON line each with the point's key (`point_keys`), appended as they
+    finish (the study's resume state): a row is reused only by a point of the same key."""
 
     def __init__(self, path: Path):
         self.path = path
-        self.rows: dict[int, dict] = {}
+        self.rows: dict[str, dict] = {}  # key -> row
         try:
             path.open("a").close()  # refused before any point runs, not after the first
         except OSError as e:
             raise ProblemError(
                 "--output", None, None, f"cannot write the journal {path}: {e.strerror}"
             ) from None
-        if path.exists():
-            text = path.read_text(errors="replace")
-            if text and not text.endswith("\n"):  # a last line cut by a kill: dropped, so appends start clean
-                text = text[: text.rfind("\n") + 1]
-                with path.open("r+b") as f:
-                    f.truncate(len(text.encode()))
-            for line in text.splitlines():
-                row = _journal_row(line)
-                if row is not None:
-                    self.rows[int(row["point"])] = row
+        text = path.read_text(errors="replace")
+        if text and not text.endswith("\n"):  # a last line cut by a kill: dropped, so appends start clean
+            text = text[: text.rfind("\n") + 1]
+            with path.open("r+b") as f:
+                f.truncate(len(text.encode()))
+        for line in text.splitlines():
+            row = _journal_row(line)
+            if row is not None:
+                self.rows[row["key"]] = row
 
-    def add(self, row: dict) -> None:
-        self.rows[int(row["point"])] = row
+    def add(self, row: dict, key: str) -> None:
+        self.rows[key] = row = row | {"key": key}
         try:
             with self.path.open("a") as f:
                 f.write(json.dumps(row, default=str) + "\n")
@@ -233,6 +273,10 @@ class Journal:
             raise ProblemError(
                 "--output", None, None, f"cannot write the journal {self.path}: {e.strerror}"
             ) from None
+
+    def row(self, i: int, key: str) -> dict:
+        """The row of point `i` (of key `key`) as the table has it: its index, no key."""
+        return {k: v for k, v in self.rows[key].items() if k != "key"} | {"point": i}
 
 
 def run_study(
@@ -255,15 +299,20 @@ def run_study(
         max(gpus) if gpus and len(gpus) == len(pts) else None
     )  # a GPU-count sweep: tables shared per process
     run = uuid.uuid4().hex
+    keys = point_keys(study, base, near, pts)
+
+    def record(row: dict) -> None:
+        journal.add(row, keys[row["point"]])
+
     todo = [
         (i, p, study.command.value, base, near, study.time_limit_s, most, run)
         for i, p in enumerate(pts)
-        if i not in journal.rows
+        if keys[i] not in journal.rows
     ]
     with progress(f"study {study.name or Path(path).stem}: points", len(pts)) as step:
         step(len(pts) - len(todo))
         if use_ray:
-            _run_ray(todo, journal, step, ray_address, workers)
+            _run_ray(todo, record, step, ray_address, workers)
         elif (workers or os.cpu_count() or 1) > 1 and len(todo) > 1:
             from concurrent.futures import as_completed
 
@@ -272,16 +321,16 @@ def run_study(
             with process_pool(workers or os.cpu_count() or 1) as ex:
                 futs = {ex.submit(run_point, t): t for t in todo}
                 for f in as_completed(futs):
-                    journal.add(_pooled_row(f, futs[f]))
+                    record(_pooled_row(f, futs[f]))
                     step()
         else:
             for t in todo:
-                journal.add(run_point(t))
+                record(run_point(t))
                 step()
-    return StudyResult(study, [journal.rows[i] for i in range(len(pts))])
+    return StudyResult(study, [journal.row(i, k) for i, k in enumerate(keys)])
 
 
-def _run_ray(todo: list, journal: Journal, step, address: str | None, workers: int | None) -> None:
+def _run_ray(todo: list, record, step, address: str | None, workers: int | None) -> None:
     """The points as Ray tasks on an existing cluster (`address`) or a local one of `workers` CPUs; on a
     cluster that is already up, `workers` bounds the tasks in flight (the study uses that many CPUs of it)."""
     try:
@@ -307,7 +356,7 @@ def _run_ray(todo: list, journal: Journal, step, address: str | None, workers: i
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             for d in done:
-                journal.add(ray.get(d))
+                record(ray.get(d))
                 step()
                 if queue:
                     pending.append(task.remote(queue.pop(0)))
