@@ -95,3 +95,23 @@ def test_a_journal_is_not_reused_after_the_study_or_base_is_edited(tmp_path):
     journal = (tmp_path / "t.csv.journal.jsonl").read_text().splitlines()
     assert len(journal) == 5  # 16 GPUs on the a100 was reused at its new index; 32 solved
     assert all("key" in json.loads(line) for line in journal) and "key" not in r[0]
+
+
+def test_a_bad_axis_path_or_value_is_reported_at_the_study_line(tmp_path):
+    s = write(tmp_path, "  sytem.hbm_gib: [80]\n  num_gpus: [-8]\n  system.hbm_gib: [-5]\n", command="solve")
+    s.write_text(s.read_text() + "mode: zip\n")
+    out = tmp_path / "t.csv"
+    assert main(["study", str(s), "-o", str(out), "--workers", "1"]) == 2
+    reason = rows(out)[0]["reason"]
+    assert f"{s}:5: sytem" in reason and "base.yaml" not in reason
+    for axes, line in (("  num_gpus: [-8]\n", 5), ("  system.hbm_gib: [-5]\n", 5)):
+        s = write(tmp_path, axes, command="solve")
+        assert main(["study", str(s), "-o", str(out), "--workers", "1"]) == 2
+        assert rows(out)[0]["reason"].startswith(f"{s}:{line}: "), rows(out)[0]["reason"]
+
+
+def test_a_missing_base_file_is_reported_at_the_study_line(tmp_path, capsys):
+    s = tmp_path / "s.yaml"
+    s.write_text("name: t\nbase: nonexistent.yaml\naxes: {num_gpus: [8]}\n")
+    assert main(["study", str(s), "-o", str(tmp_path / "t.csv")]) == 2
+    assert f"{s}:2: base: nonexistent.yaml: no such file" in capsys.readouterr().err

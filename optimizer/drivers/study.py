@@ -60,6 +60,9 @@ def load_study(path: str | Path):
     study = validate_model(Study, doc)
     if isinstance(study.base, str):
         base_path = Path(path).parent / study.base
+        if not base_path.is_file():
+            where = doc.where.get(("base",), (doc.file, None))
+            raise ProblemError(where[0], where[1], "base", f"{study.base}: no such file")
         base = read_yaml(base_path)
         near = base_path.parent
     else:
@@ -100,14 +103,31 @@ def _set(data: dict, path: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def point_problem(base, near: Path, axes: dict[str, Any]):
-    """The problem of one point (resolved and validated like a file)."""
+def axis_lines(path: str | Path) -> dict[str, tuple[str, int]]:
+    """The (file, line) of each axis of a study file: where an error in a point's value of it is reported."""
+    from optimizer.io.loader import read_yaml
+
+    doc = read_yaml(path)
+    return {k[1]: v for k, v in doc.where.items() if len(k) == 2 and k[0] == "axes"}
+
+
+def point_problem(base, near: Path, axes: dict[str, Any], at: dict[str, tuple[str, int]] | None = None):
+    """The problem of one point (resolved and validated like a file); `at` (`axis_lines`): an error in an
+    axis' value (or path) is reported at the study's axis line rather than the base file's."""
     from optimizer.io.loader import Sourced, resolve_document, validate_problem
 
     data = copy.deepcopy(base.data)
+    where = dict(base.where)
     for k, v in axes.items():
         _set(data, k, v)
-    return validate_problem(resolve_document(Sourced(data, dict(base.where), base.file), near))
+        if at and k in at:
+            loc = tuple(k.split("."))
+            for n in range(1, len(loc) + 1):  # the path's own line, and its parents' that the base lacks
+                if n == len(loc) or loc[:n] not in where:
+                    where[loc[:n]] = at[k]
+            for w in [w for w in where if w[: len(loc)] == loc and len(w) > len(loc)]:
+                del where[w]  # the value replaced the base's fields below it
+    return validate_problem(resolve_document(Sourced(data, where, base.file), near))
 
 
 def _resolved(data: dict, near: Path) -> Any:
@@ -170,13 +190,13 @@ def shared_tables(problem, most: int | None, run: str = ""):
 
 def run_point(args: tuple) -> dict[str, Any]:
     """One point: (index, axes, command, base, near, time limit, largest GPU count of the study or None, run
-    id) -> its row (never raises)."""
-    i, axes, command, base, near, limit, most, run = args
+    id, the study's axis lines) -> its row (never raises)."""
+    i, axes, command, base, near, limit, most, run, at = args
     row: dict[str, Any] = {"point": i} | {
         f"axis.{k}": (v if not isinstance(v, (dict, list)) else json.dumps(v)) for k, v in axes.items()
     }
     try:
-        problem = point_problem(base, near, axes)
+        problem = point_problem(base, near, axes, at)
         if command == "check":
             from optimizer.drivers.check import check
 
@@ -300,12 +320,13 @@ def run_study(
     )  # a GPU-count sweep: tables shared per process
     run = uuid.uuid4().hex
     keys = point_keys(study, base, near, pts)
+    at = axis_lines(path)
 
     def record(row: dict) -> None:
         journal.add(row, keys[row["point"]])
 
     todo = [
-        (i, p, study.command.value, base, near, study.time_limit_s, most, run)
+        (i, p, study.command.value, base, near, study.time_limit_s, most, run, at)
         for i, p in enumerate(pts)
         if keys[i] not in journal.rows
     ]
