@@ -115,3 +115,30 @@ def test_a_missing_base_file_is_reported_at_the_study_line(tmp_path, capsys):
     s.write_text("name: t\nbase: nonexistent.yaml\naxes: {num_gpus: [8]}\n")
     assert main(["study", str(s), "-o", str(tmp_path / "t.csv")]) == 2
     assert f"{s}:2: base: nonexistent.yaml: no such file" in capsys.readouterr().err
+
+
+def test_pooled_points_are_submitted_a_window_at_a_time():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from optimizer.drivers.study import run_pooled
+
+    state = {"submitted": 0, "recorded": 0, "most": 0}
+    rows_seen: list[int] = []
+
+    with ThreadPoolExecutor(2) as ex:
+        submit = ex.submit
+
+        def counted(fn, t):
+            state["submitted"] += 1
+            state["most"] = max(state["most"], state["submitted"] - state["recorded"])
+            return submit(fn, t)
+
+        ex.submit = counted
+
+        def record(row):
+            state["recorded"] += 1
+            rows_seen.append(row["point"])
+
+        todo = [(i, {"num_gpus": i}) for i in range(200)]
+        run_pooled(ex, lambda t: {"point": t[0], "status": "fits"}, todo, record, lambda: None, window=4)
+    assert sorted(rows_seen) == list(range(200)) and state["most"] <= 4

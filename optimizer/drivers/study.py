@@ -335,20 +335,35 @@ def run_study(
         if use_ray:
             _run_ray(todo, record, step, ray_address, workers)
         elif (workers or os.cpu_count() or 1) > 1 and len(todo) > 1:
-            from concurrent.futures import as_completed
-
             from optimizer.drivers.pool import process_pool
 
-            with process_pool(workers or os.cpu_count() or 1) as ex:
-                futs = {ex.submit(run_point, t): t for t in todo}
-                for f in as_completed(futs):
-                    record(_pooled_row(f, futs[f]))
-                    step()
+            n = workers or os.cpu_count() or 1
+            with process_pool(n) as ex:
+                run_pooled(ex, run_point, todo, record, step, window=2 * n)
         else:
             for t in todo:
                 record(run_point(t))
                 step()
     return StudyResult(study, [journal.row(i, k) for i, k in enumerate(keys)])
+
+
+def run_pooled(ex, fn, todo: list, record, step, window: int) -> None:
+    """`fn` of every item of `todo` on the executor `ex`, at most `window` submitted and not yet recorded at
+    once (a million-point study holds a window of pickled calls, not a million), each result `record`ed
+    (journaled) as it finishes, in any order."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    items = iter(todo)
+    pending: dict = {}
+    while True:
+        for t in itertools.islice(items, max(0, window - len(pending))):
+            pending[ex.submit(fn, t)] = t
+        if not pending:
+            return
+        done, _ = wait(pending, return_when=FIRST_COMPLETED)
+        for f in done:
+            record(_pooled_row(f, pending.pop(f)))
+            step()
 
 
 def _run_ray(todo: list, record, step, address: str | None, workers: int | None) -> None:
