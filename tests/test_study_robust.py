@@ -5,6 +5,13 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
 
 from optimizer.cli import main
 
@@ -142,3 +149,45 @@ def test_pooled_points_are_submitted_a_window_at_a_time():
         todo = [(i, {"num_gpus": i}) for i in range(200)]
         run_pooled(ex, lambda t: {"point": t[0], "status": "fits"}, todo, record, lambda: None, window=4)
     assert sorted(rows_seen) == list(range(200)) and state["most"] <= 4
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("start", ["fork", pytest.param("forkserver", marks=pytest.mark.slow)])
+def test_pool_workers_end_when_the_parent_is_killed(tmp_path, start):
+
+    script = (
+        "import time\n"
+        "from optimizer.drivers.pool import process_pool\n"
+        "ex = process_pool(2)\n"
+        "fs = [ex.submit(time.sleep, 60) for _ in range(2)]\n"
+        "time.sleep(0.5)\n"
+        "print(' '.join(str(p) for p in ex._processes), flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    env = dict(
+        os.environ,
+        PARAPLAN_MP_START=start,
+        PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    pids = [int(p) for p in proc.stdout.readline().split()]
+    assert len(pids) == 2
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    t0 = time.time()
+    alive = pids
+    while alive and time.time() - t0 < 5:
+        time.sleep(0.1)
+        alive = [p for p in pids if _alive(p)]
+    for p in alive:
+        os.kill(p, signal.SIGKILL)
+    assert not alive
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` is a running (not zombie) process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1][:1] != "Z"
+    except OSError:
+        return False
