@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import signal
-import sys
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -44,18 +42,10 @@ def process_pool(max_workers: int) -> ProcessPoolExecutor:
 def die_with_parent(main_pid: int, poll_s: float = 1.0) -> None:
     """Worker initializer: end this worker when the process that started it ends, even by SIGKILL (an OOM
     kill, a scheduler signalling only the main pid), rather than wait for work for ever as an orphan. That
-    process is the study's main process `main_pid` (fork, spawn) or the forkserver, which ends with it.
-    Linux: the kernel sends SIGKILL at the parent's death (prctl PR_SET_PDEATHSIG); everywhere: a daemon
-    thread exits within `poll_s` s once the parent is no longer this process's parent or the main process
-    is gone (a forkserver outlives the main process)."""
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
+    process is the main process `main_pid` (fork, spawn) or the forkserver. A daemon thread exits the
+    worker within `poll_s` s once its parent is no longer its parent or the main process is gone (a
+    forkserver outlives the main process). Not prctl(PR_SET_PDEATHSIG): that fires when the forking thread
+    ends, which may be any thread of a program that uses the API."""
     parent = os.getppid()
     if parent == 1 and main_pid != 1:  # orphaned before it started
         os._exit(1)
