@@ -112,8 +112,10 @@ def study(
     `.exit_code()`). Resumes from `<output>.journal.jsonl` (output default: `<study>.csv` here) and writes
     the table to `output` by its suffix (CSV with a Parquet beside it when pyarrow is installed)."""
     from optimizer.drivers.study import run_study
+    from optimizer.report.output import check_writable
 
     output = Path(output or f"{Path(path).stem}.csv")
+    check_writable(output)
     r = run_study(path, output, workers=workers, ray_address=ray_address, use_ray=use_ray)
     write(output, text(r), as_dict(r), r.rows, parquet=True)
     return r

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 
 _PRELOAD = ["optimizer.drivers.study", "optimizer.drivers.procure", "formulations.tables"]
@@ -32,4 +34,36 @@ def process_pool(max_workers: int) -> ProcessPoolExecutor:
     ctx = mp.get_context(method)
     if method == "forkserver":
         ctx.set_forkserver_preload(_PRELOAD)
-    return ProcessPoolExecutor(max_workers=max_workers, mp_context=ctx)
+    return ProcessPoolExecutor(
+        max_workers=max_workers, mp_context=ctx, initializer=die_with_parent, initargs=(os.getpid(),)
+    )
+
+
+def die_with_parent(main_pid: int, poll_s: float = 1.0) -> None:
+    """Worker initializer: end this worker when the process that started it ends, even by SIGKILL (an OOM
+    kill, a scheduler signalling only the main pid), rather than wait for work for ever as an orphan. That
+    process is the main process `main_pid` (fork, spawn) or the forkserver. A daemon thread exits the
+    worker within `poll_s` s once its parent is no longer its parent or the main process is gone (a
+    forkserver outlives the main process). Not prctl(PR_SET_PDEATHSIG): that fires when the forking thread
+    ends, which may be any thread of a program that uses the API."""
+    parent = os.getppid()
+    if parent == 1 and main_pid != 1:  # orphaned before it started
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent and _exists(main_pid):
+            time.sleep(poll_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="paraplan-parent-watch", daemon=True).start()
+
+
+def _exists(pid: int) -> bool:
+    """Whether a process `pid` exists (signal 0: nothing is sent)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

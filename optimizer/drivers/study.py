@@ -14,6 +14,7 @@ twice, and the CSV (points in order) is the same as an uninterrupted run's.
 from __future__ import annotations
 
 import copy
+import hashlib
 import itertools
 import json
 import os
@@ -59,6 +60,9 @@ def load_study(path: str | Path):
     study = validate_model(Study, doc)
     if isinstance(study.base, str):
         base_path = Path(path).parent / study.base
+        if not base_path.is_file():
+            where = doc.where.get(("base",), (doc.file, None))
+            raise ProblemError(where[0], where[1], "base", f"{study.base}: no such file")
         base = read_yaml(base_path)
         near = base_path.parent
     else:
@@ -99,14 +103,70 @@ def _set(data: dict, path: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def point_problem(base, near: Path, axes: dict[str, Any]):
-    """The problem of one point (resolved and validated like a file)."""
+def axis_lines(path: str | Path) -> dict[str, tuple[str, int]]:
+    """The (file, line) of each axis of a study file: where an error in a point's value of it is reported."""
+    from optimizer.io.loader import read_yaml
+
+    doc = read_yaml(path)
+    return {k[1]: v for k, v in doc.where.items() if len(k) == 2 and k[0] == "axes"}
+
+
+def point_problem(base, near: Path, axes: dict[str, Any], at: dict[str, tuple[str, int]] | None = None):
+    """The problem of one point (resolved and validated like a file); `at` (`axis_lines`): an error in an
+    axis' value (or path) is reported at the study's axis line rather than the base file's."""
     from optimizer.io.loader import Sourced, resolve_document, validate_problem
 
     data = copy.deepcopy(base.data)
+    where = dict(base.where)
     for k, v in axes.items():
         _set(data, k, v)
-    return validate_problem(resolve_document(Sourced(data, dict(base.where), base.file), near))
+        if at and k in at:
+            loc = tuple(k.split("."))
+            for n in range(1, len(loc) + 1):  # the path's own line, and its parents' that the base lacks
+                if n == len(loc) or loc[:n] not in where:
+                    where[loc[:n]] = at[k]
+            for w in [w for w in where if w[: len(loc)] == loc and len(w) > len(loc)]:
+                del where[w]  # the value replaced the base's fields below it
+    return validate_problem(resolve_document(Sourced(data, where, base.file), near))
+
+
+def _resolved(data: dict, near: Path) -> Any:
+    """`data` with its library references (llm, system, catalog) read in, for a fingerprint; a reference that
+    does not resolve stands as written (its points are error rows, keyed by what was written)."""
+    from optimizer.io.loader import Sourced, resolve_document
+
+    try:
+        return resolve_document(Sourced(copy.deepcopy(data)), near).data
+    except ParaplanError:
+        return data
+
+
+def point_keys(study, base, near: Path, pts: list[dict[str, Any]]) -> list[str]:
+    """Each point's journal key: a SHA-256 of what its row depends on (the command, the time limit, the base
+    problem with its library files read in, and the point's axis values, a library name among them read in
+    too), so that a journal left by an edited study, base problem or library file is not reused."""
+    common = json.dumps(
+        [study.command.value, study.time_limit_s, base.data, _resolved(base.data, near)],
+        sort_keys=True,
+        default=str,
+    )
+    refs: dict[str, str] = {}  # a library name set by an axis -> its resolved content
+
+    def ref(k: str, v: Any) -> Any:
+        if k not in REF_KINDS or not isinstance(v, str):
+            return v
+        key = f"{k}\0{v}"
+        if key not in refs:
+            refs[key] = json.dumps(_resolved({k: v}, near), sort_keys=True, default=str)
+        return refs[key]
+
+    head = hashlib.sha256(common.encode()).hexdigest()
+    return [
+        hashlib.sha256(
+            (head + json.dumps({k: ref(k, v) for k, v in p.items()}, sort_keys=True, default=str)).encode()
+        ).hexdigest()
+        for p in pts
+    ]
 
 
 _CACHE: dict[str, object] = {}  # per process: this study run's tables cache (`run` id -> TablesCache)
@@ -130,13 +190,13 @@ def shared_tables(problem, most: int | None, run: str = ""):
 
 def run_point(args: tuple) -> dict[str, Any]:
     """One point: (index, axes, command, base, near, time limit, largest GPU count of the study or None, run
-    id) -> its row (never raises)."""
-    i, axes, command, base, near, limit, most, run = args
+    id, the study's axis lines) -> its row (never raises)."""
+    i, axes, command, base, near, limit, most, run, at = args
     row: dict[str, Any] = {"point": i} | {
         f"axis.{k}": (v if not isinstance(v, (dict, list)) else json.dumps(v)) for k, v in axes.items()
     }
     try:
-        problem = point_problem(base, near, axes)
+        problem = point_problem(base, near, axes, at)
         if command == "check":
             from optimizer.drivers.check import check
 
@@ -161,28 +221,82 @@ def run_point(args: tuple) -> dict[str, Any]:
         row |= {"status": "time_limit", "reason": str(e).replace("\n", "; ")}
     except ParaplanError as e:
         row |= {"status": "error", "reason": str(e).replace("\n", "; ")}
+    except Exception as e:  # a defect at one point is that point's row: the other points still run
+        row |= {"status": "error", "reason": _internal(e)}
     return row  # no wall-clock column: a resumed study's table equals an uninterrupted one's
 
 
+def _internal(e: BaseException) -> str:
+    """The one-line reason of an unexpected exception at a point (a defect of paraplan, not of the input)."""
+    return f"internal error: {type(e).__name__}: {e}".replace("\n", "; ")
+
+
+def _pooled_row(fut, args: tuple) -> dict[str, Any]:
+    """The row of a point run in a worker; a worker that died (or a result that did not come back) is that
+    point's `error` row rather than the end of the study."""
+    try:
+        return fut.result()
+    except Exception as e:
+        i, axes = args[0], args[1]
+        return (
+            {"point": i}
+            | {f"axis.{k}": v for k, v in axes.items()}
+            | {
+                "status": "error",
+                "reason": _internal(e),
+            }
+        )
+
+
+def _journal_row(line: str) -> dict | None:
+    """The row of one journal line; None for a line that is not one (not JSON, or JSON without a point key,
+    as an older journal's): its point is solved again."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(row, dict) or not isinstance(row.get("key"), str) or "status" not in row:
+        return None
+    return row
+
+
 class Journal:
-    """Rows of finished points, one JSON line each, appended as they finish (the study's resume state)."""
+    """Rows of finished points, one JSON line each with the point's key (`point_keys`), appended as they
+    finish (the study's resume state): a row is reused only by a point of the same key."""
 
     def __init__(self, path: Path):
         self.path = path
-        self.rows: dict[int, dict] = {}
-        if path.exists():
-            for line in path.read_text().splitlines():
-                try:
-                    r = json.loads(line)
-                except ValueError:
-                    continue  # a line cut by a kill: its point is solved again
-                self.rows[int(r["point"])] = r
+        self.rows: dict[str, dict] = {}  # key -> row
+        try:
+            path.open("a").close()  # refused before any point runs, not after the first
+        except OSError as e:
+            raise ProblemError(
+                "--output", None, None, f"cannot write the journal {path}: {e.strerror}"
+            ) from None
+        text = path.read_text(errors="replace")
+        if text and not text.endswith("\n"):  # a last line cut by a kill: dropped, so appends start clean
+            text = text[: text.rfind("\n") + 1]
+            with path.open("r+b") as f:
+                f.truncate(len(text.encode()))
+        for line in text.splitlines():
+            row = _journal_row(line)
+            if row is not None:
+                self.rows[row["key"]] = row
 
-    def add(self, row: dict) -> None:
-        self.rows[int(row["point"])] = row
-        with self.path.open("a") as f:
-            f.write(json.dumps(row, default=str) + "\n")
-            f.flush()  # in the kernel at once: a killed study keeps it (no fsync: power loss is not the case)
+    def add(self, row: dict, key: str) -> None:
+        self.rows[key] = row = row | {"key": key}
+        try:
+            with self.path.open("a") as f:
+                f.write(json.dumps(row, default=str) + "\n")
+                f.flush()  # in the kernel at once: a killed study keeps it (no fsync: not for power loss)
+        except OSError as e:
+            raise ProblemError(
+                "--output", None, None, f"cannot write the journal {self.path}: {e.strerror}"
+            ) from None
+
+    def row(self, i: int, key: str) -> dict:
+        """The row of point `i` (of key `key`) as the table has it: its index, no key."""
+        return {k: v for k, v in self.rows[key].items() if k != "key"} | {"point": i}
 
 
 def run_study(
@@ -205,33 +319,54 @@ def run_study(
         max(gpus) if gpus and len(gpus) == len(pts) else None
     )  # a GPU-count sweep: tables shared per process
     run = uuid.uuid4().hex
+    keys = point_keys(study, base, near, pts)
+    at = axis_lines(path)
+
+    def record(row: dict) -> None:
+        journal.add(row, keys[row["point"]])
+
     todo = [
-        (i, p, study.command.value, base, near, study.time_limit_s, most, run)
+        (i, p, study.command.value, base, near, study.time_limit_s, most, run, at)
         for i, p in enumerate(pts)
-        if i not in journal.rows
+        if keys[i] not in journal.rows
     ]
     with progress(f"study {study.name or Path(path).stem}: points", len(pts)) as step:
         step(len(pts) - len(todo))
         if use_ray:
-            _run_ray(todo, journal, step, ray_address, workers)
+            _run_ray(todo, record, step, ray_address, workers)
         elif (workers or os.cpu_count() or 1) > 1 and len(todo) > 1:
-            from concurrent.futures import as_completed
-
             from optimizer.drivers.pool import process_pool
 
-            with process_pool(workers or os.cpu_count() or 1) as ex:
-                futs = [ex.submit(run_point, t) for t in todo]
-                for f in as_completed(futs):
-                    journal.add(f.result())
-                    step()
+            n = workers or os.cpu_count() or 1
+            with process_pool(n) as ex:
+                run_pooled(ex, run_point, todo, record, step, window=2 * n)
         else:
             for t in todo:
-                journal.add(run_point(t))
+                record(run_point(t))
                 step()
-    return StudyResult(study, [journal.rows[i] for i in range(len(pts))])
+    return StudyResult(study, [journal.row(i, k) for i, k in enumerate(keys)])
 
 
-def _run_ray(todo: list, journal: Journal, step, address: str | None, workers: int | None) -> None:
+def run_pooled(ex, fn, todo: list, record, step, window: int) -> None:
+    """`fn` of every item of `todo` on the executor `ex`, at most `window` submitted and not yet recorded at
+    once (a million-point study holds a window of pickled calls, not a million), each result `record`ed
+    (journaled) as it finishes, in any order."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    items = iter(todo)
+    pending: dict = {}
+    while True:
+        for t in itertools.islice(items, max(0, window - len(pending))):
+            pending[ex.submit(fn, t)] = t
+        if not pending:
+            return
+        done, _ = wait(pending, return_when=FIRST_COMPLETED)
+        for f in done:
+            record(_pooled_row(f, pending.pop(f)))
+            step()
+
+
+def _run_ray(todo: list, record, step, address: str | None, workers: int | None) -> None:
     """The points as Ray tasks on an existing cluster (`address`) or a local one of `workers` CPUs; on a
     cluster that is already up, `workers` bounds the tasks in flight (the study uses that many CPUs of it)."""
     try:
@@ -257,7 +392,7 @@ def _run_ray(todo: list, journal: Journal, step, address: str | None, workers: i
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             for d in done:
-                journal.add(ray.get(d))
+                record(ray.get(d))
                 step()
                 if queue:
                     pending.append(task.remote(queue.pop(0)))

@@ -29,6 +29,22 @@ def to_json(obj: Any) -> str:
     return json.dumps(finite(obj), indent=2, allow_nan=False, default=str)
 
 
+def check_writable(path: str | Path) -> None:
+    """Refuse (exit 2, naming --output) an output that cannot be written, before any work is done: a
+    directory, a missing parent folder, a read-only place. A file that did not exist is not left behind."""
+    path = Path(path)
+    if path.is_dir():
+        raise ProblemError("--output", None, None, f"cannot write {path}: it is a directory")
+    existed = path.exists()
+    try:
+        with path.open("a", encoding="utf-8"):
+            pass
+    except OSError as e:
+        raise ProblemError("--output", None, None, f"cannot write {path}: {e.strerror}") from None
+    if not existed:
+        path.unlink(missing_ok=True)
+
+
 def write(path: str | Path, text: str, obj: Any, rows: list[dict] | None, parquet: bool = False) -> None:
     """Write the answer to `path` by its suffix (module docstring); `rows` None: the command has no rows, so a
     CSV name is refused. `parquet`: a `.parquet` file of the rows beside a CSV when pyarrow is installed."""
