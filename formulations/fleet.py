@@ -156,7 +156,10 @@ def define_cost_goal(pyo, m, fp: FleetProblem, ix: PortfolioIndex, rates: list[R
     scale = token_scale(fp)
     m.tokens = pyo.ConstraintList()
     for jn, j in ix.jobs.items():
-        m.tokens.add(_trained(m, ix, rates, jn, scale) >= j.training.tokens / scale)
+        trained = _trained(m, ix, rates, jn, scale)
+        if isinstance(trained, int):
+            raise ValueError(f"job {jn} has no throughput row: goal cost is infeasible without a solve")
+        m.tokens.add(trained >= j.training.tokens / scale)
     eps = 1e-6 / max(1, sum(r.nodes for r in rates) * fp.fleet.periods)
     node_periods = sum(r.nodes * m.x[i, q] for (i, q) in ix.pairs for r in [rates[i]])
     m.obj = pyo.Objective(expr=cost + eps * node_periods, sense=pyo.minimize)

@@ -8,6 +8,7 @@ import pytest
 
 from formulations.fleet import Rate
 from optimizer.drivers.fleet import fleet
+from optimizer.errors import ProblemError, ProblemErrors
 from optimizer.io.loader import load_fleet
 
 NAMES = """
@@ -51,3 +52,55 @@ def test_results_are_read_by_variable_not_by_name(tmp_path, type_name, goal):
         assert r.buy[type_name] == [1, 0] and r.cost_usd == 315000
     assert [(s["job"], s["period"], s["node_type"]) for s in r.schedule][:1] == [(job, 1, type_name)]
     assert r.trained[job] >= 1e11
+
+
+NOFIT = """
+name: fleet-nofit
+catalog:
+  name: c
+  node_types:
+    - {name: a100-40g, system: a100-sxm-40gb, price_usd: 150000, power_kw: 6.5, max_nodes: 1}
+TYPES
+jobs:
+  - name: big
+    llm: llama3.1-8b
+    training: {global_batch: 64, precision: bf16, tokens: 1.0e+11}
+SEARCH
+  - name: other
+    llm: llama3.1-8b
+    training: {global_batch: 64, precision: bf16, tokens: 1.0e+11}
+fleet:
+  goal: GOAL
+  periods: 2
+  period_days: 30
+  budget_usd: 1.0e+6
+  sizes_nodes: [1]
+"""
+
+
+def nofit(tmp_path, goal="cost", types="", search=""):
+    return write(tmp_path, NOFIT.replace("TYPES", types).replace("SEARCH", search).replace("GOAL", goal))
+
+
+def test_job_that_fits_nowhere_is_infeasible_not_a_crash(tmp_path):
+    fp = nofit(tmp_path)
+    rates = [Rate("other", "a100-40g", 1, 8, 6.0, 1e5, 2.2e11, "optimal")]  # no row for job big
+    r = fleet(fp, rates=rates)
+    assert r.status == "infeasible"
+    assert r.explanation == [
+        "job big fits on no node type (a100-40g) at any size of sizes_nodes [1]: it cannot train any tokens"
+    ]
+    r = fleet(fp, rates=[])  # no job fits: both named
+    assert r.status == "infeasible" and len(r.explanation) == 2
+
+
+def test_job_that_fits_nowhere_trains_nothing_under_goal_tokens(tmp_path):
+    fp = nofit(tmp_path, goal="tokens")
+    r = fleet(fp, rates=[Rate("other", "a100-40g", 1, 8, 6.0, 1e5, 2.2e11, "optimal")])
+    assert r.status == "optimal" and r.trained["big"] == 0.0 and r.trained["other"] >= 1e11
+
+
+def test_empty_types_is_bad_input(tmp_path):
+    with pytest.raises((ProblemError, ProblemErrors)) as e:
+        nofit(tmp_path, types="types: []")
+    assert "fleet.yaml:7" in str(e.value) and "types" in str(e.value)

@@ -97,21 +97,13 @@ def throughput_table(fp: FleetProblem, time_limit_s: float = 60.0) -> list[Rate]
 def fleet(fp: FleetProblem, time_limit_s: float = 60.0, rates: list[Rate] | None = None) -> FleetResult:
     t0 = time.perf_counter()
     rates = throughput_table(fp, time_limit_s) if rates is None else rates
+    nowhere = fits_nowhere(fp, rates)
+    if nowhere and fp.fleet.goal == FleetGoal.COST:
+        return _infeasible(fp, rates, t0, nowhere)
     m, X, dl, r = solve_portfolio(fp, rates, time_limit_s)
     P = fp.fleet.periods
     if r["objective"] is None:
-        return FleetResult(
-            "infeasible",
-            fp.fleet.goal.value,
-            None,
-            {},
-            [],
-            {},
-            rates,
-            time.perf_counter() - t0,
-            explain(fp, rates, time_limit_s),
-            problem=fp,
-        )
+        return _infeasible(fp, rates, t0, explain(fp, rates, time_limit_s))
     v = r["by_var"]
     buy = {t.name: [int(round(v.get(m.buy[t.name, q], 0.0))) for q in range(1, P + 1)] for t in fp.node_types}
     sched, trained = [], {j.name: 0.0 for j in fp.jobs}
@@ -145,6 +137,35 @@ def fleet(fp: FleetProblem, time_limit_s: float = 60.0, rates: list[Rate] | None
         rates,
         time.perf_counter() - t0,
         bound=r["bound"],
+        problem=fp,
+    )
+
+
+def fits_nowhere(fp: FleetProblem, rates: list[Rate]) -> list[str]:
+    """Per job without a row in the throughput table (it fits on no considered node type at any size of
+    `sizes_nodes`): why goal cost is infeasible, proven by the planner's solves alone."""
+    have = {r.job for r in rates}
+    types = ", ".join(t.name for t in fp.node_types)
+    return [
+        f"job {j.name} fits on no node type ({types}) at any size of sizes_nodes "
+        f"{sorted(fp.fleet.sizes_nodes)}: it cannot train any tokens"
+        for j in fp.jobs
+        if j.name not in have
+    ]
+
+
+def _infeasible(fp: FleetProblem, rates: list[Rate], t0: float, explanation: list[str]) -> FleetResult:
+    """The result of a portfolio proven infeasible, with its explanation."""
+    return FleetResult(
+        "infeasible",
+        fp.fleet.goal.value,
+        None,
+        {},
+        [],
+        {},
+        rates,
+        time.perf_counter() - t0,
+        explanation,
         problem=fp,
     )
 

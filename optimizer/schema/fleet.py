@@ -80,7 +80,9 @@ class FleetProblem(Frozen):
         description="Node types on offer (capex price_usd + extra_usd, power_kw, "
         "max_nodes = availability in every period): a name in problems/catalogs/, or inline."
     )
-    types: list[str] | None = Field(None, description="Node types of the catalog considered (null = all).")
+    types: list[str] | None = Field(
+        None, min_length=1, description="Node types of the catalog considered (null = all)."
+    )
     jobs: list[FleetJob] = Field(min_length=1, description="The training jobs.")
     fleet: Fleet = Field(description="Horizon, budget, power cap and objective.")
     options: Options = Field(default_factory=Options, description="Memory headroom.")
