@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from formulations.fleet import Rate
-from optimizer.drivers.fleet import fleet
+from optimizer.drivers.fleet import fleet, sub_problem
 from optimizer.errors import ProblemError, ProblemErrors
 from optimizer.io.loader import load_fleet
 
@@ -104,3 +104,20 @@ def test_empty_types_is_bad_input(tmp_path):
     with pytest.raises((ProblemError, ProblemErrors)) as e:
         nofit(tmp_path, types="types: []")
     assert "fleet.yaml:7" in str(e.value) and "types" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "search, field",
+    [("{tp: x}", "jobs.0.search.tp"), ("{nonsense: 1}", "jobs.0.search.nonsense")],
+)
+def test_job_search_is_validated_at_load(tmp_path, search, field):
+    with pytest.raises((ProblemError, ProblemErrors)) as e:
+        nofit(tmp_path, search=f"    search: {search}")
+    assert "fleet.yaml:12" in str(e.value) and field in str(e.value)
+
+
+def test_job_search_reaches_the_planner(tmp_path):
+    fp = nofit(tmp_path, search="    search: {tp: [2, 4], pp: 1}")
+    assert fp.jobs[0].search.tp == [2, 4]
+    p = sub_problem(fp, fp.jobs[0], fp.node_types[0], 1)
+    assert p.user_search_rules()["tp"] == [2, 4]

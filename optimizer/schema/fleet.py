@@ -10,7 +10,7 @@ from pydantic import Field, model_validator
 
 from optimizer.schema.common import Frozen, PositiveFloat, PositiveInt
 from optimizer.schema.llm import LLM
-from optimizer.schema.problem import Options, Training
+from optimizer.schema.problem import Options, Search, Training
 from optimizer.schema.procure import Catalog
 
 
@@ -33,7 +33,7 @@ class FleetJob(Frozen):
         "by the end of this period (1-based); null = end of the horizon.",
     )
     weight: PositiveFloat = Field(1.0, description="goal tokens: value of one trained token of this job.")
-    search: dict | None = Field(None, description="Restrictions of the knob space, as in `solve`.")
+    search: Search | None = Field(None, description="Restrictions of the knob space, as in `solve`.")
 
     @model_validator(mode="after")
     def _tokens(self) -> FleetJob:
