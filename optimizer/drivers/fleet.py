@@ -105,7 +105,11 @@ def fleet(fp: FleetProblem, time_limit_s: float = 60.0, rates: list[Rate] | None
     if r["objective"] is None:
         return _infeasible(fp, rates, t0, explain(fp, rates, time_limit_s))
     v = r["by_var"]
-    buy = {t.name: [int(round(v.get(m.buy[t.name, q], 0.0))) for q in range(1, P + 1)] for t in fp.node_types}
+    own = {
+        t.name: [0] + [int(round(v.get(m.own[t.name, q], 0.0))) for q in range(1, P + 1)]
+        for t in fp.node_types
+    }
+    buy = {t: [o[q] - o[q - 1] for q in range(1, P + 1)] for t, o in own.items()}
     sched, trained = [], {j.name: 0.0 for j in fp.jobs}
     for i, q in X:
         if v.get(m.x[i, q], 0.0) > 0.5:
