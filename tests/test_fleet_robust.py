@@ -8,7 +8,7 @@ import pytest
 
 from formulations.fleet import Rate
 from optimizer.drivers.fleet import fleet, sub_problem
-from optimizer.errors import ProblemError, ProblemErrors
+from optimizer.errors import ProblemError, ProblemErrors, TimeLimit
 from optimizer.io.loader import load_fleet
 
 NAMES = """
@@ -162,3 +162,50 @@ def test_long_horizon_buys_once(tmp_path):
     r = fleet(fp, rates=rates)
     assert r.status == "optimal" and r.cost_usd == 315000 and sum(r.buy["t"]) == 1
     assert r.trained["j"] >= 1e11 and len(r.schedule) == 2  # two periods on one node: fewest node-periods
+
+
+def stopped(monkeypatch, status: str, on_call: int = 0):
+    """HiGHS runs of the portfolio from call `on_call` on (0-based) stop with `status`, no incumbent."""
+    import formulations.pyomo_model as pm
+
+    real, calls = pm.run_highs, []
+
+    def run(m, time_limit_s):
+        calls.append(time_limit_s)
+        if len(calls) > on_call:
+            return {
+                "status": status,
+                "objective": None,
+                "bound": None,
+                "values": {},
+                "by_name": {},
+                "by_var": {},
+            }
+        return real(m, time_limit_s)
+
+    monkeypatch.setattr(pm, "run_highs", run)
+    return calls
+
+
+def test_time_limit_without_incumbent_is_not_infeasible(tmp_path, monkeypatch):
+    fp = nofit(tmp_path)
+    rates = [Rate(j, "a100-40g", 1, 8, 6.0, 1e5, 2.2e11, "optimal") for j in ("big", "other")]
+    stopped(monkeypatch, "Time limit reached")
+    with pytest.raises(TimeLimit) as e:
+        fleet(fp, time_limit_s=0.05, rates=rates)
+    assert e.value.exit_code == 4
+    assert (
+        "within 0.05 s" in str(e.value)
+        and "not a proof" in str(e.value)
+        and "2 (job, type, size)" in str(e.value)
+    )
+
+
+def test_explanation_does_not_claim_what_a_time_limit_left_open(tmp_path, monkeypatch):
+    fp = nofit(tmp_path)  # two jobs of two periods each on one node (max_nodes 1) in two: proven infeasible
+    rates = [Rate(j, "a100-40g", 1, 8, 6.0, 1e5, 6e10, "optimal") for j in ("big", "other")]
+    calls = stopped(monkeypatch, "Time limit reached", on_call=1)  # the explanation's solves stop
+    r = fleet(fp, rates=rates)
+    assert r.status == "infeasible" and len(calls) == 2
+    assert r.explanation and "passed the time limit" in r.explanation[0]
+    assert not any("no allocation" in e for e in r.explanation)

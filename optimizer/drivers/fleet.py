@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from formulations.fleet import Rate, solve_portfolio, token_scale
-from optimizer.errors import Infeasible
+from optimizer.errors import Infeasible, TimeLimit
 from optimizer.schema import Options, Problem
 from optimizer.schema.fleet import FleetGoal, FleetProblem
 from optimizer.schema.problem import Objective
@@ -103,6 +103,13 @@ def fleet(fp: FleetProblem, time_limit_s: float = 60.0, rates: list[Rate] | None
     m, X, dl, r = solve_portfolio(fp, rates, time_limit_s)
     P = fp.fleet.periods
     if r["objective"] is None:
+        if not proven_infeasible(r):
+            raise TimeLimit(
+                f"fleet: no purchase plan found within {time_limit_s:g} s (HiGHS: {r['status']}; no bound "
+                f"known); the throughput table holds {len(rates)} (job, type, size) plans, "
+                f"{sum(x.status == 'optimal' for x in rates)} proven fastest by CP-SAT: not a proof that "
+                "nothing fits; raise --time-limit"
+            )
         return _infeasible(fp, rates, t0, explain(fp, rates, time_limit_s))
     v = r["by_var"]
     own = {
@@ -145,6 +152,11 @@ def fleet(fp: FleetProblem, time_limit_s: float = 60.0, rates: list[Rate] | None
     )
 
 
+def proven_infeasible(r: dict) -> bool:
+    """Whether HiGHS proved the portfolio MILP infeasible (not merely stopped, e.g. at its time limit)."""
+    return r["objective"] is None and r["status"] == "Infeasible"
+
+
 def fits_nowhere(fp: FleetProblem, rates: list[Rate]) -> list[str]:
     """Per job without a row in the throughput table (it fits on no considered node type at any size of
     `sizes_nodes`): why goal cost is infeasible, proven by the planner's solves alone."""
@@ -176,9 +188,13 @@ def _infeasible(fp: FleetProblem, rates: list[Rate], t0: float, explanation: lis
 
 def explain(fp: FleetProblem, rates: list[Rate], time_limit_s: float) -> list[str]:
     """Why the portfolio is infeasible: the budget's shortfall, or per job the tokens its deadline leaves
-    untrained and how many periods later it would have to end."""
+    untrained and how many periods later it would have to end. A solve behind it that stops at the time limit
+    is said to, never read as a proof."""
     out = []
-    P = fp.fleet.periods
+    unknown = (
+        f"proven infeasible, but the solves that explain it passed the time limit ({time_limit_s:g} s): "
+        "raise --time-limit to learn which limit binds"
+    )
     if fp.fleet.goal == FleetGoal.COST and fp.fleet.budget_usd is not None:
         _, _, _, r = solve_portfolio(fp, rates, time_limit_s, budget_usd=None)
         if r["objective"] is not None:
@@ -188,27 +204,31 @@ def explain(fp: FleetProblem, rates: list[Rate], time_limit_s: float) -> list[st
                 f"than the budget of ${fp.fleet.budget_usd:,.0f}"
             )
             return out
+        if not proven_infeasible(r):
+            return [unknown]
     # deadlines bind: most tokens each job can train by its deadline with the others' needs kept
     m, _, dl, r = solve_portfolio(fp, rates, time_limit_s, budget_usd=None, goal=FleetGoal.TOKENS)
-    if r["objective"] is None:
-        return ["no allocation at all: no job fits on any node type at any size of sizes_nodes"]
+    if r["objective"] is None:  # training nothing is feasible: only a time limit leaves no answer
+        return [unknown]
     for j in fp.jobs:
         done = r["by_var"].get(m.done[j.name], 0.0) * token_scale(fp)
         short = j.training.tokens - done
         if short > 1e-6 * j.training.tokens:
-            later = None
-            for d in range(dl[j.name] + 1, P + 1):
-                _, _, _, r2 = solve_portfolio(fp, rates, time_limit_s, budget_usd=None, deadlines={j.name: d})
-                if r2["objective"] is not None:
-                    later = d
-                    break
-            what = (
-                f"; a deadline at the end of period {later} would do"
-                if later
-                else "; no deadline within the horizon would do (more availability, power or larger sizes)"
-            )
             out.append(
                 f"deadline of {j.name} (period {dl[j.name]}) binds: {short / 1e9:,.1f}B of "
-                f"{j.training.tokens / 1e9:,.1f}B tokens cannot be trained in time{what}"
+                f"{j.training.tokens / 1e9:,.1f}B tokens cannot be trained in time"
+                + ("" if r["status"] == "Optimal" else " (at most: the time limit passed)")
+                + _later_deadline(fp, rates, j.name, dl[j.name], time_limit_s)
             )
     return out or ["infeasible (limits interact: no single deadline or the budget explains it)"]
+
+
+def _later_deadline(fp: FleetProblem, rates: list[Rate], job: str, deadline: int, time_limit_s: float) -> str:
+    """The first later deadline of `job` that makes the portfolio feasible, as a clause of the explanation."""
+    for d in range(deadline + 1, fp.fleet.periods + 1):
+        _, _, _, r = solve_portfolio(fp, rates, time_limit_s, budget_usd=None, deadlines={job: d})
+        if r["objective"] is not None:
+            return f"; a deadline at the end of period {d} would do"
+        if not proven_infeasible(r):
+            return f"; whether period {d} would do is unknown (time limit)"
+    return "; no deadline within the horizon would do (more availability, power or larger sizes)"
