@@ -3,13 +3,15 @@
 allocation, over a throughput table of (job, node type, size) rates that the CP-SAT planner proved
 (`optimizer.drivers.fleet`).
 
-    buy[t,q]   >= 0 integer      nodes of type t bought at the start of period q (kept to the horizon's end)
+    own[t,q]   >= 0 integer      nodes of type t owned in period q (bought ones are kept to the horizon's end)
+    buy[t,q] = own[t,q] - own[t,q-1] >= 0            nodes bought at the start of period q (own[t,0] = 0)
     x[j,t,s,q] binary            job j runs on s nodes of type t during period q
     sum_{t,s} x[j,t,s,q] <= 1                        a job runs on one allocation per period
-    sum_{j,s} s x[j,t,s,q] <= sum_{q'<=q} buy[t,q']  nodes in use <= nodes owned
-    sum_{q'<=q} buy[t,q'] <= max_nodes[t]            availability
-    sum_t power[t] sum_{q'<=q} buy[t,q'] <= power_kw power cap
-    cost = sum_{t,q} node_usd[t] buy[t,q]            capex (price_usd + extra_usd per node)
+    sum_{j,s} s x[j,t,s,q] <= own[t,q]               nodes in use <= nodes owned
+    own[t,q] <= max_nodes[t]                         availability
+    sum_t power[t] own[t,q] <= power_kw              power cap
+    cost = sum_t node_usd[t] own[t,P]                capex (price_usd + extra_usd per node) = sum_q buy
+  No row sums over earlier periods: the model grows linearly with the number of periods.
   goal cost:   sum_{t,s,q<=deadline_j} tok[j,t,s] x[j,t,s,q] >= tokens_j; minimise cost
                (ties: fewer node-periods)
   goal tokens: cost <= budget; done_j <= tokens_j, done_j <= sum_{t,s,q} tok x;
@@ -86,14 +88,24 @@ def build_portfolio(
 def define_purchases_and_allocations(
     pyo, m, fp: FleetProblem, rates: list[Rate], deadlines
 ) -> PortfolioIndex:
-    """buy[t,q] (integer nodes bought) and x[i,q] (rate row i runs in period q, binary); the sets."""
+    """own[t,q] (integer nodes owned, never fewer than the period before: group `owned`), buy[t,q] (nodes
+    bought, an expression) and x[i,q] (rate row i runs in period q, binary); the sets."""
     P = fp.fleet.periods
     types = {t.name: t for t in fp.node_types}
     Q = list(range(1, P + 1))
     pairs = [(i, q) for i, _ in enumerate(rates) for q in Q]
-    m.buy = pyo.Var(list(types), Q, domain=pyo.NonNegativeIntegers)
+    # nodes owned per (type, period), kept to the horizon's end: buy[t,q] = own[t,q] - own[t,q-1] >= 0 holds
+    # O(types x periods) terms (a sum over q' <= q per period would hold O(periods^2))
+    m.own = pyo.Var(list(types), Q, domain=pyo.NonNegativeIntegers)
     m.x = pyo.Var(pairs, domain=pyo.Binary)
-    owned = {(t, q): sum(m.buy[t, k] for k in Q if k <= q) for t in types for q in Q}
+    m.buy = pyo.Expression(
+        list(types), Q, rule=lambda m, t, q: m.own[t, q] - (m.own[t, q - 1] if q > 1 else 0)
+    )
+    m.owned = pyo.ConstraintList()
+    for t in types:
+        for q in Q[1:]:
+            m.owned.add(m.own[t, q] >= m.own[t, q - 1])
+    owned = {(t, q): m.own[t, q] for t in types for q in Q}
     deadline = {j.name: (deadlines or {}).get(j.name, j.deadline_period or P) for j in fp.jobs}
     return PortfolioIndex(types, {j.name: j for j in fp.jobs}, deadline, Q, pairs, owned)
 
@@ -131,7 +143,7 @@ def define_power(pyo, m, fp: FleetProblem, ix: PortfolioIndex) -> None:
 
 def define_cost(pyo, m, ix: PortfolioIndex, budget: float | None):
     """Capex (USD) of the nodes bought, and the budget on it when there is one (group `budget`)."""
-    cost = sum(ix.types[t].node_usd * m.buy[t, q] for t in ix.types for q in ix.periods)
+    cost = sum(ix.types[t].node_usd * m.own[t, ix.periods[-1]] for t in ix.types)  # sum_q buy[t,q]
     m.cost = pyo.Expression(expr=cost)
     if budget is not None:
         m.budget = pyo.Constraint(expr=cost <= budget)
@@ -156,7 +168,10 @@ def define_cost_goal(pyo, m, fp: FleetProblem, ix: PortfolioIndex, rates: list[R
     scale = token_scale(fp)
     m.tokens = pyo.ConstraintList()
     for jn, j in ix.jobs.items():
-        m.tokens.add(_trained(m, ix, rates, jn, scale) >= j.training.tokens / scale)
+        trained = _trained(m, ix, rates, jn, scale)
+        if isinstance(trained, int):
+            raise ValueError(f"job {jn} has no throughput row: goal cost is infeasible without a solve")
+        m.tokens.add(trained >= j.training.tokens / scale)
     eps = 1e-6 / max(1, sum(r.nodes for r in rates) * fp.fleet.periods)
     node_periods = sum(r.nodes * m.x[i, q] for (i, q) in ix.pairs for r in [rates[i]])
     m.obj = pyo.Objective(expr=cost + eps * node_periods, sense=pyo.minimize)

@@ -137,7 +137,9 @@ def _solver(name: str):
 
 def run_highs(m, time_limit_s: float) -> dict:
     """Solve the Pyomo model with HiGHS in a worker process (formulations.highs_worker: highspy and ortools
-    cannot share a process). Returns {status, objective, bound, values: {name: value}}."""
+    cannot share a process). Returns {status, objective, bound, values: {name: value}, by_name: {component
+    name: value}, by_var: {variable: value}}; read values by variable (`by_var`), since Pyomo quotes an index
+    that holds a comma or quote in the component's name."""
     import json
     import subprocess
     import sys
@@ -156,6 +158,8 @@ def run_highs(m, time_limit_s: float) -> dict:
         )
     if out.returncode != 0:  # pragma: no cover - the worker failed to load highspy
         raise RuntimeError(f"HiGHS worker failed: {out.stderr.strip()[-500:]}")
+    from pyomo.common.collections import ComponentMap
+
     from formulations.highs_worker import MARKER
 
     line = next((x for x in reversed(out.stdout.splitlines()) if x.startswith(MARKER)), None)
@@ -163,6 +167,7 @@ def run_highs(m, time_limit_s: float) -> dict:
         raise RuntimeError(f"HiGHS worker gave no result: {(out.stdout + out.stderr).strip()[-500:]}")
     r = json.loads(line[len(MARKER) :])
     r["by_name"] = {smap.bySymbol[n].name: v for n, v in r["values"].items() if n in smap.bySymbol}
+    r["by_var"] = ComponentMap((smap.bySymbol[n], v) for n, v in r["values"].items() if n in smap.bySymbol)
     return r
 
 

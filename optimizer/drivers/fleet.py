@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from formulations.fleet import Rate, solve_portfolio, token_scale
-from optimizer.errors import Infeasible
+from optimizer.errors import Infeasible, TimeLimit
 from optimizer.schema import Options, Problem
 from optimizer.schema.fleet import FleetGoal, FleetProblem
 from optimizer.schema.problem import Objective
@@ -97,28 +97,29 @@ def throughput_table(fp: FleetProblem, time_limit_s: float = 60.0) -> list[Rate]
 def fleet(fp: FleetProblem, time_limit_s: float = 60.0, rates: list[Rate] | None = None) -> FleetResult:
     t0 = time.perf_counter()
     rates = throughput_table(fp, time_limit_s) if rates is None else rates
+    nowhere = fits_nowhere(fp, rates)
+    if nowhere and fp.fleet.goal == FleetGoal.COST:
+        return _infeasible(fp, rates, t0, nowhere)
     m, X, dl, r = solve_portfolio(fp, rates, time_limit_s)
     P = fp.fleet.periods
     if r["objective"] is None:
-        return FleetResult(
-            "infeasible",
-            fp.fleet.goal.value,
-            None,
-            {},
-            [],
-            {},
-            rates,
-            time.perf_counter() - t0,
-            explain(fp, rates, time_limit_s),
-            problem=fp,
-        )
-    v = r["by_name"]
-    buy = {
-        t.name: [int(round(v.get(f"buy[{t.name},{q}]", 0.0))) for q in range(1, P + 1)] for t in fp.node_types
+        if not proven_infeasible(r):
+            raise TimeLimit(
+                f"fleet: no purchase plan found within {time_limit_s:g} s (HiGHS: {r['status']}; no bound "
+                f"known); the throughput table holds {len(rates)} (job, type, size) plans, "
+                f"{sum(x.status == 'optimal' for x in rates)} proven fastest by CP-SAT: not a proof that "
+                "nothing fits; raise --time-limit"
+            )
+        return _infeasible(fp, rates, t0, explain(fp, rates, time_limit_s))
+    v = r["by_var"]
+    own = {
+        t.name: [0] + [int(round(v.get(m.own[t.name, q], 0.0))) for q in range(1, P + 1)]
+        for t in fp.node_types
     }
+    buy = {t: [o[q] - o[q - 1] for q in range(1, P + 1)] for t, o in own.items()}
     sched, trained = [], {j.name: 0.0 for j in fp.jobs}
     for i, q in X:
-        if v.get(f"x[{i},{q}]", 0.0) > 0.5:
+        if v.get(m.x[i, q], 0.0) > 0.5:
             rt = rates[i]
             sched.append(
                 {
@@ -151,11 +152,49 @@ def fleet(fp: FleetProblem, time_limit_s: float = 60.0, rates: list[Rate] | None
     )
 
 
+def proven_infeasible(r: dict) -> bool:
+    """Whether HiGHS proved the portfolio MILP infeasible (not merely stopped, e.g. at its time limit)."""
+    return r["objective"] is None and r["status"] == "Infeasible"
+
+
+def fits_nowhere(fp: FleetProblem, rates: list[Rate]) -> list[str]:
+    """Per job without a row in the throughput table (it fits on no considered node type at any size of
+    `sizes_nodes`): why goal cost is infeasible, proven by the planner's solves alone."""
+    have = {r.job for r in rates}
+    types = ", ".join(t.name for t in fp.node_types)
+    return [
+        f"job {j.name} fits on no node type ({types}) at any size of sizes_nodes "
+        f"{sorted(fp.fleet.sizes_nodes)}: it cannot train any tokens"
+        for j in fp.jobs
+        if j.name not in have
+    ]
+
+
+def _infeasible(fp: FleetProblem, rates: list[Rate], t0: float, explanation: list[str]) -> FleetResult:
+    """The result of a portfolio proven infeasible, with its explanation."""
+    return FleetResult(
+        "infeasible",
+        fp.fleet.goal.value,
+        None,
+        {},
+        [],
+        {},
+        rates,
+        time.perf_counter() - t0,
+        explanation,
+        problem=fp,
+    )
+
+
 def explain(fp: FleetProblem, rates: list[Rate], time_limit_s: float) -> list[str]:
     """Why the portfolio is infeasible: the budget's shortfall, or per job the tokens its deadline leaves
-    untrained and how many periods later it would have to end."""
+    untrained and how many periods later it would have to end. A solve behind it that stops at the time limit
+    is said to, never read as a proof."""
     out = []
-    P = fp.fleet.periods
+    unknown = (
+        f"proven infeasible, but the solves that explain it passed the time limit ({time_limit_s:g} s): "
+        "raise --time-limit to learn which limit binds"
+    )
     if fp.fleet.goal == FleetGoal.COST and fp.fleet.budget_usd is not None:
         _, _, _, r = solve_portfolio(fp, rates, time_limit_s, budget_usd=None)
         if r["objective"] is not None:
@@ -165,27 +204,31 @@ def explain(fp: FleetProblem, rates: list[Rate], time_limit_s: float) -> list[st
                 f"than the budget of ${fp.fleet.budget_usd:,.0f}"
             )
             return out
+        if not proven_infeasible(r):
+            return [unknown]
     # deadlines bind: most tokens each job can train by its deadline with the others' needs kept
-    _, _, dl, r = solve_portfolio(fp, rates, time_limit_s, budget_usd=None, goal=FleetGoal.TOKENS)
-    if r["objective"] is None:
-        return ["no allocation at all: no job fits on any node type at any size of sizes_nodes"]
+    m, _, dl, r = solve_portfolio(fp, rates, time_limit_s, budget_usd=None, goal=FleetGoal.TOKENS)
+    if r["objective"] is None:  # training nothing is feasible: only a time limit leaves no answer
+        return [unknown]
     for j in fp.jobs:
-        done = r["by_name"].get(f"done[{j.name}]", 0.0) * token_scale(fp)
+        done = r["by_var"].get(m.done[j.name], 0.0) * token_scale(fp)
         short = j.training.tokens - done
         if short > 1e-6 * j.training.tokens:
-            later = None
-            for d in range(dl[j.name] + 1, P + 1):
-                _, _, _, r2 = solve_portfolio(fp, rates, time_limit_s, budget_usd=None, deadlines={j.name: d})
-                if r2["objective"] is not None:
-                    later = d
-                    break
-            what = (
-                f"; a deadline at the end of period {later} would do"
-                if later
-                else "; no deadline within the horizon would do (more availability, power or larger sizes)"
-            )
             out.append(
                 f"deadline of {j.name} (period {dl[j.name]}) binds: {short / 1e9:,.1f}B of "
-                f"{j.training.tokens / 1e9:,.1f}B tokens cannot be trained in time{what}"
+                f"{j.training.tokens / 1e9:,.1f}B tokens cannot be trained in time"
+                + ("" if r["status"] == "Optimal" else " (at most: the time limit passed)")
+                + _later_deadline(fp, rates, j.name, dl[j.name], time_limit_s)
             )
     return out or ["infeasible (limits interact: no single deadline or the budget explains it)"]
+
+
+def _later_deadline(fp: FleetProblem, rates: list[Rate], job: str, deadline: int, time_limit_s: float) -> str:
+    """The first later deadline of `job` that makes the portfolio feasible, as a clause of the explanation."""
+    for d in range(deadline + 1, fp.fleet.periods + 1):
+        _, _, _, r = solve_portfolio(fp, rates, time_limit_s, budget_usd=None, deadlines={job: d})
+        if r["objective"] is not None:
+            return f"; a deadline at the end of period {d} would do"
+        if not proven_infeasible(r):
+            return f"; whether period {d} would do is unknown (time limit)"
+    return "; no deadline within the horizon would do (more availability, power or larger sizes)"

@@ -10,7 +10,7 @@ from pydantic import Field, model_validator
 
 from optimizer.schema.common import Frozen, PositiveFloat, PositiveInt
 from optimizer.schema.llm import LLM
-from optimizer.schema.problem import Options, Training
+from optimizer.schema.problem import Options, Search, Training
 from optimizer.schema.procure import Catalog
 
 
@@ -33,7 +33,7 @@ class FleetJob(Frozen):
         "by the end of this period (1-based); null = end of the horizon.",
     )
     weight: PositiveFloat = Field(1.0, description="goal tokens: value of one trained token of this job.")
-    search: dict | None = Field(None, description="Restrictions of the knob space, as in `solve`.")
+    search: Search | None = Field(None, description="Restrictions of the knob space, as in `solve`.")
 
     @model_validator(mode="after")
     def _tokens(self) -> FleetJob:
@@ -80,7 +80,9 @@ class FleetProblem(Frozen):
         description="Node types on offer (capex price_usd + extra_usd, power_kw, "
         "max_nodes = availability in every period): a name in problems/catalogs/, or inline."
     )
-    types: list[str] | None = Field(None, description="Node types of the catalog considered (null = all).")
+    types: list[str] | None = Field(
+        None, min_length=1, description="Node types of the catalog considered (null = all)."
+    )
     jobs: list[FleetJob] = Field(min_length=1, description="The training jobs.")
     fleet: Fleet = Field(description="Horizon, budget, power cap and objective.")
     options: Options = Field(default_factory=Options, description="Memory headroom.")
