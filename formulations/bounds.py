@@ -31,7 +31,7 @@ from formulations.tables import TIME_UNIT, Tables, knob_grid
 from optimizer.model.capacity import feasible
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate
-from optimizer.prepare.objective import score
+from optimizer.prepare.objective import gpu_time_cap, score, target
 from optimizer.rules.layout import zero_allowed
 
 UB_SLACK = 1e-4  # relative: the integer objective of the incumbent may differ from the model's by rounding
@@ -330,6 +330,22 @@ def incumbent(Ts: Tables | list[Tables], sel: Pairs, top: int = 1) -> Incumbent:
     j = int(good[top - 1])
     # the slack is on the step time (the integer objective rounds it), not on the score: a relative slack on
     # GPUs x BIG + T (fewest_gpus) would span seconds of step time and prune nothing
-    step_ub = np.ceil(float(res.step_time[j]) * TIME_UNIT * (1 + UB_SLACK)) + 1
-    ub = score(T.problem, np.array([int(T.gpus(rep.li[j : j + 1])[0])]), np.array([step_ub]), unit=TIME_UNIT)
-    return Incumbent(int(np.ceil(float(ub[0]))), hint, len(t), pair_lb)
+    n_j = int(T.gpus(rep.li[j : j + 1])[0])
+    step_ub = _step_ub(T.problem, n_j, float(res.step_time[j]))
+    ub = float(score(T.problem, np.array([n_j]), np.array([step_ub]), unit=TIME_UNIT)[0])
+    if not np.isfinite(ub):
+        return Incumbent(np.iinfo(np.int64).max, hint, len(t), pair_lb)
+    return Incumbent(int(np.ceil(ub)), hint, len(t), pair_lb)
+
+
+def _step_ub(problem, n_gpus: int, step_s: float) -> float:
+    """The incumbent's step time in TIME_UNIT with the integer objective's rounding slack, capped at the
+    largest integer step time the CP-SAT model admits under the objective's targets (`objective_score`):
+    the slack must not push a plan that meets a target with less slack than the rounding over it."""
+    step_ub = np.ceil(step_s * TIME_UNIT * (1 + UB_SLACK)) + 1
+    tg, cap = target(problem, TIME_UNIT), gpu_time_cap(problem, TIME_UNIT)
+    if tg is not None:
+        step_ub = min(step_ub, float(np.floor(tg)))
+    if cap is not None and n_gpus > 0:
+        step_ub = min(step_ub, float(np.floor(np.floor(cap) / n_gpus)))
+    return step_ub
