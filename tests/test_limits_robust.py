@@ -39,3 +39,25 @@ def test_target_met_at_the_optimum_solves(tmp_path, capsys, goal):
     assert rc == 0, err
     assert "optimal" in out.splitlines()[0]
     assert "14 used" in out
+
+
+SMALL = """name: small
+llm: llama3.1-8b
+system: h100-sxm-80gb
+num_gpus: 16
+training: {global_batch: 64, precision: bf16, tokens: 1.0e+9}
+"""
+
+
+@pytest.mark.parametrize("band", ["1", "1.5", "-0.5", "0", "nan", "inf", "x"])
+def test_whatif_band_is_a_fraction(tmp_path, capsys, band):
+    rc, out, err = run(tmp_path, capsys, SMALL, f"--band={band}", command="whatif")
+    assert rc == 2
+    assert "--band" in err and band in err
+
+
+def test_whatif_api_refuses_a_band_out_of_range():
+    from optimizer.drivers.whatif import whatif
+
+    with pytest.raises(ValueError, match="band"):
+        whatif(None, band=float("nan"))

@@ -138,6 +138,8 @@ def whatif(
     from optimizer.drivers.solve import solve
     from optimizer.progress import progress
 
+    if not 0 < band < 1:  # NaN fails too
+        raise ValueError(f"band must be a fraction in (0, 1), got {band!r}")
     base = solve(problem, top=top, time_limit_s=time_limit_s)
     t0 = base.plans[0].evaluation.result["step_time"]
     rows = []
