@@ -61,3 +61,19 @@ def test_whatif_api_refuses_a_band_out_of_range():
 
     with pytest.raises(ValueError, match="band"):
         whatif(None, band=float("nan"))
+
+
+def test_whatif_reports_levers_when_the_robust_corner_has_no_plan(tmp_path, capsys):
+    """The optimum meets the step-time target (3.049 s <= 3.1 s) but nothing does at the all-low corner:
+    whatif answers every lever and says the robust corner has no plan (not exit 3)."""
+    import json
+
+    body = SMALL + "objective: {max_step_time_s: 3.1}\n"
+    rc, out, err = run(tmp_path, capsys, body, "--json", command="whatif")
+    assert rc == 0, err
+    r = json.loads(out)
+    assert len(r["levers"]) >= 3 and all(x["step_s"] is not None for x in r["levers"][:3])
+    rb = r["robust"]
+    assert rb["status"] == "infeasible" and rb["robust_plan"] is None and rb["regret_s"] is None
+    rc, out, err = run(tmp_path, capsys, body, command="whatif")
+    assert rc == 0 and "no robust plan (infeasible at the all-low corner)" in out

@@ -21,7 +21,7 @@ import dataclasses
 import itertools
 from dataclasses import dataclass
 
-from optimizer.errors import Infeasible
+from optimizer.errors import Infeasible, TimeLimit
 from optimizer.schema import Problem
 
 
@@ -106,14 +106,17 @@ class RobustPlan:
 
     band: float
     plans: int  # nominal plans evaluated at every corner (`--top`)
-    status: str  # the worst-corner solve's status (optimal or feasible)
+    # the worst-corner solve's status: optimal or feasible; infeasible (proven: no plan meets the problem's
+    # memory and targets at the all-low corner) or time_limit (none found in time), with no robust plan
+    status: str
     worst_corner_is_low: bool  # every evaluated plan's worst case was the all-low corner
     nominal_worst_s: float  # the nominal optimum's worst case
-    robust_worst_s: float  # the robust plan's worst case
-    robust_plan: dict  # the robust plan's execution (JSON form)
+    robust_worst_s: float | None  # the robust plan's worst case (None: no robust plan)
+    robust_plan: dict | None  # the robust plan's execution (JSON form)
     robust_is_nominal: bool
-    regret_s: float  # the nominal optimum's worst case minus the robust plan's
-    robust_nominal_s: float  # the robust plan's step at nominal efficiencies
+    regret_s: float | None  # the nominal optimum's worst case minus the robust plan's
+    robust_nominal_s: float | None  # the robust plan's step at nominal efficiencies
+    note: str | None = None  # why there is no robust plan
 
 
 @dataclass(frozen=True)
@@ -192,7 +195,23 @@ def robust(problem: Problem, base, band: float, time_limit_s: float = 60.0) -> R
         worst_low &= ts[0] >= max(ts) * (1 - 1e-12)
     nominal = base.plans[0].evaluation.execution
     nominal_worst = evaluate_execution(low, nominal).result["step_time"]
-    r = solve(low, time_limit_s=time_limit_s)
+    try:
+        r = solve(low, time_limit_s=time_limit_s)
+    except (Infeasible, TimeLimit) as e:
+        status = "time_limit" if isinstance(e, TimeLimit) else "infeasible"
+        return RobustPlan(
+            band,
+            len(base.plans),
+            status,
+            bool(worst_low),
+            nominal_worst,
+            None,
+            None,
+            False,
+            None,
+            None,
+            str(e),
+        )
     ex = r.plans[0].evaluation.execution
     robust_worst = r.plans[0].evaluation.result["step_time"]
     same = ex == nominal or robust_worst >= nominal_worst * (1 - 1e-9)
