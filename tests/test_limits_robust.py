@@ -75,5 +75,40 @@ def test_whatif_reports_levers_when_the_robust_corner_has_no_plan(tmp_path, caps
     assert len(r["levers"]) >= 3 and all(x["step_s"] is not None for x in r["levers"][:3])
     rb = r["robust"]
     assert rb["status"] == "infeasible" and rb["robust_plan"] is None and rb["regret_s"] is None
-    rc, out, err = run(tmp_path, capsys, body, command="whatif")
-    assert rc == 0 and "no robust plan (infeasible at the all-low corner)" in out
+    assert "nothing fits" in rb["note"]
+
+
+def test_whatif_gpu_lever_adds_whole_nodes_and_keeps_the_options(tmp_path):
+    """+1% of 17 GPUs on 8-GPU nodes is 24 GPUs (not 16, fewer); the idle GPUs the lever allows are allowed
+    in what it is valued against too (else the lever is credited with leaving GPUs idle)."""
+    from optimizer.api import load
+    from optimizer.drivers.whatif import levers
+
+    path = tmp_path / "p.yaml"
+    path.write_text(SMALL.replace("num_gpus: 16", "num_gpus: 17"), encoding="utf-8")
+    problem = load(path)
+    gpu = [x for x in levers(problem, 1.0) if x.name.startswith("GPUs")]
+    assert [x.name for x in gpu] == ["GPUs +1% (24, idle GPUs allowed)"]
+    assert gpu[0].problem.num_gpus == 24 and gpu[0].problem.options.allow_idle_gpus
+    # valued against the problem's own 17 GPUs with idle GPUs allowed: like with like
+    assert gpu[0].reference.num_gpus == 17 and gpu[0].reference.options.allow_idle_gpus
+    assert [x.problem.num_gpus for x in levers(problem, 1e-12) if x.name.startswith("GPUs")] == [24]
+
+
+@pytest.mark.slow
+def test_whatif_ranks_levers_by_the_objective(tmp_path, capsys):
+    """Goal fewest_gpus: each lever says the GPUs its plan uses and how many fewer than the base's."""
+    import json
+
+    body = (
+        SMALL.replace("num_gpus: 16", "num_gpus: 64")
+        + "objective: {goal: fewest_gpus, max_step_time_s: 3.5}\n"
+    )
+    rc, out, err = run(tmp_path, capsys, body, "--json", command="whatif")
+    assert rc == 0, err
+    levers = json.loads(out)["levers"]
+    found = [x for x in levers if x["score_saved"] is not None]
+    assert [x["score_saved"] for x in found] == sorted((x["score_saved"] for x in found), reverse=True)
+    assert all(x["saved_gpus"] == 0 and x["score_saved"] >= -1e-9 for x in found)
+    gpu = [x for x in found if x["name"].startswith("GPUs")]
+    assert gpu and gpu[0]["name"] == "GPUs +20% (80, idle GPUs allowed)" and gpu[0]["gpus"] == 16
