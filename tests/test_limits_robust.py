@@ -112,3 +112,48 @@ def test_whatif_ranks_levers_by_the_objective(tmp_path, capsys):
     assert all(x["saved_gpus"] == 0 and x["score_saved"] >= -1e-9 for x in found)
     gpu = [x for x in found if x["name"].startswith("GPUs")]
     assert gpu and gpu[0]["name"] == "GPUs +20% (80, idle GPUs allowed)" and gpu[0]["gpus"] == 16
+
+
+def _offer(tmp_path, name, system, usd, kw):
+    from optimizer.api import load
+    from optimizer.drivers.pipeline_mix import TypeOffer
+
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(
+        f"llm: {{base: narayanan2021-1.7b, layers: 8}}\nsystem: {system}\nnum_gpus: 4\n"
+        "training: {global_batch: 16}\noptions: {memory_headroom_gib: 0, allow_idle_gpus: true}\n",
+        encoding="utf-8",
+    )
+    return TypeOffer(name, load(path), 1, usd, kw)
+
+
+def test_pipeline_mix_time_limit_is_not_none_fits(tmp_path):
+    """A pipelined-mix search that stops at its time limit with nothing found raises TimeLimit (exit 4),
+    not None (which procure reports as proven: nothing fits, exit 3)."""
+    from optimizer.drivers.pipeline_mix import solve_pipeline_mix
+    from optimizer.errors import TimeLimit
+
+    offers = [
+        _offer(tmp_path, "a100", "{base: a100-sxm-40gb, gpus_per_node: 4, hbm_gib: 4}", 1e4, 3.0),
+        _offer(tmp_path, "h100", "{base: h100-sxm-80gb, gpus_per_node: 4, hbm_gib: 6}", 2.5e4, 5.0),
+    ]
+    with pytest.raises(TimeLimit, match="not a proof"):
+        solve_pipeline_mix(offers, 2, time_limit_s=0.0)
+
+
+PIPELINE_PROCURE = """name: llama70b-pipeline-mix-wins
+llm: llama3.1-70b
+catalog:
+  name: one-node-each
+  node_types:
+    - {name: h200, system: h200-sxm-141gb, price_usd: 330000, power_kw: 10.2, max_nodes: 1}
+    - {name: h100-80g, system: h100-sxm-80gb, price_usd: 280000, power_kw: 10.2, max_nodes: 1}
+training: {global_batch: 64, precision: bf16, tokens: 10.0e+9}
+procure: {goal: throughput, pricing: capex, budget_usd: 1.0e+6, max_types: 2, heterogeneous: all}
+"""
+
+
+def test_procure_time_limit_before_any_plan_exits_4(tmp_path, capsys):
+    rc, out, err = run(tmp_path, capsys, PIPELINE_PROCURE, "--time-limit", "0.01", command="procure")
+    assert rc == 4, (out, err)
+    assert "time limit" in err and "not a proof" in err

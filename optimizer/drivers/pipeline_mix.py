@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.errors import VerificationError
+from optimizer.errors import TimeLimit, VerificationError
 from optimizer.model.capacity import capacity_bytes
 from optimizer.model.hardware import collective_time
 from optimizer.model.knobs import RECOMPUTE
@@ -360,7 +360,8 @@ def solve_pipeline_mix(
     time_limit_s: float = 60.0,
     step=None,
 ) -> MixSolution | None:
-    """The fastest heterogeneous pipeline of `groups` positions over the offered types (None: none fits):
+    """The fastest heterogeneous pipeline of `groups` positions over the offered types (None: proven that
+    none fits; TimeLimit: the time limit passed before any was found):
     one CP-SAT model per (d, b), lowest bound first (`_bounded_outer`), each cut by the incumbent; a (d, b)
     whose bound cannot beat it is passed over. The plan is re-evaluated by `evaluate_mix` and must agree with
     the solver's step time within 0.1% and fit (else VerificationError)."""
@@ -393,6 +394,11 @@ def solve_pipeline_mix(
             continue
         best = (_plan(offers, _picks(found[0], tables[1]), d, b), found[1])
         best_ns = best[1]
+    if best is None and status != "optimal":
+        raise TimeLimit(
+            f"pipelined mix of {G} groups: the time limit ({time_limit_s:g} s) passed before any plan was "
+            f"found ({models} CP-SAT models solved): not a proof that none fits"
+        )
     if best is None:
         return None
     sol = _solution(offers, best[0], status, models, t0, joining)
@@ -509,8 +515,9 @@ def _offers(pp, rows) -> list:
 
 def procure_pipeline(pp, rows, time_limit_s: float = 60.0) -> PipelineChoice | None:
     """The fastest heterogeneous pipeline the procurement allows over the offered types (`_offers`), with
-    2..min(max_types, 3) groups; capex budgets and power caps are constraints of the solve, a rental budget
-    is checked on the result (its cost follows the time to train)."""
+    2..min(max_types, 3) groups (None: proven that none fits; TimeLimit: none found in the time limit);
+    capex budgets and power caps are constraints of the solve, a rental budget is checked on the result
+    (its cost follows the time to train)."""
     from optimizer.drivers.purchase import Group, purchase_of, sub_problem
     from optimizer.progress import progress
     from optimizer.schema.procure import Pricing
@@ -531,23 +538,30 @@ def procure_pipeline(pp, rows, time_limit_s: float = 60.0) -> PipelineChoice | N
         for r in chosen
     ]
     capex = pr.pricing == Pricing.CAPEX
-    best = None
+    best, timed_out = None, None
     sizes = [g for g in (2, 3) if g <= min(pr.max_types, len(offers))]
     with progress("procure: pipelined mixes", sum(len(outer(offers, g)) for g in sizes)) as step:
         for G in sizes:
-            sol = solve_pipeline_mix(
-                offers,
-                G,
-                pr.budget_usd if capex else None,
-                pr.power_kw,
-                pp.catalog.joining_network,
-                time_limit_s,
-                step,
-            )
+            try:
+                sol = solve_pipeline_mix(
+                    offers,
+                    G,
+                    pr.budget_usd if capex else None,
+                    pr.power_kw,
+                    pp.catalog.joining_network,
+                    time_limit_s,
+                    step,
+                )
+            except TimeLimit as e:
+                sol, timed_out = None, e
             if sol is not None and (best is None or sol.result.step_time_s < best.result.step_time_s):
                 best = sol
+    if best is None and timed_out is not None:
+        raise timed_out
     if best is None:
         return None
+    if timed_out is not None:
+        best.status = "feasible"  # a group count ran out of time: the best found, not proven
     by = {r.node_type.name: r.node_type for r in chosen}
     B = pp.training.global_batch
     groups = [
