@@ -157,3 +157,38 @@ def test_procure_time_limit_before_any_plan_exits_4(tmp_path, capsys):
     rc, out, err = run(tmp_path, capsys, PIPELINE_PROCURE, "--time-limit", "0.01", command="procure")
     assert rc == 4, (out, err)
     assert "time limit" in err and "not a proof" in err
+
+
+UPTO_6144 = """name: gpt3-175b-upto6144xa100
+llm: gpt3-175b
+system: a100-sxm-80gb
+num_gpus: 6144
+training: {global_batch: 1536, tokens: 300.0e+9}
+options: {allow_idle_gpus: true}
+"""
+
+
+def test_enumerate_honours_the_time_limit(tmp_path, capsys):
+    """28 million candidates: the enumerator builds the space a part at a time and stops at the limit (exit
+    4, nothing found yet), instead of materialising the whole space first (MemoryError or a hang)."""
+    import time
+
+    t0 = time.perf_counter()
+    rc, out, err = run(tmp_path, capsys, UPTO_6144, "--method", "enumerate", "--time-limit", "0.01")
+    assert rc == 4, err
+    assert "28,006,584 candidates" in err and "not a proof" in err
+    assert time.perf_counter() - t0 < 20
+
+
+def test_enumerate_stopped_early_is_not_proven(tmp_path):
+    import time
+
+    from formulations.enumerate import enumerate_best
+    from optimizer.api import load
+
+    path = tmp_path / "p.yaml"
+    path.write_text(SMALL, encoding="utf-8")
+    r = enumerate_best(load(path), top=1, chunk=1000, deadline=time.perf_counter())
+    assert not r.complete and r.n_evaluated == 0 and len(r.step_time_s) == 0
+    full = enumerate_best(load(path), top=2, chunk=1000)
+    assert full.complete and full.n_evaluated == full.n_candidates and len(full.step_time_s) == 2
