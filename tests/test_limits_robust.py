@@ -192,3 +192,25 @@ def test_enumerate_stopped_early_is_not_proven(tmp_path):
     assert not r.complete and r.n_evaluated == 0 and len(r.step_time_s) == 0
     full = enumerate_best(load(path), top=2, chunk=1000)
     assert full.complete and full.n_evaluated == full.n_candidates and len(full.step_time_s) == 2
+
+
+MIXTRAL_384 = """name: c032
+llm: mixtral-8x7b
+system:
+  base: h200-sxm-141gb
+  offload: {capacity_gib: 512, bandwidth_gbps: 50}
+num_gpus: 384
+training: {global_batch: 2520, precision: fp8}
+"""
+
+
+def test_time_limit_bounds_the_tables_not_only_cp_sat(tmp_path, capsys):
+    """The model's tables of this space take tens of seconds to fill: a time limit that passes while they
+    are filled is exit 4 (not a proof), not an "optimal" answer long after the limit."""
+    import time
+
+    t0 = time.perf_counter()
+    rc, out, err = run(tmp_path, capsys, MIXTRAL_384, "--time-limit", "0.01")
+    assert rc == 4, (out, err)
+    assert "within 0.01 s" in err and "tables" in err and "not a proof" in err
+    assert time.perf_counter() - t0 < 10
