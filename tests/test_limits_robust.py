@@ -214,3 +214,45 @@ def test_time_limit_bounds_the_tables_not_only_cp_sat(tmp_path, capsys):
     assert rc == 4, (out, err)
     assert "within 0.01 s" in err and "tables" in err and "not a proof" in err
     assert time.perf_counter() - t0 < 10
+
+
+MOE_PIPE = """name: mixtral-pipeline-mix
+llm: mixtral-8x7b
+catalog:
+  name: two
+  node_types:
+    - {name: h200, system: h200-sxm-141gb, price_usd: 330000, power_kw: 10.2, max_nodes: 2}
+    - {name: h100-80g, system: h100-sxm-80gb, price_usd: 280000, power_kw: 10.2, max_nodes: 2}
+training: {global_batch: 64, precision: bf16, tokens: 10.0e+9}
+procure: {goal: throughput, pricing: capex, budget_usd: 2.0e+6, max_types: 2, heterogeneous: pipeline}
+"""
+
+
+def test_pipeline_family_not_searched_is_said(tmp_path):
+    """An MoE model: the pipelined-mix family is not searched, and a note says so (not a silent None that
+    reads as "none fits within the limits")."""
+    from optimizer.drivers.pipeline_mix import procure_pipeline
+    from optimizer.drivers.purchase import TypeRow
+    from optimizer.io.loader import load_procure
+
+    path = tmp_path / "p.yaml"
+    path.write_text(MOE_PIPE, encoding="utf-8")
+    pp = load_procure(path)
+    rows = [TypeRow(t, 2, "availability", None, 0, "infeasible") for t in pp.catalog.node_types]
+    notes: list[str] = []
+    assert procure_pipeline(pp, rows, notes=notes) is None
+    assert notes == [
+        "pipelined mixes not searched: the family covers dense models on megatron-core, not an MoE model"
+    ]
+
+
+@pytest.mark.slow
+def test_procure_pipeline_meets_the_deadline(tmp_path, capsys):
+    """Goal cost with deadline_days 5: the only pipelined mix needs 7.4 days; it is no answer (it was BEST,
+    exit 0), and a note says why."""
+    body = PIPELINE_PROCURE.replace("goal: throughput", "goal: cost").replace(
+        "heterogeneous: all}", "heterogeneous: all, deadline_days: 5.0}"
+    )
+    rc, out, err = run(tmp_path, capsys, body, command="procure")
+    assert rc == 3, (out, err)
+    assert "over the deadline of 5 days" in out

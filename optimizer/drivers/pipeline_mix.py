@@ -513,19 +513,29 @@ def _offers(pp, rows) -> list:
     return out
 
 
-def procure_pipeline(pp, rows, time_limit_s: float = 60.0) -> PipelineChoice | None:
+def procure_pipeline(
+    pp, rows, time_limit_s: float = 60.0, notes: list[str] | None = None
+) -> PipelineChoice | None:
     """The fastest heterogeneous pipeline the procurement allows over the offered types (`_offers`), with
     2..min(max_types, 3) groups (None: proven that none fits; TimeLimit: none found in the time limit);
     capex budgets and power caps are constraints of the solve, a rental budget is checked on the result
-    (its cost follows the time to train)."""
+    (its cost follows the time to train), and so is the deadline (the fastest mix over it: none meets it).
+    `notes`: where given, why there is no mix when the search was not made or its answer was dropped."""
     from optimizer.drivers.purchase import Group, purchase_of, sub_problem
     from optimizer.progress import progress
     from optimizer.schema.procure import Pricing
 
     pr = pp.procure
     chosen = _offers(pp, rows)
-    if len(chosen) < 2 or pp.llm.moe is not None or pp.stack.value != "megatron-core":
-        return None  # the family's plans (ZeRO-1, SP) are Megatron-Core's
+    if len(chosen) < 2:
+        return None
+    if pp.llm.moe is not None or pp.stack.value != "megatron-core":  # the family's plans (ZeRO-1, SP) are
+        if notes is not None:  # Megatron-Core's, of dense models
+            why = "an MoE model" if pp.llm.moe is not None else f"stack {pp.stack.value}"
+            notes.append(
+                f"pipelined mixes not searched: the family covers dense models on megatron-core, not {why}"
+            )
+        return None
     offers = [
         TypeOffer(
             r.node_type.name,
@@ -573,9 +583,24 @@ def procure_pipeline(pp, rows, time_limit_s: float = 60.0) -> PipelineChoice | N
     pur = purchase_of(pp, groups, best.result.step_time_s)
     if pr.budget_usd is not None and pur.cost_usd > pr.budget_usd * (1 + 1e-9):
         return None
+    if _over_deadline(pp, best, pur, notes):
+        return None
     reasons = _stage_reasons(pp, best)
     verdict = _verdict(pp, rows, best, pur)
     return PipelineChoice(best, pur, reasons, verdict, [r.node_type.name for r in chosen])
+
+
+def _over_deadline(pp, best, pur, notes: list[str] | None) -> bool:
+    """Does the mix's time to train (days) pass procure.deadline_days? (noted in `notes`)"""
+    dl, days = pp.procure.deadline_days, pur.days_to_train
+    if dl is None or days is None or days <= dl * (1 + 1e-9):
+        return False
+    if notes is not None:
+        mix = ", ".join(f"{n} x {t}" for t, n in best.nodes.items() if n)
+        notes.append(
+            f"pipelined mix: the fastest ({mix}) needs {days:.3g} days, over the deadline of {dl:g} days"
+        )
+    return True
 
 
 def _stage_reasons(pp, best) -> list[str]:

@@ -91,7 +91,7 @@ def _procure(pp, pareto, time_limit_s, t0, cache, limits, todo, pool) -> Procure
         from optimizer.drivers.pipeline_mix import procure_pipeline
 
         try:
-            res.pipeline = procure_pipeline(pp, rows, time_limit_s=time_limit_s)
+            res.pipeline = procure_pipeline(pp, rows, time_limit_s=time_limit_s, notes=res.notes)
         except TimeLimit as e:
             timed_out = e
             res.notes.append(f"{e} (a longer --time-limit may find one)")
