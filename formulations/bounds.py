@@ -22,6 +22,7 @@ rest. With ``top`` K plans, UB is the K-th best distinct incumbent, so the K bes
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +32,7 @@ from formulations.tables import TIME_UNIT, Tables, knob_grid
 from optimizer.model.capacity import feasible
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate
-from optimizer.prepare.objective import score
+from optimizer.prepare.objective import gpu_time_cap, score, target
 from optimizer.rules.layout import zero_allowed
 
 UB_SLACK = 1e-4  # relative: the integer objective of the incumbent may differ from the model's by rounding
@@ -161,9 +162,12 @@ def score_int(T: Tables, li: np.ndarray, step: np.ndarray) -> np.ndarray:
     return score(T.problem, T.gpus(li), step, unit=TIME_UNIT, missed=NONE)
 
 
-def presolve(Ts: Tables | list[Tables], top: int = 1, n_triples: int = 96) -> Presolved:
+def presolve(
+    Ts: Tables | list[Tables], top: int = 1, n_triples: int = 96, deadline: float | None = None
+) -> Presolved:
     """Bounds per triple (block columns at their minimum), an incumbent from the most promising triples of
-    every variant, then exact pair bounds for the triples that survive; pairs with LB > UB are dropped."""
+    every variant, then exact pair bounds for the triples that survive; pairs with LB > UB are dropped.
+    Past `deadline` (perf_counter s) the incumbent is not widened nor refined further (both only prune)."""
     Ts = _as_list(Ts)
     tris, lbs = [], []
     n_tri = 0
@@ -189,6 +193,8 @@ def presolve(Ts: Tables | list[Tables], top: int = 1, n_triples: int = 96) -> Pr
         # time
         if n >= len(lb_all) or int((lb_all <= inc.ub).sum()) <= 4 * n or n >= 16 * n_triples:
             break
+        if deadline is not None and time.perf_counter() > deadline:
+            break
         n = min(len(lb_all), 4 * n)
     parts, cols_parts, n_kept_t, n_fit = [], [], 0, 0
     for j, T in enumerate(Ts):
@@ -204,7 +210,7 @@ def presolve(Ts: Tables | list[Tables], top: int = 1, n_triples: int = 96) -> Pr
         cols_parts.append({k: v[keep] for k, v in cols.items()})
     P = Pairs.concat(parts)
     cols = {k: np.concatenate([c[k] for c in cols_parts]) for k in cols_parts[0]}
-    P, cols, inc = refine(Ts, P, cols, inc, top)
+    P, cols, inc = refine(Ts, P, cols, inc, top, deadline=deadline)
     return Presolved(P, cols, n_tri, n_kept_t, n_fit, inc)
 
 
@@ -217,6 +223,7 @@ def refine(
     keep_at_most: int = 64,
     batch: int = 8192,
     rounds: int = 32,
+    deadline: float | None = None,
 ):
     """While more than `keep_at_most` pairs survive, evaluate the `batch` pairs of smallest bound with the
     model (every ZeRO stage and DP overlap): their bound becomes their exact score (less the integer
@@ -224,11 +231,13 @@ def refine(
     weak where the score multiplies GPUs by time (tokens_per_gpu) or idle GPUs widen the space, and the
     column bounds are loose where the DP exposure depends on the ZeRO stage; a few thousand model
     evaluations cost far less than a CP-SAT proof over thousands of pairs, which then proves the optimum
-    among the few pairs left."""
+    among the few pairs left; past `deadline` (perf_counter s) it stops (CP-SAT proves the rest)."""
     done = np.zeros(len(P), dtype=bool)
     for _ in range(rounds):
         todo = np.nonzero(~done)[0]
         if len(P) <= keep_at_most or len(todo) == 0:
+            break
+        if deadline is not None and time.perf_counter() > deadline:
             break
         k = min(len(todo), batch)
         best = todo[np.argpartition(P.slb[todo], k - 1)[:k]] if k < len(todo) else todo
@@ -330,6 +339,22 @@ def incumbent(Ts: Tables | list[Tables], sel: Pairs, top: int = 1) -> Incumbent:
     j = int(good[top - 1])
     # the slack is on the step time (the integer objective rounds it), not on the score: a relative slack on
     # GPUs x BIG + T (fewest_gpus) would span seconds of step time and prune nothing
-    step_ub = np.ceil(float(res.step_time[j]) * TIME_UNIT * (1 + UB_SLACK)) + 1
-    ub = score(T.problem, np.array([int(T.gpus(rep.li[j : j + 1])[0])]), np.array([step_ub]), unit=TIME_UNIT)
-    return Incumbent(int(np.ceil(float(ub[0]))), hint, len(t), pair_lb)
+    n_j = int(T.gpus(rep.li[j : j + 1])[0])
+    step_ub = _step_ub(T.problem, n_j, float(res.step_time[j]))
+    ub = float(score(T.problem, np.array([n_j]), np.array([step_ub]), unit=TIME_UNIT)[0])
+    if not np.isfinite(ub):
+        return Incumbent(np.iinfo(np.int64).max, hint, len(t), pair_lb)
+    return Incumbent(int(np.ceil(ub)), hint, len(t), pair_lb)
+
+
+def _step_ub(problem, n_gpus: int, step_s: float) -> float:
+    """The incumbent's step time in TIME_UNIT with the integer objective's rounding slack, capped at the
+    largest integer step time the CP-SAT model admits under the objective's targets (`objective_score`):
+    the slack must not push a plan that meets a target with less slack than the rounding over it."""
+    step_ub = np.ceil(step_s * TIME_UNIT * (1 + UB_SLACK)) + 1
+    tg, cap = target(problem, TIME_UNIT), gpu_time_cap(problem, TIME_UNIT)
+    if tg is not None:
+        step_ub = min(step_ub, float(np.floor(tg)))
+    if cap is not None and n_gpus > 0:
+        step_ub = min(step_ub, float(np.floor(np.floor(cap) / n_gpus)))
+    return step_ub

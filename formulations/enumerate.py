@@ -6,7 +6,7 @@ Used by `paraplan solve --method enumerate` and by tests as the reference optimu
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -14,7 +14,7 @@ from optimizer.model.capacity import feasible
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate, make_ctx
 from optimizer.prepare.objective import score
-from optimizer.prepare.space import Space, build_space
+from optimizer.prepare.space import Space, build_space, compact_space
 from optimizer.schema import Problem
 
 
@@ -22,40 +22,75 @@ from optimizer.schema import Problem
 class EnumResult:
     knobs: Knobs  # the top candidates, best first
     step_time_s: np.ndarray
-    n_candidates: int
-    n_feasible: int  # within memory (before any objective target)
+    n_candidates: int  # the whole space's
+    n_feasible: int  # within memory (before any objective target), of those evaluated
     seconds: float
     score: np.ndarray | None = None  # optimizer.prepare.objective.score of the top candidates
+    n_evaluated: int | None = None  # candidates evaluated (fewer than n_candidates: the deadline passed)
+
+    @property
+    def complete(self) -> bool:
+        """Every candidate evaluated: the top candidates are proven."""
+        return self.n_evaluated is None or self.n_evaluated >= self.n_candidates
+
+
+def pieces(problem: Problem, chunk: int):
+    """The space in parts of about `chunk` candidates (whole layouts; a layout larger than that is split),
+    built one at a time: the whole space is never held in memory."""
+    c = compact_space(problem)
+    n_other = np.array([int(np.prod([len(v) for _, v in per])) for per in c.other], dtype=np.int64)
+    li = c.triples[:, 0]
+    per_layout = np.bincount(li, minlength=len(c.layouts)) * n_other
+    group, size = [], 0
+    for j in np.nonzero(per_layout)[0].tolist() + [None]:
+        if j is not None:
+            group.append(j)
+            size += int(per_layout[j])
+        if group and (j is None or size >= chunk):
+            sub = replace(c, triples=c.triples[np.isin(li, group)], size=size)
+            k = build_space(problem, sub).knobs
+            for lo in range(0, size, chunk):
+                yield k.take(np.arange(lo, min(size, lo + chunk)))
+            group, size = [], 0
 
 
 def enumerate_best(
-    problem: Problem, space: Space | None = None, top: int = 1, chunk: int = 250_000
+    problem: Problem,
+    space: Space | None = None,
+    top: int = 1,
+    chunk: int = 250_000,
+    deadline: float | None = None,
 ) -> EnumResult:
+    """The `top` best candidates of `space` (default: the problem's whole space, built in `pieces`) by the
+    objective's score, within memory; `deadline` (perf_counter s): stop there with the best so far."""
     t0 = time.perf_counter()
-    space = space or build_space(problem)
+    if space is not None:
+        n = space.size
+        parts = (space.knobs.take(np.arange(lo, min(n, lo + chunk))) for lo in range(0, n, chunk))
+    else:
+        n = compact_space(problem).size
+        parts = pieces(problem, chunk)
     ctx = make_ctx(problem)
-    n = space.size
-    best_t = np.empty(0)
-    best_s = np.empty(0)
-    best_i = np.empty(0, dtype=np.int64)
-    n_ok = 0
-    for lo in range(0, n, chunk):
-        idx = np.arange(lo, min(n, lo + chunk))
-        k = space.knobs.take(idx)
+    best_t, best_s, best_k = np.empty(0), np.empty(0), None
+    n_ok = n_done = 0
+    for k in parts:
+        if deadline is not None and time.perf_counter() > deadline:
+            break
         res = evaluate(problem, k, ctx)
         ok = feasible(problem, k, res)
         n_ok += int(ok.sum())
+        n_done += k.size
         t = np.where(ok, score(problem, k.tp * k.pp * k.dp * k.cp, res.step_time), np.inf)
-        stp = res.step_time
-        if top < len(t):
-            part = np.argpartition(t, top)[:top]
-        else:
-            part = np.arange(len(t))
+        part = np.argpartition(t, top)[:top] if top < len(t) else np.arange(len(t))
         best_t = np.concatenate([best_t, t[part]])
-        best_s = np.concatenate([best_s, stp[part]])
-        best_i = np.concatenate([best_i, idx[part]])
+        best_s = np.concatenate([best_s, res.step_time[part]])
+        best_k = k.take(part) if best_k is None else Knobs.concat([best_k, k.take(part)])
         order = np.argsort(best_t, kind="stable")[:top]
-        best_t, best_s, best_i = best_t[order], best_s[order], best_i[order]
-    keep = np.isfinite(best_t)
-    best_t, best_s, best_i = best_t[keep], best_s[keep], best_i[keep]
-    return EnumResult(space.knobs.take(best_i), best_s, n, n_ok, time.perf_counter() - t0, best_t)
+        best_t, best_s, best_k = best_t[order], best_s[order], best_k.take(order)
+    keep = np.nonzero(np.isfinite(best_t))[0]
+    knobs = (
+        best_k.take(keep)
+        if best_k is not None
+        else Knobs.from_dict({f: [] for f in Knobs.__dataclass_fields__})
+    )
+    return EnumResult(knobs, best_s[keep], n, n_ok, time.perf_counter() - t0, best_t[keep], n_done)

@@ -168,16 +168,19 @@ def _infeasible(problem: Problem, size: int) -> Infeasible:
     )
 
 
-def _variant_tables(problem: Problem, tables: list[Tables] | None) -> tuple[list[Tables], int]:
+def _variant_tables(
+    problem: Problem, tables: list[Tables] | None, deadline: float | None = None
+) -> tuple[list[Tables], int]:
     """The tables of every variant with legal triples and the size of the space (candidates); `tables`:
-    those of a larger problem to restrict (`tables.restrict`). Infeasible (rules) when nothing is legal."""
+    those of a larger problem to restrict (`tables.restrict`). Infeasible (rules) when nothing is legal;
+    TimeLimit when `deadline` (perf_counter s) passes while they are filled."""
     if tables is not None:
         Ts, size = restrict(tables, problem)
         Ts = [T for T in Ts if len(T.legal_lvm)]
     else:
         c = compact_space(problem)
         size = c.size
-        Ts = build_all(problem, c) if size else []
+        Ts = build_all(problem, c, deadline) if size else []
     if size == 0 or not Ts:
         raise Infeasible(
             "no legal plan: no (tp, pp, dp, vpp, micro-batch) satisfies the integer rules "
@@ -294,9 +297,16 @@ def solve_cpsat(
     """`tables`: those of the same problem with more GPUs and idle GPUs allowed (`tables.restrict`), to solve
     many GPU limits of one problem (procurement) without filling tables again."""
     t0 = t0 if t0 is not None else time.perf_counter()
-    Ts, size = _variant_tables(problem, tables)
+    deadline = t0 + time_limit_s
+    try:
+        Ts, size = _variant_tables(problem, tables, deadline)
+    except TimeLimit as e:
+        raise TimeLimit(
+            f"no plan found within {time_limit_s:g} s ({time.perf_counter() - t0:.1f} s): {e}; not a proof "
+            "that nothing fits; raise --time-limit"
+        ) from None
     T = Ts[0]  # layouts, value lists and capacities are shared by the variants
-    pre = presolve(Ts, top)
+    pre = presolve(Ts, top, deadline=deadline)
     if len(pre.pairs) == 0:
         raise _infeasible(problem, size)
     model = define_model(T, pre, pre.incumbent.hint)

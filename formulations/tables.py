@@ -46,11 +46,13 @@ Columns (the composition factors are defined in `optimizer.model.compose`):
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, fields, replace
 from itertools import product
 
 import numpy as np
 
+from optimizer.errors import TimeLimit
 from optimizer.model.capacity import capacity_bytes
 from optimizer.model.compose import fsdp_traffic, layout_factors, mb_factors, vpp_factors
 from optimizer.model.knobs import Knobs
@@ -250,12 +252,15 @@ def _values(c: Compact) -> dict[str, list[int]]:
     }
 
 
-def _runner(problem: Problem, allv: list[dict[str, int]]):
-    """run(n, **cols): the model's `StepTerms` on n rows per variant, every field an array (nVar, n)."""
+def _runner(problem: Problem, allv: list[dict[str, int]], deadline: float | None = None):
+    """run(n, **cols): the model's `StepTerms` on n rows per variant, every field an array (nVar, n);
+    TimeLimit once `deadline` (perf_counter s) has passed."""
     fixed_cols = {k: np.array([v[k] for v in allv], dtype=np.int64) for k in OTHER_KNOBS}
     nVar, ctx = len(allv), make_ctx(problem)
 
     def run(n: int, **cols) -> StepTerms:
+        if deadline is not None and time.perf_counter() > deadline:
+            raise TimeLimit("the time limit passed while the model's tables were filled, before any plan")
         fx = {k: np.repeat(v, n) for k, v in fixed_cols.items()}
         tiled = {k: np.tile(np.broadcast_to(np.asarray(v), (n,)), nVar) for k, v in cols.items()}
         t = evaluate(problem, knob_grid(fx, nVar * n, **tiled), ctx).terms
@@ -389,9 +394,10 @@ def _block_tables(
     return out
 
 
-def build_all(problem: Problem, c: Compact) -> list[Tables]:
+def build_all(problem: Problem, c: Compact, deadline: float | None = None) -> list[Tables]:
     """The tables of every variant of the space that has legal triples, filled in one pass: each call to the
-    model evaluates the grid of every variant at once (the variant knobs as columns)."""
+    model evaluates the grid of every variant at once (the variant knobs as columns); TimeLimit once
+    `deadline` (perf_counter s) has passed."""
     if c.size == 0:
         raise ValueError("empty space: solve_cpsat answers it before building tables")
     allv, admits = _variants_admitted(c)
@@ -401,7 +407,7 @@ def build_all(problem: Problem, c: Compact) -> list[Tables]:
     tpcp = sorted(
         {tuple(int(x) for x in key) for key in zip(lay["tp"], lay["cp"], lay["ep"], lay["etp"], strict=True)}
     )
-    run = _runner(problem, allv)
+    run = _runner(problem, allv, deadline)
     tpcp_index = {x: i for i, x in enumerate(tpcp)}
     slots, L0, Lv, r = _layout_tables(problem, lay, tpcp_index, vals["zero"], run, nVar)
     pu_tiers = [float(n.processor_usage) for n in problem.system.networks]

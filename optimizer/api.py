@@ -276,7 +276,7 @@ def plan_of(result, problem: Problem | None = None):
     elif kind == "procure" and result.best is not None and len(result.best.groups) == 1:
         plan = result.best.groups[0].plan
         ev, problem = (None, None) if plan is None else (plan.evaluation, None)
-    elif kind == "whatif" and problem is not None:
+    elif kind == "whatif" and problem is not None and result.robust.robust_plan is not None:
         return problem, Execution.model_validate(result.robust.robust_plan)
     return None if ev is None else (problem or ev.problem, ev.execution)
 

@@ -76,6 +76,18 @@ _seconds = _bounded(float, 0, 86400, "seconds", lo_open=True)  # --time-limit: u
 _amount = _bounded(float, 0, 1e9, "a number", lo_open=True)  # positive quantities (GiB, GB/s, %)
 
 
+def _band(text: str) -> float:
+    """--band: the efficiency band of `paraplan whatif`, a fraction in (0, 1) (1 or more would scale an
+    efficiency to zero or below)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction, got {text!r}") from None
+    if not 0 < v < 1:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"{text} is outside (0, 1)")
+    return v
+
+
 def _check_plot(path: str | None) -> None:
     """--plot is checked before any work: matplotlib installed, the folder there, a .png name."""
     if not path:
@@ -391,7 +403,9 @@ def _study_commands(sub) -> None:
         "--pct", type=_amount, default=20.0, help="how much more of each resource, %% (default 20)"
     )
     p.add_argument("--top", type=_top, default=10, help="plans compared for robustness (default 10)")
-    p.add_argument("--band", type=float, default=0.1, help="efficiency band, a fraction (default 0.1)")
+    p.add_argument(
+        "--band", type=_band, default=0.1, help="efficiency band, a fraction in (0, 1) (default 0.1)"
+    )
     p.add_argument("--plot", metavar="FILE.png", help="a tornado chart of the resources' value")
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from optimizer.errors import VerificationError
+from optimizer.errors import TimeLimit, VerificationError
 from optimizer.model.capacity import capacity_bytes
 from optimizer.model.hardware import collective_time
 from optimizer.model.knobs import RECOMPUTE
@@ -360,7 +360,8 @@ def solve_pipeline_mix(
     time_limit_s: float = 60.0,
     step=None,
 ) -> MixSolution | None:
-    """The fastest heterogeneous pipeline of `groups` positions over the offered types (None: none fits):
+    """The fastest heterogeneous pipeline of `groups` positions over the offered types (None: proven that
+    none fits; TimeLimit: the time limit passed before any was found):
     one CP-SAT model per (d, b), lowest bound first (`_bounded_outer`), each cut by the incumbent; a (d, b)
     whose bound cannot beat it is passed over. The plan is re-evaluated by `evaluate_mix` and must agree with
     the solver's step time within 0.1% and fit (else VerificationError)."""
@@ -393,6 +394,11 @@ def solve_pipeline_mix(
             continue
         best = (_plan(offers, _picks(found[0], tables[1]), d, b), found[1])
         best_ns = best[1]
+    if best is None and status != "optimal":
+        raise TimeLimit(
+            f"pipelined mix of {G} groups: the time limit ({time_limit_s:g} s) passed before any plan was "
+            f"found ({models} CP-SAT models solved): not a proof that none fits"
+        )
     if best is None:
         return None
     sol = _solution(offers, best[0], status, models, t0, joining)
@@ -507,18 +513,29 @@ def _offers(pp, rows) -> list:
     return out
 
 
-def procure_pipeline(pp, rows, time_limit_s: float = 60.0) -> PipelineChoice | None:
+def procure_pipeline(
+    pp, rows, time_limit_s: float = 60.0, notes: list[str] | None = None
+) -> PipelineChoice | None:
     """The fastest heterogeneous pipeline the procurement allows over the offered types (`_offers`), with
-    2..min(max_types, 3) groups; capex budgets and power caps are constraints of the solve, a rental budget
-    is checked on the result (its cost follows the time to train)."""
+    2..min(max_types, 3) groups (None: proven that none fits; TimeLimit: none found in the time limit);
+    capex budgets and power caps are constraints of the solve, a rental budget is checked on the result
+    (its cost follows the time to train), and so is the deadline (the fastest mix over it: none meets it).
+    `notes`: where given, why there is no mix when the search was not made or its answer was dropped."""
     from optimizer.drivers.purchase import Group, purchase_of, sub_problem
     from optimizer.progress import progress
     from optimizer.schema.procure import Pricing
 
     pr = pp.procure
     chosen = _offers(pp, rows)
-    if len(chosen) < 2 or pp.llm.moe is not None or pp.stack.value != "megatron-core":
-        return None  # the family's plans (ZeRO-1, SP) are Megatron-Core's
+    if len(chosen) < 2:
+        return None
+    if pp.llm.moe is not None or pp.stack.value != "megatron-core":  # the family's plans (ZeRO-1, SP) are
+        if notes is not None:  # Megatron-Core's, of dense models
+            why = "an MoE model" if pp.llm.moe is not None else f"stack {pp.stack.value}"
+            notes.append(
+                f"pipelined mixes not searched: the family covers dense models on megatron-core, not {why}"
+            )
+        return None
     offers = [
         TypeOffer(
             r.node_type.name,
@@ -531,23 +548,30 @@ def procure_pipeline(pp, rows, time_limit_s: float = 60.0) -> PipelineChoice | N
         for r in chosen
     ]
     capex = pr.pricing == Pricing.CAPEX
-    best = None
+    best, timed_out = None, None
     sizes = [g for g in (2, 3) if g <= min(pr.max_types, len(offers))]
     with progress("procure: pipelined mixes", sum(len(outer(offers, g)) for g in sizes)) as step:
         for G in sizes:
-            sol = solve_pipeline_mix(
-                offers,
-                G,
-                pr.budget_usd if capex else None,
-                pr.power_kw,
-                pp.catalog.joining_network,
-                time_limit_s,
-                step,
-            )
+            try:
+                sol = solve_pipeline_mix(
+                    offers,
+                    G,
+                    pr.budget_usd if capex else None,
+                    pr.power_kw,
+                    pp.catalog.joining_network,
+                    time_limit_s,
+                    step,
+                )
+            except TimeLimit as e:
+                sol, timed_out = None, e
             if sol is not None and (best is None or sol.result.step_time_s < best.result.step_time_s):
                 best = sol
+    if best is None and timed_out is not None:
+        raise timed_out
     if best is None:
         return None
+    if timed_out is not None:
+        best.status = "feasible"  # a group count ran out of time: the best found, not proven
     by = {r.node_type.name: r.node_type for r in chosen}
     B = pp.training.global_batch
     groups = [
@@ -559,9 +583,24 @@ def procure_pipeline(pp, rows, time_limit_s: float = 60.0) -> PipelineChoice | N
     pur = purchase_of(pp, groups, best.result.step_time_s)
     if pr.budget_usd is not None and pur.cost_usd > pr.budget_usd * (1 + 1e-9):
         return None
+    if _over_deadline(pp, best, pur, notes):
+        return None
     reasons = _stage_reasons(pp, best)
     verdict = _verdict(pp, rows, best, pur)
     return PipelineChoice(best, pur, reasons, verdict, [r.node_type.name for r in chosen])
+
+
+def _over_deadline(pp, best, pur, notes: list[str] | None) -> bool:
+    """Does the mix's time to train (days) pass procure.deadline_days? (noted in `notes`)"""
+    dl, days = pp.procure.deadline_days, pur.days_to_train
+    if dl is None or days is None or days <= dl * (1 + 1e-9):
+        return False
+    if notes is not None:
+        mix = ", ".join(f"{n} x {t}" for t, n in best.nodes.items() if n)
+        notes.append(
+            f"pipelined mix: the fastest ({mix}) needs {days:.3g} days, over the deadline of {dl:g} days"
+        )
+    return True
 
 
 def _stage_reasons(pp, best) -> list[str]:

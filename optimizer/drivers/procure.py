@@ -33,6 +33,7 @@ from optimizer.drivers.purchase import (
     rank_key,
     system_tables_key,
 )
+from optimizer.errors import TimeLimit
 from optimizer.prepare.objective import BIG_S
 from optimizer.progress import progress
 from optimizer.schema.problem import Goal, Objective
@@ -84,11 +85,16 @@ def _procure(pp, pareto, time_limit_s, t0, cache, limits, todo, pool) -> Procure
         pur = purchase_of(pp, [grp], grp.step_time_s) if grp else None
         rows.append(TypeRow(t, n, why, pur, size, status))
     cands = [r.purchase for r in rows if r.purchase is not None]
+    timed_out = None  # the pipelined-mix search ran out of time before finding any
     res = ProcureResult(pp, None, rows, sum(r.candidates for r in rows), 0.0, "infeasible")
     if pp.procure.max_types >= 2 and pp.procure.heterogeneous.value in ("pipeline", "all"):
         from optimizer.drivers.pipeline_mix import procure_pipeline
 
-        res.pipeline = procure_pipeline(pp, rows, time_limit_s=time_limit_s)
+        try:
+            res.pipeline = procure_pipeline(pp, rows, time_limit_s=time_limit_s, notes=res.notes)
+        except TimeLimit as e:
+            timed_out = e
+            res.notes.append(f"{e} (a longer --time-limit may find one)")
         if res.pipeline is not None:
             cands.append(res.pipeline.purchase)
     if pp.procure.max_types >= 2 and pp.procure.heterogeneous.value in ("data", "all"):
@@ -109,7 +115,9 @@ def _procure(pp, pareto, time_limit_s, t0, cache, limits, todo, pool) -> Procure
         statuses = {r.status for r in rows if r.purchase is not None}
         if res.pipeline is not None:
             statuses.add(res.pipeline.solution.status)
-        res.status = "optimal" if statuses <= {"optimal"} else "feasible"
+        res.status = "optimal" if statuses <= {"optimal"} and timed_out is None else "feasible"
+    elif timed_out is not None:
+        raise TimeLimit(f"procure: no single-type purchase or data-parallel mix fits, and the {timed_out}")
     res.runner_up_note = _within_bands(res)
     if pareto:
         res.pareto = pareto_front(pp, time_limit_s=time_limit_s, cache=cache, pool=pool)

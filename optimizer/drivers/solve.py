@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from optimizer.drivers.evaluate import Evaluation, evaluate_execution
-from optimizer.errors import Infeasible, Reason, VerificationError
+from optimizer.errors import Infeasible, Reason, TimeLimit, VerificationError
 from optimizer.model.knobs import to_execution
-from optimizer.prepare.space import build_space
 from optimizer.schema import Precision, Problem
 
 REL_TOL = 1e-3  # solver objective vs re-evaluated step time
@@ -154,7 +153,7 @@ def solve(
     if method == "cpsat":
         return _solve_model(problem, top, time_limit_s, params, tables, backend, solver, t0)
     if method == "enumerate":
-        return _solve_enumerate(problem, top, t0)
+        return _solve_enumerate(problem, top, t0, time_limit_s)
     raise ValueError(f"unknown method {method}")
 
 
@@ -196,10 +195,11 @@ def _solve_model(
     )
 
 
-def _solve_enumerate(problem: Problem, top: int, t0: float) -> SolveResult:
+def _solve_enumerate(problem: Problem, top: int, t0: float, time_limit_s: float | None = None) -> SolveResult:
     """The exhaustive oracle (`formulations.enumerate`): every candidate of the compact space evaluated, the
-    `top` fastest extracted and verified; refused above ENUMERATE_MAX candidates (memory), `Infeasible` when
-    none fits. `t0` (perf_counter s) starts the clock."""
+    `top` fastest extracted and verified; refused above ENUMERATE_MAX candidates, `Infeasible` when none
+    fits. `t0` (perf_counter s) starts the clock; at `time_limit_s` the walk stops: the best so far
+    (status feasible), or `TimeLimit` when none fits among the candidates evaluated."""
     from formulations.enumerate import enumerate_best
     from optimizer.errors import ProblemError
     from optimizer.prepare.objective import describe, gpus_used
@@ -214,7 +214,12 @@ def _solve_enumerate(problem: Problem, top: int, t0: float) -> SolveResult:
             f"enumerate walks all {size:,} candidates, more than the "
             f"{ENUMERATE_MAX:,} it holds in memory; use cpsat (the default)",
         )
-    r = enumerate_best(problem, build_space(problem), top=top)
+    r = enumerate_best(problem, top=top, deadline=None if time_limit_s is None else t0 + time_limit_s)
+    if len(r.step_time_s) == 0 and not r.complete:
+        raise TimeLimit(
+            f"enumerate: the time limit ({time_limit_s:g} s) passed after {r.n_evaluated:,} of "
+            f"{r.n_candidates:,} candidates, none of which fits: not a proof that none fits"
+        )
     if len(r.step_time_s) == 0:
         reason = Reason.RULES if r.n_candidates == 0 else Reason.TARGET if r.n_feasible else Reason.MEMORY
         what = "meets the objective's target" if r.n_feasible else "is within memory"
@@ -232,14 +237,17 @@ def _solve_enumerate(problem: Problem, top: int, t0: float) -> SolveResult:
         problem, gpus_used(plans[0].evaluation.execution), plans[0].evaluation.result["step_time"]
     )
     step_goal = problem.objective.goal.value == "step_time"
+    done = r.complete
+    if not done:
+        note += f"; the time limit passed after {r.n_evaluated:,} of {r.n_candidates:,} candidates"
     return SolveResult(
         "enumerate",
-        "optimal",
+        "optimal" if done else "feasible",
         plans,
         r.n_candidates,
         r.n_feasible,
         time.perf_counter() - t0,
-        bound_s=float(r.step_time_s[0]) if step_goal else None,
-        gap=0.0,
+        bound_s=float(r.step_time_s[0]) if step_goal and done else None,
+        gap=0.0 if done else None,
         notes=[note],
     )

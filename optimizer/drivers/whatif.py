@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from dataclasses import dataclass
 
-from optimizer.errors import Infeasible
+from optimizer.errors import Infeasible, TimeLimit
 from optimizer.schema import Problem
 
 
@@ -29,6 +30,8 @@ from optimizer.schema import Problem
 class Lever:
     name: str
     problem: Problem
+    # the problem the lever is valued against (None: the base problem); the GPU lever compares like with like
+    reference: Problem | None = None
 
 
 def _scale_table(table, f):
@@ -79,24 +82,43 @@ def levers(problem: Problem, pct: float) -> list[Lever]:
                     problem.model_copy(update={"system": s.model_copy(update={"offload": off})}),
                 )
             )
-    node = s.gpus_per_node
-    more = max(node, int(round(problem.num_gpus * f / node)) * node)
-    opts = problem.options.model_copy(update={"allow_idle_gpus": True})
-    out.append(
-        Lever(f"GPUs +{pct:g}% ({more})", problem.model_copy(update={"num_gpus": more, "options": opts}))
-    )
+    out.append(_gpu_lever(problem, pct))
     return out
+
+
+def _gpu_lever(problem: Problem, pct: float) -> Lever:
+    """GPUs: the whole nodes that hold at least +pct% of the problem's GPUs (always more of them), with idle
+    GPUs allowed so that the space holds every base plan. Where the problem itself does not allow idle
+    GPUs, the lever is valued against the problem with idle GPUs allowed on its own GPUs: the saving is
+    that of more GPUs, not of leaving some idle."""
+    node = problem.system.gpus_per_node
+    more = math.ceil(problem.num_gpus * (1 + pct / 100) / node) * node
+    if more <= problem.num_gpus:
+        more += node
+    opts = problem.options.model_copy(update={"allow_idle_gpus": True})
+    if problem.options.allow_idle_gpus:
+        return Lever(f"GPUs +{pct:g}% ({more})", problem.model_copy(update={"num_gpus": more}))
+    return Lever(
+        f"GPUs +{pct:g}% ({more}, idle GPUs allowed)",
+        problem.model_copy(update={"num_gpus": more, "options": opts}),
+        problem.model_copy(update={"options": opts}),
+    )
 
 
 @dataclass(frozen=True)
 class LeverValue:
-    """What +pct% of one resource is worth: the fastest step with it (s; None: nothing fits) and the time
-    saved against the base problem's fastest step (s, and % of it)."""
+    """What +pct% of one resource is worth: the best plan's step with it under the problem's objective (s;
+    None: nothing fits, or no plan within the time limit) and the time saved against the base problem's
+    (s, and % of it); the GPUs the plan uses and how many fewer than the base's (goal fewest_gpus)."""
 
     name: str
     step_s: float | None
     saved_s: float | None
     saved_pct: float | None
+    gpus: int | None = None
+    saved_gpus: int | None = None
+    # how much the objective's score (`optimizer.prepare.objective.score`) improves: the ranking
+    score_saved: float | None = None
 
 
 @dataclass(frozen=True)
@@ -106,14 +128,17 @@ class RobustPlan:
 
     band: float
     plans: int  # nominal plans evaluated at every corner (`--top`)
-    status: str  # the worst-corner solve's status (optimal or feasible)
+    # the worst-corner solve's status: optimal or feasible; infeasible (proven: no plan meets the problem's
+    # memory and targets at the all-low corner) or time_limit (none found in time), with no robust plan
+    status: str
     worst_corner_is_low: bool  # every evaluated plan's worst case was the all-low corner
     nominal_worst_s: float  # the nominal optimum's worst case
-    robust_worst_s: float  # the robust plan's worst case
-    robust_plan: dict  # the robust plan's execution (JSON form)
+    robust_worst_s: float | None  # the robust plan's worst case (None: no robust plan)
+    robust_plan: dict | None  # the robust plan's execution (JSON form)
     robust_is_nominal: bool
-    regret_s: float  # the nominal optimum's worst case minus the robust plan's
-    robust_nominal_s: float  # the robust plan's step at nominal efficiencies
+    regret_s: float | None  # the nominal optimum's worst case minus the robust plan's
+    robust_nominal_s: float | None  # the robust plan's step at nominal efficiencies
+    note: str | None = None  # why there is no robust plan
 
 
 @dataclass(frozen=True)
@@ -136,26 +161,49 @@ def whatif(
 ) -> WhatifResult:
     """Each resource's value and the robust plan (module docstring); `time_limit_s`: of each solve."""
     from optimizer.drivers.solve import solve
+    from optimizer.prepare.objective import gpus_used
     from optimizer.progress import progress
 
+    if not 0 < band < 1:  # NaN fails too
+        raise ValueError(f"band must be a fraction in (0, 1), got {band!r}")
     base = solve(problem, top=top, time_limit_s=time_limit_s)
     t0 = base.plans[0].evaluation.result["step_time"]
+    n0 = gpus_used(base.plans[0].evaluation.execution)
     rows = []
     lv = levers(problem, pct)
     with progress("whatif: resources", len(lv)) as step:
         for lever in lv:
             step()
-            try:
-                t = solve(lever.problem, time_limit_s=time_limit_s).plans[0].evaluation.result["step_time"]
-            except Infeasible:
-                t = None
-            rows.append(
-                LeverValue(
-                    lever.name, t, None if t is None else t0 - t, None if t is None else 100 * (t0 - t) / t0
-                )
-            )
-    rows.sort(key=lambda r: -(r.saved_s or 0))
+            rows.append(_lever_value(lever, t0, n0, time_limit_s))
+            if lever.reference is not None and rows[-1].step_s is not None:
+                rows[-1] = _lever_value(lever, *_best(lever.reference, time_limit_s), time_limit_s)
+    # most valuable first under the problem's objective (its score, as the solver ranks plans); then the
+    # step time saved; nothing found last
+    rows.sort(key=lambda r: (r.score_saved is None, -(r.score_saved or 0.0), -(r.saved_s or 0.0)))
     return WhatifResult(t0, pct, rows, robust(problem, base, band, time_limit_s))
+
+
+def _best(problem: Problem, time_limit_s: float) -> tuple[float, int]:
+    """The best plan's step time (s) and GPUs used."""
+    from optimizer.drivers.solve import solve
+    from optimizer.prepare.objective import gpus_used
+
+    ev = solve(problem, time_limit_s=time_limit_s).plans[0].evaluation
+    return ev.result["step_time"], gpus_used(ev.execution)
+
+
+def _lever_value(lever: Lever, t0: float, n0: int, time_limit_s: float) -> LeverValue:
+    """The lever's problem solved under its objective, against the base's step t0 (s) on n0 GPUs."""
+    from optimizer.drivers.solve import solve
+    from optimizer.prepare.objective import gpus_used, score
+
+    try:
+        ev = solve(lever.problem, time_limit_s=time_limit_s).plans[0].evaluation
+    except (Infeasible, TimeLimit):
+        return LeverValue(lever.name, None, None, None)
+    t, n = ev.result["step_time"], gpus_used(ev.execution)
+    saved = float(score(lever.problem, n0, t0)) - float(score(lever.problem, n, t))
+    return LeverValue(lever.name, t, t0 - t, 100 * (t0 - t) / t0, n, n0 - n, saved)
 
 
 def _corner(problem: Problem, g: float, h: float, n: float) -> Problem:
@@ -190,7 +238,23 @@ def robust(problem: Problem, base, band: float, time_limit_s: float = 60.0) -> R
         worst_low &= ts[0] >= max(ts) * (1 - 1e-12)
     nominal = base.plans[0].evaluation.execution
     nominal_worst = evaluate_execution(low, nominal).result["step_time"]
-    r = solve(low, time_limit_s=time_limit_s)
+    try:
+        r = solve(low, time_limit_s=time_limit_s)
+    except (Infeasible, TimeLimit) as e:
+        status = "time_limit" if isinstance(e, TimeLimit) else "infeasible"
+        return RobustPlan(
+            band,
+            len(base.plans),
+            status,
+            bool(worst_low),
+            nominal_worst,
+            None,
+            None,
+            False,
+            None,
+            None,
+            str(e),
+        )
     ex = r.plans[0].evaluation.execution
     robust_worst = r.plans[0].evaluation.result["step_time"]
     same = ex == nominal or robust_worst >= nominal_worst * (1 - 1e-9)

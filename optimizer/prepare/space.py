@@ -308,9 +308,10 @@ def compact_space(problem: Problem) -> Compact:
     return Compact(dom, layouts, tiers, tri, others, size)
 
 
-def build_space(problem: Problem) -> Space:
-    """Every legal candidate of the problem (memory not yet checked)."""
-    c = compact_space(problem)
+def build_space(problem: Problem, c: Compact | None = None) -> Space:
+    """Every legal candidate of the problem (memory not yet checked); of the compact space `c` (default: its
+    own; a part of it enumerates a part of the space)."""
+    c = c or compact_space(problem)
     rows: list[np.ndarray] = []
     by_layout: dict[int, list[tuple[int, int]]] = {}
     for li, v, b in c.triples.tolist():

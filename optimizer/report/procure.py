@@ -143,7 +143,7 @@ def render(r: ProcureResult) -> str:
             "NOTHING FITS: no node type of the catalog trains the model within the limits "
             "(run `paraplan check` on a node type for why)"
         )
-        return "\n".join(out)
+        return "\n".join(out + [f"note: {n}" for n in r.notes])
     out += _render_best(r) + _render_pareto(r)
     for n in r.notes:
         out.append(f"note: {n}")

@@ -15,10 +15,22 @@ def render(problem: Problem, r: WhatifResult) -> str:
         f"paraplan whatif: {problem.name or problem.llm.name}: fastest step {r.base_step_s:.4g} s; each "
         f"resource +{r.pct:g}% (a solve each):"
     ]
+    fewest = problem.objective.goal.value == "fewest_gpus"
     for x in r.levers:
-        v = "nothing fits" if x.step_s is None else f"{x.step_s:.4g} s  saves {x.saved_pct:5.1f}%"
+        if x.step_s is None:
+            v = "nothing fits"
+        elif fewest and x.gpus is not None:
+            v = f"{x.gpus} GPUs ({x.step_s:.4g} s)  saves {x.saved_gpus} GPUs"
+        else:
+            v = f"{x.step_s:.4g} s  saves {x.saved_pct:5.1f}%"
         out.append(f"  {x.name:40s} {v}")
     rb = r.robust
+    if rb.robust_plan is None:
+        out.append(
+            f"robustness, efficiencies +-{100 * rb.band:g}%: the optimum's worst case "
+            f"{rb.nominal_worst_s:.4g} s; no robust plan ({rb.status} at the all-low corner): {rb.note}"
+        )
+        return "\n".join(out)
     same = "it is also the robust choice"
     other = (
         f"robust choice worst case {rb.robust_worst_s:.4g} s (nominal {rb.robust_nominal_s:.4g} s), the "
