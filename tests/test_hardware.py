@@ -312,6 +312,7 @@ def test_procure_flags_and_can_exclude_prior_only_types(tmp_path):
     assert "excluded: prior-only system" in render(strict)
 
 
+@pytest.mark.slow  # rack and node catalogs procured: about 3 s
 def test_nvl72_racks_are_bought_whole_and_compared_with_nodes():
     """catalogs/racks-2025.yaml: NVL72 types are sold in whole racks (unit_nodes 18 trays of 4 GPUs); every
     purchase of them is a multiple of 18 trays, the limit is whole racks within the budget, and the racks are

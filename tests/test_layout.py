@@ -124,6 +124,7 @@ def test_idle_gpus_make_every_smaller_layout_legal(tmp_path):
     assert gpu_seconds(r2) <= gpu_seconds(r1) * (1 + 1e-9)
 
 
+@pytest.mark.slow  # the Qwen3-235B space solved under a target: about 3 s
 def test_missed_target_is_named_as_a_target(tmp_path):
     """A problem whose plans all fit in memory but none meets the step-time target: solve's reason and
     check's explanation name the target (it used to be explained as an HBM conflict)."""

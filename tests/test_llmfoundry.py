@@ -169,6 +169,7 @@ def _grid_leave_one_out(gpu: str, grid: list[dict]) -> list[float]:
     )
 
 
+@pytest.mark.slow  # a grid fit with leave-one-out over the H100 runs: about 2.5 s
 def test_triton_overhead_leave_one_out_on_the_h100_runs():
     """H100's Triton-kernel overhead per query tile (`attention_overhead_keys_triton`, the one value
     calibrate.py --stack fsdp fits on these runs) chosen on a grid for all runs but one, that one predicted

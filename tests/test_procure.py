@@ -166,6 +166,7 @@ def test_rental_budget_caps_gpu_hours(tmp_path):
 MIX = "{goal: throughput, budget_usd: 2.2e+6, max_types: 2, heterogeneous: data}"
 
 
+@pytest.mark.slow  # two catalogs solved per type and as mixes: about 3 s
 def test_heterogeneous_mix_beats_every_homogeneous_purchase(tmp_path):
     """The fast type is supply-limited to 2 nodes: 2 fast nodes plus slow nodes with the rest of the budget
     train faster than anything of one type."""
@@ -195,6 +196,7 @@ def test_heterogeneous_mix_every_batch_split_is_tried(tmp_path):
     assert sum(g.global_batch for g in more.best.groups) == 96
 
 
+@pytest.mark.slow  # about 3 s
 def test_heterogeneous_mix_loses_over_a_slow_joining_network(tmp_path):
     """Same purchase, but the types are joined by a 0.05 GB/s link: the gradient exchange makes every mix
     slower than the best single type, which is then the answer."""

@@ -60,7 +60,7 @@ def load_study(path: str | Path):
     study = validate_model(Study, doc)
     if isinstance(study.base, str):
         base_path = Path(path).parent / study.base
-        if not base_path.is_file():
+        if not base_path.exists():  # a FIFO or device is refused by name when read (read_yaml)
             where = doc.where.get(("base",), (doc.file, None))
             raise ProblemError(where[0], where[1], "base", f"{study.base}: no such file")
         base = read_yaml(base_path)
