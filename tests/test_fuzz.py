@@ -1,5 +1,6 @@
-"""Fuzz: mutated shipped problems and hostile files through the CLI (in-process). The full run (150 cases) is
-in the slow set; the fast set draws a small sample of the same cases.
+"""Fuzz: mutated shipped problems and hostile files through the CLI (in-process). The slow set runs
+`PARAPLAN_FUZZ_EXAMPLES` cases (80 by default: CI's budget; set it higher for a large run on demand); the fast
+set draws a small sample of the same cases.
 
 Asserts, for every case: no traceback (exit 0, 2, 3 or 4), no hang (an alarm of 30 s), and every input
 error naming file:line. `scripts/fuzz_problems.py N` runs the same cases in bulk and counts them.
@@ -7,6 +8,7 @@ error naming file:line. `scripts/fuzz_problems.py N` runs the same cases in bulk
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 
@@ -19,6 +21,7 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="uses SIGALRM")
 
 SEEDS = seeds()
 FAST_EXAMPLES = 12  # the fast set's sample
+SLOW_EXAMPLES = int(os.environ.get("PARAPLAN_FUZZ_EXAMPLES", "80"))
 
 
 def check_case(tmp_path, seed: int, which: int, cmd: int) -> None:
@@ -40,7 +43,7 @@ SETTINGS = {
 
 
 @pytest.mark.slow
-@settings(max_examples=150, **SETTINGS)
+@settings(max_examples=SLOW_EXAMPLES, **SETTINGS)
 @given(**CASE)
 def test_no_traceback_no_hang_every_error_located(tmp_path, seed, which, cmd):
     check_case(tmp_path, seed, which, cmd)
