@@ -70,3 +70,19 @@ def problem_and_knobs(llm: LLM, system: System, num_gpus: int, training: Trainin
 
     p = Problem(llm=llm, system=system, num_gpus=num_gpus, training=training, execution=ex)
     return p, from_execution(ex, system, num_gpus)
+
+
+def run_cli(tmp_path, capsys, body: str, *args, command: str = "solve", name: str = "p.yaml"):
+    """`body` written to tmp_path/name and run through `paraplan COMMAND FILE ARGS` in-process: (exit code,
+    stdout, stderr, the file's path); never a traceback on stderr."""
+    from optimizer.cli import main
+
+    path = tmp_path / name
+    path.write_text(body, encoding="utf-8")
+    try:
+        rc = main([command, str(path), *args])
+    except SystemExit as e:  # argparse
+        rc = e.code
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return rc, out, err, str(path)

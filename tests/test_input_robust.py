@@ -8,6 +8,7 @@ import os
 import time
 
 import pytest
+from helpers import run_cli
 
 from optimizer.cli import main
 
@@ -17,16 +18,7 @@ SYS_PROBLEM = (
 )
 
 
-def run(tmp_path, capsys, body: str, *args, command="solve", name="p.yaml"):
-    path = tmp_path / name
-    path.write_text(body, encoding="utf-8")
-    try:
-        rc = main([command, str(path), *args])
-    except SystemExit as e:  # argparse
-        rc = e.code
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err
-    return rc, out, err, str(path)
+run = run_cli  # (exit code, stdout, stderr, path)
 
 
 def assert_input_error(rc, err, path, field, words=""):

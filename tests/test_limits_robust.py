@@ -5,20 +5,12 @@ with the exit code and report the CLI contract asks for (0 an answer, 2 bad inpu
 from __future__ import annotations
 
 import pytest
-
-from optimizer.cli import main
+from helpers import run_cli
 
 
 def run(tmp_path, capsys, body: str, *args, command="solve", name="p.yaml"):
-    path = tmp_path / name
-    path.write_text(body, encoding="utf-8")
-    try:
-        rc = main([command, str(path), *args])
-    except SystemExit as e:  # argparse
-        rc = e.code
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err
-    return rc, out, err
+    """`helpers.run_cli` without the file's path: (exit code, stdout, stderr)."""
+    return run_cli(tmp_path, capsys, body, *args, command=command, name=name)[:3]
 
 
 # a max_days target the optimum meets with less slack than the integer objective's rounding (0.08343 s per
