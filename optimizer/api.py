@@ -326,6 +326,14 @@ def emit_block(target: str, problem: Problem, execution) -> str:
     return block(target, problem, execution)
 
 
+def check_writable(path: str | Path, flag: str = "--output", folder: bool = False) -> None:
+    """Refuse (`ProblemError` naming `flag`) an output file, or with `folder` an output folder, that cannot be
+    written, before any work is done."""
+    from optimizer.report import output
+
+    (output.check_writable_folder if folder else output.check_writable)(path, flag)
+
+
 def to_json(obj: Any) -> str:
     """One JSON object (non-finite numbers as null)."""
     from optimizer.report.output import to_json as _to_json

@@ -103,6 +103,7 @@ def _check_plot(path: str | None) -> None:
         raise ProblemError("--plot", None, None, f"folder {folder} does not exist")
     if not path.lower().endswith(".png"):
         raise ProblemError("--plot", None, None, f"{path}: the plot is a PNG file (name it *.png)")
+    api.check_writable(path, "--plot")
 
 
 def _shared(names, suppress: bool) -> argparse.ArgumentParser:
@@ -229,6 +230,8 @@ def cmd_study(args) -> int:
     values make an invalid problem); else 4 when a point passed its time limit without a plan."""
     if args.workers is not None and not 1 <= args.workers <= 1024:
         raise ProblemError("--workers", None, None, f"{args.workers} is outside 1..1024")
+    if args.plot:
+        api.check_writable(args.plot, "--plot", folder=True)
     r = api.study(
         args.study,
         args.output,

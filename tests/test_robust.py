@@ -4,6 +4,7 @@ traceback for bad input, whatever the bytes; no hang; distinct exit codes; stric
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
@@ -188,6 +189,34 @@ def test_plot_checked_before_any_work(tmp_path, capsys, monkeypatch):
         tmp_path, capsys, body, "--plot", str(tmp_path / "nope" / "f.png"), command="procure"
     )
     assert rc == 2 and "does not exist" in err
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc (a place nobody can write)")
+def test_unwritable_plot_file_is_refused_before_the_solve(tmp_path, capsys, monkeypatch):
+    """A --plot file in a folder that exists but cannot be written (/proc) is refused with exit 2 naming
+    --plot, before the solve (it used to die in savefig with a traceback after the work)."""
+    import optimizer.drivers.solve as solve_mod
+
+    def never(*a, **k):
+        raise AssertionError("solved before --plot was checked")
+
+    monkeypatch.setattr(solve_mod, "solve", never)
+    rc, _, err, _, _ = run(tmp_path, capsys, BASE, "--plot", "/proc/paraplan-x.png")
+    assert rc == 2 and "--plot: cannot write /proc/paraplan-x.png" in err
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc (a place nobody can write)")
+def test_unwritable_study_plot_folder_is_refused_before_any_point(tmp_path, capsys):
+    """study --plot FOLDER that cannot be made is refused with exit 2 before any point runs, and no table or
+    journal is written."""
+    (tmp_path / "base.yaml").write_text(BASE, encoding="utf-8")
+    study = tmp_path / "st.yaml"
+    study.write_text("name: s\nbase: base.yaml\naxes: {num_gpus: [8]}\n", encoding="utf-8")
+    out = tmp_path / "st.csv"
+    rc = main(["study", str(study), "-o", str(out), "--plot", "/proc/paraplan-plots", "-q"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--plot: cannot write into /proc/paraplan-plots" in err and "Traceback" not in err
+    assert not out.exists() and not (tmp_path / "st.csv.journal.jsonl").exists()
 
 
 def test_enumerate_refuses_a_space_too_large_for_memory(tmp_path, capsys, monkeypatch):

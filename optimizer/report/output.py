@@ -29,20 +29,35 @@ def to_json(obj: Any) -> str:
     return json.dumps(finite(obj), indent=2, allow_nan=False, default=str)
 
 
-def check_writable(path: str | Path) -> None:
-    """Refuse (exit 2, naming --output) an output that cannot be written, before any work is done: a
+def check_writable(path: str | Path, flag: str = "--output") -> None:
+    """Refuse (exit 2, naming `flag`) an output that cannot be written, before any work is done: a
     directory, a missing parent folder, a read-only place. A file that did not exist is not left behind."""
     path = Path(path)
     if path.is_dir():
-        raise ProblemError("--output", None, None, f"cannot write {path}: it is a directory")
+        raise ProblemError(flag, None, None, f"cannot write {path}: it is a directory")
     existed = path.exists()
     try:
         with path.open("a", encoding="utf-8"):
             pass
     except OSError as e:
-        raise ProblemError("--output", None, None, f"cannot write {path}: {e.strerror}") from None
+        raise ProblemError(flag, None, None, f"cannot write {path}: {e.strerror}") from None
     if not existed:
         path.unlink(missing_ok=True)
+
+
+def check_writable_folder(folder: str | Path, flag: str = "--plot") -> None:
+    """Refuse (exit 2, naming `flag`) a folder that cannot be made or written into, before any work is done
+    (a folder made here to try is removed again)."""
+    folder = Path(folder)
+    made = not folder.exists()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        check_writable(folder / ".paraplan-write-check", flag)
+    except OSError as e:
+        raise ProblemError(flag, None, None, f"cannot write into {folder}: {e.strerror}") from None
+    finally:
+        if made and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
 
 
 def write(path: str | Path, text: str, obj: Any, rows: list[dict] | None, parquet: bool = False) -> None:
