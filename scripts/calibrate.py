@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import sys
 from pathlib import Path
 
@@ -334,7 +335,7 @@ def main() -> int:
             path,
             x,
             [r["id"] for r, _ in keep],
-            " ".join(args.runs),
+            " ".join(_relative(r) for r in args.runs),
             None if held is None or args.stack else float(np.mean(np.abs(held))),  # --stack: --write-loo's
             {r["id"]: stack_of(r) for r in doc.data},
         )
@@ -459,6 +460,16 @@ def _calibration(
             _set_comment(cal, key, comment)
     cal["note"] = DoubleQuotedScalarString(note)
     return cal
+
+
+def _relative(path: str) -> str:
+    """A run file's path as the repository root sees it (`../shared/...` for the shared files), so that the
+    comments a fit writes are the same from whatever directory it ran."""
+    p = Path(os.path.normpath(os.path.abspath(path)))  # not resolved: ../shared may be a link
+    for base, prefix in ((ROOT, ""), (ROOT.parent, "../")):
+        if p.is_relative_to(base):
+            return prefix + str(p.relative_to(base))
+    return path
 
 
 def write(
@@ -649,7 +660,9 @@ def transfer(src: str, targets: list[str], library: Path | None = None) -> int:
             "attention_overhead_keys_triton",
         ):
             if not (key in src_doc and _is_fitted(src_doc, key)):
-                if key in doc and _comment_of(doc, key).startswith("transferred from"):
+                if key not in src_doc and key in doc and _comment_of(doc, key).startswith("transferred from"):
+                    del doc[key]  # no longer fitted at the source: the target derives it as the source does
+                elif key in doc and _comment_of(doc, key).startswith("transferred from"):
                     # an earlier transfer's wrong label on a prior: put it right
                     _set_comment(doc, key, f"prior, not calibrated (not fitted on {src} either)")
                 continue

@@ -209,20 +209,19 @@ def _calibrate(args: list[str]) -> None:
         raise RuntimeError(f"calibrate.py {' '.join(args)} exited {rc}")
 
 
-def prior_value(name: str) -> float:
-    """The prior of a calibrate.py parameter: the System schema's default where it has a scalar one (the value
-    of an uncalibrated file: `clock_scale` 1.0, as rated; the attention priors), else calibrate.py's fixed
-    start (`START`: a curve level 0.6, HBM factor 1.0, precision factors 0.8, ...)."""
+def prior_value(name: str) -> float | None:
+    """The prior of a calibrate.py parameter: the System schema's default where it has one (the value of an
+    uncalibrated file: the attention efficiency; None where the model derives the value when the file states
+    none: `clock_scale` from the power cap, the attention tile overhead), else calibrate.py's fixed start
+    (`START`: a curve level 0.6, HBM factor 1.0, precision factors 0.8, ...)."""
     import calibrate
 
     from optimizer.schema import System
 
     field = System.model_fields.get(name)
-    return (
-        float(field.default)
-        if field is not None and isinstance(field.default, float)
-        else calibrate.START[name]
-    )
+    if field is not None and (field.default is None or isinstance(field.default, float)):
+        return None if field.default is None else float(field.default)
+    return calibrate.START[name]
 
 
 def _prior(step: seq.Step, library: Path) -> None:
@@ -236,9 +235,20 @@ def _prior(step: seq.Step, library: Path) -> None:
     if step.shape:
         shape = validate_model(System, read_yaml(library / "systems" / f"{step.shape}.yaml"))
         calibrate.SHAPE.update(of=step.shape, curve=[list(map(float, pt)) for pt in shape.matrix_efficiency])
-    x = {n: prior_value(n) for n in step.params.split(",") if n}
+    names = [n for n in step.params.split(",") if n]
+    x = {n: prior_value(n) for n in names}
+    path = library / "systems" / f"{step.gpu}.yaml"
     with contextlib.redirect_stdout(io.StringIO()):
-        calibrate.write(library / "systems" / f"{step.gpu}.yaml", x, [], "no runs: calibrate.py priors")
+        # a derived one is written at calibrate.py's start (so that a clock fit's shape is written as it is),
+        # then removed
+        x_write = {n: calibrate.START[n] if v is None else v for n, v in x.items()}
+        calibrate.write(path, x_write, [], "no runs: calibrate.py priors")
+    derived = [n for n, v in x.items() if v is None]
+    if derived:  # the model derives these where the file states none
+        rt, doc = calibrate._load(path)
+        for n in derived:
+            doc.pop(n, None)
+        calibrate._dump(rt, doc, path)
 
 
 def refit(
@@ -313,6 +323,24 @@ def _by(rows: list[dict], key: str) -> dict:
     return {k: _stats([r for r in rows if r[key] == k]) for k in keys}
 
 
+LONG_CONTEXT_TOKENS = 32768  # a run of at least this sequence is also reported as long_context
+
+
+def kind_of(run: dict) -> str:
+    """`moe` for a mixture-of-experts model, else `dense` (the kind a band is kept for)."""
+    return "moe" if run["model"].get("moe") else "dense"
+
+
+def _by_kind(rows: list[dict]) -> dict:
+    """Figures per kind: dense, moe, and long_context (sequence >= LONG_CONTEXT_TOKENS, either kind)."""
+    long_ids = {r["id"] for r in rows if r.get("seq_len", 0) >= LONG_CONTEXT_TOKENS}
+    out = _by(rows, "kind")
+    longs = [r for r in rows if r["id"] in long_ids]
+    if longs:
+        out["long_context"] = _stats(longs)
+    return out
+
+
 def predict_held(runs: list[dict], workdir: Path, prior: set[tuple[str, str | None]]) -> list[dict]:
     """Score `runs` with the system files of the library `PARAPLAN_LIBRARY` names (`paraplan validate`'s
     scorer); one row per run."""
@@ -336,6 +364,8 @@ def predict_held(runs: list[dict], workdir: Path, prior: set[tuple[str, str | No
                 "reason": row["reason"],
                 "error_pct": row["error_pct"],
                 "calibration": "prior" if {(sysname, None), (sysname, stack)} & prior else "fitted",
+                "kind": kind_of(run),
+                "seq_len": run["model"]["seq_len"],
             }
         )
     return out
@@ -466,9 +496,41 @@ def summary(rows: list[dict], extra: dict) -> dict:
         "groups": groups,
         "by_stack": _by(ok, "stack"),
         "by_gpu": _by(ok, "gpu"),
+        "by_kind": _by_kind(ok),
         "by_calibration": _by(ok, "calibration"),
         "runs": rows,
     }
+
+
+BANDS_YAML = ROOT / "optimizer" / "model" / "bands.yaml"
+BAND_COVERAGE = 0.8  # the band covers this share of the grouped errors of its scope
+BAND_MIN_RUNS = 5  # fewer grouped errors than this: the next wider scope's band
+
+
+def write_bands(rows: list[dict], path: Path = BANDS_YAML) -> None:
+    """Write the grouped step-time errors of the scored `rows` by GPU type and stack, with the coverage and
+    the fallback threshold, into `path` (optimizer/model/bands.py reads it; the bands are derived there)."""
+    errors: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for r in rows:
+        if r["status"] == "ok" and r["error_pct"] is not None:
+            by_stack = errors.setdefault(r["gpu"], {}).setdefault(r["stack"], {})
+            by_stack.setdefault(r["kind"], []).append(round(r["error_pct"], 2))
+    doc = {
+        "coverage": BAND_COVERAGE,
+        "min_runs": BAND_MIN_RUNS,
+        "errors": {
+            g: {s: dict(sorted(k.items())) for s, k in sorted(v.items())} for g, v in sorted(errors.items())
+        },
+    }
+    head = (
+        "# Grouped (leave-one-source-out) step-time errors, %, of the public runs by GPU type, stack and\n"
+        "# kind of model:\n"
+        "# each run predicted by a fit that saw no run of its source. Written by\n"
+        "# `python scripts/crossval.py --by source --write-bands`; do not edit. optimizer/model/bands.py\n"
+        "# turns them into the +-% band each answer prints (covering `coverage` of its scope's errors).\n"
+    )
+    path.write_text(head + yaml.safe_dump(doc, sort_keys=False, width=110, default_flow_style=None))
+    print(f"crossval: wrote {path}", file=sys.stderr)
 
 
 def _folds(
@@ -526,7 +588,15 @@ def main() -> int:
         "from the shipped one (0: the sequence reproduces it)",
     )
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--write-bands",
+        action="store_true",
+        help="--by source over every group: write the grouped errors and the bands they give into "
+        "optimizer/model/bands.yaml (the uncertainty check and procure print)",
+    )
     args = ap.parse_args()
+    if args.write_bands and (args.by != "source" or args.groups or args.quick):
+        ap.error("--write-bands needs --by source over every group (no --groups, no --quick)")
 
     runs = public_runs()
     by_group: dict[str, list[dict]] = {}
@@ -575,6 +645,8 @@ def main() -> int:
         base = stack.enter_context(replayed_systems(maxiter)) if args.base == "replay" else SHIPPED
         rows, extra = _folds(args, groups, by_group, base, maxiter)
     out = summary(rows, {**extra, "base": args.base, "maxiter": maxiter})
+    if args.write_bands:
+        write_bands(out["runs"])
     if args.json:
         print(json.dumps(out, indent=1))
         return 0

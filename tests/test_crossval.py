@@ -87,7 +87,7 @@ def test_sequence_names_existing_systems_and_files():
 
 
 def test_sequence_commands():
-    h100 = calibration_sequence.SEQUENCE[4]
+    h100 = calibration_sequence.SEQUENCE[3]
     files = {k: calibration_sequence.Path(k) for k in calibration_sequence.RUN_FILES}
     assert calibration_sequence.argv(h100, files) == [
         "public",
@@ -109,9 +109,10 @@ def test_sequence_commands():
 
 
 def test_priors():
-    assert crossval.prior_value("clock_scale") == 1.0  # the schema's: as rated
+    assert crossval.prior_value("clock_scale") is None  # derived from the power cap where none is fitted
     assert crossval.prior_value("level") == 0.6  # calibrate.py's fixed start
-    assert crossval.prior_value("attention_overhead_keys_triton") == 3155.0
+    assert crossval.prior_value("attention_overhead_keys_triton") is None  # derived from the tile time
+    assert crossval.prior_value("attention_efficiency") == 0.6  # the schema's
 
 
 @pytest.mark.slow

@@ -146,11 +146,11 @@ def test_every_llmfoundry_run_is_scored_and_fits(scored):
 
 
 def test_held_out_gpus(scored):
-    """The A100 40GB runs fitted one value, their sustained clock on the 80GB part's tables (same die): in
-    sample <= 8% (measured 4.5%), signed mean within 5% (measured -0.8%); their leave-one-out is
-    `test_clock_leave_one_out_on_the_a100_40gb_runs`. The H100 runs fitted one value, the Triton kernel's
-    per-tile overhead: in sample <= 6% (measured 3.7%), signed mean within 5% (measured -1.8%); their
-    leave-one-out is `test_triton_overhead_leave_one_out_on_the_h100_runs`."""
+    """No value is fitted on this file's A100 40GB runs nor on its H100 runs: the 40GB part takes the 80GB
+    part's tables as they are (same die at the same 400 W; its slower HBM is in the model, in memory-bound
+    kernels and in the attention tiles' fixed traffic), the H100 runs take H100's Megatron-Core fit and the
+    derived Triton-kernel overhead. Both are predictions of runs no fit saw: A100 40GB <= 8% (measured
+    5.7%, +1.6% signed), H100 <= 6% (measured 3.7%, -1.8%), signed means within 5%."""
     err = {}
     for r in scored["runs"]:
         gpu = r["id"].split("-")[2]
@@ -169,46 +169,39 @@ def _grid_leave_one_out(gpu: str, grid: list[dict]) -> list[float]:
     )
 
 
-@pytest.mark.slow  # a grid fit with leave-one-out over the H100 runs: about 2.5 s
-def test_triton_overhead_leave_one_out_on_the_h100_runs():
-    """H100's Triton-kernel overhead per query tile (`attention_overhead_keys_triton`, the one value
-    calibrate.py --stack fsdp fits on these runs) chosen on a grid for all runs but one, that one predicted
-    with it: mean |held-out error| <= 6% over the 62 H100 runs (measured 4.8% on this grid; calibrate.py's
-    Nelder-Mead: 4.76%). With cuDNN's 3155 keys (the kernel the H100 measurements ran) the same runs were 8.6%
-    off, and short sequences up to 23% slow."""
-    grid = [{"attention_overhead_keys_triton": k} for k in (750.0, 1250.0, 1800.0, 2500.0, 3155.0)]
-    held = _grid_leave_one_out("h100-sxm-80gb", grid)
-    assert len(held) == 62 and np.mean(np.abs(held)) <= 6.0
+def test_triton_overhead_is_derived_not_fitted_on_the_h100_runs(scored):
+    """No value of H100's is fitted on these runs: the Triton kernel's per-tile overhead is derived from the
+    reference's fixed time per tile at H100's FlashAttention-2-class rate (3155 keys x 0.34 / 0.65 = 1650),
+    so the 62 H100 runs are predicted by a model that never saw them: mean |error| <= 6%, signed within
+    3% (measured 3.7% and -1.8%). Stating cuDNN's reference 3155 keys for the Triton kernel instead (the
+    overhead of another kernel family's rate) leaves them >= 2 points worse."""
+    h100 = [r["error_pct"] for r in scored["runs"] if "-h10080gb-" in r["id"]]
+    assert len(h100) == 62 and np.mean(np.abs(h100)) <= 6.0 and abs(np.mean(h100)) <= 3.0
+    as_cudnn = _grid_leave_one_out("h100-sxm-80gb", [{"attention_overhead_keys_triton": 3155.0}])
+    assert np.mean(np.abs(as_cudnn)) >= np.mean(np.abs(h100)) + 2.0
 
 
 @pytest.mark.slow
-def test_clock_leave_one_out_on_the_a100_40gb_runs():
-    """The A100 40GB part carries the 80GB part's fitted tables (same die) and fits one value on its own 78
-    runs, the sustained clock on every compute peak (`clock_scale`, as calibrate.py --shape a100-sxm-80gb
-    --params clock_scale does), chosen on a grid for all runs but one, that one predicted with it: mean
-    |held-out error| <= 5% and its signed mean within 2.5% (measured 4.5% and -0.6% on this grid;
-    calibrate.py's Nelder-Mead: the system file's loo_mape_pct). The 80GB part's tables as they are (clock
-    1.0) leave the same runs 5.7% off, 4.1% fast on average."""
+def test_a_fitted_clock_buys_nothing_on_the_a100_40gb_runs():
+    """The 40GB part once fitted a sustained clock on its own 78 runs (0.96) to make up for what the model
+    did not know about its slower HBM. With the attention tiles' fixed traffic at its own bandwidth, a clock
+    chosen on a grid for all runs but one, that one predicted with it, is no better than the rated clock
+    (measured 5.67% against 5.67%: the grid picks 1.0 for every run), so none is fitted."""
     grid = [{"clock_scale": c} for c in (0.92, 0.94, 0.96, 0.98, 1.0)]
     held = _grid_leave_one_out("a100-sxm-40gb", grid)
-    assert len(held) == 78 and np.mean(np.abs(held)) <= 5.0 and abs(np.mean(held)) <= 2.5
     as_is = _grid_leave_one_out("a100-sxm-40gb", [{"clock_scale": 1.0}])
-    assert np.mean(np.abs(as_is)) > np.mean(np.abs(held)) + 0.8
+    assert len(held) == 78 and np.mean(np.abs(held)) >= np.mean(np.abs(as_is)) - 0.5
 
 
 @pytest.mark.slow
 def test_attention_fit_leave_one_out_on_the_a100_80gb_runs():
-    """Leave-one-out, not in-sample: A100's fused-attention efficiency and per-tile overhead (in keys), the
-    two values scripts/calibrate.py --stack fsdp fits on these runs, chosen on a grid for all runs but one,
-    that one predicted with them. Mean |held-out error| <= 6.5% over the 60 A100 80GB runs of the file
-    (measured 5.2% on this grid; calibrate.py's Nelder-Mead leave-one-out: 5.44% with the shared run)."""
-    grid = [
-        {"attention_efficiency": e, "attention_overhead_keys": k}
-        for e in (0.52, 0.57, 0.62, 0.67)
-        for k in (250.0, 500.0, 750.0, 1250.0, 2500.0)
-    ]
+    """Leave-one-out, not in-sample: A100's fused-attention efficiency, the one value scripts/calibrate.py
+    --stack fsdp fits on these runs (the per-tile overhead follows from it), chosen on a grid for all runs
+    but one, that one predicted with it. Mean |held-out error| <= 7% over the 60 A100 80GB runs of the
+    file (measured 6.3%)."""
+    grid = [{"attention_efficiency": e} for e in (0.52, 0.57, 0.62, 0.67, 0.72)]
     held = _grid_leave_one_out("a100-sxm-80gb", grid)
-    assert len(held) == 60 and np.mean(np.abs(held)) <= 6.5
+    assert len(held) == 60 and np.mean(np.abs(held)) <= 7.0
 
 
 def test_stated_uncertainty_of_a_stack_is_its_own_leave_one_out_where_measured():

@@ -34,6 +34,7 @@ from optimizer.drivers.purchase import (
     system_tables_key,
 )
 from optimizer.errors import TimeLimit
+from optimizer.model import bands
 from optimizer.prepare.objective import BIG_S
 from optimizer.progress import progress
 from optimizer.schema.problem import Goal, Objective
@@ -348,7 +349,7 @@ def per_type(
 
 def _within_bands(r: ProcureResult) -> str | None:
     """When the runner-up node type's best purchase is within the stated step-time uncertainties of the best
-    (each type's `calibration.band_pct`), say so: the ranking between them is not settled by the model."""
+    (each type's `bands.band_pct`), say so: the ranking between them is not settled by the model."""
     from optimizer.drivers.purchase import rank_key
 
     if (
@@ -363,7 +364,8 @@ def _within_bands(r: ProcureResult) -> str | None:
         return None
     ru = min(others, key=lambda x: rank_key(r.problem, x.purchase))
     st = r.problem.stack
-    b1, b2 = best_t.system.calibration.band_pct(st), ru.node_type.system.calibration.band_pct(st)
+    kind = bands.kind_of(r.problem.llm)
+    b1, b2 = bands.band_pct(best_t.system, st, kind), bands.band_pct(ru.node_type.system, st, kind)
     if b1 is None or b2 is None:
         return None
     t1, t2 = r.best.step_time_s, ru.purchase.step_time_s

@@ -2,8 +2,9 @@
 
 Each entry of the file holds a `value`, its `unit`, `what` it is, the script that fitted or derived it
 (`fitted_by`) and the files it read (`data`); the fitting scripts (scripts/calibrate_host.py,
-scripts/calibrate_memory.py) rewrite the value in place. Fields are named with their unit: `_s` seconds,
-`_ratio` dimensionless (unit '1'); a pair is (forward, backward). Per-system calibrated values live in the
+scripts/calibrate_memory.py, scripts/fit_clock_power.py) rewrite the value in place. Fields are named with
+their unit: `_s` seconds, `_ratio` and `_exponent` dimensionless (unit '1'), `_keys` key positions,
+`_flop_per_byte` FLOP per byte; a pair is (forward, backward). Per-system calibrated values live in the
 system files instead (problems/systems, scripts/calibrate.py).
 """
 
@@ -16,7 +17,13 @@ import yaml
 
 PATH = Path(__file__).with_name("fitted.yaml")
 ENTRY_KEYS = ("value", "unit", "what", "fitted_by", "data")
-UNIT_OF_SUFFIX = {"_s": "s", "_ratio": "1"}
+UNIT_OF_SUFFIX = {
+    "_s": "s",
+    "_ratio": "1",
+    "_keys": "key positions",
+    "_flop_per_byte": "FLOP/B",
+    "_exponent": "1",
+}
 
 
 @dataclass(frozen=True)
@@ -28,6 +35,9 @@ class Fitted:
     mxfp8_kernel_ratio: float  # MXFP8 GEMM kernel throughput / per-tensor FP8's at the same peak
     eager_expert_clamp_ratio: tuple[float, float]  # eager clamped-GLU passes: measured / counted time
     eager_expert_bias_ratio: tuple[float, float]  # eager expert-bias passes: measured / counted time
+    attention_tile_overhead_keys: float  # flash attention's fixed work per query tile at the reference rate
+    attention_reference_flop_per_byte: float  # that reference: achieved attention FLOP/s over HBM bytes/s
+    clock_power_exponent: float  # sustained clock of a power-capped part ~ (power cap / rating) ** this
 
 
 def _typed(name: str, kind: str, value):

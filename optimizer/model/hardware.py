@@ -56,6 +56,17 @@ QUANTIZED = frozenset(
 )
 
 
+def sustained_clock(system: System) -> float:
+    """The compute units' sustained clock against the datasheet's: `System.clock_scale` where the file
+    states it (fitted), else the power cap's prior (tdp_w / rated_power_w) ** `FITTED.clock_power_exponent`
+    (dynamic power grows faster than the clock, as voltage rises with it), 1 where no lower cap is stated."""
+    if system.clock_scale is not None:
+        return system.clock_scale
+    if system.rated_power_w and system.tdp_w and system.tdp_w < system.rated_power_w:
+        return (system.tdp_w / system.rated_power_w) ** FITTED.clock_power_exponent
+    return 1.0
+
+
 def _table(points) -> tuple[np.ndarray, np.ndarray]:
     xs = np.log10(np.array([p[0] for p in points], dtype=float))
     ys = np.array([p[1] for p in points], dtype=float)
@@ -90,10 +101,16 @@ class Hardware:
 
     # ------------------------------------------------------------------ peaks
     @property
+    def clock(self) -> float:
+        """Sustained clock against the datasheet's (`System.clock_scale` where stated, else
+        `sustained_clock(system)`)."""
+        return sustained_clock(self.system)
+
+    @property
     def matrix_peak(self) -> float:
         """FLOP/s of the matrix unit in the training precision, at the sustained clock
         (`System.clock_scale`)."""
-        return self.datasheet_peak * self.system.clock_scale
+        return self.datasheet_peak * self.clock
 
     @property
     def datasheet_peak(self) -> float:
@@ -111,7 +128,7 @@ class Hardware:
     def matrix_peak16(self) -> float:
         """FLOP/s of the matrix unit for GEMMs kept in 16 bit (`precision16`)."""
         tf = self.system.matrix_tflops.get(self.precision16) or self.system.peak_tflops(self.precision)
-        return tf * 1e12 * self.system.clock_scale
+        return tf * 1e12 * self.clock
 
     @property
     def attention_peak(self) -> float:
@@ -122,12 +139,12 @@ class Hardware:
     def vector_peak(self) -> float:
         v = self.system.vector_tflops
         tf = v.get(self.precision16) or v.get(Precision.FP32)
-        return float(tf) * 1e12 * self.system.clock_scale
+        return float(tf) * 1e12 * self.clock
 
     @property
     def vector_peak_fp32(self) -> float:
         v = self.system.vector_tflops
-        return float(v.get(Precision.FP32) or min(v.values())) * 1e12 * self.system.clock_scale
+        return float(v.get(Precision.FP32) or min(v.values())) * 1e12 * self.clock
 
     @property
     def hbm_bw(self) -> float:
@@ -206,15 +223,32 @@ class Hardware:
         if rows is not None and keys is not None:
             eff = eff * self.wave_efficiency(rows, ATTENTION_TILE[1], heads, tile=ATTENTION_TILE)
             k = np.asarray(keys, dtype=float)
-            k0 = s.attention_overhead_keys
             k0 = np.where(
-                triton,
-                k0 if s.attention_overhead_keys_triton is None else s.attention_overhead_keys_triton,
-                k0,
+                triton, self.attention_overhead_keys(triton=True), self.attention_overhead_keys(fa2)
             )
             eff = eff * k / (k + k0)
         t_c = np.asarray(flops, dtype=float) / (self.attention_peak * eff)
         return self._combine(t_c, self.mem_time(nbytes))
+
+    def attention_overhead_keys(self, fa2=False, triton: bool = False):
+        """Fixed work of one flash-attention query tile, in key positions (`System.attention_overhead_keys`,
+        `attention_overhead_keys_triton` for the Triton kernel, where stated). Otherwise derived: a tile's
+        fixed work is memory traffic (load its queries, write its output and statistics; in the backward
+        pass, its dQ), so it takes bytes / (HBM bandwidth per SM), while its loop over the keys runs at the
+        SM's share of the attention peak x the kernel family's efficiency (FlashAttention-2 class for `fa2`
+        and for the Triton kernel). In keys the overhead is then proportional to the kernel's intensity
+        attention peak (16-bit, sustained clock) x efficiency / HBM bandwidth (the SM count cancels):
+        `FITTED.attention_tile_overhead_keys` at the reference's
+        `FITTED.attention_reference_flop_per_byte`."""
+        s = self.system
+        if triton and s.attention_overhead_keys_triton is not None:
+            return s.attention_overhead_keys_triton
+        if s.attention_overhead_keys is not None:
+            return s.attention_overhead_keys
+        fa2 = np.asarray(fa2) | triton
+        eff = np.where(fa2, s.attention_efficiency_fa2 or s.attention_efficiency, s.attention_efficiency)
+        intensity = self.attention_peak * eff / self.hbm_bw
+        return FITTED.attention_tile_overhead_keys * intensity / FITTED.attention_reference_flop_per_byte
 
     def sink_backward(self, rows):
         """The extra backward time of learned attention sinks over `rows` query rows (sequences x heads x

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from optimizer.model import bands
+
 if TYPE_CHECKING:
     from optimizer.drivers.check import CheckResult
 
@@ -19,8 +21,8 @@ def result_dict(r: CheckResult) -> dict:
         "fixed": r.fixed,
         "seconds": round(r.seconds, 3),
         "calibration": cal.status(),
-        "calibration_detail": cal.summary(r.problem.stack),
-        "step_time_band_pct": cal.band_pct(r.problem.stack),
+        "calibration_detail": bands.summary(r.problem.system, r.problem.stack, bands.kind_of(r.problem.llm)),
+        "step_time_band_pct": bands.band_pct(r.problem.system, r.problem.stack, bands.kind_of(r.problem.llm)),
     }
     if r.fits:
         ev = r.plan.plans[0].evaluation
@@ -78,7 +80,7 @@ def render(r: CheckResult) -> str:
 
     lines = [
         f"paraplan check: {name}  (fixed knobs: {fixed})",
-        calibration_line(r.problem.system, r.problem.stack),
+        calibration_line(r.problem.system, r.problem.stack, bands.kind_of(r.problem.llm)),
     ]
     if r.fits:
         pl, mem = d["plan"], d["memory"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from optimizer.model import bands
+
 if TYPE_CHECKING:
     from optimizer.drivers.procure import ProcureResult
     from optimizer.drivers.purchase import Purchase
@@ -58,8 +60,12 @@ def result_dict(r: ProcureResult) -> dict:
                 "bound_by": x.bound_by,
                 "status": x.status,
                 "calibration": x.node_type.system.calibration.status(),
-                "step_time_band_pct": x.node_type.system.calibration.band_pct(r.problem.stack),
-                "calibration_detail": x.node_type.system.calibration.summary(r.problem.stack),
+                "step_time_band_pct": bands.band_pct(
+                    x.node_type.system, r.problem.stack, bands.kind_of(r.problem.llm)
+                ),
+                "calibration_detail": bands.summary(
+                    x.node_type.system, r.problem.stack, bands.kind_of(r.problem.llm)
+                ),
                 "candidates": x.candidates,
                 "best": None
                 if x.purchase is None
@@ -182,7 +188,7 @@ def _render_types(r: ProcureResult) -> list[str]:
     for x in r.rows:
         head = f"{x.node_type.name:{nw}s} {f'{x.max_nodes} ({x.bound_by})':>{lw}s}"
         c = x.node_type.system.calibration
-        band = c.band_pct(pp.stack)
+        band = bands.band_pct(x.node_type.system, pp.stack, bands.kind_of(pp.llm))
         cal = c.status() + (f" +-{band:.0f}%" if band is not None else "")
         if x.status == "excluded":
             out.append(f"{head}  excluded: prior-only system (procure.calibrated_only)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from optimizer.model import bands
 from optimizer.prepare.objective import gpus_used
 
 GIB = 2.0**30
@@ -100,11 +101,11 @@ def evaluation_dict(ev: Any) -> dict[str, Any]:
     }
 
 
-def calibration_line(system: Any, stack: Any = None) -> str:
+def calibration_line(system: Any, stack: Any = None, kind: str | None = None) -> str:
     """One line: whether the system's efficiencies were fitted on published runs (of which stacks), copied
     from a same-die system, or are priors (then its step times are guesses, not predictions)."""
     cal = system.calibration
-    line = f"calibration: {system.name}: {cal.summary(stack)}"
+    line = f"calibration: {system.name}: {bands.summary(system, stack, kind)}"
     if cal.status() == "prior":
         line += " -- efficiencies are priors: step times are uncalibrated estimates"
     return line
@@ -120,7 +121,7 @@ def render_evaluation(ev: Any) -> str:
     idle = f" ({used} used, {p.num_gpus - used} idle)" if used < p.num_gpus else ""
     out = [
         f"paraplan evaluate: {p.name or ''}  {p.llm.name} on {p.num_gpus} x {p.system.name}{idle}",
-        calibration_line(p.system, p.stack),
+        calibration_line(p.system, p.stack, bands.kind_of(p.llm)),
     ]
     out.append("execution: " + _knobs_text(ex, d, p))
     if ex.activation_offload and ex.activation_offload_layers:

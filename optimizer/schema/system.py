@@ -222,28 +222,36 @@ class System(Frozen):
         "not use the architecture's newest matrix instructions; null: the same as attention_efficiency (GPUs "
         "where FlashAttention-2 is the best kernel, e.g. A100).",
     )
-    clock_scale: Float = Field(
-        1.0,
+    clock_scale: Float | None = Field(
+        None,
         gt=0,
         le=1,
         description="Sustained clock of the compute units relative to the one the datasheet peaks assume (1: "
         "as rated). A power cap below the part's rating (e.g. an H100 SXM at 500 W instead of 700 W) lowers "
         "the clock of every compute-bound kernel, GEMMs, attention and element-wise alike, so it scales the "
-        "matrix, attention and vector peaks together; fitted where runs at that cap exist.",
+        "matrix, attention and vector peaks together; fitted where runs at that cap exist. Null: derived "
+        "from the power cap, (tdp_w / rated_power_w) ** clock_power_exponent (optimizer/model/fitted.yaml), "
+        "1 where rated_power_w is not stated or not above tdp_w.",
     )
-    attention_overhead_keys: NonNegativeFloat = Field(
-        3155.0,
+    rated_power_w: PositiveFloat | None = Field(
+        None,
+        description="Power per GPU, W, at which this file's compute peaks and efficiency tables hold: the "
+        "same die at its full rating (an H100 SXM's 700 W for a 500 W part; the rack part's power for an HGX "
+        "part that takes the rack part's tables). With tdp_w below it, the prior of clock_scale.",
+    )
+    attention_overhead_keys: NonNegativeFloat | None = Field(
+        None,
         description="Fixed work of one flash-attention query tile (load Q, rescale, write O; backward dQ), "
-        "in key positions: a kernel over s keys runs at s / (s + this) of attention_efficiency. Default "
-        "fitted on an H100 SXM's causal FlashAttention forward+backward (`../shared/measurements`: 12-55% of "
-        "peak).",
+        "in key positions: a kernel over s keys runs at s / (s + this) of attention_efficiency. Null: "
+        "derived: that work is memory traffic, so the reference's attention_tile_overhead_keys (measured on "
+        "an H100 SXM's causal FlashAttention forward+backward, `../shared/measurements`) is scaled by this "
+        "GPU's attention FLOP/s over its HBM bytes/s against the reference's (optimizer/model/fitted.yaml).",
     )
     attention_overhead_keys_triton: NonNegativeFloat | None = Field(
         None,
-        description="attention_overhead_keys of FlashAttention's Triton kernel (`attention: flash-triton`): "
-        "another implementation (compiler-scheduled tile loop, its own prologue and epilogue per query "
-        "tile), so another fixed work per tile in key positions; fitted per GPU type on runs with that "
-        "kernel; null: the same as attention_overhead_keys.",
+        description="attention_overhead_keys of FlashAttention's Triton kernel (`attention: flash-triton`); "
+        "null: attention_overhead_keys where stated, else derived as it is, at the FlashAttention-2 class "
+        "efficiency (the Triton kernel runs the same tile algorithm).",
     )
     vector_tflops: dict[Precision, PositiveFloat] = Field(
         description="Non-tensor-core (CUDA core) peak per datatype, TFLOP/s."
