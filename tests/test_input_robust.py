@@ -171,3 +171,18 @@ def test_hf_moe_layer_count_unchanged(tmp_path):
     assert "moe_layers" not in to_llm(MIXTRAL, "m")["moe"]
     ds = {**MIXTRAL, "first_k_dense_replace": 3}
     assert to_llm(ds, "d")["moe"]["moe_layers"] == 29
+
+
+def test_evaluate_without_an_execution_is_refused_by_name(tmp_path, capsys):
+    """`evaluate` scores a written plan: a file without `execution:` is exit 2 naming the field and pointing
+    at `solve`, not an answer for the schema's all-default tp 1 / pp 1 / unsharded plan (which needs
+    thousands of GiB per GPU and read as the model's verdict). With an execution it evaluates; `solve` on
+    the same file still searches."""
+    body = "llm: gpt3-175b\nsystem: h100-sxm-80gb\nnum_gpus: 1024\ntraining: {global_batch: 1024}\n"
+    rc, out, err, path = run_cli(tmp_path, capsys, body, command="evaluate")
+    assert rc == 2 and out == ""
+    assert f"{path}:1: execution: required field is missing" in err and "paraplan solve" in err
+    rc, out, _, _ = run_cli(
+        tmp_path, capsys, body + "execution: {tp: 8, pp: 8, micro_batch: 1}\n", "--json", command="evaluate"
+    )
+    assert rc == 0 and json.loads(out)["execution"]["tp"] == 8
