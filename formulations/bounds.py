@@ -163,11 +163,17 @@ def score_int(T: Tables, li: np.ndarray, step: np.ndarray) -> np.ndarray:
 
 
 def presolve(
-    Ts: Tables | list[Tables], top: int = 1, n_triples: int = 96, deadline: float | None = None
+    Ts: Tables | list[Tables],
+    top: int = 1,
+    n_triples: int = 96,
+    deadline: float | None = None,
+    distinct: bool = False,
 ) -> Presolved:
     """Bounds per triple (block columns at their minimum), an incumbent from the most promising triples of
     every variant, then exact pair bounds for the triples that survive; pairs with LB > UB are dropped.
-    Past `deadline` (perf_counter s) the incumbent is not widened nor refined further (both only prune)."""
+    Past `deadline` (perf_counter s) the incumbent is not widened nor refined further (both only prune).
+    `distinct`: the bound keeps the `top` best distinct layouts (`layout_groups`), not the `top` best
+    plans."""
     Ts = _as_list(Ts)
     tris, lbs = [], []
     n_tri = 0
@@ -188,7 +194,7 @@ def presolve(
     while True:
         first = np.argpartition(lb_all, n - 1)[:n] if 0 < n < len(lb_all) else np.arange(len(lb_all))
         sel = [expand(T, tris[j][pos_all[first][var_all[first] == j]]) for j, T in enumerate(Ts)]
-        inc = incumbent(Ts, Pairs.concat(sel), top)
+        inc = incumbent(Ts, Pairs.concat(sel), top, distinct)
         # a weak incumbent leaves many triples within its bound (and CP-SAT a long proof): widen it, 4x at a
         # time
         if n >= len(lb_all) or int((lb_all <= inc.ub).sum()) <= 4 * n or n >= 16 * n_triples:
@@ -210,7 +216,7 @@ def presolve(
         cols_parts.append({k: v[keep] for k, v in cols.items()})
     P = Pairs.concat(parts)
     cols = {k: np.concatenate([c[k] for c in cols_parts]) for k in cols_parts[0]}
-    P, cols, inc = refine(Ts, P, cols, inc, top, deadline=deadline)
+    P, cols, inc = refine(Ts, P, cols, inc, top, deadline=deadline, distinct=distinct)
     return Presolved(P, cols, n_tri, n_kept_t, n_fit, inc)
 
 
@@ -224,6 +230,7 @@ def refine(
     batch: int = 8192,
     rounds: int = 32,
     deadline: float | None = None,
+    distinct: bool = False,
 ):
     """While more than `keep_at_most` pairs survive, evaluate the `batch` pairs of smallest bound with the
     model (every ZeRO stage and DP overlap): their bound becomes their exact score (less the integer
@@ -241,7 +248,7 @@ def refine(
             break
         k = min(len(todo), batch)
         best = todo[np.argpartition(P.slb[todo], k - 1)[:k]] if k < len(todo) else todo
-        better = incumbent(Ts, P.take(best), top)
+        better = incumbent(Ts, P.take(best), top, distinct)
         slb = P.slb.copy()
         slb[best] = np.maximum(slb[best], better.pair_lb)
         done[best] = True
@@ -289,8 +296,29 @@ class Incumbent:
     )
 
 
-def incumbent(Ts: Tables | list[Tables], sel: Pairs, top: int = 1) -> Incumbent:
-    """The model's best plan among the pairs `sel` (of any variant) with every ZeRO stage and DP overlap."""
+LAYOUT_DEGREES = ("tp", "pp", "cp", "dp", "ep", "etp")  # what makes two plans different layouts
+
+
+def layout_groups(T: Tables) -> np.ndarray:
+    """Per layout index, the id of its parallel degrees (`LAYOUT_DEGREES`): layouts that differ only in
+    tier placement or in where the embedding and loss sit share an id."""
+    degrees = np.stack([np.asarray(T.lay[k]) for k in LAYOUT_DEGREES], axis=1)
+    return np.unique(degrees, axis=0, return_inverse=True)[1].reshape(-1)
+
+
+def _nth_best(good: np.ndarray, li: np.ndarray, groups: np.ndarray | None, top: int) -> int | None:
+    """Index (into the evaluated candidates) of the `top`-th best in `good` (sorted best first), counting
+    only each layout group's best where `groups` is given; None when there are fewer."""
+    if groups is not None:
+        _, first = np.unique(groups[li[good]], return_index=True)
+        good = good[np.sort(first)]
+    return int(good[top - 1]) if len(good) >= top else None
+
+
+def incumbent(Ts: Tables | list[Tables], sel: Pairs, top: int = 1, distinct: bool = False) -> Incumbent:
+    """The model's best plan among the pairs `sel` (of any variant) with every ZeRO stage and DP overlap;
+    its bound is that of the `top`-th best plan (`distinct`: of the `top`-th best layout, each layout group
+    counted once)."""
     Ts = _as_list(Ts)
     T = Ts[0]
     if len(sel) == 0:
@@ -334,9 +362,9 @@ def incumbent(Ts: Tables | list[Tables], sel: Pairs, top: int = 1) -> Incumbent:
         zi=int(z[i]),
         di=int(d[i]),
     )
-    if len(good) < top:
+    j = _nth_best(good, rep.li, layout_groups(T) if distinct else None, top)
+    if j is None:
         return Incumbent(np.iinfo(np.int64).max, hint, len(t), pair_lb)
-    j = int(good[top - 1])
     # the slack is on the step time (the integer objective rounds it), not on the score: a relative slack on
     # GPUs x BIG + T (fewest_gpus) would span seconds of step time and prune nothing
     n_j = int(T.gpus(rep.li[j : j + 1])[0])

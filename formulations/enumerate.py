@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from formulations.bounds import LAYOUT_DEGREES
 from optimizer.model.capacity import feasible
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate, make_ctx
@@ -54,15 +55,29 @@ def pieces(problem: Problem, chunk: int):
             group, size = [], 0
 
 
+def _best_of(t: np.ndarray, k: Knobs, top: int, distinct: bool) -> np.ndarray:
+    """Indices of the `top` smallest scores `t`, best first (ties in index order); `distinct`: only the best
+    candidate of each layout counts."""
+    if not distinct:
+        return np.argpartition(t, top)[:top] if top < len(t) else np.arange(len(t))
+    order = np.argsort(t, kind="stable")
+    degrees = np.stack([np.asarray(getattr(k, n))[order] for n in LAYOUT_DEGREES], axis=1)
+    _, first = np.unique(degrees, axis=0, return_index=True)
+    return order[np.sort(first)][:top]
+
+
 def enumerate_best(
     problem: Problem,
     space: Space | None = None,
     top: int = 1,
     chunk: int = 250_000,
     deadline: float | None = None,
+    distinct: bool = False,
 ) -> EnumResult:
     """The `top` best candidates of `space` (default: the problem's whole space, built in `pieces`) by the
-    objective's score, within memory; `deadline` (perf_counter s): stop there with the best so far."""
+    objective's score, within memory; `deadline` (perf_counter s): stop there with the best so far.
+    `distinct`: the best candidate of each of the `top` best layouts (parallel degrees,
+    `bounds.LAYOUT_DEGREES`)."""
     t0 = time.perf_counter()
     if space is not None:
         n = space.size
@@ -81,11 +96,13 @@ def enumerate_best(
         n_ok += int(ok.sum())
         n_done += k.size
         t = np.where(ok, score(problem, k.tp * k.pp * k.dp * k.cp, res.step_time), np.inf)
-        part = np.argpartition(t, top)[:top] if top < len(t) else np.arange(len(t))
+        part = _best_of(t, k, top, distinct)
         best_t = np.concatenate([best_t, t[part]])
         best_s = np.concatenate([best_s, res.step_time[part]])
         best_k = k.take(part) if best_k is None else Knobs.concat([best_k, k.take(part)])
-        order = np.argsort(best_t, kind="stable")[:top]
+        order = (
+            _best_of(best_t, best_k, top, distinct) if distinct else np.argsort(best_t, kind="stable")[:top]
+        )
         best_t, best_s, best_k = best_t[order], best_s[order], best_k.take(order)
     keep = np.nonzero(np.isfinite(best_t))[0]
     knobs = (

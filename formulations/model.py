@@ -24,7 +24,7 @@ from ortools.sat.python import cp_model
 from formulations import choice as choice_mod
 from formulations import memory as memory_mod
 from formulations import step_time as time_mod
-from formulations.bounds import NONE, Pairs, Presolved, knobs_of_pairs, presolve
+from formulations.bounds import NONE, Pairs, Presolved, knobs_of_pairs, layout_groups, presolve
 from formulations.common import new_int, product
 from formulations.tables import TIME_UNIT, Tables, build_all, restrict
 from optimizer.errors import Infeasible, Reason, TimeLimit, VerificationError
@@ -226,9 +226,11 @@ def _solve_top(
     top: int,
     time_limit_s: float,
     t0: float,
+    forbid=None,
 ):
-    """Up to `top` plans, best first, each solve forbidding the assignments found before (within what is
-    left of `time_limit_s` since `t0`). (status, knobs, objectives in s, bound in s, relative gap); the
+    """Up to `top` plans, best first, each solve forbidding what `forbid` says of the assignment found
+    before (`_forbid_plan`: that plan; `_forbid_layout`: every plan of its layout), within what is left of
+    `time_limit_s` since `t0`. (status, knobs, objectives in s, bound in s, relative gap); the
     bound and gap are those of the first solve, the bound only for the step-time goal."""
     m, ch, _, tv = model
     knobs: list[Knobs] = []
@@ -261,8 +263,21 @@ def _solve_top(
                 Ts, pre.pairs.take(np.array([a["pair"]])), np.array([a["zi"]]), np.array([a["di"]])
             )
         )
-        m.AddForbiddenAssignments(ch.key(), [[a["pair"], a["zi"], a["di"]]])
+        (forbid or _forbid_plan)(m, ch, Ts, pre, a)
     return status_name, knobs, objs, bound, gap
+
+
+def _forbid_plan(m: cp_model.CpModel, ch, Ts: list[Tables], pre: Presolved, a: dict) -> None:
+    """The next solve may not return the plan `a` (its pair, ZeRO stage and DP overlap)."""
+    m.AddForbiddenAssignments(ch.key(), [[a["pair"], a["zi"], a["di"]]])
+
+
+def _forbid_layout(m: cp_model.CpModel, ch, Ts: list[Tables], pre: Presolved, a: dict) -> None:
+    """The next solve may not return any pair whose layout has the parallel degrees of `a`'s
+    (`bounds.layout_groups`): each answer is a different layout, the best plan of it."""
+    groups = layout_groups(Ts[0])
+    same = np.flatnonzero(groups[pre.pairs.li] == groups[pre.pairs.li[a["pair"]]])
+    m.AddForbiddenAssignments([ch.pair], [[int(p)] for p in same])
 
 
 def _notes(
@@ -293,9 +308,11 @@ def solve_cpsat(
     t0: float | None = None,
     params: dict | None = None,
     tables: list[Tables] | None = None,
+    distinct: bool = False,
 ) -> Outcome:
     """`tables`: those of the same problem with more GPUs and idle GPUs allowed (`tables.restrict`), to solve
-    many GPU limits of one problem (procurement) without filling tables again."""
+    many GPU limits of one problem (procurement) without filling tables again. `distinct`: the `top` plans
+    have different layouts (parallel degrees), each the best of its layout."""
     t0 = t0 if t0 is not None else time.perf_counter()
     deadline = t0 + time_limit_s
     try:
@@ -306,7 +323,7 @@ def solve_cpsat(
             "that nothing fits; raise --time-limit"
         ) from None
     T = Ts[0]  # layouts, value lists and capacities are shared by the variants
-    pre = presolve(Ts, top, deadline=deadline)
+    pre = presolve(Ts, top, deadline=deadline, distinct=distinct)
     if len(pre.pairs) == 0:
         raise _infeasible(problem, size)
     model = define_model(T, pre, pre.incumbent.hint)
@@ -316,7 +333,8 @@ def solve_cpsat(
         raise VerificationError(f"invalid CP-SAT model: {err}")
     solver = cp_model.CpSolver()
     set_params(solver, {**SOLVER_PARAMS, **(params or {})})
+    forbid = _forbid_layout if distinct else _forbid_plan
     status_name, knobs, objs, bound, gap = _solve_top(
-        problem, Ts, pre, size, model, solver, top, time_limit_s, t0
+        problem, Ts, pre, size, model, solver, top, time_limit_s, t0, forbid
     )
     return Outcome(status_name, knobs, objs, size, bound, gap, _notes(Ts, pre, m, objs, time_limit_s))

@@ -25,7 +25,7 @@ import time as _time
 
 import numpy as np
 
-from formulations.bounds import NONE, knobs_of_pairs, presolve
+from formulations.bounds import NONE, knobs_of_pairs, layout_groups, presolve
 from formulations.model import Outcome, _infeasible
 from formulations.pairs import Q
 from formulations.tables import TIME_UNIT, build_all
@@ -182,11 +182,26 @@ def write_model(problem: Problem, path: str) -> None:
     m.write(path, io_options={"symbolic_solver_labels": True})
 
 
+def _cut(m, sel: int, group: np.ndarray | None) -> None:
+    """Forbid the binary `sel` just chosen, or (`group`: each binary's layout group) every binary of its
+    layout, for the next solve."""
+    if group is None:
+        m.cuts.add(m.w[sel] == 0)
+    else:
+        m.cuts.add(sum(m.w[j] for j in np.flatnonzero(group == group[sel]).tolist()) == 0)
+
+
 def solve_pyomo(
-    problem: Problem, top: int = 1, time_limit_s: float = 60.0, t0: float | None = None, solver: str = "highs"
+    problem: Problem,
+    top: int = 1,
+    time_limit_s: float = 60.0,
+    t0: float | None = None,
+    solver: str = "highs",
+    distinct: bool = False,
 ) -> Outcome:
-    """The same `Outcome` as `formulations.model.solve_cpsat` (assignments, objectives, status, bound);
-    extraction and verification are `optimizer.drivers.solve`'s."""
+    """The same `Outcome` as `formulations.model.solve_cpsat` (assignments, objectives, status, bound;
+    `distinct`: each of the `top` plans another layout); extraction and verification are
+    `optimizer.drivers.solve`'s."""
     import pyomo.environ as pyo
 
     t0 = t0 if t0 is not None else _time.perf_counter()
@@ -199,10 +214,11 @@ def solve_pyomo(
         )
     Ts = build_all(problem, c)
     T = Ts[0]
-    pre = presolve(Ts, top)
+    pre = presolve(Ts, top, distinct=distinct)
     if len(pre.pairs) == 0:
         raise _infeasible(problem, c.size)
     m, C = build_pyomo(problem, T, pre)
+    group = layout_groups(T)[pre.pairs.li[np.asarray(C["p"])]]  # per binary, its layout's degrees
     if len(C["p"]) == 0:
         raise _infeasible(problem, c.size)
     s = _solver(solver)
@@ -247,7 +263,7 @@ def solve_pyomo(
         p, zi, di = int(C["p"][sel]), int(C["zi"][sel]), int(C["di"][sel])
         objs.append(float(C["step"][sel]) / TIME_UNIT)
         knobs.append(knobs_of_pairs(Ts, pre.pairs.take(np.array([p])), np.array([zi]), np.array([di])))
-        m.cuts.add(m.w[sel] == 0)
+        _cut(m, sel, group if distinct else None)
     notes = [
         f"presolve: {pre.n_triples_kept:,} of {pre.n_triples:,} triples kept; {len(pre.pairs):,} pairs",
         f"Pyomo MILP ({solver}): {len(C['p'])} binaries (pair x ZeRO stage x DP overlap)",

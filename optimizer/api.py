@@ -44,7 +44,7 @@ def evaluate(problem: Problem, execution: Execution | None = None):
 
 def solve(problem: Problem, top: int = 1, time_limit_s: float = 60.0, backend: str = "cpsat", **kw):
     """The `top` best plans of the problem's objective (a `SolveResult`: `.status`, `.plans`, `.bound_s`,
-    `.gap`); `backend` cpsat or pyomo."""
+    `.gap`); `backend` cpsat or pyomo; `distinct=True`: the best plan of each of `top` different layouts."""
     from optimizer.drivers.solve import solve as _solve
 
     return _solve(problem, top=top, time_limit_s=time_limit_s, backend=backend, **kw)

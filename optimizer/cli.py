@@ -181,6 +181,7 @@ def cmd_solve(args) -> int:
             params=params,
             backend=args.backend,
             solver=args.solver,
+            distinct=args.distinct == "layout",
         )
     except (Infeasible, TimeLimit) as e:
         if args.json:
@@ -414,6 +415,13 @@ def _study_commands(sub) -> None:
 
 def _solve_flags(p) -> None:
     p.add_argument("--top", type=_top, default=1, help="K distinct plans, best first (1..1000)")
+    p.add_argument(
+        "--distinct",
+        choices=["layout", "plan"],
+        default="layout",
+        help="with --top: each plan another layout (parallel degrees), the best of it (default), or the K "
+        "best plans, which may share a layout",
+    )
     p.add_argument(
         "--method",
         choices=["cpsat", "enumerate"],

@@ -20,6 +20,7 @@ FLAGS = {
     "validate": ["--help", "--json", "--output", "--quiet", "-h", "-o", "-q"],
     "solve": [
         "--backend",
+        "--distinct",
         "--emit",
         "--help",
         "--json",

@@ -391,3 +391,41 @@ def test_precision_is_a_decision_when_search_opens_it(tmp_path):
     )
     r2 = solve(a100)
     assert r2.plans[0].evaluation.problem.training.precision.value == "bf16"
+
+
+def _layout(plan) -> tuple:
+    ex = plan.evaluation.execution
+    return (ex.tp, ex.pp, ex.cp, ex.dp, ex.ep, ex.etp)
+
+
+@pytest.mark.parametrize("backend", ["cpsat", "pyomo"])
+def test_top_k_distinct_layouts_match_enumeration(tmp_path, backend):
+    """`distinct=True`: the best plan of each of the K best layouts (parallel degrees). The enumerator, the
+    CP-SAT loop (forbidding every pair of a found layout) and the Pyomo MILP (a cut over its binaries) give
+    the same objectives; the first is the overall optimum, and plain top-K plans share layouts here."""
+    p = load_text(tmp_path, "dense", SMALL["dense-8gpu"])
+    e = solve(p, "enumerate", top=4, distinct=True)
+    c = solve(p, "cpsat", top=4, distinct=True, backend=backend)
+    assert [pl.objective_s for pl in c.plans] == pytest.approx([pl.objective_s for pl in e.plans], rel=1e-3)
+    assert len({_layout(pl) for pl in c.plans}) == len(c.plans) == 4
+    assert [_layout(pl) for pl in c.plans] == [_layout(pl) for pl in e.plans]
+    plain = solve(p, "cpsat", top=4)
+    assert plain.plans[0].objective_s == pytest.approx(c.plans[0].objective_s, rel=1e-6)
+    assert len({_layout(pl) for pl in plain.plans}) < 4
+
+
+def test_cli_top_gives_distinct_layouts_by_default(tmp_path, capsys):
+    """`paraplan solve --top 3` answers three layouts; `--distinct plan` the three best plans."""
+    import json
+
+    from optimizer.cli import main
+
+    path = tmp_path / "d.yaml"
+    path.write_text(SMALL["dense-8gpu"])
+    assert main(["solve", str(path), "--top", "3", "--json", "-q"]) == 0
+    plans = json.loads(capsys.readouterr().out)["plans"]
+    lay = {tuple(pl["execution"][k] for k in ("tp", "pp", "cp", "dp")) for pl in plans}
+    assert len(plans) == 3 and len(lay) == 3
+    assert main(["solve", str(path), "--top", "3", "--distinct", "plan", "--json", "-q"]) == 0
+    plans = json.loads(capsys.readouterr().out)["plans"]
+    assert len({tuple(pl["execution"][k] for k in ("tp", "pp", "cp", "dp")) for pl in plans}) < 3

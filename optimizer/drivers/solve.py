@@ -133,10 +133,13 @@ def solve(
     tables=None,
     backend: str = "cpsat",
     solver: str = "highs",
+    distinct: bool = False,
 ) -> SolveResult:
     """The best plans of the problem. `backend` cpsat (default) or pyomo (the same kept pairs as a MILP,
     `formulations.pyomo_model`, with `solver`); `tables` (CP-SAT): tables built for the same problem with
-    more GPUs and idle GPUs allowed, reused for this GPU limit (`formulations.tables.restrict`)."""
+    more GPUs and idle GPUs allowed, reused for this GPU limit (`formulations.tables.restrict`).
+    `distinct`: the `top` plans are the best of `top` different layouts (parallel degrees), not the `top`
+    best plans, which often share one layout and differ in recompute or overlap."""
     kw = dict(
         method=method,
         top=top,
@@ -145,15 +148,16 @@ def solve(
         tables=tables,
         backend=backend,
         solver=solver,
+        distinct=distinct,
     )
     precs = _precisions(problem)
     if precs is not None:
         return _solve_precisions(problem, precs, kw)
     t0 = time.perf_counter()
     if method == "cpsat":
-        return _solve_model(problem, top, time_limit_s, params, tables, backend, solver, t0)
+        return _solve_model(problem, top, time_limit_s, params, tables, backend, solver, t0, distinct)
     if method == "enumerate":
-        return _solve_enumerate(problem, top, t0, time_limit_s)
+        return _solve_enumerate(problem, top, t0, time_limit_s, distinct)
     raise ValueError(f"unknown method {method}")
 
 
@@ -166,6 +170,7 @@ def _solve_model(
     backend: str,
     solver: str,
     t0: float,
+    distinct: bool = False,
 ) -> SolveResult:
     """Build and solve the CP-SAT model (or, with backend pyomo, the same kept pairs as a MILP,
     `formulations.pyomo_model`), then extract and verify its plans; `t0` (perf_counter s) starts the clock."""
@@ -174,11 +179,19 @@ def _solve_model(
     if backend == "pyomo":  # the same kept pairs as a MILP (formulations.pyomo_model)
         from formulations.pyomo_model import solve_pyomo
 
-        o = solve_pyomo(problem, top=top, time_limit_s=time_limit_s, t0=t0, solver=solver)
+        o = solve_pyomo(problem, top=top, time_limit_s=time_limit_s, t0=t0, solver=solver, distinct=distinct)
     else:
         from formulations.model import solve_cpsat
 
-        o = solve_cpsat(problem, top=top, time_limit_s=time_limit_s, t0=t0, params=params, tables=tables)
+        o = solve_cpsat(
+            problem,
+            top=top,
+            time_limit_s=time_limit_s,
+            t0=t0,
+            params=params,
+            tables=tables,
+            distinct=distinct,
+        )
     plans = _plans(problem, o.knobs, o.objectives_s)
     first = plans[0].evaluation
     notes = [describe(problem, gpus_used(first.execution), first.result["step_time"])] + o.notes
@@ -195,7 +208,9 @@ def _solve_model(
     )
 
 
-def _solve_enumerate(problem: Problem, top: int, t0: float, time_limit_s: float | None = None) -> SolveResult:
+def _solve_enumerate(
+    problem: Problem, top: int, t0: float, time_limit_s: float | None = None, distinct: bool = False
+) -> SolveResult:
     """The exhaustive oracle (`formulations.enumerate`): every candidate of the compact space evaluated, the
     `top` fastest extracted and verified; refused above ENUMERATE_MAX candidates, `Infeasible` when none
     fits. `t0` (perf_counter s) starts the clock; at `time_limit_s` the walk stops: the best so far
@@ -214,7 +229,9 @@ def _solve_enumerate(problem: Problem, top: int, t0: float, time_limit_s: float 
             f"enumerate walks all {size:,} candidates, more than the "
             f"{ENUMERATE_MAX:,} it holds in memory; use cpsat (the default)",
         )
-    r = enumerate_best(problem, top=top, deadline=None if time_limit_s is None else t0 + time_limit_s)
+    r = enumerate_best(
+        problem, top=top, deadline=None if time_limit_s is None else t0 + time_limit_s, distinct=distinct
+    )
     if len(r.step_time_s) == 0 and not r.complete:
         raise TimeLimit(
             f"enumerate: the time limit ({time_limit_s:g} s) passed after {r.n_evaluated:,} of "

@@ -482,6 +482,7 @@ def load_problem(path: str | os.PathLike, require_execution: bool = False):
     from optimizer.rules.cross_field import check_problem
 
     doc = load_document(path)
+    problem = validate_problem(doc)
     if require_execution and "execution" not in doc.data:
         # evaluate scores a written plan; the schema's all-default execution (tp 1, pp 1, no sharding) is
         # no one's plan, and its answer ("1358 GiB per GPU") would read as the model's verdict
@@ -492,7 +493,6 @@ def load_problem(path: str | os.PathLike, require_execution: bool = False):
             "required field is missing: evaluate scores the execution the file writes (e.g. execution: "
             "{tp: 8, pp: 4, micro_batch: 1}); to find the fastest one, run `paraplan solve` on this file",
         )
-    problem = validate_problem(doc)
     if require_execution or "execution" in doc.data:
         check_problem(problem, doc)
     return problem
