@@ -278,3 +278,61 @@ def test_triton_attention_plan_exports_flash_with_a_note():
     text = emit("megatron", _problem("llama3.1-8b", ex), ex)
     assert parse(text).use_flash_attn
     assert any(ln.startswith("#") and "flash-triton" in ln for ln in text.splitlines())
+
+
+def _titan(ex, llm="llama3.1-8b"):
+    import tomllib
+
+    return tomllib.loads(emit("torchtitan", _problem(llm, ex), ex))
+
+
+def test_torchtitan_builds_pp_times_vpp_stages():
+    """Interleaving: torchtitan builds ceil((layers + first + last stage's embedding/output weights) /
+    layers_per_stage) stages (`pipeline_parallel.py`); the export sets them so that it builds pp*vpp stages
+    of layers / (pp*vpp) layers, the embedding and output taking no slot (as modelled without
+    pp_embedding_loss)."""
+    for pp, vpp in [(2, 2), (4, 4), (2, 1)]:
+        par = _titan(Execution(tp=1, pp=pp, vpp=vpp, dp=64 // pp))["parallelism"]
+        assert par["pipeline_parallel_layers_per_stage"] == 32 // (pp * vpp)
+        weights = (
+            par["pipeline_parallel_first_stage_less_layers"] + par["pipeline_parallel_last_stage_less_layers"]
+        )
+        assert weights == 0
+        assert -(-(32 + weights) // par["pipeline_parallel_layers_per_stage"]) == pp * vpp
+        assert par["pipeline_parallel_schedule"] == ("Interleaved1F1B" if vpp > 1 else "1F1B")
+    # with the embedding and loss as slots (Megatron's split): 126 layers + 2 over 8*2 stages of 8 slots
+    par = _titan(Execution(tp=8, pp=8, vpp=2, dp=2, pp_embedding_loss=True), "llama3.1-405b")["parallelism"]
+    assert (
+        par["pipeline_parallel_first_stage_less_layers"]
+        == par["pipeline_parallel_last_stage_less_layers"]
+        == 1
+    )
+    assert par["pipeline_parallel_layers_per_stage"] == 8
+
+
+def test_torchtitan_selective_recompute_is_per_op():
+    """Selective recomputation is torchtitan's per-op SAC (option "op"), not its default of every 2nd
+    layer; full recomputation needs no option."""
+    ac = _titan(Execution(tp=2, dp=32, sequence_parallel=True, recompute="selective"))[
+        "activation_checkpoint"
+    ]
+    assert ac == {"mode": "selective", "selective_ac_option": "op"}
+    ac = _titan(Execution(tp=2, dp=32, sequence_parallel=True, recompute="full"))["activation_checkpoint"]
+    assert ac == {"mode": "full"}
+
+
+def test_torchtitan_async_tp_comes_with_a_compiled_model():
+    """Async TP has no effect in torchtitan unless the model is compiled: with it the export compiles the
+    model, even where the plan priced element-wise ops unfused (which a comment then says)."""
+    ex = Execution(tp=4, dp=16, sequence_parallel=True, tp_overlap="ring")
+    t = _titan(ex)
+    assert t["parallelism"]["enable_async_tensor_parallel"]
+    assert t["compile"]["enable"] and "model" in t["compile"]["components"]
+    ex = Execution(
+        tp=4, dp=16, sequence_parallel=True, tp_overlap="ring", fused_layers=False, fused_loss=False
+    )
+    text = emit("torchtitan", _problem("llama3.1-8b", ex), ex)
+    assert any(ln.startswith("# async TP needs the model compiled") for ln in text.splitlines())
+    assert _titan(ex)["compile"] == {"enable": True, "components": ["model"]}
+    ex = Execution(tp=4, dp=16, sequence_parallel=True, fused_layers=False, fused_loss=False)
+    assert _titan(ex)["compile"] == {"enable": False}
