@@ -14,7 +14,9 @@ from optimizer.schema import Execution, Training
 from tests.helpers import library_llm, library_system, problem_and_knobs
 
 # Flags as declared in Megatron-LM megatron/training/arguments.py (checked against the file of 2025-10-30,
-# commit bb216765de: every name below is declared there), value-taking ones, then switches.
+# commit bb216765de: every name below is declared there; the MoE dispatcher, grouped GEMM, layer pattern and
+# Megatron FSDP ones also against the commit of 2026-08-22, d98e8a64dd, which declares some of them through
+# its config dataclasses), value-taking ones, then switches.
 VALUED = [
     "--tensor-model-parallel-size",
     "--pipeline-model-parallel-size",
@@ -51,6 +53,7 @@ VALUED = [
     "--recompute-num-layers",
     "--moe-token-dispatcher-type",
     "--moe-flex-dispatcher-backend",
+    "--moe-layer-freq",
 ]
 SWITCHES = [
     "--account-for-embedding-in-pipeline-split",
@@ -73,7 +76,8 @@ SWITCHES = [
     "--overlap-moe-expert-parallel-comm",
     "--cross-entropy-loss-fusion",
     "--no-overlap-p2p-communication",
-]  # the last two: declared there too
+    "--moe-grouped-gemm",
+]
 
 
 def megatron_parser() -> argparse.ArgumentParser:
@@ -125,13 +129,29 @@ def test_moe_flags():
     a = parse(emit("megatron", _problem("mixtral-8x7b", ex), ex))
     assert a.num_experts == "8" and a.moe_router_topk == "2" and a.moe_ffn_hidden_size == "14336"
     assert a.expert_model_parallel_size == "8" and a.expert_tensor_parallel_size == "1"
-    assert (
-        a.moe_token_dispatcher_type is None and not a.overlap_moe_expert_parallel_comm
-    )  # Megatron's defaults
+    # the all-to-all dispatcher and grouped expert GEMMs that were priced (Megatron's defaults: allgather, a
+    # GEMM per expert); every layer MoE: no layer pattern
+    assert a.moe_token_dispatcher_type == "alltoall" and a.moe_grouped_gemm and a.moe_layer_freq is None
+    assert not a.overlap_moe_expert_parallel_comm
     ex = Execution(tp=2, pp=4, ep=8, etp=1, ep_dispatcher="flex", ep_overlap=True)
     a = parse(emit("megatron", _problem("mixtral-8x7b", ex), ex))
     assert a.moe_token_dispatcher_type == "flex" and a.moe_flex_dispatcher_backend == "deepep"
     assert a.overlap_moe_expert_parallel_comm
+
+
+def _moe_freq(pattern: str) -> list[int]:
+    """Megatron's --moe-layer-freq pattern as its arguments.py evaluates it (digits, brackets, +, * only)."""
+    assert set(pattern) <= set("0123456789[]()+*,")
+    return eval(pattern)  # noqa: S307 - checked above, as Megatron's _eval_pattern does
+
+
+def test_moe_layer_pattern_puts_the_dense_layers_first():
+    """DeepSeek-V3's first 3 layers are dense (58 of 61 MoE): --moe-layer-freq says so, the dense layers
+    first as the model places them, and --ffn-hidden-size is their width."""
+    ex = Execution(tp=8, pp=8, dp=8, ep=8, etp=1, sequence_parallel=True, zero=1)
+    a = parse(emit("megatron", _problem("deepseek-v3", ex), ex))
+    assert _moe_freq(a.moe_layer_freq) == [0] * 3 + [1] * 58
+    assert a.ffn_hidden_size == "18432" and a.moe_ffn_hidden_size == "2048"
 
 
 @pytest.mark.parametrize("zero,dp_overlap", [(0, True), (1, True), (1, False)])
