@@ -54,6 +54,8 @@ VALUED = [
     "--moe-token-dispatcher-type",
     "--moe-flex-dispatcher-backend",
     "--moe-layer-freq",
+    "--data-parallel-sharding-strategy",
+    "--ckpt-format",
 ]
 SWITCHES = [
     "--account-for-embedding-in-pipeline-split",
@@ -77,6 +79,7 @@ SWITCHES = [
     "--cross-entropy-loss-fusion",
     "--no-overlap-p2p-communication",
     "--moe-grouped-gemm",
+    "--use-megatron-fsdp",
 ]
 
 
@@ -118,7 +121,9 @@ def test_llama_dense_gqa_flags():
     assert a.untie_embeddings_and_output_weights and a.disable_bias_linear
     assert a.num_virtual_stages_per_pipeline_rank == "2" and a.context_parallel_size == "2"
     assert a.account_for_embedding_in_pipeline_split and a.account_for_loss_in_pipeline_split
-    # ZeRO-2 note is a comment before the command, not inside the continued lines
+    # ZeRO-2 runs on Megatron FSDP; its note is a comment before the command, not inside the continued lines
+    assert a.use_megatron_fsdp and a.data_parallel_sharding_strategy == "optim_grads"
+    assert a.ckpt_format == "fsdp_dtensor" and a.use_distributed_optimizer
     assert text.startswith("# ZeRO-2")
     if shutil.which("bash"):
         assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
@@ -152,6 +157,21 @@ def test_moe_layer_pattern_puts_the_dense_layers_first():
     a = parse(emit("megatron", _problem("deepseek-v3", ex), ex))
     assert _moe_freq(a.moe_layer_freq) == [0] * 3 + [1] * 58
     assert a.ffn_hidden_size == "18432" and a.moe_ffn_hidden_size == "2048"
+
+
+@pytest.mark.parametrize(
+    "zero,strategy", [(0, None), (1, None), (2, "optim_grads"), (3, "optim_grads_params")]
+)
+def test_zero_stages_run_on_megatron_fsdp(zero, strategy):
+    """ZeRO-1 is the distributed optimizer; ZeRO-2/3 are Megatron FSDP with the stage's sharding strategy
+    and the fsdp_dtensor checkpoint format it requires, not a comment."""
+    ex = Execution(tp=8, pp=4, dp=16, zero=zero)
+    text = emit("megatron", _problem("llama3.1-70b", ex), ex)
+    a = parse(text)
+    assert a.use_distributed_optimizer == (zero >= 1)
+    assert a.use_megatron_fsdp == (zero >= 2) and a.data_parallel_sharding_strategy == strategy
+    assert a.ckpt_format == ("fsdp_dtensor" if zero >= 2 else None)
+    assert not any("no Megatron-LM flag" in ln for ln in text.splitlines())
 
 
 @pytest.mark.parametrize("zero,dp_overlap", [(0, True), (1, True), (1, False)])

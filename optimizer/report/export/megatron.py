@@ -143,9 +143,15 @@ def _precision_flags(prec) -> list[str]:
     return a
 
 
+# ZeRO stage -> Megatron FSDP's --data-parallel-sharding-strategy (ZeRO-1 is the distributed optimizer)
+FSDP_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
+
+
 def _memory_flags(ex, notes: list[str]) -> list[str]:
-    """Sequence parallelism, recomputation and the distributed optimizer (ZeRO-1; higher stages have no
-    flag)."""
+    """Sequence parallelism, recomputation and the distributed optimizer (ZeRO-1); ZeRO-2/3 run on
+    Megatron FSDP, its sharding strategy the stage's (`FSDP_SHARDING`), with the checkpoint format it
+    requires. Megatron FSDP rather than --use-torch-fsdp2, which refuses pipeline and expert parallelism and
+    the distributed optimizer."""
     a = []
     if ex.sequence_parallel:
         a.append("--sequence-parallel")
@@ -154,9 +160,17 @@ def _memory_flags(ex, notes: list[str]) -> list[str]:
     elif ex.recompute.value == "full":
         a += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     if ex.zero >= 1:
-        a.append("--use-distributed-optimizer")
+        a.append("--use-distributed-optimizer")  # Megatron FSDP (v1) runs its optimizer too
     if ex.zero >= 2:
-        notes.append(f"ZeRO-{ex.zero} has no Megatron-LM flag: use Megatron FSDP or torch FSDP for this plan")
+        a += [
+            "--use-megatron-fsdp",
+            f"--data-parallel-sharding-strategy {FSDP_SHARDING[ex.zero]}",
+            "--ckpt-format fsdp_dtensor",
+        ]
+        notes.append(
+            f"ZeRO-{ex.zero}: Megatron FSDP ({FSDP_SHARDING[ex.zero]}) needs "
+            "CUDA_DEVICE_MAX_CONNECTIONS unset or above 1"
+        )
     return a
 
 
