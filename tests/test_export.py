@@ -6,6 +6,7 @@ import argparse
 import shlex
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -219,7 +220,8 @@ MIXTRAL = (
 
 
 class Recipe:
-    """Stands in for a NeMo 2 recipe: attribute paths spring into being and record the assignments."""
+    """Stands in for a NeMo 2 recipe: attribute paths spring into being (empty, falsy, until assigned) and
+    record the assignments; an assigned value reads back."""
 
     def __init__(self, path=""):
         object.__setattr__(self, "_path", path)
@@ -233,14 +235,38 @@ class Recipe:
 
     def __setattr__(self, name, value):
         self._set[f"{self._path}.{name}".lstrip(".")] = value
+        object.__setattr__(self, name, value)
+
+    def __bool__(self):
+        return False
 
 
-def test_nemo_overrides_are_python_assigning_the_plan(tmp_path):
-    p, ex = _plan(tmp_path, MIXTRAL)
-    code = emit("nemo", p, ex)
+class Config:
+    """Stands in for nemo_run.Config: the class configured and its arguments."""
+
+    def __init__(self, cls, **kw):
+        self.cls, self.kw = cls, kw
+
+
+def run_nemo(code: str, monkeypatch) -> dict:
+    """The assignments of NeMo overrides `code` run on a `Recipe`, with nemo_run and NeMo's comm-overlap
+    callback module stood in for."""
+    import types
+
+    callbacks = types.ModuleType("megatron_comm_overlap")
+    callbacks.MegatronCommOverlapCallback = type("MegatronCommOverlapCallback", (), {})
+    monkeypatch.setitem(sys.modules, "nemo_run", types.SimpleNamespace(Config=Config))
+    monkeypatch.setitem(sys.modules, "nemo.lightning.pytorch.callbacks.megatron_comm_overlap", callbacks)
+    for name in ("nemo", "nemo.lightning", "nemo.lightning.pytorch", "nemo.lightning.pytorch.callbacks"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
     recipe = Recipe()
     exec(compile(code, "nemo_overrides", "exec"), {"recipe": recipe})
-    got = recipe._set
+    return recipe._set
+
+
+def test_nemo_overrides_are_python_assigning_the_plan(tmp_path, monkeypatch):
+    p, ex = _plan(tmp_path, MIXTRAL)
+    got = run_nemo(emit("nemo", p, ex), monkeypatch)
     assert got["trainer.strategy.tensor_model_parallel_size"] == ex.tp == 2
     assert got["trainer.strategy.pipeline_model_parallel_size"] == ex.pp == 2
     assert got["trainer.strategy.virtual_pipeline_model_parallel_size"] == 2
@@ -318,6 +344,26 @@ def test_triton_attention_plan_exports_flash_with_a_note():
     text = emit("megatron", _problem("llama3.1-8b", ex), ex)
     assert parse(text).use_flash_attn
     assert any(ln.startswith("#") and "flash-triton" in ln for ln in text.splitlines())
+
+
+def test_nemo_tp_comm_overlap_is_the_comm_overlap_callback(monkeypatch):
+    """The plan's TP communication overlap is NeMo's MegatronCommOverlapCallback(tp_comm_overlap=True),
+    appended to the trainer's callbacks, with the plan's data-parallel and interleaved-pipeline overlaps
+    (the callback's own defaults would override them); a plan without it adds no callback."""
+    ex = Execution(
+        tp=4, pp=2, vpp=2, dp=8, sequence_parallel=True, tp_overlap="ring", zero=1, dp_overlap=False
+    )
+    got = run_nemo(emit("nemo", _problem("llama3.1-70b", ex), ex), monkeypatch)
+    (cb,) = got["trainer.callbacks"]
+    assert cb.cls.__name__ == "MegatronCommOverlapCallback"
+    assert cb.kw == {
+        "tp_comm_overlap": True,
+        "overlap_grad_reduce": False,
+        "overlap_param_gather": False,
+        "overlap_p2p_comm": True,
+    }
+    ex = Execution(tp=4, pp=2, dp=8, sequence_parallel=True)
+    assert "trainer.callbacks" not in run_nemo(emit("nemo", _problem("llama3.1-70b", ex), ex), monkeypatch)
 
 
 def _titan(ex, llm="llama3.1-8b"):
