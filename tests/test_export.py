@@ -6,6 +6,7 @@ import argparse
 import shlex
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -14,7 +15,9 @@ from optimizer.schema import Execution, Training
 from tests.helpers import library_llm, library_system, problem_and_knobs
 
 # Flags as declared in Megatron-LM megatron/training/arguments.py (checked against the file of 2025-10-30,
-# commit bb216765de: every name below is declared there), value-taking ones, then switches.
+# commit bb216765de: every name below is declared there; the MoE dispatcher, grouped GEMM, layer pattern and
+# Megatron FSDP ones also against the commit of 2026-08-22, d98e8a64dd, which declares some of them through
+# its config dataclasses), value-taking ones, then switches.
 VALUED = [
     "--tensor-model-parallel-size",
     "--pipeline-model-parallel-size",
@@ -51,6 +54,9 @@ VALUED = [
     "--recompute-num-layers",
     "--moe-token-dispatcher-type",
     "--moe-flex-dispatcher-backend",
+    "--moe-layer-freq",
+    "--data-parallel-sharding-strategy",
+    "--ckpt-format",
 ]
 SWITCHES = [
     "--account-for-embedding-in-pipeline-split",
@@ -73,7 +79,9 @@ SWITCHES = [
     "--overlap-moe-expert-parallel-comm",
     "--cross-entropy-loss-fusion",
     "--no-overlap-p2p-communication",
-]  # the last two: declared there too
+    "--moe-grouped-gemm",
+    "--use-megatron-fsdp",
+]
 
 
 def megatron_parser() -> argparse.ArgumentParser:
@@ -114,7 +122,9 @@ def test_llama_dense_gqa_flags():
     assert a.untie_embeddings_and_output_weights and a.disable_bias_linear
     assert a.num_virtual_stages_per_pipeline_rank == "2" and a.context_parallel_size == "2"
     assert a.account_for_embedding_in_pipeline_split and a.account_for_loss_in_pipeline_split
-    # ZeRO-2 note is a comment before the command, not inside the continued lines
+    # ZeRO-2 runs on Megatron FSDP; its note is a comment before the command, not inside the continued lines
+    assert a.use_megatron_fsdp and a.data_parallel_sharding_strategy == "optim_grads"
+    assert a.ckpt_format == "fsdp_dtensor" and a.use_distributed_optimizer
     assert text.startswith("# ZeRO-2")
     if shutil.which("bash"):
         assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
@@ -125,13 +135,44 @@ def test_moe_flags():
     a = parse(emit("megatron", _problem("mixtral-8x7b", ex), ex))
     assert a.num_experts == "8" and a.moe_router_topk == "2" and a.moe_ffn_hidden_size == "14336"
     assert a.expert_model_parallel_size == "8" and a.expert_tensor_parallel_size == "1"
-    assert (
-        a.moe_token_dispatcher_type is None and not a.overlap_moe_expert_parallel_comm
-    )  # Megatron's defaults
+    # the all-to-all dispatcher and grouped expert GEMMs that were priced (Megatron's defaults: allgather, a
+    # GEMM per expert); every layer MoE: no layer pattern
+    assert a.moe_token_dispatcher_type == "alltoall" and a.moe_grouped_gemm and a.moe_layer_freq is None
+    assert not a.overlap_moe_expert_parallel_comm
     ex = Execution(tp=2, pp=4, ep=8, etp=1, ep_dispatcher="flex", ep_overlap=True)
     a = parse(emit("megatron", _problem("mixtral-8x7b", ex), ex))
     assert a.moe_token_dispatcher_type == "flex" and a.moe_flex_dispatcher_backend == "deepep"
     assert a.overlap_moe_expert_parallel_comm
+
+
+def _moe_freq(pattern: str) -> list[int]:
+    """Megatron's --moe-layer-freq pattern as its arguments.py evaluates it (digits, brackets, +, * only)."""
+    assert set(pattern) <= set("0123456789[]()+*,")
+    return eval(pattern)  # noqa: S307 - checked above, as Megatron's _eval_pattern does
+
+
+def test_moe_layer_pattern_puts_the_dense_layers_first():
+    """DeepSeek-V3's first 3 layers are dense (58 of 61 MoE): --moe-layer-freq says so, the dense layers
+    first as the model places them, and --ffn-hidden-size is their width."""
+    ex = Execution(tp=8, pp=8, dp=8, ep=8, etp=1, sequence_parallel=True, zero=1)
+    a = parse(emit("megatron", _problem("deepseek-v3", ex), ex))
+    assert _moe_freq(a.moe_layer_freq) == [0] * 3 + [1] * 58
+    assert a.ffn_hidden_size == "18432" and a.moe_ffn_hidden_size == "2048"
+
+
+@pytest.mark.parametrize(
+    "zero,strategy", [(0, None), (1, None), (2, "optim_grads"), (3, "optim_grads_params")]
+)
+def test_zero_stages_run_on_megatron_fsdp(zero, strategy):
+    """ZeRO-1 is the distributed optimizer; ZeRO-2/3 are Megatron FSDP with the stage's sharding strategy
+    and the fsdp_dtensor checkpoint format it requires, not a comment."""
+    ex = Execution(tp=8, pp=4, dp=16, zero=zero)
+    text = emit("megatron", _problem("llama3.1-70b", ex), ex)
+    a = parse(text)
+    assert a.use_distributed_optimizer == (zero >= 1)
+    assert a.use_megatron_fsdp == (zero >= 2) and a.data_parallel_sharding_strategy == strategy
+    assert a.ckpt_format == ("fsdp_dtensor" if zero >= 2 else None)
+    assert not any("no Megatron-LM flag" in ln for ln in text.splitlines())
 
 
 @pytest.mark.parametrize("zero,dp_overlap", [(0, True), (1, True), (1, False)])
@@ -179,7 +220,8 @@ MIXTRAL = (
 
 
 class Recipe:
-    """Stands in for a NeMo 2 recipe: attribute paths spring into being and record the assignments."""
+    """Stands in for a NeMo 2 recipe: attribute paths spring into being (empty, falsy, until assigned) and
+    record the assignments; an assigned value reads back."""
 
     def __init__(self, path=""):
         object.__setattr__(self, "_path", path)
@@ -193,14 +235,38 @@ class Recipe:
 
     def __setattr__(self, name, value):
         self._set[f"{self._path}.{name}".lstrip(".")] = value
+        object.__setattr__(self, name, value)
+
+    def __bool__(self):
+        return False
 
 
-def test_nemo_overrides_are_python_assigning_the_plan(tmp_path):
-    p, ex = _plan(tmp_path, MIXTRAL)
-    code = emit("nemo", p, ex)
+class Config:
+    """Stands in for nemo_run.Config: the class configured and its arguments."""
+
+    def __init__(self, cls, **kw):
+        self.cls, self.kw = cls, kw
+
+
+def run_nemo(code: str, monkeypatch) -> dict:
+    """The assignments of NeMo overrides `code` run on a `Recipe`, with nemo_run and NeMo's comm-overlap
+    callback module stood in for."""
+    import types
+
+    callbacks = types.ModuleType("megatron_comm_overlap")
+    callbacks.MegatronCommOverlapCallback = type("MegatronCommOverlapCallback", (), {})
+    monkeypatch.setitem(sys.modules, "nemo_run", types.SimpleNamespace(Config=Config))
+    monkeypatch.setitem(sys.modules, "nemo.lightning.pytorch.callbacks.megatron_comm_overlap", callbacks)
+    for name in ("nemo", "nemo.lightning", "nemo.lightning.pytorch", "nemo.lightning.pytorch.callbacks"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
     recipe = Recipe()
     exec(compile(code, "nemo_overrides", "exec"), {"recipe": recipe})
-    got = recipe._set
+    return recipe._set
+
+
+def test_nemo_overrides_are_python_assigning_the_plan(tmp_path, monkeypatch):
+    p, ex = _plan(tmp_path, MIXTRAL)
+    got = run_nemo(emit("nemo", p, ex), monkeypatch)
     assert got["trainer.strategy.tensor_model_parallel_size"] == ex.tp == 2
     assert got["trainer.strategy.pipeline_model_parallel_size"] == ex.pp == 2
     assert got["trainer.strategy.virtual_pipeline_model_parallel_size"] == 2
@@ -278,3 +344,81 @@ def test_triton_attention_plan_exports_flash_with_a_note():
     text = emit("megatron", _problem("llama3.1-8b", ex), ex)
     assert parse(text).use_flash_attn
     assert any(ln.startswith("#") and "flash-triton" in ln for ln in text.splitlines())
+
+
+def test_nemo_tp_comm_overlap_is_the_comm_overlap_callback(monkeypatch):
+    """The plan's TP communication overlap is NeMo's MegatronCommOverlapCallback(tp_comm_overlap=True),
+    appended to the trainer's callbacks, with the plan's data-parallel and interleaved-pipeline overlaps
+    (the callback's own defaults would override them); a plan without it adds no callback."""
+    ex = Execution(
+        tp=4, pp=2, vpp=2, dp=8, sequence_parallel=True, tp_overlap="ring", zero=1, dp_overlap=False
+    )
+    got = run_nemo(emit("nemo", _problem("llama3.1-70b", ex), ex), monkeypatch)
+    (cb,) = got["trainer.callbacks"]
+    assert cb.cls.__name__ == "MegatronCommOverlapCallback"
+    assert cb.kw == {
+        "tp_comm_overlap": True,
+        "overlap_grad_reduce": False,
+        "overlap_param_gather": False,
+        "overlap_p2p_comm": True,
+    }
+    ex = Execution(tp=4, pp=2, dp=8, sequence_parallel=True)
+    assert "trainer.callbacks" not in run_nemo(emit("nemo", _problem("llama3.1-70b", ex), ex), monkeypatch)
+
+
+def _titan(ex, llm="llama3.1-8b"):
+    import tomllib
+
+    return tomllib.loads(emit("torchtitan", _problem(llm, ex), ex))
+
+
+def test_torchtitan_builds_pp_times_vpp_stages():
+    """Interleaving: torchtitan builds ceil((layers + first + last stage's embedding/output weights) /
+    layers_per_stage) stages (`pipeline_parallel.py`); the export sets them so that it builds pp*vpp stages
+    of layers / (pp*vpp) layers, the embedding and output taking no slot (as modelled without
+    pp_embedding_loss)."""
+    for pp, vpp in [(2, 2), (4, 4), (2, 1)]:
+        par = _titan(Execution(tp=1, pp=pp, vpp=vpp, dp=64 // pp))["parallelism"]
+        assert par["pipeline_parallel_layers_per_stage"] == 32 // (pp * vpp)
+        weights = (
+            par["pipeline_parallel_first_stage_less_layers"] + par["pipeline_parallel_last_stage_less_layers"]
+        )
+        assert weights == 0
+        assert -(-(32 + weights) // par["pipeline_parallel_layers_per_stage"]) == pp * vpp
+        assert par["pipeline_parallel_schedule"] == ("Interleaved1F1B" if vpp > 1 else "1F1B")
+    # with the embedding and loss as slots (Megatron's split): 126 layers + 2 over 8*2 stages of 8 slots
+    par = _titan(Execution(tp=8, pp=8, vpp=2, dp=2, pp_embedding_loss=True), "llama3.1-405b")["parallelism"]
+    assert (
+        par["pipeline_parallel_first_stage_less_layers"]
+        == par["pipeline_parallel_last_stage_less_layers"]
+        == 1
+    )
+    assert par["pipeline_parallel_layers_per_stage"] == 8
+
+
+def test_torchtitan_selective_recompute_is_per_op():
+    """Selective recomputation is torchtitan's per-op SAC (option "op"), not its default of every 2nd
+    layer; full recomputation needs no option."""
+    ac = _titan(Execution(tp=2, dp=32, sequence_parallel=True, recompute="selective"))[
+        "activation_checkpoint"
+    ]
+    assert ac == {"mode": "selective", "selective_ac_option": "op"}
+    ac = _titan(Execution(tp=2, dp=32, sequence_parallel=True, recompute="full"))["activation_checkpoint"]
+    assert ac == {"mode": "full"}
+
+
+def test_torchtitan_async_tp_comes_with_a_compiled_model():
+    """Async TP has no effect in torchtitan unless the model is compiled: with it the export compiles the
+    model, even where the plan priced element-wise ops unfused (which a comment then says)."""
+    ex = Execution(tp=4, dp=16, sequence_parallel=True, tp_overlap="ring")
+    t = _titan(ex)
+    assert t["parallelism"]["enable_async_tensor_parallel"]
+    assert t["compile"]["enable"] and "model" in t["compile"]["components"]
+    ex = Execution(
+        tp=4, dp=16, sequence_parallel=True, tp_overlap="ring", fused_layers=False, fused_loss=False
+    )
+    text = emit("torchtitan", _problem("llama3.1-8b", ex), ex)
+    assert any(ln.startswith("# async TP needs the model compiled") for ln in text.splitlines())
+    assert _titan(ex)["compile"] == {"enable": True, "components": ["model"]}
+    ex = Execution(tp=4, dp=16, sequence_parallel=True, fused_layers=False, fused_loss=False)
+    assert _titan(ex)["compile"] == {"enable": False}

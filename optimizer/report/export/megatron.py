@@ -77,21 +77,44 @@ def _architecture_flags(llm, notes: list[str]) -> list[str]:
     return a
 
 
-def _moe_mla_flags(llm, ex) -> list[str]:
-    """Mixture of experts (experts, top-k, expert ffn, expert and expert-tensor parallel sizes, shared
-    experts) and multi-latent attention (its low ranks and head sizes)."""
+def moe_layer_freq(llm) -> str | None:
+    """Megatron's --moe-layer-freq pattern when only some layers are MoE: the dense ones first, as the model
+    places them (DeepSeek-V3: "([0]*3+[1]*58)"); None when every layer is."""
+    n = llm.moe_layer_count
+    if llm.moe is None or n == llm.layers:
+        return None
+    return f"([0]*{llm.layers - n}+[1]*{n})"
+
+
+def _moe_flags(llm, ex) -> list[str]:
+    """Mixture of experts: experts, top-k, expert ffn, expert and expert-tensor parallel sizes, shared
+    experts, which layers are MoE (`moe_layer_freq`; the dense ones take --ffn-hidden-size), the grouped
+    expert GEMM and the all-to-all dispatcher that were priced (Megatron's defaults are one GEMM per expert
+    and the allgather dispatcher); the flex dispatcher is `_overlap_flags`'."""
+    if llm.moe is None:
+        return []
+    m = llm.moe
+    a = [
+        f"--num-experts {m.experts}",
+        f"--moe-router-topk {m.top_k}",
+        f"--moe-ffn-hidden-size {m.expert_ffn}",
+        f"--expert-model-parallel-size {ex.ep}",
+        f"--expert-tensor-parallel-size {ex.etp or ex.tp}",
+        "--moe-grouped-gemm",
+    ]
+    if m.shared_experts:
+        a.append(f"--moe-shared-expert-intermediate-size {m.shared_experts * m.expert_ffn}")
+    freq = moe_layer_freq(llm)
+    if freq is not None:
+        a.append(f"--moe-layer-freq {freq}")
+    if ex.ep_dispatcher.value == "alltoall":
+        a.append("--moe-token-dispatcher-type alltoall")
+    return a
+
+
+def _mla_flags(llm) -> list[str]:
+    """Multi-latent attention: its low ranks and head sizes."""
     a = []
-    if llm.moe is not None:
-        m = llm.moe
-        a += [
-            f"--num-experts {m.experts}",
-            f"--moe-router-topk {m.top_k}",
-            f"--moe-ffn-hidden-size {m.expert_ffn}",
-            f"--expert-model-parallel-size {ex.ep}",
-            f"--expert-tensor-parallel-size {ex.etp or ex.tp}",
-        ]
-        if m.shared_experts:
-            a.append(f"--moe-shared-expert-intermediate-size {m.shared_experts * m.expert_ffn}")
     if llm.mla is not None:
         ml = llm.mla
         a += [
@@ -120,9 +143,15 @@ def _precision_flags(prec) -> list[str]:
     return a
 
 
+# ZeRO stage -> Megatron FSDP's --data-parallel-sharding-strategy (ZeRO-1 is the distributed optimizer)
+FSDP_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
+
+
 def _memory_flags(ex, notes: list[str]) -> list[str]:
-    """Sequence parallelism, recomputation and the distributed optimizer (ZeRO-1; higher stages have no
-    flag)."""
+    """Sequence parallelism, recomputation and the distributed optimizer (ZeRO-1); ZeRO-2/3 run on
+    Megatron FSDP, its sharding strategy the stage's (`FSDP_SHARDING`), with the checkpoint format it
+    requires. Megatron FSDP rather than --use-torch-fsdp2, which refuses pipeline and expert parallelism and
+    the distributed optimizer."""
     a = []
     if ex.sequence_parallel:
         a.append("--sequence-parallel")
@@ -131,9 +160,17 @@ def _memory_flags(ex, notes: list[str]) -> list[str]:
     elif ex.recompute.value == "full":
         a += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     if ex.zero >= 1:
-        a.append("--use-distributed-optimizer")
+        a.append("--use-distributed-optimizer")  # Megatron FSDP (v1) runs its optimizer too
     if ex.zero >= 2:
-        notes.append(f"ZeRO-{ex.zero} has no Megatron-LM flag: use Megatron FSDP or torch FSDP for this plan")
+        a += [
+            "--use-megatron-fsdp",
+            f"--data-parallel-sharding-strategy {FSDP_SHARDING[ex.zero]}",
+            "--ckpt-format fsdp_dtensor",
+        ]
+        notes.append(
+            f"ZeRO-{ex.zero}: Megatron FSDP ({FSDP_SHARDING[ex.zero]}) needs "
+            "CUDA_DEVICE_MAX_CONNECTIONS unset or above 1"
+        )
     return a
 
 
@@ -187,7 +224,7 @@ def args(problem, ex) -> tuple[list[str], list[str]]:
     notes: list[str] = []
     a = _parallel_flags(ex) + _shape_flags(problem, ex)
     a += _architecture_flags(llm, notes)
-    a += _moe_mla_flags(llm, ex)
+    a += _moe_flags(llm, ex) + _mla_flags(llm)
     a += _precision_flags(problem.training.precision)
     a += _memory_flags(ex, notes)
     a += _overlap_flags(ex)

@@ -66,19 +66,52 @@ def overrides(problem, ex) -> list[tuple[str, object]]:
     return out
 
 
+COMM_OVERLAP = "nemo.lightning.pytorch.callbacks.megatron_comm_overlap"
+
+
+def _tp_comm_overlap(ex) -> list[str]:
+    """Python lines turning on the plan's TP communication overlap: NeMo 2 sets it through
+    MegatronCommOverlapCallback (it also initialises Transformer Engine's userbuffers, which a bare
+    model.config.tp_comm_overlap leaves undone), appended as NeMo's performance recipes do. The callback also
+    sets the data-parallel and interleaved-pipeline overlaps to defaults of its own, so the plan's are passed
+    to it."""
+    if ex.tp_overlap.value == "none":
+        return []
+    kw = {
+        "tp_comm_overlap": True,
+        "overlap_grad_reduce": bool(ex.dp_overlap),
+        "overlap_param_gather": bool(ex.dp_overlap and ex.zero >= 1),
+    }
+    if ex.pp > 1 and ex.vpp > 1:
+        kw["overlap_p2p_comm"] = bool(ex.pp_overlap)
+    args = ", ".join(f"{k}={v!r}" for k, v in kw.items())
+    return [
+        "# TP communication overlap (the plan's tp_overlap) through NeMo's comm-overlap callback:",
+        "import nemo_run as run",
+        f"from {COMM_OVERLAP} import MegatronCommOverlapCallback",
+        "if not recipe.trainer.callbacks:",
+        "    recipe.trainer.callbacks = []",
+        f"recipe.trainer.callbacks.append(run.Config(MegatronCommOverlapCallback, {args}))",
+    ]
+
+
 def notes(problem, ex) -> list[str]:
     out = []
     if ex.zero >= 2:
         out.append(f"ZeRO-{ex.zero}: NeMo 2 uses Megatron FSDP for it (trainer.strategy.fsdp='megatron')")
     if ex.weight_offload or ex.activation_offload or ex.optimizer_offload:
         out.append("offload: set the strategy's offload options (not emitted)")
+    if ex.tp_overlap.value != "none" and not ex.sequence_parallel:
+        out.append("TP overlap: NeMo overlaps TP communication only with sequence parallelism")
     return out
 
 
 def emit(problem, ex) -> str:
-    """Python lines assigning the plan to `recipe` (a NeMo 2 pretraining recipe)."""
+    """Python lines assigning the plan to `recipe` (a NeMo 2 pretraining recipe), then the TP-overlap
+    callback (`_tp_comm_overlap`)."""
     head = [
         f"# NeMo 2 recipe overrides for {problem.name or problem.llm.name} (paraplan plan):",
         "# recipe = llm.<your model>.pretrain_recipe(...); then",
     ] + [f"# {n}" for n in notes(problem, ex)]
-    return "\n".join(head + [f"recipe.{k} = {_val(v)}" for k, v in overrides(problem, ex)]) + "\n"
+    body = [f"recipe.{k} = {_val(v)}" for k, v in overrides(problem, ex)] + _tp_comm_overlap(ex)
+    return "\n".join(head + body) + "\n"
