@@ -252,26 +252,39 @@ def _values(c: Compact) -> dict[str, list[int]]:
     }
 
 
+RUN_CHUNK_ROWS = 1 << 18  # model rows (rows x variants) per evaluation while the tables are filled
+
+
 def _runner(problem: Problem, allv: list[dict[str, int]], deadline: float | None = None):
-    """run(n, **cols): the model's `StepTerms` on n rows per variant, every field an array (nVar, n);
-    TimeLimit once `deadline` (perf_counter s) has passed."""
+    """run(n, **cols): the model's `StepTerms` on n rows per variant, every field an array (nVar, n),
+    evaluated in chunks of about RUN_CHUNK_ROWS model rows (bounded memory, and the time limit checked
+    between chunks); TimeLimit once `deadline` (perf_counter s) has passed."""
     fixed_cols = {k: np.array([v[k] for v in allv], dtype=np.int64) for k in OTHER_KNOBS}
     nVar, ctx = len(allv), make_ctx(problem)
 
-    def run(n: int, **cols) -> StepTerms:
+    def chunk(n: int, cols: dict) -> dict[str, np.ndarray]:
         if deadline is not None and time.perf_counter() > deadline:
             raise TimeLimit("the time limit passed while the model's tables were filled, before any plan")
         fx = {k: np.repeat(v, n) for k, v in fixed_cols.items()}
         tiled = {k: np.tile(np.broadcast_to(np.asarray(v), (n,)), nVar) for k, v in cols.items()}
         t = evaluate(problem, knob_grid(fx, nVar * n, **tiled), ctx).terms
-        return StepTerms(
-            **{
-                f.name: np.broadcast_to(np.asarray(getattr(t, f.name), dtype=float), (nVar * n,)).reshape(
-                    nVar, n
-                )
-                for f in fields(StepTerms)
-            }
-        )
+        return {
+            f.name: np.broadcast_to(np.asarray(getattr(t, f.name), dtype=float), (nVar * n,)).reshape(nVar, n)
+            for f in fields(StepTerms)
+        }
+
+    def run(n: int, **cols) -> StepTerms:
+        step = max(1, RUN_CHUNK_ROWS // max(nVar, 1))
+        parts = [
+            chunk(
+                min(n, lo + step) - lo,
+                {k: v[lo : lo + step] if np.ndim(v) and np.size(v) == n else v for k, v in cols.items()},
+            )
+            for lo in range(0, max(n, 1), step)
+        ]
+        if len(parts) == 1:
+            return StepTerms(**parts[0])
+        return StepTerms(**{k: np.concatenate([p[k] for p in parts], axis=1) for k in parts[0]})
 
     return run
 

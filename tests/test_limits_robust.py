@@ -248,3 +248,38 @@ def test_procure_pipeline_meets_the_deadline(tmp_path, capsys):
     rc, out, err = run(tmp_path, capsys, body, command="procure")
     assert rc == 3, (out, err)
     assert "over the deadline of 5 days" in out
+
+
+def test_tables_are_filled_in_chunks_that_check_the_time_limit(tmp_path, monkeypatch):
+    """The model fills the tables in chunks of RUN_CHUNK_ROWS rows: the tables are the same whatever the
+    chunk (the model is row-wise), and a deadline that passes during the fill stops it at the next chunk
+    (at most one chunk past it), not after the whole grid."""
+    import numpy as np
+    from oracle_cases import SMALL
+    from test_solve_cpsat import load_text
+
+    import formulations.tables as tables
+    from optimizer.prepare.space import compact_space
+
+    p = load_text(tmp_path, "dense", SMALL["dense-8gpu"])
+    whole = tables.build_all(p, compact_space(p))
+    monkeypatch.setattr(tables, "RUN_CHUNK_ROWS", 7)  # many small chunks, not a divisor of the rows
+    chunked = tables.build_all(p, compact_space(p))
+    for a, b in zip(whole, chunked, strict=True):
+        for name in ("L", "LV", "LM", "BETA"):
+            da, db = getattr(a, name), getattr(b, name)
+            assert da.keys() == db.keys() and len(da) > 0
+            assert all(np.array_equal(np.asarray(da[k]), np.asarray(db[k])) for k in da), name
+    calls = []
+    real = tables.evaluate
+
+    def counting(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:  # the clock passes the deadline during the third chunk
+            monkeypatch.setattr(tables.time, "perf_counter", lambda: float("inf"))
+        return real(*a, **k)
+
+    monkeypatch.setattr(tables, "evaluate", counting)
+    with pytest.raises(tables.TimeLimit):
+        tables.build_all(p, compact_space(p), deadline=1e18)
+    assert len(calls) == 3
