@@ -226,6 +226,8 @@ def as_dict(result, problem: Problem | None = None) -> dict[str, Any]:
             "study": result.study.name,
             "points": len(result.rows),
             "counts": result.counts(),
+            "resumed": result.resumed,
+            "best_point": None if result.best() is None else result.best()["point"],
             "rows": result.rows,
         }
     import importlib

@@ -245,7 +245,9 @@ def cmd_study(args) -> int:
     else:
         from pathlib import Path
 
-        print(api.text(r).splitlines()[0] + f"; wrote {args.output or Path(args.study).stem + '.csv'}")
+        head = api.text(r).splitlines()  # the counts line, then the best point's line where one has a plan
+        wrote = f"; wrote {args.output or Path(args.study).stem + '.csv'}"
+        print("\n".join([head[0] + wrote, *[h for h in head[1:2] if h.startswith("best: ")]]))
     if args.plot:
         _plotted(api.plot(r, args.plot))
     return r.exit_code()

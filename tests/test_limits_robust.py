@@ -283,3 +283,30 @@ def test_tables_are_filled_in_chunks_that_check_the_time_limit(tmp_path, monkeyp
     with pytest.raises(tables.TimeLimit):
         tables.build_all(p, compact_space(p), deadline=1e18)
     assert len(calls) == 3
+
+
+def test_whatif_says_when_added_gpus_make_no_faster_layout(tmp_path):
+    """A GPU lever whose best plan still uses the base's GPUs (no faster layout on the added ones) says so,
+    instead of a bare 'saves 0.0%'; a lever that saves time does not."""
+    from types import SimpleNamespace
+
+    from optimizer.api import load
+    from optimizer.drivers.whatif import LeverValue
+    from optimizer.report.whatif import render
+
+    path = tmp_path / "p.yaml"
+    path.write_text(SMALL, encoding="utf-8")
+    robust = SimpleNamespace(robust_plan=None, band=0.1, nominal_worst_s=1.2, status="infeasible", note="-")
+    r = SimpleNamespace(
+        base_step_s=1.0,
+        pct=10.0,
+        robust=robust,
+        levers=[
+            LeverValue("GPUs +10% (24, idle GPUs allowed)", 1.0, 0.0, 0.0, 16, 0, 0.0),
+            LeverValue("HBM capacity +10%", 0.9, 0.1, 10.0, 16, 0, 0.1),
+        ],
+    )
+    text = render(load(path), r)
+    gpu_line = next(line for line in text.splitlines() if "GPUs +10%" in line)
+    assert "still uses 16 GPUs: no layout on the added ones is faster" in gpu_line
+    assert "still uses" not in next(line for line in text.splitlines() if "HBM capacity" in line)

@@ -129,3 +129,21 @@ def test_shipped_calculon_studies_run_and_plot(tmp_path, name):
     r = rows(out)
     assert r and all(x["status"] in ("optimal", "infeasible") for x in r)
     assert (tmp_path / "plots" / "heatmap.png").stat().st_size > 1000
+
+
+def test_study_names_its_best_point_and_what_it_resumed(tmp_path, capsys):
+    """The report names the fastest point (its axes and step), and a re-run says how many rows it read
+    from the journal instead of solving them (JSON: `resumed`, `best_point`)."""
+    import json
+
+    s = write(tmp_path, "  num_gpus: [8, 16]\n")
+    out = tmp_path / "o.csv"
+    assert main(["study", str(s), "-o", str(out), "--workers", "1", "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    steps = {int(r["point"]): float(r["step_time_s"]) for r in rows(out)}
+    assert first["resumed"] == 0 and first["best_point"] == min(steps, key=steps.get)
+    assert main(["study", str(s), "-o", str(out), "--workers", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "resumed: 2 of them read from" in text and ".journal.jsonl" in text
+    best = min(steps, key=steps.get)
+    assert f"best: point {best} (num_gpus=" in text

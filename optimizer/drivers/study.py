@@ -36,6 +36,15 @@ class StudyResult:
 
     study: object  # optimizer.schema.study.Study
     rows: list[dict]
+    resumed: int = 0  # points whose rows were read from the journal of an earlier run, not solved again
+    journal: str | None = None  # that journal's path
+
+    def best(self) -> dict | None:
+        """The row with the smallest step time among the points with a plan (a check study: that fits);
+        None when no point has one."""
+        with_plan = [r for r in self.rows if isinstance(r.get("step_time_s"), (int, float))]
+        with_plan = [r for r in with_plan if r["status"] not in ("does not fit", "error", "time_limit")]
+        return min(with_plan, key=lambda r: (r["step_time_s"], r["point"])) if with_plan else None
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -344,7 +353,8 @@ def run_study(
             for t in todo:
                 record(run_point(t))
                 step()
-    return StudyResult(study, [journal.row(i, k) for i, k in enumerate(keys)])
+    rows = [journal.row(i, k) for i, k in enumerate(keys)]
+    return StudyResult(study, rows, len(pts) - len(todo), str(journal.path))
 
 
 def run_pooled(ex, fn, todo: list, record, step, window: int) -> None:
