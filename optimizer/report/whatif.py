@@ -24,9 +24,7 @@ def render(problem: Problem, r: WhatifResult) -> str:
         else:
             v = f"{x.step_s:.4g} s  saves {x.saved_pct:5.1f}%"
             if x.name.startswith("GPUs") and x.saved_gpus == 0 and abs(x.saved_pct or 0.0) < 0.05:
-                v += (
-                    f" (its best plan still uses {x.gpus} GPUs: no layout that uses the added ones is faster)"
-                )
+                v += f" (its best plan still uses {x.gpus} GPUs: no layout on the added ones is faster)"
         out.append(f"  {x.name:40s} {v}")
     rb = r.robust
     if rb.robust_plan is None:
