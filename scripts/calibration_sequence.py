@@ -24,6 +24,7 @@ RUN_FILES = {  # key -> path of the runs file (calibration-run schema)
     "public_2025": SHARED / "public_runs_2025.yaml",
     "llmfoundry": ROOT / "problems" / "runs" / "llmfoundry-mpt.yaml",
     "torchtitan": ROOT / "problems" / "runs" / "torchtitan-h100-h200.yaml",
+    "amd": ROOT / "problems" / "runs" / "amd-rocm.yaml",
 }
 R = ("public", "public_2025")  # the two shared files, "R" in docs/calibration.md
 
@@ -72,6 +73,9 @@ SEQUENCE: list[Step] = [
     Step("b200-sxm-180gb", R, "clock_scale", shape="gb200-nvl72"),
     Step("gb300-nvl72", transfer=("b300-sxm-270gb",)),
     Step("b300-sxm-270gb", R, "clock_scale", shape="gb300-nvl72"),
+    # AMD MI355X: one level on its own prior curve, from MLPerf Training v5.1 (FP8 only: a separate FP8
+    # factor is not identifiable); fitted after its predictions were committed (problems/runs/predictions)
+    Step("mi355x", ("amd",), "level", shape="mi355x"),
 ]
 
 

@@ -68,3 +68,12 @@ def test_check_prints_the_grouped_band_of_its_gpu_stack_and_kind(tmp_path, capsy
     want = bands.band_pct(library_system("h100-sxm-80gb"), "megatron-core", "dense")
     assert want is not None and doc["step_time_band_pct"] == want
     assert "held-out-source error band" in doc["calibration_detail"]
+
+
+def test_a_gpu_with_few_runs_is_bounded_by_its_own_worst_error():
+    """A GPU type with fewer than `min_runs` grouped errors (one source, held out on priors) gets at least
+    its own largest error, not only the fleet's band."""
+    doc = {**DOC, "errors": {**DOC["errors"], "gpu-c": {"s1": {"dense": [-31.0, -29.0]}}}}
+    b = bands.grouped_band("gpu-c", "s1", "dense", doc)
+    assert b.pct == 31.0 and b.scope == "gpu-c's 2 runs"
+    assert bands.grouped_band("gpu-a", "s1", "dense", doc).pct == 4.0  # enough runs of its own: unchanged
