@@ -138,6 +138,8 @@ def _answer(args, result, problem=None) -> None:
     found = api.plan_of(result, problem) if emit else None
     if found is not None:
         obj = obj | {"emit": api.emitted(emit, *found)}
+    if getattr(args, "emit_file", None):
+        _write_emitted(args.emit_file, obj.get("emit"), emit)
     if args.output:
         api.write(args.output, api.text(result, problem, emit=emit), obj, api.rows(result))
         print(f"wrote {args.output}", file=sys.stderr)
@@ -145,6 +147,22 @@ def _answer(args, result, problem=None) -> None:
         print(api.to_json(obj))
     else:
         print(api.text(result, problem, emit=emit))
+
+
+def _write_emitted(path: str, emitted: dict | None, target: str) -> None:
+    """The framework's config alone into `path` (`--emit-file`); where the answer has no plan, nothing."""
+    from pathlib import Path
+
+    from optimizer.errors import ProblemError
+
+    if emitted is None:
+        print(f"--emit-file: the answer has no plan; {path} not written", file=sys.stderr)
+        return
+    try:
+        Path(path).write_text(emitted["text"].rstrip("\n") + "\n", encoding="utf-8")
+    except OSError as e:
+        raise ProblemError("--emit-file", None, None, f"cannot write {path}: {e.strerror}") from None
+    print(f"wrote {path} ({target})", file=sys.stderr)
 
 
 def _plotted(files) -> None:
@@ -280,6 +298,12 @@ def _command(sub, name: str, func, help: str, positional: str | None = None, emi
         p.add_argument(positional)
     if emit:
         p.add_argument("--emit", choices=EMIT, help=emit)
+        p.add_argument(
+            "--emit-file",
+            metavar="FILE",
+            help="with --emit: write the framework's config alone to FILE (a file to run as it is); the "
+            "answer is printed as usual",
+        )
     if name in OUTPUT_HELP:
         next(a for a in p._actions if a.dest == "output").help = OUTPUT_HELP[name]
     p.set_defaults(func=func)
@@ -456,6 +480,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         if name in vars(args) and name not in SHARED[args.command]:
             ap.error(f"{args.command} takes no --{name.replace('_', '-')}")
         vars(args).setdefault(name, default)
+    if getattr(args, "emit_file", None) and not args.emit:
+        ap.error("--emit-file needs --emit FRAMEWORK")
     return args
 
 

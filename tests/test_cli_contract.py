@@ -16,12 +16,13 @@ SMALL = "llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 8\ntraining: {global
 SHARED = ["--json", "--output", "--quiet", "-o", "-q"]
 FLAGS = {
     "paraplan": ["--help", "--json", "--output", "--quiet", "--time-limit", "--version", "-h", "-o", "-q"],
-    "evaluate": ["--emit", "--help", "--json", "--output", "--quiet", "-h", "-o", "-q"],
+    "evaluate": ["--emit", "--emit-file", "--help", "--json", "--output", "--quiet", "-h", "-o", "-q"],
     "validate": ["--help", "--json", "--output", "--quiet", "-h", "-o", "-q"],
     "solve": [
         "--backend",
         "--distinct",
         "--emit",
+        "--emit-file",
         "--help",
         "--json",
         "--method",
@@ -40,6 +41,7 @@ FLAGS = {
     ],
     "check": [
         "--emit",
+        "--emit-file",
         "--help",
         "--json",
         "--offload-gbps",
@@ -52,6 +54,7 @@ FLAGS = {
     ],
     "procure": [
         "--emit",
+        "--emit-file",
         "--help",
         "--json",
         "--output",
@@ -68,6 +71,7 @@ FLAGS = {
     "whatif": [
         "--band",
         "--emit",
+        "--emit-file",
         "--help",
         "--json",
         "--output",
@@ -170,3 +174,22 @@ def test_cli_imports_only_the_api_errors_progress_and_schema():
             used |= {base} | {f"{base}.{a.name}" for a in node.names if base == "optimizer"}
     ours = {m for m in used if m.split(".")[0] in ("optimizer", "formulations")}
     assert ours - allowed - {"optimizer.__version__"} == set(), ours
+
+
+def test_emit_file_holds_the_config_alone(tmp_path, capsys):
+    """`--emit torchtitan --emit-file job.toml` writes the torchtitan config and nothing else (the report
+    still prints); the file equals --json's `.emit.text`; --emit-file without --emit is a usage error."""
+    path = tmp_path / "p.yaml"
+    path.write_text(SMALL + "stack: torchtitan\n")
+    job = tmp_path / "job.toml"
+    assert main(["solve", str(path), "--emit", "torchtitan", "--emit-file", str(job), "-q"]) == 0
+    out, err = capsys.readouterr()
+    assert f"wrote {job} (torchtitan)" in err and "paraplan solve" in out
+    assert main(["solve", str(path), "--emit", "torchtitan", "--json", "-q"]) == 0
+    assert job.read_text() == json.loads(capsys.readouterr().out)["emit"]["text"].rstrip("\n") + "\n"
+    import tomllib
+
+    assert "parallelism" in tomllib.loads(job.read_text())
+    with pytest.raises(SystemExit) as e:
+        main(["solve", str(path), "--emit-file", str(job)])
+    assert e.value.code == 2
