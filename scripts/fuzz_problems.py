@@ -64,6 +64,9 @@ def main() -> int:
             total[out.kind] += 1
             total["slow proof"] += out.note == "slow proof"
             seconds[case.label] += out.seconds
+            if out.note:
+                line = f"--- {out.note} at case {i} ({out.seconds:.2f} s, --time-limit {case.time_limit:g}): "
+                print(line + f"{case.label} {case.source} [{case.what}]", file=sys.stderr, flush=True)
             if out.kind != "ok":
                 bad.append((i, case, out))
                 print(
