@@ -209,3 +209,33 @@ def test_explanation_does_not_claim_what_a_time_limit_left_open(tmp_path, monkey
     assert r.status == "infeasible" and len(calls) == 2
     assert r.explanation and "passed the time limit" in r.explanation[0]
     assert not any("no allocation" in e for e in r.explanation)
+
+
+DEADLINE = """
+name: deadline
+catalog:
+  name: c
+  node_types:
+    - {name: h100-80g, system: h100-sxm-80gb, price_usd: 280000, extra_usd: 35000, power_kw: 10.2}
+jobs:
+  - name: j
+    llm: llama3.1-8b
+    training: {global_batch: 64, precision: bf16, tokens: 1.0e+12}
+    deadline_period: 1
+fleet: {goal: cost, periods: 1, period_days: 30, sizes_nodes: [1]}
+"""
+
+
+@pytest.mark.parametrize("status", ["optimal", "feasible"])
+def test_infeasible_on_rates_the_time_limit_cut_short_is_not_a_proof(tmp_path, status):
+    """A portfolio infeasible on a throughput the solve proved fastest is proven infeasible (exit 3); on one
+    a time limit left short of its optimum (CP-SAT status feasible) it is TimeLimit (exit 4) naming the
+    plan, since the fastest plan might meet the deadline (found by the fuzzer: 'fleet --time-limit 0.4' on a
+    405B job exited 3, and 0.7 s gave a plan)."""
+    fp = write(tmp_path, DEADLINE)
+    rates = [Rate("j", "h100-80g", 1, 8, 6.0, 1e5, 2.6e11, status)]  # 2.6e11 of the 1e12 tokens per period
+    if status == "optimal":
+        assert fleet(fp, rates=rates).status == "infeasible"
+    else:
+        with pytest.raises(TimeLimit, match=r"1 of the 1 \(job, type, size\) plans were not proven"):
+            fleet(fp, rates=rates)

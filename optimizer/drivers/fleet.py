@@ -110,6 +110,14 @@ def fleet(fp: FleetProblem, time_limit_s: float = 60.0, rates: list[Rate] | None
                 f"{sum(x.status == 'optimal' for x in rates)} proven fastest by CP-SAT: not a proof that "
                 "nothing fits; raise --time-limit"
             )
+        slow = [x for x in rates if x.status != "optimal"]
+        if slow:  # infeasible on rates the time limit left slower than the fastest: no proof
+            raise TimeLimit(
+                f"fleet: no purchase plan meets the goal with the throughputs found within "
+                f"{time_limit_s:g} s, but {len(slow)} of the {len(rates)} (job, type, size) plans were not "
+                f"proven fastest by then (e.g. {slow[0].job} on {slow[0].nodes} x {slow[0].node_type}): not "
+                "a proof that nothing fits; raise --time-limit"
+            )
         return _infeasible(fp, rates, t0, explain(fp, rates, time_limit_s))
     v = r["by_var"]
     own = {
