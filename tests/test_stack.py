@@ -220,3 +220,76 @@ def test_megatron_core_offers_no_tp_overlap_in_nvfp4(tmp_path, capsys):
         at(Precision.NVFP4), Execution(tp=4, pp=4, dp=4, tp_overlap="ring", sequence_parallel=True)
     )
     assert any("tp_overlap=ring is not offered by stack megatron-core in nvfp4" in w for w in ev.warnings)
+
+
+def test_megatron_deepspeed_runs_tp_and_pp_with_zero1_at_most(tmp_path):
+    """megatron-deepspeed offers Megatron's TP and DeepSpeed's pipeline (1F1B, no virtual stages, no layer
+    slots) with ZeRO-1 at most, and no sequence parallelism or CP; a ZeRO-3 execution is a located error; a
+    narrower space is never faster than Megatron-Core's."""
+    p = _load(tmp_path, "stack: megatron-deepspeed\nsearch: {pp: [1, 2], tp: [1, 2, 4]}\n")
+    r = solve(p, top=6)
+    assert len(r.plans) == 6
+    for plan in r.plans:
+        ex = plan.evaluation.execution
+        assert ex.zero in (0, 1) and ex.vpp == 1 and ex.cp == 1 and not ex.sequence_parallel
+        assert not ex.pp_embedding_loss and not ex.pp_rs_ag
+    mc = solve(p.model_copy(update={"stack": "megatron-core"}))
+    assert r.plans[0].objective_s >= mc.plans[0].objective_s * (1 - 1e-9)
+    with pytest.raises((ProblemError, ProblemErrors)) as e:
+        _load(tmp_path, "stack: megatron-deepspeed\nexecution: {tp: 2, pp: 2, zero: 3}\n")
+    assert "zero" in str(e.value)
+
+
+def test_a_megatron_deepspeed_run_maps_to_its_stack_and_is_expressible():
+    """A BLOOM-shaped run (Megatron-DeepSpeed, tp 4 x pp 12 x dp 8 on 384 A100 80GB, ZeRO-1) is expressed
+    on the megatron-deepspeed stack and scored, not refused."""
+    from optimizer.io.runs import map_run, predict
+
+    run = {
+        "id": "bloom-shaped",
+        "source": "test",
+        "model": {
+            "hidden": 14336,
+            "ffn": 57344,
+            "layers": 70,
+            "heads": 112,
+            "kv_heads": 112,
+            "head_dim": 128,
+            "seq_len": 2048,
+            "vocab": 250880,
+            "mlp": "gelu",
+            "moe": None,
+        },
+        "hardware": {"gpu": "a100-sxm-80gb", "num_gpus": 384, "gpus_per_node": 8},
+        "parallel": {
+            "tp": 4,
+            "pp": 12,
+            "dp": 8,
+            "cp": 1,
+            "ep": 1,
+            "vpp": 1,
+            "sequence_parallel": False,
+            "micro_batch": 2,
+            "global_batch": 2048,
+            "recompute": "full",
+            "optimizer_sharding": "zero1",
+            "precision": "bf16",
+        },
+        "measured": {
+            "step_time_s": None,
+            "derived_step_time_s": 100.0,
+            "mfu": None,
+            "tflops_per_gpu": None,
+            "tflops_convention": None,
+            "tokens_per_s_per_gpu": None,
+            "peak_memory_gib": None,
+        },
+        "software": {"framework": "megatron-deepspeed", "year": 2022},
+        "tier": "B",
+        "notes": None,
+    }
+    assert stack_of(run) == "megatron-deepspeed"
+    m = map_run(run)
+    assert m.skip is None and m.problem.stack.value == "megatron-deepspeed"
+    pred = predict(m)
+    assert pred.fits and pred.execution.tp == 4 and pred.execution.pp == 12 and pred.execution.zero == 1

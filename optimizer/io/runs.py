@@ -247,7 +247,8 @@ def _llm_of(run: dict, year: int | None) -> LLM:
 
 # framework (`optimizer.schema.run.Framework`) -> the stack profile it is planned as
 # (`optimizer.schema.stack`):
-# the Megatron family (Megatron-DeepSpeed included: its TP and PP are Megatron's) is megatron-core,
+# the Megatron family is megatron-core (Megatron-DeepSpeed has its own profile: Megatron's TP, DeepSpeed's
+# pipeline engine and ZeRO-1),
 # llm-foundry
 # runs PyTorch FSDP through Composer
 FRAMEWORK_STACK = {
@@ -255,7 +256,7 @@ FRAMEWORK_STACK = {
     "megatron-core": "megatron-core",
     "nemo": "megatron-core",
     "megatron-bridge": "megatron-core",
-    "megatron-deepspeed": "megatron-core",
+    "megatron-deepspeed": "megatron-deepspeed",
     "deepspeed": "deepspeed",
     "torchtitan": "torchtitan",
     "fsdp": "fsdp",

@@ -27,6 +27,12 @@ Megatron-Core. What each profile offers, with its source:
   full activation checkpointing; no tensor parallelism without Megatron-DeepSpeed (plan that as
   megatron-core), and no pipeline here (DeepSpeed's PipelineModule runs only with ZeRO <= 1 and is not in this
   profile); no CP; ZeRO-Offload/Infinity are not modelled.
+- megatron-deepspeed (microsoft/Megatron-DeepSpeed README and examples; the BLOOM and MT-NLG training
+  setups): Megatron's tensor parallelism and pipeline stages run by DeepSpeed's pipeline engine (1F1B, no
+  interleaved virtual stages, no scatter-gather of the stage exchange, the embedding and loss on the edge
+  stages without layer slots) with DeepSpeed's ZeRO-1 at most (the pipeline engine refuses ZeRO-2/3); no
+  Megatron sequence parallelism or TP-communication overlap, no CP (its Ulysses sequence parallelism is
+  not modelled), full or selective activation checkpointing, BF16/FP16 (no FP8), no CPU offload.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ class Stack(StrEnum):
     TORCHTITAN = "torchtitan"
     FSDP = "fsdp"
     DEEPSPEED = "deepspeed"
+    MEGATRON_DEEPSPEED = "megatron-deepspeed"
 
 
 NO_OFFLOAD = {
@@ -93,6 +100,17 @@ PROFILES: dict[Stack, dict[str, list]] = {
         "recompute": [Recompute.NONE, Recompute.FULL],
         "tp_overlap": [TpOverlap.NONE],
         "pp_embedding_loss": [False],
+        **NO_OFFLOAD,
+        "precision": [Precision.BF16, Precision.FP16, Precision.FP32],
+    },
+    Stack.MEGATRON_DEEPSPEED: {
+        "vpp": [1],
+        "cp": [1],
+        "zero": [0, 1],
+        "sequence_parallel": [False],
+        "tp_overlap": [TpOverlap.NONE],
+        "pp_embedding_loss": [False],
+        "pp_rs_ag": [False],
         **NO_OFFLOAD,
         "precision": [Precision.BF16, Precision.FP16, Precision.FP32],
     },
