@@ -293,3 +293,61 @@ def test_a_megatron_deepspeed_run_maps_to_its_stack_and_is_expressible():
     assert m.skip is None and m.problem.stack.value == "megatron-deepspeed"
     pred = predict(m)
     assert pred.fits and pred.execution.tp == 4 and pred.execution.pp == 12 and pred.execution.zero == 1
+
+
+def test_torchtitan_fp8_as_runs_write_it_is_its_tensorwise_recipe():
+    """A torchtitan run written `precision: fp8` with no recipe is torchao's default float8 (tensorwise,
+    dynamic: per-tensor current scaling), which the torchtitan stack offers; it is scored, not refused. A
+    Megatron run written the same keeps Transformer Engine's delayed scaling."""
+    from optimizer.io.runs import map_run, predict
+
+    def run(framework):
+        return {
+            "id": f"tt-{framework}",
+            "source": "test",
+            "model": {
+                "hidden": 4096,
+                "ffn": 14336,
+                "layers": 32,
+                "heads": 32,
+                "kv_heads": 8,
+                "head_dim": 128,
+                "seq_len": 8192,
+                "vocab": 128256,
+                "mlp": "swiglu",
+                "moe": None,
+            },
+            "hardware": {"gpu": "h100-sxm-80gb", "num_gpus": 8, "gpus_per_node": 8},
+            "parallel": {
+                "tp": 1,
+                "pp": 1,
+                "dp": 8,
+                "cp": 1,
+                "ep": 1,
+                "vpp": 1,
+                "sequence_parallel": False,
+                "micro_batch": 1,
+                "global_batch": 8,
+                "recompute": "full",
+                "optimizer_sharding": "zero3",
+                "precision": "fp8",
+            },
+            "measured": {
+                "step_time_s": 1.0,
+                "derived_step_time_s": None,
+                "mfu": None,
+                "tflops_per_gpu": None,
+                "tflops_convention": None,
+                "tokens_per_s_per_gpu": None,
+                "peak_memory_gib": None,
+            },
+            "software": {"framework": framework, "year": 2025},
+            "tier": "A",
+            "notes": None,
+        }
+
+    m = map_run(run("torchtitan"))
+    assert m.skip is None and m.problem.training.precision.value == "fp8_current"
+    assert any("torchtitan's default recipe" in a for a in m.assumptions)
+    assert predict(m).fits
+    assert map_run(run("megatron-core")).problem.training.precision.value == "fp8"

@@ -338,6 +338,12 @@ def _model_of(run: dict, year: int | None, out: Mapped) -> LLM:
     return llm
 
 
+# FP8 recipe of a framework when a run states none (Transformer Engine's stacks: delayed scaling, the
+# model's `fp8`): torchtitan's float8 is torchao's, whose default recipe is "tensorwise" with dynamic
+# scaling, i.e. per-tensor current scaling (torchtitan docs/float8.md; torchao Float8LinearConfig default)
+FP8_RECIPE_DEFAULT = {"torchtitan": "current"}
+
+
 def _precision_of(run: dict, year: int | None, sw: dict, out: Mapped) -> str:
     """The training precision: the run's, 16-bit null as fp16 up to 2022 and bf16 after; FP8 with
     per-tensor current scaling when ``software.fp8_recipe`` is current (Transformer Engine's
@@ -346,9 +352,11 @@ def _precision_of(run: dict, year: int | None, sw: dict, out: Mapped) -> str:
     if prec is None:
         prec = "fp16" if year is not None and year <= 2022 else "bf16"
         out.assumptions.append(f"precision null (16-bit): {prec}")
-    if prec == "fp8" and sw.get("fp8_recipe") == "current":
+    recipe = sw.get("fp8_recipe") or FP8_RECIPE_DEFAULT.get(sw.get("framework") or "")
+    if prec == "fp8" and recipe == "current":
         prec = "fp8_current"
-        out.assumptions.append("FP8 per-tensor current scaling (software.fp8_recipe): fp8_current")
+        why = "software.fp8_recipe" if sw.get("fp8_recipe") else f"{sw.get('framework')}'s default recipe"
+        out.assumptions.append(f"FP8 per-tensor current scaling ({why}): fp8_current")
     return prec
 
 

@@ -217,7 +217,11 @@ class RunSoftware(Frozen):
         description="False: the loss is cross_entropy on an fp32 upcast of the logits, not compiled (null: "
         "the stack's default).",
     )
-    fp8_recipe: Fp8Recipe | None = Field(None, description="FP8 scaling recipe (null: delayed scaling).")
+    fp8_recipe: Fp8Recipe | None = Field(
+        None,
+        description="FP8 scaling recipe (null: the framework's default, optimizer.io.runs."
+        "FP8_RECIPE_DEFAULT: torchtitan's tensorwise dynamic scaling is current scaling; else delayed).",
+    )
     cuda_graphs: RunCudaGraphs | None = Field(None, description="CUDA graphs (null: the stack's default).")
     activation_offload_layers: int | None = Field(
         None,
