@@ -351,3 +351,60 @@ def test_torchtitan_fp8_as_runs_write_it_is_its_tensorwise_recipe():
     assert any("torchtitan's default recipe" in a for a in m.assumptions)
     assert predict(m).fits
     assert map_run(run("megatron-core")).problem.training.precision.value == "fp8"
+
+
+def test_torchtitan_full_shard_under_a_pipeline_is_its_zero1():
+    """A torchtitan run naming FSDP full shard (zero3) with pp > 1 (Llama 3.1 405B's FSDP x TP x PP) is
+    what torchtitan runs under a pipeline: parameters kept gathered, gradients reduced once per step, i.e.
+    ZeRO-1; it is expressed and scored, not refused as a sharding the stack forbids with a pipeline."""
+    from optimizer.io.runs import map_run, predict
+
+    run = {
+        "id": "tt-405b-pp",
+        "source": "test",
+        "model": {
+            "hidden": 16384,
+            "ffn": 53248,
+            "layers": 126,
+            "heads": 128,
+            "kv_heads": 8,
+            "head_dim": 128,
+            "seq_len": 8192,
+            "vocab": 128256,
+            "mlp": "swiglu",
+            "moe": None,
+        },
+        "hardware": {"gpu": "h100-sxm-80gb", "num_gpus": 512, "gpus_per_node": 8},
+        "parallel": {
+            "tp": 8,
+            "pp": 8,
+            "dp": 8,
+            "cp": 1,
+            "ep": 1,
+            "vpp": 1,
+            "sequence_parallel": True,
+            "micro_batch": 1,
+            "global_batch": 64,
+            "recompute": "full",
+            "optimizer_sharding": "zero3",
+            "precision": "bf16",
+        },
+        "measured": {
+            "step_time_s": 10.0,
+            "derived_step_time_s": None,
+            "mfu": None,
+            "tflops_per_gpu": None,
+            "tflops_convention": None,
+            "tokens_per_s_per_gpu": None,
+            "peak_memory_gib": None,
+        },
+        "software": {"framework": "torchtitan", "year": 2025},
+        "tier": "A",
+        "notes": None,
+    }
+    m = map_run(run)
+    assert m.skip is None and m.problem.execution.zero == 1
+    assert any("FSDP2 under a pipeline" in a for a in m.assumptions)
+    assert predict(m).execution.pp == 8
+    run["parallel"]["pp"], run["parallel"]["dp"] = 1, 64  # without a pipeline: full shard stays zero3
+    assert map_run(run).problem.execution.zero == 3

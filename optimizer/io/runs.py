@@ -557,6 +557,15 @@ def _memory_knobs(run: dict, year: int | None, sw: dict, fixed: dict, free: dict
             out.assumptions.append("optimizer_sharding null: chosen by the model")
     else:
         fixed["zero"] = ZERO[par["optimizer_sharding"]]
+        if stack_of(run) == "torchtitan" and par["pp"] > 1 and fixed["zero"] > 1:
+            # torchtitan's FSDP2 under a pipeline keeps the parameters gathered (reshard_after_forward
+            # False) and reduces gradients at the last micro-batch only (parallelize_llama): ZeRO-1 in
+            # memory and traffic, whatever full-shard the run names
+            out.assumptions.append(
+                f"optimizer_sharding {par['optimizer_sharding']} with pp {par['pp']} on torchtitan: FSDP2 "
+                "under a pipeline keeps parameters gathered and reduces gradients once per step: zero 1"
+            )
+            fixed["zero"] = 1
 
 
 def _overlap_knobs(run: dict, year: int | None, sw: dict, fixed: dict, free: dict, out: Mapped) -> None:
