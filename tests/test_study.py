@@ -147,3 +147,35 @@ def test_study_names_its_best_point_and_what_it_resumed(tmp_path, capsys):
     assert "resumed: 2 of them read from" in text and ".journal.jsonl" in text
     best = min(steps, key=steps.get)
     assert f"best: point {best} (num_gpus=" in text
+
+
+def test_study_plots_read_well():
+    """A line plot over a sweep spanning 10x or more is on log axes (the cliffs at large sizes stay
+    visible), axes carry readable labels instead of field paths, and the legend sits outside the data."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from types import SimpleNamespace
+
+    import matplotlib.pyplot as plt
+
+    from optimizer.report.plots import _study_line, axis_label
+
+    study = SimpleNamespace(name="s", axes={"num_gpus": None}, mode=SimpleNamespace(value="cross"))
+    ok = [
+        {"axis.num_gpus": n, "step_time_s": 800.0 / n, "mfu": 0.4, "point": i}
+        for i, n in enumerate((8, 64, 512, 4096))
+    ]
+    fig = _study_line(plt, ok, study, ["num_gpus"])
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log" and ax.get_xlabel() == "GPUs"
+    fig.canvas.draw()
+    leg = ax.get_legend().get_window_extent()
+    assert leg.y1 <= ax.get_window_extent().y0  # below the axes, covering no data
+    plt.close(fig)
+    narrow = [dict(r, **{"axis.num_gpus": 64 + i, "step_time_s": 1.0 + i}) for i, r in enumerate(ok)]
+    fig = _study_line(plt, narrow, study, ["num_gpus"])
+    assert fig.axes[0].get_xscale() == "linear" and fig.axes[0].get_yscale() == "linear"
+    plt.close(fig)
+    assert axis_label("search.tp") == "tensor parallel (tp)"
+    assert axis_label("system.offload.bandwidth_gbps") == "offload bandwidth, GB/s"

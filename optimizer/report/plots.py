@@ -87,9 +87,52 @@ def plot_study(rows: list[dict], study, folder: str | Path) -> list[str]:
     files = []
     for name, fig in drawn:
         files.append(str(folder / name))
-        fig.savefig(files[-1])
+        fig.savefig(files[-1], bbox_inches="tight")  # legends outside the axes are kept whole
         plt.close(fig)
     return files
+
+
+# readable names of the study axes people sweep (a field path otherwise: its last part, with its unit)
+AXIS_LABELS = {
+    "num_gpus": "GPUs",
+    "search.tp": "tensor parallel (tp)",
+    "search.pp": "pipeline parallel (pp)",
+    "search.cp": "context parallel (cp)",
+    "search.ep": "expert parallel (ep)",
+    "training.global_batch": "global batch, sequences",
+    "training.seq_len": "sequence length, tokens",
+    "system.hbm_gib": "HBM capacity, GiB",
+}
+UNIT_SUFFIXES = {
+    "_gib": ", GiB",
+    "_gbps": ", GB/s",
+    "_tflops": ", TFLOP/s",
+    "_usd": ", $",
+    "_s": ", s",
+    "_w": ", W",
+}
+
+
+def axis_label(key: str) -> str:
+    """The label of a study axis: `AXIS_LABELS`, else the field's last part in words (after its parent's
+    name where that says what it is of) with its unit."""
+    if key in AXIS_LABELS:
+        return AXIS_LABELS[key]
+    parts = key.split(".")
+    name, unit = parts[-1], ""
+    for suffix, u in UNIT_SUFFIXES.items():
+        if name.endswith(suffix):
+            name, unit = name[: -len(suffix)], u
+            break
+    parent = parts[-2] if len(parts) > 1 and parts[-2] not in ("search", "training", "system") else ""
+    return " ".join(p for p in (parent, name.replace("_", " ")) if p) + unit
+
+
+def _log_if_wide(ax, axis: str, values) -> None:
+    """Log scale on `axis` (x or y) when its positive values span 10x or more (cliffs stay visible)."""
+    vals = [float(v) for v in values if isinstance(v, (int, float)) and v > 0]
+    if vals and max(vals) >= 10 * min(vals):
+        getattr(ax, f"set_{axis}scale")("log")
 
 
 def _study_line(plt, ok: list[dict], study, keys: list[str]):
@@ -98,13 +141,19 @@ def _study_line(plt, ok: list[dict], study, keys: list[str]):
     numeric = all(isinstance(r.get(k0), (int, float)) for r in ok)
     fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=130)
     xs = [r[k0] if numeric else i for i, r in enumerate(ok)]
-    ax.plot(xs, [r["step_time_s"] for r in ok], ".-", color="tab:blue", label="step time, s")
-    ax.set_xlabel(keys[0])
+    steps = [r["step_time_s"] for r in ok]
+    (h1,) = ax.plot(xs, steps, ".-", color="tab:blue", label="step time, s")
+    ax.set_xlabel(axis_label(keys[0]))
     ax.set_ylabel("step time, s")
+    if numeric:
+        _log_if_wide(ax, "x", xs)
+    _log_if_wide(ax, "y", steps)
     ax2 = ax.twinx()
-    ax2.plot(xs, [100 * r["mfu"] for r in ok], ".-", color="tab:orange", label="MFU, %")
+    (h2,) = ax2.plot(xs, [100 * r["mfu"] for r in ok], ".-", color="tab:orange", label="MFU, %")
     ax2.set_ylabel("MFU, %")
-    fig.legend(loc="upper right", fontsize=7)
+    ax.legend(
+        handles=[h1, h2], fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=2, frameon=False
+    )
     ax.grid(True, alpha=0.3)
     ax.set_title(study.name or "study", fontsize=9)
     fig.tight_layout()
@@ -132,8 +181,8 @@ def _study_heatmap(plt, rows: list[dict], ok: list[dict], study, keys: list[str]
     im = ax.imshow(z, cmap="viridis_r", aspect="auto")
     ax.set_xticks(range(len(xv)), [str(v) for v in xv], fontsize=7)
     ax.set_yticks(range(len(yv)), [str(v) for v in yv], fontsize=7)
-    ax.set_xlabel(keys[0])
-    ax.set_ylabel(keys[1])
+    ax.set_xlabel(axis_label(keys[0]))
+    ax.set_ylabel(axis_label(keys[1]))
     for (yi, xi), v in np.ndenumerate(z):
         if v == v:
             ax.text(xi, yi, f"{v:.3g}", ha="center", va="center", fontsize=6, color="white")
