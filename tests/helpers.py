@@ -86,3 +86,38 @@ def run_cli(tmp_path, capsys, body: str, *args, command: str = "solve", name: st
     out, err = capsys.readouterr()
     assert "Traceback" not in err
     return rc, out, err, str(path)
+
+
+def run_record(model: dict, hardware: dict, parallel: dict, software: dict, step_time_s: float = 1.0) -> dict:
+    """A calibration-schema run record (../shared/calibration/README.md) for tests: the given model,
+    hardware, parallel and software blocks over schema defaults (one rank, no MoE, full recompute,
+    measured step time `step_time_s`)."""
+    return {
+        "id": "test-run",
+        "source": "test",
+        "model": {"kv_heads": None, "head_dim": None, "vocab": None, "mlp": None, "moe": None, **model},
+        "hardware": {"gpus_per_node": 8, **hardware},
+        "parallel": {
+            "cp": 1,
+            "ep": 1,
+            "vpp": 1,
+            "sequence_parallel": False,
+            "micro_batch": 1,
+            "recompute": "full",
+            "optimizer_sharding": None,
+            "precision": "bf16",
+            **parallel,
+        },
+        "measured": {
+            "step_time_s": step_time_s,
+            "derived_step_time_s": None,
+            "mfu": None,
+            "tflops_per_gpu": None,
+            "tflops_convention": None,
+            "tokens_per_s_per_gpu": None,
+            "peak_memory_gib": None,
+        },
+        "software": software,
+        "tier": "A",
+        "notes": None,
+    }

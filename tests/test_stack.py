@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import run_record
 
 from optimizer.cli import main
 from optimizer.drivers.check import check, fixed_knobs
@@ -245,49 +246,13 @@ def test_a_megatron_deepspeed_run_maps_to_its_stack_and_is_expressible():
     on the megatron-deepspeed stack and scored, not refused."""
     from optimizer.io.runs import map_run, predict
 
-    run = {
-        "id": "bloom-shaped",
-        "source": "test",
-        "model": {
-            "hidden": 14336,
-            "ffn": 57344,
-            "layers": 70,
-            "heads": 112,
-            "kv_heads": 112,
-            "head_dim": 128,
-            "seq_len": 2048,
-            "vocab": 250880,
-            "mlp": "gelu",
-            "moe": None,
-        },
-        "hardware": {"gpu": "a100-sxm-80gb", "num_gpus": 384, "gpus_per_node": 8},
-        "parallel": {
-            "tp": 4,
-            "pp": 12,
-            "dp": 8,
-            "cp": 1,
-            "ep": 1,
-            "vpp": 1,
-            "sequence_parallel": False,
-            "micro_batch": 2,
-            "global_batch": 2048,
-            "recompute": "full",
-            "optimizer_sharding": "zero1",
-            "precision": "bf16",
-        },
-        "measured": {
-            "step_time_s": None,
-            "derived_step_time_s": 100.0,
-            "mfu": None,
-            "tflops_per_gpu": None,
-            "tflops_convention": None,
-            "tokens_per_s_per_gpu": None,
-            "peak_memory_gib": None,
-        },
-        "software": {"framework": "megatron-deepspeed", "year": 2022},
-        "tier": "B",
-        "notes": None,
-    }
+    run = run_record(
+        {"hidden": 14336, "ffn": 57344, "layers": 70, "heads": 112, "kv_heads": 112, "seq_len": 2048},
+        {"gpu": "a100-sxm-80gb", "num_gpus": 384},
+        {"tp": 4, "pp": 12, "dp": 8, "micro_batch": 2, "global_batch": 2048, "optimizer_sharding": "zero1"},
+        {"framework": "megatron-deepspeed", "year": 2022},
+        step_time_s=100.0,
+    )
     assert stack_of(run) == "megatron-deepspeed"
     m = map_run(run)
     assert m.skip is None and m.problem.stack.value == "megatron-deepspeed"
@@ -302,49 +267,12 @@ def test_torchtitan_fp8_as_runs_write_it_is_its_tensorwise_recipe():
     from optimizer.io.runs import map_run, predict
 
     def run(framework):
-        return {
-            "id": f"tt-{framework}",
-            "source": "test",
-            "model": {
-                "hidden": 4096,
-                "ffn": 14336,
-                "layers": 32,
-                "heads": 32,
-                "kv_heads": 8,
-                "head_dim": 128,
-                "seq_len": 8192,
-                "vocab": 128256,
-                "mlp": "swiglu",
-                "moe": None,
-            },
-            "hardware": {"gpu": "h100-sxm-80gb", "num_gpus": 8, "gpus_per_node": 8},
-            "parallel": {
-                "tp": 1,
-                "pp": 1,
-                "dp": 8,
-                "cp": 1,
-                "ep": 1,
-                "vpp": 1,
-                "sequence_parallel": False,
-                "micro_batch": 1,
-                "global_batch": 8,
-                "recompute": "full",
-                "optimizer_sharding": "zero3",
-                "precision": "fp8",
-            },
-            "measured": {
-                "step_time_s": 1.0,
-                "derived_step_time_s": None,
-                "mfu": None,
-                "tflops_per_gpu": None,
-                "tflops_convention": None,
-                "tokens_per_s_per_gpu": None,
-                "peak_memory_gib": None,
-            },
-            "software": {"framework": framework, "year": 2025},
-            "tier": "A",
-            "notes": None,
-        }
+        return run_record(
+            {"hidden": 4096, "ffn": 14336, "layers": 32, "heads": 32, "kv_heads": 8, "seq_len": 8192},
+            {"gpu": "h100-sxm-80gb", "num_gpus": 8},
+            {"tp": 1, "pp": 1, "dp": 8, "global_batch": 8, "optimizer_sharding": "zero3", "precision": "fp8"},
+            {"framework": framework, "year": 2025},
+        )
 
     m = map_run(run("torchtitan"))
     assert m.skip is None and m.problem.training.precision.value == "fp8_current"
@@ -359,49 +287,20 @@ def test_torchtitan_full_shard_under_a_pipeline_is_its_zero1():
     ZeRO-1; it is expressed and scored, not refused as a sharding the stack forbids with a pipeline."""
     from optimizer.io.runs import map_run, predict
 
-    run = {
-        "id": "tt-405b-pp",
-        "source": "test",
-        "model": {
-            "hidden": 16384,
-            "ffn": 53248,
-            "layers": 126,
-            "heads": 128,
-            "kv_heads": 8,
-            "head_dim": 128,
-            "seq_len": 8192,
-            "vocab": 128256,
-            "mlp": "swiglu",
-            "moe": None,
-        },
-        "hardware": {"gpu": "h100-sxm-80gb", "num_gpus": 512, "gpus_per_node": 8},
-        "parallel": {
+    run = run_record(
+        {"hidden": 16384, "ffn": 53248, "layers": 126, "heads": 128, "kv_heads": 8, "seq_len": 8192},
+        {"gpu": "h100-sxm-80gb", "num_gpus": 512},
+        {
             "tp": 8,
             "pp": 8,
             "dp": 8,
-            "cp": 1,
-            "ep": 1,
-            "vpp": 1,
             "sequence_parallel": True,
-            "micro_batch": 1,
             "global_batch": 64,
-            "recompute": "full",
             "optimizer_sharding": "zero3",
-            "precision": "bf16",
         },
-        "measured": {
-            "step_time_s": 10.0,
-            "derived_step_time_s": None,
-            "mfu": None,
-            "tflops_per_gpu": None,
-            "tflops_convention": None,
-            "tokens_per_s_per_gpu": None,
-            "peak_memory_gib": None,
-        },
-        "software": {"framework": "torchtitan", "year": 2025},
-        "tier": "A",
-        "notes": None,
-    }
+        {"framework": "torchtitan", "year": 2025},
+        step_time_s=10.0,
+    )
     m = map_run(run)
     assert m.skip is None and m.problem.execution.zero == 1
     assert any("FSDP2 under a pipeline" in a for a in m.assumptions)
