@@ -108,8 +108,7 @@ class Hardware:
 
     @property
     def matrix_peak(self) -> float:
-        """FLOP/s of the matrix unit in the training precision, at the sustained clock
-        (`System.clock_scale`)."""
+        """FLOP/s of the matrix unit in the training precision, at the sustained clock (`clock`)."""
         return self.datasheet_peak * self.clock
 
     @property
