@@ -239,3 +239,26 @@ def test_infeasible_on_rates_the_time_limit_cut_short_is_not_a_proof(tmp_path, s
     else:
         with pytest.raises(TimeLimit, match=r"1 of the 1 \(job, type, size\) plans were not proven"):
             fleet(fp, rates=rates)
+
+
+def test_the_time_limit_bounds_the_whole_throughput_table(tmp_path, monkeypatch):
+    """Each (job, type, size) solve gets what is left of the fleet's time limit, not the whole limit again:
+    once it is spent the table stops with TimeLimit (exit 4) saying how far it got."""
+    import time
+
+    import optimizer.drivers.solve as drivers_solve
+    from optimizer.drivers.fleet import throughput_table
+
+    fp = write(tmp_path, DEADLINE)
+    limits = []
+    real = drivers_solve.solve
+
+    def spy(problem, method, time_limit_s, **kw):
+        limits.append(time_limit_s)
+        return real(problem, method, time_limit_s=time_limit_s, **kw)
+
+    monkeypatch.setattr(drivers_solve, "solve", spy)
+    t0 = time.perf_counter() - 20.0  # 20 s of a 60 s limit already spent
+    assert len(throughput_table(fp, 60.0, t0)) == 1 and 0 < limits[0] <= 40.0
+    with pytest.raises(TimeLimit, match=r"passed while the throughput table was filled \(0 \(job"):
+        throughput_table(fp, 10.0, t0)

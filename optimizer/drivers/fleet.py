@@ -62,10 +62,14 @@ def sub_problem(fp: FleetProblem, job, t, nodes: int) -> Problem:
     )
 
 
-def throughput_table(fp: FleetProblem, time_limit_s: float = 60.0) -> list[Rate]:
+def throughput_table(fp: FleetProblem, time_limit_s: float = 60.0, t0: float | None = None) -> list[Rate]:
+    """The fastest plan of every (job, node type, size): each solve gets what is left of `time_limit_s`
+    since `t0` (perf_counter s; default now), so the limit bounds the whole table; TimeLimit once none is
+    left."""
     from optimizer.drivers.solve import solve
     from optimizer.prepare.objective import gpus_used
 
+    t0 = time.perf_counter() if t0 is None else t0
     out = []
     for job in fp.jobs:
         S = job.training.seq_len or job.llm.seq_len
@@ -73,8 +77,15 @@ def throughput_table(fp: FleetProblem, time_limit_s: float = 60.0) -> list[Rate]
             for s in sorted(fp.fleet.sizes_nodes):
                 if t.max_nodes is not None and s > t.max_nodes:
                     continue
+                left = time_limit_s - (time.perf_counter() - t0)
+                if left <= 0:
+                    raise TimeLimit(
+                        f"fleet: the time limit ({time_limit_s:g} s) passed while the throughput table was "
+                        f"filled ({len(out)} (job, type, size) plans found): not a proof that nothing fits; "
+                        "raise --time-limit"
+                    )
                 try:
-                    r = solve(sub_problem(fp, job, t, s), "cpsat", time_limit_s=time_limit_s)
+                    r = solve(sub_problem(fp, job, t, s), "cpsat", time_limit_s=left)
                 except Infeasible:
                     continue
                 st = r.plans[0].objective_s
@@ -96,11 +107,11 @@ def throughput_table(fp: FleetProblem, time_limit_s: float = 60.0) -> list[Rate]
 
 def fleet(fp: FleetProblem, time_limit_s: float = 60.0, rates: list[Rate] | None = None) -> FleetResult:
     t0 = time.perf_counter()
-    rates = throughput_table(fp, time_limit_s) if rates is None else rates
+    rates = throughput_table(fp, time_limit_s, t0) if rates is None else rates
     nowhere = fits_nowhere(fp, rates)
     if nowhere and fp.fleet.goal == FleetGoal.COST:
         return _infeasible(fp, rates, t0, nowhere)
-    m, X, dl, r = solve_portfolio(fp, rates, time_limit_s)
+    m, X, dl, r = solve_portfolio(fp, rates, max(0.05, time_limit_s - (time.perf_counter() - t0)))
     P = fp.fleet.periods
     if r["objective"] is None:
         if not proven_infeasible(r):
@@ -118,7 +129,8 @@ def fleet(fp: FleetProblem, time_limit_s: float = 60.0, rates: list[Rate] | None
                 f"proven fastest by then (e.g. {slow[0].job} on {slow[0].nodes} x {slow[0].node_type}): not "
                 "a proof that nothing fits; raise --time-limit"
             )
-        return _infeasible(fp, rates, t0, explain(fp, rates, time_limit_s))
+        left = max(0.05, time_limit_s - (time.perf_counter() - t0))
+        return _infeasible(fp, rates, t0, explain(fp, rates, left))
     v = r["by_var"]
     own = {
         t.name: [0] + [int(round(v.get(m.own[t.name, q], 0.0))) for q in range(1, P + 1)]
