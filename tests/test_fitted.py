@@ -129,3 +129,15 @@ def test_calibrate_write_changes_only_the_fitted_lines_and_the_calibration_block
     c = validate_model(System, read_yaml(path)).calibration
     assert c.runs[-1] == "r1" and c.fitted[-1] == "networks[0].efficiency" and c.loo_mape_pct == 5.27
     assert loo in path.read_text()
+
+
+def test_every_data_file_of_the_model_is_installed():
+    """The model's data files (fitted constants, bands) ship in the wheel: pyproject's package-data for
+    optimizer.model names each YAML file beside the modules, so an installed paraplan reads the same."""
+    import tomllib
+
+    from helpers import ROOT
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    shipped = set(data["optimizer.model"])
+    assert {p.name for p in (ROOT / "optimizer" / "model").glob("*.yaml")} <= shipped
