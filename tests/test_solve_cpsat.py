@@ -429,3 +429,22 @@ def test_cli_top_gives_distinct_layouts_by_default(tmp_path, capsys):
     assert main(["solve", str(path), "--top", "3", "--distinct", "plan", "--json", "-q"]) == 0
     plans = json.loads(capsys.readouterr().out)["plans"]
     assert len({tuple(pl["execution"][k] for k in ("tp", "pp", "cp", "dp")) for pl in plans}) < 3
+
+
+def test_verify_is_one_sided_for_a_solve_the_time_limit_stopped(tmp_path):
+    """A plan whose solve was proven is checked both ways (0.1%); one a time limit stopped may carry a
+    solver objective above the model's (its exposure terms are bounded from below only: the fuzzer found a
+    procure under --time-limit 0.01 at +0.35%), never below it."""
+    from optimizer.drivers.evaluate import evaluate_execution
+    from optimizer.drivers.solve import verify
+    from optimizer.errors import VerificationError
+
+    p = load_text(tmp_path, "dense", SMALL["dense-8gpu"])
+    ev = solve(p, "cpsat").plans[0].evaluation
+    t = ev.result["step_time"]
+    verify(p, ev, t * 1.0035, exact=False)
+    with pytest.raises(VerificationError):
+        verify(p, ev, t * 1.0035, exact=True)
+    with pytest.raises(VerificationError):
+        verify(p, ev, t * 0.99, exact=False)
+    assert evaluate_execution(p, ev.execution).result["step_time"] == pytest.approx(t)
