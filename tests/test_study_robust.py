@@ -191,3 +191,12 @@ def _alive(pid: int) -> bool:
             return f.read().split(") ")[-1][:1] != "Z"
     except OSError:
         return False
+
+
+def test_a_base_that_cannot_be_read_points_at_the_study_base_line(tmp_path, capsys):
+    """A study whose base is a device (found by the fuzzer) is exit 2 naming the study's own file and the
+    line of its `base:` field, not only the device."""
+    s = tmp_path / "s.yaml"
+    s.write_text("name: t\ncommand: solve\nbase: /dev/zero\naxes:\n  num_gpus: [8, 16]\n")
+    assert main(["study", str(s), "-o", str(tmp_path / "o.csv"), "-q"]) == 2
+    assert f"{s}:3: base: /dev/zero: cannot read" in capsys.readouterr().err

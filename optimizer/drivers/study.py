@@ -69,10 +69,16 @@ def load_study(path: str | Path):
     study = validate_model(Study, doc)
     if isinstance(study.base, str):
         base_path = Path(path).parent / study.base
-        if not base_path.exists():  # a FIFO or device is refused by name when read (read_yaml)
-            where = doc.where.get(("base",), (doc.file, None))
+        where = doc.where.get(("base",), (doc.file, None))
+        if not base_path.exists():
             raise ProblemError(where[0], where[1], "base", f"{study.base}: no such file")
-        base = read_yaml(base_path)
+        try:
+            base = read_yaml(base_path)
+        except ProblemError as e:
+            if e.line is not None:  # an error inside the base file: its own file and line
+                raise
+            # the base cannot be read at all (a FIFO, a device, a folder): the study's base line says so
+            raise ProblemError(where[0], where[1], "base", f"{study.base}: {e.message}") from None
         near = base_path.parent
     else:
         from optimizer.io.loader import Sourced
