@@ -88,6 +88,17 @@ def run_cli(tmp_path, capsys, body: str, *args, command: str = "solve", name: st
     return rc, out, err, str(path)
 
 
+NO_MEASUREMENT = {  # a run record's `measured` block with nothing stated
+    "step_time_s": None,
+    "derived_step_time_s": None,
+    "mfu": None,
+    "tflops_per_gpu": None,
+    "tflops_convention": None,
+    "tokens_per_s_per_gpu": None,
+    "peak_memory_gib": None,
+}
+
+
 def run_record(model: dict, hardware: dict, parallel: dict, software: dict, step_time_s: float = 1.0) -> dict:
     """A calibration-schema run record (../shared/calibration/README.md) for tests: the given model,
     hardware, parallel and software blocks over schema defaults (one rank, no MoE, full recompute,
@@ -108,15 +119,7 @@ def run_record(model: dict, hardware: dict, parallel: dict, software: dict, step
             "precision": "bf16",
             **parallel,
         },
-        "measured": {
-            "step_time_s": step_time_s,
-            "derived_step_time_s": None,
-            "mfu": None,
-            "tflops_per_gpu": None,
-            "tflops_convention": None,
-            "tokens_per_s_per_gpu": None,
-            "peak_memory_gib": None,
-        },
+        "measured": {**NO_MEASUREMENT, "step_time_s": step_time_s},
         "software": software,
         "tier": "A",
         "notes": None,

@@ -3,21 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from helpers import library_system
+from helpers import NO_MEASUREMENT, library_system
 
 from optimizer.io.runs import map_run, run_target
 
 
 def record(measured: dict) -> dict:
-    base = {
-        "step_time_s": None,
-        "derived_step_time_s": None,
-        "mfu": None,
-        "tflops_per_gpu": None,
-        "tflops_convention": None,
-        "tokens_per_s_per_gpu": None,
-        "peak_memory_gib": None,
-    }
     return {
         "id": "r",
         "source": "Test 2021",
@@ -51,7 +42,7 @@ def record(measured: dict) -> dict:
             "optimizer_sharding": None,
             "precision": None,
         },
-        "measured": base | measured,
+        "measured": NO_MEASUREMENT | measured,
     }
 
 
