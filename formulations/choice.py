@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from formulations.bounds import Presolved
 from formulations.common import Lookups, index_literals
+from formulations.cp_sat import cp_model
 from formulations.tables import Tables
 from optimizer.rules.layout import zero_allowed
 

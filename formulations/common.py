@@ -7,7 +7,8 @@ from __future__ import annotations
 from weakref import WeakKeyDictionary
 
 import numpy as np
-from ortools.sat.python import cp_model
+
+from formulations.cp_sat import cp_model
 
 # per model (dropped with it): variable index -> (lo, hi)
 _BOUNDS: WeakKeyDictionary[cp_model.CpModel, dict[int, tuple[int, int]]] = WeakKeyDictionary()

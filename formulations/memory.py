@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from formulations.choice import ChoiceVars
+from formulations.cp_sat import cp_model
 from formulations.tables import Tables
 
 

@@ -19,13 +19,13 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from formulations import choice as choice_mod
 from formulations import memory as memory_mod
 from formulations import step_time as time_mod
 from formulations.bounds import NONE, Pairs, Presolved, knobs_of_pairs, layout_groups, presolve
 from formulations.common import new_int, product
+from formulations.cp_sat import cp_model
 from formulations.tables import TIME_UNIT, Tables, build_all, restrict
 from optimizer.errors import Infeasible, Reason, TimeLimit, VerificationError
 from optimizer.model.knobs import Knobs

@@ -26,9 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from formulations.common import new_int
+from formulations.cp_sat import cp_model
 
 NS = 1e9  # time unit: ns
 KIB = 1024.0

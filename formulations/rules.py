@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from ortools.sat.python import cp_model
 
+from formulations.cp_sat import cp_model
 from optimizer.rules.layout import CAPS, Group, divisors, rule_masks
 from optimizer.schema import Problem
 

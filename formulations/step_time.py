@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ortools.sat.python import cp_model
-
 from formulations.choice import ChoiceVars
+from formulations.cp_sat import cp_model
 from formulations.pairs import Q
 from formulations.tables import Tables
 from optimizer.model.compose import PIPE, pipeline_sum

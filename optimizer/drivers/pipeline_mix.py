@@ -319,8 +319,7 @@ def _solve_position_model(
     `best_ns` (ns) and stopped at `deadline` (perf_counter s). Returns ((chosen row per position, step ns) or
     None, proven): proven is False when the solver stopped before proving its answer (unknown, or feasible
     only)."""
-    from ortools.sat.python import cp_model
-
+    from formulations.cp_sat import cp_model
     from formulations.pipeline_mix import build
 
     m = cp_model.CpModel()
