@@ -73,13 +73,14 @@ def _as_list(Ts: Tables | list[Tables]) -> list[Tables]:
 
 
 def expand(T: Tables, tri: np.ndarray) -> Pairs:
-    """Every legal pair of the triples `tri` (rows l, vi, mi); without a TP group only SP/overlap index 0
-    (the space's single value there)."""
+    """Every legal pair of the triples `tri` (rows l, vi, mi): the block settings (recompute, SP, TP overlap)
+    its layout allows (`tables.block_settings`)."""
     nR, nS, nO = len(T.rec_vals), len(T.sp_vals), len(T.ov_vals)
     subs = np.indices((nR, nS, nO)).reshape(3, -1).T
     li, vi, mi = (np.repeat(tri[:, j], len(subs)) for j in range(3))
     ri, si, oi = (np.tile(subs[:, j], len(tri)) for j in range(3))
-    ok = (T.L["tp1"][li] == 0) | ((si == 0) & (oi == 0))
+    setting = np.tile(np.arange(len(subs), dtype=np.int64), len(tri))
+    ok = ((T.L["rso"][li] >> setting) & 1).astype(bool)
     idx = np.nonzero(ok)[0]
     return Pairs(
         li[idx],
@@ -103,24 +104,21 @@ def triple_cols(T: Tables, tri: np.ndarray):
     """Per triple, each block column's minimum over the triple's block settings (a lower bound)."""
     nM, nR, nS, nO = T.nM, len(T.rec_vals), len(T.sp_vals), len(T.ov_vals)
     nT = len(T.problem.system.networks)
-    nG = len(T.tpcp) * nM
+    nS_all = nR * nS * nO
     BE = T.BETA
-    tp1_of_g = np.zeros(nG, dtype=bool)
-    for li in range(len(T.lay["tp"])):
-        tp1_of_g[T.L["tpcp"][li] * nM : (T.L["tpcp"][li] + 1) * nM] = T.L["tp1"][li] == 1
-    mask = np.ones((nR, nS, nO), dtype=bool)
-    mask1 = np.zeros((nR, nS, nO), dtype=bool)
-    mask1[:, 0, 0] = True
+    li, mi = tri[:, 0], tri[:, 2]
+    # the rows the triples read: (group, micro-batch) x the settings their layouts allow
+    g_all = T.L["tpcp"][li] * nM + mi
+    g_rows, g = np.unique(g_all, return_inverse=True)
+    allowed = np.zeros((len(g_rows), nS_all), dtype=bool)
+    bits = ((T.L["rso"][li][:, None] >> np.arange(nS_all, dtype=np.int64)) & 1).astype(bool)
+    np.logical_or.at(allowed, g, bits)
+    big = np.iinfo(np.int64).max
 
     def gmin(arr: np.ndarray, extra: int = 1) -> np.ndarray:
-        a = arr.reshape(nG, nR * nS * nO, extra)
-        big = np.iinfo(np.int64).max
-        m_all = np.where(mask.reshape(1, -1, 1), a, big).min(axis=1)
-        m_tp1 = np.where(mask1.reshape(1, -1, 1), a, big).min(axis=1)
-        return np.where(tp1_of_g[:, None], m_tp1, m_all)  # (nG, extra)
+        a = arr.reshape(-1, nS_all, extra)[g_rows]
+        return np.where(allowed[:, :, None], a, big).min(axis=1)  # (rows read, extra)
 
-    li, mi = tri[:, 0], tri[:, 2]
-    g = T.L["tpcp"][li] * nM + mi
     mins = {
         n: gmin(BE[n])[:, 0]
         for n in (

@@ -286,6 +286,7 @@ def _runner(problem: Problem, allv: list[dict[str, int]], deadline: float | None
             return StepTerms(**parts[0])
         return StepTerms(**{k: np.concatenate([p[k] for p in parts], axis=1) for k in parts[0]})
 
+    run.n_variants = nVar
     return run
 
 
@@ -343,16 +344,91 @@ def _lv_lm_tables(B: int, slots, lay: dict, vals: dict):
     return LV, LM
 
 
-def _block_rows(lay: dict, L0: dict, tpcp: list, vals: dict) -> tuple[dict, np.ndarray]:
-    """The knob columns of every block beta = (tp, cp, ep, etp group, micro-batch, recompute, SP, TP overlap)
-    (the group's tiers are those of one of its layouts), and each block's micro-batch."""
-    shape = (len(tpcp), len(vals["mb"]), len(vals["recompute"]), len(vals["sp"]), len(vals["tp_overlap"]))
-    ti, mi, ri, si, oi = (a.reshape(-1) for a in np.indices(shape))
+def block_settings(c: Compact, vals: dict) -> np.ndarray:
+    """Per layout, the block settings (recompute, SP, TP overlap) its space allows, as a bit mask over the
+    setting index (ri * nS + si) * nO + oi of the value lists `vals` (e.g. Megatron-Core's MoE with TP
+    only with SP, while layouts without TP only without)."""
+    nR, nS, nO = len(vals["recompute"]), len(vals["sp"]), len(vals["tp_overlap"])
+    if nR * nS * nO > 62:
+        raise ValueError(f"{nR * nS * nO} block settings: more than a 64-bit mask holds")
+    ri, si, oi = (a.reshape(-1) for a in np.indices((nR, nS, nO)))
+    rec, sp, ov = (np.array(vals[k]) for k in ("recompute", "sp", "tp_overlap"))
+    bits = np.left_shift(np.int64(1), np.arange(nR * nS * nO, dtype=np.int64))
+    memo: dict[tuple, int] = {}
+    out = np.zeros(len(c.other), dtype=np.int64)
+    for li, per in enumerate(c.other):
+        d = dict(per)
+        key = tuple(tuple(d[n]) for n in ("recompute", "sequence_parallel", "tp_overlap"))
+        if key not in memo:
+            ok = np.isin(rec[ri], key[0]) & np.isin(sp[si], key[1]) & np.isin(ov[oi], key[2])
+            memo[key] = int(bits[ok].sum())
+        out[li] = memo[key]
+    return out
+
+
+def _needed_blocks(lay: dict, L0: dict, legal: np.ndarray, nG: int, nM: int, n_set: int):
+    """Which block rows a legal triple reads: those of its layout's group and its micro-batch, at the
+    settings its layout allows (`block_settings`); per PP tier, those read at pp > 1 (the exchange and the
+    head) and with embedding/loss slots. Rows no triple reads are not evaluated (they stay 0)."""
+    li, mi = legal[:, 0], legal[:, 2]
+    gm = L0["tpcp"][li] * nM + mi
+    ok_set = ((L0["rso"][li][:, None] >> np.arange(n_set, dtype=np.int64)) & 1).astype(bool)
+
+    def rows(sel: np.ndarray) -> np.ndarray:
+        need = np.zeros((nG * nM, n_set), dtype=bool)
+        np.logical_or.at(need, gm[sel], ok_set[sel])
+        return np.flatnonzero(need)
+
+    every = np.ones(len(li), dtype=bool)
+    pp2 = lay["pp"][li] > 1
+    tiers = sorted(set(int(x) for x in lay["tier_pp"][li[pp2]]))
+    at_pp2 = {t: rows(pp2 & (lay["tier_pp"][li] == t)) for t in tiers}
+    el = pp2 & (lay["pp_embedding_loss"][li] == 1)
+    with_el = {t: rows(el & (lay["tier_pp"][li] == t)) for t in tiers}
+    return rows(every), at_pp2, with_el
+
+
+def _run_rows(run, idx: np.ndarray, n: int, cols_of, names: tuple, **fixed) -> dict[str, np.ndarray]:
+    """The fields `names` of the model on the block rows `idx` (of n; `cols_of(idx)`: their knob columns),
+    scattered into (nVar, n) arrays whose other rows are 0."""
+    if len(idx) == 0:
+        return {name: np.zeros((run.n_variants, n)) for name in names}
+    r = run(len(idx), **cols_of(idx), **fixed)
+    out = {}
+    for name in names:
+        part = getattr(r, name)
+        full = np.zeros((part.shape[0], n))
+        full[:, idx] = part
+        out[name] = full
+    return out
+
+
+BLOCK_FIELDS = (
+    "layer_s",
+    "layer_fw_s",
+    "layer_bw_s",
+    "act_stored_bytes",
+    "act_working_bytes",
+    "emb_out_bytes",
+    "logits_bytes",
+    "offload_layer_s",
+    "head_s",
+)
+
+
+def _block_shape(tpcp: list, vals: dict) -> tuple[int, ...]:
+    return (len(tpcp), len(vals["mb"]), len(vals["recompute"]), len(vals["sp"]), len(vals["tp_overlap"]))
+
+
+def _block_rows(lay: dict, L0: dict, tpcp: list, vals: dict, idx: np.ndarray) -> dict[str, np.ndarray]:
+    """The knob columns of the blocks `idx` (flat index over `_block_shape`), a block beta = (tp, cp, ep, etp
+    group, micro-batch, recompute, SP, TP overlap) (the group's tiers are those of one of its layouts)."""
+    ti, mi, ri, si, oi = np.unravel_index(idx, _block_shape(tpcp, vals))
     grp = np.array(tpcp, dtype=np.int64)[ti]
     _, first = np.unique(L0["tpcp"], return_index=True)
     tier_of_grp = {ax: lay[f"tier_{ax}"][first][ti] for ax in ("tp", "cp", "ep")}
     mb_b = np.array(vals["mb"])[mi]
-    cols = dict(
+    return dict(
         tp=grp[:, 0],
         cp=grp[:, 1],
         ep=grp[:, 2],
@@ -365,42 +441,48 @@ def _block_rows(lay: dict, L0: dict, tpcp: list, vals: dict) -> tuple[dict, np.n
         tier_cp=tier_of_grp["cp"],
         tier_ep=tier_of_grp["ep"],
     )
-    return cols, mb_b
 
 
 def _block_tables(
-    problem: Problem, lay: dict, L0: dict, tpcp: list, vals: dict, run, nVar: int
+    problem: Problem, lay: dict, L0: dict, tpcp: list, vals: dict, run, nVar: int, legal: np.ndarray
 ) -> list[dict]:
     """Per variant, the per-block columns (module docstring): one layer's times and activations, and the edge
-    stage's head per (head column, PP tier) and one p2p exchange per PP tier, from pp = 2 grids."""
-    cols, mb_b = _block_rows(lay, L0, tpcp, vals)
-    nB, nT = len(mb_b), len(problem.system.networks)
-    tiers_pp = sorted(set(int(x) for x in lay["tier_pp"]))
-    rb = run(nB, **cols, pp=1)
-    rps = {tpp: run(nB, **cols, pp=2, tier_pp=tpp) for tpp in tiers_pp}
-    rpe = (
-        {tpp: run(nB, **cols, pp=2, pp_embedding_loss=1, tier_pp=tpp) for tpp in tiers_pp}
-        if lay["pp_embedding_loss"].any()
-        else None
-    )
+    stage's head per (head column, PP tier) and one p2p exchange per PP tier, from pp = 2 grids; only the
+    rows some legal triple (`legal`: rows l, vi, mi) reads (`_needed_blocks`) are evaluated."""
+    shape = _block_shape(tpcp, vals)
+    nB, nT, n_set = int(np.prod(shape)), len(problem.system.networks), int(np.prod(shape[2:]))
+    mb_b = np.repeat(np.tile(np.array(vals["mb"]), len(tpcp)), n_set)
+    need, need_pp2, need_el = _needed_blocks(lay, L0, legal, len(tpcp), len(vals["mb"]), n_set)
+
+    def cols(idx):
+        return _block_rows(lay, L0, tpcp, vals, idx)
+
+    rb = _run_rows(run, need, nB, cols, BLOCK_FIELDS, pp=1)
+    rps = {
+        t: _run_rows(run, ix, nB, cols, ("head_s", "p2p_s"), pp=2, tier_pp=t) for t, ix in need_pp2.items()
+    }
+    rpe = {
+        t: _run_rows(run, ix, nB, cols, ("head_s",), pp=2, pp_embedding_loss=1, tier_pp=t)
+        for t, ix in need_el.items()
+    }
     out = []
     for j in range(nVar):
-        BETA = {name: t_int(getattr(rb, name)[j]) for name in ("layer_s", "layer_fw_s", "layer_bw_s")}
-        BETA["tau_mb"] = t_int(rb.layer_s[j] / mb_b)
-        BETA["fbt"] = t_int(rb.layer_fw_s[j] + rb.layer_bw_s[j])
+        BETA = {name: t_int(rb[name][j]) for name in ("layer_s", "layer_fw_s", "layer_bw_s")}
+        BETA["tau_mb"] = t_int(rb["layer_s"][j] / mb_b)
+        BETA["fbt"] = t_int(rb["layer_fw_s"][j] + rb["layer_bw_s"][j])
         for name in ("act_stored_bytes", "act_working_bytes", "emb_out_bytes", "logits_bytes"):
-            BETA[name] = kib_up(getattr(rb, name)[j])
-        BETA["offx_mb"] = t_int(rb.offload_layer_s[j] / mb_b)
+            BETA[name] = kib_up(rb[name][j])
+        BETA["offx_mb"] = t_int(rb["offload_layer_s"][j] / mb_b)
         # head column (hc) x PP tier: the edge stage's LM head and loss per micro-batch (hc: pp = 1; pp > 1;
         # pp > 1 with the embedding and loss as layer slots); the exchange it hides is taken off per pair
         head = np.zeros((nB, 3, nT), dtype=np.int64)
-        head[:, 0, :] = t_int(rb.head_s[j])[:, None]
+        head[:, 0, :] = t_int(rb["head_s"][j])[:, None]
         p2p = np.zeros((nB, nT), dtype=np.int64)
         for tpp, rp in rps.items():
-            head[:, 1, tpp] = t_int(rp.head_s[j])
-            if rpe is not None:
-                head[:, 2, tpp] = t_int(rpe[tpp].head_s[j])
-            p2p[:, tpp] = t_int(rp.p2p_s[j])
+            head[:, 1, tpp] = t_int(rp["head_s"][j])
+            if tpp in rpe:
+                head[:, 2, tpp] = t_int(rpe[tpp]["head_s"][j])
+            p2p[:, tpp] = t_int(rp["p2p_s"][j])
         BETA["head_s"], BETA["p2p_s"] = head.reshape(-1), p2p.reshape(-1)
         BETA["p2p_window"] = BETA["layer_fw_s"]  # a layer's forward per micro-batch: x Lc hides an exchange
         out.append(BETA)
@@ -433,7 +515,10 @@ def build_all(problem: Problem, c: Compact, deadline: float | None = None) -> li
         ],
         axis=1,
     )
-    BETAs = _block_tables(problem, lay, L0, tpcp, vals, run, nVar)
+    L0["rso"] = block_settings(c, vals)
+    for Lt in Lv:
+        Lt["rso"] = L0["rso"]
+    BETAs = _block_tables(problem, lay, L0, tpcp, vals, run, nVar, legal_all)
     cap = int(np.floor(capacity_bytes(problem) / KIB))
     off_cap = int(np.floor(problem.system.offload.capacity_gib * 2.0**30 / KIB))
     n_other = np.array([int(np.prod([len(vs) for _, vs in per])) for per in c.other], dtype=np.int64)

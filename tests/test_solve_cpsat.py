@@ -448,3 +448,57 @@ def test_verify_is_one_sided_for_a_solve_the_time_limit_stopped(tmp_path):
     with pytest.raises(VerificationError):
         verify(p, ev, t * 0.99, exact=False)
     assert evaluate_execution(p, ev.execution).result["step_time"] == pytest.approx(t)
+
+
+@pytest.mark.parametrize("name", ["moe-ep-etp-16gpu", "dense-8gpu"])
+def test_pairs_are_exactly_the_space(tmp_path, name):
+    """The (triple, block setting) pairs are the space's candidates: each pair's recompute, SP and TP overlap
+    are values its layout allows (MoE with TP only with SP), and with the ZeRO and DP-overlap values of each
+    layout they count the space."""
+    from formulations.bounds import expand
+
+    p = load_text(tmp_path, name, SMALL[name])
+    c = compact_space(p)
+    T = build_tables(p, c)
+    P = expand(T, np.asarray(T.legal_lvm).reshape(-1, 3))
+    per = [dict(o) for o in c.other]
+    for li, ri, si, oi in zip(P.li, P.ri, P.si, P.oi, strict=True):
+        assert T.rec_vals[ri] in per[li]["recompute"]
+        assert T.sp_vals[si] in per[li]["sequence_parallel"]
+        assert T.ov_vals[oi] in per[li]["tp_overlap"]
+    n_zd = np.array([len(d["zero"]) * len(d["dp_overlap"]) for d in per])
+    assert int(n_zd[P.li].sum()) == c.size
+    if name.startswith("moe"):
+        assert np.any(T.lay["tp"][P.li] > 1)
+        assert np.all(np.array(T.sp_vals)[P.si][T.lay["tp"][P.li] > 1] == 1)
+
+
+def test_unread_block_rows_are_not_evaluated(tmp_path):
+    """Block rows no legal triple reads are left at 0 (not evaluated); every row a pair reads has a time."""
+    from formulations.bounds import expand
+    from formulations.pairs import block_index
+
+    p = load_text(tmp_path, "moe", SMALL["moe-ep-etp-16gpu"])
+    T = build_tables(p, compact_space(p))
+    P = expand(T, np.asarray(T.legal_lvm).reshape(-1, 3))
+    read = np.unique(block_index(T, P.li, P.mi, P.ri, P.si, P.oi))
+    assert np.all(T.BETA["layer_s"][read] > 0)
+    unread = np.setdiff1d(np.arange(len(T.BETA["layer_s"])), read)
+    assert len(unread) > 0 and np.all(T.BETA["layer_s"][unread] == 0)
+
+
+def test_cp_sat_imports_without_pandas():
+    """CP-SAT loads without pandas (its start-up cost), and pandas still loads for real afterwards."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, formulations.cp_sat as c; assert 'pandas' not in sys.modules; "
+        "m = c.cp_model.CpModel(); x = m.NewIntVar(0, 3, 'x'); m.Maximize(x); s = c.cp_model.CpSolver(); "
+        "assert s.Solve(m) == c.cp_model.OPTIMAL and s.Value(x) == 3; "
+        "import importlib.util; spec = importlib.util.find_spec('pandas'); "
+        "print('no pandas' if spec is None else __import__('pandas').DataFrame.__name__)"
+    )
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() in ("DataFrame", "no pandas")
