@@ -352,3 +352,32 @@ def test_report_shows_each_plan_on_the_gpus_bought_and_evaluate_names_idle_gpus(
     g, _, _ = best_of_type(pp, t, 5)
     assert g.solve.plans[0].evaluation.problem.num_gpus == 5 * t.gpus_per_node
     assert g.nodes < 5 and g.plan.evaluation.problem.num_gpus == g.nodes * t.gpus_per_node >= g.gpus_used
+
+
+@pytest.mark.slow  # every share of every mix solved once without the bounds: about 10 s
+def test_heterogeneous_mix_bounds_never_lose_the_best_mix(tmp_path):
+    """The throughput bounds (per mix and per batch share) skip solves, never the best mix: the pruned
+    search answers what solving every share answers."""
+    from optimizer.drivers.hetero import best_mix
+
+    pp = load_procure(write(tmp_path, MIX, fast_extra="max_nodes: 2"))
+    rows = procure(pp).rows
+    pruned, n_pruned = best_mix(pp, rows)
+    full, n_full = best_mix(pp, rows, prune=False)
+    assert full is not None and pruned is not None
+    assert pruned.step_time_s == pytest.approx(full.step_time_s, rel=1e-9)
+    assert [(g.node_type.name, g.global_batch) for g in pruned.groups] == [
+        (g.node_type.name, g.global_batch) for g in full.groups
+    ]
+
+
+@pytest.mark.slow  # a mix and its Pareto front: about 5 s
+def test_pareto_front_holds_the_best_purchase_when_a_mix_wins(tmp_path):
+    """A front of single-type purchases alone would end on a point the winning mix dominates: the best
+    purchase is on the front (no point is both cheaper and faster than it)."""
+    r = procure(load_procure(write(tmp_path, MIX, fast_extra="max_nodes: 2")), pareto=True)
+    assert len(r.best.groups) == 2
+    assert any(len(p.groups) == 2 for p in r.pareto)
+    assert not any(
+        p.cost_usd <= r.best.cost_usd and p.step_time_s < r.best.step_time_s * (1 - 1e-9) for p in r.pareto
+    )

@@ -22,7 +22,8 @@ the PARTNERS best other types (by the homogeneous ranking) takes what the remain
 optimality; pipeline stages on different types (uneven layer counts) are not modelled. For the speed goals a
 mix is skipped when even the sum of the two groups' throughputs with the whole batch (a group does not get
 faster per sequence with fewer sequences: fewer micro-batches, more bubble and DP sync per sequence) cannot
-beat the best purchase found.
+beat the best purchase found, and a batch share is skipped when the slower of the two groups, each at its
+whole-batch time per sequence times its share, cannot.
 """
 
 from __future__ import annotations
@@ -64,11 +65,17 @@ def _remaining(pp: ProcureProblem, anchor: TypeRow, nodes_a: int) -> float | Non
 
 
 def best_mix(
-    pp: ProcureProblem, rows: list[TypeRow], time_limit_s: float = 60.0, cache=None, solve_group=None
+    pp: ProcureProblem,
+    rows: list[TypeRow],
+    time_limit_s: float = 60.0,
+    cache=None,
+    solve_group=None,
+    prune: bool = True,
 ) -> tuple[Purchase | None, int]:
     """The best two-type mix of the family above (None: no mix fits), and how many mixes were evaluated.
     `solve_group(type, nodes, batch)`: how a group is solved (procure's worker pool, where each type's tables
-    are); default `best_of_type` here with `cache`."""
+    are); default `best_of_type` here with `cache`. `prune=False` solves every share (tests: the bounds
+    never lose the best mix)."""
     fits = [r for r in rows if r.purchase is not None]
     if len(fits) < 1 or len(rows) < 2:
         return None, 0
@@ -90,7 +97,7 @@ def best_mix(
 
     best, n_eval, pruned = None, 0, 0
     speed_goal = pr.goal.value in ("throughput", "time_to_train")
-    bar = min(r.purchase.step_time_s for r in fits) if speed_goal else None
+    bar = min(r.purchase.step_time_s for r in fits) if speed_goal and prune else None
     anchors = [r for r in rows if r.bound_by in ("availability", "power")]
     ranked = sorted(fits, key=lambda r: rank_key(pp, r.purchase))
     pairs = [(a, b) for a in anchors for b in [r for r in ranked if r is not a][:PARTNERS]]
@@ -106,6 +113,8 @@ def best_mix(
         nb, _ = node_limit(sub, partner.node_type, budget_usd=rest)
         if nb < 1:
             continue
+        shares = sorted({B * k // SHARES for k in range(1, SHARES)} - {0, B})
+        lb = dict.fromkeys(shares, 0.0)
         if bar is not None:  # throughput bound: each group at most as fast as with the whole batch
             gfull = group(partner.node_type, nb, B)
             if gfull is None:
@@ -114,8 +123,14 @@ def best_mix(
             if a_step is not None and B / (B / a_step + B / gfull.step_time_s) >= bar:
                 pruned += 1
                 continue
-        # every batch share k/SHARES of the anchor (the same share twice when B < SHARES: once)
-        for ba in sorted({B * k // SHARES for k in range(1, SHARES)} - {0, B}):
+            if a_step is not None:  # per share: each group's time per sequence at least its whole-batch one
+                lb = {ba: max(a_step * ba / B, gfull.step_time_s * (B - ba) / B) for ba in shares}
+        # every batch share k/SHARES of the anchor (the same share twice when B < SHARES: once), the most
+        # promising first; a share whose bound cannot beat the best found is not solved
+        for ba in sorted(shares, key=lambda s: lb[s]):
+            if bar is not None and lb[ba] >= bar:
+                pruned += 1
+                continue
             ga = group(anchor.node_type, na, ba)
             gb = None if ga is None else group(partner.node_type, nb, B - ba)
             if ga is None or gb is None:

@@ -121,7 +121,9 @@ def _procure(pp, pareto, time_limit_s, t0, cache, limits, todo, pool) -> Procure
         raise TimeLimit(f"procure: no single-type purchase or data-parallel mix fits, and the {timed_out}")
     res.runner_up_note = _within_bands(res)
     if pareto:
-        res.pareto = pareto_front(pp, time_limit_s=time_limit_s, cache=cache, pool=pool)
+        res.pareto = pareto_front(
+            pp, time_limit_s=time_limit_s, cache=cache, pool=pool, include=[res.best] if res.best else []
+        )
     res.seconds = time.perf_counter() - t0
     return res
 
@@ -132,9 +134,11 @@ def pareto_front(
     time_limit_s: float = 60.0,
     cache: TablesCache | None = None,
     pool: TypePool | None = None,
+    include: list[Purchase] | None = None,
 ) -> list[Purchase]:
     """Cost against time to train: for budgets from the cheapest purchase that fits to the problem's budget,
-    the fastest purchase within each (each a proven optimum for its budget), dominated points removed.
+    the fastest single-type purchase within each (each a proven optimum for its budget), and the purchases
+    `include` (procure's best: a mix or pipeline at the problem's budget), dominated points removed.
     Each node type's work (its cheapest fitting purchase, then its best within every budget) is independent
     of the others' and runs in parallel over types (`per_type`)."""
     types = [
@@ -167,7 +171,7 @@ def pareto_front(
     if hi is None:  # no budget: up to the cost of the fastest purchase
         hi = max(lo, max(p.cost_usd for p in cheapest)) * 8
     budgets = sorted({lo * (hi / lo) ** (i / max(1, points - 1)) for i in range(points)}) if hi > lo else [lo]
-    found: list[Purchase] = list(cheapest)
+    found: list[Purchase] = list(cheapest) + list(include or [])
     live = [t for t in types if t.name in min_nodes]
     per_budget: dict[float, list[Group]] = {b: [] for b in budgets}
     with progress("procure: Pareto budgets per type", len(live)) as step:

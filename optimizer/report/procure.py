@@ -53,6 +53,7 @@ def result_dict(r: ProcureResult) -> dict:
         "solve_time_s": r.seconds,
         "candidates": r.candidates,
         "best": None if r.best is None else _purchase_dict(r.best),
+        "best_prior_only_types": _prior_in_best(r),
         "node_types": [
             {
                 "node_type": x.node_type.name,
@@ -169,8 +170,18 @@ def _render_header(r: ProcureResult) -> list[str]:
         + ", ".join(x for x in lim if x)
         + f"); {len(pp.catalog.node_types)} node types, "
         f"{r.candidates:,} candidates searched; {r.status}; {r.seconds:.2f} s"
+        + (f"; UNCALIBRATED best ({', '.join(prior)}: prior only)" if (prior := _prior_in_best(r)) else "")
     ]
     return out
+
+
+def _prior_in_best(r: ProcureResult) -> list[str]:
+    """Names of the prior-only node types (efficiencies not calibrated on any run) in the best purchase."""
+    if r.best is None:
+        return []
+    return sorted(
+        {g.node_type.name for g in r.best.groups if g.node_type.system.calibration.status() == "prior"}
+    )
 
 
 def _render_types(r: ProcureResult) -> list[str]:
@@ -220,7 +231,7 @@ def _render_best(r: ProcureResult) -> list[str]:
     pp = r.problem
     out: list[str] = []
     b = r.best
-    prior = sorted({g.node_type.name for g in b.groups if g.node_type.system.calibration.status() == "prior"})
+    prior = _prior_in_best(r)
     if prior:
         out.append(
             f"WARNING: the best purchase uses prior-only node type(s) {', '.join(prior)}: their "
@@ -261,7 +272,8 @@ def _render_pareto(r: ProcureResult) -> list[str]:
     if r.pareto:
         out += [
             "",
-            "Pareto front, cost against time to train (each point the fastest purchase within its budget):",
+            "Pareto front, cost against time to train (each point the fastest single-type purchase within "
+            "its budget; at the problem's budget, the best purchase, mixes included):",
             f"  {'cost':>10s} {'days' if pp.training.tokens else 'step s':>8s}  purchase",
         ]
         for p in r.pareto:
