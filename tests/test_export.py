@@ -35,6 +35,9 @@ VALUED = [
     "--num-query-groups",
     "--normalization",
     "--position-embedding-type",
+    "--rotary-base",
+    "--rope-scaling-factor",
+    "--rotary-seq-len-interpolation-factor",
     "--num-experts",
     "--moe-router-topk",
     "--moe-ffn-hidden-size",
@@ -81,6 +84,7 @@ SWITCHES = [
     "--no-overlap-p2p-communication",
     "--moe-grouped-gemm",
     "--use-megatron-fsdp",
+    "--use-rope-scaling",
 ]
 
 
@@ -119,6 +123,8 @@ def test_llama_dense_gqa_flags():
     assert a.num_layers == "80" and a.hidden_size == "8192" and a.ffn_hidden_size == "28672"
     assert a.group_query_attention and a.num_query_groups == "8" and a.num_attention_heads == "64"
     assert a.swiglu and a.normalization == "RMSNorm" and a.position_embedding_type == "rope"
+    # Llama 3.1's rotary base and its frequency rescaling (x8), from the model file
+    assert a.rotary_base == "500000" and a.use_rope_scaling and a.rope_scaling_factor == "8"
     assert a.untie_embeddings_and_output_weights and a.disable_bias_linear
     assert a.num_virtual_stages_per_pipeline_rank == "2" and a.context_parallel_size == "2"
     assert a.account_for_embedding_in_pipeline_split and a.account_for_loss_in_pipeline_split
@@ -128,6 +134,16 @@ def test_llama_dense_gqa_flags():
     assert text.startswith("# ZeRO-2")
     if shutil.which("bash"):
         assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
+def test_rope_flags_follow_the_model(tmp_path):
+    """Mixtral states only its base (no rescaling flags); a model without `rope` gets no rotary flags."""
+    ex = Execution(tp=2, pp=4, ep=8, etp=1)
+    a = parse(emit("megatron", _problem("mixtral-8x7b", ex), ex))
+    assert a.rotary_base == "1000000" and not a.use_rope_scaling and a.rope_scaling_factor is None
+    ex = Execution(tp=8, pp=8)
+    a = parse(emit("megatron", _problem("gpt3-175b", ex), ex))
+    assert a.rotary_base is None
 
 
 def test_moe_flags():

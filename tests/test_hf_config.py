@@ -50,6 +50,8 @@ def test_config_maps_to_the_library_model(tmp_path, model, library, seq):
     ):
         assert getattr(got, field) == getattr(want, field), field
     assert count(got).total == count(want).total and count(got).active == count(want).active
+    if got.rope is not None:  # the shipped configs state the base (Llama's without its rope_scaling block)
+        assert got.rope.theta == want.rope.theta
     if want.moe is None or want.moe.moe_layers is not None:
         assert got.ffn == want.ffn
 
@@ -86,3 +88,42 @@ def test_solve_with_a_config(tmp_path, capsys):
     )
     assert main(["solve", str(path)]) == 0
     assert "optimal" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "scaling, want",
+    [
+        ({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192}, ("llama3", 8.0)),
+        ({"type": "yarn", "factor": 40}, ("yarn", 40.0)),
+        ({"rope_type": "dynamic", "factor": 2.0}, (None, None)),  # a kind paraplan does not name: base only
+        (None, (None, None)),
+    ],
+)
+def test_rope_base_and_scaling_are_read(tmp_path, scaling, want):
+    import json
+
+    cfg = json.loads((HF / "llama-3.1-8b" / "config.json").read_text())
+    cfg["rope_scaling"] = scaling
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        f"llm: {d / 'config.json'}\nsystem: h100-sxm-80gb\nnum_gpus: 8\ntraining: {{global_batch: 8}}\n"
+    )
+    rope = load_problem(path).llm.rope
+    assert rope.theta == 500000.0
+    assert (rope.scaling and rope.scaling.value, rope.factor) == want
+
+
+def test_bad_rope_theta_is_a_located_error(tmp_path, capsys):
+    import json
+
+    cfg = json.loads((HF / "llama-3.1-8b" / "config.json").read_text())
+    cfg["rope_theta"] = "big"
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    path = tmp_path / "p.yaml"
+    path.write_text("llm: config.json\nsystem: h100-sxm-80gb\nnum_gpus: 8\ntraining: {global_batch: 8}\n")
+    assert main(["solve", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "p.yaml:1" in err and "rope_theta" in err

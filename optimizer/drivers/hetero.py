@@ -64,6 +64,32 @@ def _remaining(pp: ProcureProblem, anchor: TypeRow, nodes_a: int) -> float | Non
     return pr.budget_usd
 
 
+def _partner_nodes(pp: ProcureProblem, anchor: TypeRow, partner: TypeRow) -> int:
+    """Nodes of `partner` that the budget and power cap leave beside the anchor at its limit (0: none)."""
+    pr, na = pp.procure, anchor.max_nodes
+    rest = _remaining(pp, anchor, na)
+    if rest is not None and rest <= 0:
+        return 0
+    pw = None if pr.power_kw is None else pr.power_kw - na * anchor.node_type.power_kw
+    if pw is not None and pw <= 0:
+        return 0
+    sub = pp.model_copy(update={"procure": pr.model_copy(update={"power_kw": pw})}) if pw else pp
+    return node_limit(sub, partner.node_type, budget_usd=rest)[0]
+
+
+def _mix(pp: ProcureProblem, ga: Group, gb: Group) -> Purchase | None:
+    """The two groups as one purchase (the slower group plus the cross-type sync), or None when its bill
+    (capex or rental) or power exceeds the problem's limits."""
+    pr = pp.procure
+    x = sync_time_s(pp, ga, gb)
+    p = purchase_of(pp, [ga, gb], max(ga.step_time_s, gb.step_time_s) + x, x)
+    if pr.budget_usd is not None and p.cost_usd > pr.budget_usd * (1 + 1e-9):
+        return None
+    if pr.power_kw is not None and p.power_kw is not None and p.power_kw > pr.power_kw * (1 + 1e-9):
+        return None
+    return p
+
+
 def best_mix(
     pp: ProcureProblem,
     rows: list[TypeRow],
@@ -102,15 +128,7 @@ def best_mix(
     ranked = sorted(fits, key=lambda r: rank_key(pp, r.purchase))
     pairs = [(a, b) for a in anchors for b in [r for r in ranked if r is not a][:PARTNERS]]
     for anchor, partner in pairs:
-        na = anchor.max_nodes
-        rest = _remaining(pp, anchor, na)
-        if rest is not None and rest <= 0:
-            continue
-        pw = None if pr.power_kw is None else pr.power_kw - na * anchor.node_type.power_kw
-        if pw is not None and pw <= 0:
-            continue
-        sub = pp.model_copy(update={"procure": pr.model_copy(update={"power_kw": pw})}) if pw else pp
-        nb, _ = node_limit(sub, partner.node_type, budget_usd=rest)
+        na, nb = anchor.max_nodes, _partner_nodes(pp, anchor, partner)
         if nb < 1:
             continue
         shares = sorted({B * k // SHARES for k in range(1, SHARES)} - {0, B})
@@ -136,14 +154,8 @@ def best_mix(
             if ga is None or gb is None:
                 continue
             n_eval += 1
-            x = sync_time_s(pp, ga, gb)
-            step = max(ga.step_time_s, gb.step_time_s) + x
-            p = purchase_of(pp, [ga, gb], step, x)
-            if pr.budget_usd is not None and p.cost_usd > pr.budget_usd * (
-                1 + 1e-9
-            ):  # capex or the rental bill
-                continue
-            if pr.power_kw is not None and p.power_kw is not None and p.power_kw > pr.power_kw * (1 + 1e-9):
+            p = _mix(pp, ga, gb)
+            if p is None:
                 continue
             if best is None or rank_key(pp, p) < rank_key(pp, best):
                 best = p

@@ -115,6 +115,34 @@ def _sparse_layers(cfg: dict, layers: int) -> int:
     return n - len({i for i in only if dense <= i < layers and (i + 1) % step == 0})
 
 
+def _positive(v: Any, key: str) -> float:
+    """A finite positive JSON number (not a boolean) naming `key` when it is not."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        raise ValueError(f"{key}: must be a positive number, not {str(v)[:24]}")
+    return float(v)
+
+
+ROPE_TYPES = {
+    "llama3": "llama3",
+    "yarn": "yarn",
+    "linear": "linear",
+}  # rope_scaling.rope_type -> Rope.scaling
+
+
+def _rope(cfg: dict) -> dict[str, Any] | None:
+    """`rope_theta` and `rope_scaling` (rope_type or the older type: llama3, yarn, linear, with its factor)
+    as `Rope`; a scaling kind paraplan does not name (dynamic, longrope) keeps the base only."""
+    if cfg.get("rope_theta") is None:
+        return None
+    out: dict[str, Any] = {"theta": _positive(cfg["rope_theta"], "rope_theta")}
+    sc = cfg.get("rope_scaling")
+    if isinstance(sc, dict):
+        kind = ROPE_TYPES.get(str(sc.get("rope_type", sc.get("type", ""))).lower())
+        if kind is not None and sc.get("factor") is not None:
+            out |= {"scaling": kind, "factor": _positive(sc["factor"], "rope_scaling.factor")}
+    return out
+
+
 def _moe(cfg: dict, mt: str, layers: int) -> dict[str, Any] | None:
     """The `moe:` mapping of a mixture-of-experts config; None for a dense one."""
     key = next((k for k in ("num_local_experts", "num_experts", "n_routed_experts") if cfg.get(k)), None)
@@ -162,6 +190,9 @@ def to_llm(cfg: dict, name: str, seq_len: int | None = None) -> dict[str, Any]:
     act = str(cfg.get("hidden_act", "silu")).lower()
     out["mlp"] = "gelu" if "gelu" in act else "relu" if act == "relu" else "swiglu"  # silu/swish: gated
     out["bias"] = mt == "gpt_neox"
+    rope = _rope(cfg)
+    if rope is not None:
+        out["rope"] = rope
     moe = _moe(cfg, mt, out["layers"])
     if moe is not None:
         out["moe"] = moe

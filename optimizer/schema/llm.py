@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from pydantic import Field, model_validator
 
 from optimizer.schema.common import Float, Frozen, Int, MlpKind, PositiveFloat, PositiveInt
@@ -53,6 +55,38 @@ class MLA(Frozen):
     v_head_dim: PositiveInt = Field(description="Size of one value head.")
 
 
+class RopeScaling(StrEnum):
+    """How rotary frequencies are rescaled for a longer context."""
+
+    LLAMA3 = (
+        "llama3"  # Llama 3.1: low frequencies divided by the factor, high ones kept, a smooth band between
+    )
+    YARN = "yarn"  # YaRN (Peng et al. 2023, arXiv:2309.00071)
+    LINEAR = "linear"  # position interpolation (Chen et al. 2023, arXiv:2306.15595)
+
+
+class Rope(Frozen):
+    """Rotary position embedding (RoPE; Su et al. 2021, arXiv:2104.09864): its base and long-context
+    rescaling. Not a cost: rotary is priced as an elementwise kernel on q and k whatever its base; the
+    exports write it so that the framework trains the model described."""
+
+    theta: PositiveFloat = Field(
+        le=1e12, description="Rotary base (Llama 3: 500,000; the frameworks' default 10,000)."
+    )
+    scaling: RopeScaling | None = Field(
+        None, description="Frequency rescaling for long context: llama3, yarn or linear; null = none."
+    )
+    factor: PositiveFloat | None = Field(
+        None, le=1e6, description="Context-extension factor of the scaling (Llama 3.1: 8); with `scaling`."
+    )
+
+    @model_validator(mode="after")
+    def _factor_with_scaling(self) -> Rope:
+        if (self.scaling is None) != (self.factor is None):
+            raise ValueError("rope.scaling and rope.factor go together (both set, or neither)")
+        return self
+
+
 class SlidingWindow(Frozen):
     """Local (sliding-window) causal attention in some layers: each query attends to the `tokens` keys before
     it (Mistral 7B: every layer, 4096; GPT-OSS: every other layer, 128; Gemma 2/3: alternating or 5 of 6)."""
@@ -86,6 +120,11 @@ class LLM(Frozen):
         False, description="Dropout after attention scores, attention and MLP (GPT-3/Megatron recipe)."
     )
     moe: MoE | None = Field(None, description="Mixture-of-experts settings; null for a dense model.")
+    rope: Rope | None = Field(
+        None,
+        description="Rotary positions: base and long-context scaling; null = not stated (exports leave "
+        "the framework's default).",
+    )
     mla: MLA | None = Field(None, description="Multi-head latent attention (DeepSeek); null = MHA/GQA/MQA.")
     sliding_window: SlidingWindow | None = Field(
         None,

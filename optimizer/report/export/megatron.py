@@ -70,10 +70,31 @@ def _architecture_flags(llm, notes: list[str]) -> list[str]:
             notes.append("GeGLU: Megatron has no flag; --swiglu gives the same shapes")
     elif mlp == "squared_relu":
         a.append("--squared-relu")
+    a += _rope_flags(llm, notes)
     if not llm.tied_embeddings:
         a.append("--untie-embeddings-and-output-weights")
     if not llm.bias:
         a.append("--disable-bias-linear")
+    return a
+
+
+def _rope_flags(llm, notes: list[str]) -> list[str]:
+    """The rotary base and Llama 3.1's frequency rescaling (`--use-rope-scaling --rope-scaling-factor`) or
+    position interpolation (`--rotary-seq-len-interpolation-factor`), as Megatron-LM's
+    `_add_network_size_args` declares them; YaRN has no flag for GPT models there (a note)."""
+    rope = llm.rope
+    if rope is None:
+        return []
+    a = [f"--rotary-base {int(rope.theta) if rope.theta.is_integer() else rope.theta}"]  # an int there
+    kind = rope.scaling.value if rope.scaling is not None else None
+    if kind == "llama3":
+        a += ["--use-rope-scaling", f"--rope-scaling-factor {rope.factor:g}"]
+    elif kind == "linear":
+        a.append(f"--rotary-seq-len-interpolation-factor {rope.factor:g}")
+    elif kind == "yarn":
+        notes.append(
+            f"YaRN rope scaling (factor {rope.factor:g}): no pretrain_gpt.py flag; set it in the model"
+        )
     return a
 
 
