@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import ROOT, library_system
 
 from optimizer.cli import main
 from optimizer.drivers.check import check
@@ -218,3 +219,56 @@ def test_smallest_hbm_fits_with_the_default_headroom(tmp_path):
         body.replace("hbm_gib: 16", f"hbm_gib: {old:.1f}").replace("options: {memory_headroom_gib: 0}\n", "")
     )
     assert not check(*load_problem_doc(path)).fits
+
+
+def _applied(doc: dict, r) -> dict | None:
+    """The problem file `doc` with the suggestion `r` applied as a user would write it (fixed knobs of
+    `execution` become `search` values, as `check` reads them; None: not a change a file states)."""
+    import copy
+
+    d = copy.deepcopy(doc)
+    search = dict(d.pop("execution", {}) or {}) | dict(d.get("search") or {})
+    sysname = d["system"]
+    if r.kind == "hbm":
+        d["system"] = {"base": sysname, "hbm_gib": r.value}
+    elif r.kind == "gpus":
+        d["num_gpus"] = r.value
+    elif r.kind in ("global_batch", "seq_len"):
+        d["training"] = dict(d["training"]) | {r.kind: r.value}
+    elif r.kind == "release":
+        search.pop(r.value, None)
+    elif r.kind == "offload":
+        sysd = library_system(sysname).offload
+        d["system"] = {
+            "base": sysname,
+            "offload": {"capacity_gib": r.value, "bandwidth_gbps": sysd.bandwidth_gbps or 64},
+        }
+        for k in ("weight_offload", "activation_offload", "optimizer_offload"):
+            search.pop(k, None)
+    else:
+        return None
+    d["search"] = search
+    return d
+
+
+@pytest.mark.parametrize("name", ["gpt3-175b-64xa100-40gb", "batch-1000-on-1024xh100"])
+def test_every_suggestion_of_the_shipped_checks_fits_when_applied(tmp_path, name, capsys):
+    """Each suggestion `check` prints as fitting, written into the problem file as a user would and solved
+    by `paraplan solve`, fits (exit 0) at the step time printed."""
+    import json
+
+    import yaml
+
+    src = ROOT / "problems" / "studies" / "check" / f"{name}.yaml"
+    doc = yaml.safe_load(src.read_text())
+    r = check(*load_problem_doc(src))
+    shown = [x for x in r.relaxations if x.fits]
+    assert not r.fits and shown
+    for i, x in enumerate(shown):
+        d = _applied(doc, x)
+        assert d is not None, x
+        path = tmp_path / f"{i}.yaml"
+        path.write_text(yaml.safe_dump(d))
+        assert main(["solve", str(path), "--json"]) == 0, x
+        got = json.loads(capsys.readouterr().out)["plans"][0]["step_time_s"]
+        assert got == pytest.approx(x.step_time_s, rel=1e-3), x
