@@ -27,7 +27,7 @@ from formulations.bounds import NONE, Pairs, Presolved, knobs_of_pairs, layout_g
 from formulations.common import new_int, product
 from formulations.cp_sat import cp_model
 from formulations.tables import TIME_UNIT, Tables, build_all, restrict
-from optimizer.errors import Infeasible, Reason, TimeLimit, VerificationError
+from optimizer.errors import Infeasible, OutOfRange, Reason, TimeLimit, VerificationError
 from optimizer.model.knobs import Knobs
 from optimizer.prepare.objective import BIG_S, gpu_time_cap, target
 from optimizer.prepare.space import compact_space
@@ -301,6 +301,17 @@ def _notes(
     return notes
 
 
+def invalid_model(err: str) -> OutOfRange | VerificationError:
+    """The error of a model CP-SAT's `Validate` refuses: a domain past its 64-bit range comes from the
+    input's magnitudes (bad input, exit 2); anything else is a formulation bug (exit 5)."""
+    if "kint64max" in err:
+        return OutOfRange(
+            "the problem's step times overflow CP-SAT's 64-bit integers (in ns, summed over micro-batches "
+            f"and layers; {err.split('.')[0]}): use a smaller training.global_batch or fewer layers"
+        )
+    return VerificationError(f"invalid CP-SAT model: {err}")
+
+
 def solve_cpsat(
     problem: Problem,
     top: int = 1,
@@ -329,8 +340,8 @@ def solve_cpsat(
     model = define_model(T, pre, pre.incumbent.hint)
     m = model[0]
     err = m.Validate()
-    if err:  # a formulation bug, reported loudly
-        raise VerificationError(f"invalid CP-SAT model: {err}")
+    if err:
+        raise invalid_model(err)
     solver = cp_model.CpSolver()
     set_params(solver, {**SOLVER_PARAMS, **(params or {})})
     forbid = _forbid_layout if distinct else _forbid_plan

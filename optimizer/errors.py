@@ -36,6 +36,13 @@ class ProblemErrors(ParaplanError):
         super().__init__("\n".join(str(e) for e in errors))
 
 
+class OutOfRange(ParaplanError):
+    """Input within every field's bounds whose combination gives magnitudes the solver's 64-bit integers
+    cannot hold (exit 2, bad input): the message names the quantity."""
+
+    exit_code = 2
+
+
 class Reason(StrEnum):
     """Why no plan was given, the same set from every solve path (CP-SAT, enumeration, check)."""
 

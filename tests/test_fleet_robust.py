@@ -262,3 +262,34 @@ def test_the_time_limit_bounds_the_whole_throughput_table(tmp_path, monkeypatch)
     assert len(throughput_table(fp, 60.0, t0)) == 1 and 0 < limits[0] <= 40.0
     with pytest.raises(TimeLimit, match=r"passed while the throughput table was filled \(0 \(job"):
         throughput_table(fp, 10.0, t0)
+
+
+def test_periods_beyond_the_bound_are_bad_input(tmp_path, capsys):
+    """More than 1,000 periods (the schema's maximum was 16,777,216, which ran out of memory building the
+    MILP) is a located input error, before any work."""
+    from optimizer.cli import main
+
+    path = tmp_path / "f.yaml"
+    body = NAMES.replace("TYPE", "h100").replace("JOB", "j").replace("GOAL", "cost")
+    path.write_text(body.replace("periods: 2", "periods: 1001"))
+    assert main(["fleet", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "f.yaml:13: fleet.periods: must be <= 1000" in err
+
+
+def test_a_sub_solve_stopped_by_the_limit_reports_the_users_limit(tmp_path, monkeypatch):
+    """A (job, type, size) solve that the time limit stops before any plan ends the table with the user's
+    limit and where it stopped, not the sub-solve's leftover seconds."""
+    import optimizer.drivers.fleet as drv
+    import optimizer.drivers.solve as solve_mod
+
+    def stopped(*a, **k):
+        raise TimeLimit("no plan found within 0.00602247 s (0.0 s): ...")
+
+    monkeypatch.setattr(solve_mod, "solve", stopped)
+    path = tmp_path / "f.yaml"
+    path.write_text(NAMES.replace("TYPE", "h100").replace("JOB", "j").replace("GOAL", "cost"))
+    with pytest.raises(TimeLimit) as e:
+        drv.throughput_table(load_fleet(path), time_limit_s=2.0)
+    assert "the time limit (2 s)" in str(e.value) and "stopped at j on 1 x h100" in str(e.value)
+    assert "0.006" not in str(e.value)

@@ -110,6 +110,30 @@ def test_read_is_bounded(tmp_path, capsys):
     assert "file too large" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("field, line", [("llm", 1), ("system", 2)])
+def test_an_unreadable_reference_names_the_line_that_references_it(
+    tmp_path, capsys, monkeypatch, field, line
+):
+    """A referenced llm:/system: file that is too large, a folder or a FIFO: the error names the problem's
+    line that references it (the referenced file has no line to point at), and what is wrong."""
+    monkeypatch.chdir(tmp_path)
+    refs = {"llm": "llama3.1-8b", "system": "h100-sxm-80gb"}
+    for name, make in (
+        ("big.yaml", lambda p: p.write_bytes(b"#" * (4 * 2**20 + 10))),
+        ("dir.yaml", lambda p: p.mkdir()),
+        ("fifo.yaml", lambda p: os.mkfifo(p)),
+    ):
+        make(tmp_path / name)
+        body = dict(refs, **{field: name})
+        (tmp_path / "p.yaml").write_text(
+            f"llm: {body['llm']}\nsystem: {body['system']}\nnum_gpus: 8\ntraining: {{global_batch: 8}}\n"
+        )
+        assert main(["check", "p.yaml"]) == 2
+        err = capsys.readouterr().err
+        assert f"p.yaml:{line}: {field}: " in err, err
+        assert ("file too large" if name == "big.yaml" else "not a regular file") in err, err
+
+
 def test_check_with_a_precision_list(tmp_path, capsys):
     """`check` of a problem whose search opens several precisions answers (it crashed reading the
     precision's enum value from a string)."""

@@ -4,6 +4,8 @@ with the exit code and report the CLI contract asks for (0 an answer, 2 bad inpu
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from helpers import run_cli
 
@@ -238,6 +240,24 @@ def test_pipeline_family_not_searched_is_said(tmp_path):
     ]
 
 
+def test_report_says_a_family_was_not_searched_rather_than_none_fits(tmp_path, capsys):
+    """The report's pipelined-mix line says the family was not searched and why (not "none fits"), and a
+    NOTHING FITS answer says that it is no proof over the family it did not search."""
+    rc, out, err = run(tmp_path, capsys, MOE_PIPE, command="procure")
+    assert rc == 0, (out, err)
+    assert "pipelined mix: none fits" not in out
+    assert (
+        "pipelined mix: the family covers dense models on megatron-core, not an MoE model (not searched)"
+        in out
+    )
+    tiny = MOE_PIPE.replace("max_nodes: 2}", "max_nodes: 1}").replace("mixtral-8x7b", "mixtral-8x22b")
+    rc, out, err = run(tmp_path, capsys, tiny, "--json", command="procure")
+    assert rc == 3, (out, err)
+    assert json.loads(out)["not_searched"] == [
+        "pipelined mixes not searched: the family covers dense models on megatron-core, not an MoE model"
+    ]
+
+
 @pytest.mark.slow
 def test_procure_pipeline_meets_the_deadline(tmp_path, capsys):
     """Goal cost with deadline_days 5: the only pipelined mix needs 7.4 days; it is no answer (it was BEST,
@@ -310,3 +330,36 @@ def test_whatif_says_when_added_gpus_make_no_faster_layout(tmp_path):
     gpu_line = next(line for line in text.splitlines() if "GPUs +10%" in line)
     assert "still uses 16 GPUs: no layout on the added ones is faster" in gpu_line
     assert "still uses" not in next(line for line in text.splitlines() if "HBM capacity" in line)
+
+
+@pytest.mark.parametrize("idle", [False, True])
+def test_fewest_gpus_without_idle_gpus_says_the_answer_is_num_gpus(tmp_path, capsys, idle):
+    """Without allow_idle_gpus every plan uses all num_gpus GPUs: the fewest-GPUs answer says so (it read
+    as 64 GPUs needed where 16 would do); with it, no such note."""
+    body = (
+        "llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 64\ntraining: {global_batch: 64}\n"
+        "objective: {goal: fewest_gpus, max_step_time_s: 3.5}\n"
+        f"options: {{allow_idle_gpus: {str(idle).lower()}}}\n"
+    )
+    rc, out, err = run(tmp_path, capsys, body)
+    assert rc == 0, (out, err)
+    assert ("allow_idle_gpus is false" in out) is (not idle)
+    assert ("64 GPUs" in out) is (not idle)
+
+
+def test_global_batch_is_bounded_where_step_times_stay_in_64_bits(tmp_path, capsys):
+    """A global batch of 10,240,000 overflowed the solver's integer step times (exit 5, "invalid CP-SAT
+    model"); the schema bounds it at 2^20 (a located exit 2)."""
+    body = "llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 8\ntraining: {global_batch: 10240000}\n"
+    rc, out, err = run(tmp_path, capsys, body)
+    assert rc == 2 and "p.yaml:4: training.global_batch: must be <= 1,048,576" in err, err
+
+
+def test_a_model_overflowing_64_bits_is_bad_input_not_a_bug():
+    """Magnitudes that pass every field's bound but overflow CP-SAT's domains together are bad input (exit
+    2, naming the quantity), not a formulation bug (exit 5); any other invalid model is a bug."""
+    from formulations.model import invalid_model
+
+    e = invalid_model("var #36 domain do not fall in [-kint64max / 2, kint64max / 2]. name: pair.ovl3")
+    assert e.exit_code == 2 and "overflow CP-SAT's 64-bit integers" in str(e)
+    assert invalid_model("constraint #3 refers to var #99").exit_code == 5

@@ -78,16 +78,19 @@ def throughput_table(fp: FleetProblem, time_limit_s: float = 60.0, t0: float | N
                 if t.max_nodes is not None and s > t.max_nodes:
                     continue
                 left = time_limit_s - (time.perf_counter() - t0)
+                stopped = TimeLimit(
+                    f"fleet: the time limit ({time_limit_s:g} s) passed while the throughput table was "
+                    f"filled ({len(out)} (job, type, size) plans found; stopped at {job.name} on {s} x "
+                    f"{t.name}): not a proof that nothing fits; raise --time-limit"
+                )
                 if left <= 0:
-                    raise TimeLimit(
-                        f"fleet: the time limit ({time_limit_s:g} s) passed while the throughput table was "
-                        f"filled ({len(out)} (job, type, size) plans found): not a proof that nothing fits; "
-                        "raise --time-limit"
-                    )
+                    raise stopped
                 try:
                     r = solve(sub_problem(fp, job, t, s), "cpsat", time_limit_s=left)
                 except Infeasible:
                     continue
+                except TimeLimit:  # the sub-solve's message names its own leftover seconds, not the user's
+                    raise stopped from None
                 st = r.plans[0].objective_s
                 tps = job.training.global_batch * S / st
                 out.append(

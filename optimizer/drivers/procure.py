@@ -55,6 +55,11 @@ class ProcureResult:
     notes: list[str] = field(default_factory=list)
     runner_up_note: str | None = None  # the runner-up type is within the step-time bands (`_within_bands`)
 
+    @property
+    def not_searched(self) -> list[str]:
+        """The requested search families that were not searched, each with its reason (from `notes`)."""
+        return [n for n in self.notes if " not searched: " in n]
+
 
 # ---------------------------------------------------------------------------------------------- prepare
 def procure(pp: ProcureProblem, pareto: bool = False, time_limit_s: float = 60.0) -> ProcureResult:

@@ -312,11 +312,12 @@ def resolve_ref(doc: Sourced, loc: Loc, kind: str, near: Path | None) -> None:
     if value.endswith((".yaml", ".yml")):
         try:
             path = (near / value) if near is not None else Path(value)
-            ok = path.is_file()
+            ok, there = path.is_file(), path.exists()
         except (OSError, ValueError):
-            ok = False
+            ok = there = False
         if not ok:
-            raise ProblemError(file, line, ".".join(map(str, loc)), f"file not found: {value[:200]}")
+            what = "not a regular file (a folder, FIFO or device)" if there else "file not found"
+            raise ProblemError(file, line, ".".join(map(str, loc)), f"{what}: {value[:200]}")
     else:
         found = find_in_library(kind, value, near)
         if found is None:
@@ -331,7 +332,12 @@ def resolve_ref(doc: Sourced, loc: Loc, kind: str, near: Path | None) -> None:
             )
             raise ProblemError(file, line, ".".join(map(str, loc)), f"{what} (known: {names})")
         path = found
-    sub = read_yaml(path)
+    try:
+        sub = read_yaml(path)
+    except ProblemError as e:
+        if e.line is not None:  # a place inside the file: that file's line says more
+            raise
+        raise ProblemError(file, line, ".".join(map(str, loc)), f"{value[:200]}: {e.message}") from None
     if not isinstance(sub.data, dict):
         raise ProblemError(sub.file, 1, None, f"a {kind} file must be a mapping")
     merged = sub.data

@@ -64,8 +64,14 @@ def describe(problem: Problem, n_gpus: int, step_s: float) -> str:
     if g == Goal.TOKENS_PER_GPU:
         return f"objective: max tokens/s per GPU = {tok / n_gpus:,.1f} ({n_gpus} GPUs used)"
     if g == Goal.FEWEST_GPUS:
+        idle = (
+            ""
+            if problem.options.allow_idle_gpus
+            else " (options.allow_idle_gpus is false: every plan uses all num_gpus GPUs, so this is "
+            "num_gpus; set it true to find the fewest)"
+        )
         return (
             f"objective: fewest GPUs with step time <= {problem.step_time_target_s():.4g} s: {n_gpus} GPUs "
-            f"({step_s:.4g} s)"
+            f"({step_s:.4g} s){idle}"
         )
     return f"objective: min step time = {step_s:.4g} s"

@@ -54,6 +54,7 @@ def result_dict(r: ProcureResult) -> dict:
         "candidates": r.candidates,
         "best": None if r.best is None else _purchase_dict(r.best),
         "best_prior_only_types": _prior_in_best(r),
+        "not_searched": r.not_searched,
         "node_types": [
             {
                 "node_type": x.node_type.name,
@@ -149,6 +150,11 @@ def render(r: ProcureResult) -> str:
         out.append(
             "NOTHING FITS: no node type of the catalog trains the model within the limits "
             "(run `paraplan check` on a node type for why)"
+            + (
+                f"; not a proof over every family asked for: {'; '.join(r.not_searched)}"
+                if r.not_searched
+                else ""
+            )
         )
         return "\n".join(out + [f"note: {n}" for n in r.notes])
     out += _render_best(r) + _render_pareto(r)
@@ -219,7 +225,12 @@ def _render_types(r: ProcureResult) -> list[str]:
     if r.pipeline is not None:
         out += _render_pipeline(r.pipeline)
     elif pr.heterogeneous.value in ("pipeline", "all") and pr.max_types >= 2:
-        out.append("pipelined mix: none fits within the limits")
+        skipped = [n for n in r.not_searched if n.startswith("pipelined")]
+        out.append(
+            f"pipelined mix: {skipped[0].split(': ', 1)[1]} (not searched)"
+            if skipped
+            else "pipelined mix: none fits within the limits"
+        )
     out.append("")
     return out
 

@@ -46,7 +46,11 @@ class Fleet(Frozen):
     """Horizon, limits and objective of the portfolio."""
 
     goal: FleetGoal = Field(FleetGoal.COST, description="cost | tokens.")
-    periods: PositiveInt = Field(description="Number of planning periods (e.g. 4 quarters).")
+    periods: PositiveInt = Field(
+        le=1000,
+        description="Number of planning periods (e.g. 4 quarters; at most 1,000: weekly over 19 years). The "
+        "portfolio MILP has a binary per (job, type, size, period).",
+    )
     period_days: PositiveFloat = Field(description="Length of one period, days (a quarter: 91.25).")
     budget_usd: PositiveFloat | None = Field(
         None,

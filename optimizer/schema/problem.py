@@ -31,7 +31,11 @@ from optimizer.schema.system import System
 class Training(Frozen):
     """What one optimizer step processes, and in which precision."""
 
-    global_batch: PositiveInt = Field(description="Sequences per optimizer step.")
+    global_batch: PositiveInt = Field(
+        le=1_048_576,
+        description="Sequences per optimizer step (at most 1,048,576 = 2^20: billions of tokens per step, "
+        "past any published run; larger ones overflow the solver's 64-bit integer step times).",
+    )
     seq_len: PositiveInt | None = Field(None, description="Override of the LLM's sequence length (tokens).")
     precision: Precision = Field(Precision.BF16, description="Datatype of matrix math and activations.")
     grad_precision: Precision = Field(
