@@ -124,6 +124,15 @@ def test_a_missing_base_file_is_reported_at_the_study_line(tmp_path, capsys):
     assert f"{s}:2: base: nonexistent.yaml: no such file" in capsys.readouterr().err
 
 
+def test_a_base_name_the_file_system_refuses_is_reported_at_the_study_line(tmp_path, capsys):
+    """A base of 5,000 characters (found by the fuzzer: OSError 'File name too long' from a traceback)."""
+    s = tmp_path / "s.yaml"
+    s.write_text(f"name: t\nbase: {'x' * 5000}\naxes: {{num_gpus: [8]}}\n")
+    assert main(["study", str(s), "-o", str(tmp_path / "t.csv")]) == 2
+    err = capsys.readouterr().err
+    assert f"{s}:2: base: " in err and "not a file name (File name too long)" in err and "Traceback" not in err
+
+
 def test_pooled_points_are_submitted_a_window_at_a_time():
     from concurrent.futures import ThreadPoolExecutor
 

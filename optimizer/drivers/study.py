@@ -70,8 +70,17 @@ def load_study(path: str | Path):
     if isinstance(study.base, str):
         base_path = Path(path).parent / study.base
         where = doc.where.get(("base",), (doc.file, None))
-        if not base_path.exists():
-            raise ProblemError(where[0], where[1], "base", f"{study.base}: no such file")
+        try:
+            there = base_path.exists()
+        except (OSError, ValueError) as e:  # a name the file system refuses (too long, a NUL byte)
+            raise ProblemError(
+                where[0],
+                where[1],
+                "base",
+                f"{study.base[:200]}: not a file name ({getattr(e, 'strerror', None) or e})",
+            ) from None
+        if not there:
+            raise ProblemError(where[0], where[1], "base", f"{study.base[:200]}: no such file")
         try:
             base = read_yaml(base_path)
         except ProblemError as e:
