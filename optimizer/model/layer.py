@@ -1126,12 +1126,14 @@ def host_floor_s(k: Knobs, blk: BlockCost) -> tuple:
     The layer reads its routed token counts on the host once per forward (Megatron-Core TEGroupedMLP.forward
     `tokens_per_expert.tolist()`, the dispatchers' cuda_sync_point), so the host cannot run ahead of it and
     the forward takes at least the host time to issue it (MOE_HOST_FW_S, less what CUDA graphs replay). With
-    the all-to-all overlap the forward runs merged with another micro-batch's backward, whose GPU work covers
-    the host too. Full recompute issues the forward again."""
+    the all-to-all overlap (Megatron-Core's combined 1F1B) the forward runs merged with another micro-batch's
+    backward, but that backward does not cover the host: the same Python thread issues it sub-module by
+    sub-module between the forward's (attention, dispatch, experts, combine), so it adds host work with its GPU
+    work, and the forward's routing sync drains the stream of the backward kernels queued before it. The
+    floor is the forward's alone, as without the overlap (an estimate of the issue order, not a measured host
+    time of the merged backward). Full recompute issues the forward again."""
     host = MOE_HOST_FW_S * GRAPH_HOST_SHARE[np.asarray(k.cuda_graphs, dtype=int)]
-    # the GPU's critical path while the host issues
-    gpu = blk.fw_total + np.where(ep_overlapped(k), blk.bw_total, 0.0)
-    host_fw = np.maximum(host - gpu, 0.0)
+    host_fw = np.maximum(host - blk.fw_total, 0.0)  # the GPU's critical path while the host issues
     return host_fw, np.where(k.recompute == 2, host_fw, 0.0)
 
 
