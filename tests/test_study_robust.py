@@ -130,7 +130,9 @@ def test_a_base_name_the_file_system_refuses_is_reported_at_the_study_line(tmp_p
     s.write_text(f"name: t\nbase: {'x' * 5000}\naxes: {{num_gpus: [8]}}\n")
     assert main(["study", str(s), "-o", str(tmp_path / "t.csv")]) == 2
     err = capsys.readouterr().err
-    assert f"{s}:2: base: " in err and "not a file name (File name too long)" in err and "Traceback" not in err
+    assert (
+        f"{s}:2: base: " in err and "not a file name (File name too long)" in err and "Traceback" not in err
+    )
 
 
 def test_pooled_points_are_submitted_a_window_at_a_time():

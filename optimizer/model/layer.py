@@ -1128,8 +1128,8 @@ def host_floor_s(k: Knobs, blk: BlockCost) -> tuple:
     the forward takes at least the host time to issue it (MOE_HOST_FW_S, less what CUDA graphs replay). With
     the all-to-all overlap (Megatron-Core's combined 1F1B) the forward runs merged with another micro-batch's
     backward, but that backward does not cover the host: the same Python thread issues it sub-module by
-    sub-module between the forward's (attention, dispatch, experts, combine), so it adds host work with its GPU
-    work, and the forward's routing sync drains the stream of the backward kernels queued before it. The
+    sub-module between the forward's (attention, dispatch, experts, combine), so it adds host work with its
+    GPU work, and the forward's routing sync drains the stream of the backward kernels queued before it. The
     floor is the forward's alone, as without the overlap (an estimate of the issue order, not a measured host
     time of the merged backward). Full recompute issues the forward again."""
     host = MOE_HOST_FW_S * GRAPH_HOST_SHARE[np.asarray(k.cuda_graphs, dtype=int)]
