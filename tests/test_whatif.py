@@ -67,3 +67,32 @@ def test_robust_plan_is_best_worst_case_over_the_space(tmp_path):
         worst = max(evaluate_execution(c, p.evaluation.execution).result["step_time"] for c in corners)
         assert rb.robust_worst_s <= worst * (1 + 1e-9)
     assert abs(rb.regret_s - (rb.nominal_worst_s - rb.robust_worst_s)) < 1e-12
+
+
+def test_the_time_limit_bounds_the_whole_command(tmp_path, monkeypatch):
+    """Once the command's time limit has passed (a clock that jumps 1000 s after the base solve), no lever
+    and no robust plan is solved: each says so (status time_limit, "not evaluated"), none claims "nothing
+    fits"."""
+    import itertools
+
+    import optimizer.drivers.whatif as wi
+    from optimizer.report.whatif import render
+
+    path = tmp_path / "p.yaml"
+    path.write_text(BASE)
+    p = load_problem(path)
+    real = wi.time.perf_counter
+    start = real()
+    ticks = itertools.count()
+
+    class Clock:
+        @staticmethod
+        def perf_counter():
+            return start if next(ticks) == 0 else real() + 1000.0
+
+    monkeypatch.setattr(wi, "time", Clock)
+    r = whatif(p, time_limit_s=60.0)
+    assert r.levers and all(x.status == "time_limit" and x.step_s is None for x in r.levers)
+    assert r.robust.status == "time_limit" and r.robust.robust_plan is None
+    text = render(p, r)
+    assert "nothing fits" not in text and text.count("not evaluated: the time limit passed") == len(r.levers)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import time
 from dataclasses import dataclass
 
 from optimizer.errors import Infeasible, TimeLimit
@@ -119,6 +120,9 @@ class LeverValue:
     saved_gpus: int | None = None
     # how much the objective's score (`optimizer.prepare.objective.score`) improves: the ranking
     score_saved: float | None = None
+    # optimal | feasible (the solve's status); infeasible (nothing fits, proven); time_limit (the command's
+    # time limit passed before a plan: not evaluated, or none found)
+    status: str = "optimal"
 
 
 @dataclass(frozen=True)
@@ -159,13 +163,20 @@ class WhatifResult:
 def whatif(
     problem: Problem, pct: float = 20.0, top: int = 10, band: float = 0.1, time_limit_s: float = 60.0
 ) -> WhatifResult:
-    """Each resource's value and the robust plan (module docstring); `time_limit_s`: of each solve."""
+    """Each resource's value and the robust plan (module docstring); `time_limit_s` bounds the whole
+    command: each solve gets what is left of it, and a lever (or the robust plan) reached after it passed is
+    reported as not evaluated (status time_limit)."""
     from optimizer.drivers.solve import solve
     from optimizer.prepare.objective import gpus_used
     from optimizer.progress import progress
 
     if not 0 < band < 1:  # NaN fails too
         raise ValueError(f"band must be a fraction in (0, 1), got {band!r}")
+    deadline = time.perf_counter() + time_limit_s
+
+    def left() -> float:
+        return deadline - time.perf_counter()
+
     base = solve(problem, top=top, time_limit_s=time_limit_s)
     t0 = base.plans[0].evaluation.result["step_time"]
     n0 = gpus_used(base.plans[0].evaluation.execution)
@@ -174,36 +185,50 @@ def whatif(
     with progress("whatif: resources", len(lv)) as step:
         for lever in lv:
             step()
-            rows.append(_lever_value(lever, t0, n0, time_limit_s))
+            rows.append(_lever_value(lever, t0, n0, left))
             if lever.reference is not None and rows[-1].step_s is not None:
-                rows[-1] = _lever_value(lever, *_best(lever.reference, time_limit_s), time_limit_s)
+                try:
+                    ref = _best(lever.reference, left)
+                except (Infeasible, TimeLimit):
+                    rows[-1] = dataclasses.replace(rows[-1], status="time_limit", step_s=None, saved_s=None)
+                    continue
+                rows[-1] = _lever_value(lever, *ref, left)
     # most valuable first under the problem's objective (its score, as the solver ranks plans); then the
     # step time saved; nothing found last
     rows.sort(key=lambda r: (r.score_saved is None, -(r.score_saved or 0.0), -(r.saved_s or 0.0)))
-    return WhatifResult(t0, pct, rows, robust(problem, base, band, time_limit_s))
+    return WhatifResult(t0, pct, rows, robust(problem, base, band, left()))
 
 
-def _best(problem: Problem, time_limit_s: float) -> tuple[float, int]:
-    """The best plan's step time (s) and GPUs used."""
+def _best(problem: Problem, left) -> tuple[float, int]:
+    """The best plan's step time (s) and GPUs used; `left()`: seconds left of the command's limit
+    (TimeLimit when none)."""
     from optimizer.drivers.solve import solve
     from optimizer.prepare.objective import gpus_used
 
-    ev = solve(problem, time_limit_s=time_limit_s).plans[0].evaluation
+    if left() <= 0:
+        raise TimeLimit("the command's time limit passed")
+    ev = solve(problem, time_limit_s=left()).plans[0].evaluation
     return ev.result["step_time"], gpus_used(ev.execution)
 
 
-def _lever_value(lever: Lever, t0: float, n0: int, time_limit_s: float) -> LeverValue:
-    """The lever's problem solved under its objective, against the base's step t0 (s) on n0 GPUs."""
+def _lever_value(lever: Lever, t0: float, n0: int, left) -> LeverValue:
+    """The lever's problem solved under its objective, against the base's step t0 (s) on n0 GPUs, within
+    `left()` seconds (not solved when none is left)."""
     from optimizer.drivers.solve import solve
     from optimizer.prepare.objective import gpus_used, score
 
+    if left() <= 0:
+        return LeverValue(lever.name, None, None, None, status="time_limit")
     try:
-        ev = solve(lever.problem, time_limit_s=time_limit_s).plans[0].evaluation
-    except (Infeasible, TimeLimit):
-        return LeverValue(lever.name, None, None, None)
+        r = solve(lever.problem, time_limit_s=left())
+    except Infeasible:
+        return LeverValue(lever.name, None, None, None, status="infeasible")
+    except TimeLimit:
+        return LeverValue(lever.name, None, None, None, status="time_limit")
+    ev = r.plans[0].evaluation
     t, n = ev.result["step_time"], gpus_used(ev.execution)
     saved = float(score(lever.problem, n0, t0)) - float(score(lever.problem, n, t))
-    return LeverValue(lever.name, t, t0 - t, 100 * (t0 - t) / t0, n, n0 - n, saved)
+    return LeverValue(lever.name, t, t0 - t, 100 * (t0 - t) / t0, n, n0 - n, saved, r.status)
 
 
 def _corner(problem: Problem, g: float, h: float, n: float) -> Problem:
@@ -239,21 +264,23 @@ def robust(problem: Problem, base, band: float, time_limit_s: float = 60.0) -> R
     nominal = base.plans[0].evaluation.execution
     nominal_worst = evaluate_execution(low, nominal).result["step_time"]
     try:
+        if time_limit_s <= 0:
+            raise TimeLimit("not solved: the command's time limit passed before it")
         r = solve(low, time_limit_s=time_limit_s)
     except (Infeasible, TimeLimit) as e:
         status = "time_limit" if isinstance(e, TimeLimit) else "infeasible"
         return RobustPlan(
-            band,
-            len(base.plans),
-            status,
-            bool(worst_low),
-            nominal_worst,
-            None,
-            None,
-            False,
-            None,
-            None,
-            str(e),
+            band=band,
+            plans=len(base.plans),
+            status=status,
+            worst_corner_is_low=bool(worst_low),
+            nominal_worst_s=nominal_worst,
+            robust_worst_s=None,
+            robust_plan=None,
+            robust_is_nominal=False,
+            regret_s=None,
+            robust_nominal_s=None,
+            note=str(e),
         )
     ex = r.plans[0].evaluation.execution
     robust_worst = r.plans[0].evaluation.result["step_time"]

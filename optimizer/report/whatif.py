@@ -18,13 +18,15 @@ def render(problem: Problem, r: WhatifResult) -> str:
     fewest = problem.objective.goal.value == "fewest_gpus"
     for x in r.levers:
         if x.step_s is None:
-            v = "nothing fits"
+            v = "nothing fits" if x.status == "infeasible" else "not evaluated: the time limit passed"
         elif fewest and x.gpus is not None:
             v = f"{x.gpus} GPUs ({x.step_s:.4g} s)  saves {x.saved_gpus} GPUs"
         else:
             v = f"{x.step_s:.4g} s  saves {x.saved_pct:5.1f}%"
             if x.name.startswith("GPUs") and x.saved_gpus == 0 and abs(x.saved_pct or 0.0) < 0.05:
                 v += f" (its best plan still uses {x.gpus} GPUs: no layout on the added ones is faster)"
+        if x.status == "feasible":
+            v += " (the best found when the time limit passed, not proven)"
         out.append(f"  {x.name:40s} {v}")
     rb = r.robust
     if rb.robust_plan is None:
