@@ -363,3 +363,61 @@ def test_a_model_overflowing_64_bits_is_bad_input_not_a_bug():
     e = invalid_model("var #36 domain do not fall in [-kint64max / 2, kint64max / 2]. name: pair.ovl3")
     assert e.exit_code == 2 and "overflow CP-SAT's 64-bit integers" in str(e)
     assert invalid_model("constraint #3 refers to var #99").exit_code == 5
+
+
+TWO_TYPES = """name: two-types
+llm: llama3.1-8b
+catalog:
+  name: two
+  node_types:
+    - {name: h200, system: h200-sxm-141gb, price_usd: 330000, power_kw: 10.2, max_nodes: 2}
+    - {name: h100-80g, system: h100-sxm-80gb, price_usd: 280000, power_kw: 10.2, max_nodes: 2}
+training: {global_batch: 64, precision: bf16, tokens: 10.0e+9}
+procure: {goal: throughput, pricing: capex, budget_usd: 2.0e+6}
+"""
+
+
+@pytest.mark.parametrize("solved_before", [1, 0])
+def test_procure_time_limit_bounds_every_phase(tmp_path, monkeypatch, solved_before):
+    """A clock that jumps past the limit after `solved_before` node types: the types not reached say so
+    (status time_limit, "not solved within the time limit"), the answer is feasible (not optimal); with none
+    solved it is exit 4, never exit 3 "nothing fits"."""
+    import optimizer.drivers.procure as drv
+    from optimizer.drivers.procure import procure
+    from optimizer.errors import TimeLimit
+    from optimizer.io.loader import load_procure
+    from optimizer.report.procure import render
+
+    monkeypatch.setenv("PARAPLAN_WORKERS", "1")  # one process: the patched clock is the one that is read
+    real = drv.time.time
+    jumped = {"n": 0, "calls": 0}
+
+    class Clock:
+        perf_counter = staticmethod(drv.time.perf_counter)
+
+        @staticmethod
+        def time():  # the first read sets the deadline; later ones jump once `solved_before` types solved
+            jumped["calls"] += 1
+            late = jumped["calls"] > 1 and jumped["n"] >= solved_before
+            return real() + (1000.0 if late else 0.0)
+
+    real_best = drv.best_of_type
+
+    def counting(*a, **k):
+        out = real_best(*a, **k)
+        jumped["n"] += 1
+        return out
+
+    monkeypatch.setattr(drv, "time", Clock)
+    monkeypatch.setattr(drv, "best_of_type", counting)
+    path = tmp_path / "p.yaml"
+    path.write_text(TWO_TYPES)
+    pp = load_procure(path)
+    if solved_before == 0:
+        with pytest.raises(TimeLimit, match="not a proof that nothing fits"):
+            procure(pp, time_limit_s=60.0)
+        return
+    r = procure(pp, time_limit_s=60.0)
+    assert r.status == "feasible" and r.best is not None
+    assert [x.status for x in r.rows].count("time_limit") == 1
+    assert "not solved within the time limit" in render(r)

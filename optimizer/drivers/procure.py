@@ -41,6 +41,22 @@ from optimizer.schema.problem import Goal, Objective
 from optimizer.schema.procure import ProcureGoal, ProcureProblem
 
 
+@dataclass(frozen=True)
+class Deadline:
+    """The end of the command's time limit as a wall-clock time (`time.time()`, s: worker processes read
+    the same clock), so that every solve of every phase gets only what is left of one `--time-limit`."""
+
+    at: float
+
+    @staticmethod
+    def after(seconds: float) -> Deadline:
+        return Deadline(time.time() + seconds)
+
+    def left(self) -> float:
+        """Seconds left (<= 0: passed)."""
+        return self.at - time.time()
+
+
 @dataclass
 class ProcureResult:
     problem: ProcureProblem
@@ -72,15 +88,18 @@ def procure(pp: ProcureProblem, pareto: bool = False, time_limit_s: float = 60.0
         if not (pp.procure.calibrated_only and t.system.calibration.status() == "prior")
     ]
     with TypePool(todo) as pool:
-        return _procure(pp, pareto, time_limit_s, t0, cache, limits, todo, pool)
+        return _procure(pp, pareto, Deadline.after(time_limit_s), t0, cache, limits, todo, pool)
 
 
-def _procure(pp, pareto, time_limit_s, t0, cache, limits, todo, pool) -> ProcureResult:
+def _procure(pp, pareto, dl: Deadline, t0, cache, limits, todo, pool) -> ProcureResult:
+    """The phases (per type, pipelined mix, data-parallel mixes, Pareto front), each solve within what is
+    left of the deadline `dl`; a phase cut short by it leaves a note and the status feasible, and no plan
+    at all is TimeLimit (exit 4), never "nothing fits"."""
     rows: list[TypeRow] = []
     solved = {}
     with progress("procure: node types", len(todo)) as step:
         for name, out in per_type(
-            pp, todo, "best", {t.name: limits[t.name][0] for t in todo}, time_limit_s, cache, step, pool
+            pp, todo, "best", {t.name: limits[t.name][0] for t in todo}, dl, cache, step, pool
         ):
             solved[name] = out
     for t in pp.catalog.node_types:
@@ -91,46 +110,68 @@ def _procure(pp, pareto, time_limit_s, t0, cache, limits, todo, pool) -> Procure
         pur = purchase_of(pp, [grp], grp.step_time_s) if grp else None
         rows.append(TypeRow(t, n, why, pur, size, status))
     cands = [r.purchase for r in rows if r.purchase is not None]
-    timed_out = None  # the pipelined-mix search ran out of time before finding any
+    # a type whose solve the time limit stopped before any plan: unknown, not "nothing fits"
+    timed_out = [r.node_type.name for r in rows if r.status == "time_limit"]
     res = ProcureResult(pp, None, rows, sum(r.candidates for r in rows), 0.0, "infeasible")
+    if timed_out:
+        res.notes.append(f"node types not solved within the time limit: {', '.join(timed_out)}")
+    cut = bool(timed_out)  # some phase was cut short by the deadline
     if pp.procure.max_types >= 2 and pp.procure.heterogeneous.value in ("pipeline", "all"):
-        from optimizer.drivers.pipeline_mix import procure_pipeline
-
-        try:
-            res.pipeline = procure_pipeline(pp, rows, time_limit_s=time_limit_s, notes=res.notes)
-        except TimeLimit as e:
-            timed_out = e
-            res.notes.append(f"{e} (a longer --time-limit may find one)")
-        if res.pipeline is not None:
-            cands.append(res.pipeline.purchase)
+        cut |= _pipeline_phase(pp, rows, res, cands, dl)
     if pp.procure.max_types >= 2 and pp.procure.heterogeneous.value in ("data", "all"):
         from optimizer.drivers.hetero import best_mix
 
         mix, n_mix = best_mix(
             pp,
             rows,
-            time_limit_s=time_limit_s,
+            time_limit_s=max(0.01, dl.left()),
             cache=cache,
-            solve_group=lambda t, n, b: pool.run("group", pp, t, (n, b), time_limit_s, cache),
+            solve_group=lambda t, n, b: pool.run("group", pp, t, (n, b), dl, cache),
         )
         res.mixes_considered = n_mix
         if mix is not None:
             cands.append(mix)
+        if dl.left() <= 0:
+            cut = True
+            res.notes.append("two-type mixes: the time limit passed before every mix was solved")
     if cands:
         res.best = min(cands, key=lambda p: rank_key(pp, p))
         statuses = {r.status for r in rows if r.purchase is not None}
         if res.pipeline is not None:
             statuses.add(res.pipeline.solution.status)
-        res.status = "optimal" if statuses <= {"optimal"} and timed_out is None else "feasible"
-    elif timed_out is not None:
-        raise TimeLimit(f"procure: no single-type purchase or data-parallel mix fits, and the {timed_out}")
+        res.status = "optimal" if statuses <= {"optimal"} and not cut else "feasible"
+    elif cut:
+        raise TimeLimit(
+            "procure: the time limit passed before any purchase was found ("
+            + "; ".join(res.notes)
+            + "): not "
+            "a proof that nothing fits; raise --time-limit"
+        )
     res.runner_up_note = _within_bands(res)
     if pareto:
         res.pareto = pareto_front(
-            pp, time_limit_s=time_limit_s, cache=cache, pool=pool, include=[res.best] if res.best else []
+            pp, cache=cache, pool=pool, include=[res.best] if res.best else [], deadline=dl, notes=res.notes
         )
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def _pipeline_phase(pp, rows, res: ProcureResult, cands: list, dl: Deadline) -> bool:
+    """The pipelined mix within what is left of `dl` (its purchase appended to `cands`); True when the
+    time limit cut it short."""
+    from optimizer.drivers.pipeline_mix import procure_pipeline
+
+    if dl.left() <= 0:
+        res.notes.append("pipelined mixes not searched: the time limit passed before them")
+        return True
+    try:
+        res.pipeline = procure_pipeline(pp, rows, time_limit_s=dl.left(), notes=res.notes)
+    except TimeLimit as e:
+        res.notes.append(f"{e} (a longer --time-limit may find one)")
+        return True
+    if res.pipeline is not None:
+        cands.append(res.pipeline.purchase)
+    return False
 
 
 def pareto_front(
@@ -140,12 +181,16 @@ def pareto_front(
     cache: TablesCache | None = None,
     pool: TypePool | None = None,
     include: list[Purchase] | None = None,
+    deadline: Deadline | None = None,
+    notes: list[str] | None = None,
 ) -> list[Purchase]:
     """Cost against time to train: for budgets from the cheapest purchase that fits to the problem's budget,
     the fastest single-type purchase within each (each a proven optimum for its budget), and the purchases
     `include` (procure's best: a mix or pipeline at the problem's budget), dominated points removed.
     Each node type's work (its cheapest fitting purchase, then its best within every budget) is independent
-    of the others' and runs in parallel over types (`per_type`)."""
+    of the others' and runs in parallel over types (`per_type`). `deadline` (default: `time_limit_s` from
+    now) bounds all of it; a front cut short by it says so in `notes`."""
+    dl = deadline or Deadline.after(time_limit_s)
     types = [
         t
         for t in pp.catalog.node_types
@@ -161,7 +206,7 @@ def pareto_front(
             types,
             "fewest",
             {t.name: node_limit(pp, t)[0] for t in types},
-            time_limit_s,
+            dl,
             cache,
             step,
             pool,
@@ -185,7 +230,7 @@ def pareto_front(
             live,
             "budgets",
             {t.name: (budgets, min_nodes[t.name]) for t in live},
-            time_limit_s,
+            dl,
             cache,
             step,
             pool,
@@ -196,6 +241,8 @@ def pareto_front(
         cands = [purchase_of(pp, [g], g.step_time_s) for g in per_budget[b]]
         if cands:
             found.append(min(cands, key=lambda p: (p.step_time_s, p.cost_usd)))
+    if dl.left() <= 0 and notes is not None:
+        notes.append("Pareto front: the time limit passed before every budget was solved (points missing)")
     front: list[Purchase] = []
     for p in sorted(found, key=lambda p: (p.cost_usd, p.step_time_s)):
         if not front or p.step_time_s < front[-1].step_time_s * (1 - 1e-9):
@@ -203,11 +250,11 @@ def pareto_front(
     return front
 
 
-def type_within_budgets(pp, t, budgets, min_nodes: int, time_limit_s, cache) -> list[tuple[float, Group]]:
+def type_within_budgets(pp, t, budgets, min_nodes: int, dl: Deadline, cache) -> list[tuple[float, Group]]:
     """Type t's fastest purchase within each budget, from the largest budget down: an optimum under a larger
     budget that is also within a smaller one (its nodes and its cost) is that budget's optimum too (the
     smaller budget's purchases are a subset), so it is reused without a solve; a budget below the type's
-    fewest fitting nodes is skipped."""
+    fewest fitting nodes is skipped, and so is every budget still to solve once the deadline `dl` passed."""
     fast_goal = ProcureGoal.TIME_TO_TRAIN if pp.training.tokens else ProcureGoal.THROUGHPUT
     solved: list[Group] = []
     out = []
@@ -224,8 +271,10 @@ def type_within_budgets(pp, t, budgets, min_nodes: int, time_limit_s, cache) -> 
             None,
         )
         if grp is None:
+            if dl.left() <= 0:
+                break
             grp, _, _ = best_of_type(
-                pp, t, n, budget_usd=b * (1 + 1e-9), goal=fast_goal, time_limit_s=time_limit_s, cache=cache
+                pp, t, n, budget_usd=b * (1 + 1e-9), goal=fast_goal, time_limit_s=dl.left(), cache=cache
             )
             if grp is None:
                 continue
@@ -238,26 +287,35 @@ def type_within_budgets(pp, t, budgets, min_nodes: int, time_limit_s, cache) -> 
 _WORKER_CACHE: TablesCache | None = None
 
 
-def _job(kind: str, pp: ProcureProblem, t, arg, time_limit_s: float, cache: TablesCache):
-    if kind == "best":
-        return best_of_type(pp, t, arg, time_limit_s=time_limit_s, cache=cache)
-    if kind == "group":  # (nodes, global batch): a DP mix's group
-        nodes, batch = arg
-        return best_of_type(pp, t, nodes, global_batch=batch, time_limit_s=time_limit_s, cache=cache)
-    if kind == "fewest":
+def _job(kind: str, pp: ProcureProblem, t, arg, dl: Deadline, cache: TablesCache):
+    """One type's work of a phase within what is left of `dl`: once it passed, or when the solve stops
+    before any plan, "best" and "group" answer (None, 0, "time_limit"), "fewest" None, "budgets" what it
+    solved."""
+    left = dl.left()
+    if kind == "budgets":
+        budgets, min_nodes = arg
+        return type_within_budgets(pp, t, budgets, min_nodes, dl, cache)
+    if left <= 0:
+        return None if kind == "fewest" else (None, 0, "time_limit")
+    try:
+        if kind == "best":
+            return best_of_type(pp, t, arg, time_limit_s=left, cache=cache)
+        if kind == "group":  # (nodes, global batch): a DP mix's group
+            nodes, batch = arg
+            return best_of_type(pp, t, nodes, global_batch=batch, time_limit_s=left, cache=cache)
         fewest = Objective(goal=Goal.FEWEST_GPUS, max_step_time_s=0.99 * BIG_S)  # any speed
-        return best_of_type(pp, t, arg, objective=fewest, time_limit_s=time_limit_s, cache=cache)[0]
-    budgets, min_nodes = arg
-    return type_within_budgets(pp, t, budgets, min_nodes, time_limit_s, cache)
+        return best_of_type(pp, t, arg, objective=fewest, time_limit_s=left, cache=cache)[0]
+    except TimeLimit:
+        return None if kind == "fewest" else (None, 0, "time_limit")
 
 
 def _chunk(args):
     """A worker's share: its types in order, with one tables cache for the process (types that differ only in
     memory capacities share tables, so they are given to the same worker)."""
     global _WORKER_CACHE
-    kind, pp, types, args_by_name, time_limit_s = args
+    kind, pp, types, args_by_name, dl = args
     _WORKER_CACHE = _WORKER_CACHE or TablesCache()
-    return [(t.name, _job(kind, pp, t, args_by_name[t.name], time_limit_s, _WORKER_CACHE)) for t in types]
+    return [(t.name, _job(kind, pp, t, args_by_name[t.name], dl, _WORKER_CACHE)) for t in types]
 
 
 def workers_for(n: int) -> int:
@@ -299,15 +357,11 @@ class TypePool:
                 load[k] += len(grp)
         self.ex = [process_pool(1) for _ in range(self.w)]
 
-    def run(self, kind: str, pp: ProcureProblem, t, arg, time_limit_s: float, cache: TablesCache):
+    def run(self, kind: str, pp: ProcureProblem, t, arg, dl: Deadline, cache: TablesCache):
         """One job on the type's own worker (its tables are there), or here when serial."""
         if self.w == 1 or t.name not in self.home:
-            return _job(kind, pp, t, arg, time_limit_s, cache)
-        return (
-            self.ex[self.home[t.name]]
-            .submit(_chunk, (kind, pp, [t], {t.name: arg}, time_limit_s))
-            .result()[0][1]
-        )
+            return _job(kind, pp, t, arg, dl, cache)
+        return self.ex[self.home[t.name]].submit(_chunk, (kind, pp, [t], {t.name: arg}, dl)).result()[0][1]
 
     def close(self) -> None:
         for e in self.ex:
@@ -326,7 +380,7 @@ def per_type(
     types: list,
     kind: str,
     args_by_name: dict,
-    time_limit_s: float,
+    dl: Deadline,
     cache: TablesCache,
     step=None,
     pool: TypePool | None = None,
@@ -335,7 +389,7 @@ def per_type(
     serially with `cache`."""
     if pool is None or pool.w == 1:
         for t in types:
-            out = _job(kind, pp, t, args_by_name[t.name], time_limit_s, cache)
+            out = _job(kind, pp, t, args_by_name[t.name], dl, cache)
             if step:
                 step()
             yield t.name, out
@@ -346,7 +400,7 @@ def per_type(
     for t in types:
         chunks.setdefault(pool.home[t.name], []).append(t)
     futs = [
-        pool.ex[k].submit(_chunk, (kind, pp, c, {t.name: args_by_name[t.name] for t in c}, time_limit_s))
+        pool.ex[k].submit(_chunk, (kind, pp, c, {t.name: args_by_name[t.name] for t in c}, dl))
         for k, c in chunks.items()
     ]
     for f in as_completed(futs):

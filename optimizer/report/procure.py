@@ -211,7 +211,8 @@ def _render_types(r: ProcureResult) -> list[str]:
             out.append(f"{head}  excluded: prior-only system (procure.calibrated_only)")
             continue
         if x.purchase is None:
-            out.append(f"{head}  nothing fits  [{cal}]")
+            what = "not solved within the time limit" if x.status == "time_limit" else "nothing fits"
+            out.append(f"{head}  {what}  [{cal}]")
             continue
         p = x.purchase
         days = f"{p.days_to_train:7.1f}" if p.days_to_train is not None else "      -"
