@@ -146,6 +146,18 @@ def test_check_with_a_precision_list(tmp_path, capsys):
     assert "checked in" in out + err
 
 
+def test_check_with_a_precision_list_and_no_legal_layout(tmp_path, capsys):
+    """No layout is legal at any precision (37 GPUs): the reason is the rules, explained as such (the
+    fuzzer found it reported as memory, then a traceback looking for the smallest-memory plan)."""
+    body = (
+        "name: no-layout\nllm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 37\n"
+        "training: {global_batch: 64, precision: bf16}\nsearch: {precision: [bf16, fp8]}\n"
+    )
+    rc, out, err, _ = run(tmp_path, capsys, body, command="check")
+    assert rc == 3 and "Traceback" not in err, err
+    assert "no legal plan" in out and "rules.gpus" in out
+
+
 MIXTRAL = {
     "model_type": "mixtral",
     "hidden_act": "silu",

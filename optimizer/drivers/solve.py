@@ -78,6 +78,7 @@ def _solve_precisions(problem: Problem, precs: list, kw: dict) -> SolveResult:
     # (`search_rules`)
     search = {k: v for k, v in problem.user_search_rules().items() if k != "precision"}
     best, best_score, notes, candidates, statuses = None, None, [], 0, set()
+    reasons: set[Reason] = set()
     for pr in precs:
         if problem.system.peak_tflops(pr) is None:
             notes.append(
@@ -94,6 +95,7 @@ def _solve_precisions(problem: Problem, precs: list, kw: dict) -> SolveResult:
             r = solve(q, **kw)
         except Infeasible as e:
             notes.append(f"precision {pr.value}: nothing fits ({e.reason})")
+            reasons.add(e.reason)
             continue
         candidates += r.candidates
         statuses.add(r.status)
@@ -102,8 +104,9 @@ def _solve_precisions(problem: Problem, precs: list, kw: dict) -> SolveResult:
         notes.append(f"precision {pr.value}: step time {ev.result['step_time']:.4g} s ({r.status})")
         if best_score is None or sc < best_score:
             best, best_score = r, sc
-    if best is None:
-        raise Infeasible("nothing fits at any precision searched: " + "; ".join(notes), reason=Reason.MEMORY)
+    if best is None:  # the reason closest to a fit: a target missed, else memory, else the rules at every one
+        why = next((r for r in (Reason.TARGET, Reason.MEMORY) if r in reasons), Reason.RULES)
+        raise Infeasible("nothing fits at any precision searched: " + "; ".join(notes), reason=why)
     chosen = best.plans[0].evaluation.problem.training.precision.value
     best.notes = (
         [f"precision searched over {', '.join(p.value for p in precs)}: {chosen} is fastest"]
