@@ -269,18 +269,18 @@ def test_hgx_blackwell_is_its_rack_part_at_its_own_clock_leave_one_out():
 PROCURE = """name: p
 llm: {name: tiny, hidden: 2048, ffn: 8192, layers: 16, heads: 16, seq_len: 2048, vocab: 32000}
 training: {global_batch: 64, precision: bf16}
-procure: {goal: throughput, budget_usd: 1.0e+6, max_nodes: 2, calibrated_only: CAL}
+procure: {goal: throughput, budget_usd: 1.0e+6, max_nodes: 4, calibrated_only: CAL}
 catalog:
   name: test
   node_types:
-    - {name: h100, system: h100-sxm-80gb, price_usd: 300000}
+    - {name: h100, system: h100-sxm-80gb, price_usd: 500000}
     - {name: mi300x, system: mi300x, price_usd: 100000}
 """
 
 
 def test_procure_flags_and_can_exclude_prior_only_types(tmp_path):
-    """MI300X (prior efficiencies, cheaper) wins silently on main; now the answer says it is prior-only,
-    and procure.calibrated_only: true leaves only the calibrated H100."""
+    """MI300X (prior efficiencies, a fifth of the price: twice the nodes) wins; the answer says it is
+    prior-only, and procure.calibrated_only: true leaves only the calibrated H100."""
     from optimizer.drivers.procure import procure
     from optimizer.io.loader import load_procure
     from optimizer.report.procure import render, result_dict
@@ -301,7 +301,7 @@ def test_procure_flags_and_can_exclude_prior_only_types(tmp_path):
     from optimizer.schema.system import PRIOR_BAND_PCT
 
     assert bands["mi300x"] == PRIOR_BAND_PCT
-    assert [g.node_type.name for g in loose.best.groups] == ["mi300x"]  # cheaper, prior 0.85 efficiencies
+    assert [g.node_type.name for g in loose.best.groups] == ["mi300x"]  # 4 nodes against 2
     assert "WARNING: the best purchase uses prior-only node type(s) mi300x" in text
     assert all(g.node_type.name == "h100" for g in strict.best.groups)
     assert "excluded: prior-only system" in render(strict)
