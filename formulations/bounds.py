@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from formulations.pairs import compose, pair_columns, state_min
-from formulations.tables import TIME_UNIT, Tables, knob_grid
+from formulations.tables import TIME_UNIT, Tables, knob_grid, or_masks
 from optimizer.model.capacity import feasible
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate
@@ -109,10 +109,9 @@ def triple_cols(T: Tables, tri: np.ndarray):
     li, mi = tri[:, 0], tri[:, 2]
     # the rows the triples read: (group, micro-batch) x the settings their layouts allow
     g_all = T.L["tpcp"][li] * nM + mi
-    g_rows, g = np.unique(g_all, return_inverse=True)
-    allowed = np.zeros((len(g_rows), nS_all), dtype=bool)
-    bits = ((T.L["rso"][li][:, None] >> np.arange(nS_all, dtype=np.int64)) & 1).astype(bool)
-    np.logical_or.at(allowed, g, bits)
+    g_rows, mask = or_masks(g_all, T.L["rso"][li])
+    g = np.searchsorted(g_rows, g_all)
+    allowed = ((mask[:, None] >> np.arange(nS_all, dtype=np.int64)) & 1).astype(bool)
     big = np.iinfo(np.int64).max
 
     def gmin(arr: np.ndarray, extra: int = 1) -> np.ndarray:

@@ -366,18 +366,28 @@ def block_settings(c: Compact, vals: dict) -> np.ndarray:
     return out
 
 
+def or_masks(keys: np.ndarray, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct `keys` (ascending) and, per key, the bitwise OR of its rows' `masks`."""
+    if len(keys) == 0:
+        return keys, masks
+    order = np.argsort(keys, kind="stable")
+    k, m = keys[order], masks[order]
+    uniq, start = np.unique(k, return_index=True)
+    return uniq, np.bitwise_or.reduceat(m, start)
+
+
 def _needed_blocks(lay: dict, L0: dict, legal: np.ndarray, nG: int, nM: int, n_set: int):
     """Which block rows a legal triple reads: those of its layout's group and its micro-batch, at the
     settings its layout allows (`block_settings`); per PP tier, those read at pp > 1 (the exchange and the
     head) and with embedding/loss slots. Rows no triple reads are not evaluated (they stay 0)."""
     li, mi = legal[:, 0], legal[:, 2]
     gm = L0["tpcp"][li] * nM + mi
-    ok_set = ((L0["rso"][li][:, None] >> np.arange(n_set, dtype=np.int64)) & 1).astype(bool)
 
     def rows(sel: np.ndarray) -> np.ndarray:
-        need = np.zeros((nG * nM, n_set), dtype=bool)
-        np.logical_or.at(need, gm[sel], ok_set[sel])
-        return np.flatnonzero(need)
+        g, mask = or_masks(gm[sel], L0["rso"][li[sel]])
+        bits = ((mask[:, None] >> np.arange(n_set, dtype=np.int64)) & 1).astype(bool)
+        r, s = np.nonzero(bits)
+        return g[r] * n_set + s  # sorted: g ascending, then s
 
     every = np.ones(len(li), dtype=bool)
     pp2 = lay["pp"][li] > 1
@@ -388,18 +398,19 @@ def _needed_blocks(lay: dict, L0: dict, legal: np.ndarray, nG: int, nM: int, n_s
     return rows(every), at_pp2, with_el
 
 
-def _run_rows(run, idx: np.ndarray, n: int, cols_of, names: tuple, **fixed) -> dict[str, np.ndarray]:
-    """The fields `names` of the model on the block rows `idx` (of n; `cols_of(idx)`: their knob columns),
-    scattered into (nVar, n) arrays whose other rows are 0."""
+def _run_rows(run, idx: np.ndarray, cols_of, names: tuple, **fixed) -> dict[str, np.ndarray]:
+    """The fields `names` of the model on the block rows `idx` (`cols_of(idx)`: their knob columns), each
+    an (nVar, len(idx)) array."""
     if len(idx) == 0:
-        return {name: np.zeros((run.n_variants, n)) for name in names}
+        return {name: np.zeros((run.n_variants, 0)) for name in names}
     r = run(len(idx), **cols_of(idx), **fixed)
-    out = {}
-    for name in names:
-        part = getattr(r, name)
-        full = np.zeros((part.shape[0], n))
-        full[:, idx] = part
-        out[name] = full
+    return {name: np.asarray(getattr(r, name), dtype=float) for name in names}
+
+
+def _scatter(n: int, idx: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """An int64 array of n rows, `values` at `idx`, 0 elsewhere (rows no triple reads)."""
+    out = np.zeros(n, dtype=np.int64)
+    out[idx] = values
     return out
 
 
@@ -457,32 +468,31 @@ def _block_tables(
     def cols(idx):
         return _block_rows(lay, L0, tpcp, vals, idx)
 
-    rb = _run_rows(run, need, nB, cols, BLOCK_FIELDS, pp=1)
-    rps = {
-        t: _run_rows(run, ix, nB, cols, ("head_s", "p2p_s"), pp=2, tier_pp=t) for t, ix in need_pp2.items()
-    }
+    rb = _run_rows(run, need, cols, BLOCK_FIELDS, pp=1)
+    rps = {t: _run_rows(run, ix, cols, ("head_s", "p2p_s"), pp=2, tier_pp=t) for t, ix in need_pp2.items()}
     rpe = {
-        t: _run_rows(run, ix, nB, cols, ("head_s",), pp=2, pp_embedding_loss=1, tier_pp=t)
+        t: _run_rows(run, ix, cols, ("head_s",), pp=2, pp_embedding_loss=1, tier_pp=t)
         for t, ix in need_el.items()
     }
+    mb_n = mb_b[need]
     out = []
     for j in range(nVar):
-        BETA = {name: t_int(rb[name][j]) for name in ("layer_s", "layer_fw_s", "layer_bw_s")}
-        BETA["tau_mb"] = t_int(rb["layer_s"][j] / mb_b)
-        BETA["fbt"] = t_int(rb["layer_fw_s"][j] + rb["layer_bw_s"][j])
+        BETA = {n: _scatter(nB, need, t_int(rb[n][j])) for n in ("layer_s", "layer_fw_s", "layer_bw_s")}
+        BETA["tau_mb"] = _scatter(nB, need, t_int(rb["layer_s"][j] / mb_n))
+        BETA["fbt"] = _scatter(nB, need, t_int(rb["layer_fw_s"][j] + rb["layer_bw_s"][j]))
         for name in ("act_stored_bytes", "act_working_bytes", "emb_out_bytes", "logits_bytes"):
-            BETA[name] = kib_up(rb[name][j])
-        BETA["offx_mb"] = t_int(rb["offload_layer_s"][j] / mb_b)
+            BETA[name] = _scatter(nB, need, kib_up(rb[name][j]))
+        BETA["offx_mb"] = _scatter(nB, need, t_int(rb["offload_layer_s"][j] / mb_n))
         # head column (hc) x PP tier: the edge stage's LM head and loss per micro-batch (hc: pp = 1; pp > 1;
         # pp > 1 with the embedding and loss as layer slots); the exchange it hides is taken off per pair
         head = np.zeros((nB, 3, nT), dtype=np.int64)
-        head[:, 0, :] = t_int(rb["head_s"][j])[:, None]
+        head[need, 0, :] = t_int(rb["head_s"][j])[:, None]
         p2p = np.zeros((nB, nT), dtype=np.int64)
         for tpp, rp in rps.items():
-            head[:, 1, tpp] = t_int(rp["head_s"][j])
+            head[need_pp2[tpp], 1, tpp] = t_int(rp["head_s"][j])
             if tpp in rpe:
-                head[:, 2, tpp] = t_int(rpe[tpp]["head_s"][j])
-            p2p[:, tpp] = t_int(rp["p2p_s"][j])
+                head[need_el[tpp], 2, tpp] = t_int(rpe[tpp]["head_s"][j])
+            p2p[need_pp2[tpp], tpp] = t_int(rp["p2p_s"][j])
         BETA["head_s"], BETA["p2p_s"] = head.reshape(-1), p2p.reshape(-1)
         BETA["p2p_window"] = BETA["layer_fw_s"]  # a layer's forward per micro-batch: x Lc hides an exchange
         out.append(BETA)

@@ -205,9 +205,9 @@ class TablesCache:
         self.by_key: dict[str, tuple[int, list]] = {}
         self.max_entries = max_entries
 
-    def get(self, q: Problem, at_gpus: int | None = None):
+    def get(self, q: Problem, at_gpus: int | None = None, deadline: float | None = None):
         """Tables that hold `q`'s space (None: it is empty), built at max(q.num_gpus, at_gpus) GPUs when
-        needed."""
+        needed; TimeLimit once `deadline` (perf_counter s) passes while they are filled."""
         from formulations.tables import build_all
         from optimizer.prepare.space import compact_space
 
@@ -221,7 +221,7 @@ class TablesCache:
                 return None
             if self.max_entries and key not in self.by_key and len(self.by_key) >= self.max_entries:
                 self.by_key.pop(next(iter(self.by_key)))
-            hit = (n, build_all(big, c))
+            hit = (n, build_all(big, c, deadline))
             self.by_key[key] = hit
         return hit[1]
 

@@ -23,6 +23,7 @@ import math
 import time
 from dataclasses import dataclass
 
+from optimizer.drivers.purchase import TablesCache
 from optimizer.errors import Infeasible, TimeLimit
 from optimizer.schema import Problem
 
@@ -185,42 +186,52 @@ def whatif(
     with progress("whatif: resources", len(lv)) as step:
         for lever in lv:
             step()
-            rows.append(_lever_value(lever, t0, n0, left))
+            # the GPU lever and its reference (idle GPUs allowed both): one set of tables, at the more GPUs
+            cache = TablesCache() if lever.reference is not None else None
+            rows.append(_lever_value(lever, t0, n0, left, cache, deadline))
             if lever.reference is not None and rows[-1].step_s is not None:
                 try:
-                    ref = _best(lever.reference, left)
+                    ref = _best(lever.reference, left, cache, deadline)
                 except (Infeasible, TimeLimit):
                     rows[-1] = dataclasses.replace(rows[-1], status="time_limit", step_s=None, saved_s=None)
                     continue
-                rows[-1] = _lever_value(lever, *ref, left)
+                rows[-1] = _lever_value(lever, *ref, left, cache, deadline)
     # most valuable first under the problem's objective (its score, as the solver ranks plans); then the
     # step time saved; nothing found last
     rows.sort(key=lambda r: (r.score_saved is None, -(r.score_saved or 0.0), -(r.saved_s or 0.0)))
     return WhatifResult(t0, pct, rows, robust(problem, base, band, left()))
 
 
-def _best(problem: Problem, left) -> tuple[float, int]:
+def _solve_within(problem: Problem, left, cache=None, deadline: float | None = None):
+    """`solve` within `left()` seconds, on the tables of `cache` (a `TablesCache`) when given."""
+    from optimizer.drivers.solve import solve
+
+    tables = cache.get(problem, deadline=deadline) if cache is not None else None
+    if cache is not None and tables is None:
+        raise Infeasible("no legal plan", reason="rules")
+    return solve(problem, time_limit_s=left(), tables=tables)
+
+
+def _best(problem: Problem, left, cache=None, deadline: float | None = None) -> tuple[float, int]:
     """The best plan's step time (s) and GPUs used; `left()`: seconds left of the command's limit
     (TimeLimit when none)."""
-    from optimizer.drivers.solve import solve
     from optimizer.prepare.objective import gpus_used
 
     if left() <= 0:
         raise TimeLimit("the command's time limit passed")
-    ev = solve(problem, time_limit_s=left()).plans[0].evaluation
+    ev = _solve_within(problem, left, cache, deadline).plans[0].evaluation
     return ev.result["step_time"], gpus_used(ev.execution)
 
 
-def _lever_value(lever: Lever, t0: float, n0: int, left) -> LeverValue:
+def _lever_value(lever: Lever, t0: float, n0: int, left, cache=None, deadline=None) -> LeverValue:
     """The lever's problem solved under its objective, against the base's step t0 (s) on n0 GPUs, within
-    `left()` seconds (not solved when none is left)."""
-    from optimizer.drivers.solve import solve
+    `left()` seconds (not solved when none is left); `cache`: tables shared with its reference."""
     from optimizer.prepare.objective import gpus_used, score
 
     if left() <= 0:
         return LeverValue(lever.name, None, None, None, status="time_limit")
     try:
-        r = solve(lever.problem, time_limit_s=left())
+        r = _solve_within(lever.problem, left, cache, deadline)
     except Infeasible:
         return LeverValue(lever.name, None, None, None, status="infeasible")
     except TimeLimit:

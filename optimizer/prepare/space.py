@@ -262,7 +262,6 @@ def compact_space(problem: Problem) -> Compact:
     """Legal layouts and (layout, vpp, micro-batch) triples, every rule from `optimizer.rules.layout`
     evaluated on whole arrays at once."""
     p, llm = problem, problem.llm
-    per_cache: dict[tuple[bool, bool, bool, bool], list] = {}
     dom = knob_domains(p)
     sizes = [net.size for net in p.system.networks]
     V, M = np.array(dom["vpp"], dtype=np.int64), np.array(dom["micro_batch"], dtype=np.int64)
@@ -284,27 +283,28 @@ def compact_space(problem: Problem) -> Compact:
     )
     ok = np.broadcast_to(r[Group.LAYERS] & r[Group.BATCH] & r[Group.INTERLEAVE], (len(X), len(V), len(M)))
     tiers_all = placement(sizes, tp, cp, dp, pp, ep, etp)
-    layouts, tiers, others, triples = [], [], [], []
-    size = 0
-    for x in np.nonzero(ok.any(axis=(1, 2)))[0].tolist():
-        t_, p_, c_, d_, e_, et_, el_ = (int(v) for v in X[x])
-        edp = t_ * c_ * d_ // (e_ * et_)
-        key = (t_ == 1, not bool(has_dp_group(d_ * c_, edp)), p_ == 1, e_ == 1)
-        if key not in per_cache:
-            per_cache[key] = _other_values(dom, t_, p_, key[1], llm.moe is not None, e_ == 1, p.stack)
-        per = per_cache[key]
-        if not all(
-            v for _, v in per
-        ):  # a knob the stack leaves no value here (torchtitan: no ZeRO-2/3 with pp)
-            continue
-        vi, mi = np.nonzero(ok[x])
-        li = len(layouts)
-        triples.append(np.stack([np.full(len(vi), li), V[vi], M[mi]], axis=1))
-        layouts.append((t_, p_, c_, d_, e_, et_, el_))
-        tiers.append({k: int(v[x]) for k, v in tiers_all.items()})
-        others.append(per)
-        size += len(vi) * int(np.prod([len(v) for _, v in per]))
-    tri = np.concatenate(triples) if triples else np.zeros((0, 3), dtype=np.int64)
+    # the other knobs' values depend on four predicates of a layout only (`_other_values`): one per class
+    no_dp = ~np.asarray(has_dp_group(dp * cp, tp * cp * dp // (ep * etp)), dtype=bool)
+    cls = (tp == 1) * 8 + no_dp * 4 + (pp == 1) * 2 + (ep == 1)
+    rows = np.nonzero(ok.any(axis=(1, 2)))[0]
+    by_cls: dict[int, list] = {}
+    for k in np.unique(cls[rows]).tolist():  # one representative layout per class
+        x = int(rows[np.argmax(cls[rows] == k)])
+        by_cls[k] = _other_values(
+            dom, int(tp[x]), int(pp[x]), bool(no_dp[x]), llm.moe is not None, bool(ep[x] == 1), p.stack
+        )
+    # a class where the stack leaves some knob no value (torchtitan: no ZeRO-2/3 with pp) has no layout
+    full = [k for k, per in by_cls.items() if all(v for _, v in per)]
+    sel = rows[np.isin(cls[rows], full)]
+    xi, vi, mi = np.nonzero(ok[sel])
+    tri = np.stack([xi, V[vi], M[mi]], axis=1).astype(np.int64) if len(xi) else np.zeros((0, 3), np.int64)
+    layouts = [tuple(int(v) for v in row) for row in X[sel].tolist()]
+    keys = list(tiers_all)
+    cols = [tiers_all[k][sel].tolist() for k in keys]
+    tiers = [dict(zip(keys, vals, strict=True)) for vals in zip(*cols, strict=True)]
+    others = [by_cls[int(c)] for c in cls[sel].tolist()]
+    n_other = np.array([int(np.prod([len(v) for _, v in by_cls[int(c)]])) for c in cls[sel].tolist()])
+    size = int((np.bincount(xi, minlength=len(sel)) * n_other).sum()) if len(sel) else 0
     return Compact(dom, layouts, tiers, tri, others, size)
 
 
