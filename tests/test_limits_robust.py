@@ -365,16 +365,10 @@ def test_a_model_overflowing_64_bits_is_bad_input_not_a_bug():
     assert invalid_model("constraint #3 refers to var #99").exit_code == 5
 
 
-TWO_TYPES = """name: two-types
-llm: llama3.1-8b
-catalog:
-  name: two
-  node_types:
-    - {name: h200, system: h200-sxm-141gb, price_usd: 330000, power_kw: 10.2, max_nodes: 2}
-    - {name: h100-80g, system: h100-sxm-80gb, price_usd: 280000, power_kw: 10.2, max_nodes: 2}
-training: {global_batch: 64, precision: bf16, tokens: 10.0e+9}
-procure: {goal: throughput, pricing: capex, budget_usd: 2.0e+6}
-"""
+# the same two node types, a dense model, one type per purchase
+TWO_TYPES = MOE_PIPE.replace("mixtral-8x7b", "llama3.1-8b").replace(
+    ", max_types: 2, heterogeneous: pipeline", ""
+)
 
 
 @pytest.mark.parametrize("solved_before", [1, 0])
