@@ -141,11 +141,10 @@ def _procure(pp, pareto, dl: Deadline, t0, cache, limits, todo, pool) -> Procure
             statuses.add(res.pipeline.solution.status)
         res.status = "optimal" if statuses <= {"optimal"} and not cut else "feasible"
     elif cut:
+        why = "; ".join(res.notes)
         raise TimeLimit(
-            "procure: the time limit passed before any purchase was found ("
-            + "; ".join(res.notes)
-            + "): not "
-            "a proof that nothing fits; raise --time-limit"
+            f"procure: the time limit passed before any purchase was found ({why}): not a proof that nothing "
+            "fits; raise --time-limit"
         )
     res.runner_up_note = _within_bands(res)
     if pareto:
