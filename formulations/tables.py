@@ -21,9 +21,10 @@ integer units (a `_s` field in ns, a `_bytes` field in KiB); `_z{z}` names its v
 Columns (the composition factors are defined in `optimizer.model.compose`):
 
     per layout (L)      A1 [sequences x layers], A2 [sequences], Ls [layers], pm2 [exchanges]: layout factors
-                        tpcp [index]: the block group (tp, cp, ep, etp); tp1, ppgt1, dpg1 [0/1]: tp == 1,
-                        pp > 1, no (expert-)data-parallel group (`rules.layout.has_dp_group`); hc [0..2]: head
-                        column (pp = 1; pp > 1; pp > 1 with embedding/loss slots)
+                        tpcp [index]: the block group (tp, cp, ep, etp); ppgt1, dpg1 [0/1]: pp > 1, no
+                        (expert-)data-parallel group (`rules.layout.has_dp_group`); hc [0..2]: head column
+                        (pp = 1; pp > 1; pp > 1 with embedding/loss slots); rso [bit mask]: the block settings
+                        (recompute, SP, TP overlap) the layout allows (`block_settings`)
                         dp_allreduce_s, dp_reduce_scatter_s, dp_allgather_s [ns]: the stage's DP collectives;
                         F [ns]: FSDP traffic per micro-batch (2 AG + RS); ARb, RSb, AGb, Fb [ns]: one
                         bucket (a layer) of each; optimizer_s_z{z} [ns], state_hbm_bytes_z{z} /
@@ -302,7 +303,6 @@ def _layout_tables(problem: Problem, lay: dict, tpcp_index: dict, z_vals: list[i
             for key in zip(lay["tp"], lay["cp"], lay["ep"], lay["etp"], strict=True)
         ]
     )
-    L0["tp1"] = (lay["tp"] == 1).astype(np.int64)
     edp = lay["tp"] * lay["cp"] * lay["dp"] // (lay["ep"] * lay["etp"])
     L0["dpg1"] = (~has_dp_group(lay["dp"] * lay["cp"], edp)).astype(np.int64)
     L0["ppgt1"] = (lay["pp"] > 1).astype(np.int64)
@@ -462,8 +462,8 @@ def _block_tables(
     rows some legal triple (`legal`: rows l, vi, mi) reads (`_needed_blocks`) are evaluated."""
     shape = _block_shape(tpcp, vals)
     nB, nT, n_set = int(np.prod(shape)), len(problem.system.networks), int(np.prod(shape[2:]))
-    mb_b = np.repeat(np.tile(np.array(vals["mb"]), len(tpcp)), n_set)
     need, need_pp2, need_el = _needed_blocks(lay, L0, legal, len(tpcp), len(vals["mb"]), n_set)
+    mb_n = np.array(vals["mb"])[(need // n_set) % len(vals["mb"])]  # the micro-batch of each row evaluated
 
     def cols(idx):
         return _block_rows(lay, L0, tpcp, vals, idx)
@@ -474,7 +474,6 @@ def _block_tables(
         t: _run_rows(run, ix, cols, ("head_s",), pp=2, pp_embedding_loss=1, tier_pp=t)
         for t, ix in need_el.items()
     }
-    mb_n = mb_b[need]
     out = []
     for j in range(nVar):
         BETA = {n: _scatter(nB, need, t_int(rb[n][j])) for n in ("layer_s", "layer_fw_s", "layer_bw_s")}
