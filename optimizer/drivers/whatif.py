@@ -174,10 +174,6 @@ def whatif(
     if not 0 < band < 1:  # NaN fails too
         raise ValueError(f"band must be a fraction in (0, 1), got {band!r}")
     deadline = time.perf_counter() + time_limit_s
-
-    def left() -> float:
-        return deadline - time.perf_counter()
-
     base = solve(problem, top=top, time_limit_s=time_limit_s)
     t0 = base.plans[0].evaluation.result["step_time"]
     n0 = gpus_used(base.plans[0].evaluation.execution)
@@ -188,50 +184,56 @@ def whatif(
             step()
             # the GPU lever and its reference (idle GPUs allowed both): one set of tables, at the more GPUs
             cache = TablesCache() if lever.reference is not None else None
-            rows.append(_lever_value(lever, t0, n0, left, cache, deadline))
+            rows.append(_lever_value(lever, t0, n0, deadline, cache))
             if lever.reference is not None and rows[-1].step_s is not None:
                 try:
-                    ref = _best(lever.reference, left, cache, deadline)
-                except (Infeasible, TimeLimit):
-                    rows[-1] = dataclasses.replace(rows[-1], status="time_limit", step_s=None, saved_s=None)
+                    ref = _best(lever.reference, deadline, cache)
+                except (Infeasible, TimeLimit) as e:
+                    why = "time_limit" if isinstance(e, TimeLimit) else "infeasible"
+                    rows[-1] = dataclasses.replace(rows[-1], status=why, step_s=None, saved_s=None)
                     continue
-                rows[-1] = _lever_value(lever, *ref, left, cache, deadline)
+                rows[-1] = _lever_value(lever, *ref, deadline, cache)
     # most valuable first under the problem's objective (its score, as the solver ranks plans); then the
     # step time saved; nothing found last
     rows.sort(key=lambda r: (r.score_saved is None, -(r.score_saved or 0.0), -(r.saved_s or 0.0)))
-    return WhatifResult(t0, pct, rows, robust(problem, base, band, left()))
+    return WhatifResult(t0, pct, rows, robust(problem, base, band, _left(deadline)))
 
 
-def _solve_within(problem: Problem, left, cache=None, deadline: float | None = None):
-    """`solve` within `left()` seconds, on the tables of `cache` (a `TablesCache`) when given."""
+def _left(deadline: float) -> float:
+    """Seconds left until `deadline` (perf_counter s; <= 0: passed)."""
+    return deadline - time.perf_counter()
+
+
+def _solve_within(problem: Problem, deadline: float, cache=None):
+    """`solve` within what is left until `deadline`, on the tables of `cache` (a `TablesCache`) when
+    given."""
     from optimizer.drivers.solve import solve
 
     tables = cache.get(problem, deadline=deadline) if cache is not None else None
     if cache is not None and tables is None:
         raise Infeasible("no legal plan", reason="rules")
-    return solve(problem, time_limit_s=left(), tables=tables)
+    return solve(problem, time_limit_s=_left(deadline), tables=tables)
 
 
-def _best(problem: Problem, left, cache=None, deadline: float | None = None) -> tuple[float, int]:
-    """The best plan's step time (s) and GPUs used; `left()`: seconds left of the command's limit
-    (TimeLimit when none)."""
+def _best(problem: Problem, deadline: float, cache=None) -> tuple[float, int]:
+    """The best plan's step time (s) and GPUs used; TimeLimit once `deadline` (perf_counter s) passed."""
     from optimizer.prepare.objective import gpus_used
 
-    if left() <= 0:
+    if _left(deadline) <= 0:
         raise TimeLimit("the command's time limit passed")
-    ev = _solve_within(problem, left, cache, deadline).plans[0].evaluation
+    ev = _solve_within(problem, deadline, cache).plans[0].evaluation
     return ev.result["step_time"], gpus_used(ev.execution)
 
 
-def _lever_value(lever: Lever, t0: float, n0: int, left, cache=None, deadline=None) -> LeverValue:
-    """The lever's problem solved under its objective, against the base's step t0 (s) on n0 GPUs, within
-    `left()` seconds (not solved when none is left); `cache`: tables shared with its reference."""
+def _lever_value(lever: Lever, t0: float, n0: int, deadline: float, cache=None) -> LeverValue:
+    """The lever's problem solved under its objective, against the base's step t0 (s) on n0 GPUs, before
+    `deadline` (perf_counter s; not solved once it passed); `cache`: tables shared with its reference."""
     from optimizer.prepare.objective import gpus_used, score
 
-    if left() <= 0:
+    if _left(deadline) <= 0:
         return LeverValue(lever.name, None, None, None, status="time_limit")
     try:
-        r = _solve_within(lever.problem, left, cache, deadline)
+        r = _solve_within(lever.problem, deadline, cache)
     except Infeasible:
         return LeverValue(lever.name, None, None, None, status="infeasible")
     except TimeLimit:
