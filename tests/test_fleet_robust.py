@@ -293,3 +293,16 @@ def test_a_sub_solve_stopped_by_the_limit_reports_the_users_limit(tmp_path, monk
         drv.throughput_table(load_fleet(path), time_limit_s=2.0)
     assert "the time limit (2 s)" in str(e.value) and "stopped at j on 1 x h100" in str(e.value)
     assert "0.006" not in str(e.value)
+
+
+def test_a_size_of_more_gpus_than_a_problem_may_have_is_bad_input(tmp_path, capsys):
+    """A size of 6,400,000 nodes (the fuzzer, seed 3: a Problem of 51.2M GPUs raised a pydantic traceback
+    in the throughput table) is refused at load, naming the field and the count."""
+    from optimizer.cli import main
+
+    path = tmp_path / "f.yaml"
+    body = NAMES.replace("TYPE", "h100").replace("JOB", "j").replace("GOAL", "cost")
+    path.write_text(body.replace("sizes_nodes: [1, 2]", "sizes_nodes: [1, 6400000]"))
+    assert main(["fleet", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "f.yaml:" in err and "fleet.sizes_nodes: 6,400,000 nodes of h100" in err and "Traceback" not in err

@@ -8,7 +8,7 @@ from enum import StrEnum
 
 from pydantic import Field, model_validator
 
-from optimizer.schema.common import Frozen, PositiveFloat, PositiveInt
+from optimizer.schema.common import MAX_COUNT, Frozen, PositiveFloat, PositiveInt
 from optimizer.schema.llm import LLM
 from optimizer.schema.problem import Options, Search, Training
 from optimizer.schema.procure import Catalog
@@ -104,6 +104,12 @@ class FleetProblem(Frozen):
                     f"({self.fleet.periods} periods)"
                 )
         for t in self.node_types:
+            big = [s for s in self.fleet.sizes_nodes if s * t.gpus_per_node > MAX_COUNT]
+            if big:  # a (job, type, size) sub-problem of more GPUs than a problem may have
+                raise ValueError(
+                    f"fleet.sizes_nodes: {big[0]:,} nodes of {t.name} are {big[0] * t.gpus_per_node:,} GPUs, "
+                    f"more than {MAX_COUNT:,}"
+                )
             if t.price_usd is None:
                 raise ValueError(f"node type {t.name}: fleet needs price_usd")
             if self.fleet.power_kw is not None and t.power_kw is None:
