@@ -29,7 +29,7 @@ from formulations.cp_sat import cp_model
 from formulations.tables import TIME_UNIT, Tables, build_all, restrict
 from optimizer.errors import Infeasible, OutOfRange, Reason, TimeLimit, VerificationError
 from optimizer.model.knobs import Knobs
-from optimizer.prepare.objective import BIG_S, gpu_time_cap, target
+from optimizer.prepare.objective import BIG_S, expected_time_factor, gpu_time_cap, target
 from optimizer.prepare.space import compact_space
 from optimizer.schema import Problem
 from optimizer.schema.problem import Objective
@@ -131,6 +131,9 @@ def objective_score(T: Tables, m: cp_model.CpModel, ch, obj):
         return obj
     if g == "tokens_per_gpu":
         return gs
+    if g == "expected_time":
+        w = ch.by_pair.get("expected_time_w", expected_time_factor(p, T.gpus(ch.pre.pairs.li)))
+        return product(m, w, obj, "expected_time")
     return int(BIG_S * TIME_UNIT) * n + obj
 
 

@@ -16,6 +16,7 @@ class Evaluation:
     fits: bool
     time_to_train_s: float | None
     warnings: list[str] = field(default_factory=list)
+    goodput: Any = None  # optimizer.model.goodput.Goodput_ with training.tokens, else None
 
 
 def evaluate_execution(problem: Problem, ex: Execution | None = None) -> Evaluation:
@@ -57,7 +58,30 @@ def evaluate_execution(problem: Problem, ex: Execution | None = None) -> Evaluat
     ttt = None
     if problem.training.tokens:
         ttt = problem.training.tokens / r["tokens_per_s"]
-    return Evaluation(problem, full_ex, r, bool(fits), ttt, warnings)
+    return Evaluation(problem, full_ex, r, bool(fits), ttt, warnings, plan_goodput(problem, full_ex, r))
+
+
+def plan_goodput(problem: Problem, ex: Execution, r: dict):
+    """Expected time and cost to train of a plan (`optimizer.model.goodput`), None without training.tokens;
+    goodput inputs that cannot describe the run are bad input at their field."""
+    from optimizer.model import goodput
+    from optimizer.prepare.objective import gpus_used
+
+    try:
+        return goodput.of_problem(problem, gpus_used(ex), r["step_time"])
+    except goodput.GoodputInputError as e:
+        raise problem_field_error(problem, e.field, str(e)) from None
+
+
+def problem_field_error(problem: Problem, field_path: str, message: str):
+    """A `ProblemError` at a field of the problem's file (its line when the problem was loaded from one)."""
+    from optimizer.errors import ProblemError
+
+    doc = problem.source_document()
+    if doc is None:
+        return ProblemError("<problem>", None, field_path, message)
+    file, line = doc.locate(tuple(field_path.split(".")))
+    return ProblemError(file, line, field_path, message)
 
 
 def as_json(ev: Evaluation) -> dict[str, Any]:

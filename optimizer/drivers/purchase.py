@@ -16,6 +16,7 @@ from optimizer.errors import Infeasible
 from optimizer.prepare.objective import gpus_used
 from optimizer.schema import Options, Problem
 from optimizer.schema.common import MAX_COUNT
+from optimizer.schema.goodput import Goodput
 from optimizer.schema.problem import Goal, Objective
 from optimizer.schema.procure import NodeType, Pricing, ProcureGoal, ProcureProblem
 
@@ -42,6 +43,7 @@ class Purchase:
     power_kw: float | None
     days_to_train: float | None
     sync_s: float = 0.0  # cross-type gradient synchronisation (heterogeneous mixes)
+    goodput: object = None  # optimizer.model.goodput.Goodput_ (with training.tokens)
 
     @property
     def nodes(self) -> int:
@@ -115,7 +117,9 @@ def sub_problem(
     )
     g = t.gpus_per_node
     obj: dict = {}
-    if goal in (ProcureGoal.THROUGHPUT, ProcureGoal.TIME_TO_TRAIN):
+    if goal == ProcureGoal.TIME_TO_TRAIN and pp.goodput is not None:
+        obj["goal"] = Goal.EXPECTED_TIME
+    elif goal in (ProcureGoal.THROUGHPUT, ProcureGoal.TIME_TO_TRAIN):
         obj["goal"] = Goal.STEP_TIME
     elif goal == ProcureGoal.COST:
         obj["goal"] = Goal.FEWEST_GPUS if pr.pricing == Pricing.CAPEX else Goal.TOKENS_PER_GPU
@@ -135,6 +139,7 @@ def sub_problem(
         options=opts,
         objective=objective or Objective(**obj),
         stack=pp.stack,
+        goodput=(pp.goodput or Goodput()).model_copy(update={"idle_nodes_are_spares": False}),
     )
 
 
@@ -154,14 +159,53 @@ def purchase_of(pp: ProcureProblem, groups: list[Group], step_s: float, sync_s: 
         if any(g.node_type.power_kw is None for g in groups)
         else sum(g.nodes * g.node_type.power_kw for g in groups)
     )
-    return Purchase(
+    p = Purchase(
         groups, step_s, B * S / step_s, cost, power, None if steps is None else steps * step_s / 86400, sync_s
     )
+    p.goodput = purchase_goodput(pp, p, steps)
+    return p
+
+
+def purchase_goodput(pp: ProcureProblem, p: Purchase, steps: float | None):
+    """Expected time and cost to train of a purchase (`optimizer.model.goodput`): its GPUs used, the first
+    group's node type for reliability and checkpoint bandwidth per node, the nodes' training power (the
+    catalog's power_kw, else the systems' ratings), rental GPU-hours or the capital; None without tokens."""
+    from optimizer.model import goodput as G
+
+    if not steps:
+        return None
+    t0 = p.groups[0].node_type
+    rated = [G.node_rated_w(g.node_type.system) for g in p.groups]
+    train = [None if g.node_type.power_kw is None else g.node_type.power_kw * 1000 for g in p.groups]
+    w = [g.nodes for g in p.groups]
+
+    def avg(xs):
+        return None if any(x is None for x in xs) else sum(a * b for a, b in zip(xs, w, strict=True)) / sum(w)
+
+    rent = None
+    if pp.procure.pricing == Pricing.RENTAL:
+        usd_h = sum(g.nodes * g.node_type.gpus_per_node * g.node_type.rent_usd_per_gpu_hour for g in p.groups)
+        rent = usd_h / p.gpus
+    job = G.Job(
+        checkpoint_bytes=G.checkpoint_bytes(pp.llm, pp.training.precision, pp.training.master_weights),
+        n_gpus=sum(g.gpus_used for g in p.groups),
+        gpus_per_node=t0.gpus_per_node,
+        step_s=p.step_time_s,
+        steps=steps,
+        spare_nodes=pp.goodput.spare_nodes if pp.goodput else None,
+        node_rated_w=avg(rated),
+        node_training_w=avg(train),
+        rent_usd_per_gpu_hour=rent,
+        capex_usd=p.cost_usd if pp.procure.pricing == Pricing.CAPEX else None,
+    )
+    return G.expected(G.Inputs.of(pp.goodput, t0.system.reliability), job)
 
 
 def rank_key(pp: ProcureProblem, p: Purchase) -> tuple[float, float]:
     """Smaller is better, under the procurement goal (ties: cheaper, then faster)."""
     goal = pp.procure.goal
+    if goal == ProcureGoal.TIME_TO_TRAIN and pp.goodput is not None and p.goodput is not None:
+        return (p.goodput.expected_time_to_train_s, p.cost_usd)
     if goal in (ProcureGoal.THROUGHPUT, ProcureGoal.TIME_TO_TRAIN):
         return (p.step_time_s, p.cost_usd)
     if goal == ProcureGoal.COST:

@@ -488,6 +488,7 @@ def validate_problem(doc: Sourced):
     from optimizer.schema import Problem
 
     problem = validate_model(Problem, doc)
+    problem._source = doc
     raise_errors(precision_errors(problem.system, problem.training.precision), doc)
     return problem
 

@@ -4,6 +4,9 @@
     tokens_per_gpu  maximise B*S/(T*n) tokens/s per GPU used, i.e. minimise n*T (GPU-seconds per step)
     fewest_gpus     minimise n subject to T <= target (a step time, or days to train training.tokens),
                     then T: score n*BIG + T with BIG larger than any step time
+    expected_time   minimise T*W(n), W the expected wall time per second of training of a job on n GPUs
+                    (failures, restarts, checkpoints at the best offered interval, spares: the problem's
+                    plus idle whole nodes; optimizer.model.goodput) as an integer in 1/W_SCALE
 Constraints any goal may carry: T <= the step-time target (max_step_time_s or max_days), and
 n*T <= the GPU-time cap (max_gpu_hours over the steps to train: a rental budget).
 n = tp*pp*dp*cp, the GPUs a plan uses (fewer than num_gpus only with options.allow_idle_gpus).
@@ -17,6 +20,16 @@ from optimizer.schema import Problem
 from optimizer.schema.problem import Goal
 
 BIG_S = 1.0e5  # s: larger than any step time
+W_SCALE = 4096  # the expected_time factor's integer scale (exact products in int64 with step times in ns)
+W_MAX = 10  # factors above this (under 10% of the time training) rank as equal
+
+
+def expected_time_factor(problem: Problem, n_gpus) -> np.ndarray:
+    """The expected_time goal's factor W(n) as integers in 1/W_SCALE (rounded up, capped at W_MAX)."""
+    from optimizer.model.goodput import problem_factor
+
+    w = problem_factor(problem, n_gpus)
+    return np.minimum(np.ceil(w * W_SCALE), W_MAX * W_SCALE).astype(np.int64)
 
 
 def gpus_used(ex) -> int:
@@ -47,6 +60,9 @@ def score(problem: Problem, n_gpus, step, unit: float = 1.0, missed=np.inf) -> n
     elif g == Goal.FEWEST_GPUS:
         big = int(BIG_S * unit) if float(unit).is_integer() else BIG_S * unit
         s = n * big + t
+    elif g == Goal.EXPECTED_TIME:
+        w = expected_time_factor(problem, n)
+        s = np.minimum(t, 2**62 // w) * w if np.issubdtype(t.dtype, np.integer) else t * w
     else:
         s = t
     tg, cap = target(problem, unit), gpu_time_cap(problem, unit)
@@ -63,6 +79,13 @@ def describe(problem: Problem, n_gpus: int, step_s: float) -> str:
     tok = problem.training.global_batch * problem.seq_len / step_s
     if g == Goal.TOKENS_PER_GPU:
         return f"objective: max tokens/s per GPU = {tok / n_gpus:,.1f} ({n_gpus} GPUs used)"
+    if g == Goal.EXPECTED_TIME:
+        w = float(expected_time_factor(problem, n_gpus)[0]) / W_SCALE
+        days = step_s * w * problem.steps_to_train() / 86400
+        return (
+            f"objective: min expected time to train = {days:.4g} days "
+            f"(step {step_s:.4g} s x {w:.4f} for failures, restarts and checkpoints; {n_gpus} GPUs used)"
+        )
     if g == Goal.FEWEST_GPUS:
         idle = (
             ""

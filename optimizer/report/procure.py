@@ -4,6 +4,7 @@ front)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from optimizer.model import bands
@@ -14,6 +15,7 @@ if TYPE_CHECKING:
 
 
 def _purchase_dict(p: Purchase) -> dict:
+    from optimizer.report.goodput import goodput_dict
     from optimizer.report.text import evaluation_dict
 
     return {
@@ -27,6 +29,7 @@ def _purchase_dict(p: Purchase) -> dict:
         "days_to_train": p.days_to_train,
         "tokens_per_s_per_musd": p.tokens_per_s_per_musd(),
         "sync_s": p.sync_s,
+        "goodput": None if p.goodput is None else goodput_dict(p.goodput),
         "groups": [
             {
                 "node_type": g.node_type.name,
@@ -262,6 +265,16 @@ def _render_best(r: ProcureResult) -> list[str]:
     )
     if b.sync_s:
         out.append(f"  cross-type gradient sync {b.sync_s:.3f} s per step")
+    if b.goodput is not None:
+        from optimizer.report.goodput import goodput_lines
+
+        ranked = pp.goodput is not None and pp.procure.goal.value == "time_to_train"
+        out.append(
+            "  goodput of the purchase ("
+            + ("purchases ranked by expected time to train" if ranked else "reported; ranked by step time")
+            + "):"
+        )
+        out += ["  " + line for line in goodput_lines(b.goodput)]
     close = r.runner_up_note
     if close:
         out.append(f"  note: {close}")
@@ -273,7 +286,7 @@ def _render_best(r: ProcureResult) -> list[str]:
             f"=== {g.nodes} x {g.node_type.name} ({g.gpus_used} GPUs used, batch {g.global_batch}): "
             f"step {g.step_time_s:.4f} s ===",
         ]
-        out.append(render_evaluation(g.plan.evaluation))
+        out.append(render_evaluation(replace(g.plan.evaluation, goodput=None)))  # the purchase's, above
     return out
 
 
@@ -290,5 +303,7 @@ def _render_pareto(r: ProcureResult) -> list[str]:
         ]
         for p in r.pareto:
             t = p.days_to_train if p.days_to_train is not None else p.step_time_s
-            out.append(f"  {_money(p.cost_usd):>10s} {t:8.2f}  {p.label()}")
+            g = p.goodput
+            exp = f" (expected {g.expected_time_to_train_s / 86400:.2f})" if g is not None else ""
+            out.append(f"  {_money(p.cost_usd):>10s} {t:8.2f}  {p.label()}{exp}")
     return out

@@ -6,6 +6,7 @@ from typing import Any
 
 from optimizer.model import bands
 from optimizer.prepare.objective import gpus_used
+from optimizer.report.goodput import goodput_dict, goodput_lines
 
 GIB = 2.0**30
 
@@ -98,7 +99,7 @@ def evaluation_dict(ev: Any) -> dict[str, Any]:
         "micro_batches": r["n_mb"],
         "time_to_train_s": ev.time_to_train_s,
         "warnings": ev.warnings,
-    }
+    } | ({"goodput": goodput_dict(ev.goodput)} if getattr(ev, "goodput", None) is not None else {})
 
 
 def calibration_line(system: Any, stack: Any = None, kind: str | None = None) -> str:
@@ -158,7 +159,12 @@ def render_evaluation(ev: Any) -> str:
         "recompute)",
     ]
     if d["time_to_train_s"]:
-        out.append(f"time to train {p.training.tokens:.3g} tokens: {d['time_to_train_s'] / 86400:.2f} days")
+        out.append(
+            f"time to train {p.training.tokens:.3g} tokens: {d['time_to_train_s'] / 86400:.2f} days without "
+            "interruptions"
+        )
+    if getattr(ev, "goodput", None) is not None:
+        out += goodput_lines(ev.goodput)
     out.append(f"fits in memory: {'yes' if d['fits'] else 'NO'}")
     from optimizer.model.capacity import memory_margin_warning
 

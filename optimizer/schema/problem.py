@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
-from pydantic import Field, StrictBool, StrictInt, model_validator
+from pydantic import Field, PrivateAttr, StrictBool, StrictInt, model_validator
 
 from optimizer.schema.common import (
     MEMORY_ERROR_PCT,
@@ -23,6 +24,7 @@ from optimizer.schema.common import (
     TpComm,
     TpOverlap,
 )
+from optimizer.schema.goodput import Goodput
 from optimizer.schema.llm import LLM
 from optimizer.schema.stack import Stack
 from optimizer.schema.system import System
@@ -227,12 +229,17 @@ class Goal(StrEnum):
     STEP_TIME = "step_time"  # minimum step time (fastest training on the GPUs given)
     TOKENS_PER_GPU = "tokens_per_gpu"  # maximum tokens/s per GPU used (with idle GPUs allowed)
     FEWEST_GPUS = "fewest_gpus"  # fewest GPUs that meet a step-time or time-to-train target
+    EXPECTED_TIME = "expected_time"  # least expected wall time to train (failures, checkpoints, spares)
 
 
 class Objective(Frozen):
     """The objective of `solve` (default: minimum step time)."""
 
-    goal: Goal = Field(Goal.STEP_TIME, description="step_time | tokens_per_gpu | fewest_gpus.")
+    goal: Goal = Field(
+        Goal.STEP_TIME,
+        description="step_time | tokens_per_gpu | fewest_gpus | expected_time (the least expected wall time "
+        "to train training.tokens with failures, checkpoints and spares: goodput).",
+    )
     max_step_time_s: PositiveFloat | None = Field(
         None, description="Step-time target, s: the target of fewest_gpus, a constraint for the other goals."
     )
@@ -349,6 +356,11 @@ class Problem(Frozen):
     search: Search | None = Field(None, description="Restrictions of the knob space for `solve`.")
     options: Options = Field(default_factory=Options, description="Headroom, idle GPUs.")
     objective: Objective = Field(default_factory=Objective, description="What `solve` optimises.")
+    goodput: Goodput | None = Field(
+        None,
+        description="Failures, checkpoints, spares and energy: with training.tokens, every plan's expected "
+        "time and cost to train (optimizer.model.goodput); null = the cited defaults.",
+    )
     stack: Stack = Field(
         Stack.MEGATRON_CORE,
         description="Training framework the plan is for: megatron-core "
@@ -357,8 +369,16 @@ class Problem(Frozen):
         "(optimizer.schema.stack).",
     )
 
+    _source: Any = PrivateAttr(None)  # the document the problem was loaded from (optimizer.io.loader.Sourced)
+
+    def source_document(self):
+        """The loaded document (to locate a field's line), or None for a problem built in code."""
+        return self._source
+
     @model_validator(mode="after")
     def _objective_needs_tokens(self):
+        if self.objective.goal == Goal.EXPECTED_TIME and not self.training.tokens:
+            raise ValueError("objective.goal expected_time needs training.tokens")
         if (
             self.objective.max_days is not None or self.objective.max_gpu_hours is not None
         ) and not self.training.tokens:

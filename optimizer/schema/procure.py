@@ -11,6 +11,7 @@ from enum import StrEnum
 from pydantic import Field, model_validator
 
 from optimizer.schema.common import Frozen, NonNegativeFloat, PositiveFloat, PositiveInt
+from optimizer.schema.goodput import Goodput
 from optimizer.schema.llm import LLM
 from optimizer.schema.problem import Options, Search, Training
 from optimizer.schema.stack import Stack
@@ -172,6 +173,12 @@ class ProcureProblem(Frozen):
     )
     options: Options = Field(
         default_factory=Options, description="Memory headroom (idle GPUs and whole nodes are set by procure)."
+    )
+    goodput: Goodput | None = Field(
+        None,
+        description="Failures, checkpoints, spares and energy (optimizer.schema.goodput): every purchase's "
+        "expected time and cost to train is reported with the cited defaults; when given, goal time_to_train "
+        "ranks purchases and plans by the expected time to train.",
     )
 
     @model_validator(mode="after")

@@ -21,6 +21,7 @@ from optimizer.schema.common import (
     ProcessingMode,
     peak_precision,
 )
+from optimizer.schema.goodput import Reliability
 
 EfficiencyTable = list[tuple[Float, Float]]
 
@@ -268,6 +269,16 @@ class System(Frozen):
     offload: OffloadMemory = Field(default_factory=OffloadMemory, description="Second memory tier.")
     networks: list[Network] = Field(min_length=1, description="Network tiers, innermost first.")
     tdp_w: PositiveFloat | None = Field(None, description="GPU board power, W (datasheet).")
+    node_power_w: PositiveFloat | None = Field(
+        None,
+        description="Nameplate (maximum) power of one node with its GPUs, CPUs, memory, NICs and fans, W "
+        "(datasheet); null = gpus_per_node x tdp_w x the DGX H100 ratio (optimizer/model/goodput.yaml).",
+    )
+    reliability: Reliability | None = Field(
+        None,
+        description="Interruption rates and restart costs of jobs on this node type "
+        "(optimizer.schema.goodput); null = the default (Llama 3's H100 cluster).",
+    )
     calibration: Calibration = Field(
         default_factory=Calibration, description="What was fitted, on which runs."
     )
