@@ -203,7 +203,7 @@ def _render_types(r: ProcureResult) -> list[str]:
     nw = max([len(x.node_type.name) for x in r.rows] + [9])
     out.append(
         f"{'node type':{nw}s} {'limit':>{lw}s} {'nodes':>6s} {'GPUs':>6s} {'cost':>10s} {'step s':>8s} "
-        f"{'tokens/s':>11s} {'tok/s/$M':>9s} {'days':>7s}  calibration, step-time uncertainty"
+        f"{'tokens/s':>11s} {'tok/s/$M':>9s} {'days':>7s} {'exp. d':>7s}  calibration, step-time uncertainty"
     )
     for x in r.rows:
         head = f"{x.node_type.name:{nw}s} {f'{x.max_nodes} ({x.bound_by})':>{lw}s}"
@@ -219,10 +219,11 @@ def _render_types(r: ProcureResult) -> list[str]:
             continue
         p = x.purchase
         days = f"{p.days_to_train:7.1f}" if p.days_to_train is not None else "      -"
+        exp = f"{p.goodput.expected_time_to_train_s / 86400:7.1f}" if p.goodput is not None else "      -"
         out.append(
             f"{head} {p.nodes:6d} {p.groups[0].gpus_used:6d} "
             f"{_money(p.cost_usd):>10s} {p.step_time_s:8.3f} {p.tokens_per_s:11,.0f} "
-            f"{p.tokens_per_s_per_musd():9,.0f} {days}  [{cal}]"
+            f"{p.tokens_per_s_per_musd():9,.0f} {days} {exp}  [{cal}]"
         )
     if r.mixes_considered:
         out.append(f"heterogeneous mixes evaluated: {r.mixes_considered}")
@@ -275,6 +276,8 @@ def _render_best(r: ProcureResult) -> list[str]:
             + "):"
         )
         out += ["  " + line for line in goodput_lines(b.goodput)]
+        if ranked:
+            out += _goodput_changed(r)
     close = r.runner_up_note
     if close:
         out.append(f"  note: {close}")
@@ -288,6 +291,29 @@ def _render_best(r: ProcureResult) -> list[str]:
         ]
         out.append(render_evaluation(replace(g.plan.evaluation, goodput=None)))  # the purchase's, above
     return out
+
+
+def _goodput_changed(r: ProcureResult) -> list[str]:
+    """Where the fastest step (a row of the node-type table) is not the best purchase under the expected time
+    to train: why (the failures' days on each, days and dollars between them)."""
+    b = r.best
+    rows = [x.purchase for x in r.rows if x.purchase is not None and x.purchase.goodput is not None]
+    if not rows:
+        return []
+    fast = min(rows, key=lambda p: (p.step_time_s, p.cost_usd))
+    if fast.label() == b.label() or fast.step_time_s >= b.step_time_s:
+        return []
+
+    def lost(p) -> float:
+        return (p.goodput.expected_time_to_train_s - p.goodput.failure_free_time_s) / 86400
+
+    sooner = (fast.goodput.expected_time_to_train_s - b.goodput.expected_time_to_train_s) / 86400
+    return [
+        f"  failures change the purchase: ranked by step time the best would be {fast.label()} (step "
+        f"{fast.step_time_s:.3f} s, {fast.gpus} GPUs); failures, restarts and waits add {lost(fast):.1f} "
+        f"days to it and {lost(b):.1f} to this purchase, which trains {sooner:.1f} days sooner in "
+        f"expectation and costs {_money(fast.cost_usd - b.cost_usd)} less"
+    ]
 
 
 def _render_pareto(r: ProcureResult) -> list[str]:
