@@ -28,8 +28,9 @@ from optimizer.schema.fleet import FleetGoal, FleetProblem
 @dataclass
 class Rate:
     """One row of the throughput table: job `job` on `nodes` nodes of `node_type` (`gpus_used` of their GPUs)
-    takes `step_time_s` per step, trains `tokens_per_s` and so `tokens_per_period` tokens per period;
-    `status`: whether the CP-SAT solve behind it proved the optimum."""
+    takes `step_time_s` per step, trains `tokens_per_s` and so `tokens_per_period` tokens per period (times
+    the `effective_fraction` when the fleet states its goodput); `status`: whether the CP-SAT solve behind
+    it proved the optimum."""
 
     job: str
     node_type: str
@@ -39,6 +40,7 @@ class Rate:
     tokens_per_s: float
     tokens_per_period: float
     status: str  # optimal | feasible
+    effective_fraction: float = 1.0  # expected share of wall time training (optimizer.model.goodput)
 
 
 def token_scale(fp: FleetProblem) -> float:

@@ -37,6 +37,7 @@ KINDS = {  # folder under problems/ (or a file): the kind of every YAML in it
     "studies/check": "check",
     "studies/solve": "problem",
     "studies/procure": "procure",
+    "studies/goodput": "problem",
     "default.yaml": "problem",
 }
 

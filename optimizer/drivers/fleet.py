@@ -25,6 +25,7 @@ from formulations.fleet import Rate, solve_portfolio, token_scale
 from optimizer.errors import Infeasible, TimeLimit
 from optimizer.schema import Options, Problem
 from optimizer.schema.fleet import FleetGoal, FleetProblem
+from optimizer.schema.goodput import Goodput
 from optimizer.schema.problem import Objective
 
 SECONDS_PER_DAY = 86400.0
@@ -43,6 +44,8 @@ class FleetResult:
     explanation: list[str] = field(default_factory=list)
     bound: float | None = None
     problem: FleetProblem | None = None  # the fleet problem solved
+    energy_kwh: float | None = None  # the schedule's nodes through their periods, times PUE
+    energy_usd: float | None = None
 
 
 def sub_problem(fp: FleetProblem, job, t, nodes: int) -> Problem:
@@ -58,8 +61,20 @@ def sub_problem(fp: FleetProblem, job, t, nodes: int) -> Problem:
         training=job.training,
         search=job.search,
         options=opts,
-        objective=Objective(goal="step_time"),
+        objective=Objective(goal="expected_time" if fp.goodput is not None else "step_time"),
+        goodput=(fp.goodput or Goodput()).model_copy(update={"idle_nodes_are_spares": False}),
     )
+
+
+def effective_fraction(fp: FleetProblem, job, t, gpus_used: int) -> float:
+    """Expected share of wall time a job on `gpus_used` GPUs of node type t trains (optimizer.model.goodput),
+    the rest lost to failures, restarts, checkpoints and waits for spares."""
+    from optimizer.model import goodput as G
+
+    inp = G.Inputs.of(fp.goodput, t.system.reliability)
+    c = G.checkpoint_bytes(job.llm, job.training.precision, job.training.master_weights)
+    spares = fp.goodput.spare_nodes if fp.goodput is not None else None
+    return float(1.0 / G.job_factor(inp, c, gpus_used, t.gpus_per_node, spares)[0])
 
 
 def throughput_table(fp: FleetProblem, time_limit_s: float = 60.0, t0: float | None = None) -> list[Rate]:
@@ -93,18 +108,11 @@ def throughput_table(fp: FleetProblem, time_limit_s: float = 60.0, t0: float | N
                     raise stopped from None
                 st = r.plans[0].objective_s
                 tps = job.training.global_batch * S / st
-                out.append(
-                    Rate(
-                        job.name,
-                        t.name,
-                        s,
-                        gpus_used(r.plans[0].evaluation.execution),
-                        st,
-                        tps,
-                        tps * fp.fleet.period_days * SECONDS_PER_DAY,
-                        r.status,
-                    )
-                )
+                n = gpus_used(r.plans[0].evaluation.execution)
+                eff = effective_fraction(fp, job, t, n)
+                share = eff if fp.goodput is not None else 1.0
+                per = tps * fp.fleet.period_days * SECONDS_PER_DAY * share
+                out.append(Rate(job.name, t.name, s, n, st, tps, per, r.status, eff))
     return out
 
 
@@ -153,6 +161,7 @@ def fleet(fp: FleetProblem, time_limit_s: float = 60.0, rates: list[Rate] | None
                     "gpus_used": rt.gpus_used,
                     "step_time_s": rt.step_time_s,
                     "tokens": rt.tokens_per_period,
+                    "effective_fraction": rt.effective_fraction,
                 }
             )
             if q <= dl[rt.job]:
@@ -161,6 +170,7 @@ def fleet(fp: FleetProblem, time_limit_s: float = 60.0, rates: list[Rate] | None
     types = {t.name: t for t in fp.node_types}
     cost = sum(types[t].node_usd * n for t, ns in buy.items() for n in ns)
     status = "optimal" if r["status"] == "Optimal" else "feasible"
+    kwh, usd = fleet_energy(fp, sched)
     return FleetResult(
         status,
         fp.fleet.goal.value,
@@ -172,7 +182,32 @@ def fleet(fp: FleetProblem, time_limit_s: float = 60.0, rates: list[Rate] | None
         time.perf_counter() - t0,
         bound=r["bound"],
         problem=fp,
+        energy_kwh=kwh,
+        energy_usd=usd,
     )
+
+
+def fleet_energy(fp: FleetProblem, sched: list[dict]) -> tuple[float | None, float | None]:
+    """Energy of the schedule, kWh, and its price, USD: each job's nodes draw their training power (the
+    catalog's power_kw, else the system's rating x the measured training share, optimizer/model/goodput.yaml)
+    through its periods (a job holds its nodes to a period's end), times PUE; None when a type states no
+    power."""
+    from optimizer.model import goodput as G
+
+    inp = G.Inputs.of(fp.goodput)
+    types = {t.name: t for t in fp.node_types}
+    kwh = 0.0
+    for s in sched:
+        t = types[s["node_type"]]
+        rated = G.node_rated_w(t.system)
+        kw = t.power_kw if t.power_kw is not None else None
+        if kw is None and rated is not None:
+            kw = rated * G.defaults()["power"]["training_of_rated"] / 1000
+        if kw is None:
+            return None, None
+        kwh += s["nodes"] * kw * fp.fleet.period_days * 24
+    kwh *= inp.energy.pue
+    return kwh, kwh * inp.energy.usd_per_kwh
 
 
 def proven_infeasible(r: dict) -> bool:

@@ -21,7 +21,17 @@ def result_dict(r: FleetResult) -> dict:
         "trained_tokens": r.trained,
         "throughput_table": [vars(x) for x in r.rates],
         "explanation": r.explanation,
+        "goodput": {
+            "energy_kwh": r.energy_kwh,
+            "energy_usd": r.energy_usd,
+            "expected_cost_usd": None if r.cost_usd is None else r.cost_usd + (r.energy_usd or 0.0),
+            "tokens_scaled_by_effective_fraction": fp_has_goodput(r),
+        },
     }
+
+
+def fp_has_goodput(r: FleetResult) -> bool:
+    return r.problem is not None and r.problem.goodput is not None
 
 
 def render(fp: FleetProblem, r: FleetResult) -> str:
@@ -45,12 +55,26 @@ def render(fp: FleetProblem, r: FleetResult) -> str:
     out += [
         "",
         "schedule:",
-        f"  {'job':16} {'period':>6} {'type':18} {'nodes':>6} {'step s':>8} {'tokens (B)':>11}",
+        f"  {'job':16} {'period':>6} {'type':18} {'nodes':>6} {'step s':>8} {'tokens (B)':>11} {'eff.':>6}",
     ]
     for s in r.schedule:
         out.append(
             f"  {s['job']:16} {s['period']:>6} {s['node_type']:18} {s['nodes']:>6} {s['step_time_s']:8.3f} "
-            f"{s['tokens'] / 1e9:11.1f}"
+            f"{s['tokens'] / 1e9:11.1f} {100 * s.get('effective_fraction', 1.0):5.1f}%"
+        )
+    scaled = fp.goodput is not None
+    out.append(
+        "  (eff.: expected share of wall time training, with failures, restarts and checkpoints: "
+        + (
+            "tokens are that share of each period's)"
+            if scaled
+            else "reported; tokens assume none, add a goodput section to plan with it)"
+        )
+    )
+    if r.energy_kwh is not None:
+        out.append(
+            f"energy {r.energy_kwh / 1000:,.0f} MWh (${r.energy_usd:,.0f}); expected cost with energy "
+            f"${r.cost_usd + r.energy_usd:,.0f}"
         )
     out += ["", "trained by the deadline (B tokens):"]
     for j in fp.jobs:

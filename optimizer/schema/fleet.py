@@ -9,6 +9,7 @@ from enum import StrEnum
 from pydantic import Field, model_validator
 
 from optimizer.schema.common import MAX_COUNT, Frozen, PositiveFloat, PositiveInt
+from optimizer.schema.goodput import Goodput
 from optimizer.schema.llm import LLM
 from optimizer.schema.problem import Options, Search, Training
 from optimizer.schema.procure import Catalog
@@ -90,6 +91,12 @@ class FleetProblem(Frozen):
     jobs: list[FleetJob] = Field(min_length=1, description="The training jobs.")
     fleet: Fleet = Field(description="Horizon, budget, power cap and objective.")
     options: Options = Field(default_factory=Options, description="Memory headroom.")
+    goodput: Goodput | None = Field(
+        None,
+        description="Failures, checkpoints, spares and energy (optimizer.schema.goodput): each (job, type, "
+        "size)'s effective training share and the fleet's energy are reported with the cited defaults; when "
+        "given, a job trains only its expected share of each period (the plans minimise the expected time).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> FleetProblem:
