@@ -94,12 +94,6 @@ def test_checkpoint_bytes_fp32_without_master_flag_is_12_per_param():
     assert G.checkpoint_bytes(TINY, "fp32", False) == pytest.approx(12 * count(TINY).total, rel=1e-12)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: checkpoint_bytes adds a 4 B master copy in fp32 training (16 B/param) although the "
-    "weights are fp32 already (the module docstring: m = 1 with mixed precision; layer.keeps_master is "
-    "false in fp32)",
-)
 def test_checkpoint_bytes_fp32_has_no_separate_master_copy():
     """fp32 training with the default master_weights true: the fp32 weights are the master copy, so the
     checkpoint holds 4 + 8 = 12 B per parameter, as the memory model counts it (`keeps_master`)."""
@@ -509,12 +503,6 @@ def test_expected_time_keeps_idle_nodes_as_spares_when_repairs_are_long(tmp_path
     assert best.goodput.expected_time_to_train_s < 0.75 * fast.goodput.expected_time_to_train_s
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="bug: objective.score answers a 1-element array for expected_time, and solve's precision branch "
-    "(drivers/solve.py _solve_precisions) takes float() of it: TypeError with numpy >= 2.x",
-)
 def test_expected_time_with_a_precision_search_solves(tmp_path):
     """search.precision [bf16, fp8] with goal expected_time: one solve per precision, the best by score."""
     path = tmp_path / "e.yaml"

@@ -37,6 +37,7 @@ class SolveResult:
     bound_s: float | None = None
     gap: float | None = None
     notes: list[str] = field(default_factory=list)
+    phased: object = None  # optimizer.drivers.phases.PhasedTotals of a batch-size schedule (a plan per phase)
 
 
 def verify(problem: Problem, ev: Evaluation, objective_s: float, exact: bool = True) -> None:
@@ -157,6 +158,10 @@ def solve(
         solver=solver,
         distinct=distinct,
     )
+    if problem.training.phases:
+        from optimizer.drivers.phases import solve_phases
+
+        return solve_phases(problem, solve, kw)
     precs = _precisions(problem)
     if precs is not None:
         return _solve_precisions(problem, precs, kw)

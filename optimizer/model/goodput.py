@@ -102,8 +102,12 @@ class Inputs:
 def checkpoint_bytes(llm, precision: str, master_weights: bool) -> float:
     """Bytes of one checkpoint of the whole model (weights, Adam moments, master weights), B."""
     d = defaults()
-    w = 4 if str(precision) == "fp32" else 2
-    per = w + d["adam_moments_bytes"] + (d["master_weights_bytes"] if master_weights else 0)
+    fp32 = str(precision) == "fp32"  # the weights are their own master copy
+    per = (
+        (4 if fp32 else 2)
+        + d["adam_moments_bytes"]
+        + (d["master_weights_bytes"] if master_weights and not fp32 else 0)
+    )
     return float(count(llm).total) * per
 
 
@@ -392,13 +396,14 @@ def problem_inputs(problem) -> Inputs:
 
 def problem_factor(problem, n_gpus) -> np.ndarray:
     """`job_factor` of a `Problem` for each GPU count in n_gpus (the `expected_time` objective)."""
+    shape = np.shape(n_gpus)
     n = np.atleast_1d(np.asarray(n_gpus))
     uniq, inv = np.unique(n, return_inverse=True)
     t = problem.training
     c = checkpoint_bytes(problem.llm, t.precision, t.master_weights)
     spares = problem_spares(problem, uniq)
     f = job_factor(problem_inputs(problem), c, uniq, problem.system.gpus_per_node, spares)
-    return f[inv].reshape(n.shape)
+    return f[inv].reshape(shape)
 
 
 def of_problem(problem, n_gpus: int, step_s: float) -> Goodput_ | None:

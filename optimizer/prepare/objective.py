@@ -80,7 +80,7 @@ def describe(problem: Problem, n_gpus: int, step_s: float) -> str:
     if g == Goal.TOKENS_PER_GPU:
         return f"objective: max tokens/s per GPU = {tok / n_gpus:,.1f} ({n_gpus} GPUs used)"
     if g == Goal.EXPECTED_TIME:
-        w = float(expected_time_factor(problem, n_gpus)[0]) / W_SCALE
+        w = float(np.ravel(expected_time_factor(problem, n_gpus))[0]) / W_SCALE
         days = step_s * w * problem.steps_to_train() / 86400
         return (
             f"objective: min expected time to train = {days:.4g} days "

@@ -30,6 +30,17 @@ from optimizer.schema.stack import Stack
 from optimizer.schema.system import System
 
 
+class Phase(Frozen):
+    """One phase of a batch-size schedule: `tokens` trained at `global_batch` sequences of `seq_len`."""
+
+    tokens: PositiveFloat = Field(description="Tokens trained in this phase.")
+    global_batch: PositiveInt = Field(le=1_048_576, description="Sequences per optimizer step in this phase.")
+    seq_len: PositiveInt | None = Field(None, description="Sequence length in this phase; null = training's.")
+
+
+MAX_PHASES = 16
+
+
 class Training(Frozen):
     """What one optimizer step processes, and in which precision."""
 
@@ -49,6 +60,44 @@ class Training(Frozen):
         True, description="Keep an fp32 master copy of the weights (mixed precision)."
     )
     tokens: PositiveFloat | None = Field(None, description="Tokens to train, for time-to-train.")
+    phases: list[Phase] | None = Field(
+        None,
+        description="A batch-size schedule (runs ramp the batch: Llama 3 405B trained 252M tokens at "
+        "4M-token batches of 4,096-token sequences, then 8M of 8,192 to 2.87T, then 16M): `solve` plans each "
+        "phase on the same GPUs, a re-layout between phases costs a restart and a checkpoint reload, and the "
+        "times and costs to train sum. tokens, when given, must equal the phases' sum (null: the sum); each "
+        "phase's global_batch and seq_len replace training's.",
+    )
+
+    @model_validator(mode="after")
+    def _phases(self) -> Training:
+        ph = self.phases
+        if ph is None:
+            return self
+        if not ph or len(ph) > MAX_PHASES:
+            raise ValueError(f"phases: give 1 to {MAX_PHASES} phases")
+        total = sum(p.tokens for p in ph)
+        if self.tokens is not None and abs(self.tokens - total) > 1e-6 * total:
+            raise ValueError(
+                f"phases: their tokens sum to {total:.6g}, not training.tokens {self.tokens:.6g}"
+            )
+        if self.tokens is None:
+            object.__setattr__(self, "tokens", total)
+        return self
+
+    def phase_trainings(self) -> list[Training]:
+        """Each phase as a `Training` of its own (batch, sequence, tokens), without phases."""
+        return [
+            self.model_copy(
+                update={
+                    "global_batch": p.global_batch,
+                    "seq_len": p.seq_len or self.seq_len,
+                    "tokens": p.tokens,
+                    "phases": None,
+                }
+            )
+            for p in self.phases or []
+        ]
 
 
 class Execution(Frozen):
@@ -376,8 +425,22 @@ class Problem(Frozen):
         return self._source
 
     @model_validator(mode="after")
+    def _phases_objective(self):
+        o = self.objective
+        if self.training.phases and (
+            o.max_step_time_s is not None or o.max_days is not None or o.max_gpu_hours is not None
+        ):
+            raise ValueError(
+                "training.phases: the objective's targets (max_step_time_s, max_days, max_gpu_hours) are "
+                "per batch; with phases give none"
+            )
+        if self.training.phases and o.goal not in (Goal.STEP_TIME, Goal.EXPECTED_TIME):
+            raise ValueError("training.phases: objective.goal must be step_time or expected_time")
+        return self
+
+    @model_validator(mode="after")
     def _objective_needs_tokens(self):
-        if self.objective.goal == Goal.EXPECTED_TIME and not self.training.tokens:
+        if self.objective.goal == Goal.EXPECTED_TIME and not (self.training.tokens or self.training.phases):
             raise ValueError("objective.goal expected_time needs training.tokens")
         if (
             self.objective.max_days is not None or self.objective.max_gpu_hours is not None
