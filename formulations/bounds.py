@@ -32,7 +32,7 @@ from formulations.tables import TIME_UNIT, Tables, knob_grid, or_masks
 from optimizer.model.capacity import feasible
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate
-from optimizer.prepare.objective import gpu_time_cap, score, target
+from optimizer.prepare.objective import gpu_time_cap, score, step_limit, target
 from optimizer.rules.layout import zero_allowed
 
 UB_SLACK = 1e-4  # relative: the integer objective of the incumbent may differ from the model's by rounding
@@ -379,7 +379,7 @@ def _step_ub(problem, n_gpus: int, step_s: float) -> float:
     step_ub = np.ceil(step_s * TIME_UNIT * (1 + UB_SLACK)) + 1
     tg, cap = target(problem, TIME_UNIT), gpu_time_cap(problem, TIME_UNIT)
     if tg is not None:
-        step_ub = min(step_ub, float(np.floor(tg)))
+        step_ub = min(step_ub, float(np.floor(np.ravel(step_limit(problem, n_gpus, TIME_UNIT))[0])))
     if cap is not None and n_gpus > 0:
         step_ub = min(step_ub, float(np.floor(np.floor(cap) / n_gpus)))
     return step_ub

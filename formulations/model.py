@@ -29,7 +29,14 @@ from formulations.cp_sat import cp_model
 from formulations.tables import TIME_UNIT, Tables, build_all, restrict
 from optimizer.errors import Infeasible, OutOfRange, Reason, TimeLimit, VerificationError
 from optimizer.model.knobs import Knobs
-from optimizer.prepare.objective import BIG_S, expected_time_factor, gpu_time_cap, target
+from optimizer.prepare.objective import (
+    BIG_S,
+    W_SCALE,
+    expected_time_factor,
+    failures_in_target,
+    gpu_time_cap,
+    target,
+)
 from optimizer.prepare.space import compact_space
 from optimizer.schema import Problem
 from optimizer.schema.problem import Objective
@@ -121,7 +128,12 @@ def objective_score(T: Tables, m: cp_model.CpModel, ch, obj):
     p = T.problem
     g = p.objective.goal.value
     tg, cap = target(p, TIME_UNIT), gpu_time_cap(p, TIME_UNIT)
-    if tg is not None:
+    w = None
+    if g == "expected_time" or (tg is not None and failures_in_target(p)):
+        w = ch.by_pair.get("expected_time_w", expected_time_factor(p, T.gpus(ch.pre.pairs.li)))
+    if tg is not None and failures_in_target(p):
+        m.Add(product(m, w, obj, "expected_step") <= int(np.floor(tg * W_SCALE)))
+    elif tg is not None:
         m.Add(obj <= int(np.floor(tg)))
     n = ch.col("n_gpus")
     gs = product(m, n, obj, "gpu_seconds") if (g == "tokens_per_gpu" or cap is not None) else None
@@ -132,7 +144,6 @@ def objective_score(T: Tables, m: cp_model.CpModel, ch, obj):
     if g == "tokens_per_gpu":
         return gs
     if g == "expected_time":
-        w = ch.by_pair.get("expected_time_w", expected_time_factor(p, T.gpus(ch.pre.pairs.li)))
         return product(m, w, obj, "expected_time")
     return int(BIG_S * TIME_UNIT) * n + obj
 

@@ -32,6 +32,7 @@ from optimizer.drivers.purchase import (
     purchase_of,
     rank_key,
     system_tables_key,
+    time_key,
 )
 from optimizer.errors import TimeLimit
 from optimizer.model import bands
@@ -239,12 +240,12 @@ def pareto_front(
     for b in budgets:
         cands = [purchase_of(pp, [g], g.step_time_s) for g in per_budget[b]]
         if cands:
-            found.append(min(cands, key=lambda p: (p.step_time_s, p.cost_usd)))
+            found.append(min(cands, key=lambda p: (time_key(pp, p), p.cost_usd)))
     if dl.left() <= 0 and notes is not None:
         notes.append("Pareto front: the time limit passed before every budget was solved (points missing)")
     front: list[Purchase] = []
-    for p in sorted(found, key=lambda p: (p.cost_usd, p.step_time_s)):
-        if not front or p.step_time_s < front[-1].step_time_s * (1 - 1e-9):
+    for p in sorted(found, key=lambda p: (p.cost_usd, time_key(pp, p))):
+        if not front or time_key(pp, p) < time_key(pp, front[-1]) * (1 - 1e-9):
             front.append(p)
     return front
 

@@ -124,6 +124,7 @@ def sub_problem(
     elif goal == ProcureGoal.COST:
         obj["goal"] = Goal.FEWEST_GPUS if pr.pricing == Pricing.CAPEX else Goal.TOKENS_PER_GPU
         obj["max_days"] = pr.deadline_days
+        obj["target_includes_failures"] = pp.goodput is not None and pr.deadline_days is not None
     else:
         obj["goal"] = Goal.TOKENS_PER_GPU
     if pr.pricing == Pricing.RENTAL and budget is not None and pp.training.tokens:
@@ -201,6 +202,14 @@ def purchase_goodput(pp: ProcureProblem, p: Purchase, steps: float | None):
     return G.expected(G.Inputs.of(pp.goodput, t0.system.reliability), job)
 
 
+def time_key(pp: ProcureProblem, p: Purchase) -> float:
+    """How long a purchase takes: its expected time to train when the problem states its goodput, else its
+    step time (the Pareto front's time axis)."""
+    if pp.goodput is not None and p.goodput is not None:
+        return p.goodput.expected_time_to_train_s
+    return p.step_time_s
+
+
 def rank_key(pp: ProcureProblem, p: Purchase) -> tuple[float, float]:
     """Smaller is better, under the procurement goal (ties: cheaper, then faster)."""
     goal = pp.procure.goal
@@ -209,6 +218,8 @@ def rank_key(pp: ProcureProblem, p: Purchase) -> tuple[float, float]:
     if goal in (ProcureGoal.THROUGHPUT, ProcureGoal.TIME_TO_TRAIN):
         return (p.step_time_s, p.cost_usd)
     if goal == ProcureGoal.COST:
+        if pp.goodput is not None and p.goodput is not None and p.goodput.expected_cost_usd is not None:
+            return (p.goodput.expected_cost_usd, p.step_time_s)
         return (p.cost_usd, p.step_time_s)
     if pp.procure.pricing == Pricing.RENTAL:  # tokens/s per ($ per hour)
         rate = sum(g.nodes * g.node_type.gpus_per_node * g.node_type.rent_usd_per_gpu_hour for g in p.groups)

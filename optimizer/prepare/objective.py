@@ -49,6 +49,22 @@ def gpu_time_cap(problem: Problem, unit: float = 1.0) -> float | None:
     return None if c is None else c * unit * (1 + 1e-9)
 
 
+def failures_in_target(problem: Problem) -> bool:
+    """Whether the step-time target is met by the expected time with failures (t W(n) <= target)."""
+    return problem.objective.target_includes_failures and problem.step_time_target_s() is not None
+
+
+def step_limit(problem: Problem, n_gpus, unit: float = 1.0):
+    """The largest step time (1/unit s) on n GPUs that meets the target: the target, or with
+    `target_includes_failures` the largest integer t with t W_int(n) <= floor(target x W_SCALE); None: no
+    target."""
+    tg = target(problem, unit)
+    if tg is None or not failures_in_target(problem):
+        return tg
+    w = expected_time_factor(problem, n_gpus)
+    return np.floor(np.floor(tg * W_SCALE) / w)
+
+
 def score(problem: Problem, n_gpus, step, unit: float = 1.0, missed=np.inf) -> np.ndarray:
     """The score to minimise, with the step time in 1/unit s (seconds: unit 1; the formulation's integers:
     unit TIME_UNIT with integer arrays, exact in int64); `missed` where a target is missed."""
@@ -68,7 +84,7 @@ def score(problem: Problem, n_gpus, step, unit: float = 1.0, missed=np.inf) -> n
     tg, cap = target(problem, unit), gpu_time_cap(problem, unit)
     ok = np.ones(np.broadcast(n, t).shape, dtype=bool)
     if tg is not None:
-        ok &= t <= tg
+        ok &= t <= step_limit(problem, n, unit)
     if cap is not None:
         ok &= n * t <= cap
     return np.where(ok, s, missed) if (tg is not None or cap is not None) else s

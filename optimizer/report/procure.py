@@ -269,12 +269,15 @@ def _render_best(r: ProcureResult) -> list[str]:
     if b.goodput is not None:
         from optimizer.report.goodput import goodput_lines
 
-        ranked = pp.goodput is not None and pp.procure.goal.value == "time_to_train"
-        out.append(
-            "  goodput of the purchase ("
-            + ("purchases ranked by expected time to train" if ranked else "reported; ranked by step time")
-            + "):"
-        )
+        goal = pp.procure.goal.value
+        ranked = pp.goodput is not None and goal == "time_to_train"
+        how = "reported; ranked without failures (add a goodput section to plan with them)"
+        if pp.goodput is not None:
+            how = {
+                "time_to_train": "purchases ranked by expected time to train",
+                "cost": "the deadline met in expectation, purchases ranked by expected cost",
+            }.get(goal, "reported; ranked by throughput")
+        out.append(f"  goodput of the purchase ({how}):")
         out += ["  " + line for line in goodput_lines(b.goodput)]
         if ranked:
             out += _goodput_changed(r)
@@ -323,8 +326,13 @@ def _render_pareto(r: ProcureResult) -> list[str]:
     if r.pareto:
         out += [
             "",
-            "Pareto front, cost against time to train (each point the fastest single-type purchase within "
-            "its budget; at the problem's budget, the best purchase, mixes included):",
+            "Pareto front, cost against time to train (each point the "
+            + (
+                "single-type purchase with the least expected time to train (failures included) "
+                if pp.goodput is not None and pp.training.tokens
+                else "fastest single-type purchase "
+            )
+            + "within its budget; at the problem's budget, the best purchase, mixes included):",
             f"  {'cost':>10s} {'days' if pp.training.tokens else 'step s':>8s}  purchase",
         ]
         for p in r.pareto:

@@ -300,6 +300,11 @@ class Objective(Frozen):
         description="Cap on GPU-hours to train training.tokens "
         "(GPUs used x time to train): a rental budget over its rate.",
     )
+    target_includes_failures: bool = Field(
+        False,
+        description="max_days (or max_step_time_s) is met by the expected time to train with failures, "
+        "restarts and checkpoints (step x W(n), optimizer.model.goodput), not by the failure-free time.",
+    )
 
     @model_validator(mode="after")
     def _target(self):

@@ -1,0 +1,145 @@
+"""Goodput in the drivers: a days target met in expectation (`objective.target_includes_failures`, CP-SAT
+against the enumerator), procure's cost goal with failures, the Pareto front's time axis, fleet's effective
+shares and energy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import ROOT
+
+from optimizer import api
+from optimizer.io.loader import load_fleet, load_procure
+from optimizer.model import goodput as G
+from optimizer.prepare.objective import gpus_used
+
+TARGET = """name: l8b-days
+llm: llama3.1-8b
+system: h100-sxm-80gb
+num_gpus: 128
+training: {{global_batch: 256, precision: bf16, tokens: 2.0e+11}}
+options: {{allow_idle_gpus: true}}
+objective: {{goal: fewest_gpus, max_days: {days}, target_includes_failures: {flag}}}
+goodput:
+  spare_nodes: 0
+  reliability:
+    causes: [{{name: gpu, per_mgpu_h: 500, needs_node: true}}]
+    detect_s: 600
+    restart_s: 300
+    repair_h: 24
+search: {{cp: 1, vpp: 1, zero: 1, micro_batch: [1, 2], recompute: [selective], tp_overlap: [none],
+  pp: [1, 2]}}
+"""
+
+
+def _load(tmp_path, days: float, flag: bool):
+    p = tmp_path / f"t{flag}.yaml"
+    p.write_text(TARGET.format(days=days, flag=str(flag).lower()))
+    return api.load(p)
+
+
+def test_days_target_in_expectation_needs_more_gpus(tmp_path):
+    """With failures counted, the fewest GPUs that meet the days target is larger (a failed node waits 24 h
+    without spares, and each GPU fewer stretches the run); the plan found meets the target in expectation,
+    and CP-SAT equals the enumerator."""
+    wide = api.solve(_load(tmp_path, 100, False)).plans[0].evaluation
+    # a target between the fewest GPUs' failure-free and expected days: met without failures, missed with
+    days = (wide.time_to_train_s + wide.goodput.expected_time_to_train_s) / 2 / 86400
+    loose = api.solve(_load(tmp_path, days, False)).plans[0].evaluation
+    q = _load(tmp_path, days, True)
+    strict = api.solve(q).plans[0].evaluation
+    oracle = api.solve(q, method="enumerate").plans[0].evaluation
+    assert gpus_used(strict.execution) == gpus_used(oracle.execution)
+    assert strict.result["step_time"] == pytest.approx(oracle.result["step_time"], rel=1e-3)
+    assert gpus_used(loose.execution) == gpus_used(wide.execution)
+    assert loose.goodput.expected_time_to_train_s > days * 86400
+    assert strict.goodput.expected_time_to_train_s <= days * 86400 * (1 + 1e-6)
+    assert gpus_used(strict.execution) > gpus_used(loose.execution)
+
+
+def test_impossible_days_target_in_expectation_is_infeasible_for_the_target(tmp_path):
+    from optimizer.errors import Infeasible, Reason
+
+    with pytest.raises(Infeasible) as e:
+        api.solve(_load(tmp_path, 0.5, True))
+    assert e.value.reason == Reason.TARGET
+
+
+@pytest.mark.slow
+def test_procure_cost_goal_meets_the_deadline_in_expectation(tmp_path):
+    """goal cost with a deadline: with failures and no spares the cheapest purchase that trains in 30
+    expected days is larger than the one that trains in 30 failure-free days; each meets its own reading."""
+    from optimizer.drivers.procure import procure
+
+    text = """name: pc
+llm: gpt3-175b
+catalog: gpus-2025
+training: {global_batch: 1536, precision: bf16, tokens: 1.0e+12}
+procure: {goal: cost, pricing: capex, deadline_days: 30, calibrated_only: true}
+"""
+    p = tmp_path / "pc.yaml"
+    p.write_text(text)
+    plain = procure(load_procure(p))
+    p.write_text(text + "goodput: {spare_nodes: 0}\n")
+    with_g = procure(load_procure(p))
+    from optimizer.drivers.purchase import purchase_goodput
+
+    pp = load_procure(p)
+    assert plain.best.days_to_train <= 30
+    assert with_g.best.goodput.expected_time_to_train_s <= 30 * 86400 * (1 + 1e-6)
+    # the failure-free answer, under the same failures, misses the deadline in expectation
+    missed = purchase_goodput(pp, plain.best, 1.0e12 / (1536 * 2048))
+    assert missed.expected_time_to_train_s > 30 * 86400
+    assert with_g.best.cost_usd > plain.best.cost_usd
+
+
+@pytest.mark.slow
+def test_pareto_front_is_monotone_in_expected_time():
+    """With a goodput section, the front's time axis is the expected time to train: cost up, time down."""
+    from optimizer.drivers.procure import procure
+
+    pp = load_procure(ROOT / "problems" / "studies" / "procure" / "gpt3-175b-40musd-no-spares.yaml")
+    front = procure(pp, pareto=True).pareto
+    assert len(front) >= 2
+    costs = [p.cost_usd for p in front]
+    times = [p.goodput.expected_time_to_train_s for p in front]
+    assert costs == sorted(costs) and all(b < a for a, b in zip(times, times[1:], strict=False))
+
+
+def test_fleet_reports_effective_shares_and_energy():
+    """Every throughput row carries the expected share of wall time training (that of its GPU count under
+    the defaults), tokens unscaled without a goodput section; the energy is the schedule's nodes x catalog
+    power x period x PUE."""
+    from optimizer.drivers.fleet import fleet
+
+    fp = load_fleet(ROOT / "problems" / "fleet" / "three-jobs-fleet.yaml")
+    r = fleet(fp)
+    types = {t.name: t for t in fp.node_types}
+    for x in r.rates:
+        job = next(j for j in fp.jobs if j.name == x.job)
+        t = types[x.node_type]
+        c = G.checkpoint_bytes(job.llm, job.training.precision, job.training.master_weights)
+        want = 1 / G.job_factor(G.Inputs.of(None), c, x.gpus_used, t.gpus_per_node, None)[0]
+        assert x.effective_fraction == pytest.approx(want)
+        assert x.tokens_per_period == pytest.approx(x.tokens_per_s * fp.fleet.period_days * 86400)
+    kwh = sum(s["nodes"] * types[s["node_type"]].power_kw * fp.fleet.period_days * 24 for s in r.schedule)
+    assert r.energy_kwh == pytest.approx(kwh * 1.10)
+    d = api.as_dict(r)
+    assert d["goodput"]["expected_cost_usd"] == pytest.approx(r.cost_usd + r.energy_usd)
+
+
+@pytest.mark.slow
+def test_fleet_with_goodput_trains_the_expected_share():
+    """A goodput section: each row's tokens per period are its throughput x period x effective share."""
+    from optimizer.drivers.fleet import throughput_table
+
+    fp = load_fleet(ROOT / "problems" / "fleet" / "three-jobs-fleet.yaml")
+    fp = fp.model_copy(update={"jobs": fp.jobs[2:], "goodput": G.Goodput()})
+    rows = throughput_table(fp)
+    assert rows
+    for x in rows:
+        assert 0.9 < x.effective_fraction < 1
+        assert x.tokens_per_period == pytest.approx(
+            x.tokens_per_s * fp.fleet.period_days * 86400 * x.effective_fraction
+        )
+    assert np.all([x.status in ("optimal", "feasible") for x in rows])
