@@ -128,3 +128,20 @@ def test_json_names_the_phases(tmp_path):
     ph = d["phases"]
     assert [x["global_batch"] for x in ph["per_phase"]] == [64, 256]
     assert ph["expected_time_to_train_s"] >= sum(p["goodput"]["expected_time_to_train_s"] for p in d["plans"])
+
+
+@pytest.mark.parametrize("command", ["check", "whatif"])
+def test_one_batch_commands_refuse_a_schedule_at_its_line(tmp_path, command):
+    path = _write(tmp_path, TWO)
+    r = _cli(command, str(path))
+    assert r.returncode == 2 and f"{path}:8: training.phases:" in r.stderr, r.stderr
+
+
+def test_procure_and_fleet_refuse_a_schedule(tmp_path):
+    p = tmp_path / "p.yaml"
+    p.write_text(
+        "llm: llama3.1-8b\ncatalog: gpus-2025\ntraining:\n  global_batch: 64\n  phases:\n"
+        "    - {tokens: 1.0e+9, global_batch: 64}\nprocure: {budget_usd: 1.0e+7}\n"
+    )
+    r = _cli("procure", str(p))
+    assert r.returncode == 2 and "procure plans one batch" in r.stderr, r.stderr

@@ -135,8 +135,10 @@ def check(
     offload_gib: float = 512.0,
     offload_gbps: float = 64.0,
 ) -> CheckResult:
+    from optimizer.drivers.evaluate import one_batch_only
     from optimizer.progress import progress
 
+    one_batch_only(problem, "check")
     with progress("check: solves", None):
         return _check(problem, written_execution, offload_gib, offload_gbps)
 

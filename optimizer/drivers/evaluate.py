@@ -19,10 +19,22 @@ class Evaluation:
     goodput: Any = None  # optimizer.model.goodput.Goodput_ with training.tokens, else None
 
 
+def one_batch_only(problem: Problem, command: str) -> None:
+    """Refuse a batch-size schedule where the command answers for one batch (bad input at training.phases)."""
+    if problem.training.phases:
+        raise problem_field_error(
+            problem,
+            "training.phases",
+            f"{command} answers for one batch; `paraplan solve` plans each phase of a batch-size schedule "
+            "(or give the phase's global_batch, seq_len and tokens without phases)",
+        )
+
+
 def evaluate_execution(problem: Problem, ex: Execution | None = None) -> Evaluation:
     from optimizer.model.knobs import from_execution, to_execution
     from optimizer.model.step import GIB, evaluate
 
+    one_batch_only(problem, "evaluate")
     ex = ex or problem.execution
     k = from_execution(ex, problem.system, problem.num_gpus)
     r = evaluate(problem, k).row()

@@ -167,12 +167,14 @@ def whatif(
     """Each resource's value and the robust plan (module docstring); `time_limit_s` bounds the whole
     command: each solve gets what is left of it, and a lever (or the robust plan) reached after it passed is
     reported as not evaluated (status time_limit)."""
+    from optimizer.drivers.evaluate import one_batch_only
     from optimizer.drivers.solve import solve
     from optimizer.prepare.objective import gpus_used
     from optimizer.progress import progress
 
     if not 0 < band < 1:  # NaN fails too
         raise ValueError(f"band must be a fraction in (0, 1), got {band!r}")
+    one_batch_only(problem, "whatif")
     deadline = time.perf_counter() + time_limit_s
     base = solve(problem, top=top, time_limit_s=time_limit_s)
     t0 = base.plans[0].evaluation.result["step_time"]

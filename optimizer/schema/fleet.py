@@ -40,6 +40,8 @@ class FleetJob(Frozen):
     def _tokens(self) -> FleetJob:
         if not self.training.tokens:
             raise ValueError("a fleet job needs training.tokens")
+        if self.training.phases:
+            raise ValueError("training.phases: a fleet job trains one batch size (solve plans a schedule)")
         return self
 
 

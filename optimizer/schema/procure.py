@@ -187,6 +187,10 @@ class ProcureProblem(Frozen):
         needs_tokens = pr.goal in (ProcureGoal.TIME_TO_TRAIN, ProcureGoal.COST) or (
             pr.pricing == Pricing.RENTAL and pr.budget_usd is not None
         )
+        if self.training.phases:
+            raise ValueError(
+                "training.phases: procure plans one batch (solve plans each phase of a schedule)"
+            )
         if needs_tokens and not self.training.tokens:
             raise ValueError(
                 f"procure (goal {pr.goal.value}, pricing {pr.pricing.value}) needs training.tokens"
