@@ -41,6 +41,7 @@ class Rate:
     tokens_per_period: float
     status: str  # optimal | feasible
     effective_fraction: float = 1.0  # expected share of wall time training (optimizer.model.goodput)
+    busy_share: float = 1.0  # the share of a step its GPUs compute (optimizer.model.goodput.busy_share)
 
 
 def token_scale(fp: FleetProblem) -> float:

@@ -346,10 +346,11 @@ def no_failure_inputs(**kw) -> G.Inputs:
 
 
 def test_energy_is_training_draw_plus_idle_draw_times_pue():
-    """64 GPUs = 8 nodes rated 10 kW, 36,000 s of training, 36,360 s of wall time (360 s of checkpoint
-    stalls): 8 x (0.76 x 10,000 x 36,000 + 0.25 x 10,000 x 360) J x PUE 1.2 / 3.6e6 = 732 kWh, x $0.10 =
-    $73.2; no price for the GPUs: the expected cost is the energy's."""
-    g = G.expected(no_failure_inputs(), job(360e9, 64, 36000.0, node_rated_w=10000.0))
+    """64 GPUs = 8 nodes rated 10 kW, busy 51/57 of each step: in training 0.25 + (0.82 - 0.25) x 51/57 =
+    0.76 of the rating; 36,000 s of training, 36,360 s of wall time (360 s of checkpoint stalls): 8 x (0.76 x
+    10,000 x 36,000 + 0.25 x 10,000 x 360) J x PUE 1.2 / 3.6e6 = 732 kWh, x $0.10 = $73.2; no price for the
+    GPUs: the expected cost is the energy's."""
+    g = G.expected(no_failure_inputs(), job(360e9, 64, 36000.0, node_rated_w=10000.0, busy_share=51 / 57))
     assert g.expected_time_to_train_s == pytest.approx(36360.0)
     kwh = 8 * (0.76 * 10000 * 36000 + 0.25 * 10000 * 360) * 1.2 / 3.6e6
     assert kwh == pytest.approx(732.0)
@@ -365,7 +366,9 @@ def test_rental_cost_charges_gpu_hours_with_spares_idle_throughout():
     (64 + 16) GPUs x 10.1 h x $2 = $1616; expected cost $1695.26."""
     g = G.expected(
         no_failure_inputs(),
-        job(360e9, 64, 36000.0, spares=2, node_rated_w=10000.0, rent_usd_per_gpu_hour=2.0),
+        job(
+            360e9, 64, 36000.0, spares=2, node_rated_w=10000.0, rent_usd_per_gpu_hour=2.0, busy_share=51 / 57
+        ),
     )
     assert g.energy_kwh == pytest.approx(792.6, rel=1e-12)
     assert g.compute_usd == pytest.approx(1616.0, rel=1e-12)

@@ -108,8 +108,9 @@ def test_pareto_front_is_monotone_in_expected_time():
 
 def test_fleet_reports_effective_shares_and_energy():
     """Every throughput row carries the expected share of wall time training (that of its GPU count under
-    the defaults), tokens unscaled without a goodput section; the energy is the schedule's nodes x catalog
-    power x period x PUE."""
+    the defaults), tokens unscaled without a goodput section; the energy is the schedule's nodes x their
+    draw (the catalog's power_kw busy, a quarter of the rating waiting, by the plan's busy share) x period
+    x PUE."""
     from optimizer.drivers.fleet import fleet
 
     fp = load_fleet(ROOT / "problems" / "fleet" / "three-jobs-fleet.yaml")
@@ -122,7 +123,16 @@ def test_fleet_reports_effective_shares_and_energy():
         want = 1 / G.job_factor(G.Inputs.of(None), c, x.gpus_used, t.gpus_per_node, None)[0]
         assert x.effective_fraction == pytest.approx(want)
         assert x.tokens_per_period == pytest.approx(x.tokens_per_s * fp.fleet.period_days * 86400)
-    kwh = sum(s["nodes"] * types[s["node_type"]].power_kw * fp.fleet.period_days * 24 for s in r.schedule)
+    idle = 0.25 / 0.82  # the waiting draw over the busy draw (the catalog's power_kw)
+    kwh = sum(
+        s["nodes"]
+        * types[s["node_type"]].power_kw
+        * (idle + (1 - idle) * s["busy_share"])
+        * fp.fleet.period_days
+        * 24
+        for s in r.schedule
+    )
+    assert all(0.5 < s["busy_share"] <= 1 for s in r.schedule)
     assert r.energy_kwh == pytest.approx(kwh * 1.10)
     d = api.as_dict(r)
     assert d["goodput"]["expected_cost_usd"] == pytest.approx(r.cost_usd + r.energy_usd)

@@ -80,7 +80,7 @@ def plan_goodput(problem: Problem, ex: Execution, r: dict):
     from optimizer.prepare.objective import gpus_used
 
     try:
-        return goodput.of_problem(problem, gpus_used(ex), r["step_time"])
+        return goodput.of_problem(problem, gpus_used(ex), r["step_time"], goodput.busy_share(r))
     except goodput.GoodputInputError as e:
         raise problem_field_error(problem, e.field, str(e)) from None
 

@@ -82,6 +82,7 @@ def throughput_table(fp: FleetProblem, time_limit_s: float = 60.0, t0: float | N
     since `t0` (perf_counter s; default now), so the limit bounds the whole table; TimeLimit once none is
     left."""
     from optimizer.drivers.solve import solve
+    from optimizer.model.goodput import busy_share
     from optimizer.prepare.objective import gpus_used
 
     t0 = time.perf_counter() if t0 is None else t0
@@ -112,7 +113,8 @@ def throughput_table(fp: FleetProblem, time_limit_s: float = 60.0, t0: float | N
                 eff = effective_fraction(fp, job, t, n)
                 share = eff if fp.goodput is not None else 1.0
                 per = tps * fp.fleet.period_days * SECONDS_PER_DAY * share
-                out.append(Rate(job.name, t.name, s, n, st, tps, per, r.status, eff))
+                busy = busy_share(r.plans[0].evaluation.result)
+                out.append(Rate(job.name, t.name, s, n, st, tps, per, r.status, eff, busy))
     return out
 
 
@@ -162,6 +164,7 @@ def fleet(fp: FleetProblem, time_limit_s: float = 60.0, rates: list[Rate] | None
                     "step_time_s": rt.step_time_s,
                     "tokens": rt.tokens_per_period,
                     "effective_fraction": rt.effective_fraction,
+                    "busy_share": rt.busy_share,
                 }
             )
             if q <= dl[rt.job]:
@@ -188,23 +191,25 @@ def fleet(fp: FleetProblem, time_limit_s: float = 60.0, rates: list[Rate] | None
 
 
 def fleet_energy(fp: FleetProblem, sched: list[dict]) -> tuple[float | None, float | None]:
-    """Energy of the schedule, kWh, and its price, USD: each job's nodes draw their training power (the
-    catalog's power_kw, else the system's rating x the measured training share, optimizer/model/goodput.yaml)
-    through its periods (a job holds its nodes to a period's end), times PUE; None when a type states no
-    power."""
+    """Energy of the schedule, kWh, and its price, USD: each job's nodes draw their training power through
+    its periods (a job holds its nodes to a period's end), idle + (busy - idle) x the plan's busy share, the
+    busy draw the catalog's power_kw or the system's rating x the measured peak share
+    (optimizer/model/goodput.yaml), times PUE; None when a type states no power."""
     from optimizer.model import goodput as G
 
     inp = G.Inputs.of(fp.goodput)
+    pw = G.defaults()["power"]
     types = {t.name: t for t in fp.node_types}
     kwh = 0.0
     for s in sched:
         t = types[s["node_type"]]
         rated = G.node_rated_w(t.system)
-        kw = t.power_kw if t.power_kw is not None else None
-        if kw is None and rated is not None:
-            kw = rated * G.defaults()["power"]["training_of_rated"] / 1000
-        if kw is None:
+        if t.power_kw is not None:
+            rated = t.power_kw * 1000 / pw["peak_of_rated"]
+        if rated is None:
             return None, None
+        idle, busy = rated * pw["idle_of_rated"], rated * pw["peak_of_rated"]
+        kw = (idle + (busy - idle) * s.get("busy_share", 1.0)) / 1000
         kwh += s["nodes"] * kw * fp.fleet.period_days * 24
     kwh *= inp.energy.pue
     return kwh, kwh * inp.energy.usd_per_kwh

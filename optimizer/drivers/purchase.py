@@ -167,6 +167,14 @@ def purchase_of(pp: ProcureProblem, groups: list[Group], step_s: float, sync_s: 
     return p
 
 
+def _busy(p: Purchase) -> float:
+    """The busy share of the purchase's step (`goodput.busy_share` of its first group's plan; 1 without)."""
+    from optimizer.model.goodput import busy_share
+
+    plan = p.groups[0].plan
+    return 1.0 if plan is None else busy_share(plan.evaluation.result)
+
+
 def purchase_goodput(pp: ProcureProblem, p: Purchase, steps: float | None):
     """Expected time and cost to train of a purchase (`optimizer.model.goodput`): its GPUs used, the first
     group's node type for reliability and checkpoint bandwidth per node, the nodes' training power (the
@@ -198,6 +206,7 @@ def purchase_goodput(pp: ProcureProblem, p: Purchase, steps: float | None):
         node_training_w=avg(train),
         rent_usd_per_gpu_hour=rent,
         capex_usd=p.cost_usd if pp.procure.pricing == Pricing.CAPEX else None,
+        busy_share=_busy(p),
     )
     return G.expected(G.Inputs.of(pp.goodput, t0.system.reliability), job)
 

@@ -275,7 +275,10 @@ class Job:
     steps: float
     spare_nodes: int | None  # spares in all (the problem's plus the plan's idle whole nodes), None: a pool
     node_rated_w: float | None  # a node's nameplate power; None: no energy
-    node_training_w: float | None = None  # a node's draw in training when known (a catalog's power_kw)
+    node_training_w: float | None = (
+        None  # a node's draw with its GPUs busy, when known (a catalog's power_kw)
+    )
+    busy_share: float = 1.0  # the share of the step the GPUs compute (not waiting on communication, bubbles)
     rent_usd_per_gpu_hour: float | None = None
     capex_usd: float | None = None
 
@@ -343,16 +346,17 @@ def expected(inp: Inputs, job: Job) -> Goodput_:
 
 
 def _price(inp: Inputs, job: Job, out: Goodput_) -> None:
-    """Energy (training draw while training, idle draw while down, spares idle throughout, times PUE) and the
-    expected cost: rental GPU-hours or the capital's share, plus energy."""
+    """Energy (in training idle + (peak - idle) x busy share, while down idle, spares idle throughout, times
+    PUE) and the expected cost: rental GPU-hours or the capital's share, plus energy."""
     p = defaults()["power"]
     nodes = math.ceil(job.n_gpus / job.gpus_per_node)
     spares = job.spare_nodes or 0
     if job.node_rated_w is not None or job.node_training_w is not None:
-        share = p["training_of_rated"]
-        rated = job.node_rated_w if job.node_rated_w is not None else job.node_training_w / share
-        train_w = job.node_training_w if job.node_training_w is not None else rated * share
+        peak = p["peak_of_rated"]
+        rated = job.node_rated_w if job.node_rated_w is not None else job.node_training_w / peak
+        peak_w = job.node_training_w if job.node_training_w is not None else rated * peak
         idle_w = rated * p["idle_of_rated"]
+        train_w = idle_w + (peak_w - idle_w) * job.busy_share
         ts, total = out.failure_free_time_s, out.expected_time_to_train_s
         joules = nodes * (train_w * ts + idle_w * (total - ts)) + spares * idle_w * total
         out.energy_kwh = joules * inp.energy.pue / 3.6e6
@@ -406,8 +410,20 @@ def problem_factor(problem, n_gpus) -> np.ndarray:
     return f[inv].reshape(shape)
 
 
-def of_problem(problem, n_gpus: int, step_s: float) -> Goodput_ | None:
-    """`expected` of a plan of a `Problem` on n_gpus GPUs at step_s; None without training.tokens."""
+BUSY_PARTS = ("fw", "bw", "recompute", "head", "optimizer", "overlap_slowdown", "fsdp_copies")
+
+
+def busy_share(result: dict) -> float:
+    """The share of a step (`optimizer.model.step` row) its GPUs compute: forward, backward, recompute, head,
+    optimizer, compute slowed by overlapped communication, FSDP copies; the rest waits (exposed
+    communication, bubble, offload, host)."""
+    step = result["step_time"]
+    return min(1.0, sum(result.get(k, 0.0) for k in BUSY_PARTS) / step) if step > 0 else 1.0
+
+
+def of_problem(problem, n_gpus: int, step_s: float, busy: float = 1.0) -> Goodput_ | None:
+    """`expected` of a plan of a `Problem` on n_gpus GPUs at step_s (its GPUs busy for the share `busy` of
+    a step); None without training.tokens."""
     steps = problem.steps_to_train()
     if not steps:
         return None
@@ -422,5 +438,6 @@ def of_problem(problem, n_gpus: int, step_s: float) -> Goodput_ | None:
         spare_nodes=None if spares is None else int(spares),
         node_rated_w=node_rated_w(problem.system),
         rent_usd_per_gpu_hour=problem.goodput.rent_usd_per_gpu_hour if problem.goodput else None,
+        busy_share=busy,
     )
     return expected(problem_inputs(problem), job)
