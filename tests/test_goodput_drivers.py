@@ -153,3 +153,42 @@ def test_fleet_with_goodput_trains_the_expected_share():
             x.tokens_per_s * fp.fleet.period_days * 86400 * x.effective_fraction
         )
     assert np.all([x.status in ("optimal", "feasible") for x in rows])
+
+
+@pytest.mark.slow
+def test_spare_nodes_are_chosen_with_the_purchase():
+    """spare_nodes [0, 1, 2, 4, 8]: each count is a whole procurement with the spares bought (cost = the
+    plan's nodes + s spares at the node price, both within the budget); the answer is the cheapest count
+    whose expected time is within 0.1% of the least, and none (a failed node waits 8 h) is worse."""
+    from optimizer.drivers.procure import procure
+    from optimizer.drivers.purchase import bought_spares
+
+    pp = load_procure(ROOT / "problems" / "studies" / "procure" / "gpt3-175b-40musd-spares.yaml")
+    r = procure(pp)
+    s = bought_spares(r.problem)
+    b = r.best
+    node = b.groups[0].node_type.node_usd
+    assert b.cost_usd == pytest.approx(b.groups[0].nodes * node + s * node)
+    assert b.cost_usd <= pp.procure.budget_usd
+    each = {}
+    for k in (0, 1, 2, 4, 8):
+        q = pp.model_copy(update={"goodput": pp.goodput.model_copy(update={"spare_nodes": k})})
+        each[k] = procure(q).best
+    least = min(p.goodput.expected_time_to_train_s for p in each.values())
+    assert each[0].goodput.expected_time_to_train_s > least * 1.01
+    near = [k for k, p in each.items() if p.goodput.expected_time_to_train_s <= least * (1 + 1e-3)]
+    assert s == min(near, key=lambda k: (each[k].cost_usd, k))
+    assert "spare nodes chosen from [0, 1, 2, 4, 8]" in r.notes[0]
+
+
+def test_solve_and_fleet_take_one_spare_count(tmp_path):
+    from optimizer.errors import ProblemErrors
+
+    p = tmp_path / "s.yaml"
+    p.write_text(
+        "llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 8\ntraining: {global_batch: 8}\n"
+        "goodput: {spare_nodes: [0, 1]}\n"
+    )
+    with pytest.raises(ProblemErrors) as e:
+        api.load(p)
+    assert "procure's choice" in str(e.value) and ":5:" in str(e.value)

@@ -73,7 +73,7 @@ def effective_fraction(fp: FleetProblem, job, t, gpus_used: int) -> float:
 
     inp = G.Inputs.of(fp.goodput, t.system.reliability)
     c = G.checkpoint_bytes(job.llm, job.training.precision, job.training.master_weights)
-    spares = fp.goodput.spare_nodes if fp.goodput is not None else None
+    spares = fp.goodput.spare_count() if fp.goodput is not None else None
     return float(1.0 / G.job_factor(inp, c, gpus_used, t.gpus_per_node, spares)[0])
 
 

@@ -80,6 +80,9 @@ class ProcureResult:
 
 # ---------------------------------------------------------------------------------------------- prepare
 def procure(pp: ProcureProblem, pareto: bool = False, time_limit_s: float = 60.0) -> ProcureResult:
+    choices = pp.goodput.spare_choices() if pp.goodput is not None else [None]
+    if len(choices) > 1:
+        return _choose_spares(pp, choices, pareto, time_limit_s)
     t0 = time.perf_counter()
     cache = TablesCache()  # tables at the most GPUs serve every smaller purchase of the same node system
     limits = {t.name: node_limit(pp, t) for t in pp.catalog.node_types}
@@ -90,6 +93,65 @@ def procure(pp: ProcureProblem, pareto: bool = False, time_limit_s: float = 60.0
     ]
     with TypePool(todo) as pool:
         return _procure(pp, pareto, Deadline.after(time_limit_s), t0, cache, limits, todo, pool)
+
+
+def _choose_spares(pp: ProcureProblem, choices: list, pareto: bool, time_limit_s: float) -> ProcureResult:
+    """Spare nodes as a decision: the whole procurement once per offered count (spares bought with the
+    purchase, within its budget and power), the best purchase over the counts by the goal's ranking
+    (`rank_key`); exact, since each count's answer is proven. All within one `time_limit_s`."""
+    t0 = time.perf_counter()
+    dl = Deadline.after(time_limit_s)
+    done: list[tuple[int, ProcureResult]] = []
+    skipped = []
+    for s in choices:
+        q = pp.model_copy(update={"goodput": pp.goodput.model_copy(update={"spare_nodes": s})})
+        if dl.left() <= 0:
+            skipped.append(s)
+            continue
+        try:
+            done.append((s, procure(q, pareto, max(0.01, dl.left()))))
+        except TimeLimit:
+            skipped.append(s)
+    if not done:
+        raise TimeLimit(
+            f"procure: the time limit ({time_limit_s:g} s) passed before any spare-node count was solved: "
+            "not a proof that nothing fits; raise --time-limit"
+        )
+    fits = [(s, r) for s, r in done if r.best is not None]
+    s_best, best = min(fits, key=lambda x: rank_key(x[1].problem, x[1].best)) if fits else done[0]
+    if fits:  # of counts as good within 0.1% (more spares past the need add nothing), the cheapest
+        top = rank_key(best.problem, best.best)[0]
+        near = [(s, r) for s, r in fits if rank_key(r.problem, r.best)[0] <= top + 1e-3 * abs(top)]
+        s_best, best = min(near, key=lambda x: (x[1].best.cost_usd, x[0]))
+    lines = [
+        f"{s} spare node{'' if s == 1 else 's'}: "
+        + (
+            "nothing fits"
+            if r.best is None
+            else f"{r.best.label()}, {_money(r.best.cost_usd)}, expected "
+            f"{r.best.goodput.expected_time_to_train_s / 86400:.2f} days"
+            if r.best.goodput is not None
+            else f"{r.best.label()}, {_money(r.best.cost_usd)}"
+        )
+        for s, r in done
+    ]
+    best.notes = (
+        [
+            f"spare nodes chosen from {choices}: {s_best}, the cheapest within 0.1% of the best (each count "
+            "solved in full; " + "; ".join(lines) + ")"
+        ]
+        + ([f"spare-node counts not solved within the time limit: {skipped}"] if skipped else [])
+        + best.notes
+    )
+    if skipped or any(r.status != "optimal" for _, r in done):
+        best.status = "feasible" if best.best is not None else best.status
+    best.candidates = sum(r.candidates for _, r in done)
+    best.seconds = time.perf_counter() - t0
+    return best
+
+
+def _money(usd: float) -> str:
+    return f"${usd / 1e6:,.2f}M"
 
 
 def _procure(pp, pareto, dl: Deadline, t0, cache, limits, todo, pool) -> ProcureResult:

@@ -44,6 +44,7 @@ class Purchase:
     days_to_train: float | None
     sync_s: float = 0.0  # cross-type gradient synchronisation (heterogeneous mixes)
     goodput: object = None  # optimizer.model.goodput.Goodput_ (with training.tokens)
+    spare_nodes: int = 0  # spare nodes bought with it (of the first group's type; in cost_usd and power_kw)
 
     @property
     def nodes(self) -> int:
@@ -80,8 +81,15 @@ class TypeRow:
     status: str  # optimal | infeasible | feasible
 
 
+def bought_spares(pp: ProcureProblem) -> int:
+    """Spare nodes bought with the purchase (`goodput.spare_nodes`, one count; 0 without)."""
+    g = pp.goodput
+    return 0 if g is None or isinstance(g.spare_nodes, list) else g.spare_count() or 0
+
+
 def node_limit(pp: ProcureProblem, t: NodeType, budget_usd: float | None = None) -> tuple[int, str]:
-    """The most nodes of type t the budget (capex), power cap and availability allow, and which binds."""
+    """The most nodes of type t the budget (capex), power cap and availability allow, less the spare nodes
+    bought with them, and which binds."""
     pr = pp.procure
     budget = pr.budget_usd if budget_usd is None else budget_usd
     lim = [
@@ -95,6 +103,7 @@ def node_limit(pp: ProcureProblem, t: NodeType, budget_usd: float | None = None)
     if pr.power_kw is not None:
         lim.append((int(math.floor(pr.power_kw / t.power_kw + 1e-9)), "power"))
     n, why = min(lim, key=lambda x: x[0])
+    n = max(0, n - bought_spares(pp))
     return n // t.unit_nodes * t.unit_nodes, why  # whole units (racks)
 
 
@@ -147,22 +156,22 @@ def sub_problem(
 def purchase_of(pp: ProcureProblem, groups: list[Group], step_s: float, sync_s: float = 0.0) -> Purchase:
     B, S = pp.training.global_batch, pp.training.seq_len or pp.llm.seq_len
     steps = pp.training.tokens / (B * S) if pp.training.tokens else None
+    spare, t0 = bought_spares(pp), groups[0].node_type  # spares are of the first group's type
     if pp.procure.pricing == Pricing.CAPEX:
-        cost = sum(g.nodes * g.node_type.node_usd for g in groups)
+        cost = sum(g.nodes * g.node_type.node_usd for g in groups) + spare * t0.node_usd
     else:
         hours = (steps or 0.0) * step_s / 3600.0
-        cost = (
-            sum(g.nodes * g.node_type.gpus_per_node * g.node_type.rent_usd_per_gpu_hour for g in groups)
-            * hours
-        )
+        rate = sum(g.nodes * g.node_type.gpus_per_node * g.node_type.rent_usd_per_gpu_hour for g in groups)
+        cost = (rate + spare * t0.gpus_per_node * t0.rent_usd_per_gpu_hour) * hours
     power = (
         None
         if any(g.node_type.power_kw is None for g in groups)
-        else sum(g.nodes * g.node_type.power_kw for g in groups)
+        else sum(g.nodes * g.node_type.power_kw for g in groups) + spare * t0.power_kw
     )
     p = Purchase(
         groups, step_s, B * S / step_s, cost, power, None if steps is None else steps * step_s / 86400, sync_s
     )
+    p.spare_nodes = spare
     p.goodput = purchase_goodput(pp, p, steps)
     return p
 
@@ -201,11 +210,11 @@ def purchase_goodput(pp: ProcureProblem, p: Purchase, steps: float | None):
         gpus_per_node=t0.gpus_per_node,
         step_s=p.step_time_s,
         steps=steps,
-        spare_nodes=pp.goodput.spare_nodes if pp.goodput else None,
+        spare_nodes=pp.goodput.spare_count() if pp.goodput else None,
         node_rated_w=avg(rated),
         node_training_w=avg(train),
         rent_usd_per_gpu_hour=rent,
-        capex_usd=p.cost_usd if pp.procure.pricing == Pricing.CAPEX else None,
+        capex_usd=p.cost_usd if pp.procure.pricing == Pricing.CAPEX else None,  # spares included
         busy_share=_busy(p),
     )
     return G.expected(G.Inputs.of(pp.goodput, t0.system.reliability), job)

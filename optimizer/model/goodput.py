@@ -93,7 +93,7 @@ class Inputs:
             host_copy_gbps=g.host_copy_gbps or float(d["host_copy_gbps"]),
             intervals_s=tuple(float(x) for x in (given or d["intervals_s"])),
             intervals_given=given is not None,
-            spare_nodes=g.spare_nodes,
+            spare_nodes=g.spare_count(),
             rent_usd_per_gpu_hour=g.rent_usd_per_gpu_hour,
             amortization_years=g.amortization_years,
         )
@@ -386,12 +386,12 @@ def problem_spares(problem, n_gpus):
     """Spare nodes of a plan on n_gpus (scalar or array): the problem's `goodput.spare_nodes` plus the plan's
     idle whole nodes; None: a shared pool (no waits)."""
     g = problem.goodput
-    if g is None or g.spare_nodes is None:
+    if g is None or g.spare_count() is None:
         return None
     if not g.idle_nodes_are_spares:
-        return g.spare_nodes + 0 * np.asarray(n_gpus)
+        return g.spare_count() + 0 * np.asarray(n_gpus)
     idle = (problem.num_gpus - np.asarray(n_gpus)) // problem.system.gpus_per_node
-    return g.spare_nodes + idle
+    return g.spare_count() + idle
 
 
 def problem_inputs(problem) -> Inputs:

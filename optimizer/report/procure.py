@@ -29,6 +29,7 @@ def _purchase_dict(p: Purchase) -> dict:
         "days_to_train": p.days_to_train,
         "tokens_per_s_per_musd": p.tokens_per_s_per_musd(),
         "sync_s": p.sync_s,
+        "spare_nodes": p.spare_nodes,
         "goodput": None if p.goodput is None else goodput_dict(p.goodput),
         "groups": [
             {
@@ -254,8 +255,11 @@ def _render_best(r: ProcureResult) -> list[str]:
             "efficiencies are uncalibrated priors, so this ranking is a guess (procure.calibrated_only: true "
             "excludes them)"
         )
+    spare = b.spare_nodes
     out.append(
-        f"BEST: {b.label()} = {b.gpus} GPUs, cost {_money(b.cost_usd)}"
+        f"BEST: {b.label()} = {b.gpus} GPUs"
+        + (f" + {spare} spare node{'' if spare == 1 else 's'}" if spare else "")
+        + f", cost {_money(b.cost_usd)}"
         + (f", power {b.power_kw:,.0f} kW" if b.power_kw is not None else "")
         + f"; step {b.step_time_s:.3f} s, {b.tokens_per_s:,.0f} tokens/s"
         + (

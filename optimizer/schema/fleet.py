@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from optimizer.schema.common import MAX_COUNT, Frozen, PositiveFloat, PositiveInt
 from optimizer.schema.goodput import Goodput
@@ -99,6 +99,13 @@ class FleetProblem(Frozen):
         "size)'s effective training share and the fleet's energy are reported with the cited defaults; when "
         "given, a job trains only its expected share of each period (the plans minimise the expected time).",
     )
+
+    @field_validator("goodput")
+    @classmethod
+    def _one_spare_count(cls, g):
+        if g is not None and isinstance(g.spare_nodes, list):
+            raise ValueError("spare_nodes: a list of counts is procure's choice; fleet takes one count")
+        return g
 
     @model_validator(mode="after")
     def _check(self) -> FleetProblem:

@@ -8,11 +8,15 @@ bandwidths in GB/s (10^9 bytes per second), power in watts, money in US dollars.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field, model_validator
 
 from optimizer.schema.common import Frozen, Int, NonNegativeFloat, PositiveFloat
 
 MAX_INTERVALS = 64  # checkpoint intervals a problem may offer the solver
+MAX_SPARE_CHOICES = 16  # spare-node counts procure may choose from
+SpareCount = Annotated[Int, Field(ge=0, le=100_000)]
 
 
 class FailureCause(Frozen):
@@ -108,12 +112,12 @@ class Goodput(Frozen):
         description="Seconds of training between checkpoints: one value, or the values to choose from "
         "(the best for each plan is chosen with it); null = the default set (5 min to 4 h).",
     )
-    spare_nodes: Int | None = Field(
+    spare_nodes: SpareCount | list[SpareCount] | None = Field(
         None,
-        ge=0,
-        le=100_000,
-        description="Nodes kept ready to replace failed ones (beyond idle whole nodes of the plan); null = "
-        "the job never waits for a replacement (a shared pool). With 0, a node failure waits for its repair.",
+        description="Nodes kept ready to replace failed ones; null = the job never waits for a replacement "
+        "(a shared pool); with 0 a node failure waits for its repair. solve: beyond the plan's idle whole "
+        "nodes. procure: bought with the purchase (their price within the budget), and a list offers counts "
+        "to choose from with the purchase.",
     )
     idle_nodes_are_spares: bool = Field(
         True,
@@ -138,7 +142,21 @@ class Goodput(Frozen):
                 raise ValueError("checkpoint_interval_s: give at least one value")
             if len(v) > MAX_INTERVALS:
                 raise ValueError(f"checkpoint_interval_s: at most {MAX_INTERVALS} values")
+        s = self.spare_nodes
+        if isinstance(s, list) and not 1 <= len(s) <= MAX_SPARE_CHOICES:
+            raise ValueError(f"spare_nodes: give 1 to {MAX_SPARE_CHOICES} counts to choose from")
         return self
+
+    def spare_count(self) -> int | None:
+        """The one spare-node count (None: a pool); a list is procure's choice (`spare_choices`)."""
+        if isinstance(self.spare_nodes, list):
+            raise ValueError("spare_nodes: a list of counts is procure's choice; give one count")
+        return self.spare_nodes
+
+    def spare_choices(self) -> list[int | None]:
+        """The spare-node counts to choose from (one value: itself)."""
+        s = self.spare_nodes
+        return sorted(set(s)) if isinstance(s, list) else [s]
 
     def intervals_s(self) -> list[float] | None:
         """The checkpoint intervals offered (s), or None: the default set."""

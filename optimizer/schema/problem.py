@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import Field, PrivateAttr, StrictBool, StrictInt, model_validator
+from pydantic import Field, PrivateAttr, StrictBool, StrictInt, field_validator, model_validator
 
 from optimizer.schema.common import (
     MEMORY_ERROR_PCT,
@@ -428,6 +428,16 @@ class Problem(Frozen):
     def source_document(self):
         """The loaded document (to locate a field's line), or None for a problem built in code."""
         return self._source
+
+    @field_validator("goodput")
+    @classmethod
+    def _one_spare_count(cls, g):
+        if g is not None and isinstance(g.spare_nodes, list):
+            raise ValueError(
+                "spare_nodes: a list of counts is procure's choice; solve takes one count (with "
+                "options.allow_idle_gpus, idle whole nodes are spares too)"
+            )
+        return g
 
     @model_validator(mode="after")
     def _phases_objective(self):
