@@ -192,3 +192,23 @@ def test_solve_and_fleet_take_one_spare_count(tmp_path):
     with pytest.raises(ProblemErrors) as e:
         api.load(p)
     assert "procure's choice" in str(e.value) and ":5:" in str(e.value)
+
+
+def test_fleet_reports_each_jobs_expected_time_on_its_main_allocation():
+    """Per job: the goodput of training all its tokens on the schedule row that trains most of them
+    (expected days >= the failure-free days = steps x that row's step time; a band around it; JSON jobs)."""
+    from optimizer.drivers.fleet import fleet
+
+    fp = load_fleet(ROOT / "problems" / "fleet" / "three-jobs-fleet.yaml")
+    r = fleet(fp)
+    d = api.as_dict(r)["goodput"]["jobs"]
+    for j in fp.jobs:
+        label, g = r.job_goodput[j.name]
+        row = max((s for s in r.schedule if s["job"] == j.name), key=lambda s: (s["tokens"], -s["period"]))
+        assert label == f"{row['nodes']} x {row['node_type']}"
+        steps = j.training.tokens / (j.training.global_batch * (j.training.seq_len or j.llm.seq_len))
+        assert g.failure_free_time_s == pytest.approx(steps * row["step_time_s"])
+        assert g.p10_time_to_train_s <= g.expected_time_to_train_s <= g.p90_time_to_train_s
+        assert d[j.name]["allocation"] == label
+        assert d[j.name]["expected_time_to_train_s"] == pytest.approx(g.expected_time_to_train_s)
+    assert "each job trained whole on its main allocation" in api.text(r)

@@ -46,6 +46,7 @@ class FleetResult:
     problem: FleetProblem | None = None  # the fleet problem solved
     energy_kwh: float | None = None  # the schedule's nodes through their periods, times PUE
     energy_usd: float | None = None
+    job_goodput: dict = field(default_factory=dict)  # job -> (label, Goodput_) on its main allocation
 
 
 def sub_problem(fp: FleetProblem, job, t, nodes: int) -> Problem:
@@ -174,7 +175,7 @@ def fleet(fp: FleetProblem, time_limit_s: float = 60.0, rates: list[Rate] | None
     cost = sum(types[t].node_usd * n for t, ns in buy.items() for n in ns)
     status = "optimal" if r["status"] == "Optimal" else "feasible"
     kwh, usd = fleet_energy(fp, sched)
-    return FleetResult(
+    res = FleetResult(
         status,
         fp.fleet.goal.value,
         cost,
@@ -188,6 +189,37 @@ def fleet(fp: FleetProblem, time_limit_s: float = 60.0, rates: list[Rate] | None
         energy_kwh=kwh,
         energy_usd=usd,
     )
+    res.job_goodput = {j.name: main_allocation_goodput(fp, j, rates, sched) for j in fp.jobs}
+    return res
+
+
+def main_allocation_goodput(fp: FleetProblem, job, rates: list[Rate], sched: list[dict]):
+    """(label, `optimizer.model.goodput.Goodput_`) of a job trained whole on the allocation of its schedule
+    that trains most of its tokens: expected days with their parts and band; None when it is not scheduled."""
+    from optimizer.model import goodput as G
+
+    mine = [s for s in sched if s["job"] == job.name]
+    if not mine:
+        return None
+    s = max(mine, key=lambda s: (s["tokens"], -s["period"]))
+    t = next(t for t in fp.node_types if t.name == s["node_type"])
+    tr = job.training
+    steps = tr.tokens / (tr.global_batch * (tr.seq_len or job.llm.seq_len))
+    g = G.expected(
+        G.Inputs.of(fp.goodput, t.system.reliability),
+        G.Job(
+            checkpoint_bytes=G.checkpoint_bytes(job.llm, tr.precision, tr.master_weights),
+            n_gpus=s["gpus_used"],
+            gpus_per_node=t.gpus_per_node,
+            step_s=s["step_time_s"],
+            steps=steps,
+            spare_nodes=fp.goodput.spare_count() if fp.goodput is not None else None,
+            node_rated_w=G.node_rated_w(t.system),
+            node_training_w=None if t.power_kw is None else t.power_kw * 1000,
+            busy_share=s.get("busy_share", 1.0),
+        ),
+    )
+    return f"{s['nodes']} x {t.name}", g
 
 
 def fleet_energy(fp: FleetProblem, sched: list[dict]) -> tuple[float | None, float | None]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from optimizer.report.goodput import goodput_dict
+
 if TYPE_CHECKING:
     from optimizer.drivers.fleet import FleetResult
     from optimizer.schema.fleet import FleetProblem
@@ -26,6 +28,10 @@ def result_dict(r: FleetResult) -> dict:
             "energy_usd": r.energy_usd,
             "expected_cost_usd": None if r.cost_usd is None else r.cost_usd + (r.energy_usd or 0.0),
             "tokens_scaled_by_effective_fraction": fp_has_goodput(r),
+            "jobs": {
+                name: None if v is None else {"allocation": v[0]} | goodput_dict(v[1])
+                for name, v in r.job_goodput.items()
+            },
         },
     }
 
@@ -76,6 +82,21 @@ def render(fp: FleetProblem, r: FleetResult) -> str:
             f"energy {r.energy_kwh / 1000:,.0f} MWh (${r.energy_usd:,.0f}); expected cost with energy "
             f"${r.cost_usd + r.energy_usd:,.0f}"
         )
+    if r.job_goodput:
+        out += ["", "each job trained whole on its main allocation, with failures, restarts and checkpoints:"]
+        for name, v in r.job_goodput.items():
+            if v is None:
+                continue
+            label, g = v
+            out.append(
+                f"  {name:16} {label}: expected {g.expected_time_to_train_s / 86400:.1f} days (P10 "
+                f"{g.p10_time_to_train_s / 86400:.1f} - P90 {g.p90_time_to_train_s / 86400:.1f}), effective "
+                f"{100 * g.effective_fraction:.1f}%: lost work {g.parts_s['lost_work_s'] / 3600:,.1f} h, "
+                f"restarts {g.parts_s['restarts_s'] / 3600:,.1f} h, checkpoint stalls "
+                f"{g.parts_s['checkpoint_stalls_s'] / 3600:,.1f} h, "
+                f"waits {g.parts_s['spare_waits_s'] / 3600:,.1f} h"
+                + (f", energy {g.energy_kwh / 1000:,.0f} MWh" if g.energy_kwh is not None else "")
+            )
     out += ["", "trained by the deadline (B tokens):"]
     for j in fp.jobs:
         out.append(f"  {j.name:16} {r.trained[j.name] / 1e9:10.1f} of {j.training.tokens / 1e9:,.1f}")
