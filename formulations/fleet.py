@@ -42,6 +42,7 @@ class Rate:
     status: str  # optimal | feasible
     effective_fraction: float = 1.0  # expected share of wall time training (optimizer.model.goodput)
     busy_share: float = 1.0  # the share of a step its GPUs compute (optimizer.model.goodput.busy_share)
+    energy_usd_per_period: float = 0.0  # the row's nodes training through one period (energy x PUE x price)
 
 
 def token_scale(fp: FleetProblem) -> float:
@@ -166,8 +167,9 @@ def _trained(m, ix: PortfolioIndex, rates: list[Rate], job: str, scale: float):
 
 
 def define_cost_goal(pyo, m, fp: FleetProblem, ix: PortfolioIndex, rates: list[Rate], cost) -> None:
-    """Goal cost: every job trains its tokens by its deadline (group `tokens`); minimise capex, ties broken
-    towards fewer node-periods in use (an epsilon far below $1)."""
+    """Goal cost: every job trains its tokens by its deadline (group `tokens`); minimise capex, plus the
+    energy of the allocations when the fleet states its goodput (expected total cost), ties broken towards
+    fewer node-periods in use (an epsilon far below $1)."""
     scale = token_scale(fp)
     m.tokens = pyo.ConstraintList()
     for jn, j in ix.jobs.items():
@@ -177,7 +179,10 @@ def define_cost_goal(pyo, m, fp: FleetProblem, ix: PortfolioIndex, rates: list[R
         m.tokens.add(trained >= j.training.tokens / scale)
     eps = 1e-6 / max(1, sum(r.nodes for r in rates) * fp.fleet.periods)
     node_periods = sum(r.nodes * m.x[i, q] for (i, q) in ix.pairs for r in [rates[i]])
-    m.obj = pyo.Objective(expr=cost + eps * node_periods, sense=pyo.minimize)
+    energy = 0
+    if fp.goodput is not None:
+        energy = sum(rates[i].energy_usd_per_period * m.x[i, q] for (i, q) in ix.pairs)
+    m.obj = pyo.Objective(expr=cost + energy + eps * node_periods, sense=pyo.minimize)
 
 
 def define_tokens_goal(pyo, m, fp: FleetProblem, ix: PortfolioIndex, rates: list[Rate]) -> None:

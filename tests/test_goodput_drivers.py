@@ -212,3 +212,23 @@ def test_fleet_reports_each_jobs_expected_time_on_its_main_allocation():
         assert d[j.name]["allocation"] == label
         assert d[j.name]["expected_time_to_train_s"] == pytest.approx(g.expected_time_to_train_s)
     assert "each job trained whole on its main allocation" in api.text(r)
+
+
+@pytest.mark.slow
+def test_fleet_cost_goal_with_goodput_minimises_capex_plus_energy():
+    """With a goodput section, goal cost minimises capex + the energy of the allocations: the MILP's proven
+    objective equals the reported capex plus the schedule's energy, and each row's energy price is its
+    nodes x draw x period x PUE x price."""
+    from optimizer.drivers.fleet import fleet, node_kw
+
+    fp = load_fleet(ROOT / "problems" / "fleet" / "three-jobs-fleet.yaml")
+    fp = fp.model_copy(update={"goodput": G.Goodput()})
+    r = fleet(fp)
+    assert r.status == "optimal"
+    assert r.bound == pytest.approx(r.cost_usd + r.energy_usd, rel=1e-6)
+    types = {t.name: t for t in fp.node_types}
+    for x in r.rates:
+        kw = node_kw(types[x.node_type], x.busy_share)
+        assert x.energy_usd_per_period == pytest.approx(
+            x.nodes * kw * fp.fleet.period_days * 24 * 1.10 * 0.0835
+        )

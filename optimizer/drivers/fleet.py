@@ -115,7 +115,8 @@ def throughput_table(fp: FleetProblem, time_limit_s: float = 60.0, t0: float | N
                 share = eff if fp.goodput is not None else 1.0
                 per = tps * fp.fleet.period_days * SECONDS_PER_DAY * share
                 busy = busy_share(r.plans[0].evaluation.result)
-                out.append(Rate(job.name, t.name, s, n, st, tps, per, r.status, eff, busy))
+                usd = row_energy_usd(fp, t, s, busy)
+                out.append(Rate(job.name, t.name, s, n, st, tps, per, r.status, eff, busy, usd))
     return out
 
 
@@ -230,21 +231,41 @@ def fleet_energy(fp: FleetProblem, sched: list[dict]) -> tuple[float | None, flo
     from optimizer.model import goodput as G
 
     inp = G.Inputs.of(fp.goodput)
-    pw = G.defaults()["power"]
     types = {t.name: t for t in fp.node_types}
     kwh = 0.0
     for s in sched:
-        t = types[s["node_type"]]
-        rated = G.node_rated_w(t.system)
-        if t.power_kw is not None:
-            rated = t.power_kw * 1000 / pw["peak_of_rated"]
-        if rated is None:
+        kw = node_kw(types[s["node_type"]], s.get("busy_share", 1.0))
+        if kw is None:
             return None, None
-        idle, busy = rated * pw["idle_of_rated"], rated * pw["peak_of_rated"]
-        kw = (idle + (busy - idle) * s.get("busy_share", 1.0)) / 1000
         kwh += s["nodes"] * kw * fp.fleet.period_days * 24
     kwh *= inp.energy.pue
     return kwh, kwh * inp.energy.usd_per_kwh
+
+
+def node_kw(t, busy: float) -> float | None:
+    """A node's draw in training, kW: idle + (busy - idle) x the plan's busy share, the busy draw the
+    catalog's power_kw or the system's rating x the measured peak share; None without either."""
+    from optimizer.model import goodput as G
+
+    pw = G.defaults()["power"]
+    rated = G.node_rated_w(t.system)
+    if t.power_kw is not None:
+        rated = t.power_kw * 1000 / pw["peak_of_rated"]
+    if rated is None:
+        return None
+    idle, peak = rated * pw["idle_of_rated"], rated * pw["peak_of_rated"]
+    return (idle + (peak - idle) * busy) / 1000
+
+
+def row_energy_usd(fp: FleetProblem, t, nodes: int, busy: float) -> float:
+    """Energy price of `nodes` nodes of type t training through one period, USD (0 without a power)."""
+    from optimizer.model import goodput as G
+
+    kw = node_kw(t, busy)
+    if kw is None:
+        return 0.0
+    e = G.Inputs.of(fp.goodput).energy
+    return nodes * kw * fp.fleet.period_days * 24 * e.pue * e.usd_per_kwh
 
 
 def proven_infeasible(r: dict) -> bool:
