@@ -85,3 +85,27 @@ def test_failures_change_the_best_purchase():
     for p in (a, b):
         sim = _simulated_fraction(inp, p.goodput, sum(g.gpus_used for g in p.groups))
         assert abs(sim - p.goodput.effective_fraction) < 0.02
+
+
+def _procure_studies_with_goodput() -> list[Path]:
+    import yaml
+
+    out = []
+    for p in sorted((ROOT / "problems" / "studies" / "procure").glob("*.yaml")):
+        if "goodput" in (yaml.safe_load(p.read_text()) or {}):
+            out.append(p)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", _procure_studies_with_goodput(), ids=lambda p: p.name)
+def test_simulation_agrees_on_each_procure_study_with_goodput(path):
+    """The best purchase of every shipped procure study with a goodput section: closed form and simulation
+    within 2 points of effective training (spare nodes bought with it included)."""
+    from optimizer.drivers.procure import procure
+
+    r = procure(load_procure(path))
+    p = r.best
+    inp = G.Inputs.of(r.problem.goodput, p.groups[0].node_type.system.reliability)
+    sim = _simulated_fraction(inp, p.goodput, sum(g.gpus_used for g in p.groups))
+    assert abs(sim - p.goodput.effective_fraction) < 0.02
