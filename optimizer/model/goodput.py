@@ -289,10 +289,12 @@ def job_factor(inp: Inputs, job_bytes: float, n, gpus_per_node: int, spares) -> 
     n = np.atleast_1d(np.asarray(n, dtype=float))
     ck = checkpoint_cost(inp, job_bytes, n, gpus_per_node)
     r = rates(inp, n, ck, spares)
-    f = wall_factor(r, ck.stall_s, np.asarray(inp.intervals_s))
-    ok = np.asarray(inp.intervals_s)[None, :] >= np.asarray(ck.write_s)[:, None]
-    if inp.async_checkpoint:
-        f = np.where(ok | ~ok.any(axis=1, keepdims=True), f, np.inf)
+    taus = np.asarray(inp.intervals_s)
+    f = wall_factor(r, ck.stall_s, taus)
+    if inp.async_checkpoint:  # as `_interval_choice`: at least one write long, else the longest offered
+        ok = taus[None, :] >= np.asarray(ck.write_s)[:, None]
+        ok = np.where(ok.any(axis=1, keepdims=True), ok, (taus == taus.max())[None, :])
+        f = np.where(ok, f, np.inf)
     return f.min(axis=1)
 
 
