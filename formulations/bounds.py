@@ -32,7 +32,7 @@ from formulations.tables import TIME_UNIT, Tables, knob_grid, or_masks
 from optimizer.model.capacity import feasible
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate
-from optimizer.prepare.objective import gpu_time_cap, score, step_limit, target
+from optimizer.prepare.objective import gpu_time_cap, gpu_time_limit, score, step_limit, target
 from optimizer.rules.layout import zero_allowed
 
 UB_SLACK = 1e-4  # relative: the integer objective of the incumbent may differ from the model's by rounding
@@ -381,5 +381,5 @@ def _step_ub(problem, n_gpus: int, step_s: float) -> float:
     if tg is not None:
         step_ub = min(step_ub, float(np.floor(np.ravel(step_limit(problem, n_gpus, TIME_UNIT))[0])))
     if cap is not None and n_gpus > 0:
-        step_ub = min(step_ub, float(np.floor(np.floor(cap) / n_gpus)))
+        step_ub = min(step_ub, float(np.ravel(gpu_time_limit(problem, n_gpus, TIME_UNIT))[0]))
     return step_ub

@@ -31,11 +31,13 @@ from optimizer.errors import Infeasible, OutOfRange, Reason, TimeLimit, Verifica
 from optimizer.model.knobs import Knobs
 from optimizer.prepare.objective import (
     BIG_S,
+    W_CAP,
     W_SCALE,
     expected_time_factor,
     failures_in_target,
     gpu_time_cap,
     target,
+    uses_factor,
 )
 from optimizer.prepare.space import compact_space
 from optimizer.schema import Problem
@@ -128,23 +130,33 @@ def objective_score(T: Tables, m: cp_model.CpModel, ch, obj):
     p = T.problem
     g = p.objective.goal.value
     tg, cap = target(p, TIME_UNIT), gpu_time_cap(p, TIME_UNIT)
-    w = None
-    if g == "expected_time" or (tg is not None and failures_in_target(p)):
-        w = ch.by_pair.get("expected_time_w", expected_time_factor(p, T.gpus(ch.pre.pairs.li)))
+    in_exp = p.objective.target_includes_failures
+    w = wt = None
+    if uses_factor(p):  # W(n) per pair; a plan training under 1/W_MAX of its wall time is ruled out
+        n_p = T.gpus(ch.pre.pairs.li)
+        w = ch.by_pair.get("expected_time_w", expected_time_factor(p, n_p))
+        m.Add(w <= W_CAP)
+        wt = product(m, w, obj, "expected_step")
     if tg is not None and failures_in_target(p):
-        m.Add(product(m, w, obj, "expected_step") <= int(np.floor(tg * W_SCALE)))
+        m.Add(wt <= int(np.floor(tg * W_SCALE)))
     elif tg is not None:
         m.Add(obj <= int(np.floor(tg)))
     n = ch.col("n_gpus")
-    gs = product(m, n, obj, "gpu_seconds") if (g == "tokens_per_gpu" or cap is not None) else None
-    if cap is not None:
+    gs = (
+        product(m, n, obj, "gpu_seconds")
+        if (g == "tokens_per_gpu" or (cap is not None and not in_exp))
+        else None
+    )
+    if cap is not None and in_exp:  # the expected GPU-time: W(n) t <= floor(cap W_SCALE / n) per pair
+        m.Add(wt <= ch.by_pair.get("cap_w", np.floor(cap * W_SCALE / np.maximum(n_p, 1)).astype(np.int64)))
+    elif cap is not None:
         m.Add(gs <= int(np.floor(cap)))
     if g == "step_time":
         return obj
     if g == "tokens_per_gpu":
         return gs
     if g == "expected_time":
-        return product(m, w, obj, "expected_time")
+        return wt
     return int(BIG_S * TIME_UNIT) * n + obj
 
 
@@ -164,7 +176,11 @@ class Outcome:
 
 def no_plan_reason(problem: Problem) -> Reason:
     """Memory or target: does anything fit once the objective's targets are dropped (one presolve)?"""
-    if problem.step_time_target_s() is None and problem.gpu_seconds_per_step_cap() is None:
+    if (
+        problem.step_time_target_s() is None
+        and problem.gpu_seconds_per_step_cap() is None
+        and not uses_factor(problem)
+    ):
         return Reason.MEMORY
     free = problem.model_copy(update={"objective": Objective()})
     pre = presolve(build_all(free, compact_space(free)), 1)
@@ -176,6 +192,11 @@ def _infeasible(problem: Problem, size: int) -> Infeasible:
     what = (
         "is within memory and meets the objective's target" if reason == Reason.TARGET else "is within memory"
     )
+    if reason == Reason.TARGET and uses_factor(problem):
+        what += (
+            " with failures, restarts and checkpoints (each plan must also train at least 1/10 of its wall "
+            "time: check the goodput inputs, e.g. failure rates and checkpoint_interval_s)"
+        )
     return Infeasible(
         f"nothing fits: none of {size:,} candidates {what} (run `paraplan check` for why and what would fit)",
         reason=reason,

@@ -25,6 +25,9 @@ class ProblemError(ParaplanError):
         what = f"{field}: {message}" if field else message
         super().__init__(f"{where}: {what}")
 
+    def __reduce__(self):  # rebuilt from its parts when it crosses a process boundary (procure's workers)
+        return (type(self), (self.path, self.line, self.field, self.message))
+
 
 class ProblemErrors(ParaplanError):
     """Several `ProblemError`s found at once (all are printed)."""

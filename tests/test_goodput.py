@@ -362,8 +362,9 @@ def test_energy_is_training_draw_plus_idle_draw_times_pue():
 
 def test_rental_cost_charges_gpu_hours_with_spares_idle_throughout():
     """As above with 2 spare nodes at $2 per GPU-hour: the spares draw 0.25 x 10 kW all 36,360 s
-    (+ 2 x 2500 x 36,360 J x 1.2 / 3.6e6 = 60.6 kWh: 792.6 kWh, $79.26) and are rented too:
-    (64 + 16) GPUs x 10.1 h x $2 = $1616; expected cost $1695.26."""
+    (+ 2 x 2500 x 36,360 J x 1.2 / 3.6e6 = 60.6 kWh: 792.6 kWh) and are rented too:
+    (64 + 16) GPUs x 10.1 h x $2 = $1616, the expected cost: a rental rate includes the power
+    (energy_usd 0)."""
     g = G.expected(
         no_failure_inputs(),
         job(
@@ -372,8 +373,8 @@ def test_rental_cost_charges_gpu_hours_with_spares_idle_throughout():
     )
     assert g.energy_kwh == pytest.approx(792.6, rel=1e-12)
     assert g.compute_usd == pytest.approx(1616.0, rel=1e-12)
-    assert g.expected_cost_usd == pytest.approx(g.energy_usd + 1616.0, rel=1e-12)
-    assert g.expected_cost_usd == pytest.approx(1695.26, rel=1e-12)
+    assert g.energy_usd == 0.0
+    assert g.expected_cost_usd == pytest.approx(1616.0, rel=1e-12)
 
 
 def test_capex_is_charged_the_amortized_share():

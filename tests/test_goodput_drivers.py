@@ -232,3 +232,110 @@ def test_fleet_cost_goal_with_goodput_minimises_capex_plus_energy():
         assert x.energy_usd_per_period == pytest.approx(
             x.nodes * kw * fp.fleet.period_days * 24 * 1.10 * 0.0835
         )
+
+
+WMAX = """name: wmax
+llm: gpt3-175b
+system: h100-sxm-80gb
+num_gpus: 1024
+training: {global_batch: 1536, precision: bf16, tokens: 3.0e+11}
+options: {allow_idle_gpus: true}
+objective: {goal: expected_time}
+goodput:
+  reliability:
+    causes: [{name: flaky, per_mgpu_h: 14000, needs_node: false}]
+    detect_s: 600
+    restart_s: 300
+    repair_h: 8
+search: {tp: 8, cp: 1, vpp: 1, recompute: [selective], micro_batch: 1}
+"""
+
+
+def test_expected_time_rules_out_plans_that_mostly_wait(tmp_path):
+    """With 14,000 interruptions per million GPU-hours, 1,024 GPUs would train 1.4% of the time (W = 70):
+    plans with W > W_MAX are ruled out, not ranked as equal; the plan found has W <= 10, CP-SAT equals the
+    enumerator, and the objective's expected time is the one the report prints."""
+    from optimizer.prepare.objective import W_CAP, W_SCALE, expected_time_factor
+
+    p = tmp_path / "w.yaml"
+    p.write_text(WMAX)
+    q = api.load(p)
+    assert G.problem_factor(q, 1024) > 10
+    best = api.solve(q).plans[0].evaluation
+    oracle = api.solve(q, method="enumerate").plans[0].evaluation
+    n = gpus_used(best.execution)
+    assert n == gpus_used(oracle.execution) and n < 1024
+    w = int(expected_time_factor(q, n))
+    assert w <= W_CAP
+    days = best.result["step_time"] * w / W_SCALE * q.steps_to_train()
+    assert days == pytest.approx(best.goodput.expected_time_to_train_s, rel=1e-3)
+
+
+def test_a_job_that_never_finishes_is_bad_input(tmp_path):
+    """Planned interruptions every few seconds: no finite expected time, exit 2 at the goodput section."""
+    import subprocess
+    import sys
+
+    text = (ROOT / "problems" / "default.yaml").read_text() + (
+        "goodput:\n  reliability:\n    causes: [{name: x, per_mgpu_h: 1.0}]\n    planned_per_mgpu_h: 1.0e+6\n"
+        "    detect_s: 600\n    restart_s: 300\n    repair_h: 8\n"
+    )
+    p = tmp_path / "never.yaml"
+    p.write_text(text)
+    r = subprocess.run(
+        [sys.executable, "-m", "optimizer.cli", "evaluate", str(p)], capture_output=True, text=True
+    )
+    line = text.splitlines().index("goodput:") + 1
+    assert r.returncode == 2 and f"{p}:{line}: goodput: the job never finishes" in r.stderr, r.stderr
+
+
+def test_problem_errors_cross_process_boundaries():
+    """procure's workers raise input errors the parent must rebuild (they carry path, line and field)."""
+    import pickle
+
+    from optimizer.errors import ProblemError
+
+    e = pickle.loads(pickle.dumps(ProblemError("p.yaml", 7, "goodput.x", "bad")))
+    assert (e.path, e.line, e.field, e.message) == ("p.yaml", 7, "goodput.x", "bad")
+    assert str(e) == "p.yaml:7: goodput.x: bad"
+
+
+@pytest.mark.slow
+def test_procure_goodput_error_is_located_in_the_procure_file(tmp_path):
+    """Planned interruptions every few seconds: no purchase ever finishes, exit 2 at the procurement file's
+    goodput line, no traceback (the error is raised in a worker process and rebuilt in the parent)."""
+    import subprocess
+    import sys
+
+    p = tmp_path / "pi.yaml"
+    p.write_text(
+        "name: pi\nllm: gpt3-175b\ncatalog: gpus-2025\n"
+        "training: {global_batch: 1536, precision: bf16, tokens: 1.0e+11}\n"
+        "procure: {goal: throughput, pricing: capex, budget_usd: 2.0e+7, calibrated_only: true}\n"
+        "goodput:\n  reliability:\n    causes: [{name: x, per_mgpu_h: 1.0}]\n    planned_per_mgpu_h: 1.0e+6\n"
+        "    detect_s: 600\n    restart_s: 300\n    repair_h: 8\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "optimizer.cli", "procure", str(p)], capture_output=True, text=True
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"{p}:6: goodput: the job never finishes" in r.stderr
+
+
+@pytest.mark.slow
+def test_rental_budget_holds_in_expectation(tmp_path):
+    """Rental with a budget and a goodput section (no spares): the purchase's expected GPU-hours, with the
+    failures' waits, stay within the budget (the rent includes the power)."""
+    from optimizer.drivers.procure import procure
+
+    p = tmp_path / "rb.yaml"
+    p.write_text(
+        "name: rb\nllm: gpt3-175b\ncatalog: gpus-2025\n"
+        "training: {global_batch: 1536, precision: bf16, tokens: 1.0e+12}\n"
+        "procure: {goal: time_to_train, pricing: rental, budget_usd: 2.2e+6, calibrated_only: true}\n"
+        "goodput: {spare_nodes: 0}\n"
+    )
+    r = procure(load_procure(p))
+    g = r.best.goodput
+    assert g.expected_cost_usd == pytest.approx(g.compute_usd)
+    assert g.compute_usd <= 2.2e6 * (1 + 1e-6)

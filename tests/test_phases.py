@@ -84,7 +84,11 @@ def test_solve_plans_each_phase_and_sums(tmp_path):
     assert t.relayouts == (1 if move > 0 else 0)
     assert t.expected_time_to_train_s == pytest.approx(sum(g.expected_time_to_train_s for g in gs) + move)
     assert t.failure_free_time_s == pytest.approx(sum(g.failure_free_time_s for g in gs))
-    assert t.energy_kwh == pytest.approx(sum(g.energy_kwh for g in gs))
+    # the re-layout's energy: every node (8 of 64 GPUs) waits at its idle draw (0.25 x its rating) x PUE 1.1
+    rated = problem.system.node_power_w  # the DGX H100 rating, 10.2 kW
+    move_kwh = 8 * 0.25 * rated * move * 1.10 / 3.6e6
+    assert t.energy_kwh == pytest.approx(sum(g.energy_kwh for g in gs) + move_kwh)
+    assert t.expected_cost_usd == pytest.approx(sum(g.expected_cost_usd for g in gs) + move_kwh * 0.0835)
     assert t.p10_time_to_train_s <= t.expected_time_to_train_s <= t.p90_time_to_train_s
 
 
@@ -101,7 +105,8 @@ def test_the_same_plan_twice_needs_no_relayout(tmp_path):
 
 
 def test_relayout_costs_a_restart_a_write_and_a_reload(tmp_path):
-    """Different plans: restart_s + the checkpoint's write + its reload (from the goodput defaults)."""
+    """Different plans: restart_s + the old layout's checkpoint write + the new layout's reload (from the
+    goodput defaults)."""
     from optimizer.model import goodput as G
     from optimizer.prepare.objective import gpus_used
 
@@ -110,13 +115,10 @@ def test_relayout_costs_a_restart_a_write_and_a_reload(tmp_path):
     a, b = (p.evaluation for p in r.plans)
     if a.execution == b.execution:
         pytest.skip("both phases chose one plan")
-    ck = G.checkpoint_cost(
-        G.problem_inputs(problem),
-        G.checkpoint_bytes(problem.llm, "bf16", True),
-        gpus_used(b.execution),
-        8,
-    )
-    want = G.default_reliability().restart_s + float(ck.write_s) + float(ck.reload_s)
+    inp, c = G.problem_inputs(problem), G.checkpoint_bytes(problem.llm, "bf16", True)
+    write = G.checkpoint_cost(inp, c, gpus_used(a.execution), 8).write_s
+    reload = G.checkpoint_cost(inp, c, gpus_used(b.execution), 8).reload_s
+    want = G.default_reliability().restart_s + float(write) + float(reload)
     assert P.relayout_s(problem, a, b) == pytest.approx(want)
 
 

@@ -54,7 +54,7 @@ def sub_problem(fp: FleetProblem, job, t, nodes: int) -> Problem:
     opts = Options(
         memory_headroom_gib=fp.options.memory_headroom_gib, allow_idle_gpus=True, gpu_multiple=t.gpus_per_node
     )
-    return Problem(
+    q = Problem(
         name=f"{job.name}@{t.name}x{nodes}",
         llm=job.llm,
         system=t.system,
@@ -65,6 +65,8 @@ def sub_problem(fp: FleetProblem, job, t, nodes: int) -> Problem:
         objective=Objective(goal="expected_time" if fp.goodput is not None else "step_time"),
         goodput=(fp.goodput or Goodput()).model_copy(update={"idle_nodes_are_spares": False}),
     )
+    q._source = fp._source  # goodput errors are located in the fleet file
+    return q
 
 
 def effective_fraction(fp: FleetProblem, job, t, gpus_used: int) -> float:

@@ -39,8 +39,8 @@ def phase_problems(problem: Problem) -> list[Problem]:
 
 
 def relayout_s(problem: Problem, before, after) -> float:
-    """The cost of changing plans between phases, s: a restart, one checkpoint write (synchronous: the job
-    stops) and its reload in the new layout; 0 when the plan does not change."""
+    """The cost of changing plans between phases, s: one checkpoint write by the old layout (synchronous: the
+    job stops), a restart, and the reload by the new one; 0 when the plan does not change."""
     from optimizer.model import goodput as G
 
     if before.execution == after.execution:
@@ -49,13 +49,22 @@ def relayout_s(problem: Problem, before, after) -> float:
 
     inp = G.problem_inputs(problem)
     t = problem.training
-    ck = G.checkpoint_cost(
-        inp,
-        G.checkpoint_bytes(problem.llm, t.precision, t.master_weights),
-        gpus_used(after.execution),
-        problem.system.gpus_per_node,
-    )
-    return inp.reliability.restart_s + float(ck.write_s) + float(ck.reload_s)
+    c = G.checkpoint_bytes(problem.llm, t.precision, t.master_weights)
+    g = problem.system.gpus_per_node
+    write = G.checkpoint_cost(inp, c, gpus_used(before.execution), g).write_s
+    reload = G.checkpoint_cost(inp, c, gpus_used(after.execution), g).reload_s
+    return inp.reliability.restart_s + float(write) + float(reload)
+
+
+def relayout_kwh(problem: Problem, seconds: float, nodes: int) -> float | None:
+    """Energy of `nodes` nodes waiting `seconds` on a re-layout (the idle draw, times PUE), kWh."""
+    from optimizer.model import goodput as G
+
+    rated = G.node_rated_w(problem.system)
+    if rated is None:
+        return None
+    idle = rated * G.defaults()["power"]["idle_of_rated"]
+    return nodes * idle * seconds * G.problem_inputs(problem).energy.pue / 3.6e6
 
 
 def _sum(xs) -> float | None:
@@ -65,8 +74,19 @@ def _sum(xs) -> float | None:
 
 def totals(problem: Problem, evaluations: list) -> PhasedTotals:
     """`PhasedTotals` of the phases' evaluations, in order."""
+    from optimizer.model import goodput as G
+
     gs = [ev.goodput for ev in evaluations]
     moves = [relayout_s(problem, a, b) for a, b in zip(evaluations, evaluations[1:], strict=False)]
+    nodes = -(-problem.num_gpus // problem.system.gpus_per_node)  # every node waits on a re-layout
+    move_kwh = relayout_kwh(problem, sum(moves), nodes)
+    energy = _sum(g.energy_kwh for g in gs)
+    cost = _sum(g.expected_cost_usd for g in gs)
+    if energy is not None and move_kwh is not None:
+        energy += move_kwh
+        rented = any(g.compute_usd and g.energy_usd == 0 for g in gs)  # the rent includes the power
+        if cost is not None and not rented:
+            cost += move_kwh * G.problem_inputs(problem).energy.usd_per_kwh
     mean = sum(g.expected_time_to_train_s for g in gs) + sum(moves)
     # each phase's band is mean -+ z sd: its variance back from the P90 half-width
     var = sum(((g.p90_time_to_train_s - g.expected_time_to_train_s) / 1.2815515655446004) ** 2 for g in gs)
@@ -78,8 +98,8 @@ def totals(problem: Problem, evaluations: list) -> PhasedTotals:
         p90_time_to_train_s=mean + 1.2815515655446004 * sd,
         relayouts=sum(m > 0 for m in moves),
         relayout_s=sum(moves),
-        energy_kwh=_sum(g.energy_kwh for g in gs),
-        expected_cost_usd=_sum(g.expected_cost_usd for g in gs),
+        energy_kwh=energy,
+        expected_cost_usd=cost,
     )
 
 

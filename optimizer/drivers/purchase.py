@@ -133,13 +133,14 @@ def sub_problem(
     elif goal == ProcureGoal.COST:
         obj["goal"] = Goal.FEWEST_GPUS if pr.pricing == Pricing.CAPEX else Goal.TOKENS_PER_GPU
         obj["max_days"] = pr.deadline_days
-        obj["target_includes_failures"] = pp.goodput is not None and pr.deadline_days is not None
     else:
         obj["goal"] = Goal.TOKENS_PER_GPU
     if pr.pricing == Pricing.RENTAL and budget is not None and pp.training.tokens:
         obj["max_gpu_hours"] = budget / t.rent_usd_per_gpu_hour
+    if pp.goodput is not None and pp.training.tokens:  # deadlines and rental budgets met in expectation
+        obj["target_includes_failures"] = True
     opts = Options(memory_headroom_gib=pp.options.memory_headroom_gib, allow_idle_gpus=True, gpu_multiple=g)
-    return Problem(
+    q = Problem(
         name=f"{pp.name or 'procure'}@{t.name}",
         llm=pp.llm,
         system=t.system,
@@ -151,6 +152,8 @@ def sub_problem(
         stack=pp.stack,
         goodput=(pp.goodput or Goodput()).model_copy(update={"idle_nodes_are_spares": False}),
     )
+    q._source = pp._source  # goodput errors are located in the procurement file
+    return q
 
 
 def purchase_of(pp: ProcureProblem, groups: list[Group], step_s: float, sync_s: float = 0.0) -> Purchase:

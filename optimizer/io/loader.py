@@ -617,6 +617,7 @@ def load_procure(path: str | os.PathLike):
 
     doc = load_procure_document(path)
     pp = validate_model(ProcureProblem, doc)
+    pp._source = doc
     raise_errors(
         [
             e
@@ -641,4 +642,6 @@ def load_fleet(path: str | os.PathLike):
         for i, j in enumerate(jobs):
             if isinstance(j, dict) and "llm" in j:
                 resolve_ref(doc, ("jobs", i, "llm"), "llm", near)
-    return validate_model(FleetProblem, doc)
+    fp = validate_model(FleetProblem, doc)
+    fp._source = doc
+    return fp

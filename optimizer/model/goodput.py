@@ -141,12 +141,14 @@ def spare_wait_s(rel: Reliability, lam_node_per_s, spares: int | None):
         return np.zeros_like(np.asarray(lam_node_per_s, dtype=float))
     t_rep = rel.repair_h * 3600.0
     a = np.asarray(lam_node_per_s, dtype=float) * t_rep
-    # P(K >= S) = 1 - sum_{k<S} e^-a a^k / k!
+    # P(K >= S) = 1 - sum_{k<S} e^-a a^k / k!; past a + 12 sqrt(a) + 40 spares it is below 1e-30
     term = np.exp(-a)
     below = np.zeros_like(a)
-    for k in range(int(spares)):
+    for k in range(min(int(spares), int(np.max(a + 12 * np.sqrt(a) + 40, initial=0)))):
         below = below + term
         term = term * a / (k + 1)
+    if spares > np.max(a + 12 * np.sqrt(a) + 40, initial=0):
+        below = np.ones_like(a)
     return np.clip(1.0 - below, 0.0, 1.0) * t_rep / (spares + 1)
 
 
@@ -243,15 +245,15 @@ class GoodputInputError(ValueError):
 
 def _interval_choice(inp: Inputs, factor: np.ndarray, write_s: float, run_s: float) -> int:
     """Index of the offered interval with the least expected time, among those at least one checkpoint write
-    long (asynchronous save: the next checkpoint cannot start before the last is written); given intervals
-    must also be shorter than the run."""
+    long (asynchronous save: the next checkpoint cannot start before the last is written), as `job_factor`
+    chooses (the objective's); given intervals must not all be longer than the run."""
     taus = np.asarray(inp.intervals_s)
     ok = taus >= write_s if inp.async_checkpoint else np.ones(len(taus), dtype=bool)
     if inp.intervals_given:
-        if taus.max() > run_s:
+        if taus.min() > run_s:
             raise GoodputInputError(
                 "goodput.checkpoint_interval_s",
-                f"{taus.max():g} s is longer than the run's {run_s:,.0f} s of training: it would never "
+                f"{taus.min():g} s is longer than the run's {run_s:,.0f} s of training: it would never "
                 "checkpoint",
             )
         if not ok.any():
@@ -310,6 +312,14 @@ def expected(inp: Inputs, job: Job) -> Goodput_:
     f = wall_factor(r, np.array([ck.stall_s]), np.asarray(inp.intervals_s))[0]
     i = _interval_choice(inp, f, ck.write_s, ts)
     tau, total = inp.intervals_s[i], float(f[i]) * ts
+    if not math.isfinite(total):
+        every = 1 / max(float(r.lam[0]) + float(r.lam_planned[0]), 1e-300)
+        raise GoodputInputError(
+            "goodput",
+            f"the job never finishes: on {n:,} GPUs an interruption comes every {every:,.0f} s, while a "
+            f"restart takes {float(r.restart_s[0]):,.0f} s (reload {ck.reload_s:,.0f} s, checkpoint write "
+            f"{ck.write_s:,.0f} s): check the reliability and storage inputs",
+        )
     lam, lam_p, rs, rp = (float(x[0]) for x in (r.lam, r.lam_planned, r.restart_s, r.planned_s))
     wait = float(r.wait_s[0]) * r.node_share
     t_unpl = total * (1 - lam_p * rp) / (1 + lam * wait)
@@ -349,7 +359,8 @@ def expected(inp: Inputs, job: Job) -> Goodput_:
 
 def _price(inp: Inputs, job: Job, out: Goodput_) -> None:
     """Energy (in training idle + (peak - idle) x busy share, while down idle, spares idle throughout, times
-    PUE) and the expected cost: rental GPU-hours or the capital's share, plus energy."""
+    PUE) and the expected cost: rental GPU-hours (the rate includes the power: energy_usd 0), or the
+    capital or its share plus the energy."""
     p = defaults()["power"]
     nodes = math.ceil(job.n_gpus / job.gpus_per_node)
     spares = job.spare_nodes or 0
@@ -370,7 +381,10 @@ def _price(inp: Inputs, job: Job, out: Goodput_) -> None:
         years = inp.amortization_years
         share = 1.0 if years is None else min(1.0, hours / (years * 365.25 * 24))
         out.compute_usd = job.capex_usd * share
-    if out.compute_usd is not None or out.energy_usd is not None:
+    if job.rent_usd_per_gpu_hour is not None:  # a rental rate includes the power (cloud prices do)
+        out.energy_usd = 0.0 if out.energy_usd is not None else None
+        out.expected_cost_usd = out.compute_usd
+    elif out.compute_usd is not None or out.energy_usd is not None:
         out.expected_cost_usd = (out.compute_usd or 0.0) + (out.energy_usd or 0.0)
 
 

@@ -21,15 +21,28 @@ from optimizer.schema.problem import Goal
 
 BIG_S = 1.0e5  # s: larger than any step time
 W_SCALE = 4096  # the expected_time factor's integer scale (exact products in int64 with step times in ns)
-W_MAX = 10  # factors above this (under 10% of the time training) rank as equal
+W_MAX = 10  # a plan whose wall time exceeds 10x its training time (under 10% training) is not planned
+W_CAP = W_MAX * W_SCALE
 
 
 def expected_time_factor(problem: Problem, n_gpus) -> np.ndarray:
-    """The expected_time goal's factor W(n) as integers in 1/W_SCALE (rounded up, capped at W_MAX)."""
+    """The factor W(n) of the expected time as integers in 1/W_SCALE (rounded up); W_CAP + 1 marks a factor
+    above W_MAX, which `wall_ok` rules out (the products stay within int64)."""
     from optimizer.model.goodput import problem_factor
 
     w = problem_factor(problem, n_gpus)
-    return np.minimum(np.ceil(w * W_SCALE), W_MAX * W_SCALE).astype(np.int64)
+    return np.minimum(np.ceil(np.nan_to_num(w, nan=np.inf, posinf=np.inf) * W_SCALE), W_CAP + 1).astype(
+        np.int64
+    )
+
+
+def uses_factor(problem: Problem) -> bool:
+    """Whether the score reads W(n): goal expected_time, or targets met in expectation."""
+    o = problem.objective
+    return o.goal == Goal.EXPECTED_TIME or (
+        o.target_includes_failures
+        and (problem.step_time_target_s() is not None or o.max_gpu_hours is not None)
+    )
 
 
 def gpus_used(ex) -> int:
@@ -65,6 +78,19 @@ def step_limit(problem: Problem, n_gpus, unit: float = 1.0):
     return np.floor(np.floor(tg * W_SCALE) / w)
 
 
+def gpu_time_limit(problem: Problem, n_gpus, unit: float = 1.0):
+    """The largest step time (1/unit s) on n GPUs within the GPU-time cap: floor(cap / n), or with
+    `target_includes_failures` floor(floor(cap x W_SCALE / n) / W_int(n)) (the expected GPU-time); None: no
+    cap."""
+    cap = gpu_time_cap(problem, unit)
+    if cap is None:
+        return None
+    n = np.maximum(np.asarray(n_gpus), 1)
+    if not problem.objective.target_includes_failures:
+        return np.floor(np.floor(cap) / n)
+    return np.floor(np.floor(cap * W_SCALE / n) / expected_time_factor(problem, n))
+
+
 def score(problem: Problem, n_gpus, step, unit: float = 1.0, missed=np.inf) -> np.ndarray:
     """The score to minimise, with the step time in 1/unit s (seconds: unit 1; the formulation's integers:
     unit TIME_UNIT with integer arrays, exact in int64); `missed` where a target is missed."""
@@ -86,8 +112,14 @@ def score(problem: Problem, n_gpus, step, unit: float = 1.0, missed=np.inf) -> n
     if tg is not None:
         ok &= t <= step_limit(problem, n, unit)
     if cap is not None:
-        ok &= n * t <= cap
-    return np.where(ok, s, missed) if (tg is not None or cap is not None) else s
+        ok &= (
+            n * t <= cap
+            if not problem.objective.target_includes_failures
+            else t <= gpu_time_limit(problem, n, unit)
+        )
+    if uses_factor(problem):
+        ok &= expected_time_factor(problem, n) <= W_CAP
+    return np.where(ok, s, missed) if (tg is not None or cap is not None or uses_factor(problem)) else s
 
 
 def describe(problem: Problem, n_gpus: int, step_s: float) -> str:

@@ -63,7 +63,8 @@ def goodput_lines(g: Any) -> list[str]:
     ]
     cost = []
     if g.energy_kwh is not None:
-        cost.append(f"energy {g.energy_kwh / 1000:,.1f} MWh (${g.energy_usd:,.0f})")
+        paid = "in the rent" if g.energy_usd == 0 and g.compute_usd else f"${g.energy_usd:,.0f}"
+        cost.append(f"energy {g.energy_kwh / 1000:,.1f} MWh ({paid})")
     if g.compute_usd is not None:
         cost.append(f"compute ${g.compute_usd:,.0f}")
     if g.expected_cost_usd is not None:

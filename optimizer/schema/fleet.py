@@ -5,8 +5,9 @@ periods. Money in US dollars (`*_usd`), power in kilowatts (`*_kw`), time in day
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from optimizer.schema.common import MAX_COUNT, Frozen, PositiveFloat, PositiveInt
 from optimizer.schema.goodput import Goodput
@@ -93,6 +94,8 @@ class FleetProblem(Frozen):
     jobs: list[FleetJob] = Field(min_length=1, description="The training jobs.")
     fleet: Fleet = Field(description="Horizon, budget, power cap and objective.")
     options: Options = Field(default_factory=Options, description="Memory headroom.")
+    _source: Any = PrivateAttr(None)  # the loaded document (its `goodput` fields' lines for sub-problems)
+
     goodput: Goodput | None = Field(
         None,
         description="Failures, checkpoints, spares and energy (optimizer.schema.goodput): each (job, type, "

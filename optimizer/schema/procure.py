@@ -7,8 +7,9 @@ Money is in US dollars (`*_usd`), power in kilowatts (`*_kw`), time in days or h
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from optimizer.schema.common import Frozen, NonNegativeFloat, PositiveFloat, PositiveInt
 from optimizer.schema.goodput import Goodput
@@ -174,6 +175,8 @@ class ProcureProblem(Frozen):
     options: Options = Field(
         default_factory=Options, description="Memory headroom (idle GPUs and whole nodes are set by procure)."
     )
+    _source: Any = PrivateAttr(None)  # the loaded document (its `goodput` fields' lines for sub-problems)
+
     goodput: Goodput | None = Field(
         None,
         description="Failures, checkpoints, spares and energy (optimizer.schema.goodput): every purchase's "
