@@ -123,6 +123,7 @@ def triple_cols(T: Tables, tri: np.ndarray):
         for n in (
             "tau_mb",
             "layer_s",
+            "bubble_layer_s",
             "act_stored_bytes",
             "act_working_bytes",
             "emb_out_bytes",

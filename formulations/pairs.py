@@ -13,7 +13,7 @@ and the state memory. Columns (integers; time in TIME_UNIT, memory in KiB, usage
                                    pp > 1; pp > 1 with the embedding and loss as layer slots, where the head
                                    hides behind the layer it replaces); with pp > 1 the edge stage's extra
                                    work hides one p2p exchange per micro-batch: max(head - t_p2p, 0)
-    bubble_s    = (pp-1)/vpp*Ls*tau = Bf[lv]*layer_s[beta]
+    bubble_s    = (pp-1)/vpp*Ls*tau = Bf[lv]*bubble_layer_s[beta]
     p2p_steady_s = 2*n_mb*vpp*t_p2p = E[lv]*p2p_s[beta, tier_pp]/mb;  p2p_fill_s = 2(pp-1)*t_p2p; interleaved
                                    (vpp > 1, overlap_p2p_comm) t_p2p -> max(t_p2p - Lc*fw, 0) in both and in
                                    the edge stage's head (`compose.p2p_steady`)
@@ -51,6 +51,8 @@ from optimizer.model.compose import (
 )
 from optimizer.model.terms import compose_step
 from optimizer.rules.layout import zero_allowed
+from optimizer.schema import Schedule
+from optimizer.schema.common import SCHEDULE_CODES
 from optimizer.schema.stack import zero2_regathers
 
 Q = 10_000  # fixed-point scale of the processor-usage fractions
@@ -95,7 +97,7 @@ def _pipeline_columns(T: Tables, li, vi, mi, col) -> dict[str, np.ndarray]:
         Lt["pm2"][li],
         col("tau_mb"),
         edge_head(col("head_s"), t_ss, pp) // mbv,
-        col("layer_s"),
+        col("bubble_layer_s"),
         t_ss // mbv,
         col("p2p_s"),
         col("offx_mb"),
@@ -115,7 +117,7 @@ def compose(T: Tables, li, vi, mi, col) -> dict[str, np.ndarray]:
         Lt["Ls"][li],
         np.array(T.v_vals)[vi],
         T.lay["pp"][li],
-        bool(T.fixed["schedule"]),
+        T.fixed["schedule"] == SCHEDULE_CODES.index(Schedule.GPIPE),
         bool(T.fixed["activation_offload"]),
         col("act_stored_bytes"),
         col("act_working_bytes"),

@@ -22,7 +22,7 @@ from optimizer.schema import (
     TpComm,
     TpOverlap,
 )
-from optimizer.schema.common import RECOMPUTE_BITS
+from optimizer.schema.common import RECOMPUTE_BITS, SCHEDULE_CODES
 
 RECOMPUTE = [Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL]  # code = index
 TP_OVERLAP = [TpOverlap.NONE, TpOverlap.PIPE, TpOverlap.RING]
@@ -159,7 +159,7 @@ def from_execution(ex: Execution, system: System, num_gpus: int) -> Knobs:
         zero=ex.zero,
         fused_layers=int(ex.fused_layers),
         attention=ATTENTION.index(ex.attention),
-        schedule=int(ex.schedule == Schedule.GPIPE),
+        schedule=SCHEDULE_CODES.index(Schedule(ex.schedule)),
         weight_offload=int(ex.weight_offload),
         activation_offload=int(ex.activation_offload),
         optimizer_offload=int(ex.optimizer_offload),
@@ -195,7 +195,7 @@ def to_execution(k: Knobs, system: System, i: int = 0) -> Execution:
         etp=r["etp"],
         vpp=r["vpp"],
         micro_batch=r["micro_batch"],
-        schedule=Schedule.GPIPE if r["schedule"] else Schedule.ONE_F_ONE_B,
+        schedule=SCHEDULE_CODES[int(r["schedule"])],
         recompute=RECOMPUTE[r["recompute"]],
         sequence_parallel=bool(r["sequence_parallel"]),
         tp_comm=TpComm.RS_AG if r["tp_comm"] else TpComm.ALLREDUCE,

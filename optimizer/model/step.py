@@ -47,7 +47,8 @@ from optimizer.model.layer import BlockCost, Ctx, block_cost, kv_per_rank
 from optimizer.model.params import attention_params, count, mlp_matrices, model_flops_per_token
 from optimizer.model.terms import StepTerms, step_of
 from optimizer.rules.layout import has_dp_group
-from optimizer.schema import Precision, Problem
+from optimizer.schema import Precision, Problem, Schedule
+from optimizer.schema.common import SCHEDULE_CODES
 from optimizer.schema.stack import Stack, fsdp_copy_bytes, zero2_regathers
 
 GIB = 2.0**30
@@ -504,7 +505,7 @@ def _activation_memory(ctx: Ctx, k: Knobs, g: _Shape, blk: BlockCost, f_v: dict,
         g.Ls,
         g.vpp,
         g.pp,
-        k.schedule.astype(bool),
+        k.schedule == SCHEDULE_CODES.index(Schedule.GPIPE),
         a_off,
         blk.act_stored,
         working,
@@ -560,6 +561,15 @@ def _offload_streaming(problem: Problem, ctx: Ctx, k: Knobs, P: _Params, blk: Bl
     return off_exp_layer, np.where(w_off | a_on, need, 0.0) / max(off.efficiency, 1e-9)
 
 
+def bubble_layer(k: Knobs, blk: BlockCost):
+    """The time per layer and micro-batch the pipeline's fill and drain cost, s: a layer's forward and
+    backward (with recompute), or with the zero-bubble schedule less the weight-gradient GEMMs that fill the
+    bubble, T_F + T_B - T_W = total - 2 T_W with T_W half the backward GEMMs (the weight and the input
+    gradient of a linear layer take the same FLOPs; Qi et al. 2024)."""
+    zb = k.schedule == SCHEDULE_CODES.index(Schedule.ZERO_BUBBLE)
+    return np.where(zb, blk.total - blk.gemm_bw, blk.total)
+
+
 def _pipeline_time(k: Knobs, g: _Shape, blk: BlockCost, head, t_p2p, off_exp_layer, f_l, f_v):
     """The pipeline's parts (`compose.pipeline`), s, and the steady-state exchange t_ss it used."""
     pp, vpp, mb, tau = g.pp, g.vpp, g.mb, blk.total
@@ -575,7 +585,7 @@ def _pipeline_time(k: Knobs, g: _Shape, blk: BlockCost, head, t_p2p, off_exp_lay
         f_l["pm2"],
         tau / mb,
         head_mb,
-        tau,
+        bubble_layer(k, blk),
         t_ss / mb,
         np.where(pp > 1, t_p2p, 0.0),
         off_exp_layer / mb,
@@ -605,7 +615,9 @@ def _throughput(ctx: Ctx, g: _Shape, blk: BlockCost, step) -> dict:
     )
 
 
-def _terms(pl: dict, dpt: dict, optimizer, blk: BlockCost, head, t_p2p, off_exp_layer, mem) -> StepTerms:
+def _terms(
+    pl: dict, dpt: dict, optimizer, blk: BlockCost, head, t_p2p, off_exp_layer, mem, bubble_layer_s
+) -> StepTerms:
     """The `StepTerms` of the evaluation from its parts."""
     return StepTerms(
         **{n: pl[n] for n in PIPE},
@@ -624,6 +636,7 @@ def _terms(pl: dict, dpt: dict, optimizer, blk: BlockCost, head, t_p2p, off_exp_
         layer_s=blk.total,
         layer_fw_s=blk.fw_total,
         layer_bw_s=blk.bw_total,
+        bubble_layer_s=bubble_layer_s,
         head_s=head,
         p2p_s=t_p2p,
         offload_layer_s=off_exp_layer,
@@ -659,7 +672,7 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     mem = _memory(problem, ctx, k, g, P, blk, f_v, f_m)
     off_exp_layer, offload_bw_need = _offload_streaming(problem, ctx, k, P, blk, mem)
     pl, t_ss = _pipeline_time(k, g, blk, head, t_p2p, off_exp_layer, f_l, f_v)
-    terms = _terms(pl, dpt, optimizer, blk, head, t_p2p, off_exp_layer, mem)
+    terms = _terms(pl, dpt, optimizer, blk, head, t_p2p, off_exp_layer, mem, bubble_layer(k, blk))
     step = step_of(terms)
     # the report's parts: layers + head per micro-batch, bubble, p2p less what the edge stage's head hides
     pp_exposed = pl["p2p_steady_s"] + pl["p2p_fill_s"] - np.where(pp > 1, n_mb * np.minimum(t_ss, head), 0.0)

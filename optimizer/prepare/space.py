@@ -29,6 +29,7 @@ from optimizer.rules.layout import (
     zero_allowed,
 )
 from optimizer.schema import AttentionKernel, Problem, Search
+from optimizer.schema.common import SCHEDULE_CODES
 from optimizer.schema.stack import Stack, by_layout
 
 BOOL = [False, True]
@@ -73,7 +74,7 @@ OPENED = {
     "fused_layers": BOOL,
     "attention": ["flash", "standard"],
     "pp_rs_ag": BOOL,
-    "schedule": ["1f1b", "gpipe"],
+    "schedule": ["1f1b", "gpipe", "zb"],
     "sp_ag_redo": BOOL,
     "ep_dispatcher": ["alltoall", "flex"],
     "ep_overlap": BOOL,
@@ -174,7 +175,7 @@ _CODE = {
     "recompute": lambda v: RECOMPUTE.index(v),
     "tp_overlap": lambda v: TP_OVERLAP.index(v),
     "attention": lambda v: ATTENTION.index(AttentionKernel(str(getattr(v, "value", v)))),
-    "schedule": lambda v: int(str(getattr(v, "value", v)) == "gpipe"),
+    "schedule": lambda v: [s.value for s in SCHEDULE_CODES].index(str(getattr(v, "value", v))),
     "ep_dispatcher": lambda v: int(str(getattr(v, "value", v)) == "flex"),
 }
 

@@ -203,11 +203,19 @@ class TpComm(StrEnum):
 
 
 class Schedule(StrEnum):
-    """Pipeline schedule: ``1f1b`` (PipeDream-flush, Narayanan 2021; interleaved when vpp > 1) or
-    ``gpipe`` (all forwards, then all backwards: every micro-batch's activations in flight)."""
+    """Pipeline schedule: ``1f1b`` (PipeDream-flush, Narayanan 2021; interleaved when vpp > 1), ``gpipe``
+    (all forwards, then all backwards: every micro-batch's activations in flight) or ``zb`` (zero-bubble
+    1F1B, ZB-H1: Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024; interleaved when vpp > 1, PyTorch's
+    ScheduleInterleavedZeroBubble): the backward is split into its input and weight gradients and the
+    weight-gradient GEMMs fill the bubble, (p-1)/v x (T_F + T_B - T_W) instead of (p-1)/v x (T_F + T_B +
+    T_W), with 1F1B's activation memory."""
 
     ONE_F_ONE_B = "1f1b"
     GPIPE = "gpipe"
+    ZERO_BUBBLE = "zb"
+
+
+SCHEDULE_CODES = (Schedule.ONE_F_ONE_B, Schedule.GPIPE, Schedule.ZERO_BUBBLE)  # the model's integer codes
 
 
 class AttentionKernel(StrEnum):

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from optimizer.schema.common import EpDispatcher, Precision, Recompute, TpOverlap
+from optimizer.schema.common import EpDispatcher, Precision, Recompute, Schedule, TpOverlap
 
 
 class Stack(StrEnum):
@@ -61,8 +61,10 @@ NO_OFFLOAD = {
 }  # nor Megatron-Core's MoE overlap, DeepEP
 
 # knob -> values the stack offers (knobs not named: as Megatron-Core)
+# pipeline schedules: zero-bubble only in PyTorch's pipelining (torchtitan InterleavedZeroBubble)
+NO_ZERO_BUBBLE = {"schedule": [Schedule.ONE_F_ONE_B, Schedule.GPIPE]}
 PROFILES: dict[Stack, dict[str, list]] = {
-    Stack.MEGATRON_CORE: {},
+    Stack.MEGATRON_CORE: {**NO_ZERO_BUBBLE},
     Stack.TORCHTITAN: {
         "zero": [0, 1, 2, 3],
         "pp_embedding_loss": [False],
@@ -87,6 +89,7 @@ PROFILES: dict[Stack, dict[str, list]] = {
         "tp_overlap": [TpOverlap.NONE],
         "pp_embedding_loss": [False],
         **NO_OFFLOAD,
+        **NO_ZERO_BUBBLE,
         # llm-foundry: bf16/fp16 AMP, FP8 through Transformer Engine (delayed scaling)
         "precision": [Precision.BF16, Precision.FP16, Precision.FP32, Precision.FP8],
     },
@@ -101,6 +104,7 @@ PROFILES: dict[Stack, dict[str, list]] = {
         "tp_overlap": [TpOverlap.NONE],
         "pp_embedding_loss": [False],
         **NO_OFFLOAD,
+        **NO_ZERO_BUBBLE,
         "precision": [Precision.BF16, Precision.FP16, Precision.FP32],
     },
     Stack.MEGATRON_DEEPSPEED: {
@@ -112,6 +116,7 @@ PROFILES: dict[Stack, dict[str, list]] = {
         "pp_embedding_loss": [False],
         "pp_rs_ag": [False],
         **NO_OFFLOAD,
+        **NO_ZERO_BUBBLE,
         "precision": [Precision.BF16, Precision.FP16, Precision.FP32],
     },
 }
@@ -244,8 +249,10 @@ def restrict(stack: Stack, rules: dict, precision=None) -> dict:
     out = dict(rules)
     for knob, allowed in profile(stack, precision).items():
         r = out.get(knob)
-        if r is None and knob == "precision":
-            continue  # the training precision stays fixed unless `search` opens it (checked at load time)
+        if r is None and knob in ("precision", "schedule"):
+            # the training precision, and the schedule at 1F1B (every stack runs it), stay fixed unless
+            # `search` opens them (checked at load time)
+            continue
         if r is None:
             out[knob] = {"in": list(allowed)} if knob in INT_KNOBS else list(allowed)
         elif isinstance(r, dict):

@@ -4,7 +4,7 @@ with FSDP as data_parallel_shard_degree when ZeRO >= 1."""
 
 from __future__ import annotations
 
-SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe"}
+SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "zb": "InterleavedZeroBubble"}
 
 
 def _toml(v) -> str:
@@ -29,7 +29,9 @@ def _pipeline(llm, ex, notes: list[str]) -> dict:
     slots, stages = llm.layers + 2 * w, ex.pp * ex.vpp
     per_stage = -(-slots // stages)
     par = {
-        "pipeline_parallel_schedule": "Interleaved1F1B" if ex.vpp > 1 else SCHEDULES[ex.schedule.value],
+        "pipeline_parallel_schedule": (
+            "Interleaved1F1B" if ex.vpp > 1 and ex.schedule.value != "zb" else SCHEDULES[ex.schedule.value]
+        ),
         "pipeline_parallel_microbatch_size": ex.micro_batch,
         "pipeline_parallel_first_stage_less_layers": w,
         "pipeline_parallel_last_stage_less_layers": w,

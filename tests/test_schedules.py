@@ -1,0 +1,97 @@
+"""Pipeline schedules as a decision: zero-bubble 1F1B (ZB-H1, Qi et al. 2024) against 1F1B, hand-worked from
+the model's own parts; CP-SAT, the MILP and the enumerator agree on it; only torchtitan offers it; the
+torchtitan export names it; a default solve keeps 1F1B."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from optimizer import api
+from optimizer.model.knobs import from_execution
+from optimizer.model.step import evaluate
+
+BASE = """name: zb
+llm: llama3.1-8b
+system: h100-sxm-80gb
+num_gpus: 64
+training: {{global_batch: 128, precision: bf16, tokens: 1.0e+11}}
+stack: {stack}
+execution: {{tp: 2, pp: 4, vpp: {vpp}, micro_batch: 1, schedule: {schedule}, zero: 1}}
+search: {{schedule: [1f1b, zb], pp: [2, 4], tp: [1, 2], cp: 1}}
+"""
+
+
+def _problem(tmp_path, schedule="zb", vpp=2, stack="torchtitan"):
+    p = tmp_path / f"{schedule}{vpp}{stack}.yaml"
+    p.write_text(BASE.format(schedule=schedule, vpp=vpp, stack=stack))
+    return p
+
+
+def _terms(problem):
+    k = from_execution(problem.execution, problem.system, problem.num_gpus)
+    r = evaluate(problem, k)
+    return r, r.terms
+
+
+@pytest.mark.parametrize("vpp", [1, 2])
+def test_zero_bubble_fills_the_bubble_with_weight_gradients(tmp_path, vpp):
+    """1F1B's bubble is (pp-1)/vpp x Ls x (T_F + T_B + T_W) per micro-batch layer = Bf x layer_s; ZB-H1's is
+    Bf x (T_F + T_B - T_W) = Bf x (layer_s - 2 T_W), T_W half the backward GEMMs: the difference is
+    Bf x gemm_bw. Everything else (layers, exchanges, memory) is 1F1B's."""
+    zb = api.load(_problem(tmp_path, "zb", vpp))
+    ob = api.load(_problem(tmp_path, "1f1b", vpp))
+    rz, tz = _terms(zb)
+    ro, to = _terms(ob)
+    ls = 32 / 4  # Llama 3.1 8B: 32 layers over pp 4
+    bf = (4 - 1) / vpp * ls
+    assert float(to.bubble_s[0]) == pytest.approx(bf * float(to.layer_s[0]), rel=1e-9)
+    assert float(tz.bubble_s[0]) == pytest.approx(bf * float(tz.bubble_layer_s[0]), rel=1e-9)
+    gemm_bw = float(to.layer_s[0] - tz.bubble_layer_s[0])
+    assert 0 < gemm_bw < float(to.layer_bw_s[0])
+    assert float(to.bubble_s[0] - tz.bubble_s[0]) == pytest.approx(bf * gemm_bw, rel=1e-9)
+    assert float(rz.step_time[0]) == pytest.approx(float(ro.step_time[0] - (to.bubble_s[0] - tz.bubble_s[0])))
+    assert float(rz.hbm[0]) == pytest.approx(float(ro.hbm[0]))
+
+
+def test_solvers_agree_and_choose_zero_bubble(tmp_path):
+    """search.schedule [1f1b, zb] on torchtitan: CP-SAT, the Pyomo MILP and the enumerator find the same
+    step time, and with a pipeline the zero-bubble schedule (never slower) is the one chosen."""
+    p = api.load(_problem(tmp_path))
+    plans = [
+        api.solve(p).plans[0],
+        api.solve(p, method="enumerate").plans[0],
+        api.solve(p, backend="pyomo").plans[0],
+    ]
+    t = [x.evaluation.result["step_time"] for x in plans]
+    assert np.allclose(t, t[0], rtol=1e-3)
+    ex = plans[0].evaluation.execution
+    assert ex.pp == 1 or ex.schedule.value == "zb"
+
+
+def test_only_torchtitan_offers_zero_bubble(tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "optimizer.cli", "evaluate", str(_problem(tmp_path, stack="megatron-core"))],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2 and "execution.schedule: zb is not offered by stack megatron-core" in r.stderr
+
+
+def test_torchtitan_export_names_the_schedule(tmp_path):
+    p = api.load(_problem(tmp_path))
+    text = api.emit("torchtitan", p, p.execution)
+    assert 'pipeline_parallel_schedule = "InterleavedZeroBubble"' in text
+
+
+def test_a_default_solve_keeps_1f1b(tmp_path):
+    """Without search.schedule the schedule stays at 1F1B on every stack (zero-bubble is opened by name)."""
+    path = tmp_path / "d.yaml"
+    path.write_text(
+        BASE.format(schedule="1f1b", vpp=1, stack="torchtitan").replace("schedule: [1f1b, zb], ", "")
+    )
+    ex = api.solve(api.load(path)).plans[0].evaluation.execution
+    assert ex.schedule.value == "1f1b"
