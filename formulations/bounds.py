@@ -123,7 +123,6 @@ def triple_cols(T: Tables, tri: np.ndarray):
         for n in (
             "tau_mb",
             "layer_s",
-            "bubble_layer_s",
             "act_stored_bytes",
             "act_working_bytes",
             "emb_out_bytes",
@@ -134,6 +133,8 @@ def triple_cols(T: Tables, tri: np.ndarray):
     # the overlapped exchange max(p2p - Lc*window, 0) falls with the window: its largest keeps the bound a
     # bound
     mins["p2p_window"] = -gmin(-BE["p2p_window"])[:, 0]
+    # zero-bubble's fill is taken off the bubble: its largest keeps the bound a bound
+    mins["bubble_fill_s"] = -gmin(-BE["bubble_fill_s"])[:, 0]
     # the pipeline's head and exchanges grow with the head and t_p2p (2*vpp >= 2 exchanges per head hidden)
     head, p2p = gmin(BE["head_s"], 3 * nT), gmin(BE["p2p_s"], nT)
     tpp = T.lay["tier_pp"][li]

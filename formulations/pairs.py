@@ -13,7 +13,7 @@ and the state memory. Columns (integers; time in TIME_UNIT, memory in KiB, usage
                                    pp > 1; pp > 1 with the embedding and loss as layer slots, where the head
                                    hides behind the layer it replaces); with pp > 1 the edge stage's extra
                                    work hides one p2p exchange per micro-batch: max(head - t_p2p, 0)
-    bubble_s    = (pp-1)/vpp*Ls*tau = Bf[lv]*bubble_layer_s[beta]
+    bubble_s    = (pp-1)/vpp*Ls*tau = Bf[lv]*layer_s[beta] (- Bf[lv]*bubble_fill_s[beta], zero-bubble)
     p2p_steady_s = 2*n_mb*vpp*t_p2p = E[lv]*p2p_s[beta, tier_pp]/mb;  p2p_fill_s = 2(pp-1)*t_p2p; interleaved
                                    (vpp > 1, overlap_p2p_comm) t_p2p -> max(t_p2p - Lc*fw, 0) in both and in
                                    the edge stage's head (`compose.p2p_steady`)
@@ -87,7 +87,7 @@ def _pipeline_columns(T: Tables, li, vi, mi, col) -> dict[str, np.ndarray]:
     Lc layers' forward stays, and the edge stage's head hides that remainder."""
     lv = li * T.nV + vi
     Lt, LV = T.L, T.LV
-    mbv, pp = np.array(T.mb_vals)[mi], T.lay["pp"][li]
+    mbv, pp, vv = np.array(T.mb_vals)[mi], T.lay["pp"][li], np.array(T.v_vals)[vi]
     t_ss = p2p_steady(col("p2p_s"), LV["Lc"][lv] * col("p2p_window"), (np.array(T.v_vals)[vi] > 1) & (pp > 1))
     return pipeline(
         Lt["A1"][li],
@@ -97,10 +97,13 @@ def _pipeline_columns(T: Tables, li, vi, mi, col) -> dict[str, np.ndarray]:
         Lt["pm2"][li],
         col("tau_mb"),
         edge_head(col("head_s"), t_ss, pp) // mbv,
-        col("bubble_layer_s"),
+        col("layer_s"),
         t_ss // mbv,
         col("p2p_s"),
         col("offx_mb"),
+        # the zero-bubble variant, interleaved: its weight-gradient GEMMs fill the bubble (`step.zero_bubble`)
+        Zf=LV["Bf"][lv] * int(T.fixed["schedule"] == SCHEDULE_CODES.index(Schedule.ZERO_BUBBLE)) * (vv > 1),
+        fill=col("bubble_fill_s"),
     )
 
 

@@ -36,8 +36,8 @@ Columns (the composition factors are defined in `optimizer.model.compose`):
                         inflv [layers]: vpp factors; ARv, RSv [ns]: the all-reduce and reduce-scatter over vpp
     per (layout, mb)    nmb [micro-batches], NL [layers x micro-batches], infl1 [layers]: micro-batch factors
     per block (BETA)    layer_s [ns]: one layer, one micro-batch; tau_mb [ns/sequence]: layer_s / mb;
-                        layer_fw_s, layer_bw_s, fbt [ns]: its forward, backward, both; bubble_layer_s
-                        [ns]: what the pipeline's fill and drain cost per layer; head_s [ns] per
+                        layer_fw_s, layer_bw_s, fbt [ns]: its forward, backward, both; bubble_fill_s
+                        [ns]: what zero-bubble fills the bubble with per layer; head_s [ns] per
                         (head column, PP tier): the edge stage's LM head and loss per micro-batch (the p2p it
                         hides is taken off per pair, `formulations.pairs.compose`); p2p_s [ns] per PP tier:
                         one exchange; p2p_window [ns]: a layer's forward, which Lc of hide an interleaved
@@ -419,7 +419,7 @@ BLOCK_FIELDS = (
     "layer_s",
     "layer_fw_s",
     "layer_bw_s",
-    "bubble_layer_s",
+    "bubble_fill_s",
     "act_stored_bytes",
     "act_working_bytes",
     "emb_out_bytes",
@@ -480,7 +480,7 @@ def _block_tables(
     for j in range(nVar):
         BETA = {
             n: _scatter(nB, need, t_int(rb[n][j]))
-            for n in ("layer_s", "layer_fw_s", "layer_bw_s", "bubble_layer_s")
+            for n in ("layer_s", "layer_fw_s", "layer_bw_s", "bubble_fill_s")
         }
         BETA["tau_mb"] = _scatter(nB, need, t_int(rb["layer_s"][j] / mb_n))
         BETA["fbt"] = _scatter(nB, need, t_int(rb["layer_fw_s"][j] + rb["layer_bw_s"][j]))

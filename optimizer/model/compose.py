@@ -89,17 +89,22 @@ def pipeline_sum(parts) -> object:
     return sum(parts[k] for k in PIPE)
 
 
-def pipeline(A1, A2, Bf, E, pm2, tau_mb, head_mb, tau, p2p_mb, p2p, offx_mb) -> dict:
+def pipeline(A1, A2, Bf, E, pm2, tau_mb, head_mb, tau, p2p_mb, p2p, offx_mb, Zf=0, fill=0) -> dict:
     """The pipeline's share of the step on its busiest stage (keys: `PIPE` and their sum `pipeline_s`):
 
     pipe_layers_s = n_mb*Ls*tau           = A1 * tau/mb
     pipe_head_s   = n_mb*max(head - t_p2p, 0) with pp > 1 (the edge stage's LM head and loss hide one p2p
                     exchange per micro-batch), n_mb*head without a pipeline = A2 * head_mb
-    bubble_s      = (pp-1)/vpp*Ls*tau     = Bf * tau
+    bubble_s      = (pp-1)/vpp*Ls*tau     = Bf * tau, less Zf * fill: the zero-bubble schedule
+                    (Zf = Bf, interleaved) fills it with each layer's weight-gradient GEMMs (fill = 2 T_W)
     p2p_steady_s  = 2*n_mb*vpp*t_p2p      = E * t_p2p/mb;   p2p_fill_s = 2*(pp-1)*t_p2p
     offload_exposed_s = n_mb*Ls*(exposed weight/activation streaming per layer) = A1 * offx/mb"""
     out = dict(
-        zip(PIPE, (A1 * tau_mb, A2 * head_mb, Bf * tau, E * p2p_mb, pm2 * p2p, A1 * offx_mb), strict=True)
+        zip(
+            PIPE,
+            (A1 * tau_mb, A2 * head_mb, Bf * tau - Zf * fill, E * p2p_mb, pm2 * p2p, A1 * offx_mb),
+            strict=True,
+        )
     )
     out["pipeline_s"] = pipeline_sum(out)
     return out

@@ -24,6 +24,8 @@ from optimizer.schema import (
 )
 from optimizer.schema.common import RECOMPUTE_BITS, SCHEDULE_CODES
 
+ZB_CODE = SCHEDULE_CODES.index(Schedule.ZERO_BUBBLE)
+
 RECOMPUTE = [Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL]  # code = index
 TP_OVERLAP = [TpOverlap.NONE, TpOverlap.PIPE, TpOverlap.RING]
 ATTENTION = [
@@ -195,7 +197,8 @@ def to_execution(k: Knobs, system: System, i: int = 0) -> Execution:
         etp=r["etp"],
         vpp=r["vpp"],
         micro_batch=r["micro_batch"],
-        schedule=SCHEDULE_CODES[int(r["schedule"])],
+        # zero-bubble with one stage per rank is 1F1B (it runs interleaved): the plan is written as what runs
+        schedule=SCHEDULE_CODES[0 if r["schedule"] == ZB_CODE and r["vpp"] == 1 else int(r["schedule"])],
         recompute=RECOMPUTE[r["recompute"]],
         sequence_parallel=bool(r["sequence_parallel"]),
         tp_comm=TpComm.RS_AG if r["tp_comm"] else TpComm.ALLREDUCE,

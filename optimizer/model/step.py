@@ -561,13 +561,18 @@ def _offload_streaming(problem: Problem, ctx: Ctx, k: Knobs, P: _Params, blk: Bl
     return off_exp_layer, np.where(w_off | a_on, need, 0.0) / max(off.efficiency, 1e-9)
 
 
-def bubble_layer(k: Knobs, blk: BlockCost):
-    """The time per layer and micro-batch the pipeline's fill and drain cost, s: a layer's forward and
-    backward (with recompute), or with the zero-bubble schedule less the weight-gradient GEMMs that fill the
-    bubble, T_F + T_B - T_W = total - 2 T_W with T_W half the backward GEMMs (the weight and the input
-    gradient of a linear layer take the same FLOPs; Qi et al. 2024)."""
-    zb = k.schedule == SCHEDULE_CODES.index(Schedule.ZERO_BUBBLE)
-    return np.where(zb, blk.total - blk.gemm_bw, blk.total)
+def zero_bubble(k: Knobs, g: _Shape):
+    """Whether the zero-bubble schedule fills the bubble: `zb`, interleaved (PyTorch's
+    InterleavedZeroBubble runs 2+ stages per rank; with one stage per rank the plan is 1F1B)."""
+    return (k.schedule == SCHEDULE_CODES.index(Schedule.ZERO_BUBBLE)) & (g.vpp > 1)
+
+
+def bubble_fill(blk: BlockCost):
+    """What the zero-bubble schedule fills the pipeline's fill and drain with, per layer and micro-batch, s:
+    the weight-gradient GEMMs, so the bubble's layer time T_F + T_B + T_W becomes T_F + T_B - T_W, less
+    2 T_W = the backward GEMMs (a linear layer's weight and input gradients take the same FLOPs; Qi et al.,
+    ICLR 2024)."""
+    return blk.gemm_bw
 
 
 def _pipeline_time(k: Knobs, g: _Shape, blk: BlockCost, head, t_p2p, off_exp_layer, f_l, f_v):
@@ -585,10 +590,12 @@ def _pipeline_time(k: Knobs, g: _Shape, blk: BlockCost, head, t_p2p, off_exp_lay
         f_l["pm2"],
         tau / mb,
         head_mb,
-        bubble_layer(k, blk),
+        tau,
         t_ss / mb,
         np.where(pp > 1, t_p2p, 0.0),
         off_exp_layer / mb,
+        Zf=np.where(zero_bubble(k, g), f_v["Bf"], 0.0),
+        fill=bubble_fill(blk),
     )
     return pl, t_ss
 
@@ -615,9 +622,7 @@ def _throughput(ctx: Ctx, g: _Shape, blk: BlockCost, step) -> dict:
     )
 
 
-def _terms(
-    pl: dict, dpt: dict, optimizer, blk: BlockCost, head, t_p2p, off_exp_layer, mem, bubble_layer_s
-) -> StepTerms:
+def _terms(pl: dict, dpt: dict, optimizer, blk: BlockCost, head, t_p2p, off_exp_layer, mem) -> StepTerms:
     """The `StepTerms` of the evaluation from its parts."""
     return StepTerms(
         **{n: pl[n] for n in PIPE},
@@ -636,7 +641,7 @@ def _terms(
         layer_s=blk.total,
         layer_fw_s=blk.fw_total,
         layer_bw_s=blk.bw_total,
-        bubble_layer_s=bubble_layer_s,
+        bubble_fill_s=bubble_fill(blk),
         head_s=head,
         p2p_s=t_p2p,
         offload_layer_s=off_exp_layer,
@@ -672,7 +677,7 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     mem = _memory(problem, ctx, k, g, P, blk, f_v, f_m)
     off_exp_layer, offload_bw_need = _offload_streaming(problem, ctx, k, P, blk, mem)
     pl, t_ss = _pipeline_time(k, g, blk, head, t_p2p, off_exp_layer, f_l, f_v)
-    terms = _terms(pl, dpt, optimizer, blk, head, t_p2p, off_exp_layer, mem, bubble_layer(k, blk))
+    terms = _terms(pl, dpt, optimizer, blk, head, t_p2p, off_exp_layer, mem)
     step = step_of(terms)
     # the report's parts: layers + head per micro-batch, bubble, p2p less what the edge stage's head hides
     pp_exposed = pl["p2p_steady_s"] + pl["p2p_fill_s"] - np.where(pp > 1, n_mb * np.minimum(t_ss, head), 0.0)

@@ -31,7 +31,7 @@ class StepTerms:
     # ---- the step-time sum (`compose_step`), seconds per step
     pipe_layers_s: Arr  # n_mb * Ls * tau: every layer of the busiest stage for every micro-batch
     pipe_head_s: Arr  # n_mb * edge head: the LM head, loss and embedding not hidden behind a p2p exchange
-    bubble_s: Arr  # pipeline fill and drain: (pp-1)/vpp * Ls * bubble_layer_s
+    bubble_s: Arr  # pipeline fill and drain: (pp-1)/vpp * Ls * (tau, less bubble_fill_s with zero-bubble)
     p2p_steady_s: Arr  # steady-state p2p exchanges on the critical path: 2*n_mb*vpp*t_p2p
     p2p_fill_s: Arr  # fill and drain exchanges: 2*(pp-1)*t_p2p
     offload_exposed_s: Arr  # weight / activation offload streaming not hidden behind compute
@@ -52,7 +52,9 @@ class StepTerms:
     layer_s: Arr  # tau: one layer's forward, backward, recompute and exposed TP/CP/EP traffic
     layer_fw_s: Arr  # its forward (compute and exposed traffic)
     layer_bw_s: Arr  # its backward (with recompute)
-    bubble_layer_s: Arr  # what the fill and drain cost per layer: layer_s, less 2 T_W with zero-bubble
+    bubble_fill_s: (
+        Arr  # per layer: what the zero-bubble schedule fills the bubble with (2 T_W, backward GEMMs)
+    )
     head_s: Arr  # the edge stage's embedding, LM head and loss beyond its layers (less a layer slot with el)
     p2p_s: Arr  # one pipeline exchange of an activation between neighbouring stages
     offload_layer_s: Arr  # a layer's offload streaming not hidden behind its forward and backward

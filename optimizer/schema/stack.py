@@ -288,6 +288,15 @@ def written_unsupported(stack: Stack, ex, precision=None) -> list[tuple[str, str
         for knob in sorted(ex.model_fields_set & set(allowed_by))
         if getattr(ex, knob) not in allowed_by[knob]
     ]
+    zb = ex.schedule == Schedule.ZERO_BUBBLE
+    if "schedule" in ex.model_fields_set and zb and ex.pp > 1 and ex.vpp < 2:
+        out.append(
+            (
+                "schedule",
+                "zb runs interleaved: PyTorch's InterleavedZeroBubble (torchtitan) needs at least 2 stages "
+                "per rank (vpp >= 2)",
+            )
+        )
     return out + [
         (k, m) for k, m in layout_unsupported(stack, ex) if k in ex.model_fields_set and k not in dict(out)
     ]
