@@ -16,7 +16,7 @@ class Evaluation:
     fits: bool
     time_to_train_s: float | None
     warnings: list[str] = field(default_factory=list)
-    goodput: Any = None  # optimizer.model.goodput.Goodput_ with training.tokens, else None
+    goodput: Any = None  # optimizer.model.goodput.PlanGoodput with training.tokens, else None
 
 
 def one_batch_only(problem: Problem, command: str) -> None:

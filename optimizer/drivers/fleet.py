@@ -46,7 +46,7 @@ class FleetResult:
     problem: FleetProblem | None = None  # the fleet problem solved
     energy_kwh: float | None = None  # the schedule's nodes through their periods, times PUE
     energy_usd: float | None = None
-    job_goodput: dict = field(default_factory=dict)  # job -> (label, Goodput_) on its main allocation
+    job_goodput: dict = field(default_factory=dict)  # job -> (label, PlanGoodput) on its main allocation
 
 
 def sub_problem(fp: FleetProblem, job, t, nodes: int) -> Problem:
@@ -197,7 +197,7 @@ def fleet(fp: FleetProblem, time_limit_s: float = 60.0, rates: list[Rate] | None
 
 
 def main_allocation_goodput(fp: FleetProblem, job, rates: list[Rate], sched: list[dict]):
-    """(label, `optimizer.model.goodput.Goodput_`) of a job trained whole on the allocation of its schedule
+    """(label, `optimizer.model.goodput.PlanGoodput`) of a job trained whole on the allocation of its schedule
     that trains most of its tokens: expected days with their parts and band; None when it is not scheduled."""
     from optimizer.model import goodput as G
 

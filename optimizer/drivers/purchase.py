@@ -43,7 +43,7 @@ class Purchase:
     power_kw: float | None
     days_to_train: float | None
     sync_s: float = 0.0  # cross-type gradient synchronisation (heterogeneous mixes)
-    goodput: object = None  # optimizer.model.goodput.Goodput_ (with training.tokens)
+    goodput: object = None  # optimizer.model.goodput.PlanGoodput (with training.tokens)
     spare_nodes: int = 0  # spare nodes bought with it (of the first group's type; in cost_usd and power_kw)
 
     @property

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -212,7 +212,7 @@ def wall_factor(r: Rates, stall_s, tau_s):
 
 
 @dataclass
-class Goodput_:
+class PlanGoodput:
     """The expected time and cost to train of one plan."""
 
     effective_fraction: float
@@ -227,11 +227,10 @@ class Goodput_:
     expected_planned_interruptions: float
     spare_nodes: int | None
     parts_s: dict[str, float]
-    energy_kwh: float | None
-    energy_usd: float | None
-    compute_usd: float | None
-    expected_cost_usd: float | None
-    notes: list[str] = field(default_factory=list)
+    energy_kwh: float | None = None  # filled by `_price`
+    energy_usd: float | None = None
+    compute_usd: float | None = None
+    expected_cost_usd: float | None = None
 
 
 class GoodputInputError(ValueError):
@@ -300,7 +299,7 @@ def job_factor(inp: Inputs, job_bytes: float, n, gpus_per_node: int, spares) -> 
     return f.min(axis=1)
 
 
-def expected(inp: Inputs, job: Job) -> Goodput_:
+def expected(inp: Inputs, job: Job) -> PlanGoodput:
     """Expected time and cost to train of one plan (`Job`), its parts and P10-P90 band."""
     n, g = job.n_gpus, job.gpus_per_node
     ck = checkpoint_cost(inp, job.checkpoint_bytes, n, g)
@@ -335,7 +334,7 @@ def expected(inp: Inputs, job: Job) -> Goodput_:
         "spare_waits_s": n_u * wait,
     }
     parts["lost_work_s"] = max(total - sum(parts.values()), 0.0)
-    out = Goodput_(
+    out = PlanGoodput(
         effective_fraction=ts / total,
         expected_time_to_train_s=total,
         p10_time_to_train_s=max(ts, total - Z90 * sd),
@@ -348,16 +347,12 @@ def expected(inp: Inputs, job: Job) -> Goodput_:
         expected_planned_interruptions=n_p,
         spare_nodes=job.spare_nodes,
         parts_s=parts,
-        energy_kwh=None,
-        energy_usd=None,
-        compute_usd=None,
-        expected_cost_usd=None,
     )
     _price(inp, job, out)
     return out
 
 
-def _price(inp: Inputs, job: Job, out: Goodput_) -> None:
+def _price(inp: Inputs, job: Job, out: PlanGoodput) -> None:
     """Energy (in training idle + (peak - idle) x busy share, while down idle, spares idle throughout, times
     PUE) and the expected cost: rental GPU-hours (the rate includes the power: energy_usd 0), or the
     capital or its share plus the energy."""
@@ -437,7 +432,7 @@ def busy_share(result: dict) -> float:
     return min(1.0, sum(result.get(k, 0.0) for k in BUSY_PARTS) / step) if step > 0 else 1.0
 
 
-def of_problem(problem, n_gpus: int, step_s: float, busy: float = 1.0) -> Goodput_ | None:
+def of_problem(problem, n_gpus: int, step_s: float, busy: float = 1.0) -> PlanGoodput | None:
     """`expected` of a plan of a `Problem` on n_gpus GPUs at step_s (its GPUs busy for the share `busy` of
     a step); None without training.tokens."""
     steps = problem.steps_to_train()
