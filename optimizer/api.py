@@ -84,12 +84,23 @@ def check(path: str | Path, offload_gib: float = 512.0, offload_gbps: float = 64
     return _check(*load_problem_doc(path), offload_gib=offload_gib, offload_gbps=offload_gbps)
 
 
-def procure(path: str | Path, pareto: bool = False, time_limit_s: float = 60.0):
-    """What to buy (a `ProcureResult`: `.best`, `.rows` per node type, `.pareto`)."""
+def procure(path: str | Path, pareto: bool = False, time_limit_s: float = 60.0, plot: bool = False):
+    """What to buy (a `ProcureResult`: `.best`, `.rows` per node type, `.pareto`); for a file with `sites`,
+    where (a `MultisiteResult`: `.best` sites, links and scheme, `.single_site`, `.verdict()`). `plot`: a
+    chart will be drawn (of one site's purchases: the Pareto front, so it is computed)."""
     from optimizer.drivers.procure import procure as _procure
-    from optimizer.io.loader import load_procure
+    from optimizer.errors import ProblemError
+    from optimizer.io.loader import load_any_procure
+    from optimizer.schema.multisite import MultisiteProblem
 
-    return _procure(load_procure(path), pareto=pareto, time_limit_s=time_limit_s)
+    pp = load_any_procure(path)
+    if isinstance(pp, MultisiteProblem):
+        from optimizer.drivers.multisite import multisite
+
+        if pareto:
+            raise ProblemError("--pareto", None, None, "a procurement across sites has no Pareto front yet")
+        return multisite(pp, time_limit_s=time_limit_s)
+    return _procure(pp, pareto=pareto or plot, time_limit_s=time_limit_s)
 
 
 def fleet(path: str | Path, time_limit_s: float = 60.0):
@@ -130,13 +141,14 @@ def whatif(problem: Problem, pct: float = 20.0, top: int = 10, band: float = 0.1
     return _whatif(problem, pct=pct, top=top, band=band, time_limit_s=time_limit_s)
 
 
-SCHEMA_KINDS = ("problem", "procure", "catalog", "system", "llm", "run", "fleet", "study")
+SCHEMA_KINDS = ("problem", "procure", "sites", "catalog", "system", "llm", "run", "fleet", "study")
 
 
 def schema(kind: str = "problem") -> dict[str, Any]:
     """The JSON Schema of an input format (`SCHEMA_KINDS`)."""
     from optimizer.schema import LLM, System
     from optimizer.schema.fleet import FleetProblem
+    from optimizer.schema.multisite import MultisiteProblem
     from optimizer.schema.procure import Catalog, ProcureProblem
     from optimizer.schema.run import Run
     from optimizer.schema.study import Study
@@ -144,6 +156,7 @@ def schema(kind: str = "problem") -> dict[str, Any]:
     model = {
         "problem": Problem,
         "procure": ProcureProblem,
+        "sites": MultisiteProblem,
         "catalog": Catalog,
         "system": System,
         "llm": LLM,
@@ -179,7 +192,13 @@ def rows(result) -> list[dict[str, Any]]:
         return [row(result.plan.plans[0].evaluation)] if result.fits else []
     if kind == "study":
         return result.rows
-    key = {"procure": "node_types", "fleet": "schedule", "whatif": "levers", "validate": "runs"}[kind]
+    key = {
+        "procure": "node_types",
+        "multisite": "considered",
+        "fleet": "schedule",
+        "whatif": "levers",
+        "validate": "runs",
+    }[kind]
     return [flat(x) for x in as_dict(result)[key]]
 
 
@@ -252,6 +271,8 @@ def plot(result, path: str | Path, problem: Problem | None = None) -> list[str]:
         )
     elif kind == "procure":
         plots.plot_pareto(result, path)
+    elif kind == "multisite":
+        plots.plot_sites(result.considered, path, f"{result.problem.name or 'sites'}: {result.verdict()}")
     elif kind == "fleet":
         if result.status == "infeasible":
             return []
@@ -288,6 +309,7 @@ def _kind(result) -> str:
     from optimizer.drivers.check import CheckResult
     from optimizer.drivers.evaluate import Evaluation
     from optimizer.drivers.fleet import FleetResult
+    from optimizer.drivers.multisite import MultisiteResult
     from optimizer.drivers.procure import ProcureResult
     from optimizer.drivers.solve import SolveResult
     from optimizer.drivers.study import StudyResult
@@ -299,6 +321,7 @@ def _kind(result) -> str:
         ("solve", SolveResult),
         ("check", CheckResult),
         ("procure", ProcureResult),
+        ("multisite", MultisiteResult),
         ("fleet", FleetResult),
         ("study", StudyResult),
         ("whatif", WhatifResult),

@@ -228,7 +228,7 @@ def cmd_check(args) -> int:
 
 def cmd_procure(args) -> int:
     _check_plot(args.plot)
-    r = api.procure(args.problem, pareto=args.pareto or bool(args.plot), time_limit_s=args.time_limit)
+    r = api.procure(args.problem, pareto=args.pareto, time_limit_s=args.time_limit, plot=bool(args.plot))
     if args.plot:
         _plotted(api.plot(r, args.plot))
     _answer(args, r)

@@ -629,6 +629,38 @@ def load_procure(path: str | os.PathLike):
     return pp
 
 
+def load_multisite(path: str | os.PathLike, doc: Sourced | None = None):
+    """Load and validate a procurement across sites (a procurement file with `sites`): names that refer to
+    nothing (a site's node type, a link's site) are file:line:field errors."""
+    from optimizer.rules.cross_field import precision_errors, raise_errors
+    from optimizer.schema.multisite import MultisiteProblem, reference_errors
+
+    doc = doc or load_procure_document(path)
+    mp = validate_model(MultisiteProblem, doc)
+    mp._source = doc
+    raise_errors(reference_errors(mp), doc)
+    used = {n for s in mp.sites for n in s.node_types}
+    raise_errors(
+        [
+            e
+            for i, t in enumerate(mp.catalog.node_types)
+            if t.name in used
+            for e in precision_errors(t.system, mp.training.precision, f"catalog.node_types.{i}.system")
+        ],
+        doc,
+    )
+    return mp
+
+
+def load_any_procure(path: str | os.PathLike):
+    """A procurement problem: across sites when the file has `sites` (`load_multisite`), else of one site
+    (`load_procure`)."""
+    doc = load_procure_document(path)
+    if isinstance(doc.data, dict) and "sites" in doc.data:
+        return load_multisite(path, doc)
+    return load_procure(path)
+
+
 # --------------------------------------------------------------------------------------------- fleet
 def load_fleet(path: str | os.PathLike):
     """Load and validate a fleet problem (`paraplan fleet`): the catalog, every node type's system and every

@@ -334,3 +334,63 @@ def plot_pareto(r: ProcureResult, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def plot_sites(rows: list[dict], path: str, title: str = "", x_key: str | None = None) -> None:
+    """Days to train of the configurations considered across sites, a colour per scheme: bars over the
+    number of sites (`x_key` None: one result's rows), or lines over a swept quantity (`x_key`, e.g. the
+    WAN bandwidth, log axis), each scheme at its best number of sites."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {"single-site": "0.35", "sync": "tab:blue", "diloco": "tab:orange"}
+    fig, ax = plt.subplots(figsize=(7.5, 4.4), dpi=130)
+    done = [r for r in rows if r.get("days_to_train") is not None]
+    if x_key is None:
+        for i, r in enumerate(done):
+            lab = f"{r['sites']} {r['scheme']}" + (
+                f" H={r['inner_steps']}" if r["scheme"] == "diloco" else ""
+            )
+            ax.bar(i, r["days_to_train"], color=colours.get(r["scheme"], "tab:green"))
+            ax.text(i, r["days_to_train"], f"{r['days_to_train']:.1f}", ha="center", va="bottom", fontsize=7)
+            ax.annotate(
+                lab,
+                (i, 0),
+                rotation=60,
+                ha="right",
+                va="top",
+                fontsize=7,
+                xytext=(0, -4),
+                textcoords="offset points",
+            )
+        ax.set_xticks([])
+    else:
+        for scheme, c in colours.items():
+            pts: dict[float, dict] = {}
+            for r in done:
+                if r["scheme"] == scheme and (
+                    r[x_key] not in pts or r["days_to_train"] < pts[r[x_key]]["days_to_train"]
+                ):
+                    pts[r[x_key]] = r
+            xs = sorted(pts)
+            if xs:
+                ax.plot(xs, [pts[x]["days_to_train"] for x in xs], "o-", color=c, label=scheme)
+                for x in xs:
+                    ax.annotate(
+                        str(pts[x]["sites"]),
+                        (x, pts[x]["days_to_train"]),
+                        fontsize=6,
+                        xytext=(3, 3),
+                        textcoords="offset points",
+                    )
+        ax.set_xscale("log")
+        ax.set_xlabel(x_key.replace("_", " "))
+        ax.legend(title="scheme (label: sites used)", fontsize=8)
+    ax.set_ylabel("days to train")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)

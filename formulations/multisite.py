@@ -1,0 +1,210 @@
+"""CP-SAT model of a multi-site purchase for a fixed number of sites k and a fixed synchronisation scheme
+(`optimizer.drivers.multisite` branches on both, exactly), and the exhaustive oracle it is tested against.
+
+Decisions: one option per site or none (`SiteRow`: nodes of one type and their proven-best plan's step),
+exactly k sites; a ring through the used sites (`AddCircuit`, an unused site takes its self-loop); one link
+option per pair of ring neighbours. With T the slowest used site's step, the ring's transfer term W_bw
+(its slowest link's) and latency term W_lat (its longest hop's), all in integer microseconds:
+
+    round R = H T + W_bw + W_lat           (sync: H = 1; diloco without overlap)
+    R >= H T,  R >= W_bw + W_lat           (diloco with overlap)
+    cost = sum of the chosen options' and links' prices  <= budget
+
+Goal time: minimise R, then the cost at that R. Goal cost: R <= the deadline's round, minimise cost, then R.
+Each link option's transfer and latency terms come from `optimizer.model.wan` for this k (`LinkRow`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+US = 1e6  # integer microseconds
+
+
+@dataclass(frozen=True)
+class SiteRow:
+    """One way to equip a site: its step time (s) at the per-site batch and its price (USD)."""
+
+    step_s: float
+    cost_usd: float
+
+
+@dataclass(frozen=True)
+class LinkRow:
+    """One option of one link for this k: transfer seconds of the ring on it, its latency term (s: the
+    ring's latency term if this hop is the ring's longest) and its price (USD)."""
+
+    transfer_s: float
+    latency_term_s: float
+    price_usd: float
+
+
+@dataclass(frozen=True)
+class SitesTables:
+    """What one (k, scheme) model needs; `links[(i, j)]` with i < j."""
+
+    k: int
+    sites: list[list[SiteRow]]
+    links: dict[tuple[int, int], list[LinkRow]]
+    inner_steps: int = 1
+    overlap: bool = False
+    budget_usd: float | None = None
+    max_round_s: float | None = None  # goal cost: the round that meets the deadline
+    minimise_cost: bool = False
+
+
+@dataclass(frozen=True)
+class SitesSolution:
+    choice: dict[int, int]  # site -> option index (used sites only)
+    ring: list[int]  # used sites in ring order
+    link_choice: dict[tuple[int, int], int]  # ring pair (i < j) -> option index
+    round_s: float
+    cost_usd: float
+
+
+def evaluate(
+    t: SitesTables, choice: dict[int, int], ring: list[int], link_choice: dict
+) -> tuple[float, float]:
+    """(round s, cost USD) of a configuration, in the model's own floats."""
+    slow = max(t.sites[s][o].step_s for s, o in choice.items())
+    rows = [t.links[p][o] for p, o in link_choice.items()]
+    wan = max((r.transfer_s for r in rows), default=0.0) + max((r.latency_term_s for r in rows), default=0.0)
+    work = t.inner_steps * slow
+    rnd = max(work, wan) if t.overlap else work + wan
+    cost = sum(t.sites[s][o].cost_usd for s, o in choice.items()) + sum(r.price_usd for r in rows)
+    return rnd, cost
+
+
+def ring_pairs(ring: list[int]) -> list[tuple[int, int]]:
+    """The distinct neighbour pairs (i < j) of a ring (k = 2: one pair; k = 1: none)."""
+    if len(ring) < 2:
+        return []
+    return sorted({(min(a, b), max(a, b)) for a, b in zip(ring, ring[1:] + ring[:1], strict=True)})
+
+
+def _usd(x: float) -> int:
+    return int(round(x))
+
+
+def _build(t: SitesTables):
+    m = cp_model.CpModel()
+    x = {(s, o): m.NewBoolVar(f"site{s}_opt{o}") for s, rows in enumerate(t.sites) for o in range(len(rows))}
+    used = [m.NewBoolVar(f"used{s}") for s in range(len(t.sites))]
+    for s, rows in enumerate(t.sites):
+        m.Add(sum(x[s, o] for o in range(len(rows))) == used[s])
+    m.Add(sum(used) == t.k)
+    top = max((int(r.step_s * US) + 1 for rows in t.sites for r in rows), default=1)
+    slow = m.NewIntVar(0, top, "slowest_step_us")
+    for (s, o), v in x.items():
+        m.Add(slow >= int(round(t.sites[s][o].step_s * US))).OnlyEnforceIf(v)
+    y, bw, lat = _define_ring(m, t, used)
+    wan = m.NewIntVar(0, 2 * 10**15, "wan_us")
+    m.Add(wan == bw + lat)
+    rnd = m.NewIntVar(0, 2 * 10**15, "round_us")
+    if t.overlap:
+        m.Add(rnd >= t.inner_steps * slow)
+        m.Add(rnd >= wan)
+    else:
+        m.Add(rnd == t.inner_steps * slow + wan)
+    cost = sum(_usd(t.sites[s][o].cost_usd) * v for (s, o), v in x.items()) + sum(
+        _usd(t.links[p][o].price_usd) * v for (p, o), v in y.items()
+    )
+    if t.budget_usd is not None:
+        m.Add(cost <= int(t.budget_usd))
+    if t.max_round_s is not None:
+        m.Add(rnd <= int(t.max_round_s * US))
+    return m, x, y, rnd, cost, used
+
+
+def _define_ring(m: cp_model.CpModel, t: SitesTables, used):
+    """Arcs of the ring through the used sites, one link option per neighbour pair, and the ring's
+    transfer and latency terms (us)."""
+    bw = m.NewIntVar(0, 10**15, "ring_transfer_us")
+    lat = m.NewIntVar(0, 10**15, "ring_latency_us")
+    y: dict = {}
+    if t.k < 2:
+        return y, bw, lat
+    arcs = [(s, s, used[s].Not()) for s in range(len(t.sites))]
+    for (i, j), rows in t.links.items():
+        a, b = m.NewBoolVar(f"arc{i}_{j}"), m.NewBoolVar(f"arc{j}_{i}")
+        arcs += [(i, j, a), (j, i, b)]
+        pair = m.NewBoolVar(f"pair{i}_{j}")
+        m.AddMaxEquality(pair, [a, b])
+        for o, r in enumerate(rows):
+            y[(i, j), o] = v = m.NewBoolVar(f"link{i}_{j}_opt{o}")
+            m.Add(bw >= int(round(r.transfer_s * US))).OnlyEnforceIf(v)
+            m.Add(lat >= int(round(r.latency_term_s * US))).OnlyEnforceIf(v)
+        m.Add(sum(y[(i, j), o] for o in range(len(rows))) == pair)
+    m.AddCircuit(arcs)
+    return y, bw, lat
+
+
+def solve_cpsat(t: SitesTables, time_limit_s: float = 10.0) -> tuple[SitesSolution | None, str]:
+    """The proven-best configuration (None: infeasible) and the status (optimal | infeasible | time_limit
+    | feasible). Lexicographic: the goal's objective, then the other one at its optimum."""
+    m, x, y, rnd, cost, used = _build(t)
+    first, second = (cost, rnd) if t.minimise_cost else (rnd, cost)
+    m.Minimize(first)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
+    solver.parameters.num_workers = 1
+    st = solver.Solve(m)
+    if st == cp_model.INFEASIBLE:
+        return None, "infeasible"
+    if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None, "time_limit"
+    proven = st == cp_model.OPTIMAL
+    m.Add(first <= int(solver.ObjectiveValue()))
+    m.Minimize(second)
+    st2 = solver.Solve(m)
+    if st2 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):  # pragma: no cover - the first optimum is feasible
+        raise RuntimeError("the lexicographic second stage lost the first optimum")
+    choice = {s: o for (s, o), v in x.items() if solver.Value(v)}
+    link_choice = {p: o for (p, o), v in y.items() if solver.Value(v)}
+    ring = _ring_order(choice, link_choice)
+    r, c = evaluate(t, choice, ring, link_choice)
+    status = "optimal" if proven and st2 == cp_model.OPTIMAL else "feasible"
+    return SitesSolution(choice, ring, link_choice, r, c), status
+
+
+def _ring_order(choice: dict[int, int], link_choice: dict) -> list[int]:
+    sites = sorted(choice)
+    if len(sites) < 3:
+        return sites
+    nbr: dict[int, list[int]] = {s: [] for s in sites}
+    for i, j in link_choice:
+        nbr[i].append(j)
+        nbr[j].append(i)
+    ring = [sites[0]]
+    while len(ring) < len(sites):
+        nxt = [n for n in nbr[ring[-1]] if n not in ring]
+        ring.append(nxt[0])
+    return ring
+
+
+def solve_exhaustive(t: SitesTables) -> SitesSolution | None:
+    """The oracle: every set of k sites, option per site, ring order and link option per hop (small
+    instances only). Same lexicographic order as `solve_cpsat`."""
+    best, best_key = None, None
+    for group in itertools.combinations(range(len(t.sites)), t.k):
+        orders = [list(group)] if t.k < 3 else [[group[0], *p] for p in itertools.permutations(group[1:])]
+        for ring in orders:
+            pairs = ring_pairs(ring)
+            if any(p not in t.links for p in pairs):
+                continue
+            for opts in itertools.product(*[range(len(t.sites[s])) for s in ring]):
+                choice = dict(zip(ring, opts, strict=True))
+                for lopts in itertools.product(*[range(len(t.links[p])) for p in pairs]):
+                    lc = dict(zip(pairs, lopts, strict=True))
+                    r, c = evaluate(t, choice, ring, lc)
+                    if t.budget_usd is not None and c > t.budget_usd:
+                        continue
+                    if t.max_round_s is not None and r > t.max_round_s:
+                        continue
+                    key = (round(c), round(r * US)) if t.minimise_cost else (round(r * US), round(c))
+                    if best_key is None or key < best_key:
+                        best, best_key = SitesSolution(choice, ring, lc, r, c), key
+    return best

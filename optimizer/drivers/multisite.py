@@ -1,0 +1,452 @@
+"""`paraplan procure` on a file with `sites`: the sites, nodes per site, WAN links, synchronisation scheme
+and the plan inside each site, chosen together under each site's power cap and the budget.
+
+Stages: load (`optimizer.io.loader.load_multisite`) -> prepare (`site_options`: per number of sites k, each
+site's offers: nodes of a type up to its power cap, availability and budget, each with the proven-best plan
+for B / k sequences per step from `optimizer.drivers.purchase.best_of_type`) -> build and solve (per k and
+scheme, `formulations.multisite`: which sites, which option at each, the ring and its links, by CP-SAT)
+-> rank across (k, scheme) by the goal -> verify (the WAN and round re-evaluated by `optimizer.model.wan`)
+-> report (`optimizer.report.multisite`). Branching on k and on the scheme is exact, so the best is a
+proven optimum of the whole problem; the one-site optimum is reported beside it as the verdict.
+
+Modelled: every used site trains an equal share B / k of the global batch (a data-parallel replica group
+each; unequal shares are not searched); nodes are bought (price_usd + extra_usd) and links priced for the
+run; energy is reported at the nodes' power (catalog power_kw, else the system's rating) x PUE, not
+minimised. Not modelled: pipeline stages across sites, failures (the goodput model is single-site).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from formulations.multisite import LinkRow, SiteRow, SitesSolution, SitesTables, solve_cpsat
+from optimizer.drivers.purchase import Group, TablesCache, best_of_type
+from optimizer.errors import Infeasible, TimeLimit, VerificationError
+from optimizer.model import wan
+from optimizer.model.params import count
+from optimizer.progress import progress
+from optimizer.schema.common import MAX_COUNT
+from optimizer.schema.multisite import LinkOption, MultisiteProblem, Scheme, Site, SitesGoal
+from optimizer.schema.procure import NodeType, Procure, ProcureGoal, ProcureProblem
+
+
+@dataclass(frozen=True)
+class SiteOffer:
+    """Nodes of one type at one site and the proven-best plan they run for the site's share of the batch."""
+
+    site: Site
+    node_type: NodeType
+    nodes: int
+    group: Group
+
+    @property
+    def step_time_s(self) -> float:
+        return self.group.step_time_s
+
+    @property
+    def cost_usd(self) -> float:
+        return self.nodes * self.node_type.node_usd
+
+    @property
+    def power_mw(self) -> float:
+        """Facility power: nodes x node power x PUE, MW."""
+        return self.nodes * node_kw(self.node_type) * self.site.pue / 1e3
+
+
+@dataclass(frozen=True)
+class LinkChoice:
+    sites: tuple[str, str]
+    option: LinkOption
+    latency_s: float
+
+
+@dataclass
+class SitesPlan:
+    """One configuration: the sites used, the ring's links, the scheme and what it takes to train."""
+
+    scheme: str  # single-site | sync | diloco
+    inner_steps: int
+    overlap: bool
+    sites: list[SiteOffer]
+    links: list[LinkChoice]
+    slowest_step_s: float
+    wan_s: float  # one all-reduce across sites (per step for sync, per H steps for diloco)
+    round_s: float  # H steps and the all-reduce (sync: one step)
+    tokens_multiplier: float
+    days_to_train: float
+    nodes_usd: float
+    links_usd: float
+    energy_mwh: float
+    energy_usd: float
+    status: str = "optimal"
+
+    @property
+    def k(self) -> int:
+        return len(self.sites)
+
+    @property
+    def cost_usd(self) -> float:
+        """What the goal cost minimises: nodes and links (energy is reported beside it)."""
+        return self.nodes_usd + self.links_usd
+
+    @property
+    def compute_utilisation(self) -> float:
+        """Share of the wall time spent computing (INTELLECT-1's 'compute utilisation')."""
+        return self.inner_steps * self.slowest_step_s / self.round_s if self.round_s > 0 else 1.0
+
+    def label(self) -> str:
+        if self.scheme == "single-site":
+            return "one site"
+        extra = f", H = {self.inner_steps}" + (", overlapped" if self.overlap else "")
+        return f"{self.k} sites, {self.scheme}" + (extra if self.scheme == "diloco" else "")
+
+
+@dataclass
+class MultisiteResult:
+    problem: MultisiteProblem
+    best: SitesPlan | None
+    single_site: SitesPlan | None  # the best one-site configuration (the verdict's reference)
+    considered: list[dict]  # one row per (k, scheme, H): its status and, when solved, days and cost
+    seconds: float
+    status: str
+    notes: list[str] = field(default_factory=list)
+
+    def verdict(self) -> str:
+        b, s = self.best, self.single_site
+        if b is None:
+            return "nothing fits"
+        if s is None:
+            if self.problem.sync.min_sites > 1:
+                return f"{b.label()} (one site not considered: sync.min_sites {self.problem.sync.min_sites})"
+            return f"{b.label()}: no single site can train it"
+        if b is s or b.k == 1:
+            return f"one site wins: {b.sites[0].site.name}"
+        if self.problem.procure.goal == SitesGoal.COST:
+            return f"{b.label()} is ${s.cost_usd - b.cost_usd:,.0f} cheaper than the best single site"
+        return (
+            f"{b.label()} trains in {b.days_to_train:.1f} days, {s.days_to_train / b.days_to_train:.2f}x "
+            f"faster than the best single site ({s.days_to_train:.1f} days)"
+        )
+
+
+def node_kw(t: NodeType) -> float:
+    """Power one node of the type draws, kW: the catalog's power_kw, else its system's nameplate."""
+    return t.power_kw if t.power_kw is not None else t.system.node_power_w / 1e3
+
+
+def site_limit(mp: MultisiteProblem, site: Site, t: NodeType) -> tuple[int, str]:
+    """The most nodes of type t the site can hold (whole units), and what binds: power, availability,
+    budget or the largest modelled count."""
+    avail = site.node_types[t.name] if site.node_types[t.name] is not None else t.max_nodes
+    lim = [
+        (int(math.floor(site.power_mw * 1e3 / (node_kw(t) * site.pue) + 1e-9)), "power"),
+        (MAX_COUNT // t.gpus_per_node, "the largest GPU count modelled"),
+    ]
+    if avail is not None:
+        lim.append((avail, "availability"))
+    if mp.procure.budget_usd is not None:
+        lim.append((int(math.floor(mp.procure.budget_usd / t.node_usd + 1e-9)), "budget"))
+    n, why = min(lim, key=lambda x: x[0])
+    return n // t.unit_nodes * t.unit_nodes, why
+
+
+def proxy(mp: MultisiteProblem) -> ProcureProblem:
+    """The single-site procurement each site's plan is solved through (`best_of_type`)."""
+    pp = ProcureProblem(
+        name=mp.name or "sites",
+        llm=mp.llm,
+        catalog=mp.catalog,
+        training=mp.training,
+        procure=Procure(goal=ProcureGoal.THROUGHPUT),
+        search=mp.search,
+        stack=mp.stack,
+        options=mp.options,
+    )
+    pp._source = mp._source
+    return pp
+
+
+class OfferCache:
+    """Proven-best groups per (node type, batch), reused across node limits: the best group with at most n
+    nodes that uses n' <= m nodes is also the best with at most m nodes for n' <= m <= n (a smaller space
+    that still holds it), and nothing fits at m if nothing fits at n >= m."""
+
+    def __init__(self, mp: MultisiteProblem, deadline: float):
+        self.pp, self.deadline = proxy(mp), deadline
+        self.tables = TablesCache(max_entries=4)
+        self.done: dict[tuple[str, int], list[tuple[int, Group | None]]] = {}
+        self.solves = 0
+
+    def best(self, t: NodeType, nodes: int, batch: int) -> Group | None:
+        seen = self.done.setdefault((t.name, batch), [])
+        for limit, g in seen:
+            if limit >= nodes and (g is None or g.nodes <= nodes):
+                return g
+        left = self.deadline - time.time()
+        if left <= 0:
+            raise TimeLimit("procure (sites): the time limit passed while solving the sites' plans")
+        g, _, status = best_of_type(
+            self.pp, t, nodes, global_batch=batch, time_limit_s=left, cache=self.tables
+        )
+        self.solves += 1
+        seen.append((nodes, g))
+        return g
+
+
+def ladder(mp: MultisiteProblem, n: int, unit: int) -> list[int]:
+    """Node counts offered at a site: its limit, and with a budget or a cost goal also a half and a
+    quarter of it (whole units)."""
+    if mp.procure.goal == SitesGoal.TIME_TO_TRAIN and mp.procure.budget_usd is None:
+        return [n] if n > 0 else []
+    return sorted({c // unit * unit for c in (n, n // 2, n // 4) if c // unit * unit > 0}, reverse=True)
+
+
+def site_options(mp: MultisiteProblem, k: int, cache: OfferCache) -> list[list[SiteOffer]]:
+    """Each site's offers for k sites used (B / k sequences per step at each)."""
+    batch = mp.training.global_batch // k
+    types = {t.name: t for t in mp.catalog.node_types}
+    out = []
+    for site in mp.sites:
+        offers: dict[tuple[str, int], SiteOffer] = {}
+        for name in site.node_types:
+            t = types[name]
+            n, _ = site_limit(mp, site, t)
+            for c in ladder(mp, n, t.unit_nodes):
+                g = cache.best(t, c, batch)
+                if g is not None:
+                    offers[(name, g.nodes)] = SiteOffer(site, t, g.nodes, g)
+        out.append(list(offers.values()))
+    return out
+
+
+def outer_bytes(mp: MultisiteProblem, scheme: Scheme) -> float:
+    """Bytes all-reduced across sites per round: every parameter's gradient (sync) or pseudo-gradient."""
+    per = mp.sync.gradient_bytes_per_param if scheme == Scheme.SYNC else mp.sync.outer_bytes_per_param
+    return count(mp.llm).total * per
+
+
+def link_rows(mp: MultisiteProblem, k: int, nbytes: float) -> dict[tuple[int, int], list[LinkRow]]:
+    """Each link's options as the k-site ring's transfer and latency terms on it."""
+    index = {s.name: i for i, s in enumerate(mp.sites)}
+    out = {}
+    for ln in mp.links:
+        i, j = sorted(index[x] for x in ln.sites)
+        rows = []
+        for o in ln.options:
+            transfer, per_latency = wan.ring_terms_s(
+                nbytes, k, o.bandwidth_gbps, mp.sync.bidirectional_ring, mp.sync.link_efficiency
+            )
+            rows.append(
+                LinkRow(transfer, per_latency * wan.latency_s(o.latency_ms, ln.distance_km), o.price_usd)
+            )
+        out[(i, j)] = rows
+    return out
+
+
+def variants(mp: MultisiteProblem, k: int) -> list[tuple[Scheme | None, int, bool]]:
+    """(scheme, H, overlap) searched with k sites; one site has no WAN: (None, 1, False)."""
+    if k == 1:
+        return [(None, 1, False)]
+    out: list[tuple[Scheme | None, int, bool]] = []
+    if Scheme.SYNC in mp.sync.schemes:
+        out.append((Scheme.SYNC, 1, False))
+    if Scheme.DILOCO in mp.sync.schemes:
+        out += [(Scheme.DILOCO, h, mp.sync.overlap) for h in mp.sync.inner_steps]
+    return out
+
+
+def multiplier(mp: MultisiteProblem, k: int, scheme: Scheme | None) -> float:
+    """Tokens to train relative to data parallelism (DiLoCo across k replicas; 1 otherwise)."""
+    if scheme != Scheme.DILOCO:
+        return 1.0
+    given = mp.sync.tokens_multiplier
+    if given is not None and k in given:
+        return given[k]
+    return wan.diloco_tokens_multiplier(count(mp.llm).total, mp.training.tokens, k)
+
+
+def steps_to_train(mp: MultisiteProblem) -> float:
+    seq = mp.training.seq_len or mp.llm.seq_len
+    return mp.training.tokens / (mp.training.global_batch * seq)
+
+
+# ------------------------------------------------------------------------------------------- solve
+def multisite(
+    mp: MultisiteProblem, time_limit_s: float = 60.0, cache: OfferCache | None = None
+) -> MultisiteResult:
+    """The best configuration of the problem's goal over every number of sites and scheme, proven.
+    `cache`: the site plans of an earlier call on a problem with the same llm, catalog, training, stack,
+    search and options (studies that vary only sites' links or sync)."""
+    t0 = time.perf_counter()
+    deadline = time.time() + time_limit_s
+    if cache is None:
+        cache = OfferCache(mp, deadline)
+    cache.deadline = deadline
+    top = min(mp.sync.max_sites or len(mp.sites), len(mp.sites))
+    ks = sorted(set(mp.sync.site_counts or range(mp.sync.min_sites, top + 1)) & set(range(1, top + 1)))
+    notes = [
+        f"{k} sites not searched: the global batch {mp.training.global_batch} does not split evenly"
+        for k in ks
+        if mp.training.global_batch % k
+    ]
+    ks = [k for k in ks if mp.training.global_batch % k == 0]
+    plans: list[SitesPlan] = []
+    rows: list[dict] = []
+    status = "optimal"
+    with progress("procure: sites", len(ks)) as step:
+        for k in ks:
+            offers = site_options(mp, k, cache)
+            for scheme, h, overlap in variants(mp, k):
+                plan, row = _solve_variant(mp, k, offers, scheme, h, overlap, deadline)
+                rows.append(row)
+                status = "feasible" if row["status"] in ("feasible", "time_limit") else status
+                if plan is not None:
+                    plans.append(plan)
+            step()
+    best = min(plans, key=lambda p: rank_key(mp, p), default=None)
+    single = min((p for p in plans if p.k == 1), key=lambda p: rank_key(mp, p), default=None)
+    if best is None:
+        if status != "optimal":
+            raise TimeLimit(f"procure (sites): the time limit ({time_limit_s:g} s) passed before any plan")
+        raise Infeasible(why_nothing(mp, ks, cache), "rules")
+    verify(mp, best)
+    notes.append(f"{cache.solves} site plans solved")
+    return MultisiteResult(mp, best, single, rows, time.perf_counter() - t0, status, notes)
+
+
+def rank_key(mp: MultisiteProblem, p: SitesPlan) -> tuple[float, float]:
+    if mp.procure.goal == SitesGoal.COST:
+        return (round(p.cost_usd), p.days_to_train)
+    return (p.days_to_train, p.cost_usd)
+
+
+def _solve_variant(mp, k, offers, scheme, h, overlap, deadline) -> tuple[SitesPlan | None, dict]:
+    """One (k, scheme, H) model solved: its plan (None: infeasible) and its row of the considered table."""
+    row = {"sites": k, "scheme": "single-site" if scheme is None else scheme.value, "inner_steps": h}
+    m = multiplier(mp, k, scheme)
+    row["tokens_multiplier"] = m
+    if not math.isfinite(m):
+        return None, row | {"status": "infeasible", "why": "DiLoCo never reaches data parallelism's loss"}
+    steps = steps_to_train(mp) * m
+    nbytes = outer_bytes(mp, scheme) if scheme is not None else 0.0
+    max_round = None
+    if mp.procure.goal == SitesGoal.COST:
+        max_round = mp.procure.deadline_days * 86400.0 * h / steps
+    tables = SitesTables(
+        k=k,
+        sites=[[SiteRow(o.step_time_s, o.cost_usd) for o in site] for site in offers],
+        links=link_rows(mp, k, nbytes) if k > 1 else {},
+        inner_steps=h,
+        overlap=overlap,
+        budget_usd=mp.procure.budget_usd,
+        max_round_s=max_round,
+        minimise_cost=mp.procure.goal == SitesGoal.COST,
+    )
+    sol, status = solve_cpsat(tables, max(0.05, deadline - time.time()))
+    row["status"] = status
+    if sol is None:
+        return None, row
+    plan = _plan(mp, offers, tables, sol, scheme, h, overlap, m, status)
+    return plan, row | {"days_to_train": plan.days_to_train, "cost_usd": plan.cost_usd}
+
+
+def _plan(mp, offers, tables: SitesTables, sol: SitesSolution, scheme, h, overlap, m, status) -> SitesPlan:
+    """The solution as sites, links and times (the times from the model's floats: `formulations.multisite.
+    evaluate`)."""
+    used = [offers[s][o] for s, o in sorted(sol.choice.items())]
+    links = []
+    for (i, j), o in sorted(sol.link_choice.items()):
+        ln = next(x for x in mp.links if {x.sites[0], x.sites[1]} == {mp.sites[i].name, mp.sites[j].name})
+        opt = ln.options[o]
+        links.append(
+            LinkChoice(
+                (mp.sites[i].name, mp.sites[j].name), opt, wan.latency_s(opt.latency_ms, ln.distance_km)
+            )
+        )
+    slow = max(u.step_time_s for u in used)
+    work = h * slow
+    wan_s = sol.round_s - work if not overlap else _wan_of(tables, sol)
+    days = steps_to_train(mp) * m * sol.round_s / h / 86400.0
+    hours = days * 24.0
+    mwh = sum(u.power_mw for u in used) * hours
+    usd = sum(u.power_mw * hours * 1e3 * u.site.energy_usd_per_kwh for u in used)
+    return SitesPlan(
+        scheme="single-site" if scheme is None else scheme.value,
+        inner_steps=h,
+        overlap=overlap,
+        sites=used,
+        links=links,
+        slowest_step_s=slow,
+        wan_s=wan_s,
+        round_s=sol.round_s,
+        tokens_multiplier=m,
+        days_to_train=days,
+        nodes_usd=sum(u.cost_usd for u in used),
+        links_usd=sum(c.option.price_usd for c in links),
+        energy_mwh=mwh,
+        energy_usd=usd,
+        status=status,
+    )
+
+
+def _wan_of(tables: SitesTables, sol: SitesSolution) -> float:
+    rows = [tables.links[p][o] for p, o in sol.link_choice.items()]
+    return max((r.transfer_s for r in rows), default=0.0) + max((r.latency_term_s for r in rows), default=0.0)
+
+
+def verify(mp: MultisiteProblem, p: SitesPlan) -> None:
+    """Re-evaluate the chosen configuration with `optimizer.model.wan` from its parts (the slowest link's
+    bandwidth, the longest hop's latency): its round and days agree within 0.1%, or fail loudly (exit 5)."""
+    wan_s = 0.0
+    if p.k > 1:
+        scheme = Scheme(p.scheme)
+        wan_s = wan.ring_all_reduce_s(
+            outer_bytes(mp, scheme),
+            p.k,
+            min(c.option.bandwidth_gbps for c in p.links),
+            max(c.latency_s for c in p.links),
+            mp.sync.bidirectional_ring,
+            mp.sync.link_efficiency,
+        )
+    rnd = wan.round_s(
+        max(s.group.plan.evaluation.result["step_time"] for s in p.sites), wan_s, p.inner_steps, p.overlap
+    )
+    if abs(rnd - p.round_s) > 1e-3 * rnd + 2e-6 * (p.inner_steps + 1):
+        raise VerificationError(
+            f"procure (sites): the solver's round {p.round_s:.6g} s and the model's {rnd:.6g} s disagree"
+        )
+
+
+def why_nothing(mp: MultisiteProblem, ks: list[int], cache: OfferCache) -> str:
+    """Which caps bind when no configuration exists: each site's largest purchase and whether any plan fits
+    on it, the sites needed against those that can hold a plan, missing links, the budget."""
+    lines = ["no configuration trains it:"]
+    types = {t.name: t for t in mp.catalog.node_types}
+    for site in mp.sites:
+        parts = []
+        for name in site.node_types:
+            n, why = site_limit(mp, site, types[name])
+            fits = any(
+                g is not None
+                for (tn, _), seen in cache.done.items()
+                if tn == name
+                for lim, g in seen
+                if lim <= n
+            )
+            what = "not one unit" if n == 0 else "a plan fits" if fits else "no plan fits in memory"
+            parts.append(f"{n} x {name} (bound by {why}): {what}")
+        lines.append(f"  site {site.name} ({site.power_mw:g} MW): " + "; ".join(parts))
+    if not ks:
+        lines.append(
+            f"  no number of sites in {mp.sync.min_sites}..{mp.sync.max_sites or len(mp.sites)} "
+            "splits the global batch"
+        )
+    if mp.sync.min_sites > 1 and len(mp.links) < mp.sync.min_sites - 1:
+        lines.append(f"  sync.min_sites {mp.sync.min_sites} needs a ring of links; {len(mp.links)} given")
+    if mp.procure.budget_usd is not None:
+        lines.append(f"  budget ${mp.procure.budget_usd:,.0f}")
+    if mp.procure.deadline_days is not None:
+        lines.append(f"  deadline {mp.procure.deadline_days:g} days")
+    return "\n".join(lines)
