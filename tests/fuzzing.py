@@ -206,7 +206,7 @@ def seeds() -> list[tuple[Path, str]]:
             out.append((p, "validate"))
         elif not isinstance(data, dict):
             continue
-        elif "procure" in data:
+        elif "procure" in data or "sites" in data:
             out.append((p, "procure"))
         elif "fleet" in data:
             out.append((p, "fleet"))

@@ -15,7 +15,14 @@ import pytest
 
 from optimizer import api
 from optimizer.drivers.study import load_study, point_problem, points
-from optimizer.io.loader import load_fleet, load_problem_doc, load_procure, read_yaml, validate_model
+from optimizer.io.loader import (
+    load_fleet,
+    load_multisite,
+    load_problem_doc,
+    load_procure,
+    read_yaml,
+    validate_model,
+)
 from optimizer.io.runs import load_facts, load_runs
 from optimizer.schema import LLM, System
 
@@ -38,6 +45,7 @@ KINDS = {  # folder under problems/ (or a file): the kind of every YAML in it
     "studies/solve": "problem",
     "studies/procure": "procure",
     "studies/goodput": "problem",
+    "studies/multisite": "sites",
     "default.yaml": "problem",
 }
 
@@ -81,6 +89,8 @@ def test_loads(path, tmp_path):
         assert problem.num_gpus >= 1 and (written is None or isinstance(written, dict))
     elif kind == "procure":
         assert load_procure(path).catalog.node_types
+    elif kind == "sites":
+        assert load_multisite(path).sites
     elif kind == "fleet":
         assert load_fleet(path)
     elif kind == "study":
