@@ -157,7 +157,7 @@ def solve_cpsat(t: SitesTables, time_limit_s: float = 10.0) -> tuple[SitesSoluti
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None, "time_limit"
     proven = st == cp_model.OPTIMAL
-    m.Add(first <= int(solver.ObjectiveValue()))
+    m.Add(first <= solver.Value(first))  # exact integers (ObjectiveValue is a float)
     m.Minimize(second)
     st2 = solver.Solve(m)
     if st2 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):  # pragma: no cover - the first optimum is feasible

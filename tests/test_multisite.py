@@ -4,6 +4,7 @@ reproduction, the crossings between one site, synchronous sites and DiLoCo, and 
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import pytest
@@ -235,3 +236,40 @@ def test_given_multiplier_prices_diloco(tmp_path, capsys):
     assert rc == 0 and d["best"]["label"] == "one site"
     two = d["considered"][1]
     assert two["tokens_multiplier"] == 3.0 and two["days_to_train"] > d["best"]["days_to_train"]
+
+
+def test_ring_follows_the_links():
+    d = api.as_dict(api.procure(STUDIES / "intellect-1-global.yaml"))
+    ring, links = d["best"]["ring"], {frozenset(x["sites"]) for x in d["best"]["links"]}
+    assert len(ring) == 14 and len(links) == 14
+    assert all(frozenset((a, b)) in links for a, b in zip(ring, ring[1:] + ring[:1], strict=True))
+
+
+@pytest.mark.slow
+def test_frontier_10gw_study():
+    """Eight 1.25 GW sites, a 1T model, 10 or 100 Tb/s links: DiLoCo over several sites beats one site by
+    far, and synchronous data parallelism over eight sites loses to DiLoCo over them."""
+    r = api.procure(STUDIES / "frontier-10gw.yaml", time_limit_s=300)
+    assert r.status == "optimal" and r.best.k > 1 and r.best.scheme == "diloco"
+    assert r.single_site is not None and r.best.days_to_train < 0.6 * r.single_site.days_to_train
+    rows = {(c["sites"], c["scheme"], c["inner_steps"]): c for c in r.considered}
+    assert rows[(8, "sync", 1)]["days_to_train"] > rows[(8, "diloco", 100)]["days_to_train"]
+
+
+@pytest.mark.slow
+def test_study_script_finds_all_three_regimes(tmp_path):
+    """With DiLoCo at 1.5x tokens at 8 sites, the sweep crosses from one site (slow links) to DiLoCo to
+    synchronous sites (fast links), and writes its chart."""
+    from helpers import load_script
+
+    from optimizer.io.loader import load_multisite
+
+    s = load_script("study_multisite")
+    base = load_multisite(STUDIES / "frontier-10gw.yaml")
+    given = {k: 1.5 ** (math.log(k) / math.log(8)) for k in range(2, 9)}
+    mp = base.model_copy(update={"sync": base.sync.model_copy(update={"tokens_multiplier": given})})
+    rows = s.sweep(mp, [1.0, 1e3, 1e6], 600)
+    best = {r["bandwidth_gbps"]: r["best"] for r in rows}
+    assert best[1.0] == "one site" and "diloco" in best[1e3] and best[1e6].endswith("sync")
+    assert s.main(["--llms", "llama3.1-70b", "--plots", str(tmp_path)]) == 0
+    assert (tmp_path / "multisite-llama3.1-70b.png").stat().st_size > 10_000

@@ -69,7 +69,7 @@ class SitesPlan:
     scheme: str  # single-site | sync | diloco
     inner_steps: int
     overlap: bool
-    sites: list[SiteOffer]
+    sites: list[SiteOffer]  # in ring order
     links: list[LinkChoice]
     slowest_step_s: float
     wan_s: float  # one all-reduce across sites (per step for sync, per H steps for diloco)
@@ -355,7 +355,7 @@ def _solve_variant(mp, k, offers, scheme, h, overlap, deadline) -> tuple[SitesPl
 def _plan(mp, offers, tables: SitesTables, sol: SitesSolution, scheme, h, overlap, m, status) -> SitesPlan:
     """The solution as sites, links and times (the times from the model's floats: `formulations.multisite.
     evaluate`)."""
-    used = [offers[s][o] for s, o in sorted(sol.choice.items())]
+    used = [offers[s][sol.choice[s]] for s in sol.ring]  # in ring order
     links = []
     for (i, j), o in sorted(sol.link_choice.items()):
         ln = next(x for x in mp.links if {x.sites[0], x.sites[1]} == {mp.sites[i].name, mp.sites[j].name})

@@ -44,7 +44,7 @@ def plan_dict(p: SitesPlan) -> dict:
             }
             for s in p.sites
         ],
-        "ring": [s.site.name for s in p.sites] if p.k < 3 else None,
+        "ring": [s.site.name for s in p.sites],  # neighbours in order, the last beside the first
         "links": [
             {
                 "sites": list(c.sites),

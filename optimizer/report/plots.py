@@ -386,7 +386,8 @@ def plot_sites(rows: list[dict], path: str, title: str = "", x_key: str | None =
                         textcoords="offset points",
                     )
         ax.set_xscale("log")
-        ax.set_xlabel(x_key.replace("_", " "))
+        ax.set_yscale("log")  # a slow WAN makes synchronous sites take thousands of times longer
+        ax.set_xlabel({"bandwidth_gbps": "link bandwidth, Gb/s"}.get(x_key, x_key.replace("_", " ")))
         ax.legend(title="scheme (label: sites used)", fontsize=8)
     ax.set_ylabel("days to train")
     ax.set_title(title, fontsize=9)
