@@ -17,11 +17,15 @@ Each link option's transfer and latency terms come from `optimizer.model.wan` fo
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from optimizer.errors import OutOfRange
+
 US = 1e6  # integer microseconds
+MAX_INT = 2**62  # what CP-SAT's 64-bit sums may reach
 
 
 @dataclass(frozen=True)
@@ -74,8 +78,12 @@ def evaluate(
     wan = max((r.transfer_s for r in rows), default=0.0) + max((r.latency_term_s for r in rows), default=0.0)
     work = t.inner_steps * slow
     rnd = max(work, wan) if t.overlap else work + wan
-    cost = sum(t.sites[s][o].cost_usd for s, o in choice.items()) + sum(r.price_usd for r in rows)
-    return rnd, cost
+    cost = sum(_usd(t.sites[s][o].cost_usd) for s, o in choice.items()) + sum(_usd(r.price_usd) for r in rows)
+    return rnd, float(cost)
+
+
+def within_budget(t: SitesTables, cost_usd: float) -> bool:
+    return t.budget_usd is None or cost_usd <= math.floor(t.budget_usd)
 
 
 def ring_pairs(ring: list[int]) -> list[tuple[int, int]]:
@@ -86,24 +94,45 @@ def ring_pairs(ring: list[int]) -> list[tuple[int, int]]:
 
 
 def _usd(x: float) -> int:
-    return int(round(x))
+    """Whole dollars, rounded up (a budget is rounded down: `within_budget`)."""
+    return math.ceil(x - 1e-6)
+
+
+def _us(x: float) -> int:
+    return int(round(x * US))
+
+
+def _bounds(t: SitesTables) -> tuple[int, int]:
+    """Upper bounds (us) of the slowest step and of the ring's terms, from the data; OutOfRange (bad input,
+    exit 2) when the round or the bill could overflow CP-SAT's 64-bit sums."""
+    top = max((_us(r.step_s) for rows in t.sites for r in rows), default=0)
+    wan = max(
+        (_us(r.transfer_s) + _us(r.latency_term_s) for rows in t.links.values() for r in rows), default=0
+    )
+    bill = sum(max((_usd(r.cost_usd) for r in rows), default=0) for rows in t.sites) + sum(
+        max(_usd(r.price_usd) for r in rows) for rows in t.links.values()
+    )
+    if t.inner_steps * top + wan > MAX_INT or bill > MAX_INT:
+        raise OutOfRange(
+            "procure (sites): a round of inner steps and the all-reduce, or the bill, is beyond 2^62 "
+            "microseconds or dollars: lower sync.inner_steps or the prices, or raise the link bandwidths"
+        )
+    return top, wan
 
 
 def _build(t: SitesTables):
+    top, wan_top = _bounds(t)
     m = cp_model.CpModel()
     x = {(s, o): m.NewBoolVar(f"site{s}_opt{o}") for s, rows in enumerate(t.sites) for o in range(len(rows))}
     used = [m.NewBoolVar(f"used{s}") for s in range(len(t.sites))]
     for s, rows in enumerate(t.sites):
         m.Add(sum(x[s, o] for o in range(len(rows))) == used[s])
     m.Add(sum(used) == t.k)
-    top = max((int(r.step_s * US) + 1 for rows in t.sites for r in rows), default=1)
     slow = m.NewIntVar(0, top, "slowest_step_us")
     for (s, o), v in x.items():
-        m.Add(slow >= int(round(t.sites[s][o].step_s * US))).OnlyEnforceIf(v)
-    y, bw, lat = _define_ring(m, t, used)
-    wan = m.NewIntVar(0, 2 * 10**15, "wan_us")
-    m.Add(wan == bw + lat)
-    rnd = m.NewIntVar(0, 2 * 10**15, "round_us")
+        m.Add(slow >= _us(t.sites[s][o].step_s)).OnlyEnforceIf(v)
+    y, wan = _define_ring(m, t, used, wan_top)
+    rnd = m.NewIntVar(0, t.inner_steps * top + wan_top, "round_us")
     if t.overlap:
         m.Add(rnd >= t.inner_steps * slow)
         m.Add(rnd >= wan)
@@ -113,61 +142,71 @@ def _build(t: SitesTables):
         _usd(t.links[p][o].price_usd) * v for (p, o), v in y.items()
     )
     if t.budget_usd is not None:
-        m.Add(cost <= int(t.budget_usd))
+        m.Add(cost <= math.floor(t.budget_usd))
     if t.max_round_s is not None:
-        m.Add(rnd <= int(t.max_round_s * US))
-    return m, x, y, rnd, cost, used
+        m.Add(rnd <= math.floor(t.max_round_s * US))
+    return m, x, y, rnd, cost
 
 
-def _define_ring(m: cp_model.CpModel, t: SitesTables, used):
-    """Arcs of the ring through the used sites, one link option per neighbour pair, and the ring's
-    transfer and latency terms (us)."""
-    bw = m.NewIntVar(0, 10**15, "ring_transfer_us")
-    lat = m.NewIntVar(0, 10**15, "ring_latency_us")
+def _define_ring(m: cp_model.CpModel, t: SitesTables, used, wan_top: int):
+    """Arcs of the ring through the used sites, one link option per neighbour pair, and the ring's all-reduce
+    time (us): the transfer on its slowest chosen link plus the latency term of its longest hop."""
+    bw = m.NewIntVar(0, wan_top, "ring_transfer_us")
+    lat = m.NewIntVar(0, wan_top, "ring_latency_us")
     y: dict = {}
-    if t.k < 2:
-        return y, bw, lat
-    arcs = [(s, s, used[s].Not()) for s in range(len(t.sites))]
-    for (i, j), rows in t.links.items():
-        a, b = m.NewBoolVar(f"arc{i}_{j}"), m.NewBoolVar(f"arc{j}_{i}")
-        arcs += [(i, j, a), (j, i, b)]
-        pair = m.NewBoolVar(f"pair{i}_{j}")
-        m.AddMaxEquality(pair, [a, b])
-        for o, r in enumerate(rows):
-            y[(i, j), o] = v = m.NewBoolVar(f"link{i}_{j}_opt{o}")
-            m.Add(bw >= int(round(r.transfer_s * US))).OnlyEnforceIf(v)
-            m.Add(lat >= int(round(r.latency_term_s * US))).OnlyEnforceIf(v)
-        m.Add(sum(y[(i, j), o] for o in range(len(rows))) == pair)
-    m.AddCircuit(arcs)
-    return y, bw, lat
+    if t.k >= 2:
+        arcs = [(s, s, used[s].Not()) for s in range(len(t.sites))]
+        for (i, j), rows in t.links.items():
+            a, b = m.NewBoolVar(f"arc{i}_{j}"), m.NewBoolVar(f"arc{j}_{i}")
+            arcs += [(i, j, a), (j, i, b)]
+            pair = m.NewBoolVar(f"pair{i}_{j}")
+            m.AddMaxEquality(pair, [a, b])
+            for o, r in enumerate(rows):
+                y[(i, j), o] = v = m.NewBoolVar(f"link{i}_{j}_opt{o}")
+                m.Add(bw >= _us(r.transfer_s)).OnlyEnforceIf(v)
+                m.Add(lat >= _us(r.latency_term_s)).OnlyEnforceIf(v)
+            m.Add(sum(y[(i, j), o] for o in range(len(rows))) == pair)
+        m.AddCircuit(arcs)
+    wan = m.NewIntVar(0, 2 * wan_top, "wan_us")
+    m.Add(wan == bw + lat)
+    return y, wan
 
 
 def solve_cpsat(t: SitesTables, time_limit_s: float = 10.0) -> tuple[SitesSolution | None, str]:
-    """The proven-best configuration (None: infeasible) and the status (optimal | infeasible | time_limit
-    | feasible). Lexicographic: the goal's objective, then the other one at its optimum."""
-    m, x, y, rnd, cost, used = _build(t)
+    """The best configuration (None: infeasible, or nothing found in time) and the status: optimal (both
+    stages proven), feasible (a limit cut a stage short: the first stage's answer is kept when the second
+    finds nothing), infeasible or time_limit. Lexicographic: the goal's objective, then the other one at
+    its optimum; two thirds of the time for the first stage, the rest (at least 50 ms) for the second."""
+    m, x, y, rnd, cost = _build(t)
+    if m.Validate():  # pragma: no cover - the bounds above keep every sum within int64
+        raise OutOfRange(f"procure (sites): the model is not valid for CP-SAT: {m.Validate()}")
     first, second = (cost, rnd) if t.minimise_cost else (rnd, cost)
     m.Minimize(first)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
     solver.parameters.num_workers = 1
+    solver.parameters.max_time_in_seconds = max(0.01, 2.0 * time_limit_s / 3.0)
     st = solver.Solve(m)
     if st == cp_model.INFEASIBLE:
         return None, "infeasible"
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None, "time_limit"
+    lits = list(x.values()) + list(y.values())
+    keep = {v.Index(): solver.Value(v) for v in lits}
     proven = st == cp_model.OPTIMAL
     m.Add(first <= solver.Value(first))  # exact integers (ObjectiveValue is a float)
     m.Minimize(second)
+    for v in lits:
+        m.AddHint(v, keep[v.Index()])
+    solver.parameters.max_time_in_seconds = max(0.05, time_limit_s / 3.0)
     st2 = solver.Solve(m)
-    if st2 not in (cp_model.OPTIMAL, cp_model.FEASIBLE):  # pragma: no cover - the first optimum is feasible
-        raise RuntimeError("the lexicographic second stage lost the first optimum")
-    choice = {s: o for (s, o), v in x.items() if solver.Value(v)}
-    link_choice = {p: o for (p, o), v in y.items() if solver.Value(v)}
+    if st2 in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        keep = {v.Index(): solver.Value(v) for v in lits}
+    proven = proven and st2 == cp_model.OPTIMAL
+    choice = {s: o for (s, o), v in x.items() if keep[v.Index()]}
+    link_choice = {p: o for (p, o), v in y.items() if keep[v.Index()]}
     ring = _ring_order(choice, link_choice)
     r, c = evaluate(t, choice, ring, link_choice)
-    status = "optimal" if proven and st2 == cp_model.OPTIMAL else "feasible"
-    return SitesSolution(choice, ring, link_choice, r, c), status
+    return SitesSolution(choice, ring, link_choice, r, c), "optimal" if proven else "feasible"
 
 
 def _ring_order(choice: dict[int, int], link_choice: dict) -> list[int]:
@@ -200,9 +239,9 @@ def solve_exhaustive(t: SitesTables) -> SitesSolution | None:
                 for lopts in itertools.product(*[range(len(t.links[p])) for p in pairs]):
                     lc = dict(zip(pairs, lopts, strict=True))
                     r, c = evaluate(t, choice, ring, lc)
-                    if t.budget_usd is not None and c > t.budget_usd:
+                    if not within_budget(t, c):
                         continue
-                    if t.max_round_s is not None and r > t.max_round_s:
+                    if t.max_round_s is not None and _us(r) > math.floor(t.max_round_s * US):
                         continue
                     key = (round(c), round(r * US)) if t.minimise_cost else (round(r * US), round(c))
                     if best_key is None or key < best_key:

@@ -112,15 +112,17 @@ class MultisiteResult:
     seconds: float
     status: str
     notes: list[str] = field(default_factory=list)
+    searched_one_site: bool = True
 
     def verdict(self) -> str:
         b, s = self.best, self.single_site
         if b is None:
             return "nothing fits"
         if s is None:
-            if self.problem.sync.min_sites > 1:
-                return f"{b.label()} (one site not considered: sync.min_sites {self.problem.sync.min_sites})"
-            return f"{b.label()}: no single site can train it"
+            if not self.searched_one_site:
+                return f"{b.label()} (one site not searched: sync.min_sites or sync.site_counts)"
+            within = " within the deadline" if self.problem.procure.goal == SitesGoal.COST else ""
+            return f"{b.label()}: no single site can train it{within}"
         if b is s or b.k == 1:
             return f"one site wins: {b.sites[0].site.name}"
         if self.problem.procure.goal == SitesGoal.COST:
@@ -171,18 +173,20 @@ def proxy(mp: MultisiteProblem) -> ProcureProblem:
 class OfferCache:
     """Proven-best groups per (node type, batch), reused across node limits: the best group with at most n
     nodes that uses n' <= m nodes is also the best with at most m nodes for n' <= m <= n (a smaller space
-    that still holds it), and nothing fits at m if nothing fits at n >= m."""
+    that still holds it), and nothing fits at m if nothing fits at n >= m. Only proven groups are reused;
+    one a time limit cut short (status feasible) is kept for its own limit and marks the answer feasible."""
 
     def __init__(self, mp: MultisiteProblem, deadline: float):
         self.pp, self.deadline = proxy(mp), deadline
         self.tables = TablesCache(max_entries=4)
-        self.done: dict[tuple[str, int], list[tuple[int, Group | None]]] = {}
+        self.done: dict[tuple[str, int], list[tuple[int, Group | None, bool]]] = {}
         self.solves = 0
+        self.unproven = 0  # site plans a time limit cut short
 
     def best(self, t: NodeType, nodes: int, batch: int) -> Group | None:
         seen = self.done.setdefault((t.name, batch), [])
-        for limit, g in seen:
-            if limit >= nodes and (g is None or g.nodes <= nodes):
+        for limit, g, proven in seen:
+            if limit == nodes or (proven and limit >= nodes and (g is None or g.nodes <= nodes)):
                 return g
         left = self.deadline - time.time()
         if left <= 0:
@@ -191,34 +195,55 @@ class OfferCache:
             self.pp, t, nodes, global_batch=batch, time_limit_s=left, cache=self.tables
         )
         self.solves += 1
-        seen.append((nodes, g))
+        proven = status in ("optimal", "infeasible")
+        self.unproven += not proven
+        seen.append((nodes, g, proven))
         return g
 
 
-def ladder(mp: MultisiteProblem, n: int, unit: int) -> list[int]:
-    """Node counts offered at a site: its limit, and with a budget or a cost goal also a half and a
-    quarter of it (whole units)."""
-    if mp.procure.goal == SitesGoal.TIME_TO_TRAIN and mp.procure.budget_usd is None:
-        return [n] if n > 0 else []
-    return sorted({c // unit * unit for c in (n, n // 2, n // 4) if c // unit * unit > 0}, reverse=True)
+MAX_FRONT = 12  # purchases per node type and site on the nodes-against-step front (goal cost, a budget)
 
 
-def site_options(mp: MultisiteProblem, k: int, cache: OfferCache) -> list[list[SiteOffer]]:
-    """Each site's offers for k sites used (B / k sequences per step at each)."""
+def front(mp: MultisiteProblem, t: NodeType, n: int, batch: int, cache: OfferCache) -> tuple[list, bool]:
+    """The proven-best groups of type t on at most n nodes, then on fewer nodes than each found uses, until
+    nothing fits: every point of the nodes-against-step-time front, the fastest first. Only the first
+    without a budget and with goal time (the fastest is all that can win). (groups, complete): complete is
+    false when MAX_FRONT cut the walk short."""
+    out: list[Group] = []
+    while n > 0:
+        g = cache.best(t, n, batch)
+        if g is None:
+            return out, True
+        out.append(g)
+        if mp.procure.goal == SitesGoal.TIME_TO_TRAIN and mp.procure.budget_usd is None:
+            return out, True
+        if len(out) == MAX_FRONT:
+            return out, False
+        n = (g.nodes - 1) // t.unit_nodes * t.unit_nodes
+    return out, True
+
+
+def site_options(mp: MultisiteProblem, k: int, cache: OfferCache) -> tuple[list[list[SiteOffer]], list[str]]:
+    """Each site's offers for k sites used (B / k sequences per step at each), and notes where a front was
+    cut short."""
     batch = mp.training.global_batch // k
     types = {t.name: t for t in mp.catalog.node_types}
-    out = []
+    out, notes = [], []
     for site in mp.sites:
         offers: dict[tuple[str, int], SiteOffer] = {}
         for name in site.node_types:
             t = types[name]
             n, _ = site_limit(mp, site, t)
-            for c in ladder(mp, n, t.unit_nodes):
-                g = cache.best(t, c, batch)
-                if g is not None:
-                    offers[(name, g.nodes)] = SiteOffer(site, t, g.nodes, g)
+            groups, complete = front(mp, t, n, batch, cache)
+            for g in groups:
+                offers[(name, g.nodes)] = SiteOffer(site, t, g.nodes, g)
+            if not complete:
+                notes.append(
+                    f"{k} sites: {site.name}'s {name} purchases below {groups[-1].nodes} nodes not searched "
+                    f"(the {MAX_FRONT} fastest kept): not a proof below them"
+                )
         out.append(list(offers.values()))
-    return out
+    return out, notes
 
 
 def outer_bytes(mp: MultisiteProblem, scheme: Scheme) -> float:
@@ -276,28 +301,29 @@ def steps_to_train(mp: MultisiteProblem) -> float:
 def multisite(
     mp: MultisiteProblem, time_limit_s: float = 60.0, cache: OfferCache | None = None
 ) -> MultisiteResult:
-    """The best configuration of the problem's goal over every number of sites and scheme, proven.
-    `cache`: the site plans of an earlier call on a problem with the same llm, catalog, training, stack,
-    search and options (studies that vary only sites' links or sync)."""
+    """The best configuration of the problem's goal over every number of sites and scheme: proven when the
+    status is optimal (a time limit that cuts a site plan or a model short makes it feasible, and a count
+    of sites it leaves unsolved is noted). `cache`: the site plans of an earlier call on a problem with the
+    same llm, catalog, training, stack, search and options (studies that vary only links or sync)."""
     t0 = time.perf_counter()
     deadline = time.time() + time_limit_s
     if cache is None:
         cache = OfferCache(mp, deadline)
     cache.deadline = deadline
-    top = min(mp.sync.max_sites or len(mp.sites), len(mp.sites))
-    ks = sorted(set(mp.sync.site_counts or range(mp.sync.min_sites, top + 1)) & set(range(1, top + 1)))
-    notes = [
-        f"{k} sites not searched: the global batch {mp.training.global_batch} does not split evenly"
-        for k in ks
-        if mp.training.global_batch % k
-    ]
-    ks = [k for k in ks if mp.training.global_batch % k == 0]
+    ks, notes = site_counts(mp)
     plans: list[SitesPlan] = []
     rows: list[dict] = []
     status = "optimal"
     with progress("procure: sites", len(ks)) as step:
         for k in ks:
-            offers = site_options(mp, k, cache)
+            try:
+                offers, cut = site_options(mp, k, cache)
+            except TimeLimit:
+                notes.append(f"{k} sites not solved: the time limit passed while solving their plans")
+                status = "feasible"
+                continue
+            notes += cut
+            status = "feasible" if cut else status
             for scheme, h, overlap in variants(mp, k):
                 plan, row = _solve_variant(mp, k, offers, scheme, h, overlap, deadline)
                 rows.append(row)
@@ -305,15 +331,45 @@ def multisite(
                 if plan is not None:
                     plans.append(plan)
             step()
+    status = "feasible" if cache.unproven else status
     best = min(plans, key=lambda p: rank_key(mp, p), default=None)
     single = min((p for p in plans if p.k == 1), key=lambda p: rank_key(mp, p), default=None)
     if best is None:
         if status != "optimal":
             raise TimeLimit(f"procure (sites): the time limit ({time_limit_s:g} s) passed before any plan")
-        raise Infeasible(why_nothing(mp, ks, cache), "rules")
-    verify(mp, best)
+        raise Infeasible(why_nothing(mp, ks, cache, rows), "rules")
+    for p in {id(best): best, id(single): single}.values():
+        if p is not None:
+            verify(mp, p)
+    notes += diloco_notes(mp, best)
     notes.append(f"{cache.solves} site plans solved")
-    return MultisiteResult(mp, best, single, rows, time.perf_counter() - t0, status, notes)
+    r = MultisiteResult(mp, best, single, rows, time.perf_counter() - t0, status, notes)
+    r.searched_one_site = 1 in ks
+    return r
+
+
+def site_counts(mp: MultisiteProblem) -> tuple[list[int], list[str]]:
+    """The numbers of sites searched (`sync.site_counts`, else min_sites..max_sites) that split the global
+    batch evenly, and a note for each that does not."""
+    top = min(mp.sync.max_sites or len(mp.sites), len(mp.sites))
+    ks = sorted(set(mp.sync.site_counts or range(mp.sync.min_sites, top + 1)) & set(range(1, top + 1)))
+    B = mp.training.global_batch
+    notes = [f"{k} sites not searched: the global batch {B} does not split evenly" for k in ks if B % k]
+    return [k for k in ks if B % k == 0], notes
+
+
+def diloco_notes(mp: MultisiteProblem, p: SitesPlan) -> list[str]:
+    """What the chosen DiLoCo plan rests on beyond the scaling-law fit (H = 30, M <= 8, 35M-2.4B)."""
+    if p.scheme != "diloco":
+        return []
+    out = []
+    if mp.sync.tokens_multiplier is None or p.k not in mp.sync.tokens_multiplier:
+        out.append(
+            f"DiLoCo's tokens multiplier {p.tokens_multiplier:.3f} is the scaling-law fit's (Charles et al. "
+            "2025: H = 30, M <= 8, 35M-2.4B parameters) extrapolated; it does not depend on H, and loss "
+            "grows with H (their section 5.1): give sync.tokens_multiplier where you know better"
+        )
+    return out
 
 
 def rank_key(mp: MultisiteProblem, p: SitesPlan) -> tuple[float, float]:
@@ -330,6 +386,8 @@ def _solve_variant(mp, k, offers, scheme, h, overlap, deadline) -> tuple[SitesPl
     if not math.isfinite(m):
         return None, row | {"status": "infeasible", "why": "DiLoCo never reaches data parallelism's loss"}
     steps = steps_to_train(mp) * m
+    if h > 1 and h >= steps:
+        return None, row | {"status": "infeasible", "why": f"H = {h} inner steps is the whole run or more"}
     nbytes = outer_bytes(mp, scheme) if scheme is not None else 0.0
     max_round = None
     if mp.procure.goal == SitesGoal.COST:
@@ -397,8 +455,10 @@ def _wan_of(tables: SitesTables, sol: SitesSolution) -> float:
 
 
 def verify(mp: MultisiteProblem, p: SitesPlan) -> None:
-    """Re-evaluate the chosen configuration with `optimizer.model.wan` from its parts (the slowest link's
-    bandwidth, the longest hop's latency): its round and days agree within 0.1%, or fail loudly (exit 5)."""
+    """Re-evaluate a configuration from its parts: each site's step from its plan's evaluation, the ring's
+    all-reduce by `optimizer.model.wan` from the slowest link's bandwidth and the longest hop's latency, the
+    days from the tokens, the multiplier and the round; both agree with the solver's within 0.1% (or its
+    microsecond rounding), or fail loudly (exit 5)."""
     wan_s = 0.0
     if p.k > 1:
         scheme = Scheme(p.scheme)
@@ -413,40 +473,65 @@ def verify(mp: MultisiteProblem, p: SitesPlan) -> None:
     rnd = wan.round_s(
         max(s.group.plan.evaluation.result["step_time"] for s in p.sites), wan_s, p.inner_steps, p.overlap
     )
-    if abs(rnd - p.round_s) > 1e-3 * rnd + 2e-6 * (p.inner_steps + 1):
+    days = (
+        steps_to_train(mp) * multiplier(mp, p.k, None if p.k == 1 else Scheme(p.scheme)) * rnd / p.inner_steps
+    )
+    days /= 86400.0
+    tol = 1e-3 * rnd + 2e-6 * (p.inner_steps + 1)
+    if abs(rnd - p.round_s) > tol or abs(days - p.days_to_train) > 1e-3 * days + tol:
         raise VerificationError(
-            f"procure (sites): the solver's round {p.round_s:.6g} s and the model's {rnd:.6g} s disagree"
+            f"procure (sites): the solver's round {p.round_s:.6g} s ({p.days_to_train:.6g} days) and the "
+            f"model's {rnd:.6g} s ({days:.6g} days) disagree"
         )
 
 
-def why_nothing(mp: MultisiteProblem, ks: list[int], cache: OfferCache) -> str:
-    """Which caps bind when no configuration exists: each site's largest purchase and whether any plan fits
-    on it, the sites needed against those that can hold a plan, missing links, the budget."""
+def why_nothing(mp: MultisiteProblem, ks: list[int], cache: OfferCache, rows: list[dict]) -> str:
+    """Which caps bind when no configuration exists: each site's largest purchase and whether a plan fits on
+    it, each number of sites that no ring of links joins, the reasons of configurations ruled out, the
+    budget and the deadline."""
     lines = ["no configuration trains it:"]
     types = {t.name: t for t in mp.catalog.node_types}
+    holds = []
     for site in mp.sites:
-        parts = []
+        parts, any_fit = [], False
         for name in site.node_types:
             n, why = site_limit(mp, site, types[name])
-            fits = any(
+            fits = n > 0 and any(
                 g is not None
                 for (tn, _), seen in cache.done.items()
                 if tn == name
-                for lim, g in seen
+                for lim, g, _ in seen
                 if lim <= n
             )
+            any_fit |= fits
             what = "not one unit" if n == 0 else "a plan fits" if fits else "no plan fits in memory"
             parts.append(f"{n} x {name} (bound by {why}): {what}")
+        holds.append(any_fit)
         lines.append(f"  site {site.name} ({site.power_mw:g} MW): " + "; ".join(parts))
     if not ks:
         lines.append(
             f"  no number of sites in {mp.sync.min_sites}..{mp.sync.max_sites or len(mp.sites)} "
             "splits the global batch"
         )
-    if mp.sync.min_sites > 1 and len(mp.links) < mp.sync.min_sites - 1:
-        lines.append(f"  sync.min_sites {mp.sync.min_sites} needs a ring of links; {len(mp.links)} given")
+    lines += [
+        f"  {k} sites: no ring of links joins {k} of the sites that hold a plan"
+        for k in ks
+        if not _ring(mp, k, holds)
+    ]
+    lines += sorted({f"  {r['sites']} sites, {r['scheme']}: {r['why']}" for r in rows if r.get("why")})
     if mp.procure.budget_usd is not None:
         lines.append(f"  budget ${mp.procure.budget_usd:,.0f}")
     if mp.procure.deadline_days is not None:
         lines.append(f"  deadline {mp.procure.deadline_days:g} days")
     return "\n".join(lines)
+
+
+def _ring(mp: MultisiteProblem, k: int, holds: list[bool]) -> bool:
+    """Whether some ring of links joins k of the sites marked in `holds` (CP-SAT's circuit on free
+    offers)."""
+    if k == 1:
+        return any(holds)
+    index = {s.name: i for i, s in enumerate(mp.sites)}
+    links = {tuple(sorted(index[x] for x in ln.sites)): [LinkRow(0.0, 0.0, 0.0)] for ln in mp.links}
+    t = SitesTables(k=k, sites=[[SiteRow(0.0, 0.0)] if h else [] for h in holds], links=links)
+    return solve_cpsat(t, 5.0)[1] != "infeasible"

@@ -9,7 +9,9 @@ all-reduce (Patarasuk and Yuan 2009) of V bytes over k sites, each hop one link:
 
 with b_min the slowest link of the ring (bytes/s), l_max its longest one-way latency, e the share of the
 link the transfer achieves, and d = 2 when two rings run in opposite directions on half the data each
-(both directions of every full-duplex link busy; Epoch AI's assumption) else 1.
+(both directions of every full-duplex link busy; Epoch AI's assumption) else 1. Two sites have one link,
+whose two directions one ring already uses: d = 1 there (each site must receive (k - 1) / k x 2V through
+its link, the all-reduce's lower bound).
 
 Schemes (`optimizer.schema.multisite.Scheme`), with T the slowest site's step (every site trains B / k
 sequences per step) and H inner steps per outer step:
@@ -58,7 +60,7 @@ def ring_all_reduce_s(
     direction) and at most `latency_s_max` one-way latency (s); 0 for one site."""
     if sites <= 1:
         return 0.0
-    bw = bandwidth_gbps * 1e9 / 8.0 * efficiency * (2.0 if bidirectional else 1.0)
+    bw = bandwidth_gbps * 1e9 / 8.0 * efficiency * (2.0 if bidirectional and sites >= 3 else 1.0)
     return 2.0 * (sites - 1) / sites * nbytes / bw + 2.0 * (sites - 1) * latency_s_max
 
 

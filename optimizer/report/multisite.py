@@ -157,7 +157,8 @@ def render(r: MultisiteResult) -> str:
         ]
         for c in r.considered
     ]
-    out += ["", "considered (each proven by CP-SAT):"]
+    proven = all(c["status"] in ("optimal", "infeasible") for c in r.considered)
+    out += ["", "considered (each proven by CP-SAT):" if proven else "considered (status: proven or not):"]
     out.append(table(rows, ["sites", "scheme", "H", "tokens x", "days", "cost", "status"]))
     out += [f"note: {n}" for n in r.notes]
     return "\n".join(out)

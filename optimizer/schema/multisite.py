@@ -10,11 +10,11 @@ defaults that are not the user's to know (fibre latency per km, DiLoCo's sample 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from optimizer.schema.common import Frozen, NonNegativeFloat, PositiveFloat, PositiveInt
+from optimizer.schema.common import Float, Frozen, NonNegativeFloat, PositiveFloat, PositiveInt
 from optimizer.schema.llm import LLM
 from optimizer.schema.problem import Options, Search, Training
 from optimizer.schema.procure import Catalog
@@ -48,8 +48,11 @@ class LinkOption(Frozen):
     """One way to connect two sites: a leased wave, a dark-fibre build, a public-internet path."""
 
     name: str | None = Field(None, description="Label of the option, e.g. 400G wave.")
-    bandwidth_gbps: PositiveFloat = Field(
-        description="Bandwidth the training job gets between the two sites, Gb/s in each direction."
+    bandwidth_gbps: Float = Field(
+        ge=0.001,
+        le=1.0e9,
+        description="Bandwidth the training job gets between the two sites, Gb/s in each direction "
+        "(0.001-10^9).",
     )
     latency_ms: NonNegativeFloat | None = Field(
         None,
@@ -122,11 +125,11 @@ class Sync(Frozen):
     link_efficiency: float = Field(
         1.0, gt=0.0, le=1.0, description="Share of a link's bandwidth the all-reduce achieves."
     )
-    tokens_multiplier: dict[PositiveInt, PositiveFloat] | None = Field(
+    tokens_multiplier: dict[PositiveInt, Annotated[Float, Field(ge=1.0, le=1000.0)]] | None = Field(
         None,
-        description="DiLoCo: tokens to train relative to synchronous DP, per number of sites (replicas); "
-        "null: from the DiLoCo scaling law (Charles et al. 2025) and Chinchilla's data term, floored at 1 "
-        "(optimizer/model/wan.yaml).",
+        description="DiLoCo: tokens to train relative to synchronous DP (1-1000), per number of sites "
+        "(replicas); a count not given, and null, take the DiLoCo scaling law (Charles et al. 2025) through "
+        "Chinchilla's data term, floored at 1 (optimizer/model/wan.yaml).",
     )
     min_sites: PositiveInt = Field(1, description="Use at least this many sites.")
     max_sites: PositiveInt | None = Field(None, description="Use at most this many sites (null: all).")
