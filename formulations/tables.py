@@ -126,6 +126,7 @@ OTHER_KNOBS = (
     "schedule",
     "ep_dispatcher",
     "ep_overlap",
+    "cp_comm",
     "weight_offload",
     "activation_offload",
     "optimizer_offload",

@@ -168,6 +168,13 @@ system: h100-sxm-80gb
 num_gpus: 64
 training: {global_batch: 64, precision: bf16}
 """,
+    "llama8b-128k-cp-comm-64xh100": """
+llm: llama3.1-8b
+system: h100-sxm-80gb
+num_gpus: 64
+training: {global_batch: 16, seq_len: 131072, precision: bf16}
+search: {cp_comm: [p2p, all_gather, a2a, a2a_p2p]}
+""",
     "qwen3-235b-256xh100": """
 llm: qwen3-235b-a22b
 system: h100-sxm-80gb

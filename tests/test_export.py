@@ -86,6 +86,9 @@ SWITCHES = [
     "--use-megatron-fsdp",
     "--use-rope-scaling",
 ]
+# taking one or more values (nargs="+" in Megatron-LM): the CP exchange (one for every layer, or one per
+# layer) and the hierarchical CP sizes of a2a+p2p
+MULTI = ["--cp-comm-type", "--hierarchical-context-parallel-sizes"]
 
 
 def megatron_parser() -> argparse.ArgumentParser:
@@ -94,6 +97,8 @@ def megatron_parser() -> argparse.ArgumentParser:
         p.add_argument(f)
     for f in SWITCHES:
         p.add_argument(f, action="store_true")
+    for f in MULTI:
+        p.add_argument(f, nargs="+")
     return p
 
 

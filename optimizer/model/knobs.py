@@ -22,7 +22,7 @@ from optimizer.schema import (
     TpComm,
     TpOverlap,
 )
-from optimizer.schema.common import RECOMPUTE_BITS, SCHEDULE_CODES
+from optimizer.schema.common import CP_COMM_CODES, RECOMPUTE_BITS, SCHEDULE_CODES, CpComm
 
 ZB_CODE = SCHEDULE_CODES.index(Schedule.ZERO_BUBBLE)
 
@@ -79,6 +79,9 @@ class Knobs:
     ep_dispatcher: np.ndarray = field(
         default_factory=lambda: np.zeros(1, dtype=np.int64)
     )  # code: 0 alltoall, 1 flex
+    cp_comm: np.ndarray = field(
+        default_factory=lambda: np.zeros(1, dtype=np.int64)
+    )  # code: index in CP_COMM_CODES (0 p2p, 1 all_gather, 2 a2a, 3 a2a_p2p)
     recompute_modules: np.ndarray = field(
         default_factory=lambda: np.zeros(1, dtype=np.int64)
     )  # bits; 0: core_attn
@@ -174,6 +177,7 @@ def from_execution(ex: Execution, system: System, num_gpus: int) -> Knobs:
         activation_offload_layers=ex.activation_offload_layers or 0,
         ep_overlap=int(ex.ep_overlap),
         ep_dispatcher=int(ex.ep_dispatcher == EpDispatcher.FLEX),
+        cp_comm=CP_COMM_CODES.index(CpComm(ex.cp_comm)),
         recompute_modules=sum(RECOMPUTE_BITS[m] for m in set(ex.recompute_modules or [])),
         fused_loss=int(ex.fused_loss),
         pp_overlap=int(ex.pp_overlap),
@@ -218,6 +222,7 @@ def to_execution(k: Knobs, system: System, i: int = 0) -> Execution:
         activation_offload_layers=r["activation_offload_layers"] or None,
         ep_overlap=bool(r["ep_overlap"]),
         ep_dispatcher=EpDispatcher.FLEX if r["ep_dispatcher"] else EpDispatcher.ALLTOALL,
+        cp_comm=CP_COMM_CODES[int(r["cp_comm"])],
         recompute_modules=[m for m, bit in RECOMPUTE_BITS.items() if r["recompute_modules"] & bit] or None,
         fused_loss=bool(r["fused_loss"]),
         pp_overlap=bool(r["pp_overlap"]),

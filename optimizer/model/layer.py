@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..rules.layout import cp_a2a_degree
 from ..schema import LLM, MlpKind, MoE, Precision
 from ..schema.common import RECOMPUTE_BITS, RecomputeModule
 from ..schema.stack import Stack
@@ -512,21 +513,44 @@ def standard_attention(ctx: Ctx, sh: BlockShape) -> tuple:
     return std_fw, std_bw, 4.0 * batch * sq * sk * d
 
 
+class CpView(NamedTuple):
+    """What the attention kernel of one CP rank sees under the K/V exchange (`Knobs.cp_comm`), arrays over
+    the candidates: a2a of degree `a` trades the sequence split for a head split (a = cp for a2a, the
+    NVLink-domain share of cp for a2a_p2p, 1 otherwise); the ring of `ring` ranks runs what is left of cp as
+    ring attention (p2p: cp; a2a_p2p: cp / a; all_gather and a2a: 1, the whole keys in one pass)."""
+
+    a: np.ndarray  # all-to-all degree
+    ring: np.ndarray  # ring attention ranks
+    ah: np.ndarray  # q heads per rank in the kernel
+    kva: np.ndarray  # K/V heads per rank in the kernel
+    sq: np.ndarray  # queries per sequence in the kernel
+
+
+def cp_view(ctx: Ctx, k: Knobs, sh: BlockShape) -> CpView:
+    code = np.asarray(k.cp_comm)
+    cp = sh.cp
+    a = np.where(code == 2, cp, np.where(code == 3, cp_a2a_degree(sh.tp, cp, ctx.tiers.size[0]), 1.0))
+    ring = np.where((code == 1) | (code == 2), 1.0, cp / a)
+    return CpView(a=a, ring=ring, ah=sh.ah / a, kva=sh.kva / a, sq=sh.sq * a)
+
+
 def fused_attention(ctx: Ctx, k: Knobs, sh: BlockShape) -> tuple:
     """The fused kernel (`flash_attention`: forward s, backward s, forward FLOPs) of the knob's class (2:
-    FlashAttention-2, 3: Triton), with learned sinks if the model has them. Layers with a sliding window weigh
-    in by their share of the layers (`LLM.window_share`): the per-layer mean."""
+    FlashAttention-2, 3: Triton), with learned sinks if the model has them, on what the CP exchange leaves
+    the rank (`cp_view`: all_gather and a2a one pass over the whole keys, without the ring's merges). Layers
+    with a sliding window weigh in by their share of the layers (`LLM.window_share`): the per-layer mean."""
     llm = ctx.llm
     kern = {
         "fa2": k.attention == 2,
         "triton": k.attention == 3,
         "sinks": llm.attention_sinks,
     }  # the kernel class
-    args = (ctx.hw, sh.b, sh.ah, sh.kva, sh.d, sh.sq, sh.s, sh.e)
-    fla_fw, fla_bw, fl_flops = flash_attention(*args, cp=sh.cp, **kern)
+    v = cp_view(ctx, k, sh)
+    args = (ctx.hw, sh.b, v.ah, v.kva, sh.d, v.sq, sh.s, sh.e)
+    fla_fw, fla_bw, fl_flops = flash_attention(*args, cp=v.ring, **kern)
     ws = llm.window_share  # layers with sliding-window attention: their share of every layer's attention
     if ws > 0:
-        w_fw, w_bw, w_fl = flash_attention(*args, cp=sh.cp, window=float(llm.sliding_window.tokens), **kern)
+        w_fw, w_bw, w_fl = flash_attention(*args, cp=v.ring, window=float(llm.sliding_window.tokens), **kern)
         fla_fw, fla_bw, fl_flops = (
             (1 - ws) * x + ws * y for x, y in ((fla_fw, w_fw), (fla_bw, w_bw), (fl_flops, w_fl))
         )
@@ -949,8 +973,9 @@ def cp_ring_s(ctx: Ctx, k: Knobs, sh: BlockShape, att: AttentionCore, attn_redon
     step's kernel only (1/cp of the attention); backward gathers them again and rotates dK/dV, accumulated in
     fp32, one send per step behind the next step's kernel, the last one exposed. `attn_redone`: recompute runs
     the core and its ring again."""
-    cp, e, attn_fw, attn_bw = sh.cp, sh.e, att.fw_s, att.bw_s
-    kv_chunk = 2.0 * sh.b * (sh.s / cp) * sh.kva * sh.d * e
+    v = cp_view(ctx, k, sh)
+    cp, e, attn_fw, attn_bw = v.ring, sh.e, att.fw_s, att.bw_s
+    kv_chunk = 2.0 * sh.b * (sh.s / cp) * v.kva * sh.d * e
     step = collective_time("p2p", kv_chunk, cp, k.tier_cp, ctx.tiers)
     cp_fw = (cp - 1.0) * step
     att_re = np.where(attn_redone, attn_fw, 0.0)
@@ -979,6 +1004,38 @@ def cp_ring_s(ctx: Ctx, k: Knobs, sh: BlockShape, att: AttentionCore, attn_redon
             0.0,
         )
     return cp_fw + cp_bw + cp_re, cp_exp
+
+
+def cp_exchange_s(ctx: Ctx, k: Knobs, sh: BlockShape, att: AttentionCore, attn_redone) -> tuple:
+    """Context parallelism's K/V exchange by `Knobs.cp_comm` (s): (link time fw + bw + recompute, exposed
+    time), Transformer Engine's implementations (cp_comm_type):
+
+    - p2p: the ring (`cp_ring_s`), each exchange behind an attention step;
+    - all_gather: K and V all-gathered before the attention, not overlapped; backward gathers them again
+      and reduce-scatters dK, dV (2 b s g d e bytes gathered per layer);
+    - a2a (Ulysses): all-to-alls of Q, K, V before the kernel and of O after it, of dO and of dQ, dK, dV in
+      backward, on the critical path (T (2 a_h + 2 g) d e bytes per rank each way);
+    - a2a_p2p: those all-to-alls over the a ranks of an NVLink domain, then the ring over cp / a domains.
+    Recomputing the attention core runs its forward exchange again."""
+    code = np.asarray(k.cp_comm)
+    e, T, d = sh.e, sh.T, sh.d
+    v = cp_view(ctx, k, sh)
+    ring_link, ring_exp = cp_ring_s(ctx, k, sh, att, attn_redone)
+    gathered = 2.0 * sh.b * sh.s * sh.kva * d * e
+    ag = collective_time("ag", gathered, sh.cp, k.tier_cp, ctx.tiers)
+    rs = collective_time("rs", gathered, sh.cp, k.tier_cp, ctx.tiers)
+    ag_fw, ag_bw = ag, ag + rs
+    a2a_tier = np.where(code == 3, 0, k.tier_cp)
+    per_dir = T * (2.0 * sh.ah + 2.0 * sh.kva) * d * e  # Q, K, V in and O out (backward: dO in, dQ dK dV out)
+    a2a_fw = a2a_time(per_dir, v.a, a2a_tier, ctx.tiers, stride=sh.tp)
+    redo = np.asarray(attn_redone, dtype=bool)
+    ag_total = ag_fw + ag_bw + np.where(redo, ag_fw, 0.0)
+    a2a_total = 2.0 * a2a_fw + np.where(redo, a2a_fw, 0.0)
+    link = np.select(
+        [code == 1, code == 2, code == 3], [ag_total, a2a_total, a2a_total + ring_link], ring_link
+    )
+    exp = np.select([code == 1, code == 2, code == 3], [ag_total, a2a_total, a2a_total + ring_exp], ring_exp)
+    return np.where(sh.cp > 1, link, 0.0), np.where(sh.cp > 1, exp, 0.0)
 
 
 # ---------------------------------------------------------------------------------------- stored activations
@@ -1217,7 +1274,7 @@ def block_cost(ctx: Ctx, k: Knobs, moe: bool = False) -> BlockCost:
     # the recomputed k and w3 under torchtitan's per-op policy
     g_re = np.where(rec == 2, gemm_fw, sac[3] if sh.titan else 0.0)
     tpc = tp_exposure(ctx, k, sh, tp_collectives_s(ctx, k, sh), gemm_fw, gemm_bw, g_re)
-    cp_link, cp_exp = cp_ring_s(ctx, k, sh, att, attn_redone)
+    cp_link, cp_exp = cp_exchange_s(ctx, k, sh, att, attn_redone)
     mem = activation_bytes(k, sh, att, act, mc.stored_bytes)
     selective = None if sh.titan else selective_recompute(ctx, k, sh, lin, att, ew, mc, mem)
     re, hw_re, stored = recompute_and_stored(sh, fw, hw_fw, ckpt, selective, sac, mem.full)

@@ -21,6 +21,7 @@ from optimizer.rules.layout import (
     Group,
     axis_values,
     capped,
+    cp_comm_codes,
     divisors,
     has_dp_group,
     moot,
@@ -29,7 +30,7 @@ from optimizer.rules.layout import (
     zero_allowed,
 )
 from optimizer.schema import AttentionKernel, Problem, Search
-from optimizer.schema.common import SCHEDULE_CODES
+from optimizer.schema.common import CP_COMM_CODES, SCHEDULE_CODES
 from optimizer.schema.stack import Stack, by_layout
 
 BOOL = [False, True]
@@ -78,6 +79,7 @@ OPENED = {
     "sp_ag_redo": BOOL,
     "ep_dispatcher": ["alltoall", "flex"],
     "ep_overlap": BOOL,
+    "cp_comm": ["p2p", "all_gather", "a2a", "a2a_p2p"],
 }
 """Knobs fixed at one value (`knob_domains`) unless `search` names them, and their values then."""
 
@@ -128,6 +130,7 @@ def knob_domains(problem: Problem) -> dict[str, list]:
         "sp_ag_redo": [True],
         "ep_dispatcher": ["alltoall"],
         "ep_overlap": [False],
+        "cp_comm": ["p2p"],
     }
     for name, rule in search.items():
         if name in PROBLEM_LEVEL:
@@ -170,6 +173,7 @@ OTHER = [
     "sp_ag_redo",
     "ep_dispatcher",
     "ep_overlap",
+    "cp_comm",
 ]
 _CODE = {
     "recompute": lambda v: RECOMPUTE.index(v),
@@ -177,6 +181,7 @@ _CODE = {
     "attention": lambda v: ATTENTION.index(AttentionKernel(str(getattr(v, "value", v)))),
     "schedule": lambda v: [s.value for s in SCHEDULE_CODES].index(str(getattr(v, "value", v))),
     "ep_dispatcher": lambda v: int(str(getattr(v, "value", v)) == "flex"),
+    "cp_comm": lambda v: [c.value for c in CP_COMM_CODES].index(str(getattr(v, "value", v))),
 }
 
 
@@ -188,6 +193,7 @@ def _other_values(
     moe: bool = False,
     no_ep: bool = True,
     stack: Stack = Stack.MEGATRON_CORE,
+    cp_codes: tuple[int, ...] = (0,),
 ) -> list[tuple[str, list[int]]]:
     """Coded values of every other knob for a layout (only tp == 1, no data-parallel group, pp == 1, ep == 1
     and, for MoE, tp > 1 matter), narrowed to what the stack offers in such a layout (`stack.by_layout`)."""
@@ -199,7 +205,9 @@ def _other_values(
             vals = [v for v in vals if v in offered]
         if name == "sequence_parallel" and moe and tp > 1:
             vals = [v for v in vals if v] or vals  # Megatron-Core: MoE with TP requires SP
-        if moot(name, tp, pp, no_dp, no_ep or not moe):  # one value of a knob without effect (`layout.moot`)
+        if name == "cp_comm":  # the exchanges this layout's heads and cp allow (`layout.cp_comm_codes`)
+            vals = [v for v in vals if _CODE["cp_comm"](v) in cp_codes] or vals[:1]
+        if moot(name, tp, pp, no_dp, no_ep or not moe, cp_codes == (0,)):  # no effect (`layout.moot`)
             if name == "tp_overlap":
                 vals = [v for v in vals if str(getattr(v, "value", v)) == "none"] or vals[:1]
             elif name == "zero":
@@ -259,6 +267,19 @@ def _expand(p: Problem, dom: dict[str, list], lay: np.ndarray) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros((0, 7), dtype=np.int64)
 
 
+def _cp_code_sets(p: Problem, tp: np.ndarray, cp: np.ndarray) -> np.ndarray:
+    """Per layout, the legal CP exchanges as a bit mask over `CP_COMM_CODES` (`layout.cp_comm_codes`)."""
+    dom_gpus = p.system.networks[0].size
+    memo: dict[tuple[int, int], int] = {}
+    out = np.zeros(len(tp), dtype=np.int64)
+    for i, (t, c) in enumerate(zip(tp.tolist(), cp.tolist(), strict=True)):
+        if (t, c) not in memo:
+            codes = cp_comm_codes(p.llm.heads, p.llm.kv, t, c, dom_gpus)
+            memo[t, c] = sum(1 << x for x in codes)
+        out[i] = memo[t, c]
+    return out
+
+
 def compact_space(problem: Problem) -> Compact:
     """Legal layouts and (layout, vpp, micro-batch) triples, every rule from `optimizer.rules.layout`
     evaluated on whole arrays at once."""
@@ -286,13 +307,15 @@ def compact_space(problem: Problem) -> Compact:
     tiers_all = placement(sizes, tp, cp, dp, pp, ep, etp)
     # the other knobs' values depend on four predicates of a layout only (`_other_values`): one per class
     no_dp = ~np.asarray(has_dp_group(dp * cp, tp * cp * dp // (ep * etp)), dtype=bool)
-    cls = (tp == 1) * 8 + no_dp * 4 + (pp == 1) * 2 + (ep == 1)
+    cpc = _cp_code_sets(p, tp, cp)  # bit mask of the legal CP exchanges (`layout.cp_comm_codes`)
+    cls = (tp == 1) * 8 + no_dp * 4 + (pp == 1) * 2 + (ep == 1) + 16 * cpc
     rows = np.nonzero(ok.any(axis=(1, 2)))[0]
     by_cls: dict[int, list] = {}
     for k in np.unique(cls[rows]).tolist():  # one representative layout per class
         x = int(rows[np.argmax(cls[rows] == k)])
+        codes = tuple(c for c in range(len(CP_COMM_CODES)) if int(cpc[x]) >> c & 1)
         by_cls[k] = _other_values(
-            dom, int(tp[x]), int(pp[x]), bool(no_dp[x]), llm.moe is not None, bool(ep[x] == 1), p.stack
+            dom, int(tp[x]), int(pp[x]), bool(no_dp[x]), llm.moe is not None, bool(ep[x] == 1), p.stack, codes
         )
     # a class where the stack leaves some knob no value (torchtitan: no ZeRO-2/3 with pp) has no layout
     full = [k for k, per in by_cls.items() if all(v for _, v in per)]

@@ -184,6 +184,8 @@ def _knobs_text(ex: Any, d: dict, p: Any) -> str:
         f"zero={ex.zero} tp_overlap={ex.tp_overlap.value} "
         f"dp_overlap={ex.dp_overlap} attention={ex.attention.value} schedule={ex.schedule.value}"
     )
+    if ex.cp > 1:
+        knobs += f" cp_comm={ex.cp_comm.value}"
     if p.llm.moe is not None:
         knobs += f" ep={ex.ep} etp={ex.etp or ex.tp} cuda_graphs={ex.cuda_graphs.value}"
         knobs += " fused_expert_mlp" if ex.moe_fused_mlp else ""

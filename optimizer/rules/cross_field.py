@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from optimizer.errors import ProblemError, ProblemErrors
-from optimizer.rules.layout import Group, moot, placement, rule_masks, tier_index, tier_spans
+from optimizer.rules.layout import Group, cp_a2a_degree, moot, placement, rule_masks, tier_index, tier_spans
+from optimizer.schema.common import CP_COMM_CODES, CpComm
 from optimizer.schema.stack import Stack, layout_unsupported, not_offered, profile
 
 if TYPE_CHECKING:
@@ -170,7 +171,26 @@ def _knob_errors(p: Problem, ex: Execution) -> list[tuple[str, str]]:
     offload = ex.weight_offload or ex.activation_offload or ex.optimizer_offload
     if offload and p.system.offload.capacity_gib <= 0:
         out.append(("execution.weight_offload", "offload needs system.offload.capacity_gib > 0"))
-    return out + precision_errors(p.system, p.training.precision)
+    return out + _cp_comm_errors(p, ex) + precision_errors(p.system, p.training.precision)
+
+
+def _cp_comm_errors(p: Problem, ex: Execution) -> list[tuple[str, str]]:
+    """An all-to-all CP exchange splits the heads over its ranks: tp*cp (a2a) or tp times the NVLink
+    domain's share of cp (a2a_p2p, `layout.cp_a2a_degree`) must divide the q and the K/V heads."""
+    code = CP_COMM_CODES.index(CpComm(ex.cp_comm))
+    if ex.cp == 1 or code < 2:
+        return []
+    a = ex.cp if code == 2 else int(cp_a2a_degree(ex.tp, ex.cp, p.system.networks[0].size))
+    llm = p.llm
+    if llm.heads % (ex.tp * a) or llm.kv % (ex.tp * a):
+        return [
+            (
+                "execution.cp_comm",
+                f"{ex.cp_comm.value} splits the heads over tp x {a} = {ex.tp * a} ranks: heads {llm.heads} "
+                f"and kv_heads {llm.kv} must both divide by it (p2p or all_gather do not split them)",
+            )
+        ]
+    return []
 
 
 def _placement_errors(sysm, ex: Execution, dp: int, etp: int) -> list[tuple[str, str]]:
@@ -248,10 +268,11 @@ def execution_warnings(stack: Stack, ex, precision=None) -> list[str]:
         for knob, allowed in profile(stack, precision).items()
         if knob != "precision"
         and getattr(ex, knob) not in allowed
-        and not moot(knob, ex.tp, ex.pp, no_dp, ex.ep == 1)
+        and not moot(knob, ex.tp, ex.pp, no_dp, ex.ep == 1, ex.cp == 1)
     ]
     return out + [
         f"{k}={m}"
         for k, m in layout_unsupported(stack, ex)
-        if not any(w.startswith(f"{k}=") for w in out) and not moot(k, ex.tp, ex.pp, no_dp, ex.ep == 1)
+        if not any(w.startswith(f"{k}=") for w in out)
+        and not moot(k, ex.tp, ex.pp, no_dp, ex.ep == 1, ex.cp == 1)
     ]

@@ -23,7 +23,9 @@ Rule groups (`Group`), each a vectorised predicate over candidate arrays (`rule_
                       vpp > 1 and that split need pp > 1
     rules.interleave  interleaved 1F1B (vpp > 1): the micro-batch count is a multiple of pp
     rules.batch       dp*micro_batch divides the global batch
-    rules.context     2*cp divides the sequence (load-balanced causal attention)
+    rules.context     2*cp divides the sequence (load-balanced causal attention); a2a context
+                      parallelism (Ulysses) splits the heads: tp*cp divides the q and the K/V heads
+                      (a2a_p2p: tp times its all-to-all degree, `cp_a2a_degree`)
     rules.experts     MoE: ep divides the experts, etp divides tp and the expert ffn, ep*etp divides
                       the tp*cp*dp ranks of a stage (Megatron-Core parallel folding); dense: ep = 1, etp = tp
     network.must_fill the axes placed on a tier marked must_fill tile it
@@ -275,6 +277,29 @@ def legal(problem: Problem, **knobs) -> np.ndarray:
     return out
 
 
+def cp_a2a_degree(tp, cp, domain_gpus):
+    """The all-to-all degree of hierarchical (a2a_p2p) context parallelism: the cp ranks that share one
+    innermost (NVLink) domain, cp ranks being tp apart, as a divisor of cp (gcd). Works on arrays."""
+    tp, cp = np.asarray(tp, dtype=np.int64), np.asarray(cp, dtype=np.int64)
+    return np.gcd(cp, np.maximum(np.asarray(domain_gpus, dtype=np.int64) // tp, 1))
+
+
+def cp_comm_codes(heads: int, kv_heads: int, tp: int, cp: int, domain_gpus: int) -> list[int]:
+    """Codes (`CP_COMM_CODES`) of the K/V exchanges legal for one layout: p2p always; without context
+    parallelism only it (the knob is moot); all_gather; a2a when tp*cp divides the q and the K/V heads;
+    a2a_p2p when its all-to-all degree a is strictly between 1 and cp (else it is p2p or a2a) and tp*a
+    divides the heads."""
+    if cp == 1:
+        return [0]
+    out = [0, 1]
+    if heads % (tp * cp) == 0 and kv_heads % (tp * cp) == 0:
+        out.append(2)
+    a = int(cp_a2a_degree(tp, cp, domain_gpus))
+    if 1 < a < cp and heads % (tp * a) == 0 and kv_heads % (tp * a) == 0:
+        out.append(3)
+    return out
+
+
 def has_dp_group(dp_cp, edp):
     """Whether there is a data-parallel group to reduce gradients over and shard state across: dp*cp > 1
     ranks, or, MoE, an expert-data-parallel group of edp = tp*cp*dp/(ep*etp) > 1 ranks (Megatron-Core)."""
@@ -300,13 +325,15 @@ _MOOT_WHEN = {
     "dp_overlap": ("dp",),
     "ep_dispatcher": ("ep",),
     "ep_overlap": ("ep",),
+    "cp_comm": ("cp",),
 }
 
 
-def moot(knob: str, tp: int, pp: int, no_dp: bool = False, no_ep: bool = False) -> bool:
+def moot(knob: str, tp: int, pp: int, no_dp: bool = False, no_ep: bool = False, no_cp: bool = False) -> bool:
     """Whether `knob` has no effect in a layout: the TP knobs without tensor parallelism, the pipeline knobs
     without a pipeline (pp_rs_ag needs both), ZeRO and DP overlap without a data-parallel group, the MoE
-    dispatcher and all-to-all overlap without expert parallelism. The solver keeps one value of a moot knob
-    (`space`), and a stack's missing knob is not reported where it is moot."""
-    off = {"tp": tp == 1, "pp": pp == 1, "dp": bool(no_dp), "ep": bool(no_ep)}
+    dispatcher and all-to-all overlap without expert parallelism, the CP exchange without context
+    parallelism. The solver keeps one value of a moot knob (`space`), and a stack's missing knob is not
+    reported where it is moot."""
+    off = {"tp": tp == 1, "pp": pp == 1, "dp": bool(no_dp), "ep": bool(no_ep), "cp": bool(no_cp)}
     return any(off[a] for a in _MOOT_WHEN.get(knob, ()))

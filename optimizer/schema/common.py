@@ -165,6 +165,26 @@ class EpDispatcher(StrEnum):
     FLEX = "flex"
 
 
+class CpComm(StrEnum):
+    """How context parallelism exchanges the sequence's keys and values (Megatron-Core --cp-comm-type,
+    Transformer Engine's cp_comm_type).
+
+    ``p2p``: a ring of cp - 1 K/V chunk exchanges, each behind an attention step (ring attention).
+    ``all_gather``: K and V all-gathered before the attention, not overlapped (Llama 3's context
+    parallelism); backward reduce-scatters dK, dV. ``a2a``: all-to-all of Q, K, V to the full sequence with
+    the heads split over the cp ranks, and of the output back (DeepSpeed Ulysses); the heads per rank must
+    divide by cp. ``a2a_p2p``: all-to-all inside each NVLink domain, a p2p ring between domains (Megatron
+    `a2a+p2p`, hierarchical_context_parallel_sizes)."""
+
+    P2P = "p2p"
+    ALL_GATHER = "all_gather"
+    A2A = "a2a"
+    A2A_P2P = "a2a_p2p"
+
+
+CP_COMM_CODES = (CpComm.P2P, CpComm.ALL_GATHER, CpComm.A2A, CpComm.A2A_P2P)  # the model's integer codes
+
+
 class CudaGraphs(StrEnum):
     """How much of a training iteration the stack replays as CUDA graphs (Megatron-Core cuda_graph_impl and
     cuda_graph_scope). Eager execution launches every kernel from Python on the host; a dropless MoE layer

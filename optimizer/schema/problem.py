@@ -10,6 +10,7 @@ from pydantic import Field, PrivateAttr, StrictBool, StrictInt, field_validator,
 from optimizer.schema.common import (
     MEMORY_ERROR_PCT,
     AttentionKernel,
+    CpComm,
     CudaGraphs,
     EpDispatcher,
     Float,
@@ -161,6 +162,12 @@ class Execution(Frozen):
         None,
         description="With recompute: selective, what is recomputed (Megatron-Core recompute_modules); null = "
         "the attention core. For `evaluate` and published runs; `solve` recomputes the attention core.",
+    )
+    cp_comm: CpComm = Field(
+        CpComm.P2P,
+        description="Context parallelism's K/V exchange: p2p (ring), all_gather, a2a (Ulysses: the heads per "
+        "rank must divide by cp) or a2a_p2p (a2a inside an NVLink domain, p2p between); needs cp > 1; "
+        "`solve` keeps p2p unless `search` names it.",
     )
     ep_dispatcher: EpDispatcher = Field(
         EpDispatcher.ALLTOALL,
@@ -373,6 +380,9 @@ class Search(Frozen):
     )
     ep_dispatcher: EpDispatcher | list[EpDispatcher] | None = Field(
         None, description="MoE token dispatcher: alltoall | flex (fixed alltoall unless named)."
+    )
+    cp_comm: CpComm | list[CpComm] | None = Field(
+        None, description="CP K/V exchange: p2p | all_gather | a2a | a2a_p2p (fixed p2p unless named)."
     )
     ep_overlap: BoolRule | None = Field(None, description="MoE all-to-all overlap (fixed off unless named).")
     precision: Precision | list[Precision] | None = Field(

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from optimizer.schema.common import EpDispatcher, Precision, Recompute, Schedule, TpOverlap
+from optimizer.schema.common import CpComm, EpDispatcher, Precision, Recompute, Schedule, TpOverlap
 
 
 class Stack(StrEnum):
@@ -75,6 +75,8 @@ PROFILES: dict[Stack, dict[str, list]] = {
         # PyTorch TP's linears save their all-gathered input for the weight gradient (DTensor
         # ColwiseParallel, fused_all_gather_matmul): no re-gather in backward (Megatron-Core's is)
         "sp_ag_redo": [False],
+        # PyTorch context parallelism is ring attention (its rotate method modelled as `layer.cp_ring_s`)
+        "cp_comm": [CpComm.P2P],
         # torchao Float8 (tensorwise = current scaling) and MXFP8 (docs/float8.md, docs/mxfp8.md)
         "precision": [Precision.BF16, Precision.FP32, Precision.FP8_CURRENT, Precision.MXFP8],
     },

@@ -24,8 +24,21 @@ LOW_PRECISION = {
 assert set(LOW_PRECISION) == set(QUANTIZED)
 
 
-def _parallel_flags(ex) -> list[str]:
-    """Tensor, pipeline (interleaved, with the embedding and loss as slots) and context parallel sizes."""
+def cp_comm_sizes(problem, ex) -> tuple[str, list[int] | None]:
+    """Megatron's --cp-comm-type for the plan's K/V exchange, and for a2a+p2p the hierarchical sizes (the
+    all-to-all degree inside an NVLink domain, the ring across domains)."""
+    from optimizer.rules.layout import cp_a2a_degree
+
+    kind = ex.cp_comm.value.replace("a2a_p2p", "a2a+p2p")
+    if ex.cp_comm.value != "a2a_p2p":
+        return kind, None
+    a = int(cp_a2a_degree(ex.tp, ex.cp, problem.system.networks[0].size))
+    return kind, [a, ex.cp // a]
+
+
+def _parallel_flags(problem, ex) -> list[str]:
+    """Tensor, pipeline (interleaved, with the embedding and loss as slots) and context parallel sizes, and
+    the CP exchange."""
     a = [f"--tensor-model-parallel-size {ex.tp}", f"--pipeline-model-parallel-size {ex.pp}"]
     if ex.vpp > 1:
         a.append(f"--num-virtual-stages-per-pipeline-rank {ex.vpp}")
@@ -34,6 +47,10 @@ def _parallel_flags(ex) -> list[str]:
         a += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
     if ex.cp > 1:
         a.append(f"--context-parallel-size {ex.cp}")
+        kind, sizes = cp_comm_sizes(problem, ex)
+        a.append(f"--cp-comm-type {kind}")
+        if sizes:
+            a.append(f"--hierarchical-context-parallel-sizes {sizes[0]} {sizes[1]}")
     return a
 
 
@@ -243,7 +260,7 @@ def args(problem, ex) -> tuple[list[str], list[str]]:
     the notes say what has no flag."""
     llm = problem.llm
     notes: list[str] = []
-    a = _parallel_flags(ex) + _shape_flags(problem, ex)
+    a = _parallel_flags(problem, ex) + _shape_flags(problem, ex)
     a += _architecture_flags(llm, notes)
     a += _moe_flags(llm, ex) + _mla_flags(llm)
     a += _precision_flags(problem.training.precision)

@@ -25,6 +25,13 @@ def overrides(problem, ex) -> list[tuple[str, object]]:
         ("trainer.strategy.context_parallel_size", ex.cp),
         ("trainer.strategy.sequence_parallel", bool(ex.sequence_parallel)),
     ]
+    if ex.cp > 1:
+        from optimizer.report.export.megatron import cp_comm_sizes
+
+        kind, sizes = cp_comm_sizes(problem, ex)
+        out.append(("model.config.cp_comm_type", kind))
+        if sizes:
+            out.append(("model.config.hierarchical_context_parallel_sizes", sizes))
     if problem.llm.moe is not None:
         out += [
             ("trainer.strategy.expert_model_parallel_size", ex.ep),
