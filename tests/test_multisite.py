@@ -258,6 +258,8 @@ def test_frontier_10gw_study():
     assert r.single_site is not None and r.best.days_to_train < 0.6 * r.single_site.days_to_train
     rows = {(c["sites"], c["scheme"], c["inner_steps"]): c for c in r.considered}
     assert rows[(8, "sync", 1)]["days_to_train"] > rows[(8, "diloco", 100)]["days_to_train"]
+    # 2.15M GPUs at Llama 3's interruption rate: one every 1.4 min, shorter than a restart
+    assert r.best.goodput.effective_fraction < 1e-3 and "never finishes at these rates" in api.text(r)
 
 
 @pytest.mark.slow
@@ -277,3 +279,25 @@ def test_study_script_finds_all_three_regimes(tmp_path):
     assert best[1.0] == "one site" and "diloco" in best[1e3] and best[1e6].endswith("sync")
     assert s.main(["--llms", "llama3.1-70b", "--plots", str(tmp_path)]) == 0
     assert (tmp_path / "multisite-llama3.1-70b.png").stat().st_size > 10_000
+
+
+GOODPUT = (
+    "goodput:\n  reliability:\n    causes: [{{name: gpu, per_mgpu_h: {rate}, needs_node: false}}]\n"
+    "    detect_s: 600\n    restart_s: 600\n    repair_h: 8\n"
+)
+
+
+@pytest.mark.parametrize(("rate", "best"), [(2000, "2 sites, diloco, H = 100"), (10000, "one site")])
+def test_goodput_ranks_by_expected_days(tmp_path, capsys, rate, best):
+    """With a goodput section configurations are ranked by expected days, the whole job priced as one: at
+    2,000 interruptions per million GPU-hours two DiLoCo sites (twice the GPUs, about half the failure-free
+    days) still win; at 10,000 their interruptions cost more than the second site saves."""
+    body = SMALL.format(gbps=1000.0, schemes="[diloco]") + GOODPUT.format(rate=rate)
+    rc, out, err, _ = run_cli(tmp_path, capsys, body, "--json", command="procure")
+    assert rc == 0, err
+    d = json.loads(out)
+    rows = {c["sites"]: c for c in d["considered"]}
+    assert rows[2]["days_to_train"] < 0.6 * rows[1]["days_to_train"]  # failure-free, two sites are faster
+    assert d["best"]["label"] == best
+    assert d["best"]["expected_days"] == min(c["expected_days"] for c in d["considered"])
+    assert 0.3 < d["best"]["goodput"]["effective_fraction"] < 1

@@ -81,6 +81,12 @@ class SitesPlan:
     energy_mwh: float
     energy_usd: float
     status: str = "optimal"
+    goodput: object = None  # optimizer.model.goodput.PlanGoodput: the whole job's expected time and cost
+
+    @property
+    def expected_days(self) -> float:
+        """Expected days to train with failures (`goodput`), else the failure-free days."""
+        return self.days_to_train if self.goodput is None else self.goodput.expected_time_to_train_s / 86400
 
     @property
     def k(self) -> int:
@@ -373,9 +379,36 @@ def diloco_notes(mp: MultisiteProblem, p: SitesPlan) -> list[str]:
 
 
 def rank_key(mp: MultisiteProblem, p: SitesPlan) -> tuple[float, float]:
+    """Smaller is better: goal cost by the bill, then the days; goal time by the days (expected, with a
+    goodput section), then the bill."""
     if mp.procure.goal == SitesGoal.COST:
         return (round(p.cost_usd), p.days_to_train)
-    return (p.days_to_train, p.cost_usd)
+    return (p.expected_days if mp.goodput is not None else p.days_to_train, p.cost_usd)
+
+
+def plan_goodput(mp: MultisiteProblem, p: SitesPlan):
+    """Expected time and cost to train of a configuration (`optimizer.model.goodput`), the job priced as one
+    over every site's GPUs: a failure anywhere stops a synchronous step, and stops DiLoCo's next outer step
+    as long as a site's restart is shorter than the H steps it skips. Reliability and checkpoint bandwidth
+    of the first site's node type; the nodes' catalog power; the nodes and links as the capital."""
+    from optimizer.model import goodput as G
+
+    t0 = p.sites[0].node_type
+    nodes = sum(s.nodes for s in p.sites)
+    rated = sum(s.nodes * (G.node_rated_w(s.node_type.system) or 0.0) for s in p.sites) / nodes
+    job = G.Job(
+        checkpoint_bytes=G.checkpoint_bytes(mp.llm, mp.training.precision, mp.training.master_weights),
+        n_gpus=sum(s.group.gpus_used for s in p.sites),
+        gpus_per_node=t0.gpus_per_node,
+        step_s=p.round_s / p.inner_steps,
+        steps=steps_to_train(mp) * p.tokens_multiplier,
+        spare_nodes=mp.goodput.spare_count() if mp.goodput else None,
+        node_rated_w=rated or None,
+        node_training_w=sum(s.nodes * node_kw(s.node_type) for s in p.sites) * 1e3 / nodes,
+        capex_usd=p.cost_usd,
+        busy_share=G.busy_share(p.sites[0].group.plan.evaluation.result) * p.compute_utilisation,
+    )
+    return G.expected(G.Inputs.of(mp.goodput, t0.system.reliability), job)
 
 
 def _solve_variant(mp, k, offers, scheme, h, overlap, deadline) -> tuple[SitesPlan | None, dict]:
@@ -407,7 +440,12 @@ def _solve_variant(mp, k, offers, scheme, h, overlap, deadline) -> tuple[SitesPl
     if sol is None:
         return None, row
     plan = _plan(mp, offers, tables, sol, scheme, h, overlap, m, status)
-    return plan, row | {"days_to_train": plan.days_to_train, "cost_usd": plan.cost_usd}
+    plan.goodput = plan_goodput(mp, plan)
+    return plan, row | {
+        "days_to_train": plan.days_to_train,
+        "expected_days": plan.expected_days,
+        "cost_usd": plan.cost_usd,
+    }
 
 
 def _plan(mp, offers, tables: SitesTables, sol: SitesSolution, scheme, h, overlap, m, status) -> SitesPlan:

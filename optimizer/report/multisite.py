@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from optimizer.report.goodput import goodput_dict, goodput_lines
 from optimizer.report.text import evaluation_dict, table
 
 if TYPE_CHECKING:
@@ -67,6 +68,8 @@ def plan_dict(p: SitesPlan) -> dict:
         "energy_mwh": p.energy_mwh,
         "energy_usd": p.energy_usd,
         "status": p.status,
+        "expected_days": p.expected_days,
+        "goodput": None if p.goodput is None else goodput_dict(p.goodput),
     }
 
 
@@ -127,11 +130,26 @@ def plan_lines(p: SitesPlan) -> list[str]:
                 else ""
             )
         )
+    out += _goodput_lines(p)
     out.append(
         f"{p.days_to_train:.2f} days to train; nodes {_money(p.nodes_usd)}, links {_money(p.links_usd)}; "
         f"energy {p.energy_mwh:,.0f} MWh ({_money(p.energy_usd)}, reported, not minimised)"
     )
     return out
+
+
+def _goodput_lines(p: SitesPlan) -> list[str]:
+    """With failures (the whole job as one: `drivers.multisite.plan_goodput`); a job whose interruptions
+    come faster than it restarts is said to never finish rather than given a number of days."""
+    g = p.goodput
+    if g is None:
+        return []
+    if g.effective_fraction < 1e-3:
+        return [
+            f"with failures: never finishes at these rates (an interruption every {g.mtbf_s / 60:,.1f} min "
+            f"across {sum(s.group.gpus_used for s in p.sites):,} GPUs)"
+        ]
+    return ["with failures (the job as one over every site):"] + ["  " + x for x in goodput_lines(g)]
 
 
 def render(r: MultisiteResult) -> str:

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from pydantic import Field, PrivateAttr, model_validator
 
 from optimizer.schema.common import Float, Frozen, NonNegativeFloat, PositiveFloat, PositiveInt
+from optimizer.schema.goodput import Goodput
 from optimizer.schema.llm import LLM
 from optimizer.schema.problem import Options, Search, Training
 from optimizer.schema.procure import Catalog
@@ -192,6 +193,13 @@ class MultisiteProblem(Frozen):
     links: list[Link] = Field(default_factory=list, description="WAN link options between pairs of sites.")
     sync: Sync = Field(default_factory=Sync, description="Synchronisation schemes across sites.")
     procure: SitesProcure = Field(default_factory=SitesProcure, description="Goal, budget, deadline.")
+    goodput: Goodput | None = Field(
+        None,
+        description="Failures, checkpoints and energy (optimizer.schema.goodput): every configuration's "
+        "expected days are reported with the cited defaults; when given, goal time_to_train ranks the "
+        "configurations by them (the deadline of goal cost still holds without failures); spare_nodes: "
+        "one count.",
+    )
     _source: Any = PrivateAttr(None)
 
     @model_validator(mode="after")
@@ -204,6 +212,8 @@ class MultisiteProblem(Frozen):
             raise ValueError(f"sync.min_sites {self.sync.min_sites} > the {len(self.sites)} sites")
         if any(k > len(self.sites) for k in self.sync.site_counts or []):
             raise ValueError(f"sync.site_counts: more than the {len(self.sites)} sites")
+        if self.goodput is not None and isinstance(self.goodput.spare_nodes, list):
+            raise ValueError("goodput.spare_nodes: a list of counts is chosen by single-site procure only")
         return self
 
 
