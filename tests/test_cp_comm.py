@@ -73,18 +73,18 @@ def test_the_kernel_each_exchange_leaves(tmp_path):
     """The same attention FLOPs every way; a2a turns the sequence split into a head split, all_gather and
     a2a run without the ring's steps and merges, a2a_p2p keeps a ring over the NVLink domains."""
     views, flops = {}, {}
-    for cpc in ("p2p", "all_gather", "a2a", "a2a_p2p"):  # MPT-7B: 32 heads, no GQA
-        p = _load(tmp_path, llm="mpt-7b", cp=16, cpc=cpc, seq=65536)
+    for cpc in ("p2p", "all_gather", "a2a", "a2a_p2p"):  # GPT-3 175B: 96 heads, no GQA
+        p = _load(tmp_path, llm="gpt3-175b", cp=16, cpc=cpc, seq=65536)
         ctx, k, sh, att = _block(p)
         views[cpc] = cp_view(ctx, k, sh)
         flops[cpc] = float(att.flops_fw[0])
     assert len({round(f) for f in flops.values()}) == 1
     v = {c: (float(x.a[0]), float(x.ring[0]), float(x.ah[0]), float(x.sq[0])) for c, x in views.items()}
-    assert v["p2p"] == (1, 16, 32, 4096)
-    assert v["all_gather"] == (1, 1, 32, 4096)
-    assert v["a2a"] == (16, 1, 2, 65536)
-    assert v["a2a_p2p"] == (8, 2, 4, 32768)  # 8 cp ranks per 8-GPU node, a ring over 2 nodes
-    assert float(views["a2a"].kva[0]) == 2 and float(views["p2p"].kva[0]) == 32
+    assert v["p2p"] == (1, 16, 96, 4096)
+    assert v["all_gather"] == (1, 1, 96, 4096)
+    assert v["a2a"] == (16, 1, 6, 65536)
+    assert v["a2a_p2p"] == (8, 2, 12, 32768)  # 8 cp ranks per 8-GPU node, a ring over 2 nodes
+    assert float(views["a2a"].kva[0]) == 6 and float(views["p2p"].kva[0]) == 96
 
 
 def test_head_rules():
@@ -163,6 +163,58 @@ def test_exports_name_the_exchange(tmp_path):
     meg = api.emit("megatron", p, p.execution)
     assert "--cp-comm-type a2a+p2p" in meg and "--hierarchical-context-parallel-sizes 8 2" in meg
     nemo = api.emit("nemo", p, p.execution)
-    assert "cp_comm_type" in nemo and "a2a+p2p" in nemo
+    assert "cp_comm_type" in nemo and "a2a+p2p" in nemo and "does not pass hierarchical" in nemo
     ex = Execution(tp=1, cp=1, micro_batch=1)
     assert "--cp-comm-type" not in api.emit("megatron", p, ex)
+
+
+OSS = (
+    "llm: gpt-oss-120b\nsystem: h100-sxm-80gb\nnum_gpus: 64\n"
+    "training: {global_batch: 16, seq_len: 65536, precision: bf16}\n"
+)
+SWA = (
+    "llm: {name: w, hidden: 4096, ffn: 14336, layers: 8, heads: 32, kv_heads: 8, seq_len: 65536,"
+    " vocab: 32000,"
+    " mlp: swiglu, sliding_window: {tokens: 4096}}\nsystem: h100-sxm-80gb\nnum_gpus: 16\n"
+    "training: {global_batch: 2, precision: bf16}\n"
+)
+
+
+def test_sinks_take_a2a_only(tmp_path, capsys):
+    """Learned softmax sinks run only with a2a context parallelism in Transformer Engine (it asserts
+    softmax_type vanilla or a2a; TransformerEngine #2541): GPT-OSS with CP takes a2a, unnamed included, and
+    a written p2p or all_gather is a file error; without CP nothing changes."""
+    p = tmp_path / "oss.yaml"
+    p.write_text(OSS + "search: {cp: [2, 4], tp: [1, 2], pp: 4}\n")
+    ex = api.solve(api.load(p)).plans[0].evaluation.execution
+    assert ex.cp > 1 and ex.cp_comm.value == "a2a"
+    written = OSS + "execution: {tp: 2, pp: 4, cp: 2, ep: 8, etp: 1, micro_batch: 1, cp_comm: CPC}\n"
+    for cpc in ("p2p", "all_gather"):
+        rc, _, err, _ = run_cli(tmp_path, capsys, written.replace("CPC", cpc), command="evaluate")
+        assert rc == 2 and "execution.cp_comm" in err and "sinks" in err
+    rc, _, err, _ = run_cli(tmp_path, capsys, written.replace("CPC", "a2a"), command="evaluate")
+    assert rc == 0, err
+    p.write_text(OSS + "search: {cp: [1, 2, 4], tp: 8, pp: 4}\n")  # tp 8: one K/V head per rank, no a2a
+    assert api.solve(api.load(p)).plans[0].evaluation.execution.cp == 1
+
+
+def test_sliding_windows_leave_the_ring(tmp_path, capsys):
+    """Sliding windows run with all_gather or a2a only (Megatron-LM PR #1160, #2222)."""
+    p = tmp_path / "swa.yaml"
+    p.write_text(SWA + "search: {cp: 16, tp: 1, pp: 1}\n")  # a2a: 16 does not divide 8 K/V heads
+    assert api.solve(api.load(p)).plans[0].evaluation.execution.cp_comm.value == "all_gather"
+    written = SWA + "execution: {tp: 1, pp: 1, cp: 8, micro_batch: 1, cp_comm: CPC}\n"
+    for cpc, rc_want in (("p2p", 2), ("a2a_p2p", 2), ("all_gather", 0), ("a2a", 0)):
+        rc, _, err, _ = run_cli(tmp_path, capsys, written.replace("CPC", cpc), command="evaluate")
+        assert rc == rc_want, (cpc, err)
+
+
+def test_search_of_only_illegal_exchanges_fits_nothing(tmp_path, capsys):
+    """An exchange the heads forbid is not offered in its place: 16 CP ranks with a2a only over 8 K/V heads
+    leave no plan (exit 3), not an a2a plan the kernels would refuse."""
+    body = (
+        "llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 16\n"
+        "training: {global_batch: 1, seq_len: 65536, precision: bf16}\nsearch: {cp_comm: [a2a], cp: 16}\n"
+    )
+    rc, _, _, _ = run_cli(tmp_path, capsys, body)
+    assert rc == 3

@@ -22,6 +22,7 @@ from optimizer.rules.layout import (
     axis_values,
     capped,
     cp_comm_codes,
+    cp_comm_limits,
     divisors,
     has_dp_group,
     moot,
@@ -132,6 +133,9 @@ def knob_domains(problem: Problem) -> dict[str, list]:
         "ep_overlap": [False],
         "cp_comm": ["p2p"],
     }
+    allowed, _ = cp_comm_limits(p.llm, p.stack)
+    if allowed is not None:  # the stack's default (p2p) cannot run the attention: the exchanges that can
+        dom["cp_comm"] = [CP_COMM_CODES[c].value for c in sorted(allowed)]
     for name, rule in search.items():
         if name in PROBLEM_LEVEL:
             continue
@@ -206,7 +210,8 @@ def _other_values(
         if name == "sequence_parallel" and moe and tp > 1:
             vals = [v for v in vals if v] or vals  # Megatron-Core: MoE with TP requires SP
         if name == "cp_comm":  # the exchanges this layout's heads and cp allow (`layout.cp_comm_codes`)
-            vals = [v for v in vals if _CODE["cp_comm"](v) in cp_codes] or vals[:1]
+            legal = [v for v in vals if _CODE["cp_comm"](v) in cp_codes]
+            vals = vals[:1] if cp_codes == (0,) else legal  # none legal: no such layout
         if moot(name, tp, pp, no_dp, no_ep or not moe, cp_codes == (0,)):  # no effect (`layout.moot`)
             if name == "tp_overlap":
                 vals = [v for v in vals if str(getattr(v, "value", v)) == "none"] or vals[:1]
@@ -270,11 +275,12 @@ def _expand(p: Problem, dom: dict[str, list], lay: np.ndarray) -> np.ndarray:
 def _cp_code_sets(p: Problem, tp: np.ndarray, cp: np.ndarray) -> np.ndarray:
     """Per layout, the legal CP exchanges as a bit mask over `CP_COMM_CODES` (`layout.cp_comm_codes`)."""
     dom_gpus = p.system.networks[0].size
+    allowed, _ = cp_comm_limits(p.llm, p.stack)
     memo: dict[tuple[int, int], int] = {}
     out = np.zeros(len(tp), dtype=np.int64)
     for i, (t, c) in enumerate(zip(tp.tolist(), cp.tolist(), strict=True)):
         if (t, c) not in memo:
-            codes = cp_comm_codes(p.llm.heads, p.llm.kv, t, c, dom_gpus)
+            codes = cp_comm_codes(p.llm.heads, p.llm.kv, t, c, dom_gpus, allowed)
             memo[t, c] = sum(1 << x for x in codes)
         out[i] = memo[t, c]
     return out

@@ -10,7 +10,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from optimizer.errors import ProblemError, ProblemErrors
-from optimizer.rules.layout import Group, cp_a2a_degree, moot, placement, rule_masks, tier_index, tier_spans
+from optimizer.rules.layout import (
+    Group,
+    cp_a2a_degree,
+    cp_comm_limits,
+    moot,
+    placement,
+    rule_masks,
+    tier_index,
+    tier_spans,
+)
 from optimizer.schema.common import CP_COMM_CODES, CpComm
 from optimizer.schema.stack import Stack, layout_unsupported, not_offered, profile
 
@@ -175,10 +184,16 @@ def _knob_errors(p: Problem, ex: Execution) -> list[tuple[str, str]]:
 
 
 def _cp_comm_errors(p: Problem, ex: Execution) -> list[tuple[str, str]]:
-    """An all-to-all CP exchange splits the heads over its ranks: tp*cp (a2a) or tp times the NVLink
-    domain's share of cp (a2a_p2p, `layout.cp_a2a_degree`) must divide the q and the K/V heads."""
+    """The CP exchange must run the model's attention (`layout.cp_comm_limits`: sliding windows, attention
+    sinks); an all-to-all splits the heads over its ranks: tp*cp (a2a) or tp times the NVLink domain's share
+    of cp (a2a_p2p, `layout.cp_a2a_degree`) must divide the q and the K/V heads."""
     code = CP_COMM_CODES.index(CpComm(ex.cp_comm))
-    if ex.cp == 1 or code < 2:
+    if ex.cp == 1:
+        return []
+    allowed, why = cp_comm_limits(p.llm, p.stack)
+    if allowed is not None and code not in allowed:
+        return [("execution.cp_comm", f"{ex.cp_comm.value}: {why} in Transformer Engine")]
+    if code < 2:
         return []
     a = ex.cp if code == 2 else int(cp_a2a_degree(ex.tp, ex.cp, p.system.networks[0].size))
     llm = p.llm

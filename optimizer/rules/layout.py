@@ -284,11 +284,13 @@ def cp_a2a_degree(tp, cp, domain_gpus):
     return np.gcd(cp, np.maximum(np.asarray(domain_gpus, dtype=np.int64) // tp, 1))
 
 
-def cp_comm_codes(heads: int, kv_heads: int, tp: int, cp: int, domain_gpus: int) -> list[int]:
-    """Codes (`CP_COMM_CODES`) of the K/V exchanges legal for one layout: p2p always; without context
-    parallelism only it (the knob is moot); all_gather; a2a when tp*cp divides the q and the K/V heads;
-    a2a_p2p when its all-to-all degree a is strictly between 1 and cp (else it is p2p or a2a) and tp*a
-    divides the heads."""
+def cp_comm_codes(
+    heads: int, kv_heads: int, tp: int, cp: int, domain_gpus: int, allowed: frozenset | None = None
+) -> list[int]:
+    """Codes (`CP_COMM_CODES`) of the K/V exchanges legal for one layout: without context parallelism only
+    p2p (the knob is moot); else p2p, all_gather, a2a when tp*cp divides the q and the K/V heads, a2a_p2p
+    when its all-to-all degree a is strictly between 1 and cp (else it is p2p or a2a) and tp*a divides the
+    heads; only those in `allowed` when the model's attention limits them (`cp_comm_limits`)."""
     if cp == 1:
         return [0]
     out = [0, 1]
@@ -297,7 +299,24 @@ def cp_comm_codes(heads: int, kv_heads: int, tp: int, cp: int, domain_gpus: int)
     a = int(cp_a2a_degree(tp, cp, domain_gpus))
     if 1 < a < cp and heads % (tp * a) == 0 and kv_heads % (tp * a) == 0:
         out.append(3)
-    return out
+    return [c for c in out if allowed is None or c in allowed]
+
+
+def cp_comm_limits(llm, stack) -> tuple[frozenset | None, str]:
+    """The CP exchanges (codes) Transformer Engine runs the model's attention with, and why, or (None, "")
+    when any: learned softmax sinks only with a2a (context_parallel.py asserts softmax_type vanilla or
+    a2a; TransformerEngine #2541), sliding windows only with all_gather or a2a ("The default cp_comm_type
+    'p2p' does not work with sliding window attention", Megatron-LM PR #1160; "compatible with both
+    all_gather and a2a", Megatron-LM #2222). Other stacks run their own ring."""
+    if str(getattr(stack, "value", stack)) != "megatron-core":
+        return None, ""
+    if llm.attention_sinks:
+        return frozenset({2}), "attention sinks (learnable softmax) run with a2a context parallelism only"
+    if llm.sliding_window is not None:
+        return frozenset(
+            {1, 2}
+        ), "sliding-window attention runs with all_gather or a2a context parallelism only"
+    return None, ""
 
 
 def has_dp_group(dp_cp, edp):

@@ -166,8 +166,9 @@ class Execution(Frozen):
     cp_comm: CpComm = Field(
         CpComm.P2P,
         description="Context parallelism's K/V exchange: p2p (ring), all_gather, a2a (Ulysses: the heads per "
-        "rank must divide by cp) or a2a_p2p (a2a inside an NVLink domain, p2p between); needs cp > 1; "
-        "`solve` keeps p2p unless `search` names it.",
+        "rank must divide by cp) or a2a_p2p (a2a inside an NVLink domain, p2p between); moot with cp 1; "
+        "`solve` keeps p2p unless `search` names it (or the attention cannot run as a ring: sliding windows, "
+        "attention sinks).",
     )
     ep_dispatcher: EpDispatcher = Field(
         EpDispatcher.ALLTOALL,

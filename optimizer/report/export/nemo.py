@@ -28,10 +28,8 @@ def overrides(problem, ex) -> list[tuple[str, object]]:
     if ex.cp > 1:
         from optimizer.report.export.megatron import cp_comm_sizes
 
-        kind, sizes = cp_comm_sizes(problem, ex)
+        kind, _ = cp_comm_sizes(problem, ex)
         out.append(("model.config.cp_comm_type", kind))
-        if sizes:
-            out.append(("model.config.hierarchical_context_parallel_sizes", sizes))
     if problem.llm.moe is not None:
         out += [
             ("trainer.strategy.expert_model_parallel_size", ex.ep),
@@ -110,6 +108,12 @@ def notes(problem, ex) -> list[str]:
         out.append("offload: set the strategy's offload options (not emitted)")
     if ex.tp_overlap.value != "none" and not ex.sequence_parallel:
         out.append("TP overlap: NeMo overlaps TP communication only with sequence parallelism")
+    if ex.cp > 1 and ex.cp_comm.value == "a2a_p2p":
+        out.append(
+            "a2a+p2p: NeMo 2's strategy does not pass hierarchical_context_parallel_sizes to "
+            "initialize_model_parallel, so its two-level CP groups are not built: run it through Megatron-LM "
+            "(--emit megatron) or Megatron-Bridge"
+        )
     return out
 
 
