@@ -276,14 +276,17 @@ def _cp_code_sets(p: Problem, tp: np.ndarray, cp: np.ndarray) -> np.ndarray:
     """Per layout, the legal CP exchanges as a bit mask over `CP_COMM_CODES` (`layout.cp_comm_codes`)."""
     dom_gpus = p.system.networks[0].size
     allowed, _ = cp_comm_limits(p.llm, p.stack)
-    memo: dict[tuple[int, int], int] = {}
-    out = np.zeros(len(tp), dtype=np.int64)
-    for i, (t, c) in enumerate(zip(tp.tolist(), cp.tolist(), strict=True)):
-        if (t, c) not in memo:
-            codes = cp_comm_codes(p.llm.heads, p.llm.kv, t, c, dom_gpus, allowed)
-            memo[t, c] = sum(1 << x for x in codes)
-        out[i] = memo[t, c]
-    return out
+    if len(tp) == 0:
+        return np.zeros(0, dtype=np.int64)
+    pairs, inv = np.unique(np.stack([tp, cp], axis=1), axis=0, return_inverse=True)
+    masks = np.array(
+        [
+            sum(1 << x for x in cp_comm_codes(p.llm.heads, p.llm.kv, t, c, dom_gpus, allowed))
+            for t, c in pairs.tolist()
+        ],
+        dtype=np.int64,
+    )
+    return masks[inv.reshape(-1)]
 
 
 def compact_space(problem: Problem) -> Compact:
