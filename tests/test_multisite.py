@@ -301,3 +301,52 @@ def test_goodput_ranks_by_expected_days(tmp_path, capsys, rate, best):
     assert d["best"]["label"] == best
     assert d["best"]["expected_days"] == min(c["expected_days"] for c in d["considered"])
     assert 0.3 < d["best"]["goodput"]["effective_fraction"] < 1
+
+
+THREE = (
+    "sites:\n"
+    "  - {name: a, power_mw: 0.5, node_types: {h100: null}}\n"
+    "  - {name: b, power_mw: 0.3, node_types: {h100: null}}\n"
+    "  - {name: c, power_mw: 0.2, node_types: {h100: null}}\n"
+    "links:\n"
+    "  - {sites: [a, b], distance_km: 1000,\n"
+    "     options: [{bandwidth_gbps: 100, price_usd: 1.0e+6}, {bandwidth_gbps: 1000, price_usd: 4.0e+6}]}\n"
+    "  - {sites: [b, c], distance_km: 500, options: [{bandwidth_gbps: 100, price_usd: 1.0e+6}]}\n"
+    "  - {sites: [a, c], distance_km: 1500, options: [{bandwidth_gbps: 400, price_usd: 2.0e+6}]}\n"
+    "procure: {goal: time_to_train, budget_usd: 2.0e+7}\n"
+)
+
+
+def test_driver_equals_the_exhaustive_oracle_end_to_end(tmp_path):
+    """Three sites of different power and link prices, a budget: the driver's best over every number of
+    sites and scheme equals the exhaustive oracle's over the same site offers (the fronts of each site)."""
+    from formulations.multisite import solve_exhaustive
+    from optimizer.drivers import multisite as M
+    from optimizer.io.loader import load_multisite
+
+    p = tmp_path / "three.yaml"
+    head = SMALL.format(gbps=100.0, schemes="[sync, diloco]").split("sites:\n")[0]
+    p.write_text(head.replace("global_batch: 512", "global_batch: 768") + THREE)  # 768 splits over 1-3 sites
+    mp = load_multisite(p)
+    assert len(mp.sites) == 3 and len(mp.links) == 3
+    r = M.multisite(mp, time_limit_s=120)
+    assert r.status == "optimal" and len(r.considered) == 5  # one site; 2 and 3 sites, sync and diloco
+    cache = M.OfferCache(mp, 1e18)
+    best = None
+    for k in M.site_counts(mp)[0]:
+        offers, _ = M.site_options(mp, k, cache)
+        for scheme, h, overlap in M.variants(mp, k):
+            t = M.SitesTables(
+                k=k,
+                sites=[[M.SiteRow(o.step_time_s, o.cost_usd) for o in s] for s in offers],
+                links=M.link_rows(mp, k, M.outer_bytes(mp, scheme) if scheme else 0.0) if k > 1 else {},
+                inner_steps=h,
+                overlap=overlap,
+                budget_usd=mp.procure.budget_usd,
+            )
+            sol = solve_exhaustive(t)
+            if sol is not None:
+                days = M.steps_to_train(mp) * M.multiplier(mp, k, scheme) * sol.round_s / h / 86400
+                best = days if best is None else min(best, days)
+    assert r.best.days_to_train == pytest.approx(best, rel=1e-6)
+    assert r.best.cost_usd <= 2.0e7
