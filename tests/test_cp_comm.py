@@ -4,6 +4,8 @@ solver's choice on each side of the crossings the physics sets, CP-SAT against t
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from helpers import run_cli
@@ -218,3 +220,18 @@ def test_search_of_only_illegal_exchanges_fits_nothing(tmp_path, capsys):
     )
     rc, _, _, _ = run_cli(tmp_path, capsys, body)
     assert rc == 3
+
+
+def test_check_names_the_exchange_the_heads_forbid(tmp_path, capsys):
+    """`check` on a plan whose a2a the heads forbid: the conflict is the fixed exchange, said with the heads,
+    and releasing it fits."""
+    body = (
+        "llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 32\n"
+        "training: {global_batch: 2, seq_len: 65536, precision: bf16}\n"
+        "execution: {tp: 1, pp: 1, cp: 16, micro_batch: 1, cp_comm: a2a}\n"
+    )
+    rc, out, err, _ = run_cli(tmp_path, capsys, body, "--json", command="check")
+    d = json.loads(out)
+    assert rc == 3 and d["fits"] is False
+    assert d["conflicts"][0]["group"] == "fixed.cp_comm" and "8 K/V heads" in d["conflicts"][0]["reason"]
+    assert d["relaxations"][0]["value"] == "cp_comm" and d["relaxations"][0]["fits"] is True

@@ -200,6 +200,11 @@ def _explain_rules(p: Problem, fixed: dict[str, list], out: CheckResult) -> None
 
     core = rules.conflict(p, fixed)
     if core is None:  # the rule groups hold together: a search restriction of another knob left no value
+        cp_why = _cp_comm_conflict(p, fixed)
+        if cp_why:
+            out.conflicts = [("fixed.cp_comm", cp_why)]
+            out.explanation.append("no legal plan: " + cp_why)
+            return
         out.explanation.append(
             "no legal plan: the integer rules of the space leave no (tp, pp, dp, cp, vpp, micro_batch)"
         )
@@ -215,6 +220,30 @@ def _explain_rules(p: Problem, fixed: dict[str, list], out: CheckResult) -> None
             f"{n} GPUs) divides it" + (" with the fixed micro-batch" if "fixed.micro_batch" in core else "")
         )
     out.explanation.append("no legal plan: these rules conflict: " + "; ".join(t for _, t in out.conflicts))
+
+
+def _cp_comm_conflict(p: Problem, fixed: dict[str, list]) -> str | None:
+    """Why the fixed CP exchanges run on none of the fixed (tp, cp > 1) layouts: the heads an all-to-all
+    splits, or the attention Transformer Engine runs only some ways (`layout.cp_comm_codes`,
+    `cp_comm_limits`); None when some layout admits one of them, or cp_comm is not fixed."""
+    from optimizer.rules.layout import cp_comm_codes, cp_comm_limits
+    from optimizer.schema.common import CP_COMM_CODES
+
+    names = fixed.get("cp_comm")
+    cps = [c for c in fixed.get("cp", []) if c > 1]
+    if not names or not cps:
+        return None
+    tps = fixed.get("tp") or [t for t in range(1, p.llm.heads + 1) if p.llm.heads % t == 0]
+    codes = {[c.value for c in CP_COMM_CODES].index(str(n)) for n in names}
+    dom = p.system.networks[0].size
+    allowed, why = cp_comm_limits(p.llm, p.stack)
+    if any(set(cp_comm_codes(p.llm.heads, p.llm.kv, t, c, dom, allowed)) & codes for t in tps for c in cps):
+        return None
+    msg = (
+        f"cp_comm {', '.join(map(str, names))} runs on no layout with cp {cps} and tp {tps}: an all-to-all "
+        f"needs tp x its degree to divide the {p.llm.heads} heads and {p.llm.kv} K/V heads"
+    )
+    return msg + (f"; {why}" if why else "")
 
 
 def _relax_rules(problem: Problem, p: Problem, fixed: dict[str, list], out: CheckResult) -> None:
