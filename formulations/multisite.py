@@ -30,10 +30,12 @@ MAX_INT = 2**62  # what CP-SAT's 64-bit sums may reach
 
 @dataclass(frozen=True)
 class SiteRow:
-    """One way to equip a site: its step time (s) at the per-site batch and its price (USD)."""
+    """One way to equip a site: its step time (s) at its share of the batch and its price (USD); `units`:
+    that share in batch units when the split is free (`SitesTables.batch_units`), else 0."""
 
     step_s: float
     cost_usd: float
+    units: int = 0
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class SitesTables:
     budget_usd: float | None = None
     max_round_s: float | None = None  # goal cost: the round that meets the deadline
     minimise_cost: bool = False
+    batch_units: int | None = None  # a free split: the chosen sites' units sum to this
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,8 @@ def _build(t: SitesTables):
     for s, rows in enumerate(t.sites):
         m.Add(sum(x[s, o] for o in range(len(rows))) == used[s])
     m.Add(sum(used) == t.k)
+    if t.batch_units is not None:  # the sites' shares make up the whole batch
+        m.Add(sum(t.sites[s][o].units * v for (s, o), v in x.items()) == t.batch_units)
     slow = m.NewIntVar(0, top, "slowest_step_us")
     for (s, o), v in x.items():
         m.Add(slow >= _us(t.sites[s][o].step_s)).OnlyEnforceIf(v)
@@ -236,6 +241,11 @@ def solve_exhaustive(t: SitesTables) -> SitesSolution | None:
                 continue
             for opts in itertools.product(*[range(len(t.sites[s])) for s in ring]):
                 choice = dict(zip(ring, opts, strict=True))
+                if (
+                    t.batch_units is not None
+                    and sum(t.sites[s][o].units for s, o in choice.items()) != t.batch_units
+                ):
+                    continue
                 for lopts in itertools.product(*[range(len(t.links[p])) for p in pairs]):
                     lc = dict(zip(pairs, lopts, strict=True))
                     r, c = evaluate(t, choice, ring, lc)

@@ -61,8 +61,12 @@ def test_diloco_tokens_multiplier_by_hand():
 
 # ---------------------------------------------------------------------------------------- formulation
 def _tables(rng: random.Random, k: int, overlap: bool, cost_goal: bool, budget: bool) -> SitesTables:
+    free = rng.random() < 0.4  # a free batch split: each offer trains 1-3 of 4 units
     sites = [
-        [SiteRow(rng.uniform(1, 5), rng.choice([1, 2, 3]) * 1e6) for _ in range(rng.randint(0, 3))]
+        [
+            SiteRow(rng.uniform(1, 5), rng.choice([1, 2, 3]) * 1e6, rng.randint(1, 3) if free else 0)
+            for _ in range(rng.randint(0, 3))
+        ]
         for _ in range(4)
     ]
     links = {}
@@ -82,10 +86,11 @@ def _tables(rng: random.Random, k: int, overlap: bool, cost_goal: bool, budget: 
         budget_usd=5e6 if budget else None,
         max_round_s=400.0 if cost_goal else None,
         minimise_cost=cost_goal,
+        batch_units=4 if free else None,
     )
 
 
-@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("seed", range(60))
 def test_cpsat_equals_exhaustive(seed):
     rng = random.Random(seed)
     t = _tables(rng, rng.randint(1, 4), rng.random() < 0.5, rng.random() < 0.4, rng.random() < 0.5)
@@ -204,6 +209,7 @@ BAD = [
     ("[sync]", ("sites: [a, b]", "sites: [a, a]"), "links.0"),
     ("[sync]", ("inner_steps: [100]", "inner_steps: [100], min_sites: 3"), "min_sites"),
     ("[sync]", ("distance_km: 1000, ", ""), "distance_km"),
+    ("[sync]", ("inner_steps: [100]", "inner_steps: [100], batch_units: 7"), "batch_units"),
 ]
 
 
@@ -350,3 +356,36 @@ def test_driver_equals_the_exhaustive_oracle_end_to_end(tmp_path):
                 best = days if best is None else min(best, days)
     assert r.best.days_to_train == pytest.approx(best, rel=1e-6)
     assert r.best.cost_usd <= 2.0e7
+
+
+HETERO = """name: h100-and-a100
+llm: llama3.1-8b
+catalog: gpus-2025
+training: {{global_batch: 512, precision: bf16, tokens: 2.0e+11}}
+search: {{pp: 1, cp: 1, micro_batch: 1, zero: 1}}
+sync: {{schemes: [sync]{units}}}
+sites:
+  - {{name: fast, power_mw: 0.4, node_types: {{h100-80g: null}}}}
+  - {{name: slow, power_mw: 0.4, node_types: {{a100-80g: null}}}}
+links:
+  - {{sites: [fast, slow], distance_km: 100, options: [{{bandwidth_gbps: 3200}}]}}
+"""
+
+
+def test_a_free_batch_split_lets_a_slower_site_help(tmp_path, capsys):
+    """An H100 site and an A100 site: split evenly, the A100 site's half gates every step and one site wins;
+    split in eighths (sync.batch_units: 8), the H100 site takes more of the batch and the two together
+    beat it."""
+    rc, out, err, _ = run_cli(tmp_path, capsys, HETERO.format(units=""), "--json", command="procure")
+    assert rc == 0, err
+    even = json.loads(out)
+    assert even["best"]["label"] == "one site"
+    rc, out, err, _ = run_cli(
+        tmp_path, capsys, HETERO.format(units=", batch_units: 8"), "--json", command="procure"
+    )
+    assert rc == 0, err
+    free = json.loads(out)
+    b = free["best"]
+    assert b["label"] == "2 sites, sync" and b["days_to_train"] < even["best"]["days_to_train"]
+    batch = {s["site"]: s["global_batch"] for s in b["sites"]}
+    assert batch["fast"] > batch["slow"] and sum(batch.values()) == 512 and batch["slow"] % 64 == 0

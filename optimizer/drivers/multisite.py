@@ -10,9 +10,10 @@ scheme, `formulations.multisite`: which sites, which option at each, the ring an
 proven optimum of the whole problem; the one-site optimum is reported beside it as the verdict.
 
 Modelled: every used site trains an equal share B / k of the global batch (a data-parallel replica group
-each; unequal shares are not searched); nodes are bought (price_usd + extra_usd) and links priced for the
-run; energy is reported at the nodes' power (catalog power_kw, else the system's rating) x PUE, not
-minimised. Not modelled: pipeline stages across sites, failures (the goodput model is single-site).
+each), or with `sync.batch_units` U a whole number of B / U chosen per site (`shares`); nodes are bought
+(price_usd + extra_usd) and links priced for the run; energy is reported at the nodes' power (catalog
+power_kw, else the system's rating) x PUE, not minimised; failures price the job as one over every site
+(`plan_goodput`). Not modelled: pipeline stages across sites.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class SiteOffer:
     node_type: NodeType
     nodes: int
     group: Group
+    units: int = 0  # its share of the batch in `sync.batch_units` (0: an equal share)
 
     @property
     def step_time_s(self) -> float:
@@ -229,25 +231,36 @@ def front(mp: MultisiteProblem, t: NodeType, n: int, batch: int, cache: OfferCac
     return out, True
 
 
+def shares(mp: MultisiteProblem, k: int) -> list[tuple[int, int]]:
+    """(units, sequences per step) a site may train with k sites used: B / k each (units 0), or with
+    `sync.batch_units` U every whole number of units from 1 to U - k + 1 (the others need one each)."""
+    B, U = mp.training.global_batch, mp.sync.batch_units
+    if U is None:
+        return [(0, B // k)]
+    if k == 1:
+        return [(U, B)]
+    return [(u, B * u // U) for u in range(1, U - k + 2)]
+
+
 def site_options(mp: MultisiteProblem, k: int, cache: OfferCache) -> tuple[list[list[SiteOffer]], list[str]]:
-    """Each site's offers for k sites used (B / k sequences per step at each), and notes where a front was
-    cut short."""
-    batch = mp.training.global_batch // k
+    """Each site's offers for k sites used, at every share of the batch it may train (`shares`), and notes
+    where a front was cut short."""
     types = {t.name: t for t in mp.catalog.node_types}
     out, notes = [], []
     for site in mp.sites:
-        offers: dict[tuple[str, int], SiteOffer] = {}
+        offers: dict[tuple[str, int, int], SiteOffer] = {}
         for name in site.node_types:
             t = types[name]
             n, _ = site_limit(mp, site, t)
-            groups, complete = front(mp, t, n, batch, cache)
-            for g in groups:
-                offers[(name, g.nodes)] = SiteOffer(site, t, g.nodes, g)
-            if not complete:
-                notes.append(
-                    f"{k} sites: {site.name}'s {name} purchases below {groups[-1].nodes} nodes not searched "
-                    f"(the {MAX_FRONT} fastest kept): not a proof below them"
-                )
+            for units, batch in shares(mp, k):
+                groups, complete = front(mp, t, n, batch, cache)
+                for g in groups:
+                    offers[(name, g.nodes, units)] = SiteOffer(site, t, g.nodes, g, units)
+                if not complete:
+                    notes.append(
+                        f"{k} sites: {site.name}'s {name} purchases below {groups[-1].nodes} nodes not "
+                        f"searched (the {MAX_FRONT} fastest kept): not a proof below them"
+                    )
         out.append(list(offers.values()))
     return out, notes
 
@@ -359,7 +372,12 @@ def site_counts(mp: MultisiteProblem) -> tuple[list[int], list[str]]:
     batch evenly, and a note for each that does not."""
     top = min(mp.sync.max_sites or len(mp.sites), len(mp.sites))
     ks = sorted(set(mp.sync.site_counts or range(mp.sync.min_sites, top + 1)) & set(range(1, top + 1)))
-    B = mp.training.global_batch
+    B, U = mp.training.global_batch, mp.sync.batch_units
+    if U is not None:
+        notes = [
+            f"{k} sites not searched: more than the {U} batch units (sync.batch_units)" for k in ks if k > U
+        ]
+        return [k for k in ks if k <= U], notes
     notes = [f"{k} sites not searched: the global batch {B} does not split evenly" for k in ks if B % k]
     return [k for k in ks if B % k == 0], notes
 
@@ -427,13 +445,14 @@ def _solve_variant(mp, k, offers, scheme, h, overlap, deadline) -> tuple[SitesPl
         max_round = mp.procure.deadline_days * 86400.0 * h / steps
     tables = SitesTables(
         k=k,
-        sites=[[SiteRow(o.step_time_s, o.cost_usd) for o in site] for site in offers],
+        sites=[[SiteRow(o.step_time_s, o.cost_usd, o.units) for o in site] for site in offers],
         links=link_rows(mp, k, nbytes) if k > 1 else {},
         inner_steps=h,
         overlap=overlap,
         budget_usd=mp.procure.budget_usd,
         max_round_s=max_round,
         minimise_cost=mp.procure.goal == SitesGoal.COST,
+        batch_units=mp.sync.batch_units,
     )
     sol, status = solve_cpsat(tables, max(0.05, deadline - time.time()))
     row["status"] = status

@@ -104,6 +104,7 @@ def plan_lines(p: SitesPlan) -> list[str]:
             s.site.name,
             f"{s.nodes} x {s.node_type.name}",
             f"{s.group.gpus_used}",
+            f"{s.group.global_batch}",
             f"{s.power_mw:,.3g}",
             f"{s.step_time_s:.3f}",
             _knobs(s.group.plan),
@@ -111,7 +112,9 @@ def plan_lines(p: SitesPlan) -> list[str]:
         for s in p.sites
     ]
     out = [
-        table(rows, ["site", "nodes", "GPUs used", "MW", "step s", "plan (each site's share of the batch)"])
+        table(
+            rows, ["site", "nodes", "GPUs used", "batch", "MW", "step s", "plan (for its share of the batch)"]
+        )
     ]
     for c in p.links:
         out.append(

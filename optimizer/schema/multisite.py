@@ -140,6 +140,14 @@ class Sync(Frozen):
         description="Numbers of sites searched (null: every count from min_sites to max_sites); each count "
         "solves the sites' plans for its share of the batch once.",
     )
+    batch_units: PositiveInt | None = Field(
+        None,
+        le=64,
+        description="null: every site used trains an equal share of the global batch. A number U: the batch "
+        "is split in U equal units and each site used trains a whole number of them (at least one), chosen "
+        "with everything else, so faster sites take more; U must divide the global batch. Each share is a "
+        "site plan solved (U - k + 1 shares per node type with k sites).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Sync:
@@ -210,6 +218,11 @@ class MultisiteProblem(Frozen):
             raise ValueError("training.tokens is needed: sites are chosen by the time or cost to train")
         if self.sync.min_sites > len(self.sites):
             raise ValueError(f"sync.min_sites {self.sync.min_sites} > the {len(self.sites)} sites")
+        U = self.sync.batch_units
+        if U is not None and self.training.global_batch % U:
+            raise ValueError(
+                f"sync.batch_units {U} must divide the global batch {self.training.global_batch}"
+            )
         if any(k > len(self.sites) for k in self.sync.site_counts or []):
             raise ValueError(f"sync.site_counts: more than the {len(self.sites)} sites")
         if self.goodput is not None and isinstance(self.goodput.spare_nodes, list):
