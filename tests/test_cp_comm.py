@@ -235,3 +235,17 @@ def test_check_names_the_exchange_the_heads_forbid(tmp_path, capsys):
     assert rc == 3 and d["fits"] is False
     assert d["conflicts"][0]["group"] == "fixed.cp_comm" and "8 K/V heads" in d["conflicts"][0]["reason"]
     assert d["relaxations"][0]["value"] == "cp_comm" and d["relaxations"][0]["fits"] is True
+
+
+def test_check_names_the_attention_a_ring_cannot_run(tmp_path, capsys):
+    rc, out, _, _ = run_cli(
+        tmp_path,
+        capsys,
+        OSS + "execution: {tp: 1, pp: 4, cp: 2, ep: 8, etp: 1, micro_batch: 1, cp_comm: p2p}\n",
+        "--json",
+        command="check",
+    )
+    d = json.loads(out)
+    assert (
+        rc == 3 and d["conflicts"][0]["group"] == "fixed.cp_comm" and "sinks" in d["conflicts"][0]["reason"]
+    )

@@ -389,3 +389,24 @@ def test_a_free_batch_split_lets_a_slower_site_help(tmp_path, capsys):
     assert b["label"] == "2 sites, sync" and b["days_to_train"] < even["best"]["days_to_train"]
     batch = {s["site"]: s["global_batch"] for s in b["sites"]}
     assert batch["fast"] > batch["slow"] and sum(batch.values()) == 512 and batch["slow"] % 64 == 0
+
+
+def test_goodput_inputs_a_configuration_cannot_use(tmp_path, capsys):
+    """A checkpoint interval longer than a configuration's run is bad input at its field (exit 2); failures
+    that come faster than restarts make a configuration never finish (ranked last, said), not a crash."""
+    base = SMALL.format(gbps=100.0, schemes="[diloco]")
+    rc, _, err, path = run_cli(
+        tmp_path, capsys, base + "goodput: {checkpoint_interval_s: 86400}\n", command="procure"
+    )
+    assert rc == 2 and "goodput.checkpoint_interval_s" in err and str(path) in err
+    rc, out, err, _ = run_cli(tmp_path, capsys, base + GOODPUT.format(rate=200000), command="procure")
+    assert rc == 0, err
+    assert "never finishes at these rates" in out
+
+
+def test_batch_units_need_a_unit_per_site(tmp_path, capsys):
+    body = SMALL.format(gbps=100.0, schemes="[sync]").replace(
+        "inner_steps: [100]", "inner_steps: [100], min_sites: 2, batch_units: 1"
+    )
+    rc, _, err, _ = run_cli(tmp_path, capsys, body, command="procure")
+    assert rc == 2 and "batch_units" in err

@@ -239,6 +239,8 @@ def _cp_comm_conflict(p: Problem, fixed: dict[str, list]) -> str | None:
     allowed, why = cp_comm_limits(p.llm, p.stack)
     if any(set(cp_comm_codes(p.llm.heads, p.llm.kv, t, c, dom, allowed)) & codes for t in tps for c in cps):
         return None
+    if allowed is not None and not (codes & allowed):  # the attention, not the heads
+        return f"cp_comm {', '.join(map(str, names))}: {why} in Transformer Engine"
     msg = (
         f"cp_comm {', '.join(map(str, names))} runs on no layout with cp {cps} and tp {tps}: an all-to-all "
         f"needs tp x its degree to divide the {p.llm.heads} heads and {p.llm.kv} K/V heads"

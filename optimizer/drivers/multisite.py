@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from formulations.multisite import LinkRow, SiteRow, SitesSolution, SitesTables, solve_cpsat
 from optimizer.drivers.purchase import Group, TablesCache, best_of_type
-from optimizer.errors import Infeasible, TimeLimit, VerificationError
+from optimizer.errors import Infeasible, ProblemError, TimeLimit, VerificationError
 from optimizer.model import wan
 from optimizer.model.params import count
 from optimizer.progress import progress
@@ -84,10 +84,14 @@ class SitesPlan:
     energy_usd: float
     status: str = "optimal"
     goodput: object = None  # optimizer.model.goodput.PlanGoodput: the whole job's expected time and cost
+    never_finishes: str | None = None  # why, when interruptions come faster than the job restarts
 
     @property
     def expected_days(self) -> float:
-        """Expected days to train with failures (`goodput`), else the failure-free days."""
+        """Expected days to train with failures (`goodput`; infinite when the job never finishes), else the
+        failure-free days."""
+        if self.never_finishes:
+            return math.inf
         return self.days_to_train if self.goodput is None else self.goodput.expected_time_to_train_s / 86400
 
     @property
@@ -135,9 +139,15 @@ class MultisiteResult:
             return f"one site wins: {b.sites[0].site.name}"
         if self.problem.procure.goal == SitesGoal.COST:
             return f"{b.label()} is ${s.cost_usd - b.cost_usd:,.0f} cheaper than the best single site"
+        if self.problem.goodput is not None:  # ranked by expected days: say them
+            bd, sd, what = b.expected_days, s.expected_days, " expected"
+        else:
+            bd, sd, what = b.days_to_train, s.days_to_train, ""
+        if not math.isfinite(sd):
+            return f"{b.label()} trains in {bd:.1f}{what} days; the best single site never finishes"
         return (
-            f"{b.label()} trains in {b.days_to_train:.1f} days, {s.days_to_train / b.days_to_train:.2f}x "
-            f"faster than the best single site ({s.days_to_train:.1f} days)"
+            f"{b.label()} trains in {bd:.1f}{what} days, {sd / bd:.2f}x faster than the best single site "
+            f"({sd:.1f}{what} days)"
         )
 
 
@@ -226,7 +236,7 @@ def front(mp: MultisiteProblem, t: NodeType, n: int, batch: int, cache: OfferCac
         if mp.procure.goal == SitesGoal.TIME_TO_TRAIN and mp.procure.budget_usd is None:
             return out, True
         if len(out) == MAX_FRONT:
-            return out, False
+            return out, g.nodes <= t.unit_nodes  # cut short only if smaller purchases remained
         n = (g.nodes - 1) // t.unit_nodes * t.unit_nodes
     return out, True
 
@@ -258,8 +268,8 @@ def site_options(mp: MultisiteProblem, k: int, cache: OfferCache) -> tuple[list[
                     offers[(name, g.nodes, units)] = SiteOffer(site, t, g.nodes, g, units)
                 if not complete:
                     notes.append(
-                        f"{k} sites: {site.name}'s {name} purchases below {groups[-1].nodes} nodes not "
-                        f"searched (the {MAX_FRONT} fastest kept): not a proof below them"
+                        f"{k} sites: {site.name}'s {name} purchases for {batch} sequences below "
+                        f"{groups[-1].nodes} nodes not searched (the {MAX_FRONT} fastest kept): not a proof"
                     )
         out.append(list(offers.values()))
     return out, notes
@@ -362,9 +372,19 @@ def multisite(
             verify(mp, p)
     notes += diloco_notes(mp, best)
     notes.append(f"{cache.solves} site plans solved")
+    notes = list(dict.fromkeys(notes))  # one note per cut front, however many variants met it
     r = MultisiteResult(mp, best, single, rows, time.perf_counter() - t0, status, notes)
     r.searched_one_site = 1 in ks
     return r
+
+
+def field_error(mp: MultisiteProblem, field_path: str, message: str) -> ProblemError:
+    """A file:line error at a field of the problem's file."""
+    doc = mp._source
+    if doc is None:
+        return ProblemError("<problem>", None, field_path, message)
+    file, line = doc.locate(tuple(field_path.split(".")))
+    return ProblemError(file, line, field_path, message)
 
 
 def site_counts(mp: MultisiteProblem) -> tuple[list[int], list[str]]:
@@ -387,6 +407,11 @@ def diloco_notes(mp: MultisiteProblem, p: SitesPlan) -> list[str]:
     if p.scheme != "diloco":
         return []
     out = []
+    if len({s.group.global_batch for s in p.sites}) > 1:
+        out.append(
+            "DiLoCo over unequal batch shares: the outer step is taken as the token-weighted mean of the "
+            "sites' pseudo-gradients, and the tokens multiplier as for equal replicas (the fit's)"
+        )
     if mp.sync.tokens_multiplier is None or p.k not in mp.sync.tokens_multiplier:
         out.append(
             f"DiLoCo's tokens multiplier {p.tokens_multiplier:.3f} is the scaling-law fit's (Charles et al. "
@@ -459,7 +484,14 @@ def _solve_variant(mp, k, offers, scheme, h, overlap, deadline) -> tuple[SitesPl
     if sol is None:
         return None, row
     plan = _plan(mp, offers, tables, sol, scheme, h, overlap, m, status)
-    plan.goodput = plan_goodput(mp, plan)
+    from optimizer.model.goodput import GoodputInputError
+
+    try:
+        plan.goodput = plan_goodput(mp, plan)
+    except GoodputInputError as e:
+        if e.field != "goodput":  # an interval the configuration's run cannot use: bad input at its field
+            raise field_error(mp, e.field, f"{plan.label()}: {e}") from None
+        plan.never_finishes = str(e)
     return plan, row | {
         "days_to_train": plan.days_to_train,
         "expected_days": plan.expected_days,

@@ -145,6 +145,8 @@ def _goodput_lines(p: SitesPlan) -> list[str]:
     """With failures (the whole job as one: `drivers.multisite.plan_goodput`); a job whose interruptions
     come faster than it restarts is said to never finish rather than given a number of days."""
     g = p.goodput
+    if p.never_finishes:
+        return [f"with failures: never finishes at these rates ({p.never_finishes})"]
     if g is None:
         return []
     if g.effective_fraction < 1e-3:
@@ -166,20 +168,19 @@ def render(r: MultisiteResult) -> str:
         out += ["", f"BEST: {r.best.label()}"] + plan_lines(r.best)
     if r.single_site is not None and r.single_site is not r.best:
         out += ["", "best single site:"] + plan_lines(r.single_site)
+    gp = mp.goodput is not None  # ranked by expected days: show them
     rows = [
-        [
-            str(c["sites"]),
-            c["scheme"],
-            str(c["inner_steps"]) if c["scheme"] == "diloco" else "-",
-            f"{c['tokens_multiplier']:.3f}",
-            f"{c['days_to_train']:.2f}" if "days_to_train" in c else "-",
-            _money(c["cost_usd"]) if "cost_usd" in c else "-",
-            c["status"],
-        ]
+        [str(c["sites"]), c["scheme"], str(c["inner_steps"]) if c["scheme"] == "diloco" else "-"]
+        + [f"{c['tokens_multiplier']:.3f}", f"{c['days_to_train']:.2f}" if "days_to_train" in c else "-"]
+        + ([f"{c['expected_days']:.2f}" if "expected_days" in c else "-"] if gp else [])
+        + [_money(c["cost_usd"]) if "cost_usd" in c else "-", c["status"]]
         for c in r.considered
     ]
     proven = all(c["status"] in ("optimal", "infeasible") for c in r.considered)
     out += ["", "considered (each proven by CP-SAT):" if proven else "considered (status: proven or not):"]
-    out.append(table(rows, ["sites", "scheme", "H", "tokens x", "days", "cost", "status"]))
+    head = (
+        ["sites", "scheme", "H", "tokens x", "days"] + (["expected days"] if gp else []) + ["cost", "status"]
+    )
+    out.append(table(rows, head))
     out += [f"note: {n}" for n in r.notes]
     return "\n".join(out)

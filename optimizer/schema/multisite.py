@@ -223,6 +223,10 @@ class MultisiteProblem(Frozen):
             raise ValueError(
                 f"sync.batch_units {U} must divide the global batch {self.training.global_batch}"
             )
+        if U is not None and U < self.sync.min_sites:
+            raise ValueError(
+                f"sync.batch_units {U} < sync.min_sites {self.sync.min_sites}: a site needs a unit"
+            )
         if any(k > len(self.sites) for k in self.sync.site_counts or []):
             raise ValueError(f"sync.site_counts: more than the {len(self.sites)} sites")
         if self.goodput is not None and isinstance(self.goodput.spare_nodes, list):
