@@ -437,3 +437,50 @@ def test_eager_expert_mlp_pays_for_the_clamped_glu_and_the_expert_biases(monkeyp
     assert (
         extra_fw > 0.1 * (cost["plain", False][0])
     )  # not a rounding: a tenth of the layer's forward and more
+
+
+def test_routing_skew_by_hand():
+    """The busiest of ep ranks with n experts each: 1 + cv sqrt(2 ln ep / n); one rank, or balanced routing,
+    carries the mean."""
+    from optimizer.model.layer import rank_load
+
+    assert float(rank_load(0.5, 8, 8)) == pytest.approx(1 + 0.5 * np.sqrt(2 * np.log(8) / 8))
+    assert float(rank_load(0.5, 1, 64)) == 1.0 and float(rank_load(0.0, 64, 4)) == 1.0
+    # more ranks over the same experts: fewer to average over and more to take the maximum of
+    assert float(rank_load(0.5, 64, 4)) > float(rank_load(0.5, 8, 32))
+
+
+def test_routing_skew_scales_the_busiest_ranks_rows_and_traffic():
+    from optimizer.model.layer import block_shape, moe_dispatch_combine_s, moe_shape
+
+    llm = library_llm("mixtral-8x7b")
+    skewed = llm.model_copy(update={"moe": llm.moe.model_copy(update={"routing_cv": 0.5})})
+    out = {}
+    for name, m in (("balanced", llm), ("skewed", skewed)):
+        tr = Training(global_batch=256, seq_len=4096)
+        p, k = problem_and_knobs(
+            m, library_system("h100-sxm-80gb"), 64, tr, Execution(tp=1, ep=8, micro_batch=1)
+        )
+        ctx = make_ctx(p)
+        sh = block_shape(ctx, k, True)
+        ms = moe_shape(k, sh)
+        out[name] = (float(ms.R[0]), float(moe_dispatch_combine_s(ctx, k, sh, ms)[0][0]), float(ms.load[0]))
+    load = 1 + 0.5 * np.sqrt(2 * np.log(8) / 1)  # 8 experts over 8 ranks: one each
+    assert out["skewed"][2] == pytest.approx(load)
+    assert out["skewed"][0] == pytest.approx(load * out["balanced"][0])
+    assert out["skewed"][1] > out["balanced"][1]
+
+
+@pytest.mark.parametrize(("cv", "ep"), [(0.0, 8), (0.5, 1)])
+def test_routing_skew_moves_the_experts_off_expert_parallelism(tmp_path, cv, ep):
+    """Mixtral 8x7B on 64 H100: balanced routing takes ep 8 (one expert per rank); with a skew of 0.5 the
+    busiest rank's 2.0x load outweighs the all-to-all saved, and the experts go to expert-TP (ep 1)."""
+    from optimizer import api
+
+    f = tmp_path / "mx.yaml"
+    f.write_text(
+        "llm: {base: mixtral-8x7b, moe: {experts: 8, top_k: 2, expert_ffn: 14336, routing_cv: "
+        f"{cv}}}}}\nsystem: h100-sxm-80gb\nnum_gpus: 64\n"
+        "training: {global_batch: 256, seq_len: 4096, precision: bf16}\n"
+    )
+    assert api.solve(api.load(f)).plans[0].evaluation.execution.ep == ep

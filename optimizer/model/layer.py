@@ -651,6 +651,7 @@ class MoeShape:
     etp: np.ndarray  # expert-TP ranks
     E: float  # routed experts
     kk: float  # top_k
+    load: np.ndarray  # the busiest EP rank's rows over the mean (`rank_load`; 1: balanced routing)
     cf: float  # capacity factor
     Ts: np.ndarray  # tokens routed by this rank (its SP shard; Megatron-Core requires SP with TP and MoE)
     R: np.ndarray  # expert rows this rank computes after dispatch and the expert-TP gather (Ts k cf etp)
@@ -660,6 +661,17 @@ class MoeShape:
     up_e: np.ndarray  # expert up-projection width per rank (gated: 2 fe_r)
 
 
+def rank_load(cv: float, ep, n_loc):
+    """The busiest of `ep` expert-parallel ranks' routed rows over the mean, with `n_loc` experts per rank
+    whose loads vary with coefficient of variation `cv` independently: a rank's load averages its experts'
+    (relative std cv / sqrt(n_loc)), and the largest of ep such loads lies about sqrt(2 ln ep) standard
+    deviations above the mean (the expected maximum of ep Gaussians, to leading order). 1 for one rank or
+    balanced routing (cv 0)."""
+    ep = np.asarray(ep, dtype=float)
+    spread = np.sqrt(2.0 * np.log(np.maximum(ep, 1.0)) / np.maximum(np.asarray(n_loc, dtype=float), 1.0))
+    return 1.0 + cv * spread
+
+
 def moe_shape(k: Knobs, sh: BlockShape) -> MoeShape:
     """The routed experts' shape on this rank, for every candidate."""
     mo = sh.moe
@@ -667,7 +679,8 @@ def moe_shape(k: Knobs, sh: BlockShape) -> MoeShape:
     etp = k.etp.astype(float)
     E, kk, cf, fe = float(mo.experts), float(mo.top_k), float(mo.capacity_factor), float(mo.expert_ffn)
     Ts = sh.Tn
-    R = Ts * kk * cf * etp
+    load = rank_load(float(mo.routing_cv), ep, E / ep)
+    R = Ts * kk * cf * etp * load
     n_loc = E / ep
     fe_r = fe / etp
     return MoeShape(
@@ -675,6 +688,7 @@ def moe_shape(k: Knobs, sh: BlockShape) -> MoeShape:
         etp=etp,
         E=E,
         kk=kk,
+        load=load,
         cf=cf,
         Ts=Ts,
         R=R,
@@ -785,7 +799,12 @@ def moe_dispatch_combine_s(ctx: Ctx, k: Knobs, sh: BlockShape, ms: MoeShape) -> 
     node deduplication) and the expert-TP all-gather and reduce-scatter over etp."""
     h, e = sh.h, sh.e
     a2a = a2a_time(
-        ms.Ts * ms.kk * ms.cf * h * e,
+        ms.Ts
+        * ms.kk
+        * ms.cf
+        * h
+        * e
+        * ms.load,  # the busiest rank receives (dispatch) and sends back its load
         ms.ep,
         k.tier_ep,
         ctx.tiers,

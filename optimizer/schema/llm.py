@@ -28,6 +28,15 @@ class MoE(Frozen):
         description="Tokens an expert receives relative to a perfectly balanced router "
         "(load imbalance of the busiest expert); scales expert compute and dispatch volume.",
     )
+    routing_cv: Float = Field(
+        0.0,
+        ge=0,
+        le=10,
+        description="Routing skew: the coefficient of variation (std / mean) of the tokens each expert "
+        "receives in a micro-batch; 0 = balanced (vendor benchmarks' force-balanced routing). The busiest of "
+        "ep ranks then computes and receives 1 + cv sqrt(2 ln(ep) / (E / ep)) times the mean: more "
+        "expert parallelism, fewer experts per rank to average over, a larger overload.",
+    )
     expert_bias: bool = Field(
         False,
         description="The routed experts' linears carry biases (GPT-OSS). Megatron-Core's "
