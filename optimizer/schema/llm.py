@@ -35,7 +35,8 @@ class MoE(Frozen):
         description="Routing skew: the coefficient of variation (std / mean) of the tokens each expert "
         "receives in a micro-batch; 0 = balanced (vendor benchmarks' force-balanced routing). The busiest of "
         "ep ranks then computes and receives 1 + cv sqrt(2 ln(ep) / (E / ep)) times the mean: more "
-        "expert parallelism, fewer experts per rank to average over, a larger overload.",
+        "expert parallelism, fewer experts per rank to average over, a larger overload. Dropless routing; "
+        "the two factors multiply, so with token dropping give capacity_factor alone.",
     )
     expert_bias: bool = Field(
         False,
