@@ -249,3 +249,17 @@ def test_check_names_the_attention_a_ring_cannot_run(tmp_path, capsys):
     assert (
         rc == 3 and d["conflicts"][0]["group"] == "fixed.cp_comm" and "sinks" in d["conflicts"][0]["reason"]
     )
+
+
+def test_check_finds_the_exchange_when_cp_is_left_free(tmp_path, capsys):
+    """cp not written, but the GPUs and the batch leave only cp 16 or 32 (32 GPUs, 2 sequences, tp 1): the
+    written a2a is still named as the conflict, over the cp values the other rules leave."""
+    body = (
+        "llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 32\n"
+        "training: {global_batch: 2, seq_len: 65536, precision: bf16}\n"
+        "execution: {tp: 1, pp: 1, micro_batch: 1, cp_comm: a2a}\n"
+    )
+    rc, out, _, _ = run_cli(tmp_path, capsys, body, "--json", command="check")
+    d = json.loads(out)
+    assert rc == 3 and d["conflicts"][0]["group"] == "fixed.cp_comm"
+    assert "cp [16, 32]" in d["conflicts"][0]["reason"]

@@ -226,14 +226,17 @@ def _cp_comm_conflict(p: Problem, fixed: dict[str, list]) -> str | None:
     """Why the fixed CP exchanges run on none of the fixed (tp, cp > 1) layouts: the heads an all-to-all
     splits, or the attention Transformer Engine runs only some ways (`layout.cp_comm_codes`,
     `cp_comm_limits`); None when some layout admits one of them, or cp_comm is not fixed."""
+    from optimizer.prepare.space import compact_space
     from optimizer.rules.layout import cp_comm_codes, cp_comm_limits
     from optimizer.schema.common import CP_COMM_CODES
 
     names = fixed.get("cp_comm")
-    cps = [c for c in fixed.get("cp", []) if c > 1]
-    if not names or not cps:
+    if not names:
         return None
-    tps = fixed.get("tp") or [t for t in range(1, p.llm.heads + 1) if p.llm.heads % t == 0]
+    lay = compact_space(with_fixed(p, _without(fixed, "cp_comm"))).layouts  # the exchange released
+    cps, tps = sorted({x[2] for x in lay}), sorted({x[0] for x in lay})
+    if not lay or 1 in cps:  # no layout at all, or one without context parallelism: not the exchange
+        return None
     codes = {[c.value for c in CP_COMM_CODES].index(str(n)) for n in names}
     dom = p.system.networks[0].size
     allowed, why = cp_comm_limits(p.llm, p.stack)
