@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from optimizer.errors import OutOfRange
+from optimizer.model.wan import round_s
 
 US = 1e6  # integer microseconds
 MAX_INT = 2**62  # what CP-SAT's 64-bit sums may reach
@@ -75,14 +76,19 @@ class SitesSolution:
 def evaluate(
     t: SitesTables, choice: dict[int, int], ring: list[int], link_choice: dict
 ) -> tuple[float, float]:
-    """(round s, cost USD) of a configuration, in the model's own floats."""
+    """(round s, cost USD) of a configuration, in the model's own floats (`optimizer.model.wan.round_s`)."""
     slow = max(t.sites[s][o].step_s for s, o in choice.items())
+    rnd = round_s(slow, ring_wan_s(t, link_choice), t.inner_steps, t.overlap)
     rows = [t.links[p][o] for p, o in link_choice.items()]
-    wan = max((r.transfer_s for r in rows), default=0.0) + max((r.latency_term_s for r in rows), default=0.0)
-    work = t.inner_steps * slow
-    rnd = max(work, wan) if t.overlap else work + wan
     cost = sum(_usd(t.sites[s][o].cost_usd) for s, o in choice.items()) + sum(_usd(r.price_usd) for r in rows)
     return rnd, float(cost)
+
+
+def ring_wan_s(t: SitesTables, link_choice: dict) -> float:
+    """The ring's all-reduce time (s): the transfer on its slowest chosen link plus the latency term of its
+    longest hop."""
+    rows = [t.links[p][o] for p, o in link_choice.items()]
+    return max((r.transfer_s for r in rows), default=0.0) + max((r.latency_term_s for r in rows), default=0.0)
 
 
 def within_budget(t: SitesTables, cost_usd: float) -> bool:

@@ -222,44 +222,34 @@ def test_search_of_only_illegal_exchanges_fits_nothing(tmp_path, capsys):
     assert rc == 3
 
 
-def test_check_names_the_exchange_the_heads_forbid(tmp_path, capsys):
-    """`check` on a plan whose a2a the heads forbid: the conflict is the fixed exchange, said with the heads,
-    and releasing it fits."""
-    body = (
-        "llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 32\n"
-        "training: {global_batch: 2, seq_len: 65536, precision: bf16}\n"
-        "execution: {tp: 1, pp: 1, cp: 16, micro_batch: 1, cp_comm: a2a}\n"
-    )
-    rc, out, err, _ = run_cli(tmp_path, capsys, body, "--json", command="check")
-    d = json.loads(out)
-    assert rc == 3 and d["fits"] is False
-    assert d["conflicts"][0]["group"] == "fixed.cp_comm" and "8 K/V heads" in d["conflicts"][0]["reason"]
-    assert d["relaxations"][0]["value"] == "cp_comm" and d["relaxations"][0]["fits"] is True
+L8B_32 = (
+    "llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 32\n"
+    "training: {global_batch: 2, seq_len: 65536, precision: bf16}\n"
+)
 
 
-def test_check_names_the_attention_a_ring_cannot_run(tmp_path, capsys):
-    rc, out, _, _ = run_cli(
-        tmp_path,
-        capsys,
-        OSS + "execution: {tp: 1, pp: 4, cp: 2, ep: 8, etp: 1, micro_batch: 1, cp_comm: p2p}\n",
-        "--json",
-        command="check",
-    )
-    d = json.loads(out)
-    assert (
-        rc == 3 and d["conflicts"][0]["group"] == "fixed.cp_comm" and "sinks" in d["conflicts"][0]["reason"]
-    )
-
-
-def test_check_finds_the_exchange_when_cp_is_left_free(tmp_path, capsys):
-    """cp not written, but the GPUs and the batch leave only cp 16 or 32 (32 GPUs, 2 sequences, tp 1): the
-    written a2a is still named as the conflict, over the cp values the other rules leave."""
-    body = (
-        "llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 32\n"
-        "training: {global_batch: 2, seq_len: 65536, precision: bf16}\n"
-        "execution: {tp: 1, pp: 1, micro_batch: 1, cp_comm: a2a}\n"
-    )
+@pytest.mark.parametrize(
+    ("body", "said", "small"),
+    [
+        # a2a over 16 CP ranks, 8 K/V heads: the heads forbid it
+        (L8B_32 + "execution: {tp: 1, pp: 1, cp: 16, micro_batch: 1, cp_comm: a2a}\n", "8 K/V heads", True),
+        # cp not written, but 32 GPUs and 2 sequences at tp 1 leave only cp 16 or 32
+        (L8B_32 + "execution: {tp: 1, pp: 1, micro_batch: 1, cp_comm: a2a}\n", "cp [16, 32]", True),
+        # GPT-OSS's sinks: the ring cannot run them, whatever the heads
+        (
+            OSS + "execution: {tp: 1, pp: 4, cp: 2, ep: 8, etp: 1, micro_batch: 1, cp_comm: p2p}\n",
+            "sinks",
+            False,
+        ),
+    ],
+)
+def test_check_names_the_exchange_as_the_conflict(tmp_path, capsys, body, said, small):
+    """`check` on a plan whose CP exchange cannot run: the conflict is the fixed exchange, said with its
+    cause, and the first relaxation releases it (an 8B model on 32 H100 then fits: p2p or all_gather)."""
     rc, out, _, _ = run_cli(tmp_path, capsys, body, "--json", command="check")
     d = json.loads(out)
-    assert rc == 3 and d["conflicts"][0]["group"] == "fixed.cp_comm"
-    assert "cp [16, 32]" in d["conflicts"][0]["reason"]
+    assert rc == 3 and d["fits"] is False
+    assert d["conflicts"][0]["group"] == "fixed.cp_comm" and said in d["conflicts"][0]["reason"]
+    assert d["relaxations"][0]["value"] == "cp_comm"
+    if small:
+        assert d["relaxations"][0]["fits"] is True

@@ -87,9 +87,13 @@ def plan_goodput(problem: Problem, ex: Execution, r: dict):
 
 def problem_field_error(problem: Problem, field_path: str, message: str):
     """A `ProblemError` at a field of the problem's file (its line when the problem was loaded from one)."""
+    return sourced_field_error(problem.source_document(), field_path, message)
+
+
+def sourced_field_error(doc, field_path: str, message: str):
+    """A `ProblemError` at a field of a loaded document (`Sourced`: file and line; None: no file)."""
     from optimizer.errors import ProblemError
 
-    doc = problem.source_document()
     if doc is None:
         return ProblemError("<problem>", None, field_path, message)
     file, line = doc.locate(tuple(field_path.split(".")))

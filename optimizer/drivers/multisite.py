@@ -22,9 +22,10 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from formulations.multisite import LinkRow, SiteRow, SitesSolution, SitesTables, solve_cpsat
+from formulations.multisite import LinkRow, SiteRow, SitesSolution, SitesTables, ring_wan_s, solve_cpsat
+from optimizer.drivers.evaluate import sourced_field_error
 from optimizer.drivers.purchase import Group, TablesCache, best_of_type
-from optimizer.errors import Infeasible, ProblemError, TimeLimit, VerificationError
+from optimizer.errors import Infeasible, TimeLimit, VerificationError
 from optimizer.model import wan
 from optimizer.model.params import count
 from optimizer.progress import progress
@@ -378,15 +379,6 @@ def multisite(
     return r
 
 
-def field_error(mp: MultisiteProblem, field_path: str, message: str) -> ProblemError:
-    """A file:line error at a field of the problem's file."""
-    doc = mp._source
-    if doc is None:
-        return ProblemError("<problem>", None, field_path, message)
-    file, line = doc.locate(tuple(field_path.split(".")))
-    return ProblemError(file, line, field_path, message)
-
-
 def site_counts(mp: MultisiteProblem) -> tuple[list[int], list[str]]:
     """The numbers of sites searched (`sync.site_counts`, else min_sites..max_sites) that split the global
     batch evenly, and a note for each that does not."""
@@ -490,7 +482,7 @@ def _solve_variant(mp, k, offers, scheme, h, overlap, deadline) -> tuple[SitesPl
         plan.goodput = plan_goodput(mp, plan)
     except GoodputInputError as e:
         if e.field != "goodput":  # an interval the configuration's run cannot use: bad input at its field
-            raise field_error(mp, e.field, f"{plan.label()}: {e}") from None
+            raise sourced_field_error(mp._source, e.field, f"{plan.label()}: {e}") from None
         plan.never_finishes = str(e)
     return plan, row | {
         "days_to_train": plan.days_to_train,
@@ -513,8 +505,7 @@ def _plan(mp, offers, tables: SitesTables, sol: SitesSolution, scheme, h, overla
             )
         )
     slow = max(u.step_time_s for u in used)
-    work = h * slow
-    wan_s = sol.round_s - work if not overlap else _wan_of(tables, sol)
+    wan_s = ring_wan_s(tables, sol.link_choice)
     days = steps_to_train(mp) * m * sol.round_s / h / 86400.0
     hours = days * 24.0
     mwh = sum(u.power_mw for u in used) * hours
@@ -536,11 +527,6 @@ def _plan(mp, offers, tables: SitesTables, sol: SitesSolution, scheme, h, overla
         energy_usd=usd,
         status=status,
     )
-
-
-def _wan_of(tables: SitesTables, sol: SitesSolution) -> float:
-    rows = [tables.links[p][o] for p, o in sol.link_choice.items()]
-    return max((r.transfer_s for r in rows), default=0.0) + max((r.latency_term_s for r in rows), default=0.0)
 
 
 def verify(mp: MultisiteProblem, p: SitesPlan) -> None:
