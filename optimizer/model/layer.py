@@ -60,8 +60,12 @@ from .params import attention_params
 # attention, the router and the dispatcher's preprocessing, taken as half of the layer's host work (those
 # modules against the dispatch, experts and combine they leave eager, by a reading of Megatron-Core's MoE
 # layer: an estimate, neither counted kernel by kernel nor fitted); full graphs replay everything.
+# BW_HOST_RATIO: host time to issue a layer's backward against its forward's: autograd issues a data-gradient
+# and a weight-gradient kernel for each forward GEMM, and Transformer Engine's backward passes are Python
+# autograd functions as its forward ones are (a structural ratio, not fitted).
 MOE_HOST_FW_S = FITTED.moe_host_fw_s
 GRAPH_HOST_SHARE = np.array([1.0, 0.5, 0.0])
+BW_HOST_RATIO = 2.0
 
 
 @dataclass(frozen=True)
@@ -1201,16 +1205,23 @@ def host_floor_s(k: Knobs, blk: BlockCost) -> tuple:
 
     The layer reads its routed token counts on the host once per forward (Megatron-Core TEGroupedMLP.forward
     `tokens_per_expert.tolist()`, the dispatchers' cuda_sync_point), so the host cannot run ahead of it and
-    the forward takes at least the host time to issue it (MOE_HOST_FW_S, less what CUDA graphs replay). With
-    the all-to-all overlap (Megatron-Core's combined 1F1B) the forward runs merged with another micro-batch's
-    backward, but that backward does not cover the host: the same Python thread issues it sub-module by
-    sub-module between the forward's (attention, dispatch, experts, combine), so it adds host work with its
-    GPU work, and the forward's routing sync drains the stream of the backward kernels queued before it. The
-    floor is the forward's alone, as without the overlap (an estimate of the issue order, not a measured host
-    time of the merged backward). Full recompute issues the forward again."""
+    the forward takes at least the host time to issue it (MOE_HOST_FW_S, less what CUDA graphs replay); the
+    backward, which reads no counts, is issued while the GPU runs. Full recompute issues the forward again.
+
+    With the all-to-all overlap (Megatron-Core's combined 1F1B) one micro-batch's forward runs merged with
+    another's backward, issued by the same Python thread sub-module by sub-module (attention, dispatch,
+    experts, combine of each), and the forward's routing sync drains the stream between them: the merged
+    chunk takes at least the host time to issue both, the forward's and the backward's (BW_HOST_RATIO times
+    it), and the forward again under full recompute, against the GPU time of both. This is the CPU overhead
+    for which NVIDIA's Megatron-Bridge recipes turn the overlap off (Megatron-Bridge pull request 1760,
+    "Disable moe_a2a_overlap due to CPU overhead", Qwen3-235B on B200)."""
     host = MOE_HOST_FW_S * GRAPH_HOST_SHARE[np.asarray(k.cuda_graphs, dtype=int)]
-    host_fw = np.maximum(host - blk.fw_total, 0.0)  # the GPU's critical path while the host issues
-    return host_fw, np.where(k.recompute == 2, host_fw, 0.0)
+    full = k.recompute == 2
+    alone = np.maximum(host - blk.fw_total, 0.0)  # the GPU's critical path while the host issues
+    merged_host = host * (1.0 + BW_HOST_RATIO + np.where(full, 1.0, 0.0))
+    merged = np.maximum(merged_host - (blk.fw_total + blk.bw_total), 0.0)
+    ov = ep_overlapped(k)
+    return np.where(ov, merged, alone), np.where(ov | ~full, 0.0, alone)
 
 
 # ------------------------------------------------------------------------------------------------ the block
