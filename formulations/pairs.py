@@ -44,6 +44,7 @@ from optimizer.model.compose import (
     activations,
     dp_exposed,
     dp_links,
+    dualpipe_v,
     edge_head,
     fsdp_traffic,
     p2p_steady,
@@ -81,6 +82,13 @@ def block_index(T: Tables, li, mi, ri, si, oi) -> np.ndarray:
     return (((T.L["tpcp"][li] * nM + mi) * nR + ri) * nS + si) * nO + oi
 
 
+def _dual(T: Tables, li, vi, mi) -> np.ndarray:
+    """Rows (l, vi, mi) of the DualPipeV variant that run it (`compose.dualpipe_v`)."""
+    is_dpv = T.fixed["schedule"] == SCHEDULE_CODES.index(Schedule.DUALPIPE_V)
+    pp, vv = T.lay["pp"][li], np.array(T.v_vals)[vi]
+    return dualpipe_v(is_dpv, pp, vv, T.LM["nmb"][li * T.nM + mi])
+
+
 def _pipeline_columns(T: Tables, li, vi, mi, col) -> dict[str, np.ndarray]:
     """The pipeline's parts (`compose.pipeline`) of rows (l, vi, mi). Interleaved schedules overlap each
     steady-state exchange with a chunk's forward (Execution.pp_overlap, which `solve` keeps on): what exceeds
@@ -88,6 +96,7 @@ def _pipeline_columns(T: Tables, li, vi, mi, col) -> dict[str, np.ndarray]:
     lv = li * T.nV + vi
     Lt, LV = T.L, T.LV
     mbv, pp, vv = np.array(T.mb_vals)[mi], T.lay["pp"][li], np.array(T.v_vals)[vi]
+    zb = T.fixed["schedule"] == SCHEDULE_CODES.index(Schedule.ZERO_BUBBLE)
     t_ss = p2p_steady(col("p2p_s"), LV["Lc"][lv] * col("p2p_window"), (np.array(T.v_vals)[vi] > 1) & (pp > 1))
     return pipeline(
         Lt["A1"][li],
@@ -101,8 +110,9 @@ def _pipeline_columns(T: Tables, li, vi, mi, col) -> dict[str, np.ndarray]:
         t_ss // mbv,
         col("p2p_s"),
         col("offx_mb"),
-        # the zero-bubble variant, interleaved: its weight-gradient GEMMs fill the bubble (`step.zero_bubble`)
-        Zf=LV["Bf"][lv] * int(T.fixed["schedule"] == SCHEDULE_CODES.index(Schedule.ZERO_BUBBLE)) * (vv > 1),
+        # the zero-bubble variant, interleaved: its weight-gradient GEMMs fill the bubble
+        # (`step.zero_bubble`); the DualPipeV variant where it runs (`compose.dualpipe_v`): its own fill
+        Zf=LV["Bf"][lv] * ((zb & (vv > 1)) | _dual(T, li, vi, mi)),
         fill=col("bubble_fill_s"),
     )
 
@@ -126,6 +136,7 @@ def compose(T: Tables, li, vi, mi, col) -> dict[str, np.ndarray]:
         col("act_working_bytes"),
         col("emb_out_bytes"),
         col("logits_bytes"),
+        dual=_dual(T, li, vi, mi),
     )
     out["act"] = acts["act"] + Lt["reserved_bytes"][li]
     out["offact"] = acts["offact"]

@@ -110,3 +110,101 @@ def test_zero_bubble_needs_two_stages_per_rank(tmp_path):
     for plan in api.solve(p, top=5, distinct=False).plans:
         ex = plan.evaluation.execution
         assert not (ex.schedule.value == "zb" and ex.vpp == 1)
+
+
+DPV = """name: dpv
+llm: llama3.1-70b
+system: {system}
+num_gpus: 64
+training: {{global_batch: {batch}, seq_len: 8192, precision: bf16, tokens: 1.0e+11}}
+stack: {stack}
+execution: {{tp: 8, pp: 8, vpp: {vpp}, micro_batch: 1, schedule: {schedule}, zero: 1, recompute: none}}
+search:
+  schedule: [1f1b, zb, dualpipev]
+  vpp: [1, 2]
+  tp: 8
+  pp: 8
+  micro_batch: 1
+  recompute: none
+  zero: 1
+  cp: 1
+"""
+
+
+def _dpv(tmp_path, schedule="dualpipev", vpp=2, system="h100-sxm-80gb", batch=64, stack="torchtitan"):
+    p = tmp_path / f"dpv-{schedule}{vpp}{system}{batch}{stack}.yaml"
+    p.write_text(DPV.format(schedule=schedule, vpp=vpp, system=system, batch=batch, stack=stack))
+    return p
+
+
+def _cli(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "optimizer.cli", *map(str, args)], capture_output=True, text=True
+    )
+
+
+def test_dualpipev_bubble_and_memory_by_hand(tmp_path):
+    """DualPipeV on d = 8 ranks of two chunks (Llama 3.1 70B, 80 layers: Ls = 10, chunks of 5): its bubble
+    is (d-1) x 5 x (T_F&B + T_B - 3 T_W) per micro-batch layer (DeepSeek-V3 report, Table 2), T_F&B the layer
+    time, T_B its backward, 3 T_W 1.5 x the backward GEMMs (zero-bubble's fill is 2 T_W); the first rank keeps
+    2d+1 = 17 chunks of activations (1F1B: 8 stages = 16 chunks) and the loss's logits. Everything else is
+    interleaved 1F1B's at vpp 2."""
+    rd, td = _terms(api.load(_dpv(tmp_path)))
+    ri, ti = _terms(api.load(_dpv(tmp_path, "1f1b")))
+    _, tz = _terms(api.load(_dpv(tmp_path, "zb")))
+    r1, t1 = _terms(api.load(_dpv(tmp_path, "1f1b", vpp=1)))
+    bf, gemm_bw = 7 * 5, float(tz.bubble_fill_s[0])
+    fill = 1.5 * gemm_bw - float(td.layer_bw_s[0])
+    assert float(td.bubble_fill_s[0]) == pytest.approx(fill, rel=1e-9)
+    assert float(td.bubble_s[0]) == pytest.approx(bf * (float(td.layer_s[0]) - fill), rel=1e-9)
+    assert float(ti.bubble_s[0]) == pytest.approx(bf * float(ti.layer_s[0]), rel=1e-9)
+    assert float(rd.step_time[0] - ri.step_time[0]) == pytest.approx(-bf * fill, rel=1e-6)
+    stored, logits = float(t1.act_stored_bytes[0]), float(t1.logits_bytes[0])
+    assert float(rd.activations[0] - r1.activations[0]) == pytest.approx(5 * stored + logits, rel=1e-9)
+    assert float(ri.activations[0]) > float(rd.activations[0])  # interleaving keeps (3d-1) chunks = 23
+
+
+def test_dualpipev_is_chosen_where_interleaving_does_not_fit(tmp_path):
+    """On 80 GB H100s interleaved schedules (77 GiB) do not fit and DualPipeV (63 GiB) beats 1F1B at vpp 1:
+    CP-SAT, the Pyomo MILP and the enumerator all answer DualPipeV. On 141 GB H200s the interleaved
+    zero-bubble schedule fits and wins."""
+    p = api.load(_dpv(tmp_path))
+    plans = [
+        api.solve(p).plans[0],
+        api.solve(p, method="enumerate").plans[0],
+        api.solve(p, backend="pyomo").plans[0],
+    ]
+    t = [x.evaluation.result["step_time"] for x in plans]
+    assert np.allclose(t, t[0], rtol=1e-6)
+    assert {(x.evaluation.execution.schedule.value, x.evaluation.execution.vpp) for x in plans} == {
+        ("dualpipev", 2)
+    }
+    ex = api.solve(api.load(_dpv(tmp_path, system="h200-sxm-141gb"))).plans[0].evaluation.execution
+    assert (ex.schedule.value, ex.vpp) == ("zb", 2)
+
+
+def test_dualpipev_needs_two_stages_per_rank_and_a_micro_batch_per_stage(tmp_path):
+    """PyTorch's ScheduleDualPipeV runs exactly two stages per rank and at least one micro-batch per stage
+    (2 x pp): a written dualpipev breaking either is refused at its field (exit 2); a solve whose batch gives
+    fewer micro-batches answers 1F1B (the DualPipeV variant runs there as 1F1B and is written so)."""
+    r = _cli("evaluate", _dpv(tmp_path, vpp=4))
+    assert r.returncode == 2 and "dualpipev runs two stages per rank" in r.stderr, r.stderr
+    r = _cli("evaluate", _dpv(tmp_path, batch=8))
+    assert r.returncode == 2 and "dualpipev needs at least 2*pp = 16 micro-batches" in r.stderr, r.stderr
+    p = api.load(_dpv(tmp_path, schedule="1f1b", vpp=1, batch=8))
+    for plan in api.solve(p, top=4, distinct=False).plans:
+        assert plan.evaluation.execution.schedule.value != "dualpipev"
+
+
+def test_only_torchtitan_offers_dualpipev_and_its_export_names_it(tmp_path):
+    """Megatron-Core has no DualPipeV (exit 2 naming the field); torchtitan's export names PyTorch's schedule
+    and says its split backward refuses compiled stage modules."""
+    r = _cli("evaluate", _dpv(tmp_path, stack="megatron-core"))
+    assert (
+        r.returncode == 2
+        and "execution.schedule: dualpipev is not offered by stack megatron-core" in r.stderr
+    )
+    p = api.load(_dpv(tmp_path))
+    text = api.emit("torchtitan", p, p.execution)
+    assert 'pipeline_parallel_schedule = "DualPipeV"' in text
+    assert "refuses compiled stage modules" in text

@@ -25,6 +25,7 @@ from optimizer.schema import (
 from optimizer.schema.common import CP_COMM_CODES, RECOMPUTE_BITS, SCHEDULE_CODES, CpComm
 
 ZB_CODE = SCHEDULE_CODES.index(Schedule.ZERO_BUBBLE)
+DPV_CODE = SCHEDULE_CODES.index(Schedule.DUALPIPE_V)
 
 RECOMPUTE = [Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL]  # code = index
 TP_OVERLAP = [TpOverlap.NONE, TpOverlap.PIPE, TpOverlap.RING]
@@ -188,8 +189,23 @@ def from_execution(ex: Execution, system: System, num_gpus: int) -> Knobs:
     return Knobs.from_dict(d)
 
 
-def to_execution(k: Knobs, system: System, i: int = 0) -> Execution:
-    """The `Execution` of candidate `i` (inverse of `from_execution`)."""
+def written_schedule(r: dict, global_batch: int | None) -> Schedule:
+    """The schedule a candidate row runs, as a plan writes it: zero-bubble with one stage per rank is 1F1B
+    (it runs interleaved); DualPipeV where it does not run (`compose.dualpipe_v`: vpp != 2, or fewer than
+    2*pp micro-batches of `global_batch`) is 1F1B."""
+    code = int(r["schedule"])
+    if code == ZB_CODE and r["vpp"] == 1:
+        return SCHEDULE_CODES[0]
+    if code == DPV_CODE:
+        nmb = global_batch // (r["dp"] * r["micro_batch"]) if global_batch else 2 * r["pp"]
+        if r["pp"] > 1 and not (r["vpp"] == 2 and nmb >= 2 * r["pp"]):
+            return SCHEDULE_CODES[0]
+    return SCHEDULE_CODES[code]
+
+
+def to_execution(k: Knobs, system: System, i: int = 0, global_batch: int | None = None) -> Execution:
+    """The `Execution` of candidate `i` (inverse of `from_execution`); `global_batch` decides whether a
+    DualPipeV row runs it (`written_schedule`)."""
     r = k.row(i)
     names = [n.name for n in system.networks]
     return Execution(
@@ -201,8 +217,7 @@ def to_execution(k: Knobs, system: System, i: int = 0) -> Execution:
         etp=r["etp"],
         vpp=r["vpp"],
         micro_batch=r["micro_batch"],
-        # zero-bubble with one stage per rank is 1F1B (it runs interleaved): the plan is written as what runs
-        schedule=SCHEDULE_CODES[0 if r["schedule"] == ZB_CODE and r["vpp"] == 1 else int(r["schedule"])],
+        schedule=written_schedule(r, global_batch),
         recompute=RECOMPUTE[r["recompute"]],
         sequence_parallel=bool(r["sequence_parallel"]),
         tp_comm=TpComm.RS_AG if r["tp_comm"] else TpComm.ALLREDUCE,

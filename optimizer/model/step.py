@@ -30,6 +30,7 @@ import numpy as np
 from optimizer.model.compose import (
     PIPE,
     dp_links,
+    dualpipe_v,
     edge_head,
     fsdp_traffic,
     layout_factors,
@@ -512,6 +513,7 @@ def _activation_memory(ctx: Ctx, k: Knobs, g: _Shape, blk: BlockCost, f_v: dict,
         emb_out,
         logits,
         a_part,
+        dual=dual_runs(k, g),
     )
     return dict(acts, working=working, logits_bytes=logits, emb_out=emb_out, a_off=a_off, a_part=a_part)
 
@@ -567,12 +569,20 @@ def zero_bubble(k: Knobs, g: _Shape):
     return (k.schedule == SCHEDULE_CODES.index(Schedule.ZERO_BUBBLE)) & (g.vpp > 1)
 
 
-def bubble_fill(blk: BlockCost):
-    """What the zero-bubble schedule fills the pipeline's fill and drain with, per layer and micro-batch, s:
-    the weight-gradient GEMMs, so the bubble's layer time T_F + T_B + T_W becomes T_F + T_B - T_W, less
-    2 T_W = the backward GEMMs (a linear layer's weight and input gradients take the same FLOPs; Qi et al.,
-    ICLR 2024)."""
-    return blk.gemm_bw
+def dual_runs(k: Knobs, g: _Shape):
+    """Whether the candidate runs DualPipeV (`compose.dualpipe_v`)."""
+    return dualpipe_v(k.schedule == SCHEDULE_CODES.index(Schedule.DUALPIPE_V), g.pp, g.vpp, g.n_mb)
+
+
+def bubble_fill(blk: BlockCost, k: Knobs):
+    """What a split-backward schedule takes off the pipeline's fill and drain, per layer and micro-batch, s.
+    Zero-bubble: the weight-gradient GEMMs fill it, so the bubble's layer time T_F + T_B + T_W becomes
+    T_F + T_B - T_W, less 2 T_W = the backward GEMMs (a linear layer's weight and input gradients take the
+    same FLOPs; Qi et al., ICLR 2024). DualPipeV: its bubble per chunk is T_F&B + T_B - 3 T_W (DeepSeek-V3
+    report, Table 2; T_B the whole backward, T_W its weight gradients), the layer's critical path `tau`
+    standing for T_F&B, so the fill is 3 T_W - T_B = 1.5 x the backward GEMMs less the backward."""
+    dpv = k.schedule == SCHEDULE_CODES.index(Schedule.DUALPIPE_V)
+    return np.where(dpv, 1.5 * blk.gemm_bw - blk.bw_total, blk.gemm_bw)
 
 
 def _pipeline_time(k: Knobs, g: _Shape, blk: BlockCost, head, t_p2p, off_exp_layer, f_l, f_v):
@@ -594,8 +604,8 @@ def _pipeline_time(k: Knobs, g: _Shape, blk: BlockCost, head, t_p2p, off_exp_lay
         t_ss / mb,
         np.where(pp > 1, t_p2p, 0.0),
         off_exp_layer / mb,
-        Zf=np.where(zero_bubble(k, g), f_v["Bf"], 0.0),
-        fill=bubble_fill(blk),
+        Zf=np.where(zero_bubble(k, g) | dual_runs(k, g), f_v["Bf"], 0.0),
+        fill=bubble_fill(blk, k),
     )
     return pl, t_ss
 
@@ -622,7 +632,9 @@ def _throughput(ctx: Ctx, g: _Shape, blk: BlockCost, step) -> dict:
     )
 
 
-def _terms(pl: dict, dpt: dict, optimizer, blk: BlockCost, head, t_p2p, off_exp_layer, mem) -> StepTerms:
+def _terms(
+    pl: dict, dpt: dict, optimizer, blk: BlockCost, head, t_p2p, off_exp_layer, mem, fill
+) -> StepTerms:
     """The `StepTerms` of the evaluation from its parts."""
     return StepTerms(
         **{n: pl[n] for n in PIPE},
@@ -641,7 +653,7 @@ def _terms(pl: dict, dpt: dict, optimizer, blk: BlockCost, head, t_p2p, off_exp_
         layer_s=blk.total,
         layer_fw_s=blk.fw_total,
         layer_bw_s=blk.bw_total,
-        bubble_fill_s=bubble_fill(blk),
+        bubble_fill_s=fill,
         head_s=head,
         p2p_s=t_p2p,
         offload_layer_s=off_exp_layer,
@@ -677,7 +689,7 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     mem = _memory(problem, ctx, k, g, P, blk, f_v, f_m)
     off_exp_layer, offload_bw_need = _offload_streaming(problem, ctx, k, P, blk, mem)
     pl, t_ss = _pipeline_time(k, g, blk, head, t_p2p, off_exp_layer, f_l, f_v)
-    terms = _terms(pl, dpt, optimizer, blk, head, t_p2p, off_exp_layer, mem)
+    terms = _terms(pl, dpt, optimizer, blk, head, t_p2p, off_exp_layer, mem, bubble_fill(blk, k))
     step = step_of(terms)
     # the report's parts: layers + head per micro-batch, bubble, p2p less what the edge stage's head hides
     pp_exposed = pl["p2p_steady_s"] + pl["p2p_fill_s"] - np.where(pp > 1, n_mb * np.minimum(t_ss, head), 0.0)

@@ -20,7 +20,7 @@ from optimizer.rules.layout import (
     tier_index,
     tier_spans,
 )
-from optimizer.schema.common import CP_COMM_CODES, CpComm
+from optimizer.schema.common import CP_COMM_CODES, CpComm, Schedule
 from optimizer.schema.stack import Stack, layout_unsupported, not_offered, profile
 
 if TYPE_CHECKING:
@@ -142,6 +142,15 @@ def _batch_errors(p: Problem, ex: Execution, dp: int, ok: dict) -> list[tuple[st
         n_mb = B // (dp * ex.micro_batch)
         return [
             ("execution.vpp", f"interleaved schedule needs micro-batches ({n_mb}) divisible by pp ({ex.pp})")
+        ]
+    n_mb = B // (dp * ex.micro_batch)
+    if ex.schedule == Schedule.DUALPIPE_V and ex.pp > 1 and n_mb < 2 * ex.pp:
+        return [
+            (
+                "execution.schedule",
+                f"dualpipev needs at least 2*pp = {2 * ex.pp} micro-batches (PyTorch's ScheduleDualPipeV: "
+                f"one per stage), {n_mb} here",
+            )
         ]
     return []
 

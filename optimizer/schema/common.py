@@ -228,14 +228,27 @@ class Schedule(StrEnum):
     1F1B, ZB-H1: Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024; interleaved when vpp > 1, PyTorch's
     ScheduleInterleavedZeroBubble): the backward is split into its input and weight gradients and the
     weight-gradient GEMMs fill the bubble, (p-1)/v x (T_F + T_B - T_W) instead of (p-1)/v x (T_F + T_B +
-    T_W), with 1F1B's activation memory."""
+    T_W), with 1F1B's activation memory; or ``dualpipev`` (DualPipeV: DeepSeek-AI, DeepSeek-V3 Technical
+    Report, arXiv:2412.19437, Sec. 3.2.1 and Table 2, in its V-shaped form of PyTorch's ScheduleDualPipeV):
+    two stages per rank (vpp = 2), the first rank holding the first and the last stage, micro-batches fed
+    from both ends, each forward chunk run together with another micro-batch's backward chunk; its bubble is
+    (d-1) x (T_F&B + T_B - 3 T_W) on d ranks (T_F&B: a forward and a backward chunk run together, which is
+    the layer's critical path with the MoE all-to-all overlap when `ep_overlap` is on), and the first rank
+    keeps 2d+1 chunks of activations (1F1B keeps d stages), with the loss's logits. It needs at least 2d
+    micro-batches; with fewer, or with vpp != 2, a plan runs it as 1F1B."""
 
     ONE_F_ONE_B = "1f1b"
     GPIPE = "gpipe"
     ZERO_BUBBLE = "zb"
+    DUALPIPE_V = "dualpipev"
 
 
-SCHEDULE_CODES = (Schedule.ONE_F_ONE_B, Schedule.GPIPE, Schedule.ZERO_BUBBLE)  # the model's integer codes
+SCHEDULE_CODES = (
+    Schedule.ONE_F_ONE_B,
+    Schedule.GPIPE,
+    Schedule.ZERO_BUBBLE,
+    Schedule.DUALPIPE_V,
+)  # the model's integer codes
 
 
 class AttentionKernel(StrEnum):

@@ -116,7 +116,9 @@ class Execution(Frozen):
         1, description="Interleaved virtual stages per pipeline rank (1 = not interleaved)."
     )
     micro_batch: PositiveInt = Field(1, description="Sequences per micro-batch (per data-parallel rank).")
-    schedule: Schedule = Field(Schedule.ONE_F_ONE_B, description="Pipeline schedule: 1f1b or gpipe.")
+    schedule: Schedule = Field(
+        Schedule.ONE_F_ONE_B, description="Pipeline schedule: 1f1b, gpipe, zb or dualpipev."
+    )
     recompute: Recompute = Field(
         Recompute.NONE, description="Activation recomputation: none, selective, full."
     )

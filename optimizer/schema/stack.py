@@ -61,7 +61,8 @@ NO_OFFLOAD = {
 }  # nor Megatron-Core's MoE overlap, DeepEP
 
 # knob -> values the stack offers (knobs not named: as Megatron-Core)
-# pipeline schedules: zero-bubble only in PyTorch's pipelining (torchtitan InterleavedZeroBubble)
+# pipeline schedules: zero-bubble and DualPipeV only in PyTorch's pipelining (torchtitan
+# InterleavedZeroBubble, DualPipeV)
 NO_ZERO_BUBBLE = {"schedule": [Schedule.ONE_F_ONE_B, Schedule.GPIPE]}
 PROFILES: dict[Stack, dict[str, list]] = {
     Stack.MEGATRON_CORE: {**NO_ZERO_BUBBLE},
@@ -298,6 +299,10 @@ def written_unsupported(stack: Stack, ex, precision=None) -> list[tuple[str, str
                 "zb runs interleaved: PyTorch's InterleavedZeroBubble (torchtitan) needs at least 2 stages "
                 "per rank (vpp >= 2)",
             )
+        )
+    if "schedule" in ex.model_fields_set and ex.schedule == Schedule.DUALPIPE_V and ex.pp > 1 and ex.vpp != 2:
+        out.append(
+            ("schedule", "dualpipev runs two stages per rank: PyTorch's ScheduleDualPipeV needs vpp = 2")
         )
     return out + [
         (k, m) for k, m in layout_unsupported(stack, ex) if k in ex.model_fields_set and k not in dict(out)

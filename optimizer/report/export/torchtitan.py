@@ -4,7 +4,8 @@ with FSDP as data_parallel_shard_degree when ZeRO >= 1."""
 
 from __future__ import annotations
 
-SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "zb": "InterleavedZeroBubble"}
+SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "zb": "InterleavedZeroBubble", "dualpipev": "DualPipeV"}
+SPLIT_BACKWARD = ("zb", "dualpipev")  # schedules PyTorch runs with split input/weight backward
 
 
 def _toml(v) -> str:
@@ -30,7 +31,9 @@ def _pipeline(llm, ex, notes: list[str]) -> dict:
     per_stage = -(-slots // stages)
     par = {
         "pipeline_parallel_schedule": (
-            "Interleaved1F1B" if ex.vpp > 1 and ex.schedule.value != "zb" else SCHEDULES[ex.schedule.value]
+            "Interleaved1F1B"
+            if ex.vpp > 1 and ex.schedule.value not in SPLIT_BACKWARD
+            else SCHEDULES[ex.schedule.value]
         ),
         "pipeline_parallel_microbatch_size": ex.micro_batch,
         "pipeline_parallel_first_stage_less_layers": w,
@@ -85,6 +88,12 @@ def _compile(ex, notes: list[str]) -> dict:
         notes.append(
             "async TP needs the model compiled: compile also fuses the element-wise ops the plan priced "
             "unfused"
+        )
+    if ex.pp > 1 and ex.schedule.value in SPLIT_BACKWARD and "model" in components:
+        notes.append(
+            f"PyTorch's {SCHEDULES[ex.schedule.value]} schedule refuses compiled stage modules (its split "
+            "backward, _check_torch_compile_compatibility): run the model uncompiled, which unfuses the "
+            "element-wise ops the plan priced fused"
         )
     return {"enable": bool(components), "components": components} if components else {"enable": False}
 
