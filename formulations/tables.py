@@ -21,7 +21,7 @@ integer units (a `_s` field in ns, a `_bytes` field in KiB); `_z{z}` names its v
 Columns (the composition factors are defined in `optimizer.model.compose`):
 
     per layout (L)      A1 [sequences x layers], A2 [sequences], Ls [layers], pm2 [exchanges]: layout factors
-                        tpcp [index]: the block group (tp, cp, ep, etp); ppgt1, dpg1 [0/1]: pp > 1, no
+                        tpcp [index]: the block group (tp, cp, ep, etp, tiers); ppgt1, dpg1 [0/1]: pp > 1, no
                         (expert-)data-parallel group (`rules.layout.has_dp_group`); hc [0..2]: head column
                         (pp = 1; pp > 1; pp > 1 with embedding/loss slots); rso [bit mask]: the block settings
                         (recompute, SP, TP overlap) the layout allows (`block_settings`)
@@ -92,7 +92,9 @@ class Tables:
     ov_vals: list[int]
     z_vals: list[int]
     dpo_vals: list[int]
-    tpcp: list[tuple[int, int, int, int]]  # block groups (tp, cp, ep, etp); layout -> index L["tpcp"]
+    tpcp: list[
+        tuple[int, ...]
+    ]  # block groups (GROUP_AXES: tp, cp, ep, etp, their tiers); layout -> L["tpcp"]
     LV: dict[str, np.ndarray]  # per (layout, v index), flattened l*nV + vi
     LM: dict[str, np.ndarray]  # per (layout, mb index), flattened l*nM + mi
     BETA: dict[str, np.ndarray]  # per block index (see beta_index)
@@ -293,18 +295,22 @@ def _runner(problem: Problem, allv: list[dict[str, int]], deadline: float | None
     return run
 
 
+GROUP_AXES = ("tp", "cp", "ep", "etp", "tier_tp", "tier_cp", "tier_ep")
+
+
+def _group_keys(lay: dict) -> list[tuple[int, ...]]:
+    """Each layout's block group: (tp, cp, ep, etp) and the tiers of the TP, CP and EP groups (a group's
+    tier also depends on the job's GPUs per domain, `optimizer.rules.layout.placement`)."""
+    return [tuple(int(x) for x in key) for key in zip(*(lay[a] for a in GROUP_AXES), strict=True)]
+
+
 def _layout_tables(problem: Problem, lay: dict, tpcp_index: dict, z_vals: list[int], run, nVar: int):
     """Per layout: the composition factors and flags (variant-independent, L0) and, per variant, the DP
     collectives, FSDP's copies, the reserve and the optimizer and state of each ZeRO stage."""
     L0: dict[str, np.ndarray] = {}
     slots = problem.llm.layers + 2 * lay["pp_embedding_loss"]  # the embedding and loss take a layer slot each
     L0.update(layout_factors(problem.training.global_batch, slots, lay["dp"], lay["pp"]))  # A1, A2, Ls, pm2
-    L0["tpcp"] = np.array(
-        [
-            tpcp_index[tuple(int(x) for x in key)]
-            for key in zip(lay["tp"], lay["cp"], lay["ep"], lay["etp"], strict=True)
-        ]
-    )
+    L0["tpcp"] = np.array([tpcp_index[key] for key in _group_keys(lay)])
     edp = lay["tp"] * lay["cp"] * lay["dp"] // (lay["ep"] * lay["etp"])
     L0["dpg1"] = (~has_dp_group(lay["dp"] * lay["cp"], edp)).astype(np.int64)
     L0["ppgt1"] = (lay["pp"] > 1).astype(np.int64)
@@ -436,11 +442,9 @@ def _block_shape(tpcp: list, vals: dict) -> tuple[int, ...]:
 
 def _block_rows(lay: dict, L0: dict, tpcp: list, vals: dict, idx: np.ndarray) -> dict[str, np.ndarray]:
     """The knob columns of the blocks `idx` (flat index over `_block_shape`), a block beta = (tp, cp, ep, etp
-    group, micro-batch, recompute, SP, TP overlap) (the group's tiers are those of one of its layouts)."""
+    group and their tiers, micro-batch, recompute, SP, TP overlap)."""
     ti, mi, ri, si, oi = np.unravel_index(idx, _block_shape(tpcp, vals))
     grp = np.array(tpcp, dtype=np.int64)[ti]
-    _, first = np.unique(L0["tpcp"], return_index=True)
-    tier_of_grp = {ax: lay[f"tier_{ax}"][first][ti] for ax in ("tp", "cp", "ep")}
     mb_b = np.array(vals["mb"])[mi]
     return dict(
         tp=grp[:, 0],
@@ -451,9 +455,9 @@ def _block_rows(lay: dict, L0: dict, tpcp: list, vals: dict, idx: np.ndarray) ->
         recompute=np.array(vals["recompute"])[ri],
         sequence_parallel=np.array(vals["sp"])[si],
         tp_overlap=np.array(vals["tp_overlap"])[oi],
-        tier_tp=tier_of_grp["tp"],
-        tier_cp=tier_of_grp["cp"],
-        tier_ep=tier_of_grp["ep"],
+        tier_tp=grp[:, 4],
+        tier_cp=grp[:, 5],
+        tier_ep=grp[:, 6],
     )
 
 
@@ -513,10 +517,7 @@ def build_all(problem: Problem, c: Compact, deadline: float | None = None) -> li
     allv, admits = _variants_admitted(c)
     nVar, nL = len(allv), len(c.layouts)
     lay, vals = _layout_columns(c), _values(c)
-    # the block's group key: (tp, cp, ep, etp) (their tiers follow from them)
-    tpcp = sorted(
-        {tuple(int(x) for x in key) for key in zip(lay["tp"], lay["cp"], lay["ep"], lay["etp"], strict=True)}
-    )
+    tpcp = sorted(set(_group_keys(lay)))
     run = _runner(problem, allv, deadline)
     tpcp_index = {x: i for i, x in enumerate(tpcp)}
     slots, L0, Lv, r = _layout_tables(problem, lay, tpcp_index, vals["zero"], run, nVar)

@@ -45,7 +45,10 @@ def test_nvl72_racks_have_a_72_gpu_nvlink_tier_over_4_gpu_trays():
         s = system(name)
         assert s.gpus_per_node == 4
         assert s.networks[0].size == 72 and not s.networks[0].must_fill
+        assert s.networks[0].used == 64  # the published runs use 64 of each rack's 72 GPUs
         assert s.networks[1].size > 72
+    with pytest.raises(ValueError, match=r"gpus_used \(80\) exceeds the domain's size \(72\)"):
+        s.networks[0].model_validate({**s.networks[0].model_dump(), "gpus_used": 80})
 
 
 def test_h200_is_transferred_from_h100_and_its_hbm_prior_is_not_called_fitted():

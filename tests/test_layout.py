@@ -197,3 +197,54 @@ def test_each_rule_group_binds_alone(tmp_path):
     # experts: a dense model has none
     r = rule_masks(p, **ok, ep=2)
     assert [k for k, v in r.items() if not bool(v)] == [Group.EXPERTS]
+
+
+def test_groups_that_do_not_divide_a_domain_cross_it():
+    """Consecutive ranks fill each domain in turn, so a group of g ranks stays inside one only when g divides
+    the job's GPUs there: 3-GPU TP groups on 8-GPU nodes cross nodes (the third holds ranks 6-8) and run at
+    the scale-out tier, unless the whole job fits in one node; on NVL72 racks used 64 GPUs each an EP group
+    of 64 stays in its rack, and with all 72 used one of 32 crosses racks. Vectorised and scalar agree."""
+    node, rack = [8, 65536], [72, 65536]
+    assert placement(node, 3, 1, 8, 1)["tp"] == 1  # 24 GPUs
+    assert placement(node, 3, 1, 2, 1)["tp"] == 0  # 6 GPUs: one node
+    assert placement(node, 4, 1, 6, 1)["tp"] == 0
+    assert placement(node, 2, 3, 4, 1) == {"tp": 0, "cp": 1, "dp": 1, "pp": 0, "ep": 0}  # 2x3 = 6 crosses
+    assert placement(rack, 1, 1, 128, 1, ep=64, etp=1, used=[64, 65536])["ep"] == 0
+    assert placement(rack, 1, 1, 288, 1, ep=32, etp=1, used=[72, 65536])["ep"] == 1
+    assert placement(rack, 1, 1, 288, 1, ep=8, etp=1, used=[72, 65536])["ep"] == 0
+    tp = np.array([3, 3, 4])
+    assert placement(node, tp, 1, np.array([8, 2, 6]), 1)["tp"].tolist() == [1, 0, 0]
+
+
+def test_a_spanning_ep_group_is_priced_on_the_scale_out_tier_and_named(tmp_path):
+    """Qwen3-30B-A3B-like MoE on 288 GB200 GPUs packed 72 per rack: EP 32 groups cross racks, so their
+    all-to-all runs on InfiniBand (slower than at 64 GPUs per rack, where they stay in one) and evaluate
+    says why and what keeps them in one rack."""
+    from optimizer import api
+    from optimizer.drivers.evaluate import evaluate_execution
+
+    text = """name: ep-racks
+llm: {name: moe, hidden: 2048, ffn: 6144, layers: 8, heads: 32, kv_heads: 4, seq_len: 4096, vocab: 32000,
+  moe: {experts: 128, top_k: 8, expert_ffn: 768}}
+system: gb200-nvl72
+num_gpus: 288
+training: {global_batch: 576, precision: bf16}
+execution: {tp: 1, pp: 1, ep: 32, micro_batch: 1, zero: 1}
+"""
+    p = api.load(write(tmp_path, text))
+    fast, slow = p.system.networks
+    full = p.model_copy(
+        update={
+            "system": p.system.model_copy(
+                update={"networks": [fast.model_copy(update={"gpus_used": 72}), slow]}
+            )
+        }
+    )
+    ev64, ev72 = evaluate_execution(p), evaluate_execution(full)
+    assert ev64.execution.placement["ep"] == "nvlink" and ev72.execution.placement["ep"] == "infiniband"
+    assert ev72.result["ep_link"] > ev64.result["ep_link"]
+    msg = next(w for w in ev72.warnings if w.startswith("EP group of 32"))
+    assert "do not divide the 72 GPUs the job uses in each 'nvlink' domain" in msg
+    assert not any(w.startswith("EP group") for w in ev64.warnings)
+    written = {"tp": 1, "pp": 1, "ep": 32, "micro_batch": 1, "zero": 1}
+    assert f"warning: {msg}" in api.text(check(full, written))  # check's plan says it too

@@ -238,7 +238,7 @@ def _cp_comm_conflict(p: Problem, fixed: dict[str, list]) -> str | None:
     if not lay or 1 in cps:  # no layout at all, or one without context parallelism: not the exchange
         return None
     codes = {[c.value for c in CP_COMM_CODES].index(str(n)) for n in names}
-    dom = p.system.networks[0].size
+    dom = p.system.networks[0].used
     allowed, why = cp_comm_limits(p.llm, p.stack)
     if any(set(cp_comm_codes(p.llm.heads, p.llm.kv, t, c, dom, allowed)) & codes for t in tps for c in cps):
         return None

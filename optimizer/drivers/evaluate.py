@@ -44,15 +44,7 @@ def evaluate_execution(problem: Problem, ex: Execution | None = None) -> Evaluat
     from optimizer.rules.cross_field import execution_warnings
 
     warnings: list[str] = execution_warnings(problem.stack, full_ex, problem.training.precision)
-    nets = problem.system.networks
-    row = k.row()
-    if row["tp"] > 1 and row["tier_tp"] > 0:
-        warnings.append(
-            f"TP group of {row['tp']} runs over '{nets[row['tier_tp']].name}' "
-            f"(the fast tier '{nets[0].name}' holds {nets[0].size}): TP traffic is slow"
-        )
-    if row["cp"] > 1 and row["tier_cp"] > 0:
-        warnings.append(f"CP group of {row['cp']} spills over '{nets[row['tier_cp']].name}'")
+    warnings += placement_warnings(problem, k.row())
     if not fits:
         warnings.append(
             f"does not fit: {r['hbm'] / GIB:.1f} GiB needed per GPU, {cap / GIB:.1f} GiB available"
@@ -71,6 +63,30 @@ def evaluate_execution(problem: Problem, ex: Execution | None = None) -> Evaluat
     if problem.training.tokens:
         ttt = problem.training.tokens / r["tokens_per_s"]
     return Evaluation(problem, full_ex, r, bool(fits), ttt, warnings, plan_goodput(problem, full_ex, r))
+
+
+def placement_warnings(problem: Problem, row: dict) -> list[str]:
+    """Where the TP, CP or EP groups leave the fast tier: too large for its domain, or crossing domains
+    because their consecutive ranks do not divide the job's GPUs in each (`Network.used`)."""
+    nets = problem.system.networks
+    fast = nets[0]
+    held = min(fast.used, problem.num_gpus)
+    span = {"tp": row["tp"], "cp": row["tp"] * row["cp"], "ep": row["ep"] * row["etp"]}
+    out = []
+    for ax, what in (("tp", "TP traffic"), ("cp", "the CP exchange"), ("ep", "the MoE all-to-all")):
+        if row[ax] <= 1 or row[f"tier_{ax}"] == 0:
+            continue
+        name, s = nets[row[f"tier_{ax}"]].name, int(span[ax])
+        if s <= fast.size:
+            why = (
+                f"its {s} consecutive ranks do not divide the {held} GPUs the job uses in each "
+                f"'{fast.name}' domain, so groups cross domains; a degree whose span divides {held} keeps "
+                "each group in one"
+            )
+        else:
+            why = f"the fast tier '{fast.name}' holds {fast.size}"
+        out.append(f"{ax.upper()} group of {row[ax]} runs over '{name}' ({why}): {what} is slow")
+    return out
 
 
 def plan_goodput(problem: Problem, ex: Execution, r: dict):

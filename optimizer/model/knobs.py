@@ -130,11 +130,12 @@ class Knobs:
 
 def default_tiers(system: System, degrees: dict[str, int]) -> dict[str, int]:
     """Tier of each axis of one layout by `optimizer.rules.layout.placement` (Megatron rank order)."""
-    from optimizer.rules.layout import placement
+    from optimizer.rules.layout import domain_used, placement
 
     g = {ax: int(degrees.get(ax, 1)) for ax in ("tp", "cp", "dp", "pp", "ep")}
     etp = int(degrees.get("etp") or g["tp"])
-    return placement([n.size for n in system.networks], g["tp"], g["cp"], g["dp"], g["pp"], g["ep"], etp)
+    sizes, used = [n.size for n in system.networks], domain_used(system)
+    return placement(sizes, g["tp"], g["cp"], g["dp"], g["pp"], g["ep"], etp, used=used)
 
 
 def from_execution(ex: Execution, system: System, num_gpus: int) -> Knobs:

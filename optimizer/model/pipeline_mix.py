@@ -57,7 +57,7 @@ from optimizer.model.step import (
     make_ctx,
     state_bytes,
 )
-from optimizer.rules.layout import placement
+from optimizer.rules.layout import domain_used, placement
 from optimizer.schema import Execution, Problem, Recompute
 
 FIRST, MIDDLE, LAST = "first", "middle", "last"
@@ -164,7 +164,7 @@ def _boundary(problem: Problem, ctx: Ctx, dp: int, mb: int, tp, stages) -> tuple
     M = float(mb) * problem.seq_len * llm.hidden * e
     msg = np.where(tp > 1, M / tp, M)
     sizes = [n.size for n in problem.system.networks]
-    pl = placement(sizes, tp, 1, dp, np.maximum(stages, 2))
+    pl = placement(sizes, tp, 1, dp, np.maximum(stages, 2), used=domain_used(problem.system))
     tier_pp, tier_dp = np.asarray(pl["pp"]), np.asarray(pl["dp"])
     p2p = collective_time("p2p", msg, 2.0, tier_pp, ctx.tiers)
     return msg, p2p, tier_dp

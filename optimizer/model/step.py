@@ -63,7 +63,7 @@ def make_ctx(problem: Problem) -> Ctx:
     return Ctx(
         llm=problem.llm,
         hw=Hardware(problem.system, tr.precision),
-        tiers=Tiers.of(problem.system),
+        tiers=Tiers.of(problem.system, problem.num_gpus),
         seq_len=problem.seq_len,
         global_batch=tr.global_batch,
         precision=tr.precision,

@@ -24,6 +24,7 @@ from optimizer.rules.layout import (
     cp_comm_codes,
     cp_comm_limits,
     divisors,
+    domain_used,
     has_dp_group,
     moot,
     placement,
@@ -274,7 +275,7 @@ def _expand(p: Problem, dom: dict[str, list], lay: np.ndarray) -> np.ndarray:
 
 def _cp_code_sets(p: Problem, tp: np.ndarray, cp: np.ndarray) -> np.ndarray:
     """Per layout, the legal CP exchanges as a bit mask over `CP_COMM_CODES` (`layout.cp_comm_codes`)."""
-    dom_gpus = p.system.networks[0].size
+    dom_gpus = p.system.networks[0].used
     allowed, _ = cp_comm_limits(p.llm, p.stack)
     if len(tp) == 0:
         return np.zeros(0, dtype=np.int64)
@@ -313,7 +314,7 @@ def compact_space(problem: Problem) -> Compact:
         pp_embedding_loss=el[:, None, None],
     )
     ok = np.broadcast_to(r[Group.LAYERS] & r[Group.BATCH] & r[Group.INTERLEAVE], (len(X), len(V), len(M)))
-    tiers_all = placement(sizes, tp, cp, dp, pp, ep, etp)
+    tiers_all = placement(sizes, tp, cp, dp, pp, ep, etp, used=domain_used(p.system))
     # the other knobs' values depend on four predicates of a layout only (`_other_values`): one per class
     no_dp = ~np.asarray(has_dp_group(dp * cp, tp * cp * dp // (ep * etp)), dtype=bool)
     cpc = _cp_code_sets(p, tp, cp)  # bit mask of the legal CP exchanges (`layout.cp_comm_codes`)

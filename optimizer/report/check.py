@@ -38,6 +38,7 @@ def result_dict(r: CheckResult) -> dict:
         from optimizer.model.capacity import memory_margin_warning
 
         d["memory_warning"] = memory_margin_warning(res["hbm"], r.problem)
+        d["warnings"] = list(ev.warnings)  # the plan's own (a group crossing domains, a large bubble, ...)
         d["memory"] = {
             "hbm": {
                 "used_gib": round(used, 3),
@@ -115,6 +116,7 @@ def render(r: CheckResult) -> str:
             )
         if d.get("memory_warning"):
             lines.append(f"  warning: {d['memory_warning']}")
+        lines += [f"  warning: {w}" for w in d.get("warnings", [])]
     else:
         lines.append("DOES NOT FIT.")
         for e in r.explanation:

@@ -14,6 +14,7 @@ from optimizer.rules.layout import (
     Group,
     cp_a2a_degree,
     cp_comm_limits,
+    domain_used,
     moot,
     placement,
     rule_masks,
@@ -204,7 +205,7 @@ def _cp_comm_errors(p: Problem, ex: Execution) -> list[tuple[str, str]]:
         return [("execution.cp_comm", f"{ex.cp_comm.value}: {why} in Transformer Engine")]
     if code < 2:
         return []
-    a = ex.cp if code == 2 else int(cp_a2a_degree(ex.tp, ex.cp, p.system.networks[0].size))
+    a = ex.cp if code == 2 else int(cp_a2a_degree(ex.tp, ex.cp, p.system.networks[0].used))
     llm = p.llm
     if llm.heads % (ex.tp * a) or llm.kv % (ex.tp * a):
         return [
@@ -222,7 +223,7 @@ def _placement_errors(sysm, ex: Execution, dp: int, etp: int) -> list[tuple[str,
     tier's size, dividing it when the tier must be filled; an explicit placement must name known tiers."""
     sizes = [x.size for x in sysm.networks]
     try:
-        tiers = placement(sizes, ex.tp, ex.cp, dp, ex.pp, ex.ep, etp)
+        tiers = placement(sizes, ex.tp, ex.cp, dp, ex.pp, ex.ep, etp, used=domain_used(sysm))
         for ax, v in (ex.placement or {}).items():
             tiers[ax] = tier_index(sysm, v)
     except ValueError as e:

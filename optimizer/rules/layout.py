@@ -160,12 +160,25 @@ def capped(problem: Problem, knob: str, values: list[int]) -> list[int]:
 
 
 # --------------------------------------------------------------------------------------------- placement
-def innermost_tier(sizes, span):
-    """Index of the innermost tier whose domain holds `span` consecutive ranks (the outermost when none
-    does); vectorised over `span`."""
+def domain_fill(used, n_job):
+    """Per tier, the GPUs of one job in each of its domains: the GPUs it uses per domain (`Network.used`),
+    or the whole job where it is smaller; an array with a trailing tier axis (broadcast over `n_job`). A
+    tier given as 0 (`domain_used`: a must-fill tier, whose rule rejects groups that do not tile it) is
+    0: every span divides it."""
+    n = np.asarray(n_job, dtype=np.int64)
+    return np.minimum(np.asarray(used, dtype=np.int64).reshape((1,) * n.ndim + (-1,)), n[..., None])
+
+
+def innermost_tier(sizes, span, fill=None):
+    """Index of the innermost tier whose domain holds every group of `span` consecutive ranks (the outermost
+    when none does); vectorised over `span`. With `fill` (`domain_fill`: a job's GPUs per domain, by tier) a
+    domain holds them only when `span` divides its fill: consecutive ranks fill each domain in turn, so
+    otherwise some group straddles two domains (and its collectives cross the next tier)."""
     sz = np.asarray(sizes)
     span = np.asarray(span)
     fits = sz.reshape((1,) * span.ndim + (-1,)) >= span[..., None]
+    if fill is not None:
+        fits = fits & (np.asarray(fill) % span[..., None] == 0)
     out = np.where(fits.any(axis=-1), fits.argmax(axis=-1), len(sizes) - 1)
     return int(out) if out.ndim == 0 else out
 
@@ -182,18 +195,30 @@ def tier_index(system: System, value: str | int) -> int:
     return names.index(value)
 
 
-def placement(sizes, tp, cp, dp, pp, ep=1, etp=None) -> dict[str, np.ndarray | int]:
+def placement(sizes, tp, cp, dp, pp, ep=1, etp=None, used=None) -> dict[str, np.ndarray | int]:
     """Default tier of each axis (Megatron rank order tp, cp, dp, pp, innermost first): the innermost tier
-    whose domain holds the product of the axis' degree and all inner ones; an axis of degree 1 sits on
-    tier 0. MoE layers reuse the same ranks in the order etp, ep, edp, pp (Megatron-Core): the EP group
-    spans etp*ep consecutive ranks and does not add to the product. Vectorised; scalars in, ints out."""
+    whose domains hold the groups of the product of the axis' degree and all inner ones; an axis of degree 1
+    sits on tier 0. MoE layers reuse the same ranks in the order etp, ep, edp, pp (Megatron-Core): the EP
+    group spans etp*ep consecutive ranks and does not add to the product. `used`: the GPUs a job uses per
+    domain of each tier (`Network.used`; null: every GPU of `sizes`): a group stays in a domain only when
+    it divides the job's GPUs there (`innermost_tier`). Vectorised; scalars in, ints out."""
     etp = tp if etp is None else etp
+    n_job = np.asarray(tp) * np.asarray(cp) * np.asarray(dp) * np.asarray(pp)
+    fill = domain_fill(sizes if used is None else used, n_job)
     out, cum = {}, 1
     for ax, d in (("tp", tp), ("cp", cp), ("dp", dp), ("pp", pp)):
         cum = np.asarray(cum) * np.asarray(d)
-        out[ax] = np.where(np.asarray(d) > 1, innermost_tier(sizes, cum), 0)
-    out["ep"] = np.where(np.asarray(ep) > 1, innermost_tier(sizes, np.asarray(ep) * np.asarray(etp)), 0)
+        out[ax] = np.where(np.asarray(d) > 1, innermost_tier(sizes, cum, fill), 0)
+    span_ep = np.asarray(ep) * np.asarray(etp)
+    out["ep"] = np.where(np.asarray(ep) > 1, innermost_tier(sizes, span_ep, fill), 0)
     return {k: (int(v) if np.ndim(v) == 0 else v) for k, v in out.items()}
+
+
+def domain_used(system) -> list[int]:
+    """GPUs a job uses per domain of each of the system's tiers (`Network.used`), for `placement`; 0 on a
+    must-fill tier, where a group that does not tile the domain is not moved to the next tier but
+    rejected (`must_fill_ok`)."""
+    return [0 if x.must_fill else x.used for x in system.networks]
 
 
 def tier_spans(sizes, tiers: dict, tp, cp, dp, pp) -> list:
@@ -254,7 +279,9 @@ def rule_masks(
             & (mo.expert_ffn % etp == 0)
             & ((tp * cp * dp) % (ep * etp) == 0)
         )
-    tiers = placement([x.size for x in p.system.networks], tp, cp, dp, pp, ep, etp)
+    tiers = placement(
+        [x.size for x in p.system.networks], tp, cp, dp, pp, ep, etp, used=domain_used(p.system)
+    )
     fill = must_fill_ok(p.system.networks, tiers, tp, cp, dp, pp)
     return {
         Group.GPUS: gpus,

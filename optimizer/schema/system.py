@@ -64,6 +64,25 @@ class Network(Frozen):
         description="Groups placed on this tier must tile its domain exactly "
         "(tier size divisible by the product of the degrees placed on it).",
     )
+    gpus_used: PositiveInt | None = Field(
+        None,
+        description="GPUs a job uses in each domain of this tier (null: all `size`; NVL72 racks run "
+        "64 of their 72 GPUs in NVIDIA's published runs). Consecutive ranks fill each domain to this "
+        "count, so a group of g consecutive ranks stays inside one domain only when g divides it (or the "
+        "whole job fits in one domain); a group that does not spans two domains and runs at the next "
+        "tier (`optimizer.rules.layout.placement`).",
+    )
+
+    @property
+    def used(self) -> int:
+        """GPUs a job uses per domain (`gpus_used`, else `size`)."""
+        return self.gpus_used or self.size
+
+    @model_validator(mode="after")
+    def _check_used(self) -> Network:
+        if self.gpus_used is not None and self.gpus_used > self.size:
+            raise ValueError(f"gpus_used ({self.gpus_used}) exceeds the domain's size ({self.size})")
+        return self
 
 
 class OffloadMemory(Frozen):

@@ -32,7 +32,7 @@ def cp_comm_sizes(problem, ex) -> tuple[str, list[int] | None]:
     kind = ex.cp_comm.value.replace("a2a_p2p", "a2a+p2p")
     if ex.cp_comm.value != "a2a_p2p":
         return kind, None
-    a = int(cp_a2a_degree(ex.tp, ex.cp, problem.system.networks[0].size))
+    a = int(cp_a2a_degree(ex.tp, ex.cp, problem.system.networks[0].used))
     return kind, [a, ex.cp // a]
 
 
