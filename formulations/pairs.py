@@ -44,16 +44,16 @@ from optimizer.model.compose import (
     activations,
     dp_exposed,
     dp_links,
-    dualpipe_v,
     edge_head,
     fsdp_traffic,
     p2p_steady,
     pipeline,
+    v_schedule,
 )
 from optimizer.model.terms import compose_step
 from optimizer.rules.layout import zero_allowed
 from optimizer.schema import Schedule
-from optimizer.schema.common import SCHEDULE_CODES
+from optimizer.schema.common import SCHEDULE_CODES, V_SCHEDULES
 from optimizer.schema.stack import zero2_regathers
 
 Q = 10_000  # fixed-point scale of the processor-usage fractions
@@ -82,11 +82,11 @@ def block_index(T: Tables, li, mi, ri, si, oi) -> np.ndarray:
     return (((T.L["tpcp"][li] * nM + mi) * nR + ri) * nS + si) * nO + oi
 
 
-def _dual(T: Tables, li, vi, mi) -> np.ndarray:
-    """Rows (l, vi, mi) of the DualPipeV variant that run it (`compose.dualpipe_v`)."""
-    is_dpv = T.fixed["schedule"] == SCHEDULE_CODES.index(Schedule.DUALPIPE_V)
+def _vee(T: Tables, li, vi, mi) -> np.ndarray:
+    """Rows (l, vi, mi) of a V-schedule variant (DualPipeV, ZB-V) that run it (`compose.v_schedule`)."""
+    is_v = SCHEDULE_CODES[T.fixed["schedule"]].value in V_SCHEDULES
     pp, vv = T.lay["pp"][li], np.array(T.v_vals)[vi]
-    return dualpipe_v(is_dpv, pp, vv, T.LM["nmb"][li * T.nM + mi])
+    return v_schedule(is_v, pp, vv, T.LM["nmb"][li * T.nM + mi])
 
 
 def _pipeline_columns(T: Tables, li, vi, mi, col) -> dict[str, np.ndarray]:
@@ -111,8 +111,8 @@ def _pipeline_columns(T: Tables, li, vi, mi, col) -> dict[str, np.ndarray]:
         col("p2p_s"),
         col("offx_mb"),
         # the zero-bubble variant, interleaved: its weight-gradient GEMMs fill the bubble
-        # (`step.zero_bubble`); the DualPipeV variant where it runs (`compose.dualpipe_v`): its own fill
-        Zf=LV["Bf"][lv] * ((zb & (vv > 1)) | _dual(T, li, vi, mi)),
+        # (`step.zero_bubble`); a V-schedule variant where it runs (`compose.v_schedule`): its own fill
+        Zf=LV["Bf"][lv] * ((zb & (vv > 1)) | _vee(T, li, vi, mi)),
         fill=col("bubble_fill_s"),
     )
 
@@ -136,7 +136,8 @@ def compose(T: Tables, li, vi, mi, col) -> dict[str, np.ndarray]:
         col("act_working_bytes"),
         col("emb_out_bytes"),
         col("logits_bytes"),
-        dual=_dual(T, li, vi, mi),
+        vee=_vee(T, li, vi, mi),
+        dual=_vee(T, li, vi, mi) & (T.fixed["schedule"] == SCHEDULE_CODES.index(Schedule.DUALPIPE_V)),
     )
     out["act"] = acts["act"] + Lt["reserved_bytes"][li]
     out["offact"] = acts["offact"]

@@ -97,7 +97,9 @@ def pipeline(A1, A2, Bf, E, pm2, tau_mb, head_mb, tau, p2p_mb, p2p, offx_mb, Zf=
                     exchange per micro-batch), n_mb*head without a pipeline = A2 * head_mb
     bubble_s      = (pp-1)/vpp*Ls*tau     = Bf * tau, less Zf * fill: the zero-bubble schedule
                     (Zf = Bf, interleaved) fills it with each layer's weight-gradient GEMMs (fill = 2 T_W);
-                    DualPipeV's (pp-1)*(T_F&B + T_B - 3 T_W) per chunk is Zf = Bf, fill = 3 T_W - T_B
+                    DualPipeV's (pp-1)*(T_F&B + T_B - 3 T_W) per chunk is Zf = Bf, fill = 3 T_W - T_B;
+                    ZB-V's (pp-1)*(T_F + T_B - 2 T_W) is fill = 3 T_W (T_B, T_W: the whole backward, its
+                    weight gradients)
     p2p_steady_s  = 2*n_mb*vpp*t_p2p      = E * t_p2p/mb;   p2p_fill_s = 2*(pp-1)*t_p2p
     offload_exposed_s = n_mb*Ls*(exposed weight/activation streaming per layer) = A1 * offx/mb"""
     out = dict(
@@ -143,32 +145,49 @@ def dp_exposed(
     }
 
 
-def dualpipe_v(is_dpv, pp, vpp, nmb):
-    """Whether a candidate runs DualPipeV: the schedule named (`is_dpv`), a pipeline, two stages per rank and
-    at least one micro-batch per stage (2*pp; PyTorch's ScheduleDualPipeV); otherwise it runs as 1F1B."""
-    return np.asarray(is_dpv, dtype=bool) & (pp > 1) & (vpp == 2) & (nmb >= 2 * pp)
+def v_schedule(is_v, pp, vpp, nmb):
+    """Whether a candidate runs its V schedule (DualPipeV, ZB-V): the schedule named (`is_v`), a pipeline,
+    two stages per rank and at least one micro-batch per stage (2*pp; PyTorch's ScheduleDualPipeV requires
+    it, ScheduleZBVZeroBubble fills its pipeline from 2*pp-1); otherwise it runs as 1F1B."""
+    return np.asarray(is_v, dtype=bool) & (pp > 1) & (vpp == 2) & (nmb >= 2 * pp)
 
 
 def activations(
-    inflv, infl1, NL, Ls, vpp, pp, gpipe, a_off, stored, working, emb_out, logits, a_part=0.0, dual=False
+    inflv,
+    infl1,
+    NL,
+    Ls,
+    vpp,
+    pp,
+    gpipe,
+    a_off,
+    stored,
+    working,
+    emb_out,
+    logits,
+    a_part=0.0,
+    vee=False,
+    dual=False,
 ) -> dict:
     """Activation memory of the worst pipeline stage (Korthikanti et al. 2022): the first stage keeps the
     layers in flight (1F1B: Ls*min(n_mb, pp); interleaved: inflv; GPipe: every micro-batch) plus the working
     set of recompute and the embedding output; the last keeps Ls layers and the logits; activation offload
     keeps two layers in HBM and moves the rest (`offact`) to offload memory; a partial offload (`a_part`, the
     fraction of a stage's layers offloaded: Megatron-Core cpu_offloading_num_layers / layers) moves that
-    fraction of every micro-batch's stored layers. DualPipeV (`dual`, `dualpipe_v`): the first rank keeps
-    2*pp+1 chunks of Ls/2 layers (DeepSeek-V3 report, Table 2: PP+1 stages' activations on PP/2 ranks),
-    = pp*Ls + Ls/2, and, holding the last stage too, the logits."""
-    dual = np.asarray(dual, dtype=bool)
+    fraction of every micro-batch's stored layers. A V schedule (`vee`, `v_schedule`): the first rank holds
+    the last stage too, so the logits; ZB-V keeps 1F1B's pp*Ls layers (Qi et al. 2024, Sec. 6), DualPipeV
+    (`dual`) 2*pp+1 chunks of Ls/2 layers (DeepSeek-V3 report, Table 2: PP+1 stages' activations on PP/2
+    ranks), = pp*Ls + Ls/2."""
+    dual, vee = np.asarray(dual, dtype=bool), np.asarray(vee, dtype=bool)
     layered = np.where(vpp > 1, inflv, infl1)
-    inflight = np.minimum(np.where(gpipe, NL, np.where(dual, Ls * pp + _div(Ls, 2), layered)), NL)
+    v_held = Ls * pp + np.where(dual, _div(Ls, 2), 0 * Ls)
+    inflight = np.minimum(np.where(gpipe, NL, np.where(vee, v_held, layered)), NL)
     keep = 1.0 - a_part
     held = np.where(a_off, 2, inflight * keep)
-    first = held * stored + working + emb_out + np.where(dual, logits, 0 * logits)
+    first = held * stored + working + emb_out + np.where(vee, logits, 0 * logits)
     last = np.where(a_off, 2, Ls * keep) * stored + working + logits
-    act = np.where(pp > 1, np.where(dual, first, np.maximum(first, last)), first + logits)
+    act = np.where(pp > 1, np.where(vee, first, np.maximum(first, last)), first + logits)
     offact = np.where(a_off, (inflight - 2) * stored, inflight * a_part * stored)
     # the loss's logits held by the worst stage (the last, the V-shape's first, or the only one)
-    held_logits = np.where(pp > 1, np.where(dual | (last >= first), logits, 0 * logits), logits)
+    held_logits = np.where(pp > 1, np.where(vee | (last >= first), logits, 0 * logits), logits)
     return {"act": act, "offact": offact, "inflight": inflight, "logits": held_logits}

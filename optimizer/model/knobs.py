@@ -25,7 +25,7 @@ from optimizer.schema import (
 from optimizer.schema.common import CP_COMM_CODES, RECOMPUTE_BITS, SCHEDULE_CODES, CpComm
 
 ZB_CODE = SCHEDULE_CODES.index(Schedule.ZERO_BUBBLE)
-DPV_CODE = SCHEDULE_CODES.index(Schedule.DUALPIPE_V)
+V_CODES = (SCHEDULE_CODES.index(Schedule.DUALPIPE_V), SCHEDULE_CODES.index(Schedule.ZERO_BUBBLE_V))
 
 RECOMPUTE = [Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL]  # code = index
 TP_OVERLAP = [TpOverlap.NONE, TpOverlap.PIPE, TpOverlap.RING]
@@ -192,12 +192,12 @@ def from_execution(ex: Execution, system: System, num_gpus: int) -> Knobs:
 
 def written_schedule(r: dict, global_batch: int | None) -> Schedule:
     """The schedule a candidate row runs, as a plan writes it: zero-bubble with one stage per rank is 1F1B
-    (it runs interleaved); DualPipeV where it does not run (`compose.dualpipe_v`: vpp != 2, or fewer than
-    2*pp micro-batches of `global_batch`) is 1F1B."""
+    (it runs interleaved); a V schedule where it does not run (`compose.v_schedule`: vpp != 2, or fewer
+    than 2*pp micro-batches of `global_batch`) is 1F1B."""
     code = int(r["schedule"])
     if code == ZB_CODE and r["vpp"] == 1:
         return SCHEDULE_CODES[0]
-    if code == DPV_CODE:
+    if code in V_CODES:
         nmb = global_batch // (r["dp"] * r["micro_batch"]) if global_batch else 2 * r["pp"]
         if r["pp"] > 1 and not (r["vpp"] == 2 and nmb >= 2 * r["pp"]):
             return SCHEDULE_CODES[0]

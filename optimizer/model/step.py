@@ -30,13 +30,13 @@ import numpy as np
 from optimizer.model.compose import (
     PIPE,
     dp_links,
-    dualpipe_v,
     edge_head,
     fsdp_traffic,
     layout_factors,
     mb_factors,
     p2p_steady,
     pipeline,
+    v_schedule,
     vpp_factors,
 )
 from optimizer.model.compose import activations as compose_activations
@@ -513,7 +513,8 @@ def _activation_memory(ctx: Ctx, k: Knobs, g: _Shape, blk: BlockCost, f_v: dict,
         emb_out,
         logits,
         a_part,
-        dual=dual_runs(k, g),
+        vee=v_runs(k, g)[0],
+        dual=v_runs(k, g)[1],
     )
     return dict(acts, working=working, logits_bytes=logits, emb_out=emb_out, a_off=a_off, a_part=a_part)
 
@@ -569,9 +570,13 @@ def zero_bubble(k: Knobs, g: _Shape):
     return (k.schedule == SCHEDULE_CODES.index(Schedule.ZERO_BUBBLE)) & (g.vpp > 1)
 
 
-def dual_runs(k: Knobs, g: _Shape):
-    """Whether the candidate runs DualPipeV (`compose.dualpipe_v`)."""
-    return dualpipe_v(k.schedule == SCHEDULE_CODES.index(Schedule.DUALPIPE_V), g.pp, g.vpp, g.n_mb)
+DPV, ZBV = SCHEDULE_CODES.index(Schedule.DUALPIPE_V), SCHEDULE_CODES.index(Schedule.ZERO_BUBBLE_V)
+
+
+def v_runs(k: Knobs, g: _Shape):
+    """(runs a V schedule, runs DualPipeV) per candidate (`compose.v_schedule`)."""
+    vee = v_schedule((k.schedule == DPV) | (k.schedule == ZBV), g.pp, g.vpp, g.n_mb)
+    return vee, vee & (k.schedule == DPV)
 
 
 def bubble_fill(blk: BlockCost, k: Knobs):
@@ -580,9 +585,14 @@ def bubble_fill(blk: BlockCost, k: Knobs):
     T_F + T_B - T_W, less 2 T_W = the backward GEMMs (a linear layer's weight and input gradients take the
     same FLOPs; Qi et al., ICLR 2024). DualPipeV: its bubble per chunk is T_F&B + T_B - 3 T_W (DeepSeek-V3
     report, Table 2; T_B the whole backward, T_W its weight gradients), the layer's critical path `tau`
-    standing for T_F&B, so the fill is 3 T_W - T_B = 1.5 x the backward GEMMs less the backward."""
-    dpv = k.schedule == SCHEDULE_CODES.index(Schedule.DUALPIPE_V)
-    return np.where(dpv, 1.5 * blk.gemm_bw - blk.bw_total, blk.gemm_bw)
+    standing for T_F&B, so the fill is 3 T_W - T_B = 1.5 x the backward GEMMs less the backward. ZB-V: per
+    chunk T_F + T_B - 2 T_W with T_B the input gradient (Qi et al., Sec. 6), i.e. the layer time less 3 T_W
+    = 1.5 x the backward GEMMs, at most the layer time (no bubble when the three are equal)."""
+    return np.where(
+        k.schedule == DPV,
+        1.5 * blk.gemm_bw - blk.bw_total,
+        np.where(k.schedule == ZBV, np.minimum(1.5 * blk.gemm_bw, blk.total), blk.gemm_bw),
+    )
 
 
 def _pipeline_time(k: Knobs, g: _Shape, blk: BlockCost, head, t_p2p, off_exp_layer, f_l, f_v):
@@ -604,7 +614,7 @@ def _pipeline_time(k: Knobs, g: _Shape, blk: BlockCost, head, t_p2p, off_exp_lay
         t_ss / mb,
         np.where(pp > 1, t_p2p, 0.0),
         off_exp_layer / mb,
-        Zf=np.where(zero_bubble(k, g) | dual_runs(k, g), f_v["Bf"], 0.0),
+        Zf=np.where(zero_bubble(k, g) | v_runs(k, g)[0], f_v["Bf"], 0.0),
         fill=bubble_fill(blk, k),
     )
     return pl, t_ss

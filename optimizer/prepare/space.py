@@ -77,7 +77,7 @@ OPENED = {
     "fused_layers": BOOL,
     "attention": ["flash", "standard"],
     "pp_rs_ag": BOOL,
-    "schedule": ["1f1b", "gpipe", "zb", "dualpipev"],
+    "schedule": ["1f1b", "gpipe", "zb", "dualpipev", "zbv"],
     "sp_ag_redo": BOOL,
     "ep_dispatcher": ["alltoall", "flex"],
     "ep_overlap": BOOL,

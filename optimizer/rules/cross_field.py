@@ -145,12 +145,12 @@ def _batch_errors(p: Problem, ex: Execution, dp: int, ok: dict) -> list[tuple[st
             ("execution.vpp", f"interleaved schedule needs micro-batches ({n_mb}) divisible by pp ({ex.pp})")
         ]
     n_mb = B // (dp * ex.micro_batch)
-    if ex.schedule == Schedule.DUALPIPE_V and ex.pp > 1 and n_mb < 2 * ex.pp:
+    if ex.schedule in (Schedule.DUALPIPE_V, Schedule.ZERO_BUBBLE_V) and ex.pp > 1 and n_mb < 2 * ex.pp:
         return [
             (
                 "execution.schedule",
-                f"dualpipev needs at least 2*pp = {2 * ex.pp} micro-batches (PyTorch's ScheduleDualPipeV: "
-                f"one per stage), {n_mb} here",
+                f"{ex.schedule.value} needs at least 2*pp = {2 * ex.pp} micro-batches (one per stage: "
+                f"PyTorch's DualPipeV requires it, ZB-V fills its pipeline from 2*pp-1), {n_mb} here",
             )
         ]
     return []

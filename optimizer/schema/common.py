@@ -235,19 +235,26 @@ class Schedule(StrEnum):
     (d-1) x (T_F&B + T_B - 3 T_W) on d ranks (T_F&B: a forward and a backward chunk run together, which is
     the layer's critical path with the MoE all-to-all overlap when `ep_overlap` is on), and the first rank
     keeps 2d+1 chunks of activations (1F1B keeps d stages), with the loss's logits. It needs at least 2d
-    micro-batches; with fewer, or with vpp != 2, a plan runs it as 1F1B."""
+    micro-batches; with fewer, or with vpp != 2, a plan runs it as 1F1B. Or ``zbv`` (ZB-V: Qi et al.,
+    ICLR 2024, Sec. 6, PyTorch's ScheduleZBVZeroBubble): the same V of two stages per rank, the backward split
+    into input and weight gradients, bubble (d-1) x (T_F + T_B - 2 T_W) per chunk (T_B the input gradient;
+    zero when the three are equal) with 1F1B's activation memory and the logits on the first rank; it fills
+    its pipeline from 2d-1 micro-batches and is priced, like DualPipeV, from 2d with vpp = 2."""
 
     ONE_F_ONE_B = "1f1b"
     GPIPE = "gpipe"
     ZERO_BUBBLE = "zb"
     DUALPIPE_V = "dualpipev"
+    ZERO_BUBBLE_V = "zbv"
 
 
+V_SCHEDULES = ("dualpipev", "zbv")  # two stages per rank in a V (PyTorch's "v" stage style)
 SCHEDULE_CODES = (
     Schedule.ONE_F_ONE_B,
     Schedule.GPIPE,
     Schedule.ZERO_BUBBLE,
     Schedule.DUALPIPE_V,
+    Schedule.ZERO_BUBBLE_V,
 )  # the model's integer codes
 
 

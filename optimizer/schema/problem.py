@@ -117,7 +117,7 @@ class Execution(Frozen):
     )
     micro_batch: PositiveInt = Field(1, description="Sequences per micro-batch (per data-parallel rank).")
     schedule: Schedule = Field(
-        Schedule.ONE_F_ONE_B, description="Pipeline schedule: 1f1b, gpipe, zb or dualpipev."
+        Schedule.ONE_F_ONE_B, description="Pipeline schedule: 1f1b, gpipe, zb, dualpipev or zbv."
     )
     recompute: Recompute = Field(
         Recompute.NONE, description="Activation recomputation: none, selective, full."

@@ -61,8 +61,8 @@ NO_OFFLOAD = {
 }  # nor Megatron-Core's MoE overlap, DeepEP
 
 # knob -> values the stack offers (knobs not named: as Megatron-Core)
-# pipeline schedules: zero-bubble and DualPipeV only in PyTorch's pipelining (torchtitan
-# InterleavedZeroBubble, DualPipeV)
+# pipeline schedules: zero-bubble, DualPipeV and ZB-V only in PyTorch's pipelining (torchtitan
+# InterleavedZeroBubble, DualPipeV, ZBVZeroBubble)
 NO_ZERO_BUBBLE = {"schedule": [Schedule.ONE_F_ONE_B, Schedule.GPIPE]}
 PROFILES: dict[Stack, dict[str, list]] = {
     Stack.MEGATRON_CORE: {**NO_ZERO_BUBBLE},
@@ -300,9 +300,13 @@ def written_unsupported(stack: Stack, ex, precision=None) -> list[tuple[str, str
                 "per rank (vpp >= 2)",
             )
         )
-    if "schedule" in ex.model_fields_set and ex.schedule == Schedule.DUALPIPE_V and ex.pp > 1 and ex.vpp != 2:
+    v_shaped = ex.schedule in (Schedule.DUALPIPE_V, Schedule.ZERO_BUBBLE_V)
+    if "schedule" in ex.model_fields_set and v_shaped and ex.pp > 1 and ex.vpp != 2:
         out.append(
-            ("schedule", "dualpipev runs two stages per rank: PyTorch's ScheduleDualPipeV needs vpp = 2")
+            (
+                "schedule",
+                f'{ex.schedule.value} runs two stages per rank in a V (PyTorch\'s "v" style): vpp = 2',
+            )
         )
     return out + [
         (k, m) for k, m in layout_unsupported(stack, ex) if k in ex.model_fields_set and k not in dict(out)

@@ -4,8 +4,14 @@ with FSDP as data_parallel_shard_degree when ZeRO >= 1."""
 
 from __future__ import annotations
 
-SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "zb": "InterleavedZeroBubble", "dualpipev": "DualPipeV"}
-SPLIT_BACKWARD = ("zb", "dualpipev")  # schedules PyTorch runs with split input/weight backward
+SCHEDULES = {
+    "1f1b": "1F1B",
+    "gpipe": "GPipe",
+    "zb": "InterleavedZeroBubble",
+    "dualpipev": "DualPipeV",
+    "zbv": "ZBVZeroBubble",
+}
+SPLIT_BACKWARD = ("zb", "dualpipev", "zbv")  # schedules PyTorch runs with split input/weight backward
 
 
 def _toml(v) -> str:
