@@ -498,3 +498,59 @@ def test_routing_skew_moves_the_experts_off_expert_parallelism(tmp_path, cv, ep)
         "training: {global_batch: 256, seq_len: 4096, precision: bf16}\n"
     )
     assert api.solve(api.load(f)).plans[0].evaluation.execution.ep == ep
+
+
+def test_allgather_dispatcher_moves_every_token_whatever_top_k():
+    """Megatron-Core's all-gather dispatcher gathers the Ts tokens of every rank of the etp x ep group and
+    reduce-scatters the combined rows back (and the reverse in backward): per layer and micro-batch, at ep 8
+    on one node, 2 x (all-gather + reduce-scatter) of 8 x Ts x h 16-bit rows, whatever top_k. Mixtral's top-2
+    moves less by all-to-all (2 of 8 experts a token); with top-8 over 2 ranks the gather moves less."""
+    ex = dict(tp=1, micro_batch=1)
+    p, k = _mixtral(Execution(**ex, ep=8, ep_dispatcher="allgather"))
+    b = block_cost(make_ctx(p), k, moe=True)
+    ctx = make_ctx(p)
+    rows = 8 * 4096 * 4096 * 2.0  # 8 ranks x Ts 4096 tokens x h 4096 x 2 bytes
+    one = collective_time("ag", rows, 8, 0, ctx.tiers) + collective_time("rs", rows, 8, 0, ctx.tiers)
+    assert float(b.ep_link[0]) == pytest.approx(2 * float(one), rel=1e-9)
+    pa, ka = _mixtral(Execution(**ex, ep=8, ep_dispatcher="alltoall"))
+    assert float(block_cost(make_ctx(pa), ka, moe=True).ep_link[0]) < float(b.ep_link[0])
+    top8 = library_llm(MIXTRAL).model_copy(
+        update={"moe": library_llm(MIXTRAL).moe.model_copy(update={"top_k": 8})}
+    )
+    t = Training(global_batch=256, seq_len=4096, precision="bf16")
+    links = {}
+    for d in ("alltoall", "allgather"):
+        pd, kd = problem_and_knobs(top8, library_system(H100), 64, t, Execution(**ex, ep=2, ep_dispatcher=d))
+        links[d] = float(block_cost(make_ctx(pd), kd, moe=True).ep_link[0])
+    assert links["allgather"] < links["alltoall"]
+
+
+def test_solve_chooses_the_dispatcher_by_top_k_and_solvers_agree(tmp_path):
+    """search.ep_dispatcher [alltoall, allgather] at ep 8 on one node (16 H100, pp 2): Mixtral's top-2 picks
+    the all-to-all (a quarter of the gather's rows), the same model routing top-8 the all-gather (the same
+    rows, without the all-to-all's re-sort by local expert); CP-SAT and the enumerator agree."""
+    from optimizer import api
+
+    base = """name: disp
+llm: mixtral-8x7b
+system: h100-sxm-80gb
+num_gpus: 16
+training: {global_batch: 64, seq_len: 4096, precision: bf16}
+execution: {tp: 1, pp: 2, ep: 8, micro_batch: 1, zero: 1, recompute: full}
+search: {ep_dispatcher: [alltoall, allgather]}
+"""
+    chosen = {}
+    for top_k in (2, 8):
+        path = tmp_path / f"d{top_k}.yaml"
+        path.write_text(base)
+        p = api.load(path)
+        if top_k == 8:
+            p = p.model_copy(
+                update={"llm": p.llm.model_copy(update={"moe": p.llm.moe.model_copy(update={"top_k": 8})})}
+            )
+        plans = [api.solve(p).plans[0], api.solve(p, method="enumerate").plans[0]]
+        t = [x.evaluation.result["step_time"] for x in plans]
+        assert np.allclose(t, t[0], rtol=1e-6)
+        chosen[top_k] = {x.evaluation.execution.ep_dispatcher.value for x in plans}
+    assert chosen == {2: {"alltoall"}, 8: {"allgather"}}
+    assert "--moe-token-dispatcher-type allgather" in api.emit("megatron", p, plans[0].evaluation.execution)

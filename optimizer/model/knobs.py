@@ -22,7 +22,7 @@ from optimizer.schema import (
     TpComm,
     TpOverlap,
 )
-from optimizer.schema.common import CP_COMM_CODES, RECOMPUTE_BITS, SCHEDULE_CODES, CpComm
+from optimizer.schema.common import CP_COMM_CODES, EP_DISPATCHER_CODES, RECOMPUTE_BITS, SCHEDULE_CODES, CpComm
 
 ZB_CODE = SCHEDULE_CODES.index(Schedule.ZERO_BUBBLE)
 V_CODES = (SCHEDULE_CODES.index(Schedule.DUALPIPE_V), SCHEDULE_CODES.index(Schedule.ZERO_BUBBLE_V))
@@ -178,7 +178,7 @@ def from_execution(ex: Execution, system: System, num_gpus: int) -> Knobs:
         pp_uneven=int(ex.pp_uneven),
         activation_offload_layers=ex.activation_offload_layers or 0,
         ep_overlap=int(ex.ep_overlap),
-        ep_dispatcher=int(ex.ep_dispatcher == EpDispatcher.FLEX),
+        ep_dispatcher=EP_DISPATCHER_CODES.index(EpDispatcher(ex.ep_dispatcher)),
         cp_comm=CP_COMM_CODES.index(CpComm(ex.cp_comm)),
         recompute_modules=sum(RECOMPUTE_BITS[m] for m in set(ex.recompute_modules or [])),
         fused_loss=int(ex.fused_loss),
@@ -237,7 +237,7 @@ def to_execution(k: Knobs, system: System, i: int = 0, global_batch: int | None 
         pp_uneven=bool(r["pp_uneven"]),
         activation_offload_layers=r["activation_offload_layers"] or None,
         ep_overlap=bool(r["ep_overlap"]),
-        ep_dispatcher=EpDispatcher.FLEX if r["ep_dispatcher"] else EpDispatcher.ALLTOALL,
+        ep_dispatcher=EP_DISPATCHER_CODES[int(r["ep_dispatcher"])],
         cp_comm=CP_COMM_CODES[int(r["cp_comm"])] if r["cp"] > 1 else CpComm.P2P,  # moot without cp
         recompute_modules=[m for m, bit in RECOMPUTE_BITS.items() if r["recompute_modules"] & bit] or None,
         fused_loss=bool(r["fused_loss"]),

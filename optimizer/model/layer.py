@@ -35,7 +35,7 @@ import numpy as np
 
 from ..rules.layout import cp_a2a_degree
 from ..schema import LLM, MlpKind, MoE, Precision
-from ..schema.common import RECOMPUTE_BITS, RecomputeModule
+from ..schema.common import EP_DISPATCHER_CODES, RECOMPUTE_BITS, EpDispatcher, RecomputeModule
 from ..schema.stack import Stack
 from .fitted import FITTED
 from .hardware import (
@@ -65,6 +65,7 @@ from .params import attention_params
 # autograd functions as its forward ones are (a structural ratio, not fitted).
 MOE_HOST_FW_S = FITTED.moe_host_fw_s
 GRAPH_HOST_SHARE = np.array([1.0, 0.5, 0.0])
+A2A, FLEX, ALLGATHER = (EP_DISPATCHER_CODES.index(d) for d in EpDispatcher)  # `Knobs.ep_dispatcher` codes
 BW_HOST_RATIO = 2.0
 
 
@@ -786,7 +787,7 @@ def moe_elementwise(ctx: Ctx, k: Knobs, sh: BlockShape, ms: MoeShape, act: MlpAc
     n_rows = ms.Ts * ms.kk * ms.cf * h
     perm_fw = _elementwise(hw, n_rows, 1.0, 2.0 * e, 2.0)  # permute + un-permute (one pass each)
     perm_fw = perm_fw + _elementwise(hw, n_rows, 2.0, 2.0 * e, 1.0)  # probability-weighted combine
-    resort = (k.ep_dispatcher == 0) & (ms.n_loc > 1)
+    resort = (k.ep_dispatcher == A2A) & (ms.n_loc > 1)
     sort_t = np.where(resort, _elementwise(hw, ms.R * h, 1.0, 2.0 * e, 2.0), 0.0)
     eact_fw, eact_bw = activation_pass_s(hw, ms.R * ms.fe_r, act, e)
     clamps, biases = eager_expert_passes(ctx, k, sh, ms)
@@ -800,8 +801,16 @@ def moe_elementwise(ctx: Ctx, k: Knobs, sh: BlockShape, ms: MoeShape, act: MlpAc
 def moe_dispatch_combine_s(ctx: Ctx, k: Knobs, sh: BlockShape, ms: MoeShape) -> tuple:
     """Link time (s) of the MoE token movement, as (forward s, backward s), each the dispatch and combine
     all-to-alls over ep (rows of h, 16-bit; `a2a_time`, whose `copies` = top_k models the flex dispatchers'
-    node deduplication) and the expert-TP all-gather and reduce-scatter over etp."""
+    node deduplication) and the expert-TP all-gather and reduce-scatter over etp. The all-gather
+    dispatcher instead gathers the Ts tokens of each of the etp*ep ranks and reduce-scatters the combined
+    rows (forward), the reverse in backward: no top_k, no routing skew in the traffic (every token moves),
+    and no separate expert-TP collectives (the group is etp x ep)."""
     h, e = sh.h, sh.e
+    n = ms.ep * ms.etp
+    group_rows = n * ms.Ts * h * e  # the gathered buffer, 16-bit
+    gather = collective_time("ag", group_rows, n, k.tier_ep, ctx.tiers) + collective_time(
+        "rs", group_rows, n, k.tier_ep, ctx.tiers
+    )
     a2a = a2a_time(
         ms.Ts
         * ms.kk
@@ -813,13 +822,14 @@ def moe_dispatch_combine_s(ctx: Ctx, k: Knobs, sh: BlockShape, ms: MoeShape) -> 
         k.tier_ep,
         ctx.tiers,
         stride=ms.etp,
-        copies=np.where(k.ep_dispatcher.astype(bool), ms.kk, 1.0),
+        copies=np.where(k.ep_dispatcher == FLEX, ms.kk, 1.0),
     )  # flex: node-deduplicated
     t_etp = tier_of(ctx.tiers, ms.etp)
     etp_c = collective_time("ag", ms.R * h * e, ms.etp, t_etp, ctx.tiers) + collective_time(
         "rs", ms.R * h * e, ms.etp, t_etp, ctx.tiers
     )
-    return 2.0 * a2a + etp_c, 2.0 * a2a + etp_c
+    t = np.where(k.ep_dispatcher == ALLGATHER, gather, 2.0 * a2a + etp_c)
+    return t, t
 
 
 def moe_stored_bytes(sh: BlockShape, ms: MoeShape, act: MlpActivation) -> tuple:

@@ -32,7 +32,7 @@ from optimizer.rules.layout import (
     zero_allowed,
 )
 from optimizer.schema import AttentionKernel, Problem, Search
-from optimizer.schema.common import CP_COMM_CODES, SCHEDULE_CODES
+from optimizer.schema.common import CP_COMM_CODES, EP_DISPATCHER_CODES, SCHEDULE_CODES
 from optimizer.schema.stack import Stack, by_layout
 
 BOOL = [False, True]
@@ -79,7 +79,7 @@ OPENED = {
     "pp_rs_ag": BOOL,
     "schedule": ["1f1b", "gpipe", "zb", "dualpipev", "zbv"],
     "sp_ag_redo": BOOL,
-    "ep_dispatcher": ["alltoall", "flex"],
+    "ep_dispatcher": ["alltoall", "flex", "allgather"],
     "ep_overlap": BOOL,
     "cp_comm": ["p2p", "all_gather", "a2a", "a2a_p2p"],
 }
@@ -185,7 +185,7 @@ _CODE = {
     "tp_overlap": lambda v: TP_OVERLAP.index(v),
     "attention": lambda v: ATTENTION.index(AttentionKernel(str(getattr(v, "value", v)))),
     "schedule": lambda v: [s.value for s in SCHEDULE_CODES].index(str(getattr(v, "value", v))),
-    "ep_dispatcher": lambda v: int(str(getattr(v, "value", v)) == "flex"),
+    "ep_dispatcher": lambda v: [d.value for d in EP_DISPATCHER_CODES].index(str(getattr(v, "value", v))),
     "cp_comm": lambda v: [c.value for c in CP_COMM_CODES].index(str(getattr(v, "value", v))),
 }
 

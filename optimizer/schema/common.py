@@ -159,10 +159,18 @@ class EpDispatcher(StrEnum):
     ``alltoall``: one NCCL all-to-all, every (token, expert) row sent on its own. ``flex``: a hierarchical
     dispatcher (DeepEP, HybridEP) that sends a token once to each remote node holding one of its experts and
     forwards it over NVLink there (DeepSeek-V3 report, section 3.2.2); only matters when ep spans nodes.
+    ``allgather``: every rank of the expert tensor x expert parallel group gathers all the group's tokens,
+    computes the rows routed to its local experts and reduce-scatters the results back (Megatron-Core
+    MoEAllGatherTokenDispatcher; its MoE guide: "TP-only setups, small EP, large Top-K"): (n-1) tokens'
+    rows each way whatever top_k, against the all-to-all's top_k (n-1)/n, so it pays where ep < top_k.
     """
 
     ALLTOALL = "alltoall"
     FLEX = "flex"
+    ALLGATHER = "allgather"
+
+
+EP_DISPATCHER_CODES = (EpDispatcher.ALLTOALL, EpDispatcher.FLEX, EpDispatcher.ALLGATHER)  # Knobs codes
 
 
 class CpComm(StrEnum):

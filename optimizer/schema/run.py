@@ -178,8 +178,10 @@ class RunCudaGraphs(StrEnum):
 
 class MoeDispatcher(StrEnum):
     """The MoE token dispatcher: ``alltoall`` (one NCCL all-to-all), ``deepep`` / ``hybridep`` (hierarchical:
-    a token sent once per remote node; Megatron-Core moe_token_dispatcher_type flex)."""
+    a token sent once per remote node; Megatron-Core moe_token_dispatcher_type flex), ``allgather``
+    (Megatron-Core's all-gather dispatcher)."""
 
+    ALLGATHER = "allgather"
     ALLTOALL = "alltoall"
     DEEPEP = "deepep"
     HYBRIDEP = "hybridep"

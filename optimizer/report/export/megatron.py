@@ -145,8 +145,8 @@ def _moe_flags(llm, ex) -> list[str]:
     freq = moe_layer_freq(llm)
     if freq is not None:
         a.append(f"--moe-layer-freq {freq}")
-    if ex.ep_dispatcher.value == "alltoall":
-        a.append("--moe-token-dispatcher-type alltoall")
+    if ex.ep_dispatcher.value in ("alltoall", "allgather"):
+        a.append(f"--moe-token-dispatcher-type {ex.ep_dispatcher.value}")
     return a
 
 
