@@ -15,7 +15,7 @@ from optimizer.model.capacity import feasible
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate, make_ctx
 from optimizer.prepare.objective import score
-from optimizer.prepare.space import Space, build_space, compact_space
+from optimizer.prepare.space import Space, build_space, compact_space, triple_sizes
 from optimizer.schema import Problem
 
 
@@ -39,9 +39,8 @@ def pieces(problem: Problem, chunk: int):
     """The space in parts of about `chunk` candidates (whole layouts; a layout larger than that is split),
     built one at a time: the whole space is never held in memory."""
     c = compact_space(problem)
-    n_other = np.array([int(np.prod([len(v) for _, v in per])) for per in c.other], dtype=np.int64)
     li = c.triples[:, 0]
-    per_layout = np.bincount(li, minlength=len(c.layouts)) * n_other
+    per_layout = np.bincount(li, weights=triple_sizes(problem, c), minlength=len(c.layouts)).astype(np.int64)
     group, size = [], 0
     for j in np.nonzero(per_layout)[0].tolist() + [None]:
         if j is not None:

@@ -60,9 +60,10 @@ from optimizer.model.compose import fsdp_traffic, layout_factors, mb_factors, vp
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate, make_ctx
 from optimizer.model.terms import StepTerms
-from optimizer.prepare.space import Compact
+from optimizer.prepare.space import Compact, triple_sizes, v_runs_at
 from optimizer.rules.layout import has_dp_group
 from optimizer.schema import Problem
+from optimizer.schema.common import SCHEDULE_CODES, V_SCHEDULES
 
 TIME_UNIT = 1e9  # integer time unit per second (1 ns)
 KIB = 1024.0
@@ -537,8 +538,7 @@ def build_all(problem: Problem, c: Compact, deadline: float | None = None) -> li
     BETAs = _block_tables(problem, lay, L0, tpcp, vals, run, nVar, legal_all)
     cap = int(np.floor(capacity_bytes(problem) / KIB))
     off_cap = int(np.floor(problem.system.offload.capacity_gib * 2.0**30 / KIB))
-    n_other = np.array([int(np.prod([len(vs) for _, vs in per])) for per in c.other], dtype=np.int64)
-    cand = np.bincount(c.triples[:, 0], minlength=nL) * n_other
+    cand = np.bincount(c.triples[:, 0], weights=triple_sizes(problem, c), minlength=nL).astype(np.int64)
     v2, nV = LV["v"], len(vals["vpp"])
     out = []
     for j, v in enumerate(allv):
@@ -548,6 +548,10 @@ def build_all(problem: Problem, c: Compact, deadline: float | None = None) -> li
             RSv=t_int(np.repeat(r.dp_reduce_scatter_s[j], nV) / v2),
         )
         legal = legal_all[admits[j][legal_all[:, 0]]]
+        if SCHEDULE_CODES[v["schedule"]].value in V_SCHEDULES:  # a V schedule's rows only where it runs
+            lv_, vv_, mm_ = legal[:, 0], np.array(vals["vpp"])[legal[:, 1]], np.array(vals["mb"])[legal[:, 2]]
+            b_ = problem.training.global_batch
+            legal = legal[v_runs_at(b_, lay["pp"][lv_], lay["dp"][lv_], vv_, mm_)]
         out.append(
             Tables(
                 problem,

@@ -609,7 +609,7 @@ def test_sequence_parallel_gathers_travel_quantised():
     )
     tiers = Tiers.of(b200)
     T, h, tp = 4096.0, 8192.0, 4
-    tier = tier_of(tiers, tp)
+    tier = tier_of(tiers, tp, tp)
     tp_fw = {}
     rs = float(collective_time("rs", T * h * 2, tp, tier, tiers))
     for prec, ag_bytes, copies in (

@@ -248,3 +248,26 @@ execution: {tp: 1, pp: 1, ep: 32, micro_batch: 1, zero: 1}
     assert not any(w.startswith("EP group") for w in ev64.warnings)
     written = {"tp": 1, "pp": 1, "ep": 32, "micro_batch": 1, "zero": 1}
     assert f"warning: {msg}" in api.text(check(full, written))  # check's plan says it too
+
+
+def test_tables_built_for_more_gpus_answer_a_smaller_job_as_a_fresh_solve(tmp_path):
+    """A group's tier follows the job's own GPUs (tp*cp*dp*pp), not the problem's count: tables built for 16
+    H100s with idle GPUs allowed, restricted to a 6-GPU problem, give the fresh 6-GPU optimum (a 6-GPU job
+    fits one 8-GPU node, so its expert groups stay on NVLink)."""
+    from formulations.tables import build_all
+    from optimizer import api
+
+    text = """name: ep
+llm: {{name: moe, hidden: 2048, ffn: 6144, layers: 8, heads: 32, kv_heads: 4, seq_len: 4096, vocab: 32000,
+  moe: {{experts: 48, top_k: 8, expert_ffn: 768}}}}
+system: h100-sxm-80gb
+num_gpus: {n}
+options: {{allow_idle_gpus: true}}
+training: {{global_batch: 480, precision: bf16}}
+search: {{tp: 1, pp: 1, cp: 1, ep: [2, 3, 6, 12, 24, 48], micro_batch: 1}}
+"""
+    big, small = (api.load(write(tmp_path, text.format(n=n), f"p{n}.yaml")) for n in (16, 6))
+    Ts = build_all(big, compact_space(big))
+    fresh, reused = api.solve(small).plans[0], api.solve(small, tables=Ts).plans[0]
+    assert reused.objective_s == pytest.approx(fresh.objective_s, rel=1e-9)
+    assert fresh.evaluation.execution.placement["ep"] == "nvlink"

@@ -554,3 +554,40 @@ search: {ep_dispatcher: [alltoall, allgather]}
         chosen[top_k] = {x.evaluation.execution.ep_dispatcher.value for x in plans}
     assert chosen == {2: {"alltoall"}, 8: {"allgather"}}
     assert "--moe-token-dispatcher-type allgather" in api.emit("megatron", p, plans[0].evaluation.execution)
+
+
+def test_all_to_all_overlap_runs_only_where_megatron_core_runs_it(tmp_path):
+    """Megatron-Core runs overlap_moe_expert_parallel_comm only with the alltoall or flex dispatcher and
+    without full recompute: a written plan asking for it with the all-gather dispatcher is refused at its
+    field, and a solve that may choose dispatcher, overlap and recompute never writes such a plan."""
+    import subprocess
+    import sys
+
+    from optimizer import api
+
+    text = """name: ov
+llm: mixtral-8x7b
+system: h100-sxm-80gb
+num_gpus: 16
+training: {global_batch: 64, seq_len: 4096, precision: bf16}
+execution: {tp: 1, pp: 2, ep: 8, micro_batch: 1, zero: 1, recompute: full, ep_dispatcher: allgather,
+  ep_overlap: true}
+"""
+    path = tmp_path / "ov.yaml"
+    path.write_text(text)
+    r = subprocess.run(
+        [sys.executable, "-m", "optimizer.cli", "evaluate", str(path)], capture_output=True, text=True
+    )
+    assert r.returncode == 2 and "execution.ep_overlap" in r.stderr, r.stderr
+    path.write_text(
+        text.replace(", ep_dispatcher: allgather,\n  ep_overlap: true}", "}")
+        + "search: {ep_dispatcher: [alltoall, allgather], ep_overlap: [false, true],\n"
+        + "  recompute: [selective, full]}\n"
+    )
+    p = api.load(path)
+    p = p.model_copy(
+        update={"llm": p.llm.model_copy(update={"moe": p.llm.moe.model_copy(update={"top_k": 8})})}
+    )
+    for plan in api.solve(p, top=6, distinct=False).plans:
+        ex = plan.evaluation.execution
+        assert not (ex.ep_overlap and (ex.ep_dispatcher.value == "allgather" or ex.recompute.value == "full"))

@@ -38,7 +38,7 @@ def evaluate_execution(problem: Problem, ex: Execution | None = None) -> Evaluat
     ex = ex or problem.execution
     k = from_execution(ex, problem.system, problem.num_gpus)
     r = evaluate(problem, k).row()
-    full_ex = to_execution(k, problem.system, global_batch=problem.training.global_batch)
+    full_ex = to_execution(k, problem.system)
     cap = (problem.system.hbm_gib - problem.headroom_gib()) * GIB
     fits = r["hbm"] <= cap
     from optimizer.rules.cross_field import execution_warnings
@@ -70,7 +70,7 @@ def placement_warnings(problem: Problem, row: dict) -> list[str]:
     because their consecutive ranks do not divide the job's GPUs in each (`Network.used`)."""
     nets = problem.system.networks
     fast = nets[0]
-    held = min(fast.used, problem.num_gpus)
+    held = min(fast.used, int(row["tp"] * row["cp"] * row["dp"] * row["pp"]))
     span = {"tp": row["tp"], "cp": row["tp"] * row["cp"], "ep": row["ep"] * row["etp"]}
     out = []
     for ax, what in (("tp", "TP traffic"), ("cp", "the CP exchange"), ("ep", "the MoE all-to-all")):

@@ -125,9 +125,7 @@ def _plans(problem: Problem, knobs: list, objectives: list, exact: bool = True) 
     solves were not all proven, `verify`)."""
     plans = []
     for k, obj in zip(knobs, objectives, strict=True):
-        ev = evaluate_execution(
-            problem, to_execution(k, problem.system, global_batch=problem.training.global_batch)
-        )
+        ev = evaluate_execution(problem, to_execution(k, problem.system))
         obj = ev.result["step_time"] if obj is None else obj
         verify(problem, ev, obj, exact)
         plans.append(Plan(ev, obj))

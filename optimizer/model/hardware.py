@@ -299,16 +299,15 @@ class Tiers:
     size: np.ndarray
 
     @classmethod
-    def of(cls, system: System, num_gpus: int | None = None) -> Tiers:
-        """The system's tiers; `size` is the GPUs of one job in a domain (`Network.used`, at most the
-        job's `num_gpus`): the ranks that share it."""
+    def of(cls, system: System) -> Tiers:
+        """The system's tiers; `size` is the GPUs a job uses in one domain (`Network.used`): the ranks that
+        share it."""
         n = system.networks
-        used = np.array([x.used for x in n])
         return cls(
             bandwidth=np.array([x.bandwidth_gbps * 1e9 * x.efficiency for x in n]),
             latency=np.array([x.latency_us * 1e-6 for x in n]),
             processor_usage=np.array([x.processor_usage for x in n]),
-            size=used if num_gpus is None else np.minimum(used, num_gpus),
+            size=np.array([x.used for x in n]),
         )
 
 
@@ -358,11 +357,14 @@ def collective_time(kind: str, nbytes, group, tier, tiers: Tiers, stride=None):
     return np.where(n > 1, t, 0.0)
 
 
-def tier_of(tiers: Tiers, span):
-    """Innermost tier whose domains hold every group of `span` consecutive ranks: `span` divides the job's
-    GPUs per domain (`Tiers.size`; `optimizer.rules.layout.innermost_tier`); the outermost when none does."""
+def tier_of(tiers: Tiers, span, n_job):
+    """Innermost tier whose domains hold every group of `span` consecutive ranks of a job of `n_job` GPUs:
+    `span` divides the job's GPUs per domain (`Tiers.size`, or the whole job where smaller;
+    `optimizer.rules.layout.innermost_tier`); the outermost when none does."""
     span = np.asarray(span, dtype=float)
-    fits = np.mod(tiers.size[None, :], span.reshape(-1)[:, None]) == 0
+    span, n_job = np.broadcast_arrays(span, np.asarray(n_job, dtype=float))
+    fill = np.minimum(tiers.size[None, :], n_job.reshape(-1)[:, None])
+    fits = np.mod(fill, span.reshape(-1)[:, None]) == 0
     idx = np.where(fits.any(axis=1), np.argmax(fits, axis=1), len(tiers.size) - 1)
     return idx.reshape(span.shape)
 

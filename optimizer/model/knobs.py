@@ -25,7 +25,6 @@ from optimizer.schema import (
 from optimizer.schema.common import CP_COMM_CODES, EP_DISPATCHER_CODES, RECOMPUTE_BITS, SCHEDULE_CODES, CpComm
 
 ZB_CODE = SCHEDULE_CODES.index(Schedule.ZERO_BUBBLE)
-V_CODES = (SCHEDULE_CODES.index(Schedule.DUALPIPE_V), SCHEDULE_CODES.index(Schedule.ZERO_BUBBLE_V))
 
 RECOMPUTE = [Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL]  # code = index
 TP_OVERLAP = [TpOverlap.NONE, TpOverlap.PIPE, TpOverlap.RING]
@@ -190,23 +189,28 @@ def from_execution(ex: Execution, system: System, num_gpus: int) -> Knobs:
     return Knobs.from_dict(d)
 
 
-def written_schedule(r: dict, global_batch: int | None) -> Schedule:
+def written_schedule(r: dict) -> Schedule:
     """The schedule a candidate row runs, as a plan writes it: zero-bubble with one stage per rank is 1F1B
-    (it runs interleaved); a V schedule where it does not run (`compose.v_schedule`: vpp != 2, or fewer
-    than 2*pp micro-batches of `global_batch`) is 1F1B."""
+    (it runs interleaved). (A V schedule's rows are in the space only where it runs:
+    `optimizer.prepare.space.v_runs_at`.)"""
     code = int(r["schedule"])
-    if code == ZB_CODE and r["vpp"] == 1:
-        return SCHEDULE_CODES[0]
-    if code in V_CODES:
-        nmb = global_batch // (r["dp"] * r["micro_batch"]) if global_batch else 2 * r["pp"]
-        if r["pp"] > 1 and not (r["vpp"] == 2 and nmb >= 2 * r["pp"]):
-            return SCHEDULE_CODES[0]
-    return SCHEDULE_CODES[code]
+    return SCHEDULE_CODES[0 if code == ZB_CODE and r["vpp"] == 1 else code]
 
 
-def to_execution(k: Knobs, system: System, i: int = 0, global_batch: int | None = None) -> Execution:
-    """The `Execution` of candidate `i` (inverse of `from_execution`); `global_batch` decides whether a
-    DualPipeV row runs it (`written_schedule`)."""
+def written_ep_overlap(r: dict) -> bool:
+    """The MoE all-to-all overlap as a plan writes it: only where it runs (`layer.ep_overlapped`: ep > 1, the
+    alltoall or flex dispatcher, no full recompute)."""
+    allgather = EP_DISPATCHER_CODES[int(r["ep_dispatcher"])] == EpDispatcher.ALLGATHER
+    return (
+        bool(r["ep_overlap"])
+        and r["ep"] > 1
+        and not allgather
+        and RECOMPUTE[r["recompute"]] != Recompute.FULL
+    )
+
+
+def to_execution(k: Knobs, system: System, i: int = 0) -> Execution:
+    """The `Execution` of candidate `i` (inverse of `from_execution`)."""
     r = k.row(i)
     names = [n.name for n in system.networks]
     return Execution(
@@ -218,7 +222,7 @@ def to_execution(k: Knobs, system: System, i: int = 0, global_batch: int | None 
         etp=r["etp"],
         vpp=r["vpp"],
         micro_batch=r["micro_batch"],
-        schedule=written_schedule(r, global_batch),
+        schedule=written_schedule(r),
         recompute=RECOMPUTE[r["recompute"]],
         sequence_parallel=bool(r["sequence_parallel"]),
         tp_comm=TpComm.RS_AG if r["tp_comm"] else TpComm.ALLREDUCE,
@@ -236,7 +240,7 @@ def to_execution(k: Knobs, system: System, i: int = 0, global_batch: int | None 
         placement={ax: names[r[f"tier_{ax}"]] for ax in ("tp", "cp", "ep", "dp", "pp")},
         pp_uneven=bool(r["pp_uneven"]),
         activation_offload_layers=r["activation_offload_layers"] or None,
-        ep_overlap=bool(r["ep_overlap"]),
+        ep_overlap=written_ep_overlap(r),
         ep_dispatcher=EP_DISPATCHER_CODES[int(r["ep_dispatcher"])],
         cp_comm=CP_COMM_CODES[int(r["cp_comm"])] if r["cp"] > 1 else CpComm.P2P,  # moot without cp
         recompute_modules=[m for m, bit in RECOMPUTE_BITS.items() if r["recompute_modules"] & bit] or None,

@@ -824,7 +824,7 @@ def moe_dispatch_combine_s(ctx: Ctx, k: Knobs, sh: BlockShape, ms: MoeShape) -> 
         stride=ms.etp,
         copies=np.where(k.ep_dispatcher == FLEX, ms.kk, 1.0),
     )  # flex: node-deduplicated
-    t_etp = tier_of(ctx.tiers, ms.etp)
+    t_etp = tier_of(ctx.tiers, ms.etp, k.tp * k.cp * k.dp * k.pp)
     etp_c = collective_time("ag", ms.R * h * e, ms.etp, t_etp, ctx.tiers) + collective_time(
         "rs", ms.R * h * e, ms.etp, t_etp, ctx.tiers
     )
@@ -1185,8 +1185,11 @@ def recompute_and_stored(
 
 # ------------------------------------------------------------------------------------------------ EP exposure
 def ep_overlapped(k: Knobs) -> np.ndarray:
-    """Whether the MoE all-to-all overlaps another micro-batch's compute (`ep_overlap`, at ep > 1)."""
-    return k.ep_overlap.astype(bool) & (k.ep > 1)
+    """Whether the MoE all-to-all overlaps another micro-batch's compute (`ep_overlap`, at ep > 1).
+    Megatron-Core runs it with the alltoall or flex dispatcher only and without full recompute
+    (TransformerConfig asserts); elsewhere the candidate runs, and is written, without it
+    (`knobs.written_ep_overlap`)."""
+    return k.ep_overlap.astype(bool) & (k.ep > 1) & (k.ep_dispatcher != ALLGATHER) & (k.recompute != 2)
 
 
 def ep_exposed_s(ctx: Ctx, k: Knobs, sh: BlockShape, mc: MoeCost, fw, bw, re) -> tuple:
@@ -1222,14 +1225,13 @@ def host_floor_s(k: Knobs, blk: BlockCost) -> tuple:
     another's backward, issued by the same Python thread sub-module by sub-module (attention, dispatch,
     experts, combine of each), and the forward's routing sync drains the stream between them: the merged
     chunk takes at least the host time to issue both, the forward's and the backward's (BW_HOST_RATIO times
-    it), and the forward again under full recompute, against the GPU time of both. This is the CPU overhead
-    for which NVIDIA's Megatron-Bridge recipes turn the overlap off (Megatron-Bridge pull request 1760,
-    "Disable moe_a2a_overlap due to CPU overhead", Qwen3-235B on B200)."""
+    it), against the GPU time of both (the overlap runs without full recompute, `ep_overlapped`). This is the
+    CPU overhead for which NVIDIA's Megatron-Bridge recipes turn the overlap off (Megatron-Bridge pull
+    request 1760, "Disable moe_a2a_overlap due to CPU overhead", Qwen3-235B on B200)."""
     host = MOE_HOST_FW_S * GRAPH_HOST_SHARE[np.asarray(k.cuda_graphs, dtype=int)]
     full = k.recompute == 2
     alone = np.maximum(host - blk.fw_total, 0.0)  # the GPU's critical path while the host issues
-    merged_host = host * (1.0 + BW_HOST_RATIO + np.where(full, 1.0, 0.0))
-    merged = np.maximum(merged_host - (blk.fw_total + blk.bw_total), 0.0)
+    merged = np.maximum(host * (1.0 + BW_HOST_RATIO) - (blk.fw_total + blk.bw_total), 0.0)
     ov = ep_overlapped(k)
     return np.where(ov, merged, alone), np.where(ov | ~full, 0.0, alone)
 

@@ -63,7 +63,7 @@ def make_ctx(problem: Problem) -> Ctx:
     return Ctx(
         llm=problem.llm,
         hw=Hardware(problem.system, tr.precision),
-        tiers=Tiers.of(problem.system, problem.num_gpus),
+        tiers=Tiers.of(problem.system),
         seq_len=problem.seq_len,
         global_batch=tr.global_batch,
         precision=tr.precision,
@@ -338,12 +338,16 @@ def _stage_params(ctx: Ctx, k: Knobs, g: _Shape, w_stage) -> _Params:
     final_norm = h * (2 if llm.bias else 1)
     P_first = P_first + np.where(pp > 1, 0.0, final_norm)
     P_last = (Ls - el) * P_layer + np.where(pp > 1, P_head, 0.0) + final_norm
-    P_edge = np.maximum(P_first, P_last)
+    # a V schedule's first rank holds the first and the last stage: both edges' extras on one rank, with
+    # one copy of tied embeddings
+    vee = v_schedule_named(k) & (pp > 1)
+    P_v = (Ls - 2 * el) * P_layer + P_emb + (0.0 if tied else P_head) + final_norm
+    P_edge = np.where(vee, P_v, np.maximum(P_first, P_last))
     P_mid = Ls * P_layer  # a middle stage (more layers than the edges when el)
     P_stage = np.maximum(P_edge, P_mid)  # the stage that bounds DP traffic and the optimizer
     # routed-expert weights are reduced and sharded over the expert-data-parallel group
     # edp = tp*cp*dp/(ep*etp) (Megatron-Core), everything else over dp*cp
-    L_stage = np.where(P_mid >= P_edge, Ls, Ls - el)  # transformer layers of the stage that holds the most
+    L_stage = np.where(P_mid >= P_edge, Ls, np.where(vee, Ls - 2 * el, Ls - el))  # the stage's layers
     P_ex = L_stage * P_ex_layer
     dpg = g.dp * g.cp
     edp = tp * g.cp * g.dp / (k.ep * k.etp) if w_stage is not None else dpg
@@ -357,7 +361,7 @@ def _dp_collectives(ctx: Ctx, k: Knobs, g: _Shape, P: _Params):
     RS, AR, AG = dp_reductions(P.non_expert, gb, wb, P.dpg, k.tier_dp, tiers, stride=g.tp)
     if ctx.llm.moe is not None:
         # expert-data-parallel ranks are ep*etp apart (Megatron-Core expert rank order)
-        tier = tier_of(tiers, g.tp * g.cp * g.dp)
+        tier = tier_of(tiers, g.tp * g.cp * g.dp, g.tp * g.cp * g.dp * g.pp)
         ex_rs, ex_ar, ex_ag = dp_reductions(P.expert, gb, wb, P.edp, tier, tiers, stride=k.ep * k.etp)
         RS, AR, AG = RS + ex_rs, AR + ex_ar, AG + ex_ag
     return RS, AR, AG
@@ -571,6 +575,12 @@ def zero_bubble(k: Knobs, g: _Shape):
 
 
 DPV, ZBV = SCHEDULE_CODES.index(Schedule.DUALPIPE_V), SCHEDULE_CODES.index(Schedule.ZERO_BUBBLE_V)
+
+
+def v_schedule_named(k: Knobs):
+    """Whether the candidate's schedule is a V schedule (DualPipeV, ZB-V): its rows are in the space only
+    where it runs (`optimizer.prepare.space.v_runs_at`), so the first rank's parameters follow the name."""
+    return (k.schedule == DPV) | (k.schedule == ZBV)
 
 
 def v_runs(k: Knobs, g: _Shape):

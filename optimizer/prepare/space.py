@@ -9,7 +9,7 @@ attention, scatter-gather p2p, 1F1B, SP all-gather redo) and can be opened throu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product
 from typing import Any
 
@@ -32,7 +32,7 @@ from optimizer.rules.layout import (
     zero_allowed,
 )
 from optimizer.schema import AttentionKernel, Problem, Search
-from optimizer.schema.common import CP_COMM_CODES, EP_DISPATCHER_CODES, SCHEDULE_CODES
+from optimizer.schema.common import CP_COMM_CODES, EP_DISPATCHER_CODES, SCHEDULE_CODES, V_SCHEDULES
 from optimizer.schema.stack import Stack, by_layout
 
 BOOL = [False, True]
@@ -337,9 +337,37 @@ def compact_space(problem: Problem) -> Compact:
     cols = [tiers_all[k][sel].tolist() for k in keys]
     tiers = [dict(zip(keys, vals, strict=True)) for vals in zip(*cols, strict=True)]
     others = [by_cls[int(c)] for c in cls[sel].tolist()]
-    n_other = np.array([int(np.prod([len(v) for _, v in by_cls[int(c)]])) for c in cls[sel].tolist()])
-    size = int((np.bincount(xi, minlength=len(sel)) * n_other).sum()) if len(sel) else 0
-    return Compact(dom, layouts, tiers, tri, others, size)
+    c = Compact(dom, layouts, tiers, tri, others, 0)
+    return replace(c, size=int(triple_sizes(p, c).sum()))
+
+
+V_CODES = [SCHEDULE_CODES.index(s) for s in SCHEDULE_CODES if s.value in V_SCHEDULES]
+
+
+def v_runs_at(B: int, pp, dp, vpp, mb):
+    """Whether a V schedule (DualPipeV, ZB-V) is legal at these layout values: two stages per rank and at
+    least one micro-batch per stage (`optimizer.model.compose.v_schedule`); elsewhere its rows are not in
+    the space."""
+    pp, dp, vpp, mb = (np.asarray(x, dtype=np.int64) for x in (pp, dp, vpp, mb))
+    return (pp > 1) & (vpp == 2) & (B // np.maximum(dp * mb, 1) >= 2 * pp)
+
+
+def triple_sizes(problem: Problem, c: Compact) -> np.ndarray:
+    """Candidates of each triple of `c`: the product of its layout's other values, less the V-schedule
+    values where a V schedule cannot run (`v_runs_at`)."""
+    n_all, n_v = [], []
+    for per in c.other:
+        d = dict(per)
+        n = int(np.prod([len(vals) for vals in d.values()]))
+        sched = d.get("schedule", [1])
+        n_all.append(n)
+        n_v.append(n // len(sched) * sum(1 for s in sched if s in V_CODES))
+    if len(c.triples) == 0:
+        return np.zeros(0, dtype=np.int64)
+    li, v, b = c.triples[:, 0], c.triples[:, 1], c.triples[:, 2]
+    lay = np.array(c.layouts, dtype=np.int64).reshape(-1, 7)
+    ok = v_runs_at(problem.training.global_batch, lay[li, 1], lay[li, 3], v, b)
+    return np.array(n_all, dtype=np.int64)[li] - np.where(ok, 0, np.array(n_v, dtype=np.int64)[li])
 
 
 def build_space(problem: Problem, c: Compact | None = None) -> Space:
@@ -354,15 +382,18 @@ def build_space(problem: Problem, c: Compact | None = None) -> Space:
         tp, pp, cp, dp, ep, etp, el = c.layouts[li]
         rest = np.array(list(product(*[vals for _, vals in c.other[li]])), dtype=np.int64)
         tr = c.tiers[li]
+        sched_col = [n for n, _ in c.other[li]].index("schedule")
+        v_rows = np.isin(rest[:, sched_col], V_CODES)
         for v, b in vb:
+            keep = rest if bool(v_runs_at(problem.training.global_batch, pp, dp, v, b)) else rest[~v_rows]
             head = np.tile(
                 np.array(
                     [tp, pp, dp, cp, v, b, tr["tp"], tr["cp"], tr["dp"], tr["pp"], ep, etp, tr["ep"], el],
                     dtype=np.int64,
                 ),
-                (len(rest), 1),
+                (len(keep), 1),
             )
-            rows.append(np.concatenate([head, rest], axis=1))
+            rows.append(np.concatenate([head, keep], axis=1))
     if not rows:
         return Space(Knobs.from_dict({f: [] for f in Knobs.__dataclass_fields__}))
     M = np.concatenate(rows, axis=0)

@@ -190,6 +190,18 @@ def _knob_errors(p: Problem, ex: Execution) -> list[tuple[str, str]]:
     offload = ex.weight_offload or ex.activation_offload or ex.optimizer_offload
     if offload and p.system.offload.capacity_gib <= 0:
         out.append(("execution.weight_offload", "offload needs system.offload.capacity_gib > 0"))
+    if (
+        ex.ep_overlap
+        and ex.ep > 1
+        and (ex.ep_dispatcher.value == "allgather" or ex.recompute.value == "full")
+    ):
+        out.append(
+            (
+                "execution.ep_overlap",
+                "the MoE all-to-all overlap runs with the alltoall or flex dispatcher and without full "
+                "recompute (Megatron-Core overlap_moe_expert_parallel_comm)",
+            )
+        )
     return out + _cp_comm_errors(p, ex) + precision_errors(p.system, p.training.precision)
 
 

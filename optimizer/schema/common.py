@@ -240,14 +240,15 @@ class Schedule(StrEnum):
     Report, arXiv:2412.19437, Sec. 3.2.1 and Table 2, in its V-shaped form of PyTorch's ScheduleDualPipeV):
     two stages per rank (vpp = 2), the first rank holding the first and the last stage, micro-batches fed
     from both ends, each forward chunk run together with another micro-batch's backward chunk; its bubble is
-    (d-1) x (T_F&B + T_B - 3 T_W) on d ranks (T_F&B: a forward and a backward chunk run together, which is
-    the layer's critical path with the MoE all-to-all overlap when `ep_overlap` is on), and the first rank
-    keeps 2d+1 chunks of activations (1F1B keeps d stages), with the loss's logits. It needs at least 2d
-    micro-batches; with fewer, or with vpp != 2, a plan runs it as 1F1B. Or ``zbv`` (ZB-V: Qi et al.,
-    ICLR 2024, Sec. 6, PyTorch's ScheduleZBVZeroBubble): the same V of two stages per rank, the backward split
-    into input and weight gradients, bubble (d-1) x (T_F + T_B - 2 T_W) per chunk (T_B the input gradient;
-    zero when the three are equal) with 1F1B's activation memory and the logits on the first rank; it fills
-    its pipeline from 2d-1 micro-batches and is priced, like DualPipeV, from 2d with vpp = 2."""
+    (d-1) x (T_F&B + T_B - 3 T_W) on d ranks (T_F&B: a forward and a backward chunk run together, taken as
+    the layer's critical path: PyTorch runs the pair one after the other unless the model supplies an
+    overlapped one), and the first rank keeps 2d+1 chunks of activations (1F1B keeps d stages), with the
+    loss's logits and both edge stages' parameters. It needs vpp = 2 and at least 2d micro-batches. Or ``zbv``
+    (ZB-V: Qi et al., ICLR 2024, Sec. 6, PyTorch's ScheduleZBVZeroBubble): the same V of two stages per
+    rank, the backward split into input and weight gradients, bubble (d-1) x (T_F + T_B - 2 T_W) per chunk
+    (T_B the input gradient; zero when the three are equal) with 1F1B's activation memory and the logits on
+    the first rank; it fills its pipeline from 2d-1 micro-batches and is priced, like DualPipeV, from 2d with
+    vpp = 2."""
 
     ONE_F_ONE_B = "1f1b"
     GPIPE = "gpipe"
