@@ -86,20 +86,18 @@ def check(path: str | Path, offload_gib: float = 512.0, offload_gbps: float = 64
 
 def procure(path: str | Path, pareto: bool = False, time_limit_s: float = 60.0, plot: bool = False):
     """What to buy (a `ProcureResult`: `.best`, `.rows` per node type, `.pareto`); for a file with `sites`,
-    where (a `MultisiteResult`: `.best` sites, links and scheme, `.single_site`, `.verdict()`). `plot`: a
+    where (a `MultisiteResult`: `.best` sites, links and scheme, `.single_site`, `.verdict()`, with `pareto`
+    `.pareto`: the front of cost against days across sites). `plot`: a
     chart will be drawn (of one site's purchases: the Pareto front, so it is computed)."""
     from optimizer.drivers.procure import procure as _procure
-    from optimizer.errors import ProblemError
     from optimizer.io.loader import load_any_procure
     from optimizer.schema.multisite import MultisiteProblem
 
     pp = load_any_procure(path)
     if isinstance(pp, MultisiteProblem):
-        from optimizer.drivers.multisite import multisite
+        from optimizer.drivers.multisite import multisite, multisite_with_front
 
-        if pareto:
-            raise ProblemError("--pareto", None, None, "a procurement across sites has no Pareto front yet")
-        return multisite(pp, time_limit_s=time_limit_s)
+        return (multisite_with_front if pareto else multisite)(pp, time_limit_s=time_limit_s)
     return _procure(pp, pareto=pareto or plot, time_limit_s=time_limit_s)
 
 

@@ -126,6 +126,7 @@ class MultisiteResult:
     status: str
     notes: list[str] = field(default_factory=list)
     searched_one_site: bool = True
+    pareto: list[SitesPlan] = field(default_factory=list)  # `pareto_front`: cost against days, cheapest last
 
     def verdict(self) -> str:
         b, s = self.best, self.single_site
@@ -377,6 +378,55 @@ def multisite(
     r = MultisiteResult(mp, best, single, rows, time.perf_counter() - t0, status, notes)
     r.searched_one_site = 1 in ks
     return r
+
+
+MAX_PARETO = 12  # points of the front of cost against days across sites
+
+
+def plan_cost(p: SitesPlan) -> float:
+    """What a configuration's budget covers: its nodes and its links, USD."""
+    return p.nodes_usd + p.links_usd
+
+
+def pareto_front(mp: MultisiteProblem, time_limit_s: float = 60.0, cache: OfferCache | None = None):
+    """The front of cost (nodes and links) against days to train (expected days with a goodput section)
+    across sites, by the epsilon-constraint method: the fastest configuration within the budget (goal
+    time_to_train, any deadline dropped), then the fastest that costs less than it, until nothing fits or
+    MAX_PARETO points. Each point is proven optimal for its budget when its solve is; (points, notes)."""
+    t_end = time.time() + time_limit_s
+    cache = cache or OfferCache(mp, t_end)
+    proc = mp.procure.model_copy(update={"goal": SitesGoal.TIME_TO_TRAIN, "deadline_days": None})
+    budget, points, notes = proc.budget_usd, [], []
+    while len(points) < MAX_PARETO:
+        q = mp.model_copy(update={"procure": proc.model_copy(update={"budget_usd": budget})})
+        try:
+            r = multisite(q, time_limit_s=max(t_end - time.time(), 0.0), cache=cache)
+        except Infeasible:
+            return points, notes
+        except TimeLimit:
+            notes.append(f"the front stops at {len(points)} points: the time limit passed")
+            return points, notes
+        if r.status != "optimal":
+            notes.append(f"front point at {_usd(plan_cost(r.best))}: not proven (status {r.status})")
+        points.append(r.best)
+        budget = plan_cost(r.best) - max(1.0, 1e-9 * plan_cost(r.best))
+    notes.append(f"the front stops at {MAX_PARETO} points; cheaper configurations not searched")
+    return points, notes
+
+
+def multisite_with_front(mp: MultisiteProblem, time_limit_s: float = 60.0) -> MultisiteResult:
+    """`multisite`, and the front of cost against days (`pareto_front`) on the same site plans, within one
+    time limit."""
+    t_end = time.time() + time_limit_s
+    cache = OfferCache(mp, t_end)
+    r = multisite(mp, time_limit_s=time_limit_s, cache=cache)
+    r.pareto, notes = pareto_front(mp, max(t_end - time.time(), 1.0), cache)
+    r.notes += notes
+    return r
+
+
+def _usd(x: float) -> str:
+    return f"${x / 1e9:.2f}B" if x >= 1e9 else f"${x / 1e6:.2f}M"
 
 
 def site_counts(mp: MultisiteProblem) -> tuple[list[int], list[str]]:

@@ -87,6 +87,7 @@ def result_dict(r: MultisiteResult) -> dict:
         "best_single_site": None if r.single_site is None else plan_dict(r.single_site),
         "verdict": r.verdict(),
         "considered": r.considered,
+        "pareto": [plan_dict(p) for p in r.pareto],
         "notes": r.notes,
     }
 
@@ -182,5 +183,17 @@ def render(r: MultisiteResult) -> str:
         ["sites", "scheme", "H", "tokens x", "days"] + (["expected days"] if gp else []) + ["cost", "status"]
     )
     out.append(table(rows, head))
+    if r.pareto:
+        out += ["", "Pareto front of cost against days (each the fastest within its cost):"]
+        days = "expected days" if gp else "days"
+        prow = [
+            [
+                _money(p.nodes_usd + p.links_usd),
+                f"{p.expected_days if gp else p.days_to_train:.2f}",
+                p.label(),
+            ]
+            for p in r.pareto
+        ]
+        out.append(table(prow, ["cost", days, "configuration"]))
     out += [f"note: {n}" for n in r.notes]
     return "\n".join(out)
