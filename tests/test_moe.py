@@ -591,3 +591,16 @@ execution: {tp: 1, pp: 2, ep: 8, micro_batch: 1, zero: 1, recompute: full, ep_di
     for plan in api.solve(p, top=6, distinct=False).plans:
         ex = plan.evaluation.execution
         assert not (ex.ep_overlap and (ex.ep_dispatcher.value == "allgather" or ex.recompute.value == "full"))
+    # the model itself: the overlap changes nothing where it cannot run, and hides traffic where it can
+    step = {}
+    for d, rec, ov in [
+        (d, r, o) for d in ("alltoall", "allgather") for r in ("selective", "full") for o in (0, 1)
+    ]:
+        ex = Execution(
+            tp=1, pp=2, ep=8, micro_batch=1, zero=1, recompute=rec, ep_dispatcher=d, ep_overlap=bool(ov)
+        )
+        pk, kk = _mixtral(ex, num_gpus=16, global_batch=64)
+        step[d, rec, ov] = float(evaluate(pk, kk).step_time[0])
+    assert step["alltoall", "selective", 1] < step["alltoall", "selective", 0]
+    for d, rec in (("alltoall", "full"), ("allgather", "selective"), ("allgather", "full")):
+        assert step[d, rec, 1] == step[d, rec, 0]

@@ -249,6 +249,20 @@ def test_pareto_front_across_sites(tmp_path, capsys):
         tmp_path, capsys, SMALL.format(gbps=3200.0, schemes="[sync]"), "--pareto", command="procure"
     )
     assert rc == 0 and "Pareto front of cost against days" in out
+    # with frequent failures and no spares a smaller purchase trains sooner in expectation: the front keeps
+    # only points no cheaper one trains as soon as, and says it is not a proof in expected days
+    failures = (
+        "goodput:\n  reliability:\n    causes: [{name: gpu, per_mgpu_h: 30000, needs_node: false}]\n"
+        "    detect_s: 600\n    restart_s: 600\n    repair_h: 8\n"
+    )
+    body = SMALL.format(gbps=1000.0, schemes="[sync]") + failures
+    rc, out, err, _ = run_cli(tmp_path, capsys, body, "--pareto", "--json", command="procure")
+    assert rc == 0, err
+    d = json.loads(out)
+    exp = [p["goodput"]["expected_time_to_train_s"] for p in d["pareto"]]
+    cost = [p["nodes_usd"] + p["links_usd"] for p in d["pareto"]]
+    assert all(a < b for a, b in zip(exp, exp[1:], strict=False)) and cost == sorted(cost, reverse=True)
+    assert any("not a proof in expected days" in n for n in d["notes"])
 
 
 def test_schema_of_sites():

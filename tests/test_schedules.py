@@ -259,3 +259,35 @@ def test_zbv_is_chosen_among_every_schedule_and_solvers_agree(tmp_path):
     assert r.returncode == 2 and "zbv runs two stages per rank in a V" in r.stderr, r.stderr
     r = _cli("evaluate", _dpv(tmp_path, "zbv", batch=8))
     assert r.returncode == 2 and "zbv needs at least 2*pp = 16 micro-batches" in r.stderr, r.stderr
+
+
+def test_v_schedules_are_moot_without_a_pipeline_and_named_by_check(tmp_path):
+    """Without a pipeline the schedule is moot: a search naming only dualpipev still plans pp 1. With a
+    batch of 8 (at most 8 micro-batches) and pp in [2, 4, 8], DualPipeV runs nowhere: check names the
+    schedule as the conflict and releasing it fits. Candidates that run as the same plan (zero-bubble at one
+    stage per rank is 1F1B) are listed once."""
+    path = _dpv(tmp_path)
+    text = path.read_text()
+    path.write_text(
+        text.replace("schedule: [1f1b, zb, dualpipev]", "schedule: dualpipev")
+        .replace("pp: 8\n", "pp: 1\n")
+        .replace("  zero: 1\n", "  zero: 3\n")
+    )
+    ex = api.solve(api.load(path)).plans[0].evaluation.execution
+    assert ex.pp == 1
+    path.write_text(
+        text.replace("schedule: [1f1b, zb, dualpipev]", "schedule: dualpipev")
+        .replace("pp: 8\n", "pp: [2, 4, 8]\n")
+        .replace("global_batch: 64", "global_batch: 8")
+    )
+    r = _cli("check", path)
+    assert r.returncode == 3 and "fixed.schedule" in r.stdout and "release schedule" in r.stdout, r.stdout
+    assert "runs two stages per rank (vpp 2) with at least 2 x pp micro-batches" in r.stdout
+    path.write_text(
+        text.replace("schedule: [1f1b, zb, dualpipev]", "schedule: [1f1b, zb]").replace(
+            "vpp: [1, 2]", "vpp: [1]"
+        )
+    )
+    plans = api.solve(api.load(path), top=3, distinct=False).plans
+    keys = [p.evaluation.execution.model_dump_json() for p in plans]
+    assert len(keys) == len(set(keys))

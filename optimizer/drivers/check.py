@@ -205,6 +205,11 @@ def _explain_rules(p: Problem, fixed: dict[str, list], out: CheckResult) -> None
             out.conflicts = [("fixed.cp_comm", cp_why)]
             out.explanation.append("no legal plan: " + cp_why)
             return
+        v_why = _v_schedule_conflict(p, fixed)
+        if v_why:
+            out.conflicts = [("fixed.schedule", v_why)]
+            out.explanation.append("no legal plan: " + v_why)
+            return
         out.explanation.append(
             "no legal plan: the integer rules of the space leave no (tp, pp, dp, cp, vpp, micro_batch)"
         )
@@ -249,6 +254,25 @@ def _cp_comm_conflict(p: Problem, fixed: dict[str, list]) -> str | None:
         f"needs tp x its degree to divide the {p.llm.heads} heads and {p.llm.kv} K/V heads"
     )
     return msg + (f"; {why}" if why else "")
+
+
+def _v_schedule_conflict(p: Problem, fixed: dict[str, list]) -> str | None:
+    """Why the fixed V schedules (dualpipev, zbv) run on no candidate: they need two stages per rank and at
+    least one micro-batch per stage (`optimizer.prepare.space.v_runs_at`); None when some other schedule
+    is fixed too, or releasing the schedule leaves no plan either."""
+    from optimizer.prepare.space import compact_space
+    from optimizer.schema.common import V_SCHEDULES
+
+    names = [str(getattr(n, "value", n)) for n in fixed.get("schedule") or []]
+    if not names or any(n not in V_SCHEDULES for n in names):
+        return None
+    if compact_space(with_fixed(p, _without(fixed, "schedule"))).size == 0:
+        return None
+    return (
+        f"schedule {', '.join(names)} runs two stages per rank (vpp 2) with at least 2 x pp micro-batches "
+        f"(global batch {p.training.global_batch} / (dp x micro_batch)) on no layout the other rules leave; "
+        "release the schedule or allow vpp 2 and a larger batch"
+    )
 
 
 def _relax_rules(problem: Problem, p: Problem, fixed: dict[str, list], out: CheckResult) -> None:

@@ -122,10 +122,17 @@ def _solve_precisions(problem: Problem, precs: list, kw: dict) -> SolveResult:
 
 def _plans(problem: Problem, knobs: list, objectives: list, exact: bool = True) -> list[Plan]:
     """Extract and verify: each candidate as an `Execution`, re-evaluated by the model (`exact` False: the
-    solves were not all proven, `verify`)."""
-    plans = []
+    solves were not all proven, `verify`). Candidates that run as the same plan (a knob that does not run
+    where it is set, written as what runs: zero-bubble at one stage per rank, the all-to-all overlap
+    where Megatron-Core does not run it) are listed once."""
+    plans, seen = [], set()
     for k, obj in zip(knobs, objectives, strict=True):
-        ev = evaluate_execution(problem, to_execution(k, problem.system))
+        ex = to_execution(k, problem.system)
+        key = ex.model_dump_json()
+        if key in seen:
+            continue
+        seen.add(key)
+        ev = evaluate_execution(problem, ex)
         obj = ev.result["step_time"] if obj is None else obj
         verify(problem, ev, obj, exact)
         plans.append(Plan(ev, obj))
