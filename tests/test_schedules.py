@@ -31,6 +31,18 @@ def _problem(tmp_path, schedule="zb", vpp=2, stack="torchtitan"):
     return p
 
 
+def _three_solvers(problem, rtol: float) -> list:
+    """The best plan by CP-SAT, the enumerator and the Pyomo MILP, which agree on the step time."""
+    plans = [
+        api.solve(problem).plans[0],
+        api.solve(problem, method="enumerate").plans[0],
+        api.solve(problem, backend="pyomo").plans[0],
+    ]
+    t = [x.evaluation.result["step_time"] for x in plans]
+    assert np.allclose(t, t[0], rtol=rtol)
+    return plans
+
+
 def _terms(problem):
     k = from_execution(problem.execution, problem.system, problem.num_gpus)
     r = evaluate(problem, k)
@@ -60,13 +72,7 @@ def test_solvers_agree_and_choose_zero_bubble(tmp_path):
     """search.schedule [1f1b, zb] on torchtitan: CP-SAT, the Pyomo MILP and the enumerator find the same
     step time, and with a pipeline the zero-bubble schedule (never slower) is the one chosen."""
     p = api.load(_problem(tmp_path))
-    plans = [
-        api.solve(p).plans[0],
-        api.solve(p, method="enumerate").plans[0],
-        api.solve(p, backend="pyomo").plans[0],
-    ]
-    t = [x.evaluation.result["step_time"] for x in plans]
-    assert np.allclose(t, t[0], rtol=1e-3)
+    plans = _three_solvers(p, rtol=1e-3)
     ex = plans[0].evaluation.execution
     assert ex.pp == 1 or ex.schedule.value == "zb"
 
@@ -173,13 +179,7 @@ def test_dualpipev_is_chosen_where_interleaving_does_not_fit(tmp_path):
     CP-SAT, the Pyomo MILP and the enumerator all answer DualPipeV. On 141 GB H200s the interleaved
     zero-bubble schedule fits and wins."""
     p = api.load(_dpv(tmp_path))
-    plans = [
-        api.solve(p).plans[0],
-        api.solve(p, method="enumerate").plans[0],
-        api.solve(p, backend="pyomo").plans[0],
-    ]
-    t = [x.evaluation.result["step_time"] for x in plans]
-    assert np.allclose(t, t[0], rtol=1e-6)
+    plans = _three_solvers(p, rtol=1e-6)
     assert {(x.evaluation.execution.schedule.value, x.evaluation.execution.vpp) for x in plans} == {
         ("dualpipev", 2)
     }
@@ -245,13 +245,7 @@ def test_zbv_is_chosen_among_every_schedule_and_solvers_agree(tmp_path):
     path = _dpv(tmp_path)
     path.write_text(path.read_text().replace("[1f1b, zb, dualpipev]", "[1f1b, zb, dualpipev, zbv]"))
     p = api.load(path)
-    plans = [
-        api.solve(p).plans[0],
-        api.solve(p, method="enumerate").plans[0],
-        api.solve(p, backend="pyomo").plans[0],
-    ]
-    t = [x.evaluation.result["step_time"] for x in plans]
-    assert np.allclose(t, t[0], rtol=1e-6)
+    plans = _three_solvers(p, rtol=1e-6)
     assert {x.evaluation.execution.schedule.value for x in plans} == {"zbv"}
     ex = plans[0].evaluation.execution
     assert 'pipeline_parallel_schedule = "ZBVZeroBubble"' in api.emit("torchtitan", p, ex)
