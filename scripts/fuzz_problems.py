@@ -22,9 +22,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
-from fuzzing import DEFECTS, draw, mutate, reproduce, run_case, seeds  # noqa: E402
+from test_modules import load  # noqa: E402
+
+_fuzzing = load("fuzzing")
+DEFECTS, draw, mutate, reproduce, run_case, seeds = (
+    _fuzzing.DEFECTS,
+    _fuzzing.draw,
+    _fuzzing.mutate,
+    _fuzzing.reproduce,
+    _fuzzing.run_case,
+    _fuzzing.seeds,
+)
 
 
 def _table(by: dict[str, Counter], seconds: Counter) -> str:

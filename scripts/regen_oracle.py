@@ -22,10 +22,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 from golden_file import write_or_check  # noqa: E402
-from oracle_cases import CASES  # noqa: E402
+from test_modules import load  # noqa: E402
+
+CASES = load("oracle_cases").CASES
 
 from optimizer.drivers.solve import solve  # noqa: E402
 from optimizer.io.loader import load_problem  # noqa: E402

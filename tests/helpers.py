@@ -33,6 +33,7 @@ def load_script(name: str):
 
     spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # before it runs: its dataclasses look their module up
     spec.loader.exec_module(mod)
     return mod
 

@@ -9,11 +9,10 @@ import subprocess
 import sys
 
 import pytest
-from helpers import CALIBRATION, ROOT
+from helpers import CALIBRATION, ROOT, load_script
 
-sys.path.insert(0, str(ROOT / "scripts"))
-import calibration_sequence
-import crossval
+calibration_sequence = load_script("calibration_sequence")
+crossval = load_script("crossval")
 
 pytestmark = pytest.mark.skipif(
     not CALIBRATION.is_file(), reason=f"calibration data not present at {CALIBRATION}"
