@@ -360,13 +360,11 @@ def collective_time(kind: str, nbytes, group, tier, tiers: Tiers, stride=None):
 def tier_of(tiers: Tiers, span, n_job):
     """Innermost tier whose domains hold every group of `span` consecutive ranks of a job of `n_job` GPUs:
     `span` divides the job's GPUs per domain (`Tiers.size`, or the whole job where smaller;
-    `optimizer.rules.layout.innermost_tier`); the outermost when none does."""
-    span = np.asarray(span, dtype=float)
-    span, n_job = np.broadcast_arrays(span, np.asarray(n_job, dtype=float))
-    fill = np.minimum(tiers.size[None, :], n_job.reshape(-1)[:, None])
-    fits = np.mod(fill, span.reshape(-1)[:, None]) == 0
-    idx = np.where(fits.any(axis=1), np.argmax(fits, axis=1), len(tiers.size) - 1)
-    return idx.reshape(span.shape)
+    `optimizer.rules.layout.innermost_tier`, the one placement rule); the outermost when none does."""
+    from optimizer.rules.layout import domain_fill, innermost_tier
+
+    span, n_job = np.broadcast_arrays(np.asarray(span, dtype=np.int64), np.asarray(n_job, dtype=np.int64))
+    return np.asarray(innermost_tier(tiers.size, span, domain_fill(tiers.size, n_job)))
 
 
 def a2a_time(nbytes, group, tier, tiers: Tiers, stride=1, copies=1.0):
