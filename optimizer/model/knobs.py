@@ -197,16 +197,23 @@ def written_schedule(r: dict) -> Schedule:
     return SCHEDULE_CODES[0 if code == ZB_CODE and r["vpp"] == 1 else code]
 
 
-def written_ep_overlap(r: dict) -> bool:
-    """The MoE all-to-all overlap as a plan writes it: only where it runs (`layer.ep_overlapped`: ep > 1, the
-    alltoall or flex dispatcher, no full recompute)."""
-    allgather = EP_DISPATCHER_CODES[int(r["ep_dispatcher"])] == EpDispatcher.ALLGATHER
+def ep_overlap_runs(ep_overlap, ep, ep_dispatcher, recompute):
+    """Whether the MoE all-to-all overlap runs (arrays or scalars of `Knobs` codes): set, at ep > 1, and as
+    Megatron-Core runs it, with the alltoall or flex dispatcher and without full recompute
+    (TransformerConfig asserts both); elsewhere a candidate runs, and is written, without it."""
+    allgather = EP_DISPATCHER_CODES.index(EpDispatcher.ALLGATHER)
+    full = RECOMPUTE.index(Recompute.FULL)
     return (
-        bool(r["ep_overlap"])
-        and r["ep"] > 1
-        and not allgather
-        and RECOMPUTE[r["recompute"]] != Recompute.FULL
+        np.asarray(ep_overlap).astype(bool)
+        & (np.asarray(ep) > 1)
+        & (np.asarray(ep_dispatcher) != allgather)
+        & (np.asarray(recompute) != full)
     )
+
+
+def written_ep_overlap(r: dict) -> bool:
+    """The MoE all-to-all overlap as a plan writes it: only where it runs (`ep_overlap_runs`)."""
+    return bool(ep_overlap_runs(r["ep_overlap"], r["ep"], r["ep_dispatcher"], r["recompute"]))
 
 
 def to_execution(k: Knobs, system: System, i: int = 0) -> Execution:

@@ -49,7 +49,7 @@ from .hardware import (
     collective_time,
     tier_of,
 )
-from .knobs import Knobs
+from .knobs import Knobs, ep_overlap_runs
 from .params import attention_params
 
 # Host time to issue one dropless MoE layer's forward under eager launch (Python dispatch and kernel launches
@@ -1185,11 +1185,9 @@ def recompute_and_stored(
 
 # ------------------------------------------------------------------------------------------------ EP exposure
 def ep_overlapped(k: Knobs) -> np.ndarray:
-    """Whether the MoE all-to-all overlaps another micro-batch's compute (`ep_overlap`, at ep > 1).
-    Megatron-Core runs it with the alltoall or flex dispatcher only and without full recompute
-    (TransformerConfig asserts); elsewhere the candidate runs, and is written, without it
-    (`knobs.written_ep_overlap`)."""
-    return k.ep_overlap.astype(bool) & (k.ep > 1) & (k.ep_dispatcher != ALLGATHER) & (k.recompute != 2)
+    """Whether the MoE all-to-all overlaps another micro-batch's compute (`knobs.ep_overlap_runs`: where
+    Megatron-Core runs it)."""
+    return ep_overlap_runs(k.ep_overlap, k.ep, k.ep_dispatcher, k.recompute)
 
 
 def ep_exposed_s(ctx: Ctx, k: Knobs, sh: BlockShape, mc: MoeCost, fw, bw, re) -> tuple:
