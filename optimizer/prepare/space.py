@@ -348,8 +348,10 @@ def v_runs_at(B: int, pp, dp, vpp, mb):
     """Whether a V schedule (DualPipeV, ZB-V) is legal at these layout values: without a pipeline (the
     schedule is moot there), or two stages per rank and at least one micro-batch per stage
     (`optimizer.model.compose.v_schedule`); elsewhere its rows are not in the space."""
+    from optimizer.model.compose import v_schedule
+
     pp, dp, vpp, mb = (np.asarray(x, dtype=np.int64) for x in (pp, dp, vpp, mb))
-    return (pp == 1) | ((vpp == 2) & (B // np.maximum(dp * mb, 1) >= 2 * pp))
+    return (pp == 1) | v_schedule(True, pp, vpp, B // np.maximum(dp * mb, 1))
 
 
 def triple_sizes(problem: Problem, c: Compact) -> np.ndarray:
