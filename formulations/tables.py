@@ -161,7 +161,7 @@ def knob_grid(fixed: dict, n: int, **cols) -> Knobs:
         tier_dp=0,
         tier_pp=0,
     )
-    base.update({name: fixed[name] for name in OTHER_KNOBS})
+    base.update(fixed)  # the variant's knobs and the given ones (`Compact.given`)
     base.update(cols)
     base["tp_comm"] = base["sequence_parallel"]
     base.setdefault("etp", base["tp"])
@@ -182,10 +182,11 @@ def _union(c: Compact) -> dict[str, set[int]]:
 
 
 def variants(c: Compact) -> list[dict[str, int]]:
-    """Every combination of the values the space gives the variant knobs (`OTHER_KNOBS`), as codes."""
+    """Every combination of the values the space gives the variant knobs (`OTHER_KNOBS`), as codes, each with
+    the knobs no candidate chooses (`Compact.given`)."""
     union = _union(c)
     return [
-        dict(zip(OTHER_KNOBS, combo, strict=True))
+        dict(zip(OTHER_KNOBS, combo, strict=True)) | c.given
         for combo in product(*[sorted(union[n]) for n in OTHER_KNOBS])
     ]
 
@@ -228,7 +229,7 @@ def _variants_admitted(c: Compact) -> tuple[list[dict[str, int]], np.ndarray]:
     for li in range(len(c.layouts)):
         per = {n: set(vs) for n, vs in c.other[li] if n in OTHER_KNOBS}
         for vi_, v in enumerate(allv):
-            admits[vi_, li] = all(v[k] in per[k] for k in v)
+            admits[vi_, li] = all(v[k] in per[k] for k in OTHER_KNOBS)
     keep_v = [i for i in range(len(allv)) if admits[i].any()]
     return [allv[i] for i in keep_v], admits[keep_v]
 
@@ -265,7 +266,7 @@ def _runner(problem: Problem, allv: list[dict[str, int]], deadline: float | None
     """run(n, **cols): the model's `StepTerms` on n rows per variant, every field an array (nVar, n),
     evaluated in chunks of about RUN_CHUNK_ROWS model rows (bounded memory, and the time limit checked
     between chunks); TimeLimit once `deadline` (perf_counter s) has passed."""
-    fixed_cols = {k: np.array([v[k] for v in allv], dtype=np.int64) for k in OTHER_KNOBS}
+    fixed_cols = {k: np.array([v[k] for v in allv], dtype=np.int64) for k in allv[0]}
     nVar, ctx = len(allv), make_ctx(problem)
 
     def chunk(n: int, cols: dict) -> dict[str, np.ndarray]:

@@ -323,13 +323,9 @@ def test_host_floor_under_all_to_all_overlap_covers_the_merged_forward_and_backw
     assert float(b_f.host_fw[0]) == 0.0
 
 
-def test_runs_read_their_cuda_graphs_from_their_software():
-    """The Megatron-Bridge presets' CUDA graphs as the runs' software.cuda_graphs states them: full-iteration
-    graphs, Transformer Engine graphs of attention/router/preprocess, or none (eager, also when not
-    stated)."""
-    from optimizer.io.runs import map_run
-
-    base = {
+def _qwen_like_run() -> dict:
+    """A small Qwen3-MoE-shaped run record (calibration schema) on 8 H100."""
+    return {
         "id": "x",
         "source": "Test",
         "tier": "A",
@@ -362,6 +358,15 @@ def test_runs_read_their_cuda_graphs_from_their_software():
         },
         "measured": {"step_time_s": 1.0},
     }
+
+
+def test_runs_read_their_cuda_graphs_from_their_software():
+    """The Megatron-Bridge presets' CUDA graphs as the runs' software.cuda_graphs states them: full-iteration
+    graphs, Transformer Engine graphs of attention/router/preprocess, or none (eager, also when not
+    stated)."""
+    from optimizer.io.runs import map_run
+
+    base = _qwen_like_run()
     cases = {"full": "full", "partial": "partial", "none": "none", None: "none"}
     for graphs, want in cases.items():
         run = base | {"software": {"year": 2026, "cuda_graphs": graphs}}
@@ -526,9 +531,10 @@ def test_allgather_dispatcher_moves_every_token_whatever_top_k():
 
 
 def test_solve_chooses_the_dispatcher_by_top_k_and_solvers_agree(tmp_path):
-    """search.ep_dispatcher [alltoall, allgather] at ep 8 on one node (16 H100, pp 2): Mixtral's top-2 picks
-    the all-to-all (a quarter of the gather's rows), the same model routing top-8 the all-gather (the same
-    rows, without the all-to-all's re-sort by local expert); CP-SAT and the enumerator agree."""
+    """search.ep_dispatcher [alltoall, allgather] at ep 4 (16 H100): Mixtral's top-2 picks the all-to-all
+    (half the gather's rows), the same model routing top-8 the all-gather (half the all-to-all's rows, and no
+    re-sort by local expert); CP-SAT and the enumerator agree. (At ep 8 with one expert per rank and top-8
+    the two move the same rows: a tie.)"""
     from optimizer import api
 
     base = """name: disp
@@ -536,8 +542,8 @@ llm: mixtral-8x7b
 system: h100-sxm-80gb
 num_gpus: 16
 training: {global_batch: 64, seq_len: 4096, precision: bf16}
-execution: {tp: 1, pp: 2, ep: 8, micro_batch: 1, zero: 1, recompute: full}
-search: {ep_dispatcher: [alltoall, allgather]}
+execution: {tp: 1, pp: 2, ep: 4, micro_batch: 1, zero: 1, recompute: full}
+search: {ep_dispatcher: [alltoall, allgather], ep: 4}
 """
     chosen = {}
     for top_k in (2, 8):
@@ -604,3 +610,55 @@ execution: {tp: 1, pp: 2, ep: 8, micro_batch: 1, zero: 1, recompute: full, ep_di
     assert step["alltoall", "selective", 1] < step["alltoall", "selective", 0]
     for d, rec in (("alltoall", "full"), ("allgather", "selective"), ("allgather", "full")):
         assert step[d, rec, 1] == step[d, rec, 0]
+
+
+# ------------------------------------------------------------------- where the router's probabilities apply
+def test_probabilities_in_the_activation_keep_no_expert_outputs():
+    """Megatron-Core (0.13 on) multiplies the probabilities into the experts' activation and un-permutes with
+    a plain sum; weighting in the combine instead (older Megatron-Core, torchtitan) keeps each routed row's
+    16-bit expert output: Mixtral 8x7B at 4K tokens per micro-batch, top-2, holds 4096 x 2 x cf x 4096 x 2
+    bytes more per layer; nothing else changes."""
+    llm = library_llm("mixtral-8x7b")
+    t = Training(global_batch=64, seq_len=4096, precision="bf16")
+    ex = dict(tp=1, pp=1, ep=8, micro_batch=1)
+    cost = {}
+    for inside in (True, False):
+        p, k = problem_and_knobs(llm, library_system(H100), 64, t, Execution(**ex, moe_probs_in_act=inside))
+        cost[inside] = block_cost(make_ctx(p), k, moe=True)
+    rows_bytes = 4096 * 2 * llm.moe.capacity_factor * 4096 * 2
+    assert float(cost[False].act_stored[0] - cost[True].act_stored[0]) == pytest.approx(rows_bytes, rel=1e-9)
+    assert float(cost[False].fw[0]) == pytest.approx(float(cost[True].fw[0]), rel=1e-12)
+
+
+def test_the_stack_fixes_where_the_probabilities_apply(tmp_path):
+    """An MoE problem on torchtitan weights the experts' outputs (its combine multiplies them by the scores);
+    on Megatron-Core (the default) the probabilities are in the activation; `solve` plans with the stack's
+    value and a plan says so."""
+    from optimizer import api
+
+    body = """llm: mixtral-8x7b
+system: h100-sxm-80gb
+num_gpus: 16
+training: {global_batch: 64, seq_len: 4096, precision: bf16}
+search: {ep: 8, tp: 1, pp: 1, cp: 1}
+"""
+    seen = {}
+    for stack in ("megatron-core", "torchtitan"):
+        path = tmp_path / f"{stack}.yaml"
+        path.write_text(body + f"stack: {stack}\n")
+        p = api.load(path)
+        plan = api.solve(p).plans[0].evaluation.execution
+        seen[stack] = (p.execution.moe_probs_in_act, plan.moe_probs_in_act)
+    assert seen == {"megatron-core": (True, True), "torchtitan": (False, False)}
+
+
+def test_an_older_megatron_core_run_weights_its_combine():
+    """A Megatron-Core MoE run from before 0.13 (2025) keeps the expert outputs for the combine; one from
+    2025 on does not."""
+    from optimizer.io.runs import map_run
+
+    run = _qwen_like_run()
+    for year, inside in ((2024, False), (2025, True)):
+        m = map_run(run | {"software": {"framework": "megatron-core", "year": year}})
+        assert m.skip is None, m.skip
+        assert m.problem.execution.moe_probs_in_act is inside

@@ -45,7 +45,9 @@ from optimizer.schema.llm import SlidingWindow
 MAX_FREE_MICRO_BATCH = 4  # an unstated micro-batch is chosen among 1..4 (Megatron recipes use 1-4)
 ZERO = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
 # First year a feature was in the frameworks' public releases (Megatron-LM: Korthikanti 2022,
-# Megatron-Core 2023; torchtitan: GQA passed to SDPA without repeating K/V, pytorch/torchtitan#2259, 2026-01).
+# Megatron-Core 2023; torchtitan: GQA passed to SDPA without repeating K/V, pytorch/torchtitan#2259, 2026-01;
+# Megatron-Core 0.13, 2025-07: MoE probabilities applied in the experts' activation, "memory efficient token
+# permutation", so a 2025 run counts as having it).
 FEATURE_YEAR = {
     "sequence_parallel": 2022,
     "selective_recompute": 2022,
@@ -55,6 +57,7 @@ FEATURE_YEAR = {
     "dp_overlap": 2023,
     "pp_overlap": 2023,
     "gqa_without_kv_repeat": 2026,
+    "moe_probs_in_activation": 2025,
 }
 
 
@@ -383,9 +386,9 @@ def _kernel_knobs(
     run: dict, llm: LLM, year: int | None, stack: str, sw: dict, flash: bool, out: Mapped
 ) -> dict[str, Any]:
     """The fixed parallel degrees and kernel knobs: attention (`_attention`), fused element-wise kernels
-    unless ``software.eager``, an unfused fp32 loss when ``software.fused_loss`` is false, and torchtitan's
-    K/V
-    repeat for GQA before `FEATURE_YEAR['gqa_without_kv_repeat']`."""
+    unless ``software.eager``, an unfused fp32 loss when ``software.fused_loss`` is false, torchtitan's K/V
+    repeat for GQA before `FEATURE_YEAR['gqa_without_kv_repeat']`, and Megatron-Core's MoE combine weighted by
+    the probabilities before `FEATURE_YEAR['moe_probs_in_activation']`."""
     par = run["parallel"]
     eager = bool(sw.get("eager"))
     if eager:
@@ -410,6 +413,12 @@ def _kernel_knobs(
         out.assumptions.append(
             "K/V heads repeated to the query heads before SDPA (torchtitan's repeat_kv until "
             "'GQA without kv repeats', pytorch/torchtitan#2259, 2026-01)"
+        )
+    if stack == "megatron-core" and llm.moe is not None and not _has(year, "moe_probs_in_activation"):
+        fixed["moe_probs_in_act"] = False
+        out.assumptions.append(
+            "MoE probabilities weight the experts' outputs in the combine, which keeps them for backward "
+            "(Megatron-Core before 0.13)"
         )
     return fixed
 

@@ -96,6 +96,9 @@ class Knobs:
     moe_fused_mlp: np.ndarray = field(
         default_factory=lambda: np.zeros(1, dtype=np.int64)
     )  # 1: TE's fused expert MLP
+    moe_probs_in_act: np.ndarray = field(
+        default_factory=lambda: np.ones(1, dtype=np.int64)
+    )  # 1: probabilities applied in the experts' activation (the combine keeps nothing)
 
     @property
     def size(self) -> int:
@@ -185,6 +188,7 @@ def from_execution(ex: Execution, system: System, num_gpus: int) -> Knobs:
         kv_repeat=int(ex.kv_repeat),
         cuda_graphs=CUDA_GRAPHS.index(ex.cuda_graphs),
         moe_fused_mlp=int(ex.moe_fused_mlp),
+        moe_probs_in_act=int(ex.moe_probs_in_act),
     )
     return Knobs.from_dict(d)
 
@@ -256,4 +260,5 @@ def to_execution(k: Knobs, system: System, i: int = 0) -> Execution:
         kv_repeat=bool(r["kv_repeat"]),
         cuda_graphs=CUDA_GRAPHS[r["cuda_graphs"]],
         moe_fused_mlp=bool(r["moe_fused_mlp"]),
+        moe_probs_in_act=bool(r["moe_probs_in_act"]),
     )

@@ -832,10 +832,14 @@ def moe_dispatch_combine_s(ctx: Ctx, k: Knobs, sh: BlockShape, ms: MoeShape) -> 
     return t, t
 
 
-def moe_stored_bytes(sh: BlockShape, ms: MoeShape, act: MlpActivation) -> tuple:
+def moe_stored_bytes(k: Knobs, sh: BlockShape, ms: MoeShape, act: MlpActivation) -> tuple:
     """Bytes an MoE layer keeps for backward: router input and probabilities, permuted rows (GEMM input),
-    expert up-projection output and activation output, rows kept for the weighted combine. Returns (all of
-    them, the expert down-projection's input: what `moe_act` recompute drops)."""
+    expert up-projection output and activation output, and, where the probabilities weight the experts'
+    outputs in the combine (`Knobs.moe_probs_in_act` 0), those outputs (e bytes per routed row and hidden
+    unit: the product's saved operand for the probabilities' gradient). Megatron-Core from 0.13 multiplies
+    the probabilities into the activation's output instead (experts.py `weighted_bias_swiglu_impl`, its
+    backward recomputes the SwiGLU from the stored up-projection output) and un-permutes with a plain sum.
+    Returns (all of them, the expert down-projection's input: what `moe_act` recompute drops)."""
     gi, e, h = sh.gi, sh.e, sh.h
     Ts, R, fe_r = ms.Ts, ms.R, ms.fe_r
     moe_act_in = gi * R * fe_r  # the expert down-projection's input (the activation's output)
@@ -845,7 +849,7 @@ def moe_stored_bytes(sh: BlockShape, ms: MoeShape, act: MlpActivation) -> tuple:
         + gi * R * h
         + e * R * fe_r * act.inputs
         + moe_act_in
-        + e * Ts * ms.kk * ms.cf * h
+        + (1 - k.moe_probs_in_act) * e * Ts * ms.kk * ms.cf * h
     ), moe_act_in
 
 
@@ -871,7 +875,7 @@ def moe_cost(ctx: Ctx, k: Knobs, sh: BlockShape, act: MlpActivation) -> MoeCost:
     lin = moe_linears(ctx, sh, ms)
     ew = moe_elementwise(ctx, k, sh, ms, act)
     ep_fw, ep_bw = moe_dispatch_combine_s(ctx, k, sh, ms)
-    stored, act_out = moe_stored_bytes(sh, ms, act)
+    stored, act_out = moe_stored_bytes(k, sh, ms, act)
     return MoeCost(
         gemm_fw_s=lin.fw_s,
         act_fw_s=ew.act[0],

@@ -9,14 +9,14 @@ attention, scatter-gather p2p, 1F1B, SP all-gather redo) and can be opened throu
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import product
 from typing import Any
 
 import numpy as np
 
 from optimizer.errors import ProblemError
-from optimizer.model.knobs import ATTENTION, RECOMPUTE, TP_OVERLAP, Knobs
+from optimizer.model.knobs import ATTENTION, CUDA_GRAPHS, RECOMPUTE, TP_OVERLAP, Knobs
 from optimizer.rules.layout import (
     Group,
     axis_values,
@@ -160,6 +160,7 @@ class Compact:
     triples: np.ndarray  # rows (layout index, vpp, micro_batch)
     other: list[list[tuple[str, list[int]]]]  # per layout: coded values of every other knob
     size: int
+    given: dict[str, int] = field(default_factory=dict)  # codes of the knobs no candidate chooses
 
 
 OTHER = [
@@ -337,7 +338,8 @@ def compact_space(problem: Problem) -> Compact:
     cols = [tiers_all[k][sel].tolist() for k in keys]
     tiers = [dict(zip(keys, vals, strict=True)) for vals in zip(*cols, strict=True)]
     others = [by_cls[int(c)] for c in cls[sel].tolist()]
-    c = Compact(dom, layouts, tiers, tri, others, 0)
+    given = {k: int(v[0]) for k, v in given_knobs(p).items()}
+    c = Compact(dom, layouts, tiers, tri, others, 0, given)
     return replace(c, size=int(triple_sizes(p, c).sum()))
 
 
@@ -418,6 +420,19 @@ def build_space(problem: Problem, c: Compact | None = None) -> Space:
         tier_dp=t_dp,
         tier_pp=t_pp,
         **other,
+        **{name: np.array([code]) for name, code in c.given.items()},
     )
     assert k.size == c.size
     return Space(k)
+
+
+def given_knobs(problem: Problem) -> dict[str, np.ndarray]:
+    """The knobs no candidate chooses, as the problem's execution gives them (after its stack's defaults):
+    CUDA graphs, Transformer Engine's fused expert MLP, and where the router's probabilities apply
+    (`stack.FIXED_BY_STACK`)."""
+    ex = problem.execution
+    return {
+        "cuda_graphs": np.array([CUDA_GRAPHS.index(ex.cuda_graphs)]),
+        "moe_fused_mlp": np.array([int(ex.moe_fused_mlp)]),
+        "moe_probs_in_act": np.array([int(ex.moe_probs_in_act)]),
+    }

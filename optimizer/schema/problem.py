@@ -192,6 +192,14 @@ class Execution(Frozen):
         "Megatron-Core's eager path adds the clamps and the down-projection's biases in passes "
         "of their own. Not searched.",
     )
+    moe_probs_in_act: bool = Field(
+        True,
+        description="MoE: the router's probabilities scale the experts' activation output (Megatron-Core "
+        "from 0.13, 'memory efficient token permutation': the fused weighted SwiGLU), so the combine is an "
+        "unweighted sum that keeps nothing for backward; false: they weight the experts' outputs in the "
+        "combine (Megatron-Core before 0.13, torchtitan, DeepSpeed), which keeps every routed row's output "
+        "for the probabilities' gradient. Fixed by the stack (`stack.FIXED_BY_STACK`); not searched.",
+    )
     cuda_graphs: CudaGraphs = Field(
         CudaGraphs.NONE,
         description="CUDA graphs the stack replays (Megatron-Core "

@@ -123,6 +123,14 @@ PROFILES: dict[Stack, dict[str, list]] = {
         "precision": [Precision.BF16, Precision.FP16, Precision.FP32],
     },
 }
+# knob -> the value a stack runs, where that is not a choice (not searched, not in `PROFILES`): the router's
+# probabilities in the experts' activation is Megatron-Core's (0.13 on); torchtitan weights the experts'
+# outputs in its combine (models/common/token_dispatcher.py `combine`: routed_output x scores, then
+# scatter_add), DeepSpeed MoE in its combine einsum (deepspeed/moe/sharded_moe.py `combine_weights`)
+FIXED_BY_STACK: dict[Stack, dict[str, object]] = {
+    s: {"moe_probs_in_act": False}
+    for s in (Stack.TORCHTITAN, Stack.FSDP, Stack.DEEPSPEED, Stack.MEGATRON_DEEPSPEED)
+}
 INT_KNOBS = {"tp", "pp", "vpp", "cp", "zero", "dp", "ep", "etp", "micro_batch"}
 
 # knob -> values the stack offers at a training precision, where narrower than PROFILES: Transformer Engine's
@@ -205,7 +213,8 @@ def by_layout(stack: Stack, knob: str, pp: int, tp: int = 1) -> list | None:
 
 def stack_defaults(stack: Stack, ex):
     """`ex` with every knob it leaves at its default set to the stack's first offered value where the stack
-    does not offer the default (the same object when nothing changes); the set of written knobs is kept."""
+    does not offer the default, and to the value the stack runs (`FIXED_BY_STACK`) where it fixes one (the
+    same object when nothing changes); the set of written knobs is kept."""
     update = {}
     for knob, allowed in {"sequence_parallel": [False, True], **PROFILES[Stack(stack)]}.items():
         if knob == "precision" or knob in ex.model_fields_set:
@@ -213,6 +222,9 @@ def stack_defaults(stack: Stack, ex):
         offered = by_layout(stack, knob, ex.pp, ex.tp) or allowed
         if getattr(ex, knob) not in offered:
             update[knob] = offered[0]
+    for knob, value in FIXED_BY_STACK.get(Stack(stack), {}).items():
+        if knob not in ex.model_fields_set and getattr(ex, knob) != value:
+            update[knob] = value
     if not update:
         return ex
     new = ex.model_copy(update=update)
