@@ -42,7 +42,7 @@ CASES = [
     "gpt3-175b-4096xa100",
     "gpt3-175b-upto6144xa100",
     "gpt3-175b-1024xh100-precision",
-    "deepseek-v3-2048xh800",
+    "deepseek-v3-2048xh800-free",
 ]
 QUICK_CASE = "llama3.1-8b-8xh100"
 QUICK_PROBLEM = (
