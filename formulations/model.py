@@ -26,7 +26,7 @@ from formulations import step_time as time_mod
 from formulations.bounds import NONE, Pairs, Presolved, knobs_of_pairs, layout_groups, presolve
 from formulations.common import new_int, product
 from formulations.cp_sat import cp_model
-from formulations.tables import TIME_UNIT, Tables, build_all, restrict
+from formulations.tables import TIME_UNIT, Tables, build_all, restrict, same_given
 from optimizer.errors import Infeasible, OutOfRange, Reason, TimeLimit, VerificationError
 from optimizer.model.knobs import Knobs
 from optimizer.prepare.objective import (
@@ -209,7 +209,7 @@ def _variant_tables(
     """The tables of every variant with legal triples and the size of the space (candidates); `tables`:
     those of a larger problem to restrict (`tables.restrict`). Infeasible (rules) when nothing is legal;
     TimeLimit when `deadline` (perf_counter s) passes while they are filled."""
-    if tables is not None:
+    if tables is not None and same_given(tables, problem):
         Ts, size = restrict(tables, problem)
         Ts = [T for T in Ts if len(T.legal_lvm)]
     else:

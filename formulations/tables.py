@@ -60,7 +60,7 @@ from optimizer.model.compose import fsdp_traffic, layout_factors, mb_factors, vp
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate, make_ctx
 from optimizer.model.terms import StepTerms
-from optimizer.prepare.space import Compact, triple_sizes, v_runs_at
+from optimizer.prepare.space import Compact, given_knobs, triple_sizes, v_runs_at
 from optimizer.rules.layout import has_dp_group
 from optimizer.schema import Problem
 from optimizer.schema.common import SCHEDULE_CODES, V_SCHEDULES
@@ -197,6 +197,12 @@ def build_tables(problem: Problem, c: Compact) -> Tables:
     if len(Ts) != 1:
         raise ValueError(f"{len(Ts)} variants: use build_all")
     return Ts[0]
+
+
+def same_given(Ts: list[Tables], problem: Problem) -> bool:
+    """Whether the tables were filled with the problem's given knobs (`Compact.given`: CUDA graphs, the fused
+    expert MLP, where the router's probabilities apply); tables of other ones cannot be restricted to it."""
+    return bool(Ts) and all(Ts[0].fixed.get(k) == int(v[0]) for k, v in given_knobs(problem).items())
 
 
 def restrict(Ts: list[Tables], problem: Problem) -> tuple[list[Tables], int]:

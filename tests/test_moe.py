@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from helpers import library_llm, library_system, problem_and_knobs
 
+from optimizer.errors import ProblemErrors
 from optimizer.model.hardware import Tiers, a2a_time, collective_time
 from optimizer.model.layer import block_cost
 from optimizer.model.params import count
@@ -628,6 +629,15 @@ def test_probabilities_in_the_activation_keep_no_expert_outputs():
     rows_bytes = 4096 * 2 * llm.moe.capacity_factor * 4096 * 2
     assert float(cost[False].act_stored[0] - cost[True].act_stored[0]) == pytest.approx(rows_bytes, rel=1e-9)
     assert float(cost[False].fw[0]) == pytest.approx(float(cost[True].fw[0]), rel=1e-12)
+    # unfused, the product is an op of its own: it keeps the activation's output (rows x expert ffn)
+    p, k = problem_and_knobs(llm, library_system(H100), 64, t, Execution(**ex, fused_layers=False))
+    unfused = float(block_cost(make_ctx(p), k, moe=True).act_stored[0])
+    p, k = problem_and_knobs(
+        llm, library_system(H100), 64, t, Execution(**ex, fused_layers=False, moe_probs_in_act=False)
+    )
+    weighted = float(block_cost(make_ctx(p), k, moe=True).act_stored[0])
+    act_bytes = 4096 * 2 * llm.moe.capacity_factor * 14336 * 2
+    assert unfused - weighted == pytest.approx(act_bytes - rows_bytes, rel=1e-9)
 
 
 def test_the_stack_fixes_where_the_probabilities_apply(tmp_path):
@@ -650,6 +660,10 @@ search: {ep: 8, tp: 1, pp: 1, cp: 1}
         plan = api.solve(p).plans[0].evaluation.execution
         seen[stack] = (p.execution.moe_probs_in_act, plan.moe_probs_in_act)
     assert seen == {"megatron-core": (True, True), "torchtitan": (False, False)}
+    path = tmp_path / "written.yaml"
+    path.write_text(body + "stack: torchtitan\nexecution: {moe_probs_in_act: true}\n")
+    with pytest.raises(ProblemErrors, match="moe_probs_in_act"):
+        api.load(path)
 
 
 def test_an_older_megatron_core_run_weights_its_combine():
@@ -662,3 +676,32 @@ def test_an_older_megatron_core_run_weights_its_combine():
         m = map_run(run | {"software": {"framework": "megatron-core", "year": year}})
         assert m.skip is None, m.skip
         assert m.problem.execution.moe_probs_in_act is inside
+
+
+def test_solve_plans_with_the_given_knobs_also_from_shared_tables(tmp_path):
+    """CUDA graphs are not searched: `solve` plans with the execution's (full graphs take the eager MoE
+    layer's host wait off), and tables filled for another value are neither shared by key nor restricted."""
+    from formulations.tables import build_all, same_given
+    from optimizer import api
+    from optimizer.drivers.purchase import tables_key
+    from optimizer.prepare.space import compact_space
+
+    body = """llm: mixtral-8x7b
+system: h100-sxm-80gb
+num_gpus: 16
+training: {global_batch: 64, seq_len: 4096, precision: bf16}
+search: {tp: [1, 2], pp: [1, 2], cp: 1}
+execution: {cuda_graphs: GRAPHS}
+"""
+    p = {}
+    for g in ("none", "full"):
+        (tmp_path / f"{g}.yaml").write_text(body.replace("GRAPHS", g))
+        p[g] = api.load(tmp_path / f"{g}.yaml")
+    fresh = {g: api.solve(p[g]).plans[0].evaluation for g in p}
+    assert fresh["full"].execution.cuda_graphs.value == "full"
+    assert fresh["full"].result["step_time"] < fresh["none"].result["step_time"]
+    assert tables_key(p["none"]) != tables_key(p["full"])
+    tables_none = build_all(p["none"], compact_space(p["none"]))
+    assert same_given(tables_none, p["none"]) and not same_given(tables_none, p["full"])
+    reused = api.solve(p["full"], tables=tables_none).plans[0].evaluation
+    assert reused.result["step_time"] == pytest.approx(fresh["full"].result["step_time"], rel=1e-9)

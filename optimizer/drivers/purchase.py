@@ -263,11 +263,14 @@ def system_tables_key(system) -> str:
 
 def tables_key(q: Problem) -> str:
     """What a problem's CP-SAT tables depend on: everything but its name, GPU count (a smaller count is a
-    subset of a larger one's space with idle GPUs allowed), objective and execution, and the system's
-    `system_tables_key`."""
+    subset of a larger one's space with idle GPUs allowed), objective and execution (but the knobs no
+    candidate chooses, which it gives: `space.given_knobs`), and the system's `system_tables_key`."""
+    from optimizer.prepare.space import given_knobs
+
     d = q.model_dump(
         mode="json", exclude={"name", "description", "num_gpus", "objective", "execution", "system"}
     )
+    d["given"] = {k: int(v[0]) for k, v in given_knobs(q).items()}
     return json.dumps(d, sort_keys=True, default=str) + system_tables_key(q.system)
 
 

@@ -838,8 +838,10 @@ def moe_stored_bytes(k: Knobs, sh: BlockShape, ms: MoeShape, act: MlpActivation)
     outputs in the combine (`Knobs.moe_probs_in_act` 0), those outputs (e bytes per routed row and hidden
     unit: the product's saved operand for the probabilities' gradient). Megatron-Core from 0.13 multiplies
     the probabilities into the activation's output instead (experts.py `weighted_bias_swiglu_impl`, its
-    backward recomputes the SwiGLU from the stored up-projection output) and un-permutes with a plain sum.
-    Returns (all of them, the expert down-projection's input: what `moe_act` recompute drops)."""
+    backward recomputes the SwiGLU from the stored up-projection output) and un-permutes with a plain sum;
+    unfused (`fused_layers` off: experts.py multiplies the activation's output by the probabilities as an op
+    of its own) that product keeps the activation's output as well, e bytes per routed row and expert ffn
+    unit. Returns (all of them, the expert down-projection's input: what `moe_act` recompute drops)."""
     gi, e, h = sh.gi, sh.e, sh.h
     Ts, R, fe_r = ms.Ts, ms.R, ms.fe_r
     moe_act_in = gi * R * fe_r  # the expert down-projection's input (the activation's output)
@@ -850,6 +852,7 @@ def moe_stored_bytes(k: Knobs, sh: BlockShape, ms: MoeShape, act: MlpActivation)
         + e * R * fe_r * act.inputs
         + moe_act_in
         + (1 - k.moe_probs_in_act) * e * Ts * ms.kk * ms.cf * h
+        + k.moe_probs_in_act * np.where(sh.fused, 0.0, e * R * fe_r)
     ), moe_act_in
 
 

@@ -320,6 +320,11 @@ def written_unsupported(stack: Stack, ex, precision=None) -> list[tuple[str, str
                 f'{ex.schedule.value} runs two stages per rank in a V (PyTorch\'s "v" style): vpp = 2',
             )
         )
+    out += [
+        (knob, f"{getattr(ex, knob)} is not what stack {Stack(stack).value} runs ({value})")
+        for knob, value in FIXED_BY_STACK.get(Stack(stack), {}).items()
+        if knob in ex.model_fields_set and getattr(ex, knob) != value
+    ]
     return out + [
         (k, m) for k, m in layout_unsupported(stack, ex) if k in ex.model_fields_set and k not in dict(out)
     ]
