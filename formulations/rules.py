@@ -27,7 +27,8 @@ from optimizer.schema import Problem
 TEXT = {
     Group.GPUS: "tp*pp*dp*cp must {eq} the {n} GPUs",
     Group.TP_SPLIT: "tp must divide the {heads} heads and the ffn ({ffn}), and split the {kv} K/V heads",
-    Group.LAYERS: "pp*vpp must divide the {layers} layers (or layers + 2 with pp_embedding_loss)",
+    Group.LAYERS: "pp*vpp must divide the {layers} layers (or layers + 2 with pp_embedding_loss; with "
+    "pp_uneven, pp*vpp at most that)",
     Group.EXPERTS: "{experts}",
     Group.BATCH: "dp*micro_batch must divide the global batch {batch}",
     Group.INTERLEAVE: "an interleaved schedule (vpp > 1) needs the micro-batch count to be a multiple of pp",
@@ -35,7 +36,7 @@ TEXT = {
     Group.MUST_FILL: "parallel groups must tile the network tiers marked must_fill",
     Group.CAP_CP: "cp is capped at {cap} by default (name cp in `search` to lift the cap)",
 }
-KNOBS = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "ep", "etp", "pp_embedding_loss")
+KNOBS = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "ep", "etp", "pp_embedding_loss", "pp_uneven")
 
 
 def describe(problem: Problem, group: str, fixed: dict[str, list]) -> str:
@@ -91,6 +92,7 @@ def domains(problem: Problem, fixed: dict[str, list]) -> dict[str, list[int]]:
         "ep": upto(dn, divisors(llm.moe.experts)) if llm.moe else {1},
         "etp": upto(dn, divisors(llm.heads), divisors(llm.moe.expert_ffn) if llm.moe else []),
         "pp_embedding_loss": {0, 1},
+        "pp_uneven": {0},  # uneven splits only where the problem fixes or searches them (below)
     }
     for k, vals in fixed.items():
         if k in dom:
@@ -114,6 +116,7 @@ def _table(problem: Problem, dom: dict[str, list[int]], names: tuple[str, ...], 
         arg.get("ep", 1),
         arg.get("etp"),
         arg.get("pp_embedding_loss", 0),
+        arg.get("pp_uneven", 0),
     )[group]
     ok = np.broadcast_to(ok, cols[names[0]].shape)
     return [tuple(int(cols[k][i]) for k in names) for i in np.nonzero(ok)[0]]
@@ -252,7 +255,7 @@ def build(problem: Problem, fixed: dict[str, list], skip: frozenset[str] = froze
     r = define_knobs(problem, fixed)
     define_gpus(r)
     define_tp_split(r)
-    r.allowed(("pp", "vpp", "pp_embedding_loss"), Group.LAYERS)
+    r.allowed(("pp", "vpp", "pp_embedding_loss", "pp_uneven"), Group.LAYERS)
     define_experts(r)
     r.allowed(("dp", "micro_batch"), Group.BATCH)
     define_interleave(r)

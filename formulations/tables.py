@@ -241,10 +241,11 @@ def _variants_admitted(c: Compact) -> tuple[list[dict[str, int]], np.ndarray]:
 
 
 def _layout_columns(c: Compact) -> dict[str, np.ndarray]:
-    """Knob columns per layout: tp, pp, cp, dp, ep, etp, pp_embedding_loss and the tier of each axis."""
+    """Knob columns per layout: tp, pp, cp, dp, ep, etp, pp_embedding_loss, pp_uneven and the tier of each
+    axis."""
     lay = {
         n: np.array([lt[i] for lt in c.layouts])
-        for i, n in enumerate(("tp", "pp", "cp", "dp", "ep", "etp", "pp_embedding_loss"))
+        for i, n in enumerate(("tp", "pp", "cp", "dp", "ep", "etp", "pp_embedding_loss", "pp_uneven"))
     }
     for ax in ("tp", "cp", "dp", "pp", "ep"):
         lay[f"tier_{ax}"] = np.array([t[ax] for t in c.tiers])
@@ -317,6 +318,8 @@ def _layout_tables(problem: Problem, lay: dict, tpcp_index: dict, z_vals: list[i
     collectives, FSDP's copies, the reserve and the optimizer and state of each ZeRO stage."""
     L0: dict[str, np.ndarray] = {}
     slots = problem.llm.layers + 2 * lay["pp_embedding_loss"]  # the embedding and loss take a layer slot each
+    # an uneven split: padded to the busiest stage's ceil (`model.step._shape`; the space's vpp divides it)
+    slots = np.where(lay["pp_uneven"] == 1, -(-slots // lay["pp"]) * lay["pp"], slots)
     L0.update(layout_factors(problem.training.global_batch, slots, lay["dp"], lay["pp"]))  # A1, A2, Ls, pm2
     L0["tpcp"] = np.array([tpcp_index[key] for key in _group_keys(lay)])
     edp = lay["tp"] * lay["cp"] * lay["dp"] // (lay["ep"] * lay["etp"])

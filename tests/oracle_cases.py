@@ -192,7 +192,8 @@ search: {vpp: 1, micro_batch: {max: 2}, ep_dispatcher: [alltoall, flex], ep_over
 }
 
 # small problems that exercise one formulation feature each (kernels, schedule, offload, embedding/loss
-# slots, experts); tests/test_solve_cpsat.py solves several of them again for their own assertions
+# slots, uneven pipeline splits (13 layers: no pp > 1 divides them), experts); tests/test_solve_cpsat.py
+# solves several of them again for their own assertions
 SMALL = {
     "dense-8gpu": """
 llm: {name: tiny, hidden: 1024, ffn: 4096, layers: 8, heads: 16, seq_len: 1024, vocab: 32000}
@@ -238,6 +239,13 @@ system: a100-sxm-80gb
 num_gpus: 16
 training: {global_batch: 64}
 search: {pp: [4, 8], cp: 1}
+""",
+    "uneven-pipeline-16gpu": """
+llm: {name: u, hidden: 5120, ffn: 20480, layers: 13, heads: 40, seq_len: 2048, vocab: 32000}
+system: a100-sxm-40gb
+num_gpus: 16
+training: {global_batch: 64}
+search: {pp: [2, 4, 8], pp_uneven: [false, true], cp: 1, zero: [0, 1]}
 """,
     "moe-ep-etp-16gpu": """
 llm: {name: m, hidden: 2048, ffn: 4096, layers: 8, heads: 16, kv_heads: 4, seq_len: 2048, vocab: 32000,

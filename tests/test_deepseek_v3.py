@@ -28,8 +28,9 @@ def test_the_published_layout_fits_and_trains_in_the_published_time():
 
 @pytest.mark.slow
 def test_solve_finds_a_plan_no_slower_and_names_its_moe_and_pipeline_choices():
-    """With the dispatcher and the overlap open, the proven-fastest plan is no slower than the published
-    layout; its JSON names the CP exchange, the dispatcher and the schedule."""
+    """With the dispatcher, the overlap and uneven splits open, the proven-fastest plan is no slower than the
+    published layout. It pipelines (on 2048 GPUs only an uneven split pipelines 61 layers), dispatches once
+    per node and overlaps the all-to-all, as the published run does; the JSON names those choices."""
     p = api.load(PROBLEM)
     published = api.evaluate(p).result["step_time"]
     sol = api.solve(p)
@@ -37,4 +38,10 @@ def test_solve_finds_a_plan_no_slower_and_names_its_moe_and_pipeline_choices():
     assert sol.plans[0].evaluation.result["step_time"] <= published
     plan = api.as_dict(sol, p)["plans"][0]
     ex = plan.get("execution", plan)
-    assert {"cp_comm", "ep_dispatcher", "schedule"} <= set(ex)
+    assert ex["pp"] > 1 and ex["pp_uneven"]
+    assert (ex["ep_dispatcher"], ex["ep_overlap"], ex["cp_comm"], ex["schedule"]) == (
+        "flex",
+        True,
+        "p2p",
+        "1f1b",
+    )

@@ -60,6 +60,7 @@ VALUED = [
     "--moe-layer-freq",
     "--data-parallel-sharding-strategy",
     "--ckpt-format",
+    "--pipeline-model-parallel-layout",
 ]
 SWITCHES = [
     "--account-for-embedding-in-pipeline-split",
@@ -443,3 +444,37 @@ def test_torchtitan_async_tp_comes_with_a_compiled_model():
     assert _titan(ex)["compile"] == {"enable": True, "components": ["model"]}
     ex = Execution(tp=4, dp=16, sequence_parallel=True, fused_layers=False, fused_loss=False)
     assert _titan(ex)["compile"] == {"enable": False}
+
+
+def _unroll_layout(layout: str) -> list[str]:
+    """Megatron-Core's PipelineParallelLayerLayout.parse_str_to_list: commas dropped, (..)*n and x*n
+    unrolled, chunks split at "|"."""
+    import re
+
+    s = layout.replace(",", "")
+    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        s = re.sub(pattern, lambda m: m.group(1) * int(m.group(2)), s)
+    return s.split("|")
+
+
+@pytest.mark.parametrize("pp,vpp,el", [(16, 1, False), (16, 1, True), (8, 4, True), (8, 2, False)])
+def test_an_uneven_split_exports_as_a_pipeline_layout(pp, vpp, el):
+    """DeepSeek-V3's 61 layers over pp x vpp chunks: --pipeline-model-parallel-layout has pp*vpp chunks, the
+    61 layers, the embedding first and the loss last, and no chunk over the modelled busiest one's
+    ceil(slots / (pp vpp)) slots; the virtual-stage count and slot flags are left to the layout."""
+    ex = Execution(tp=1, pp=pp, vpp=vpp, dp=512 // pp, ep=8, pp_uneven=True, pp_embedding_loss=el)
+    a = parse(emit("megatron", _problem("deepseek-v3", ex), ex))
+    chunks = _unroll_layout(a.pipeline_model_parallel_layout)
+    slots = 61 + 2 * el
+    assert len(chunks) == pp * vpp and sum(c.count("t") for c in chunks) == 61
+    assert chunks[0].startswith("E") and chunks[-1].endswith("L") and "".join(chunks).count("E") == 1
+    busiest = -(-slots // (pp * vpp))
+    assert max(len(c) - (0 if el else c.count("E") + c.count("L")) for c in chunks) == busiest
+    assert a.num_virtual_stages_per_pipeline_rank is None and not a.account_for_embedding_in_pipeline_split
+
+
+def test_an_even_split_writes_no_layout():
+    """pp_uneven on a split that divides (64 slots over 16 chunks) is the even split: no layout."""
+    ex = Execution(tp=1, pp=8, vpp=2, dp=64, pp_uneven=True)
+    a = parse(emit("megatron", _problem("llama3.1-70b", ex), ex))
+    assert a.pipeline_model_parallel_layout is None and a.num_virtual_stages_per_pipeline_rank == "2"

@@ -82,6 +82,7 @@ OPENED = {
     "ep_dispatcher": ["alltoall", "flex", "allgather"],
     "ep_overlap": BOOL,
     "cp_comm": ["p2p", "all_gather", "a2a", "a2a_p2p"],
+    "pp_uneven": BOOL,
 }
 """Knobs fixed at one value (`knob_domains`) unless `search` names them, and their values then."""
 
@@ -115,6 +116,7 @@ def knob_domains(problem: Problem) -> dict[str, list]:
         "etp": ints["etp"],
         # pipeline split with the embedding and loss as layer slots (only with pp > 1)
         "pp_embedding_loss": BOOL,
+        "pp_uneven": [False],
         "vpp": ints["vpp"],
         "micro_batch": ints["micro_batch"],
         "recompute": list(RECOMPUTE),
@@ -155,7 +157,7 @@ class Compact:
     triples. Every candidate is one legal triple times one value of each remaining knob (`other`)."""
 
     domains: dict[str, list]
-    layouts: list[tuple[int, int, int, int, int, int, int]]  # (tp, pp, cp, dp, ep, etp, pp_embedding_loss)
+    layouts: list[tuple[int, ...]]  # (tp, pp, cp, dp, ep, etp, pp_embedding_loss, pp_uneven)
     tiers: list[dict[str, int]]  # per layout: tier of tp, cp, dp, pp, ep
     triples: np.ndarray  # rows (layout index, vpp, micro_batch)
     other: list[list[tuple[str, list[int]]]]  # per layout: coded values of every other knob
@@ -252,9 +254,9 @@ def _layouts(p: Problem, dom: dict[str, list]) -> list[tuple[int, int, int, int]
 
 
 def _expand(p: Problem, dom: dict[str, list], lay: np.ndarray) -> np.ndarray:
-    """Rows (tp, pp, cp, dp, ep, etp, el) of every layout with each legal (ep, etp) split (`layout`'s
-    rules.experts; dense: (1, tp)) and embedding/loss split (el only with pp > 1, when the search allows
-    it)."""
+    """Rows (tp, pp, cp, dp, ep, etp, el, un) of every layout with each legal (ep, etp) split (`layout`'s
+    rules.experts; dense: (1, tp)), embedding/loss split (el only with pp > 1, when the search allows it)
+    and uneven split (`_uneven`)."""
     tp, pp, cp, dp = lay.T
     if p.llm.moe is None:
         rows = np.stack([tp, pp, cp, dp, np.ones_like(tp), tp], axis=1)
@@ -271,7 +273,19 @@ def _expand(p: Problem, dom: dict[str, list], lay: np.ndarray) -> np.ndarray:
     if 0 not in {int(x) for x in dom["pp_embedding_loss"]}:  # without a pipeline there is no split to make
         sel = rows[rows[:, 1] == 1]
         out.append(np.concatenate([sel, np.zeros((len(sel), 1), dtype=np.int64)], axis=1))
-    return np.concatenate(out) if out else np.zeros((0, 7), dtype=np.int64)
+    X = np.concatenate(out) if out else np.zeros((0, 7), dtype=np.int64)
+    return np.concatenate([X, _uneven(p, dom, X[:, 1], X[:, 6])[:, None]], axis=1)
+
+
+def _uneven(p: Problem, dom: dict[str, list], pp: np.ndarray, el: np.ndarray) -> np.ndarray:
+    """pp_uneven of each layout (0/1): where the search allows uneven splits, the layouts whose layer slots pp
+    does not divide (an even split that divides is the same plan); where it allows only uneven ones, every
+    pipelined layout. The space's vpp then divides ceil(slots / pp) (`compact_space`)."""
+    vals = {bool(v) for v in dom["pp_uneven"]}
+    if True not in vals:
+        return np.zeros_like(pp)
+    slots = p.llm.layers + 2 * el
+    return ((pp > 1) & ((slots % pp != 0) | (False not in vals))).astype(np.int64)
 
 
 def _cp_code_sets(p: Problem, tp: np.ndarray, cp: np.ndarray) -> np.ndarray:
@@ -300,7 +314,7 @@ def compact_space(problem: Problem) -> Compact:
     V, M = np.array(dom["vpp"], dtype=np.int64), np.array(dom["micro_batch"], dtype=np.int64)
     lay = np.array(_layouts(p, dom), dtype=np.int64).reshape(-1, 4)
     X = _expand(p, dom, lay)
-    tp, pp, cp, dp, ep, etp, el = (X[:, i] for i in range(7))
+    tp, pp, cp, dp, ep, etp, el, un = (X[:, i] for i in range(8))
     # the vpp x micro-batch grid of every row in one call
     r = rule_masks(
         p,
@@ -313,8 +327,16 @@ def compact_space(problem: Problem) -> Compact:
         ep=ep[:, None, None],
         etp=etp[:, None, None],
         pp_embedding_loss=el[:, None, None],
+        pp_uneven=un[:, None, None],
     )
-    ok = np.broadcast_to(r[Group.LAYERS] & r[Group.BATCH] & r[Group.INTERLEAVE], (len(X), len(V), len(M)))
+    # an uneven split interleaves only where vpp divides the busiest stage's ceil(slots / pp) layers: then
+    # the busiest chunk holds ceil(slots / (pp vpp)) = ceil(slots / pp) / vpp and the stage's count is the
+    # layout's (the solver's tables factor layout, vpp and micro-batch apart)
+    per_stage = -(-(llm.layers + 2 * el) // pp)
+    even_vpp = (un[:, None, None] == 0) | (per_stage[:, None, None] % V[None, :, None] == 0)
+    ok = np.broadcast_to(
+        r[Group.LAYERS] & r[Group.BATCH] & r[Group.INTERLEAVE] & even_vpp, (len(X), len(V), len(M))
+    )
     tiers_all = placement(sizes, tp, cp, dp, pp, ep, etp, used=domain_used(p.system))
     # the other knobs' values depend on four predicates of a layout only (`_other_values`): one per class
     no_dp = ~np.asarray(has_dp_group(dp * cp, tp * cp * dp // (ep * etp)), dtype=bool)
@@ -369,7 +391,7 @@ def triple_sizes(problem: Problem, c: Compact) -> np.ndarray:
     if len(c.triples) == 0:
         return np.zeros(0, dtype=np.int64)
     li, v, b = c.triples[:, 0], c.triples[:, 1], c.triples[:, 2]
-    lay = np.array(c.layouts, dtype=np.int64).reshape(-1, 7)
+    lay = np.array(c.layouts, dtype=np.int64).reshape(-1, 8)
     ok = v_runs_at(problem.training.global_batch, lay[li, 1], lay[li, 3], v, b)
     return np.array(n_all, dtype=np.int64)[li] - np.where(ok, 0, np.array(n_v, dtype=np.int64)[li])
 
@@ -383,7 +405,7 @@ def build_space(problem: Problem, c: Compact | None = None) -> Space:
     for li, v, b in c.triples.tolist():
         by_layout.setdefault(li, []).append((v, b))
     for li, vb in by_layout.items():
-        tp, pp, cp, dp, ep, etp, el = c.layouts[li]
+        tp, pp, cp, dp, ep, etp, el, un = c.layouts[li]
         rest = np.array(list(product(*[vals for _, vals in c.other[li]])), dtype=np.int64)
         tr = c.tiers[li]
         sched_col = [n for n, _ in c.other[li]].index("schedule")
@@ -392,7 +414,7 @@ def build_space(problem: Problem, c: Compact | None = None) -> Space:
             keep = rest if bool(v_runs_at(problem.training.global_batch, pp, dp, v, b)) else rest[~v_rows]
             head = np.tile(
                 np.array(
-                    [tp, pp, dp, cp, v, b, tr["tp"], tr["cp"], tr["dp"], tr["pp"], ep, etp, tr["ep"], el],
+                    [tp, pp, dp, cp, v, b, tr["tp"], tr["cp"], tr["dp"], tr["pp"], ep, etp, tr["ep"], el, un],
                     dtype=np.int64,
                 ),
                 (len(keep), 1),
@@ -401,8 +423,8 @@ def build_space(problem: Problem, c: Compact | None = None) -> Space:
     if not rows:
         return Space(Knobs.from_dict({f: [] for f in Knobs.__dataclass_fields__}))
     M = np.concatenate(rows, axis=0)
-    tp, pp, dp, cp, vpp, mb, t_tp, t_cp, t_dp, t_pp, ep, etp, t_ep, el = (M[:, i] for i in range(14))
-    other = {name: M[:, 14 + i] for i, name in enumerate(OTHER)}  # OTHER names the Knobs fields they fill
+    tp, pp, dp, cp, vpp, mb, t_tp, t_cp, t_dp, t_pp, ep, etp, t_ep, el, un = (M[:, i] for i in range(15))
+    other = {name: M[:, 15 + i] for i, name in enumerate(OTHER)}  # OTHER names the Knobs fields they fill
     k = Knobs(
         tp=tp,
         pp=pp,
@@ -413,6 +435,7 @@ def build_space(problem: Problem, c: Compact | None = None) -> Space:
         vpp=vpp,
         micro_batch=mb,
         pp_embedding_loss=el,
+        pp_uneven=un,
         tp_comm=other["sequence_parallel"],
         tier_tp=t_tp,
         tier_cp=t_cp,

@@ -117,11 +117,18 @@ def _upto(vals, n: int) -> list[int]:
 
 
 # --------------------------------------------------------------------------------------------- domains
+def uneven_searched(problem: Problem) -> bool:
+    """Whether the problem's `search` admits uneven pipeline splits (`Search.pp_uneven` names true)."""
+    rule = problem.user_search_rules().get("pp_uneven")
+    return rule is True or (isinstance(rule, list) and True in rule)
+
+
 def axis_values(problem: Problem, knob: str) -> list[int]:
     """Values of an integer knob that its own rules allow (before caps, `search` and cross-knob rules):
-    tp divides the heads (and the ffn, the K/V split), pp divides the layers or layers + 2, cp splits the
-    sequence, dp divides the batch, ep divides the experts, etp the expert ffn; every degree is at most
-    the GPU count, and a divisor of it unless idle GPUs are allowed."""
+    tp divides the heads (and the ffn, the K/V split), pp divides the layers or layers + 2 (with uneven
+    splits searched, any count up to layers + 2), cp splits the sequence, dp divides the batch, ep divides
+    the experts, etp the expert ffn; every degree is at most the GPU count, and a divisor of it unless idle
+    GPUs are allowed. vpp divides the layers or layers + 2 (uneven: or some stage's ceil(slots / pp))."""
     p, llm = problem, problem.llm
     n, B, S = p.num_gpus, p.training.global_batch, p.seq_len
     idle = p.options.allow_idle_gpus
@@ -134,8 +141,10 @@ def axis_values(problem: Problem, knob: str) -> list[int]:
         return deg(
             t for t in divisors(llm.heads) if llm.ffn % t == 0 and (llm.kv % t == 0 or t % llm.kv == 0)
         )
+    uneven = uneven_searched(problem)
     if knob == "pp":
-        return deg(set(divisors(llm.layers)) | {q for q in divisors(llm.layers + 2) if q > 1})
+        even = set(divisors(llm.layers)) | {q for q in divisors(llm.layers + 2) if q > 1}
+        return deg(even | (set(range(2, llm.layers + 3)) if uneven else set()))
     if knob == "cp":
         return deg(divisors(S // 2)) if S >= 2 else [1]
     if knob == "dp":
@@ -145,7 +154,14 @@ def axis_values(problem: Problem, knob: str) -> list[int]:
     if knob == "etp":
         return deg(divisors(llm.moe.expert_ffn)) if llm.moe else []
     if knob == "vpp":
-        return sorted(set(divisors(llm.layers)) | set(divisors(llm.layers + 2)))
+        per_stage = (
+            {-(-s // q) for s in (llm.layers, llm.layers + 2) for q in range(2, s + 1)} if uneven else set()
+        )
+        return sorted(
+            set(divisors(llm.layers))
+            | set(divisors(llm.layers + 2))
+            | {v for c in per_stage for v in divisors(c)}
+        )
     if knob == "micro_batch":
         return divisors(B)
     raise KeyError(knob)

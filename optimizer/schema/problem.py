@@ -142,8 +142,8 @@ class Execution(Frozen):
         False,
         description="Layers need not divide the pipeline: a custom split (Megatron-Core's "
         "pipeline_model_parallel_layout, or first/last-stage layer counts) puts ceil(slots / (pp*vpp)) "
-        "layers on the busiest chunk, and the model times and sizes that stage. For `evaluate` and published "
-        "runs; `solve` keeps even splits.",
+        "layers on the busiest chunk, and the model times and sizes that stage. `solve` keeps even splits "
+        "unless `search` names it (then with vpp dividing ceil(slots / pp)).",
     )
     pp_rs_ag: bool = Field(
         True,
@@ -364,6 +364,11 @@ class Search(Frozen):
     zero: IntRule | None = Field(None, description="ZeRO stages (0-3).")
     pp_embedding_loss: BoolRule | None = Field(
         None, description="Embedding and loss as pipeline layer slots."
+    )
+    pp_uneven: BoolRule | None = Field(
+        None,
+        description="Pipeline splits the layer slots need not divide: ceil(slots / pp) layers on the busiest "
+        "stage, vpp dividing that count (fixed even unless named).",
     )
     sequence_parallel: BoolRule | None = Field(None, description="Sequence parallelism.")
     dp_overlap: BoolRule | None = Field(None, description="Overlap of DP traffic with compute.")

@@ -36,15 +36,62 @@ def cp_comm_sizes(problem, ex) -> tuple[str, list[int] | None]:
     return kind, [a, ex.cp // a]
 
 
+def chunk_layers(layers: int, el: bool, pp: int, vpp: int) -> list[int]:
+    """Layer slots of each of the pp*vpp model chunks of an uneven split, in Megatron-Core's chunk order
+    (virtual stage major): ceil(slots / (pp vpp)) each, one fewer on the chunks nearest the edges until they
+    hold the slots (the first and last chunks carry the embedding and the loss)."""
+    n = pp * vpp
+    slots = layers + 2 * int(el)
+    counts = [-(-slots // n)] * n
+    order = sorted(range(n), key=lambda i: min(i, n - 1 - i))
+    for i in order[: sum(counts) - slots]:
+        counts[i] -= 1
+    return counts
+
+
+def pipeline_layout(llm, ex) -> str | None:
+    """Megatron-Core's --pipeline-model-parallel-layout of an uneven split (`Execution.pp_uneven` where pp*vpp
+    does not divide the layer slots): chunks separated by "|", E the embedding, t a transformer layer, L the
+    loss (`chunk_layers`); None for an even split."""
+    el = bool(ex.pp_embedding_loss)
+    if not (ex.pp > 1 and ex.pp_uneven) or (llm.layers + 2 * el) % (ex.pp * ex.vpp) == 0:
+        return None
+    counts = chunk_layers(llm.layers, el, ex.pp, ex.vpp)
+    chunks = ["t" * c for c in counts]
+    if el:  # the embedding and the loss take a slot of the edge chunks
+        chunks[0], chunks[-1] = "E" + chunks[0][1:], chunks[-1][1:] + "L"
+    else:
+        chunks[0], chunks[-1] = "E" + chunks[0], chunks[-1] + "L"
+    runs: list[list] = []  # runs of equal consecutive chunks, written (chunk|)*k
+    for c in chunks:
+        if runs and runs[-1][0] == c:
+            runs[-1][1] += 1
+        else:
+            runs.append([c, 1])
+    *head, (last, k) = runs
+    out = "".join(f"({c}|)*{n}," if n > 1 else f"{c}|" for c, n in head)
+    return out + (f"({last}|)*{k - 1},{last}" if k > 1 else last)
+
+
 def _parallel_flags(problem, ex) -> list[str]:
-    """Tensor, pipeline (interleaved, with the embedding and loss as slots) and context parallel sizes, and
-    the CP exchange."""
+    """Tensor, pipeline (interleaved, with the embedding and loss as slots, an uneven split as a layout) and
+    context parallel sizes, and the CP exchange."""
     a = [f"--tensor-model-parallel-size {ex.tp}", f"--pipeline-model-parallel-size {ex.pp}"]
+    layout = pipeline_layout(problem.llm, ex)
+    if layout is not None:
+        # the layout fixes the chunks: no virtual-stage count, no embedding/loss accounting flags
+        return a + [f"--pipeline-model-parallel-layout {layout}"] + _cp_flags(problem, ex)
     if ex.vpp > 1:
         a.append(f"--num-virtual-stages-per-pipeline-rank {ex.vpp}")
     if ex.pp > 1 and ex.pp_embedding_loss:
         # Layer count stays the model's; Megatron counts the embedding and loss as pipeline slots.
         a += ["--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
+    return a + _cp_flags(problem, ex)
+
+
+def _cp_flags(problem, ex) -> list[str]:
+    """The context-parallel size and its exchange."""
+    a = []
     if ex.cp > 1:
         a.append(f"--context-parallel-size {ex.cp}")
         kind, sizes = cp_comm_sizes(problem, ex)

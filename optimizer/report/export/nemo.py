@@ -5,7 +5,7 @@ and optimizer config (NeMo Framework user guide, "Batching" and "Parallelisms" o
 from __future__ import annotations
 
 from optimizer.model.hardware import QUANTIZED
-from optimizer.report.export.megatron import LOW_PRECISION
+from optimizer.report.export.megatron import LOW_PRECISION, pipeline_layout
 
 
 def _val(v):
@@ -16,12 +16,13 @@ def overrides(problem, ex) -> list[tuple[str, object]]:
     """(attribute path under `recipe`, value) for the plan `ex` of `problem`."""
     tr, sysm = problem.training, problem.system
     gpus = ex.tp * ex.pp * ex.cp * (ex.dp or 1)
+    layout = pipeline_layout(problem.llm, ex)  # an uneven split: the chunks, in place of vpp and the slots
     out: list[tuple[str, object]] = [
         ("trainer.num_nodes", -(-gpus // sysm.gpus_per_node)),
         ("trainer.devices", min(sysm.gpus_per_node, gpus)),
         ("trainer.strategy.tensor_model_parallel_size", ex.tp),
         ("trainer.strategy.pipeline_model_parallel_size", ex.pp),
-        ("trainer.strategy.virtual_pipeline_model_parallel_size", ex.vpp if ex.vpp > 1 else None),
+        ("trainer.strategy.virtual_pipeline_model_parallel_size", None if layout or ex.vpp == 1 else ex.vpp),
         ("trainer.strategy.context_parallel_size", ex.cp),
         ("trainer.strategy.sequence_parallel", bool(ex.sequence_parallel)),
     ]
@@ -35,7 +36,9 @@ def overrides(problem, ex) -> list[tuple[str, object]]:
             ("trainer.strategy.expert_model_parallel_size", ex.ep),
             ("trainer.strategy.expert_tensor_parallel_size", ex.etp or ex.tp),
         ]
-    if ex.pp > 1 and ex.pp_embedding_loss:
+    if layout is not None:
+        out.append(("model.config.pipeline_model_parallel_layout", layout))
+    elif ex.pp > 1 and ex.pp_embedding_loss:
         out += [
             ("trainer.strategy.account_for_embedding_in_pipeline_split", True),
             ("trainer.strategy.account_for_loss_in_pipeline_split", True),
