@@ -28,7 +28,7 @@ TEXT = {
     Group.GPUS: "tp*pp*dp*cp must {eq} the {n} GPUs",
     Group.TP_SPLIT: "tp must divide the {heads} heads and the ffn ({ffn}), and split the {kv} K/V heads",
     Group.LAYERS: "pp*vpp must divide the {layers} layers (or layers + 2 with pp_embedding_loss; with "
-    "pp_uneven, pp*vpp at most that)",
+    "pp_uneven, vpp must divide the busiest stage's ceil(slots / pp))",
     Group.EXPERTS: "{experts}",
     Group.BATCH: "dp*micro_batch must divide the global batch {batch}",
     Group.INTERLEAVE: "an interleaved schedule (vpp > 1) needs the micro-batch count to be a multiple of pp",
@@ -97,6 +97,9 @@ def domains(problem: Problem, fixed: dict[str, list]) -> dict[str, list[int]]:
     for k, vals in fixed.items():
         if k in dom:
             dom[k] |= {int(v) for v in vals}
+    if 1 in dom["pp_uneven"]:  # uneven splits: any pp of the GPUs, vpp dividing some stage's count
+        dom["pp"] |= {q for q in dn if 1 < q <= L + 2}
+        dom["vpp"] |= {v for s in (L, L + 2) for q in dom["pp"] for v in divisors(-(-s // q))}
     return {k: sorted(v) for k, v in dom.items()}
 
 
@@ -117,6 +120,7 @@ def _table(problem: Problem, dom: dict[str, list[int]], names: tuple[str, ...], 
         arg.get("etp"),
         arg.get("pp_embedding_loss", 0),
         arg.get("pp_uneven", 0),
+        searched=True,
     )[group]
     ok = np.broadcast_to(ok, cols[names[0]].shape)
     return [tuple(int(cols[k][i]) for k in names) for i in np.nonzero(ok)[0]]

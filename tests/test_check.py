@@ -272,3 +272,20 @@ def test_every_suggestion_of_the_shipped_checks_fits_when_applied(tmp_path, name
         assert main(["solve", str(path), "--json"]) == 0, x
         got = json.loads(capsys.readouterr().out)["plans"][0]["step_time_s"]
         assert got == pytest.approx(x.step_time_s, rel=1e-3), x
+
+
+def test_an_uneven_split_whose_vpp_does_not_divide_its_stage_is_named(tmp_path):
+    """25 layers (no embedding/loss slots) at pp 2 unevenly: the busiest stage holds 13, which vpp 2 does not
+    divide, so the solver has no such split: `check` names the layer rule with the fixed vpp and finds that
+    releasing vpp fits; vpp 13 would divide it."""
+    extra = (
+        "execution: {pp: 2, vpp: 2, pp_uneven: true, pp_embedding_loss: false}\n"
+        "search: {pp_embedding_loss: false}"
+    )
+    path = tmp_path / "u.yaml"
+    path.write_text(BASE.format(hbm=80, gpus=8, batch=16, extra=extra).replace("layers: 24", "layers: 25"))
+    r = check(*load_problem_doc(path))
+    assert not r.fits
+    groups = {g for g, _ in r.conflicts}
+    assert "rules.layers" in groups and "fixed.vpp" in groups
+    assert "vpp" in {x.value for x in r.relaxations if x.kind == "release" and x.fits}

@@ -467,7 +467,8 @@ def test_an_uneven_split_exports_as_a_pipeline_layout(pp, vpp, el):
     chunks = _unroll_layout(a.pipeline_model_parallel_layout)
     slots = 61 + 2 * el
     assert len(chunks) == pp * vpp and sum(c.count("t") for c in chunks) == 61
-    assert chunks[0].startswith("E") and chunks[-1].endswith("L") and "".join(chunks).count("E") == 1
+    assert chunks[0].startswith("E") and chunks[-1].endswith("L") and all(c for c in chunks)
+    assert "".join(chunks).count("E") == 1 and "".join(chunks).count("L") == 1
     busiest = -(-slots // (pp * vpp))
     assert max(len(c) - (0 if el else c.count("E") + c.count("L")) for c in chunks) == busiest
     assert a.num_virtual_stages_per_pipeline_rank is None and not a.account_for_embedding_in_pipeline_split
@@ -478,3 +479,15 @@ def test_an_even_split_writes_no_layout():
     ex = Execution(tp=1, pp=8, vpp=2, dp=64, pp_uneven=True)
     a = parse(emit("megatron", _problem("llama3.1-70b", ex), ex))
     assert a.pipeline_model_parallel_layout is None and a.num_virtual_stages_per_pipeline_rank == "2"
+
+
+def test_nemo_writes_an_uneven_split_on_the_strategy_and_keeps_vpp(monkeypatch):
+    """NeMo's MegatronStrategy copies its own pipeline_model_parallel_layout (None unless set) onto the model
+    config and builds vpp model chunks: the layout goes on the strategy, and vpp stays."""
+    ex = Execution(tp=1, pp=8, vpp=4, dp=64, ep=8, pp_uneven=True, pp_embedding_loss=True)
+    got = run_nemo(emit("nemo", _problem("deepseek-v3", ex), ex), monkeypatch)
+    chunks = _unroll_layout(got["trainer.strategy.pipeline_model_parallel_layout"])
+    assert len(chunks) == 32 and sum(c.count("t") for c in chunks) == 61
+    assert got["trainer.strategy.virtual_pipeline_model_parallel_size"] == 4
+    assert "model.config.pipeline_model_parallel_layout" not in got
+    assert not got.get("trainer.strategy.account_for_embedding_in_pipeline_split")

@@ -328,15 +328,12 @@ def compact_space(problem: Problem) -> Compact:
         etp=etp[:, None, None],
         pp_embedding_loss=el[:, None, None],
         pp_uneven=un[:, None, None],
+        # an uneven split interleaves only where vpp divides the busiest stage's ceil(slots / pp) layers:
+        # then the busiest chunk holds ceil(slots / (pp vpp)) = ceil(slots / pp) / vpp and the stage's count
+        # is the layout's (the solver's tables factor layout, vpp and micro-batch apart)
+        searched=True,
     )
-    # an uneven split interleaves only where vpp divides the busiest stage's ceil(slots / pp) layers: then
-    # the busiest chunk holds ceil(slots / (pp vpp)) = ceil(slots / pp) / vpp and the stage's count is the
-    # layout's (the solver's tables factor layout, vpp and micro-batch apart)
-    per_stage = -(-(llm.layers + 2 * el) // pp)
-    even_vpp = (un[:, None, None] == 0) | (per_stage[:, None, None] % V[None, :, None] == 0)
-    ok = np.broadcast_to(
-        r[Group.LAYERS] & r[Group.BATCH] & r[Group.INTERLEAVE] & even_vpp, (len(X), len(V), len(M))
-    )
+    ok = np.broadcast_to(r[Group.LAYERS] & r[Group.BATCH] & r[Group.INTERLEAVE], (len(X), len(V), len(M)))
     tiers_all = placement(sizes, tp, cp, dp, pp, ep, etp, used=domain_used(p.system))
     # the other knobs' values depend on four predicates of a layout only (`_other_values`): one per class
     no_dp = ~np.asarray(has_dp_group(dp * cp, tp * cp * dp // (ep * etp)), dtype=bool)

@@ -264,9 +264,22 @@ def must_fill_ok(networks, tiers: dict, tp, cp, dp, pp):
 
 # --------------------------------------------------------------------------------------------- rules
 def rule_masks(
-    problem: Problem, tp, pp, dp, cp, vpp=1, micro_batch=1, ep=1, etp=None, pp_embedding_loss=0, pp_uneven=0
+    problem: Problem,
+    tp,
+    pp,
+    dp,
+    cp,
+    vpp=1,
+    micro_batch=1,
+    ep=1,
+    etp=None,
+    pp_embedding_loss=0,
+    pp_uneven=0,
+    searched: bool = False,
 ) -> dict[Group, np.ndarray]:
-    """Each rule group's verdict (True: satisfied) on candidate arrays (broadcast together)."""
+    """Each rule group's verdict (True: satisfied) on candidate arrays (broadcast together). An uneven split
+    (`pp_uneven`) needs pp*vpp chunks of at least a slot each; `searched`: as the solver's space has it, also
+    vpp dividing the busiest stage's ceil(slots / pp) (`optimizer.prepare.space.compact_space`)."""
     p, llm = problem, problem.llm
     tp, pp, dp, cp, vpp, mb, ep, el = (
         np.asarray(x, dtype=np.int64) for x in (tp, pp, dp, cp, vpp, micro_batch, ep, pp_embedding_loss)
@@ -279,7 +292,10 @@ def rule_masks(
     tp_split = (llm.heads % tp == 0) & (llm.ffn % tp == 0) & ((llm.kv % tp == 0) | (tp % llm.kv == 0))
     el_b = el.astype(bool)
     slots = L + 2 * el
-    split = (slots % (pp * vpp) == 0) | (np.asarray(pp_uneven, dtype=bool) & (pp > 1) & (slots >= pp * vpp))
+    uneven = np.asarray(pp_uneven, dtype=bool) & (pp > 1) & (slots >= pp * vpp)
+    if searched:
+        uneven = uneven & ((-(-slots // np.maximum(pp, 1))) % vpp == 0)
+    split = (slots % (pp * vpp) == 0) | uneven
     layers = split & ~((vpp > 1) & (pp == 1)) & ~(el_b & (pp == 1))
     batch = B % (dp * mb) == 0
     n_mb = np.where(batch, B // np.maximum(dp * mb, 1), 0)

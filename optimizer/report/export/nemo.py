@@ -16,13 +16,13 @@ def overrides(problem, ex) -> list[tuple[str, object]]:
     """(attribute path under `recipe`, value) for the plan `ex` of `problem`."""
     tr, sysm = problem.training, problem.system
     gpus = ex.tp * ex.pp * ex.cp * (ex.dp or 1)
-    layout = pipeline_layout(problem.llm, ex)  # an uneven split: the chunks, in place of vpp and the slots
+    layout = pipeline_layout(problem.llm, ex)  # an uneven split: the chunks, in place of the slot flags
     out: list[tuple[str, object]] = [
         ("trainer.num_nodes", -(-gpus // sysm.gpus_per_node)),
         ("trainer.devices", min(sysm.gpus_per_node, gpus)),
         ("trainer.strategy.tensor_model_parallel_size", ex.tp),
         ("trainer.strategy.pipeline_model_parallel_size", ex.pp),
-        ("trainer.strategy.virtual_pipeline_model_parallel_size", None if layout or ex.vpp == 1 else ex.vpp),
+        ("trainer.strategy.virtual_pipeline_model_parallel_size", ex.vpp if ex.vpp > 1 else None),
         ("trainer.strategy.context_parallel_size", ex.cp),
         ("trainer.strategy.sequence_parallel", bool(ex.sequence_parallel)),
     ]
@@ -37,7 +37,8 @@ def overrides(problem, ex) -> list[tuple[str, object]]:
             ("trainer.strategy.expert_tensor_parallel_size", ex.etp or ex.tp),
         ]
     if layout is not None:
-        out.append(("model.config.pipeline_model_parallel_layout", layout))
+        # MegatronStrategy copies its own (None by default) onto the model config: set it on the strategy
+        out.append(("trainer.strategy.pipeline_model_parallel_layout", layout))
     elif ex.pp > 1 and ex.pp_embedding_loss:
         out += [
             ("trainer.strategy.account_for_embedding_in_pipeline_split", True),
