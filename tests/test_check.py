@@ -289,3 +289,21 @@ def test_an_uneven_split_whose_vpp_does_not_divide_its_stage_is_named(tmp_path):
     groups = {g for g, _ in r.conflicts}
     assert "rules.layers" in groups and "fixed.vpp" in groups
     assert "vpp" in {x.value for x in r.relaxations if x.kind == "release" and x.fits}
+
+
+def test_layers_the_fixed_pipeline_does_not_divide_suggest_an_uneven_split(tmp_path):
+    """25 layers at a fixed pp 4 (no embedding/loss slots: 27 does not divide either): the layer rule and
+    the fixed pp conflict; releasing pp fits, and so does allowing uneven splits (7 layers on the busiest
+    stage), at a step time of its own."""
+    extra = "execution: {pp: 4}\nsearch: {pp_embedding_loss: false}"
+    path = tmp_path / "u.yaml"
+    path.write_text(BASE.format(hbm=80, gpus=8, batch=16, extra=extra).replace("layers: 24", "layers: 25"))
+    r = check(*load_problem_doc(path))
+    assert not r.fits and {"rules.layers", "fixed.pp"} <= {g for g, _ in r.conflicts}
+    uneven = [x for x in r.relaxations if x.kind == "uneven"]
+    assert len(uneven) == 1 and uneven[0].fits and uneven[0].step_time_s > 0
+    path.write_text(path.read_text().replace("search: {", "search: {pp_uneven: [false, true], "))
+    r = check(*load_problem_doc(path))
+    ex = r.plan.plans[0].evaluation.execution
+    assert r.fits and ex.pp == 4 and ex.pp_uneven
+    assert r.plan.plans[0].evaluation.result["step_time"] == pytest.approx(uneven[0].step_time_s, rel=1e-6)

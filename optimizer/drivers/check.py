@@ -26,7 +26,7 @@ GIB = 2.0**30
 
 @dataclass
 class Relaxation:
-    kind: str  # hbm | gpus | global_batch | seq_len | release | offload
+    kind: str  # hbm | gpus | global_batch | seq_len | release | uneven | offload
     change: str  # in words
     value: Any
     fits: bool
@@ -286,6 +286,10 @@ def _relax_rules(problem: Problem, p: Problem, fixed: dict[str, list], out: Chec
             out.relaxations.append(
                 Relaxation("release", f"release {k} (fixed to {fixed[k]})", k, st is not None, st)
             )
+    if "rules.layers" in core and "pp_uneven" not in fixed:  # the layers do not divide the pipeline
+        st = _step(with_fixed(problem, {**fixed, "pp_uneven": [False, True]}))
+        change = "allow uneven pipeline splits (search: {pp_uneven: [false, true]})"
+        out.relaxations.append(Relaxation("uneven", change, True, st is not None, st))
     B = p.training.global_batch
     if "rules.batch" in core or "rules.interleave" in core:
         from optimizer.prepare.space import divisors
