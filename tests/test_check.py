@@ -302,6 +302,11 @@ def test_layers_the_fixed_pipeline_does_not_divide_suggest_an_uneven_split(tmp_p
     assert not r.fits and {"rules.layers", "fixed.pp"} <= {g for g, _ in r.conflicts}
     uneven = [x for x in r.relaxations if x.kind == "uneven"]
     assert len(uneven) == 1 and uneven[0].fits and uneven[0].step_time_s > 0
+    # written off in the execution: the same solve, offered as releasing it
+    path.write_text(path.read_text().replace("{pp: 4}", "{pp: 4, pp_uneven: false}"))
+    r = check(*load_problem_doc(path))
+    assert [x.change.split(" (")[0] for x in r.relaxations if x.kind == "uneven"] == ["release pp_uneven"]
+    path.write_text(path.read_text().replace(", pp_uneven: false}", "}"))
     path.write_text(path.read_text().replace("search: {", "search: {pp_uneven: [false, true], "))
     r = check(*load_problem_doc(path))
     ex = r.plan.plans[0].evaluation.execution

@@ -7,7 +7,8 @@ Knobs the problem fixes: every knob written in its `execution` (the run the user
 2. the fastest plan that fits (`solve`); if there is one: it fits, with memory per tier and the margin;
 3. otherwise memory (`formulations.fit`): the smallest HBM any legal plan needs, and which plan needs it;
 4. relaxations, each computed by a solve of the changed problem: smallest HBM per GPU, fewest GPUs, largest
-   global batch and sequence length, fixed knobs to release, offload memory.
+   global batch and sequence length, fixed knobs to release, uneven pipeline splits where the layers do not
+   divide the pipeline, offload memory.
 """
 
 from __future__ import annotations
@@ -275,6 +276,20 @@ def _v_schedule_conflict(p: Problem, fixed: dict[str, list]) -> str | None:
     )
 
 
+def _relax_uneven(problem: Problem, fixed: dict[str, list], core: list[str], out: CheckResult) -> None:
+    """Where the layers do not divide the pipeline (rules.layers in the conflict) and uneven splits are not
+    open: the solve with them open, unless every pipeline the file allows is pp 1 (nothing to split)."""
+    if "rules.layers" not in core or True in fixed.get("pp_uneven", []):
+        return
+    if fixed.get("pp") and max(int(v) for v in fixed["pp"]) == 1:
+        return
+    st = _step(with_fixed(problem, {**fixed, "pp_uneven": [False, True]}))
+    change = "allow uneven pipeline splits (search: {pp_uneven: [false, true]})"
+    if "pp_uneven" in fixed:
+        change = f"release pp_uneven (fixed to {fixed['pp_uneven']}): uneven pipeline splits"
+    out.relaxations.append(Relaxation("uneven", change, True, st is not None, st))
+
+
 def _relax_rules(problem: Problem, p: Problem, fixed: dict[str, list], out: CheckResult) -> None:
     from formulations import rules
 
@@ -286,10 +301,7 @@ def _relax_rules(problem: Problem, p: Problem, fixed: dict[str, list], out: Chec
             out.relaxations.append(
                 Relaxation("release", f"release {k} (fixed to {fixed[k]})", k, st is not None, st)
             )
-    if "rules.layers" in core and "pp_uneven" not in fixed:  # the layers do not divide the pipeline
-        st = _step(with_fixed(problem, {**fixed, "pp_uneven": [False, True]}))
-        change = "allow uneven pipeline splits (search: {pp_uneven: [false, true]})"
-        out.relaxations.append(Relaxation("uneven", change, True, st is not None, st))
+    _relax_uneven(problem, fixed, core, out)
     B = p.training.global_batch
     if "rules.batch" in core or "rules.interleave" in core:
         from optimizer.prepare.space import divisors
