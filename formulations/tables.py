@@ -56,7 +56,7 @@ import numpy as np
 
 from optimizer.errors import TimeLimit
 from optimizer.model.capacity import capacity_bytes
-from optimizer.model.compose import fsdp_traffic, layout_factors, mb_factors, vpp_factors
+from optimizer.model.compose import fsdp_traffic, layout_factors, mb_factors, split_slots, vpp_factors
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate, make_ctx
 from optimizer.model.terms import StepTerms
@@ -317,9 +317,8 @@ def _layout_tables(problem: Problem, lay: dict, tpcp_index: dict, z_vals: list[i
     """Per layout: the composition factors and flags (variant-independent, L0) and, per variant, the DP
     collectives, FSDP's copies, the reserve and the optimizer and state of each ZeRO stage."""
     L0: dict[str, np.ndarray] = {}
-    slots = problem.llm.layers + 2 * lay["pp_embedding_loss"]  # the embedding and loss take a layer slot each
-    # an uneven split: padded to the busiest stage's ceil (`model.step._shape`; the space's vpp divides it)
-    slots = np.where(lay["pp_uneven"] == 1, -(-slots // lay["pp"]) * lay["pp"], slots)
+    # the embedding and loss take a layer slot each; an uneven split is padded to its busiest stage
+    slots = split_slots(problem.llm.layers + 2 * lay["pp_embedding_loss"], lay["pp"], 1, lay["pp_uneven"])
     L0.update(layout_factors(problem.training.global_batch, slots, lay["dp"], lay["pp"]))  # A1, A2, Ls, pm2
     L0["tpcp"] = np.array([tpcp_index[key] for key in _group_keys(lay)])
     edp = lay["tp"] * lay["cp"] * lay["dp"] // (lay["ep"] * lay["etp"])

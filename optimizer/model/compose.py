@@ -35,6 +35,17 @@ def _div(a, b):
     return a / b
 
 
+def split_slots(slots, pp, vpp, uneven):
+    """Layer slots of a pipeline split as the busiest chunk sees them: `slots` (layers, plus the embedding
+    and loss slots) where pp*vpp divides them; for an uneven split (`uneven`, pp > 1) padded to the busiest
+    chunk's ceil(slots / (pp vpp)) times pp*vpp, so every per-stage factor is the busiest stage's. The
+    solver's tables call it with vpp 1: their space interleaves an uneven split only where vpp divides
+    ceil(slots / pp), which then pads the same."""
+    slots, pp = np.asarray(slots), np.asarray(pp)
+    n = pp * np.asarray(vpp)
+    return np.where(np.asarray(uneven, dtype=bool) & (pp > 1), -(-slots // n) * n, slots)  # ceil, exact
+
+
 def layout_factors(B, slots, dp, pp) -> dict:
     """A1, A2, Ls, pm2 (module docstring)."""
     return {"A1": _div(B * slots, dp * pp), "A2": _div(B, dp), "Ls": _div(slots, pp), "pm2": 2 * (pp - 1)}

@@ -36,6 +36,7 @@ from optimizer.model.compose import (
     mb_factors,
     p2p_steady,
     pipeline,
+    split_slots,
     v_schedule,
     vpp_factors,
 )
@@ -236,9 +237,7 @@ def _shape(ctx: Ctx, k: Knobs) -> _Shape:
     )  # embedding and loss take a layer slot each
     # layer slots of the split: with pp_uneven (a custom layout) padded to the busiest chunk's ceil, so that
     # every per-stage factor below is the busiest stage's
-    slots = L + 2.0 * el
-    uneven = k.pp_uneven.astype(bool) & (pp > 1)
-    slots = np.where(uneven, np.ceil(slots / (pp * vpp)) * pp * vpp, slots)
+    slots = split_slots(L + 2.0 * el, pp, vpp, k.pp_uneven)
     Ls = slots / pp  # transformer layers of the busiest stage (a middle one when el)
     return _Shape(
         tp, pp, dp, cp, vpp, mb, B, s, L, n_mb, el, slots, Ls, mb * s / cp, k.sequence_parallel.astype(bool)
