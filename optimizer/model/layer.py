@@ -772,8 +772,12 @@ class MoeElementwise:
 
 
 def moe_elementwise(ctx: Ctx, k: Knobs, sh: BlockShape, ms: MoeShape, act: MlpActivation) -> MoeElementwise:
-    """Softmax/top-k over Ts x E (fp32); permute and un-permute (gather/scatter of rows) + the weighted sum;
-    the activation function on the R x f_e/etp expert rows; the eager expert passes (`eager_expert_passes`).
+    """Softmax/top-k over Ts x E (fp32); permute and un-permute (gather/scatter of rows); the activation
+    function on the R x f_e/etp expert rows; the eager expert passes (`eager_expert_passes`). Where the
+    probabilities apply (`Knobs.moe_probs_in_act`): weighting the experts' outputs in the combine is a pass of
+    its own over the routed rows; in the activation (Megatron-Core from 0.13) it is part of the fused weighted
+    SwiGLU kernel, and unfused a product over the activation's output (its backward: the input's and the
+    probabilities' gradients, two passes).
 
     The plain all-to-all delivers rows grouped by source rank; with several local experts they are sorted into
     expert order after the dispatch (and the expert-TP gather: R rows) and back before the combine
@@ -786,10 +790,13 @@ def moe_elementwise(ctx: Ctx, k: Knobs, sh: BlockShape, ms: MoeShape, act: MlpAc
     topk_bw = _elementwise(hw, n_r, 6.0, 3.0 * 4.0, np.where(fused, 1.0, 3.0))
     n_rows = ms.Ts * ms.kk * ms.cf * h
     perm_fw = _elementwise(hw, n_rows, 1.0, 2.0 * e, 2.0)  # permute + un-permute (one pass each)
-    perm_fw = perm_fw + _elementwise(hw, n_rows, 2.0, 2.0 * e, 1.0)  # probability-weighted combine
+    weighted = _elementwise(hw, n_rows, 2.0, 2.0 * e, 1.0)  # the combine weighted by the probabilities
+    perm_fw = perm_fw + (1 - k.moe_probs_in_act) * weighted
     resort = (k.ep_dispatcher == A2A) & (ms.n_loc > 1)
     sort_t = np.where(resort, _elementwise(hw, ms.R * h, 1.0, 2.0 * e, 2.0), 0.0)
     eact_fw, eact_bw = activation_pass_s(hw, ms.R * ms.fe_r, act, e)
+    scaled = k.moe_probs_in_act * np.where(fused, 0.0, _elementwise(hw, ms.R * ms.fe_r, 1.0, 2.0 * e, 1.0))
+    eact_fw, eact_bw = eact_fw + scaled, eact_bw + 2.0 * scaled
     clamps, biases = eager_expert_passes(ctx, k, sh, ms)
     if clamps is not None:
         eact_fw, eact_bw = eact_fw + clamps[0], eact_bw + clamps[1]
