@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from formulations.cp_sat import cp_model
-from optimizer.rules.layout import CAPS, Group, divisors, rule_masks
+from optimizer.rules.layout import CAPS, Group, divisors, rule_masks, uneven_vpps
 from optimizer.schema import Problem
 
 TEXT = {
@@ -99,7 +99,7 @@ def domains(problem: Problem, fixed: dict[str, list]) -> dict[str, list[int]]:
             dom[k] |= {int(v) for v in vals}
     if 1 in dom["pp_uneven"]:  # uneven splits: any pp of the GPUs, vpp dividing some stage's count
         dom["pp"] |= {q for q in dn if 1 < q <= L + 2}
-        dom["vpp"] |= {v for s in (L, L + 2) for q in dom["pp"] for v in divisors(-(-s // q))}
+        dom["vpp"] |= uneven_vpps(L, dom["pp"])
     return {k: sorted(v) for k, v in dom.items()}
 
 

@@ -202,7 +202,7 @@ def build_tables(problem: Problem, c: Compact) -> Tables:
 def same_given(Ts: list[Tables], problem: Problem) -> bool:
     """Whether the tables were filled with the problem's given knobs (`Compact.given`: CUDA graphs, the fused
     expert MLP, where the router's probabilities apply); tables of other ones cannot be restricted to it."""
-    return bool(Ts) and all(Ts[0].fixed.get(k) == int(v[0]) for k, v in given_knobs(problem).items())
+    return bool(Ts) and all(Ts[0].fixed.get(k) == code for k, code in given_knobs(problem).items())
 
 
 def restrict(Ts: list[Tables], problem: Problem) -> tuple[list[Tables], int]:

@@ -270,7 +270,7 @@ def tables_key(q: Problem) -> str:
     d = q.model_dump(
         mode="json", exclude={"name", "description", "num_gpus", "objective", "execution", "system"}
     )
-    d["given"] = {k: int(v[0]) for k, v in given_knobs(q).items()}
+    d["given"] = given_knobs(q)
     return json.dumps(d, sort_keys=True, default=str) + system_tables_key(q.system)
 
 

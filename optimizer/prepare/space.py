@@ -357,8 +357,7 @@ def compact_space(problem: Problem) -> Compact:
     cols = [tiers_all[k][sel].tolist() for k in keys]
     tiers = [dict(zip(keys, vals, strict=True)) for vals in zip(*cols, strict=True)]
     others = [by_cls[int(c)] for c in cls[sel].tolist()]
-    given = {k: int(v[0]) for k, v in given_knobs(p).items()}
-    c = Compact(dom, layouts, tiers, tri, others, 0, given)
+    c = Compact(dom, layouts, tiers, tri, others, 0, given_knobs(p))
     return replace(c, size=int(triple_sizes(p, c).sum()))
 
 
@@ -446,13 +445,13 @@ def build_space(problem: Problem, c: Compact | None = None) -> Space:
     return Space(k)
 
 
-def given_knobs(problem: Problem) -> dict[str, np.ndarray]:
-    """The knobs no candidate chooses, as the problem's execution gives them (after its stack's defaults):
-    CUDA graphs, Transformer Engine's fused expert MLP, and where the router's probabilities apply
+def given_knobs(problem: Problem) -> dict[str, int]:
+    """Codes of the knobs no candidate chooses, as the problem's execution gives them (after its stack's
+    defaults): CUDA graphs, Transformer Engine's fused expert MLP, and where the router's probabilities apply
     (`stack.FIXED_BY_STACK`)."""
     ex = problem.execution
     return {
-        "cuda_graphs": np.array([CUDA_GRAPHS.index(ex.cuda_graphs)]),
-        "moe_fused_mlp": np.array([int(ex.moe_fused_mlp)]),
-        "moe_probs_in_act": np.array([int(ex.moe_probs_in_act)]),
+        "cuda_graphs": CUDA_GRAPHS.index(ex.cuda_graphs),
+        "moe_fused_mlp": int(ex.moe_fused_mlp),
+        "moe_probs_in_act": int(ex.moe_probs_in_act),
     }

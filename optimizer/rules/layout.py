@@ -117,6 +117,13 @@ def _upto(vals, n: int) -> list[int]:
 
 
 # --------------------------------------------------------------------------------------------- domains
+def uneven_vpps(layers: int, pps) -> set[int]:
+    """The vpp an uneven split of `layers` (or layers + 2 with the embedding and loss slots) over each pp of
+    `pps` can interleave with: the divisors of its busiest stage's ceil(slots / pp)
+    (`compose.split_slots`)."""
+    return {v for s in (layers, layers + 2) for q in pps if q > 1 for v in divisors(-(-s // q))}
+
+
 def uneven_searched(problem: Problem) -> bool:
     """Whether the problem's `search` admits uneven pipeline splits (`Search.pp_uneven` names true)."""
     rule = problem.user_search_rules().get("pp_uneven")
@@ -154,14 +161,8 @@ def axis_values(problem: Problem, knob: str) -> list[int]:
     if knob == "etp":
         return deg(divisors(llm.moe.expert_ffn)) if llm.moe else []
     if knob == "vpp":
-        per_stage = (
-            {-(-s // q) for s in (llm.layers, llm.layers + 2) for q in range(2, s + 1)} if uneven else set()
-        )
-        return sorted(
-            set(divisors(llm.layers))
-            | set(divisors(llm.layers + 2))
-            | {v for c in per_stage for v in divisors(c)}
-        )
+        extra = uneven_vpps(llm.layers, range(2, llm.layers + 3)) if uneven else set()
+        return sorted(set(divisors(llm.layers)) | set(divisors(llm.layers + 2)) | extra)
     if knob == "micro_batch":
         return divisors(B)
     raise KeyError(knob)
