@@ -12,6 +12,12 @@ option per pair of ring neighbours. With T the slowest used site's step, the rin
 
 Goal time: minimise R, then the cost at that R. Goal cost: R <= the deadline's round, minimise cost, then R.
 Each link option's transfer and latency terms come from `optimizer.model.wan` for this k (`LinkRow`).
+
+Pipeline stages across sites (`SitesTables.chain`): a path through the k used sites instead of a ring (a
+circuit through a depot joined to every site), each chosen option's exchange J (`LinkRow.transfer_s`) for
+one candidate plan of n_mb micro-batches whose exchanges inside a site take t (`Chain`):
+
+    R = T + 2 n_mb P + 2 sum_j J_j - 2 (k - 1) t,   P >= J_j - t, P >= 0   (`optimizer.model.wan`)
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from optimizer.errors import OutOfRange
-from optimizer.model.wan import round_s
+from optimizer.model.wan import pipeline_wan_s, round_s
 
 US = 1e6  # integer microseconds
 MAX_INT = 2**62  # what CP-SAT's 64-bit sums may reach
@@ -50,6 +56,15 @@ class LinkRow:
 
 
 @dataclass(frozen=True)
+class Chain:
+    """Pipeline stages across sites: the candidate plan's micro-batches per step and its exchange inside a
+    site (s); the links' rows then hold one exchange each (`LinkRow.transfer_s`, latency included)."""
+
+    n_mb: int
+    p2p_s: float
+
+
+@dataclass(frozen=True)
 class SitesTables:
     """What one (k, scheme) model needs; `links[(i, j)]` with i < j."""
 
@@ -62,6 +77,7 @@ class SitesTables:
     max_round_s: float | None = None  # goal cost: the round that meets the deadline
     minimise_cost: bool = False
     batch_units: int | None = None  # a free split: the chosen sites' units sum to this
+    chain: Chain | None = None  # pipeline stages across sites: a path, priced per exchange
 
 
 @dataclass(frozen=True)
@@ -86,13 +102,21 @@ def evaluate(
 
 def ring_wan_s(t: SitesTables, link_choice: dict) -> float:
     """The ring's all-reduce time (s): the transfer on its slowest chosen link plus the latency term of its
-    longest hop."""
+    longest hop (a chain: what its exchanges add to the step)."""
+    if t.chain is not None:
+        joins = [t.links[p][o].transfer_s for p, o in link_choice.items()]
+        return pipeline_wan_s(t.chain.n_mb, joins, t.chain.p2p_s)
     rows = [t.links[p][o] for p, o in link_choice.items()]
     return max((r.transfer_s for r in rows), default=0.0) + max((r.latency_term_s for r in rows), default=0.0)
 
 
 def within_budget(t: SitesTables, cost_usd: float) -> bool:
     return t.budget_usd is None or cost_usd <= math.floor(t.budget_usd)
+
+
+def chain_pairs(path: list[int]) -> list[tuple[int, int]]:
+    """The neighbour pairs (i < j) of a path."""
+    return sorted((min(a, b), max(a, b)) for a, b in zip(path, path[1:], strict=False))
 
 
 def ring_pairs(ring: list[int]) -> list[tuple[int, int]]:
@@ -121,6 +145,8 @@ def _bounds(t: SitesTables) -> tuple[int, int]:
     bill = sum(max((_usd(r.cost_usd) for r in rows), default=0) for rows in t.sites) + sum(
         max(_usd(r.price_usd) for r in rows) for rows in t.links.values()
     )
+    if t.chain is not None:  # P and every J at most the slowest exchange; the sum over k - 1 links
+        wan = (2 * t.chain.n_mb + 2 * max(t.k - 1, 0)) * wan
     if t.inner_steps * top + wan > MAX_INT or bill > MAX_INT:
         raise OutOfRange(
             "procure (sites): a round of inner steps and the all-reduce, or the bill, is beyond 2^62 "
@@ -142,7 +168,10 @@ def _build(t: SitesTables):
     slow = m.NewIntVar(0, top, "slowest_step_us")
     for (s, o), v in x.items():
         m.Add(slow >= _us(t.sites[s][o].step_s)).OnlyEnforceIf(v)
-    y, wan = _define_ring(m, t, used, wan_top)
+    if t.chain is not None:
+        y, wan = _define_chain(m, t, used, wan_top)
+    else:
+        y, wan = _define_ring(m, t, used, wan_top)
     rnd = m.NewIntVar(0, t.inner_steps * top + wan_top, "round_us")
     if t.overlap:
         m.Add(rnd >= t.inner_steps * slow)
@@ -183,6 +212,34 @@ def _define_ring(m: cp_model.CpModel, t: SitesTables, used, wan_top: int):
     return y, wan
 
 
+def _define_chain(m: cp_model.CpModel, t: SitesTables, used, wan_top: int):
+    """Arcs of a path through the used sites (a circuit through a depot that starts and ends it), one link
+    option per neighbour pair, and what the path's exchanges add to the step (us, `Chain`)."""
+    depot = len(t.sites)
+    arcs = [(s, s, used[s].Not()) for s in range(len(t.sites))]
+    for s in range(len(t.sites)):
+        arcs += [(depot, s, m.NewBoolVar(f"start{s}")), (s, depot, m.NewBoolVar(f"end{s}"))]
+    y: dict = {}
+    tp2p = _us(t.chain.p2p_s)
+    excess = m.NewIntVar(0, wan_top, "slowest_exchange_excess_us")
+    joins = []
+    for (i, j), rows in t.links.items():
+        a, b = m.NewBoolVar(f"arc{i}_{j}"), m.NewBoolVar(f"arc{j}_{i}")
+        arcs += [(i, j, a), (j, i, b)]
+        pair = m.NewBoolVar(f"pair{i}_{j}")
+        m.AddMaxEquality(pair, [a, b])
+        for o, r in enumerate(rows):
+            y[(i, j), o] = v = m.NewBoolVar(f"link{i}_{j}_opt{o}")
+            m.Add(excess >= _us(r.transfer_s) - tp2p).OnlyEnforceIf(v)
+            joins.append((_us(r.transfer_s), v))
+        m.Add(sum(y[(i, j), o] for o in range(len(rows))) == pair)
+    m.AddCircuit(arcs)
+    lo = -2 * max(t.k - 1, 0) * tp2p
+    wan = m.NewIntVar(lo, wan_top, "chain_wan_us")
+    m.Add(wan == 2 * t.chain.n_mb * excess + 2 * sum(u * v for u, v in joins) - 2 * (t.k - 1) * tp2p)
+    return y, wan
+
+
 def solve_cpsat(t: SitesTables, time_limit_s: float = 10.0) -> tuple[SitesSolution | None, str]:
     """The best configuration (None: infeasible, or nothing found in time) and the status: optimal (both
     stages proven), feasible (a limit cut a stage short: the first stage's answer is kept when the second
@@ -215,7 +272,7 @@ def solve_cpsat(t: SitesTables, time_limit_s: float = 10.0) -> tuple[SitesSoluti
     proven = proven and st2 == cp_model.OPTIMAL
     choice = {s: o for (s, o), v in x.items() if keep[v.Index()]}
     link_choice = {p: o for (p, o), v in y.items() if keep[v.Index()]}
-    ring = _ring_order(choice, link_choice)
+    ring = _chain_order(choice, link_choice) if t.chain is not None else _ring_order(choice, link_choice)
     r, c = evaluate(t, choice, ring, link_choice)
     return SitesSolution(choice, ring, link_choice, r, c), "optimal" if proven else "feasible"
 
@@ -235,14 +292,29 @@ def _ring_order(choice: dict[int, int], link_choice: dict) -> list[int]:
     return ring
 
 
+def _chain_order(choice: dict[int, int], link_choice: dict) -> list[int]:
+    """The used sites in path order, from an end."""
+    nbr: dict[int, list[int]] = {s: [] for s in choice}
+    for i, j in link_choice:
+        nbr[i].append(j)
+        nbr[j].append(i)
+    path = [min(s for s in choice if len(nbr[s]) <= 1)]
+    while len(path) < len(choice):
+        path.append(next(n for n in nbr[path[-1]] if n not in path))
+    return path
+
+
 def solve_exhaustive(t: SitesTables) -> SitesSolution | None:
     """The oracle: every set of k sites, option per site, ring order and link option per hop (small
     instances only). Same lexicographic order as `solve_cpsat`."""
     best, best_key = None, None
     for group in itertools.combinations(range(len(t.sites)), t.k):
-        orders = [list(group)] if t.k < 3 else [[group[0], *p] for p in itertools.permutations(group[1:])]
+        if t.chain is not None:
+            orders = [list(p) for p in itertools.permutations(group) if p[0] <= p[-1]]
+        else:
+            orders = [list(group)] if t.k < 3 else [[group[0], *p] for p in itertools.permutations(group[1:])]
         for ring in orders:
-            pairs = ring_pairs(ring)
+            pairs = chain_pairs(ring) if t.chain is not None else ring_pairs(ring)
             if any(p not in t.links for p in pairs):
                 continue
             for opts in itertools.product(*[range(len(t.sites[s])) for s in ring]):

@@ -13,7 +13,8 @@ Modelled: every used site trains an equal share B / k of the global batch (a dat
 each), or with `sync.batch_units` U a whole number of B / U chosen per site (`shares`); nodes are bought
 (price_usd + extra_usd) and links priced for the run; energy is reported at the nodes' power (catalog
 power_kw, else the system's rating) x PUE, not minimised; failures price the job as one over every site
-(`plan_goodput`). Not modelled: pipeline stages across sites.
+(`plan_goodput`). Pipeline stages across sites (scheme pipeline) are the family of
+`optimizer.drivers.multisite_pipeline`, solved per k beside the other schemes.
 """
 
 from __future__ import annotations
@@ -306,10 +307,14 @@ def variants(mp: MultisiteProblem, k: int) -> list[tuple[Scheme | None, int, boo
     if k == 1:
         return [(None, 1, False)]
     out: list[tuple[Scheme | None, int, bool]] = []
+    if not splits_batch(mp, k):
+        return [(Scheme.PIPELINE, 1, False)] if Scheme.PIPELINE in mp.sync.schemes else []
     if Scheme.SYNC in mp.sync.schemes:
         out.append((Scheme.SYNC, 1, False))
     if Scheme.DILOCO in mp.sync.schemes:
         out += [(Scheme.DILOCO, h, mp.sync.overlap) for h in mp.sync.inner_steps]
+    if Scheme.PIPELINE in mp.sync.schemes:
+        out.append((Scheme.PIPELINE, 1, False))
     return out
 
 
@@ -348,7 +353,8 @@ def multisite(
     with progress("procure: sites", len(ks)) as step:
         for k in ks:
             try:
-                offers, cut = site_options(mp, k, cache)
+                shared = any(v[0] != Scheme.PIPELINE for v in variants(mp, k))
+                offers, cut = site_options(mp, k, cache) if shared else ([], [])
             except TimeLimit:
                 notes.append(f"{k} sites not solved: the time limit passed while solving their plans")
                 status = "feasible"
@@ -449,18 +455,27 @@ def _usd(x: float) -> str:
 
 
 def site_counts(mp: MultisiteProblem) -> tuple[list[int], list[str]]:
-    """The numbers of sites searched (`sync.site_counts`, else min_sites..max_sites) that split the global
-    batch evenly, and a note for each that does not."""
+    """The numbers of sites searched (`sync.site_counts`, else min_sites..max_sites): those that split the
+    global batch evenly (or into `sync.batch_units`), and with pipeline stages across sites every count
+    (a pipeline does not split the batch); a note for each count a scheme cannot take."""
     top = min(mp.sync.max_sites or len(mp.sites), len(mp.sites))
     ks = sorted(set(mp.sync.site_counts or range(mp.sync.min_sites, top + 1)) & set(range(1, top + 1)))
+    pipe = Scheme.PIPELINE in mp.sync.schemes
+    data = [k for k in ks if splits_batch(mp, k)]
     B, U = mp.training.global_batch, mp.sync.batch_units
+    what = "" if not pipe else " by data parallelism"
     if U is not None:
-        notes = [
-            f"{k} sites not searched: more than the {U} batch units (sync.batch_units)" for k in ks if k > U
-        ]
-        return [k for k in ks if k <= U], notes
-    notes = [f"{k} sites not searched: the global batch {B} does not split evenly" for k in ks if B % k]
-    return [k for k in ks if B % k == 0], notes
+        why = f"more than the {U} batch units (sync.batch_units)"
+    else:
+        why = f"the global batch {B} does not split evenly"
+    notes = [f"{k} sites not searched{what}: {why}" for k in ks if k not in data]
+    return (ks if pipe else data), notes
+
+
+def splits_batch(mp: MultisiteProblem, k: int) -> bool:
+    """Whether k sites can each train a share of the global batch (data parallelism across sites)."""
+    U = mp.sync.batch_units
+    return k <= U if U is not None else mp.training.global_batch % k == 0
 
 
 def diloco_notes(mp: MultisiteProblem, p: SitesPlan) -> list[str]:
@@ -517,6 +532,8 @@ def plan_goodput(mp: MultisiteProblem, p: SitesPlan):
 
 def _solve_variant(mp, k, offers, scheme, h, overlap, deadline) -> tuple[SitesPlan | None, dict]:
     """One (k, scheme, H) model solved: its plan (None: infeasible) and its row of the considered table."""
+    if scheme == Scheme.PIPELINE:
+        return _with_goodput(mp, *_solve_pipeline(mp, k, deadline))
     row = {"sites": k, "scheme": "single-site" if scheme is None else scheme.value, "inner_steps": h}
     m = multiplier(mp, k, scheme)
     row["tokens_multiplier"] = m
@@ -544,7 +561,61 @@ def _solve_variant(mp, k, offers, scheme, h, overlap, deadline) -> tuple[SitesPl
     row["status"] = status
     if sol is None:
         return None, row
-    plan = _plan(mp, offers, tables, sol, scheme, h, overlap, m, status)
+    return _with_goodput(mp, _plan(mp, offers, tables, sol, scheme, h, overlap, m, status), row)
+
+
+def site_limits(mp: MultisiteProblem) -> dict[str, dict[str, int]]:
+    """Per site, per node type it hosts: the most nodes it can hold (`site_limit`)."""
+    types = {t.name: t for t in mp.catalog.node_types}
+    return {s.name: {n: site_limit(mp, s, types[n])[0] for n in s.node_types} for s in mp.sites}
+
+
+def _solve_pipeline(mp: MultisiteProblem, k: int, deadline: float) -> tuple[SitesPlan | None, dict]:
+    """Pipeline stages across k sites (`optimizer.drivers.multisite_pipeline`): the best configuration as a
+    `SitesPlan` (None: none) and its row of the considered table."""
+    from optimizer.drivers.multisite_pipeline import group_of, solve_chain
+
+    best, status, row = solve_chain(mp, proxy(mp), site_limits(mp), k, steps_to_train(mp), deadline)
+    if best is None:
+        return None, row
+    c, _, sol = best
+    group = group_of(c, k, mp.training.global_batch)
+    used = [SiteOffer(mp.sites[s], c.node_type, c.site_nodes, group) for s in sol.ring]  # in path order
+    links = []
+    for i, j in zip(sol.ring, sol.ring[1:], strict=False):
+        ln = next(x for x in mp.links if {x.sites[0], x.sites[1]} == {mp.sites[i].name, mp.sites[j].name})
+        opt = ln.options[sol.link_choice[(min(i, j), max(i, j))]]
+        links.append(
+            LinkChoice(
+                (mp.sites[i].name, mp.sites[j].name), opt, wan.latency_s(opt.latency_ms, ln.distance_km)
+            )
+        )
+    days = steps_to_train(mp) * sol.round_s / 86400.0
+    hours = days * 24.0
+    plan = SitesPlan(
+        scheme=Scheme.PIPELINE.value,
+        inner_steps=1,
+        overlap=False,
+        sites=used,
+        links=links,
+        slowest_step_s=c.step_s,
+        wan_s=sol.round_s - c.step_s,
+        round_s=sol.round_s,
+        tokens_multiplier=1.0,
+        days_to_train=days,
+        nodes_usd=sum(u.cost_usd for u in used),
+        links_usd=sum(x.option.price_usd for x in links),
+        energy_mwh=sum(u.power_mw for u in used) * hours,
+        energy_usd=sum(u.power_mw * hours * 1e3 * u.site.energy_usd_per_kwh for u in used),
+        status=status,
+    )
+    return plan, row
+
+
+def _with_goodput(mp, plan: SitesPlan | None, row: dict) -> tuple[SitesPlan | None, dict]:
+    """The plan with its expected time and cost to train (`plan_goodput`), and its row with its figures."""
+    if plan is None:
+        return None, row
     from optimizer.model.goodput import GoodputInputError
 
     try:
@@ -599,10 +670,15 @@ def _plan(mp, offers, tables: SitesTables, sol: SitesSolution, scheme, h, overla
 
 
 def verify(mp: MultisiteProblem, p: SitesPlan) -> None:
-    """Re-evaluate a configuration from its parts: each site's step from its plan's evaluation, the ring's
+    """Re-evaluate a configuration from its parts (pipeline stages across sites: `multisite_pipeline.
+    verify_pipeline`): each site's step from its plan's evaluation, the ring's
     all-reduce by `optimizer.model.wan` from the slowest link's bandwidth and the longest hop's latency, the
     days from the tokens, the multiplier and the round; both agree with the solver's within 0.1% (or its
     microsecond rounding), or fail loudly (exit 5)."""
+    if p.scheme == Scheme.PIPELINE:
+        from optimizer.drivers.multisite_pipeline import verify_pipeline
+
+        return verify_pipeline(mp, p)
     wan_s = 0.0
     if p.k > 1:
         scheme = Scheme(p.scheme)

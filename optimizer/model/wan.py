@@ -13,6 +13,16 @@ link the transfer achieves, and d = 2 when two rings run in opposite directions 
 whose two directions one ring already uses: d = 1 there (each site must receive (k - 1) / k x 2V through
 its link, the all-reduce's lower bound).
 
+Pipeline stages across sites (scheme `pipeline`): the job is one pipeline whose pp stages are split over k
+sites in a chain, pp / k consecutive stages each, so the gradients are reduced inside each site and only
+activations (forward) and their gradients (backward) cross the k - 1 WAN links of the chain. One exchange
+over link j carries every data-parallel replica's micro-batch, X = dp x b x s x h x 2 bytes (16-bit, as
+Megatron-Core sends them), in J_j = l_j + X / (e b_j). Priced as `optimizer.model.pipeline_mix` prices a
+join between pipeline groups (1F1B: every stage's steady state waits on the slowest exchange, fill and drain
+cross every boundary once each way), over the homogeneous model's step, whose exchanges all take t_p2p:
+
+    T = T_site + 2 n_mb max(0, max_j J_j - t_p2p) + 2 sum_j (J_j - t_p2p)
+
 Schemes (`optimizer.schema.multisite.Scheme`), with T the slowest site's step (every site trains B / k
 sequences per step) and H inner steps per outer step:
     sync      per step T + t_ar(gradients, 2 bytes/param)                       (no change in tokens)
@@ -70,6 +80,20 @@ def ring_terms_s(nbytes: float, sites: int, bandwidth_gbps: float, bidirectional
     if sites <= 1:
         return 0.0, 0.0
     return ring_all_reduce_s(nbytes, sites, bandwidth_gbps, 0.0, bidirectional, efficiency), 2.0 * (sites - 1)
+
+
+def exchange_s(nbytes: float, bandwidth_gbps: float, latency_s: float, efficiency: float = 1.0) -> float:
+    """One pipeline exchange of `nbytes` over a WAN link (Gb/s per direction, one-way latency s): its
+    latency and its transfer."""
+    return latency_s + nbytes / (bandwidth_gbps * 1e9 / 8.0 * efficiency)
+
+
+def pipeline_wan_s(n_mb: int, joins: list[float], t_p2p_s: float) -> float:
+    """What the chain's WAN exchanges `joins` (s, one per link) add to a step of `n_mb` micro-batches whose
+    exchanges inside a site take `t_p2p_s` (module docstring)."""
+    if not joins:
+        return 0.0
+    return 2.0 * n_mb * max(0.0, max(joins) - t_p2p_s) + 2.0 * sum(j - t_p2p_s for j in joins)
 
 
 def diloco_loss_ratio(n_params: float, replicas: int) -> float:

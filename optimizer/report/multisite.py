@@ -24,6 +24,14 @@ def _knobs(plan) -> str:
     )
 
 
+def _stages(p: SitesPlan, i: int) -> dict:
+    """Pipeline stages across sites: the stages (0-based, first and last) the i-th site of the path holds."""
+    if p.scheme != "pipeline":
+        return {}
+    per = p.sites[0].group.plan.evaluation.execution.pp // p.k
+    return {"pipeline_stages": [i * per, (i + 1) * per - 1]}
+
+
 def plan_dict(p: SitesPlan) -> dict:
     return {
         "label": p.label(),
@@ -43,7 +51,8 @@ def plan_dict(p: SitesPlan) -> dict:
                 "step_time_s": s.step_time_s,
                 "plan": evaluation_dict(s.group.plan.evaluation),
             }
-            for s in p.sites
+            | _stages(p, i)
+            for i, s in enumerate(p.sites)
         ],
         "ring": [s.site.name for s in p.sites],  # neighbours in order, the last beside the first
         "links": [
@@ -114,7 +123,13 @@ def plan_lines(p: SitesPlan) -> list[str]:
     ]
     out = [
         table(
-            rows, ["site", "nodes", "GPUs used", "batch", "MW", "step s", "plan (for its share of the batch)"]
+            rows,
+            ["site", "nodes", "GPUs used", "batch", "MW", "step s"]
+            + [
+                "plan (the whole pipeline's)"
+                if p.scheme == "pipeline"
+                else "plan (for its share of the batch)"
+            ],
         )
     ]
     for c in p.links:
@@ -122,7 +137,14 @@ def plan_lines(p: SitesPlan) -> list[str]:
             f"link {c.sites[0]} - {c.sites[1]}: {c.option.name or 'option'} "
             f"{c.option.bandwidth_gbps:g} Gb/s, {c.latency_s * 1e3:.1f} ms, {_money(c.option.price_usd)}"
         )
-    if p.k > 1:
+    if p.scheme == "pipeline":
+        g = p.sites[0].group.plan.evaluation.execution
+        out.append(
+            f"pipeline stages across sites: {g.pp // p.k} of the {g.pp} stages at each site, in the order "
+            f"above; the exchanges across sites add {p.wan_s:.3f} s per step; compute utilisation "
+            f"{100 * p.compute_utilisation:.1f}%"
+        )
+    elif p.k > 1:
         per = "per step" if p.scheme == "sync" else f"every {p.inner_steps} steps"
         how = "under the next steps" if p.overlap else "in sequence"
         out.append(

@@ -88,6 +88,7 @@ class Scheme(StrEnum):
 
     SYNC = "sync"  # every step's gradients all-reduced over the WAN (hierarchical: inside sites, then across)
     DILOCO = "diloco"  # H local steps per site, then an all-reduce of the outer pseudo-gradient (DiLoCo)
+    PIPELINE = "pipeline"  # pipeline stages split over the sites in a chain: only activations cross the WAN
 
 
 class Sync(Frozen):
@@ -96,8 +97,9 @@ class Sync(Frozen):
     schemes: list[Scheme] = Field(
         default_factory=lambda: [Scheme.SYNC, Scheme.DILOCO],
         min_length=1,
-        description="Schemes searched: sync (per-step all-reduce over the WAN) and/or diloco (DiLoCo, "
-        "Douillard et al. 2023: H inner steps, then an outer all-reduce).",
+        description="Schemes searched: sync (per-step all-reduce over the WAN), diloco (DiLoCo, "
+        "Douillard et al. 2023: H inner steps, then an outer all-reduce) and/or pipeline (pipeline stages "
+        "split over the sites in a chain: activations cross the WAN, gradients stay in each site).",
     )
     inner_steps: list[PositiveInt] = Field(
         default_factory=lambda: [100],
