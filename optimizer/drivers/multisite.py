@@ -362,7 +362,12 @@ def multisite(
             notes += cut
             status = "feasible" if cut else status
             for scheme, h, overlap in variants(mp, k):
-                plan, row = _solve_variant(mp, k, offers, scheme, h, overlap, deadline)
+                try:
+                    plan, row = _solve_variant(mp, k, offers, scheme, h, overlap, deadline)
+                except TimeLimit:  # the pipeline's enumeration: the other configurations stand
+                    notes.append(f"{k} sites, {scheme.value}: the time limit passed before it was searched")
+                    status = "feasible"
+                    continue
                 rows.append(row)
                 status = "feasible" if row["status"] in ("feasible", "time_limit") else status
                 if plan is not None:
@@ -712,10 +717,14 @@ def why_nothing(mp: MultisiteProblem, ks: list[int], cache: OfferCache, rows: li
     lines = ["no configuration trains it:"]
     types = {t.name: t for t in mp.catalog.node_types}
     holds = []
+    data = mp.sync.schemes != [Scheme.PIPELINE]  # site plans for a share of the batch were solved
     for site in mp.sites:
         parts, any_fit = [], False
         for name in site.node_types:
             n, why = site_limit(mp, site, types[name])
+            if not data:
+                parts.append(f"{n} x {name} (bound by {why})")
+                continue
             fits = n > 0 and any(
                 g is not None
                 for (tn, _), seen in cache.done.items()
@@ -736,7 +745,7 @@ def why_nothing(mp: MultisiteProblem, ks: list[int], cache: OfferCache, rows: li
     lines += [
         f"  {k} sites: no ring of links joins {k} of the sites that hold a plan"
         for k in ks
-        if not _ring(mp, k, holds)
+        if data and splits_batch(mp, k) and not _ring(mp, k, holds)
     ]
     lines += sorted({f"  {r['sites']} sites, {r['scheme']}: {r['why']}" for r in rows if r.get("why")})
     if mp.procure.budget_usd is not None:

@@ -92,7 +92,7 @@ def candidates(pp: ProcureProblem, t: NodeType, k: int, nodes: int, deadline: fl
     ctx = make_ctx(q)
     S, h = q.seq_len, q.llm.hidden
     g = t.gpus_per_node
-    best: dict[tuple[int, int, int], tuple[float, object, float]] = {}
+    best: dict[tuple[int, int, int, int], tuple[float, object, float]] = {}
     for kn in pieces(q, 250_000):
         if time.time() > deadline:
             raise TimeLimit("procure (sites): the time limit passed while enumerating pipelines across sites")
@@ -106,28 +106,42 @@ def candidates(pp: ProcureProblem, t: NodeType, k: int, nodes: int, deadline: fl
         gpus = (np.broadcast_to(kn.tp * kn.pp * kn.dp * kn.cp, ok.shape))[idx]
         site_nodes = t.bought(-(-(gpus // k) // g))
         step = r.step_time[idx]
+        copies = np.broadcast_to(copies_sent(kn.tp, kn.sequence_parallel, kn.pp_rs_ag), ok.shape)[idx]
         us = np.rint(t_p2p * 1e6).astype(np.int64)
-        order = np.lexsort((step, site_nodes, us, n_mb))
+        order = np.lexsort((step, site_nodes, us, copies, n_mb))
         for i in order.tolist():
-            key = (int(n_mb[i]), int(us[i]), int(site_nodes[i]))
+            key = (int(n_mb[i]), int(copies[i]), int(us[i]), int(site_nodes[i]))
             if key not in best or step[i] < best[key][0]:
                 best[key] = (float(step[i]), (kn, int(idx[i])), float(t_p2p[i]))
     out = []
-    for (n_mb, _, site_nodes), (step, (kn, i), t_p2p) in best.items():
+    for (n_mb, copies, _, site_nodes), (step, (kn, i), t_p2p) in best.items():
         one = kn.take(np.array([i]))
         gpus = int(np.asarray(one.tp * one.pp * one.dp * one.cp).ravel()[0])
-        seqs = pp.training.global_batch // n_mb
-        out.append(PipeCandidate(t, q, one, step, n_mb, t_p2p, seqs * S * h * ACT_BYTES, site_nodes, gpus))
+        nbytes = exchange_bytes(pp.training.global_batch, n_mb, S, h, copies)
+        out.append(PipeCandidate(t, q, one, step, n_mb, t_p2p, nbytes, site_nodes, gpus))
     return _front(out)
 
 
+def copies_sent(tp, sequence_parallel, pp_rs_ag):
+    """Copies of each activation a stage boundary sends (integers or arrays): one, split over the tp ranks,
+    with sequence parallelism or scatter-gather; else each of the tp ranks sends the whole activation (as
+    `optimizer.model.step._p2p_time` prices it)."""
+    return np.where((np.asarray(sequence_parallel) > 0) | (np.asarray(pp_rs_ag) > 0), 1, np.asarray(tp))
+
+
+def exchange_bytes(global_batch: int, n_mb: int, seq_len: int, hidden: int, copies: int) -> float:
+    """One exchange across a WAN link: every replica's micro-batch (B / n_mb sequences) of 16-bit
+    activations, `copies` times (`copies_sent`)."""
+    return float(global_batch // n_mb) * seq_len * hidden * ACT_BYTES * copies
+
+
 def _front(cands: list[PipeCandidate]) -> list[PipeCandidate]:
-    """Per (type, micro-batches, exchange inside a site): the candidates no other one beats with as few
-    nodes per site and a step as short."""
+    """Per (type, micro-batches, bytes exchanged, exchange inside a site): the candidates no other one beats
+    with as few nodes per site and a step as short."""
     out = []
     groups: dict = {}
     for c in cands:
-        groups.setdefault((c.node_type.name, c.n_mb, round(c.p2p_s * 1e6)), []).append(c)
+        groups.setdefault((c.node_type.name, c.n_mb, c.exchange_bytes, round(c.p2p_s * 1e6)), []).append(c)
     for rows in groups.values():
         top = math.inf
         for c in sorted(rows, key=lambda c: (c.site_nodes, c.step_s)):
@@ -175,16 +189,20 @@ def chain_tables(
 
 
 def _fastest_exchange(mp: MultisiteProblem, c: PipeCandidate) -> float:
-    """The shortest exchange any link option offers the candidate (s): its bound uses it on every link."""
+    """The shortest exchange any link option offers the candidate (s; infinite without links): its bound
+    uses it on every link."""
     return min(
-        wan.exchange_s(
-            c.exchange_bytes,
-            o.bandwidth_gbps,
-            wan.latency_s(o.latency_ms, ln.distance_km),
-            mp.sync.link_efficiency,
-        )
-        for ln in mp.links
-        for o in ln.options
+        (
+            wan.exchange_s(
+                c.exchange_bytes,
+                o.bandwidth_gbps,
+                wan.latency_s(o.latency_ms, ln.distance_km),
+                mp.sync.link_efficiency,
+            )
+            for ln in mp.links
+            for o in ln.options
+        ),
+        default=math.inf,
     )
 
 
@@ -231,8 +249,10 @@ def verify_pipeline(mp: MultisiteProblem, p) -> None:
     r = ev.result
     n_mb = int(r["n_mb"])
     t_p2p = r["pp_link"] / (2.0 * n_mb)
-    seqs = mp.training.global_batch // n_mb
-    nbytes = seqs * (mp.training.seq_len or mp.llm.seq_len) * mp.llm.hidden * ACT_BYTES
+    ex = ev.execution
+    copies = int(copies_sent(ex.tp, int(ex.sequence_parallel), int(ex.pp_rs_ag)))
+    S = mp.training.seq_len or mp.llm.seq_len
+    nbytes = exchange_bytes(mp.training.global_batch, n_mb, S, mp.llm.hidden, copies)
     joins = [
         wan.exchange_s(nbytes, c.option.bandwidth_gbps, c.latency_s, mp.sync.link_efficiency) for c in p.links
     ]
@@ -283,6 +303,11 @@ def solve_chain(
     row["status"] = "infeasible" if best is None and status == "optimal" else status
     row["candidates"] = len(cands)
     row["chains_solved"] = solved
-    if best is None and not cands:
-        row["why"] = "no plan with pp a multiple of the sites fits (pipeline stages across sites)"
+    if best is None and status == "optimal":
+        row["why"] = (
+            f"no plan with pp a multiple of {k} fits on {k} sites' nodes"
+            if not cands
+            else f"{len(cands)} plans fit, but no path of links through {k} sites that hold one "
+            "meets the budget or the deadline"
+        )
     return best, status, row

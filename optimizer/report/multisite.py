@@ -66,7 +66,8 @@ def plan_dict(p: SitesPlan) -> dict:
             for c in p.links
         ],
         "slowest_step_s": p.slowest_step_s,
-        "all_reduce_across_sites_s": p.wan_s,
+        "all_reduce_across_sites_s": 0.0 if p.scheme == "pipeline" else p.wan_s,
+        "pipeline_exchanges_s": p.wan_s if p.scheme == "pipeline" else 0.0,  # what they add per step
         "round_s": p.round_s,
         "compute_utilisation": p.compute_utilisation,
         "tokens_multiplier": p.tokens_multiplier,
