@@ -188,6 +188,21 @@ def _build(t: SitesTables):
     return m, x, y, rnd, cost
 
 
+def _define_links(m: cp_model.CpModel, t: SitesTables, arcs: list) -> dict:
+    """Both arcs of every link (appended to `arcs`) and one option literal per link and option, exactly one of
+    a link's options where either of its arcs is used: {((i, j), option): literal}."""
+    y: dict = {}
+    for (i, j), rows in t.links.items():
+        a, b = m.NewBoolVar(f"arc{i}_{j}"), m.NewBoolVar(f"arc{j}_{i}")
+        arcs += [(i, j, a), (j, i, b)]
+        pair = m.NewBoolVar(f"pair{i}_{j}")
+        m.AddMaxEquality(pair, [a, b])
+        for o in range(len(rows)):
+            y[(i, j), o] = m.NewBoolVar(f"link{i}_{j}_opt{o}")
+        m.Add(sum(y[(i, j), o] for o in range(len(rows))) == pair)
+    return y
+
+
 def _define_ring(m: cp_model.CpModel, t: SitesTables, used, wan_top: int):
     """Arcs of the ring through the used sites, one link option per neighbour pair, and the ring's all-reduce
     time (us): the transfer on its slowest chosen link plus the latency term of its longest hop."""
@@ -196,16 +211,10 @@ def _define_ring(m: cp_model.CpModel, t: SitesTables, used, wan_top: int):
     y: dict = {}
     if t.k >= 2:
         arcs = [(s, s, used[s].Not()) for s in range(len(t.sites))]
-        for (i, j), rows in t.links.items():
-            a, b = m.NewBoolVar(f"arc{i}_{j}"), m.NewBoolVar(f"arc{j}_{i}")
-            arcs += [(i, j, a), (j, i, b)]
-            pair = m.NewBoolVar(f"pair{i}_{j}")
-            m.AddMaxEquality(pair, [a, b])
-            for o, r in enumerate(rows):
-                y[(i, j), o] = v = m.NewBoolVar(f"link{i}_{j}_opt{o}")
-                m.Add(bw >= _us(r.transfer_s)).OnlyEnforceIf(v)
-                m.Add(lat >= _us(r.latency_term_s)).OnlyEnforceIf(v)
-            m.Add(sum(y[(i, j), o] for o in range(len(rows))) == pair)
+        y = _define_links(m, t, arcs)
+        for (p, o), v in y.items():
+            m.Add(bw >= _us(t.links[p][o].transfer_s)).OnlyEnforceIf(v)
+            m.Add(lat >= _us(t.links[p][o].latency_term_s)).OnlyEnforceIf(v)
         m.AddCircuit(arcs)
     wan = m.NewIntVar(0, 2 * wan_top, "wan_us")
     m.Add(wan == bw + lat)
@@ -219,24 +228,15 @@ def _define_chain(m: cp_model.CpModel, t: SitesTables, used, wan_top: int):
     arcs = [(s, s, used[s].Not()) for s in range(len(t.sites))]
     for s in range(len(t.sites)):
         arcs += [(depot, s, m.NewBoolVar(f"start{s}")), (s, depot, m.NewBoolVar(f"end{s}"))]
-    y: dict = {}
+    y = _define_links(m, t, arcs)
+    m.AddCircuit(arcs)
     tp2p = _us(t.chain.p2p_s)
     excess = m.NewIntVar(0, wan_top, "slowest_exchange_excess_us")
-    joins = []
-    for (i, j), rows in t.links.items():
-        a, b = m.NewBoolVar(f"arc{i}_{j}"), m.NewBoolVar(f"arc{j}_{i}")
-        arcs += [(i, j, a), (j, i, b)]
-        pair = m.NewBoolVar(f"pair{i}_{j}")
-        m.AddMaxEquality(pair, [a, b])
-        for o, r in enumerate(rows):
-            y[(i, j), o] = v = m.NewBoolVar(f"link{i}_{j}_opt{o}")
-            m.Add(excess >= _us(r.transfer_s) - tp2p).OnlyEnforceIf(v)
-            joins.append((_us(r.transfer_s), v))
-        m.Add(sum(y[(i, j), o] for o in range(len(rows))) == pair)
-    m.AddCircuit(arcs)
-    lo = -2 * max(t.k - 1, 0) * tp2p
-    wan = m.NewIntVar(lo, wan_top, "chain_wan_us")
-    m.Add(wan == 2 * t.chain.n_mb * excess + 2 * sum(u * v for u, v in joins) - 2 * (t.k - 1) * tp2p)
+    for (p, o), v in y.items():
+        m.Add(excess >= _us(t.links[p][o].transfer_s) - tp2p).OnlyEnforceIf(v)
+    joins = sum(_us(t.links[p][o].transfer_s) * v for (p, o), v in y.items())
+    wan = m.NewIntVar(-2 * max(t.k - 1, 0) * tp2p, wan_top, "chain_wan_us")
+    m.Add(wan == 2 * t.chain.n_mb * excess + 2 * joins - 2 * (t.k - 1) * tp2p)
     return y, wan
 
 

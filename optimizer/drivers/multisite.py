@@ -586,34 +586,9 @@ def _solve_pipeline(mp: MultisiteProblem, k: int, deadline: float) -> tuple[Site
     c, _, sol = best
     group = group_of(c, k, mp.training.global_batch)
     used = [SiteOffer(mp.sites[s], c.node_type, c.site_nodes, group) for s in sol.ring]  # in path order
-    links = []
-    for i, j in zip(sol.ring, sol.ring[1:], strict=False):
-        ln = next(x for x in mp.links if {x.sites[0], x.sites[1]} == {mp.sites[i].name, mp.sites[j].name})
-        opt = ln.options[sol.link_choice[(min(i, j), max(i, j))]]
-        links.append(
-            LinkChoice(
-                (mp.sites[i].name, mp.sites[j].name), opt, wan.latency_s(opt.latency_ms, ln.distance_km)
-            )
-        )
-    days = steps_to_train(mp) * sol.round_s / 86400.0
-    hours = days * 24.0
-    plan = SitesPlan(
-        scheme=Scheme.PIPELINE.value,
-        inner_steps=1,
-        overlap=False,
-        sites=used,
-        links=links,
-        slowest_step_s=c.step_s,
-        wan_s=sol.round_s - c.step_s,
-        round_s=sol.round_s,
-        tokens_multiplier=1.0,
-        days_to_train=days,
-        nodes_usd=sum(u.cost_usd for u in used),
-        links_usd=sum(x.option.price_usd for x in links),
-        energy_mwh=sum(u.power_mw for u in used) * hours,
-        energy_usd=sum(u.power_mw * hours * 1e3 * u.site.energy_usd_per_kwh for u in used),
-        status=status,
-    )
+    pairs = list(zip(sol.ring, sol.ring[1:], strict=False))
+    label = Scheme.PIPELINE.value
+    plan = _sites_plan(mp, used, sol, pairs, label, 1, False, 1.0, c.step_s, sol.round_s - c.step_s, status)
     return plan, row
 
 
@@ -640,23 +615,26 @@ def _plan(mp, offers, tables: SitesTables, sol: SitesSolution, scheme, h, overla
     """The solution as sites, links and times (the times from the model's floats: `formulations.multisite.
     evaluate`)."""
     used = [offers[s][sol.choice[s]] for s in sol.ring]  # in ring order
-    links = []
-    for (i, j), o in sorted(sol.link_choice.items()):
-        ln = next(x for x in mp.links if {x.sites[0], x.sites[1]} == {mp.sites[i].name, mp.sites[j].name})
-        opt = ln.options[o]
-        links.append(
-            LinkChoice(
-                (mp.sites[i].name, mp.sites[j].name), opt, wan.latency_s(opt.latency_ms, ln.distance_km)
-            )
-        )
+    label = "single-site" if scheme is None else scheme.value
     slow = max(u.step_time_s for u in used)
     wan_s = ring_wan_s(tables, sol.link_choice)
+    return _sites_plan(mp, used, sol, sorted(sol.link_choice), label, h, overlap, m, slow, wan_s, status)
+
+
+def _sites_plan(mp, used, sol: SitesSolution, pairs, label, h, overlap, m, slow, wan_s, status) -> SitesPlan:
+    """A configuration from its used sites' offers, the solver's solution, the link pairs to report (i < j,
+    in order), its scheme and times: the links chosen, the days (tokens x multiplier x round / H), the
+    nodes' and links' prices and the energy at the sites' prices."""
+    links = []
+    for i, j in pairs:
+        ln = next(x for x in mp.links if {x.sites[0], x.sites[1]} == {mp.sites[i].name, mp.sites[j].name})
+        opt = ln.options[sol.link_choice[(min(i, j), max(i, j))]]
+        lat = wan.latency_s(opt.latency_ms, ln.distance_km)
+        links.append(LinkChoice((mp.sites[i].name, mp.sites[j].name), opt, lat))
     days = steps_to_train(mp) * m * sol.round_s / h / 86400.0
     hours = days * 24.0
-    mwh = sum(u.power_mw for u in used) * hours
-    usd = sum(u.power_mw * hours * 1e3 * u.site.energy_usd_per_kwh for u in used)
     return SitesPlan(
-        scheme="single-site" if scheme is None else scheme.value,
+        scheme=label,
         inner_steps=h,
         overlap=overlap,
         sites=used,
@@ -668,8 +646,8 @@ def _plan(mp, offers, tables: SitesTables, sol: SitesSolution, scheme, h, overla
         days_to_train=days,
         nodes_usd=sum(u.cost_usd for u in used),
         links_usd=sum(c.option.price_usd for c in links),
-        energy_mwh=mwh,
-        energy_usd=usd,
+        energy_mwh=sum(u.power_mw for u in used) * hours,
+        energy_usd=sum(u.power_mw * hours * 1e3 * u.site.energy_usd_per_kwh for u in used),
         status=status,
     )
 
