@@ -21,10 +21,12 @@ set leaves untouched is not rerun (each fit starts from fixed values, so a rerun
 step left with no runs takes the priors of its parameters (`prior_value`); the runs of its GPU (and stack),
 and of GPUs taking its tables by shape or transfer, are reported as `prior`.
 
-Not refitted: the model-wide constants in optimizer/model/fitted.yaml (the MoE host launch floor of
-calibrate_host.py, fitted on the shared files' MoE runs, and the allocator slack of calibrate_memory.py, which
-only touches memory), and the H100 curve shape that the H100 level is fitted on. These are leaks in favour
-of the model for the groups they were fitted on.
+The MoE host launch floor (`layer.MOE_HOST_FW_S`, calibrate_host.py) is refitted in every fold without the
+held-out runs: its grid of errors (`HostFit`) is computed once, over every Megatron-Core MoE run, on the
+fold's base system files (not refitted per fold: the floor moves a fit little, and a table per fold would take
+an hour); each fold takes the grid value that fits its other runs best, and replays the sequence and predicts
+with it. Not refitted: the allocator slack of calibrate_memory.py (memory only) and the H100 curve shape that
+the H100 level is fitted on; these are leaks in favour of the model for the groups they were fitted on.
 
 Errors are signed percentages of the measured step time, (predicted - measured) / measured x 100.
 """
@@ -461,10 +463,56 @@ def replayed_systems(maxiter: int | None = None):
         yield library / "systems"
 
 
-def evaluate_fold(held_runs: list[dict], label: str, base: Path, maxiter: int | None = None) -> list[dict]:
-    """Refit without `held_runs`, starting from the system files in `base`, into a temporary library; then
-    predict them with it."""
-    with library_from(base) as (tmp, library):
+class HostFit:
+    """The MoE host launch floor refitted without a fold's runs (module docstring): the signed errors of every
+    Megatron-Core MoE public run at each of calibrate_host.py's grid values, on the system files in `base`."""
+
+    def __init__(self, base: Path):
+        import calibrate_host
+
+        t0 = time.time()
+        runs = [
+            (r["id"], r) for _, r in public_runs() if r["model"].get("moe") and stack_of(r) == "megatron-core"
+        ]
+        with library_from(base):
+            self.ids, self.err = calibrate_host.error_table(runs)
+        self.grid_s = calibrate_host.GRID_MS * 1e-3
+        print(
+            f"crossval: MoE host floor's error grid on {len(self.ids)} runs [{time.time() - t0:.0f} s]",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def without(self, held_runs: list[dict]) -> float:
+        """The floor (s) that fits the runs not in `held_runs` best (`grid_fit.best_row`)."""
+        from grid_fit import best_row
+
+        held = {r["id"] for r in held_runs}
+        keep = [j for j, i in enumerate(self.ids) if i not in held]
+        return float(self.grid_s[best_row(self.err[:, keep])])
+
+
+@contextlib.contextmanager
+def host_floor(value_s: float | None):
+    """`layer.MOE_HOST_FW_S` set to `value_s` (None: as fitted) while the block runs."""
+    import optimizer.model.layer as layer
+
+    saved = layer.MOE_HOST_FW_S
+    if value_s is not None:
+        layer.MOE_HOST_FW_S = value_s
+    try:
+        yield
+    finally:
+        layer.MOE_HOST_FW_S = saved
+
+
+def evaluate_fold(
+    held_runs: list[dict], label: str, base: Path, maxiter: int | None = None, host: HostFit | None = None
+) -> list[dict]:
+    """Refit without `held_runs` (the system files, starting from those in `base`, into a temporary library,
+    and with `host` the MoE host floor); then predict them with it."""
+    host_s = host.without(held_runs) if host is not None else None
+    with library_from(base) as (tmp, library), host_floor(host_s):
         t0 = time.time()
         done, prior = refit(held_runs, library, tmp, maxiter)
         rows = predict_held(held_runs, tmp, prior)
@@ -472,8 +520,9 @@ def evaluate_fold(held_runs: list[dict], label: str, base: Path, maxiter: int | 
     st = _stats(ok)
     mape = f"{st['mape_pct']:.2f}%" if ok else "-"
     on_prior = sorted(s + (f"/{st}" if st else "") for s, st in prior)
+    floor = "" if host_s is None else f", MoE host floor {host_s * 1e3:.2f} ms"
     print(
-        f"crossval: {label}: {len(held_runs)} runs held out, {len(done)} steps refitted"
+        f"crossval: {label}: {len(held_runs)} runs held out, {len(done)} steps refitted{floor}"
         f"{' (prior: ' + ', '.join(on_prior) + ')' if prior else ''}, MAPE {mape} "
         f"[{time.time() - t0:.0f} s]",
         file=sys.stderr,
@@ -544,14 +593,15 @@ def _folds(
 ) -> tuple[list[dict], dict]:
     """The held-out folds of `--by source` (one per group) or `--by time` (every group dated `--before` or
     later, in one fold); returns the rows of the predicted runs and the split's description."""
+    host = None if args.quick else HostFit(base)
     if args.by == "source":
         rows = []
         for i, g in enumerate(groups):
-            rows += evaluate_fold(by_group[g], f"[{i + 1}/{len(groups)}] {g}", base, maxiter)
+            rows += evaluate_fold(by_group[g], f"[{i + 1}/{len(groups)}] {g}", base, maxiter, host)
         return rows, {"split": "source"}
     later = [g for g in groups if DATES[g] >= args.before]
     held = [r for g in by_group if DATES[g] >= args.before for r in by_group[g]]
-    rows = evaluate_fold(held, f"groups from {args.before} on", base, maxiter)
+    rows = evaluate_fold(held, f"groups from {args.before} on", base, maxiter, host)
     return [r for r in rows if r["group"] in later], {
         "split": "time",
         "before": args.before,

@@ -137,3 +137,26 @@ def test_quick_returns_the_json_shape():
     assert list(d["groups"]) == [crossval.QUICK_GROUP]
     assert all(r["calibration"] in ("fitted", "prior") for r in d["runs"])
     assert systems == {p.name: p.read_bytes() for p in (ROOT / "problems" / "systems").glob("*.yaml")}
+
+
+def test_host_floor_refitted_without_the_held_out_runs():
+    """Each fold's MoE host floor is the grid value that fits the runs it keeps best: a held-out run that
+    alone pulls the fit elsewhere does not set it, and the value is set only while the fold runs."""
+    import numpy as np
+
+    import optimizer.model.layer as layer
+
+    fit = crossval.HostFit.__new__(crossval.HostFit)  # the grid without computing it
+    fit.ids = ["a", "b", "c"]
+    fit.grid_s = np.array([0.004, 0.005, 0.006])
+    # rows: grid values; columns: runs' signed errors. a and b are right at 5 ms, c only at 6 ms
+    fit.err = np.array([[-10.0, -8.0, -30.0], [0.0, 1.0, -20.0], [9.0, 11.0, 0.0]])
+    assert fit.without([]) == 0.006  # mean |error| 16.0, 7.0 and 6.7: c pulls the fit of all three to 6 ms
+    assert fit.without([{"id": "c"}]) == 0.005  # held out, it does not set its own fold's value
+    assert fit.without([{"id": "a"}, {"id": "b"}]) == 0.006
+    saved = layer.MOE_HOST_FW_S
+    with crossval.host_floor(0.006):
+        assert layer.MOE_HOST_FW_S == 0.006
+    assert layer.MOE_HOST_FW_S == saved
+    with crossval.host_floor(None):
+        assert layer.MOE_HOST_FW_S == saved
