@@ -34,9 +34,16 @@ SYSTEMS = ROOT / "problems" / "systems"
 PUBLIC = "../shared/calibration/public_runs.yaml"
 PUBLIC_2025 = "../shared/calibration/public_runs_2025.yaml"
 
+# every public runs file: the shared ones and the project's (problems/runs), in a fixed order
+ALL_RUNS = [
+    PUBLIC,
+    PUBLIC_2025,
+    *(f"problems/runs/{p.name}" for p in sorted((ROOT / "problems" / "runs").glob("*.yaml"))),
+]
+
 # (script, arguments) of each model-wide constant's fit, in order; run from the repository root
 CONSTANTS: list[tuple[str, list[str]]] = [
-    ("calibrate_host.py", [PUBLIC, PUBLIC_2025]),
+    ("calibrate_host.py", ALL_RUNS),
     ("calibrate_memory.py", [PUBLIC, "problems/runs/torchtitan-h100-h200.yaml"]),
     ("fit_clock_power.py", []),
 ]

@@ -398,8 +398,8 @@ def test_calibrate_host_fits_the_floor_on_eager_runs_only():
     """scripts/calibrate_host.py scans MOE_HOST_FW_S over its grid: a run replayed as full-iteration CUDA
     graphs (Qwen3-30B-A3B on 8 GB300 in the 26.06 table) has the same error at every value, an eager one at
     micro-batch 1 (the same model on 16 H100: -28% without the floor) is predicted slower as the value grows,
-    and a fit on that one run alone lands at 5.25 ms, near the fit on the 2025 file's 18 MoE runs (4.25 ms)
-    it is not one of. A file that cannot be read is refused with exit 2."""
+    and a fit on that one run alone lands at 5.25 ms, near the fit on every public file's 39 MoE runs
+    (5.00 ms). A file that cannot be read is refused with exit 2."""
     from helpers import ROOT, load_script
 
     cal = load_script("calibrate_host")
