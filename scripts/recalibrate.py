@@ -59,16 +59,31 @@ def _snapshot() -> dict[str, bytes]:
     return {str(p.relative_to(ROOT)): p.read_bytes() for p in paths}
 
 
-def one_round() -> list[str]:
-    """The sequence, then the constants; returns the files this round changed."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import crossval
+SEQUENCE_RUN = """
+import sys
+from pathlib import Path
+sys.path.insert(0, "scripts")
+import crossval
+done, _ = crossval.refit([], Path("problems"), Path(sys.argv[1]), every_step=True)
+print(len(done))
+"""
 
+
+def one_round() -> list[str]:
+    """The sequence, then the constants, each in a process of its own (the model reads the constants of
+    fitted.yaml when it is imported: a round fits with the ones the round before wrote); returns the files
+    this round changed."""
     before = _snapshot()
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="recalibrate-") as tmp:
-        done, _ = crossval.refit([], ROOT / "problems", Path(tmp), every_step=True)
-    _log(f"the calibration sequence: {len(done)} steps [{time.time() - t0:.0f} s]")
+        out = subprocess.run(
+            [sys.executable, "-c", SEQUENCE_RUN, tmp],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+    _log(f"the calibration sequence: {out.stdout.split()[-1]} steps [{time.time() - t0:.0f} s]")
     for script, args in CONSTANTS:
         subprocess.run(
             [sys.executable, str(ROOT / "scripts" / script), *args, "--write"],

@@ -160,3 +160,32 @@ def test_host_floor_refitted_without_the_held_out_runs():
     assert layer.MOE_HOST_FW_S == saved
     with crossval.host_floor(None):
         assert layer.MOE_HOST_FW_S == saved
+
+
+def test_each_fold_refits_and_predicts_with_its_own_host_floor(monkeypatch):
+    """evaluate_fold sets the floor its kept runs fit (HostFit.without its held-out runs) for both the
+    sequence's replay and the prediction of the held-out runs, and restores it after."""
+    import numpy as np
+
+    import optimizer.model.layer as layer
+
+    fit = crossval.HostFit.__new__(crossval.HostFit)
+    fit.ids, fit.grid_s = ["a", "b"], np.array([0.004, 0.006])
+    fit.err = np.array([[0.0, -20.0], [15.0, 0.0]])  # a fits 4 ms, b 6 ms
+    seen = {}
+
+    def refit(held, library, tmp, maxiter):
+        seen["refit"] = layer.MOE_HOST_FW_S
+        return [], set()
+
+    def predict_held(held, tmp, prior):
+        seen["predict"] = layer.MOE_HOST_FW_S
+        return [{"id": r["id"], "status": "ok", "error_pct": 1.0} for r in held]
+
+    monkeypatch.setattr(crossval, "refit", refit)
+    monkeypatch.setattr(crossval, "predict_held", predict_held)
+    saved = layer.MOE_HOST_FW_S
+    for held, kept_fit in (("a", 0.006), ("b", 0.004)):
+        crossval.evaluate_fold([{"id": held}], held, crossval.SHIPPED, host=fit)
+        assert seen == {"refit": kept_fit, "predict": kept_fit}
+        assert layer.MOE_HOST_FW_S == saved
