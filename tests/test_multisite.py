@@ -627,3 +627,25 @@ def test_batch_units_need_a_unit_per_site(tmp_path, capsys):
     )
     rc, _, err, _ = run_cli(tmp_path, capsys, body, command="procure")
     assert rc == 2 and "batch_units" in err
+
+
+def test_pipeline_family_follows_the_search():
+    """The family (1F1B, no interleaving, pp a multiple of the sites) within the file's search: a search
+    that allows only interleaving (vpp 2) leaves it empty; one that allows vpp 1 among others does not, and
+    its pipelines take pp values the search allows that the number of sites divides."""
+    from optimizer.drivers import multisite
+    from optimizer.drivers import multisite_pipeline as mpipe
+    from optimizer.io.loader import load_any_procure
+    from optimizer.prepare.space import restrict_values
+    from optimizer.rules.layout import axis_values
+    from optimizer.schema.problem import Search
+
+    mp = load_any_procure(STUDIES / "405b-small-sites.yaml")
+    t = mp.catalog.node_types[0]
+    for vpp, empty in ((2, True), ([1, 2], False)):
+        search = Search(**(mp.search.model_dump(exclude_none=True) | {"vpp": vpp}))
+        q = mpipe.family_problem(multisite.proxy(mp.model_copy(update={"search": search})), t, 4, 8)
+        assert (q is None) == empty
+    q = mpipe.family_problem(multisite.proxy(mp), t, 4, 8)
+    pps = restrict_values(axis_values(q, "pp"), q.search_rules().get("pp"))
+    assert pps and all(p % 4 == 0 for p in pps) and 4 in pps and 2 not in pps

@@ -64,22 +64,21 @@ def family_problem(pp: ProcureProblem, t: NodeType, k: int, nodes: int) -> Probl
     """The solve problem of the family on k sites of at most `nodes` nodes each (`pp`: the sites' problem
     as one procurement): the whole job on k x nodes (idle GPUs allowed), pp a multiple of k, no
     interleaving or uneven split, 1F1B; None when no pp is."""
+    from optimizer.prepare.space import restrict_values
     from optimizer.schema.problem import Search
 
     q = sub_problem(pp, t, k * nodes, pp.training.global_batch)
     pps = [x for x in axis_values(q, "pp") if x % k == 0]
-    base = q.search.model_dump(exclude_none=True) if q.search is not None else {}
-    if not pps or "1f1b" not in _listed(base.get("schedule", "1f1b")) or 1 not in _listed(base.get("vpp", 1)):
+    rules = q.search_rules()  # the file's search, narrowed to what the stack offers
+    if (
+        not pps
+        or not restrict_values(["1f1b"], rules.get("schedule"))
+        or not restrict_values([1], rules.get("vpp"))
+    ):
         return None
+    base = q.search.model_dump(exclude_none=True) if q.search is not None else {}
     search = base | {"pp": pps, "vpp": 1, "pp_uneven": False, "schedule": "1f1b"}
     return q.model_copy(update={"search": Search(**search)})
-
-
-def _listed(rule) -> list:
-    """A search rule's values as a list (a value, a list, or a {min, max} range of integers)."""
-    if isinstance(rule, dict):
-        return list(range(rule.get("min", 1), rule.get("max", 1) + 1))
-    return [str(x) if isinstance(x, str) else x for x in (rule if isinstance(rule, list) else [rule])]
 
 
 def candidates(pp: ProcureProblem, t: NodeType, k: int, nodes: int, deadline: float) -> list[PipeCandidate]:
@@ -102,7 +101,7 @@ def candidates(pp: ProcureProblem, t: NodeType, k: int, nodes: int, deadline: fl
             continue
         idx = np.flatnonzero(ok)
         n_mb = np.broadcast_to(r.n_mb, ok.shape)[idx].astype(np.int64)
-        t_p2p = np.broadcast_to(r.pp_link, ok.shape)[idx] / (2.0 * n_mb)
+        t_p2p = inside_exchange_s(np.broadcast_to(r.pp_link, ok.shape)[idx], n_mb)
         gpus = (np.broadcast_to(kn.tp * kn.pp * kn.dp * kn.cp, ok.shape))[idx]
         site_nodes = t.bought(-(-(gpus // k) // g))
         step = r.step_time[idx]
@@ -120,6 +119,12 @@ def candidates(pp: ProcureProblem, t: NodeType, k: int, nodes: int, deadline: fl
         nbytes = exchange_bytes(pp.training.global_batch, n_mb, S, h, copies)
         out.append(PipeCandidate(t, q, one, step, n_mb, t_p2p, nbytes, site_nodes, gpus))
     return _front(out)
+
+
+def inside_exchange_s(pp_link_s, n_mb):
+    """One pipeline exchange inside a site (s) from the step model's `pp_link` (2 n_mb vpp t_p2p, vpp 1 in
+    this family)."""
+    return pp_link_s / (2.0 * n_mb)
 
 
 def copies_sent(tp, sequence_parallel, pp_rs_ag):
@@ -160,23 +165,7 @@ def chain_tables(
     for site in mp.sites:
         ok = limits[site.name].get(c.node_type.name, 0) >= c.site_nodes
         rows.append([SiteRow(c.step_s, c.site_nodes * c.node_type.node_usd)] if ok else [])
-    index = {s.name: i for i, s in enumerate(mp.sites)}
-    links = {}
-    for ln in mp.links:
-        i, j = sorted(index[x] for x in ln.sites)
-        links[(i, j)] = [
-            LinkRow(
-                wan.exchange_s(
-                    c.exchange_bytes,
-                    o.bandwidth_gbps,
-                    wan.latency_s(o.latency_ms, ln.distance_km),
-                    mp.sync.link_efficiency,
-                ),
-                0.0,
-                o.price_usd,
-            )
-            for o in ln.options
-        ]
+    links = {pair: [LinkRow(j, 0.0, usd) for j, usd in opts] for pair, opts in link_exchanges(mp, c).items()}
     return SitesTables(
         k=k,
         sites=rows,
@@ -188,31 +177,36 @@ def chain_tables(
     )
 
 
-def _fastest_exchange(mp: MultisiteProblem, c: PipeCandidate) -> float:
-    """The shortest exchange any link option offers the candidate (s; infinite without links): its bound
-    uses it on every link."""
-    return min(
-        (
-            wan.exchange_s(
-                c.exchange_bytes,
-                o.bandwidth_gbps,
-                wan.latency_s(o.latency_ms, ln.distance_km),
-                mp.sync.link_efficiency,
+def link_exchanges(
+    mp: MultisiteProblem, c: PipeCandidate
+) -> dict[tuple[int, int], list[tuple[float, float]]]:
+    """Per link (site indices i < j), each option's (one exchange of the candidate over it, s; its price,
+    USD), by `optimizer.model.wan`."""
+    index = {s.name: i for i, s in enumerate(mp.sites)}
+    out = {}
+    for ln in mp.links:
+        pair = tuple(sorted(index[x] for x in ln.sites))
+        out[pair] = [
+            (
+                wan.exchange_s(
+                    c.exchange_bytes,
+                    o.bandwidth_gbps,
+                    wan.latency_s(o.latency_ms, ln.distance_km),
+                    mp.sync.link_efficiency,
+                ),
+                o.price_usd,
             )
-            for ln in mp.links
             for o in ln.options
-        ),
-        default=math.inf,
-    )
+        ]
+    return out
 
 
 def lower_bound(mp: MultisiteProblem, k: int, c: PipeCandidate) -> tuple[float, float]:
     """(round s, cost USD) no configuration of the candidate beats: its step with the fastest exchange on
     every one of the k - 1 links, and its nodes at k sites with free links."""
-    j = _fastest_exchange(mp, c)
-    return c.step_s + wan.pipeline_wan_s(
-        c.n_mb, [j] * (k - 1), c.p2p_s
-    ), k * c.site_nodes * c.node_type.node_usd
+    fastest = min((j for opts in link_exchanges(mp, c).values() for j, _ in opts), default=math.inf)
+    round_s = c.step_s + wan.pipeline_wan_s(c.n_mb, [fastest] * (k - 1), c.p2p_s)
+    return round_s, k * c.site_nodes * c.node_type.node_usd
 
 
 def group_of(c: PipeCandidate, k: int, batch: int) -> Group:
@@ -248,7 +242,7 @@ def verify_pipeline(mp: MultisiteProblem, p) -> None:
     ev = p.sites[0].group.plan.evaluation
     r = ev.result
     n_mb = int(r["n_mb"])
-    t_p2p = r["pp_link"] / (2.0 * n_mb)
+    t_p2p = inside_exchange_s(r["pp_link"], n_mb)
     ex = ev.execution
     copies = int(copies_sent(ex.tp, int(ex.sequence_parallel), int(ex.pp_rs_ag)))
     S = mp.training.seq_len or mp.llm.seq_len

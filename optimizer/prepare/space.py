@@ -42,7 +42,8 @@ SEARCHABLE = tuple(Search.model_fields)  # the knobs `search` may restrict (one 
 PROBLEM_LEVEL = ("precision",)  # searched by `solve` over whole problems (one space each), not per candidate
 
 
-def _restrict(name: str, values: list, rule: Any) -> list:
+def restrict_values(values: list, rule: Any) -> list:
+    """The `values` a search rule allows: a value, a list, or a {min, max, in} range (None: all)."""
     if rule is None:
         return values
     if isinstance(rule, dict):
@@ -145,7 +146,7 @@ def knob_domains(problem: Problem) -> dict[str, list]:
         if name in OPENED and rule is not None:
             dom[name] = OPENED[name]
         try:
-            dom[name] = _restrict(name, dom[name] if dom[name] else divisors(n), rule)
+            dom[name] = restrict_values(dom[name] if dom[name] else divisors(n), rule)
         except (TypeError, ValueError) as e:
             raise ProblemError("<problem>", None, f"search.{name}", str(e)) from None
     return dom
