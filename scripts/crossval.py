@@ -471,9 +471,7 @@ class HostFit:
         import calibrate_host
 
         t0 = time.time()
-        runs = [
-            (r["id"], r) for _, r in public_runs() if r["model"].get("moe") and stack_of(r) == "megatron-core"
-        ]
+        runs = calibrate_host.moe_runs([str(f) for f in run_files()])  # the runs the floor is fitted on
         with library_from(base):
             self.ids, self.err = calibrate_host.error_table(runs)
         self.grid_s = calibrate_host.GRID_MS * 1e-3

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import filecmp
+import os
 import shutil
 import subprocess
 import sys
@@ -34,12 +35,11 @@ SYSTEMS = ROOT / "problems" / "systems"
 PUBLIC = "../shared/calibration/public_runs.yaml"
 PUBLIC_2025 = "../shared/calibration/public_runs_2025.yaml"
 
-# every public runs file: the shared ones and the project's (problems/runs), in a fixed order
-ALL_RUNS = [
-    PUBLIC,
-    PUBLIC_2025,
-    *(f"problems/runs/{p.name}" for p in sorted((ROOT / "problems" / "runs").glob("*.yaml"))),
-]
+sys.path.insert(0, str(ROOT / "scripts"))
+from crossval import run_files  # noqa: E402
+
+# every public runs file (crossval's list: the shared ones and the project's), relative to the root
+ALL_RUNS = [os.path.relpath(p, ROOT) for p in run_files()]
 
 # (script, arguments) of each model-wide constant's fit, in order; run from the repository root
 CONSTANTS: list[tuple[str, list[str]]] = [
