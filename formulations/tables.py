@@ -127,7 +127,7 @@ OTHER_KNOBS = (
     "sp_ag_redo",
     "pp_rs_ag",
     "schedule",
-    "ep_dispatcher",
+    "moe_dispatcher",
     "ep_overlap",
     "cp_comm",
     "weight_offload",

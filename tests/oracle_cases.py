@@ -187,7 +187,7 @@ llm: qwen3-235b-a22b
 system: h100-sxm-80gb
 num_gpus: 128
 training: {global_batch: 512, seq_len: 4096, precision: bf16}
-search: {vpp: 1, micro_batch: {max: 2}, ep_dispatcher: [alltoall, flex], ep_overlap: [false, true]}
+search: {vpp: 1, micro_batch: {max: 2}, moe_dispatcher: [alltoall, flex], ep_overlap: [false, true]}
 """,
 }
 

@@ -39,7 +39,7 @@ def test_solve_finds_a_plan_no_slower_and_names_its_moe_and_pipeline_choices():
     plan = api.as_dict(sol, p)["plans"][0]
     ex = plan.get("execution", plan)
     assert ex["pp"] > 1 and ex["pp_uneven"]
-    assert (ex["ep_dispatcher"], ex["ep_overlap"], ex["cp_comm"], ex["schedule"]) == (
+    assert (ex["moe_dispatcher"], ex["ep_overlap"], ex["cp_comm"], ex["schedule"]) == (
         "flex",
         True,
         "p2p",

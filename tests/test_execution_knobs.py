@@ -81,13 +81,13 @@ def test_moe_dispatcher_and_overlap():
     never less than what exceeds the compute, and nothing without expert parallelism."""
     cross = dict(tp=1, pp=8, dp=32, ep=32, micro_batch=1, zero=1)
     plain = run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **cross)
-    flex = run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **cross, ep_dispatcher="flex")
+    flex = run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **cross, moe_dispatcher="flex")
     assert flex["ep_link"] < 0.7 * plain["ep_link"]
     inside = dict(tp=1, pp=8, dp=32, ep=8, micro_batch=1, zero=1)
-    assert run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **inside, ep_dispatcher="flex")[
+    assert run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **inside, moe_dispatcher="flex")[
         "ep_link"
     ] == pytest.approx(run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **inside)["ep_link"], rel=1e-12)
-    ov = run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **cross, ep_dispatcher="flex", ep_overlap=True)
+    ov = run("deepseek-v3", "h100-sxm-80gb", 256, 1024, **cross, moe_dispatcher="flex", ep_overlap=True)
     assert ov["ep_link"] == pytest.approx(flex["ep_link"], rel=1e-12)
     assert ov["ep_exposed"] < flex["ep_exposed"]
     assert ov["ep_exposed"] >= max(flex["ep_exposed"] - (flex["fw"] + flex["bw"] + flex["recompute"]), 0.0)
@@ -111,7 +111,7 @@ def test_alltoall_dispatcher_sorts_rows_by_local_expert_and_back():
     base = dict(tp=1, pp=1, dp=64, micro_batch=4, zero=1, recompute="none")
     llm, sysm = library_llm("gpt-oss-120b"), library_system("b200-sxm-180gb")
     t = {
-        (ep, d): run("gpt-oss-120b", "b200-sxm-180gb", 64, 1280, **base, ep=ep, ep_dispatcher=d)
+        (ep, d): run("gpt-oss-120b", "b200-sxm-180gb", 64, 1280, **base, ep=ep, moe_dispatcher=d)
         for ep in (8, 64)
         for d in ("alltoall", "flex")
     }
@@ -130,7 +130,7 @@ def test_alltoall_dispatcher_sorts_rows_by_local_expert_and_back():
         )
     # expert TP 2 on 8 expert-parallel ranks: each rank sorts the rows of both expert-TP ranks
     etp = {
-        d: run("gpt-oss-120b", "b200-sxm-180gb", 64, 1280, **base, ep=8, etp=2, ep_dispatcher=d)
+        d: run("gpt-oss-120b", "b200-sxm-180gb", 64, 1280, **base, ep=8, etp=2, moe_dispatcher=d)
         for d in ("alltoall", "flex")
     }
     two2 = float(_elementwise(hw, 2 * n_rows, 1.0, 4.0, 2.0))
@@ -151,7 +151,7 @@ def test_alltoall_dispatcher_sorts_rows_by_local_expert_and_back():
             ep=8,
             micro_batch=1,
             zero=1,
-            ep_dispatcher=d,
+            moe_dispatcher=d,
         )
         for d in ("alltoall", "flex")
     }
@@ -174,7 +174,7 @@ def test_runs_read_recipe_knobs_from_notes():
     ds = map_run(runs["bridge2604-deepseekv3-b200-mxfp8-256gpu"]).problem
     assert ds.llm.mla is not None and ds.llm.mla.kv_lora_rank == 512 and ds.llm.ffn == 18432
     ex = ds.execution
-    assert ex.ep_dispatcher.value == "flex" and ex.ep_overlap
+    assert ex.moe_dispatcher.value == "flex" and ex.ep_overlap
     assert [m.value for m in ex.recompute_modules] == ["mla_up_proj", "mlp"]
     ll = map_run(runs["bridge2604-llama3-70b-gb200-fp8-64gpu"]).problem.execution
     assert ll.activation_offload and ll.activation_offload_layers == 40
@@ -198,19 +198,19 @@ def test_solve_decides_the_moe_dispatcher_and_overlap_when_search_names_them(tmp
     fixed.write_text(base + "search: {vpp: 1, micro_batch: {max: 2}}\n")
     opened = tmp_path / "open.yaml"
     opened.write_text(
-        base + "search: {vpp: 1, micro_batch: {max: 2}, ep_dispatcher: [alltoall, flex], "
+        base + "search: {vpp: 1, micro_batch: {max: 2}, moe_dispatcher: [alltoall, flex], "
         "ep_overlap: [false, true]}\n"
     )
     a, b = solve(load_problem(fixed), "cpsat"), solve(load_problem(opened), "cpsat")
     assert a.status == b.status == "optimal"
     ea, eb = a.plans[0].evaluation.execution, b.plans[0].evaluation.execution
-    assert ea.ep_dispatcher.value == "alltoall" and not ea.ep_overlap
+    assert ea.moe_dispatcher.value == "alltoall" and not ea.ep_overlap
     # opened, the optimum is strictly faster, so it uses what was opened; across nodes, the flex dispatcher
     assert b.plans[0].objective_s < a.plans[0].objective_s
-    assert eb.ep_dispatcher.value == "flex" or eb.ep_overlap
+    assert eb.moe_dispatcher.value == "flex" or eb.ep_overlap
     if eb.ep > 8:  # experts over several 8-GPU nodes
-        assert eb.ep_dispatcher.value == "flex"
+        assert eb.moe_dispatcher.value == "flex"
     tt = tmp_path / "tt.yaml"
-    tt.write_text(base + "stack: torchtitan\nsearch: {ep_dispatcher: flex}\n")
-    with pytest.raises(ProblemErrors, match="ep_dispatcher"):
+    tt.write_text(base + "stack: torchtitan\nsearch: {moe_dispatcher: flex}\n")
+    with pytest.raises(ProblemErrors, match="moe_dispatcher"):
         load_problem(tt)

@@ -161,7 +161,7 @@ def test_moe_flags():
     # GEMM per expert); every layer MoE: no layer pattern
     assert a.moe_token_dispatcher_type == "alltoall" and a.moe_grouped_gemm and a.moe_layer_freq is None
     assert not a.overlap_moe_expert_parallel_comm
-    ex = Execution(tp=2, pp=4, ep=8, etp=1, ep_dispatcher="flex", ep_overlap=True)
+    ex = Execution(tp=2, pp=4, ep=8, etp=1, moe_dispatcher="flex", ep_overlap=True)
     a = parse(emit("megatron", _problem("mixtral-8x7b", ex), ex))
     assert a.moe_token_dispatcher_type == "flex" and a.moe_flex_dispatcher_backend == "deepep"
     assert a.overlap_moe_expert_parallel_comm

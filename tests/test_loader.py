@@ -72,6 +72,14 @@ def test_unknown_top_level_key(tmp_path, capsys):
     assert errs == [f"{path}:6: nmu_gpus: unknown key 'nmu_gpus'"]
 
 
+def test_a_renamed_key_names_its_new_name(tmp_path, capsys):
+    path = _write(tmp_path, VALID.rstrip() + "\n    execution: {ep_dispatcher: flex}\n")
+    errs = _errors(capsys, path)
+    assert errs == [
+        f"{path}:6: execution.ep_dispatcher: unknown key 'ep_dispatcher' (renamed: write 'moe_dispatcher')"
+    ]
+
+
 def test_negative_hbm_override_points_at_the_problem_file(tmp_path, capsys):
     path = _write(
         tmp_path,

@@ -512,13 +512,13 @@ def test_allgather_dispatcher_moves_every_token_whatever_top_k():
     on one node, 2 x (all-gather + reduce-scatter) of 8 x Ts x h 16-bit rows, whatever top_k. Mixtral's top-2
     moves less by all-to-all (2 of 8 experts a token); with top-8 over 2 ranks the gather moves less."""
     ex = dict(tp=1, micro_batch=1)
-    p, k = _mixtral(Execution(**ex, ep=8, ep_dispatcher="allgather"))
+    p, k = _mixtral(Execution(**ex, ep=8, moe_dispatcher="allgather"))
     b = block_cost(make_ctx(p), k, moe=True)
     ctx = make_ctx(p)
     rows = 8 * 4096 * 4096 * 2.0  # 8 ranks x Ts 4096 tokens x h 4096 x 2 bytes
     one = collective_time("ag", rows, 8, 0, ctx.tiers) + collective_time("rs", rows, 8, 0, ctx.tiers)
     assert float(b.ep_link[0]) == pytest.approx(2 * float(one), rel=1e-9)
-    pa, ka = _mixtral(Execution(**ex, ep=8, ep_dispatcher="alltoall"))
+    pa, ka = _mixtral(Execution(**ex, ep=8, moe_dispatcher="alltoall"))
     assert float(block_cost(make_ctx(pa), ka, moe=True).ep_link[0]) < float(b.ep_link[0])
     top8 = library_llm(MIXTRAL).model_copy(
         update={"moe": library_llm(MIXTRAL).moe.model_copy(update={"top_k": 8})}
@@ -526,13 +526,13 @@ def test_allgather_dispatcher_moves_every_token_whatever_top_k():
     t = Training(global_batch=256, seq_len=4096, precision="bf16")
     links = {}
     for d in ("alltoall", "allgather"):
-        pd, kd = problem_and_knobs(top8, library_system(H100), 64, t, Execution(**ex, ep=2, ep_dispatcher=d))
+        pd, kd = problem_and_knobs(top8, library_system(H100), 64, t, Execution(**ex, ep=2, moe_dispatcher=d))
         links[d] = float(block_cost(make_ctx(pd), kd, moe=True).ep_link[0])
     assert links["allgather"] < links["alltoall"]
 
 
 def test_solve_chooses_the_dispatcher_by_top_k_and_solvers_agree(tmp_path):
-    """search.ep_dispatcher [alltoall, allgather] at ep 4 (16 H100): Mixtral's top-2 picks the all-to-all
+    """search.moe_dispatcher [alltoall, allgather] at ep 4 (16 H100): Mixtral's top-2 picks the all-to-all
     (half the gather's rows), the same model routing top-8 the all-gather (half the all-to-all's rows, and no
     re-sort by local expert); CP-SAT and the enumerator agree. (At ep 8 with one expert per rank and top-8
     the two move the same rows: a tie.)"""
@@ -544,7 +544,7 @@ system: h100-sxm-80gb
 num_gpus: 16
 training: {global_batch: 64, seq_len: 4096, precision: bf16}
 execution: {tp: 1, pp: 2, ep: 4, micro_batch: 1, zero: 1, recompute: full}
-search: {ep_dispatcher: [alltoall, allgather], ep: 4}
+search: {moe_dispatcher: [alltoall, allgather], ep: 4}
 """
     chosen = {}
     for top_k in (2, 8):
@@ -558,7 +558,7 @@ search: {ep_dispatcher: [alltoall, allgather], ep: 4}
         plans = [api.solve(p).plans[0], api.solve(p, method="enumerate").plans[0]]
         t = [x.evaluation.result["step_time"] for x in plans]
         assert np.allclose(t, t[0], rtol=1e-6)
-        chosen[top_k] = {x.evaluation.execution.ep_dispatcher.value for x in plans}
+        chosen[top_k] = {x.evaluation.execution.moe_dispatcher.value for x in plans}
     assert chosen == {2: {"alltoall"}, 8: {"allgather"}}
     assert "--moe-token-dispatcher-type allgather" in api.emit("megatron", p, plans[0].evaluation.execution)
 
@@ -577,7 +577,7 @@ llm: mixtral-8x7b
 system: h100-sxm-80gb
 num_gpus: 16
 training: {global_batch: 64, seq_len: 4096, precision: bf16}
-execution: {tp: 1, pp: 2, ep: 8, micro_batch: 1, zero: 1, recompute: full, ep_dispatcher: allgather,
+execution: {tp: 1, pp: 2, ep: 8, micro_batch: 1, zero: 1, recompute: full, moe_dispatcher: allgather,
   ep_overlap: true}
 """
     path = tmp_path / "ov.yaml"
@@ -587,8 +587,8 @@ execution: {tp: 1, pp: 2, ep: 8, micro_batch: 1, zero: 1, recompute: full, ep_di
     )
     assert r.returncode == 2 and "execution.ep_overlap" in r.stderr, r.stderr
     path.write_text(
-        text.replace(", ep_dispatcher: allgather,\n  ep_overlap: true}", "}")
-        + "search: {ep_dispatcher: [alltoall, allgather], ep_overlap: [false, true],\n"
+        text.replace(", moe_dispatcher: allgather,\n  ep_overlap: true}", "}")
+        + "search: {moe_dispatcher: [alltoall, allgather], ep_overlap: [false, true],\n"
         + "  recompute: [selective, full]}\n"
     )
     p = api.load(path)
@@ -597,14 +597,16 @@ execution: {tp: 1, pp: 2, ep: 8, micro_batch: 1, zero: 1, recompute: full, ep_di
     )
     for plan in api.solve(p, top=6, distinct=False).plans:
         ex = plan.evaluation.execution
-        assert not (ex.ep_overlap and (ex.ep_dispatcher.value == "allgather" or ex.recompute.value == "full"))
+        assert not (
+            ex.ep_overlap and (ex.moe_dispatcher.value == "allgather" or ex.recompute.value == "full")
+        )
     # the model itself: the overlap changes nothing where it cannot run, and hides traffic where it can
     step = {}
     for d, rec, ov in [
         (d, r, o) for d in ("alltoall", "allgather") for r in ("selective", "full") for o in (0, 1)
     ]:
         ex = Execution(
-            tp=1, pp=2, ep=8, micro_batch=1, zero=1, recompute=rec, ep_dispatcher=d, ep_overlap=bool(ov)
+            tp=1, pp=2, ep=8, micro_batch=1, zero=1, recompute=rec, moe_dispatcher=d, ep_overlap=bool(ov)
         )
         pk, kk = _mixtral(ex, num_gpus=16, global_batch=64)
         step[d, rec, ov] = float(evaluate(pk, kk).step_time[0])

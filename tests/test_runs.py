@@ -195,7 +195,7 @@ def test_held_out_moe_runs_carry_their_recipes_a2a_overlap_and_dispatcher():
     for i in qwen:
         ex = map_run(runs[i]).problem.execution
         assert ex.ep_overlap, i
-        assert (ex.ep_dispatcher.value == "flex") == (i == "mbridge-qwen3-30b-a3b-fp8-16gpu-h100-26.02"), i
+        assert (ex.moe_dispatcher.value == "flex") == (i == "mbridge-qwen3-30b-a3b-fp8-16gpu-h100-26.02"), i
         # Qwen3-235B's H100 config sets CommOverlapConfig(tp_comm_overlap=False) in each of those releases
         assert ("235b" not in i) or ex.tp_overlap.value == "none", i
     assert not map_run(runs["mbridge-gpt-oss-120b-bf16-64gpu-h100-26.02"]).problem.execution.ep_overlap

@@ -362,6 +362,9 @@ def resolve_ref(doc: Sourced, loc: Loc, kind: str, near: Path | None) -> None:
 
 
 # --------------------------------------------------------------------------------------------- errors
+# keys of the problem format that were renamed: the old name's error names the new one (see CHANGELOG.md)
+RENAMED_KEYS = {"ep_dispatcher": "moe_dispatcher"}
+
 _MESSAGES = {
     "greater_than": "must be > {gt}",
     "greater_than_equal": "must be >= {ge}",
@@ -444,6 +447,8 @@ def pydantic_errors(exc: Any, doc: Sourced, prefix: Loc = (), data: Any = None) 
             msg = err["msg"]
         if kind == "extra_forbidden":
             msg = f"unknown key '{clean[-1]}'" if clean else msg
+            if clean and clean[-1] in RENAMED_KEYS:
+                msg += f" (renamed: write '{RENAMED_KEYS[clean[-1]]}')"
         file, line = doc.locate(tuple(clean))
         fieldpath = ".".join(str(x) for x in clean) or None
         key = tuple(clean)

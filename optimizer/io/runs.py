@@ -437,10 +437,10 @@ def _software_knobs(run: dict, sw: dict, fixed: dict, free: dict, out: Mapped) -
             f"activations of {off} layers offloaded to CPU memory (software.activation_offload_layers)"
         )
     if m.get("moe") and par["ep"] > 1 and sw.get("moe_dispatcher") == "allgather":
-        fixed["ep_dispatcher"] = "allgather"
+        fixed["moe_dispatcher"] = "allgather"
         out.assumptions.append("MoE tokens all-gathered over etp x ep (software.moe_dispatcher: allgather)")
     if m.get("moe") and par["ep"] > 1 and sw.get("moe_dispatcher") in ("deepep", "hybridep"):
-        fixed["ep_dispatcher"] = "flex"
+        fixed["moe_dispatcher"] = "flex"
         out.assumptions.append(
             f"MoE tokens dispatched once per remote node (software.moe_dispatcher: {sw['moe_dispatcher']})"
         )

@@ -14,15 +14,21 @@ from optimizer.rules.layout import tier_index
 from optimizer.schema import (
     AttentionKernel,
     CudaGraphs,
-    EpDispatcher,
     Execution,
+    MoeDispatcher,
     Recompute,
     Schedule,
     System,
     TpComm,
     TpOverlap,
 )
-from optimizer.schema.common import CP_COMM_CODES, EP_DISPATCHER_CODES, RECOMPUTE_BITS, SCHEDULE_CODES, CpComm
+from optimizer.schema.common import (
+    CP_COMM_CODES,
+    MOE_DISPATCHER_CODES,
+    RECOMPUTE_BITS,
+    SCHEDULE_CODES,
+    CpComm,
+)
 
 ZB_CODE = SCHEDULE_CODES.index(Schedule.ZERO_BUBBLE)
 
@@ -76,7 +82,7 @@ class Knobs:
     ep_overlap: np.ndarray = field(
         default_factory=lambda: np.zeros(1, dtype=np.int64)
     )  # 0/1: MoE A2A overlap
-    ep_dispatcher: np.ndarray = field(
+    moe_dispatcher: np.ndarray = field(
         default_factory=lambda: np.zeros(1, dtype=np.int64)
     )  # code: 0 alltoall, 1 flex
     cp_comm: np.ndarray = field(
@@ -180,7 +186,7 @@ def from_execution(ex: Execution, system: System, num_gpus: int) -> Knobs:
         pp_uneven=int(ex.pp_uneven),
         activation_offload_layers=ex.activation_offload_layers or 0,
         ep_overlap=int(ex.ep_overlap),
-        ep_dispatcher=EP_DISPATCHER_CODES.index(EpDispatcher(ex.ep_dispatcher)),
+        moe_dispatcher=MOE_DISPATCHER_CODES.index(MoeDispatcher(ex.moe_dispatcher)),
         cp_comm=CP_COMM_CODES.index(CpComm(ex.cp_comm)),
         recompute_modules=sum(RECOMPUTE_BITS[m] for m in set(ex.recompute_modules or [])),
         fused_loss=int(ex.fused_loss),
@@ -201,23 +207,23 @@ def written_schedule(r: dict) -> Schedule:
     return SCHEDULE_CODES[0 if code == ZB_CODE and r["vpp"] == 1 else code]
 
 
-def ep_overlap_runs(ep_overlap, ep, ep_dispatcher, recompute):
+def ep_overlap_runs(ep_overlap, ep, moe_dispatcher, recompute):
     """Whether the MoE all-to-all overlap runs (arrays or scalars of `Knobs` codes): set, at ep > 1, and as
     Megatron-Core runs it, with the alltoall or flex dispatcher and without full recompute
     (TransformerConfig asserts both); elsewhere a candidate runs, and is written, without it."""
-    allgather = EP_DISPATCHER_CODES.index(EpDispatcher.ALLGATHER)
+    allgather = MOE_DISPATCHER_CODES.index(MoeDispatcher.ALLGATHER)
     full = RECOMPUTE.index(Recompute.FULL)
     return (
         np.asarray(ep_overlap).astype(bool)
         & (np.asarray(ep) > 1)
-        & (np.asarray(ep_dispatcher) != allgather)
+        & (np.asarray(moe_dispatcher) != allgather)
         & (np.asarray(recompute) != full)
     )
 
 
 def written_ep_overlap(r: dict) -> bool:
     """The MoE all-to-all overlap as a plan writes it: only where it runs (`ep_overlap_runs`)."""
-    return bool(ep_overlap_runs(r["ep_overlap"], r["ep"], r["ep_dispatcher"], r["recompute"]))
+    return bool(ep_overlap_runs(r["ep_overlap"], r["ep"], r["moe_dispatcher"], r["recompute"]))
 
 
 def to_execution(k: Knobs, system: System, i: int = 0) -> Execution:
@@ -252,7 +258,7 @@ def to_execution(k: Knobs, system: System, i: int = 0) -> Execution:
         pp_uneven=bool(r["pp_uneven"]),
         activation_offload_layers=r["activation_offload_layers"] or None,
         ep_overlap=written_ep_overlap(r),
-        ep_dispatcher=EP_DISPATCHER_CODES[int(r["ep_dispatcher"])],
+        moe_dispatcher=MOE_DISPATCHER_CODES[int(r["moe_dispatcher"])],
         cp_comm=CP_COMM_CODES[int(r["cp_comm"])] if r["cp"] > 1 else CpComm.P2P,  # moot without cp
         recompute_modules=[m for m, bit in RECOMPUTE_BITS.items() if r["recompute_modules"] & bit] or None,
         fused_loss=bool(r["fused_loss"]),

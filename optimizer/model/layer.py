@@ -35,7 +35,7 @@ import numpy as np
 
 from ..rules.layout import cp_a2a_degree
 from ..schema import LLM, MlpKind, MoE, Precision
-from ..schema.common import EP_DISPATCHER_CODES, RECOMPUTE_BITS, EpDispatcher, RecomputeModule
+from ..schema.common import MOE_DISPATCHER_CODES, RECOMPUTE_BITS, MoeDispatcher, RecomputeModule
 from ..schema.stack import Stack
 from .fitted import FITTED
 from .hardware import (
@@ -65,7 +65,7 @@ from .params import attention_params
 # autograd functions as its forward ones are (a structural ratio, not fitted).
 MOE_HOST_FW_S = FITTED.moe_host_fw_s
 GRAPH_HOST_SHARE = np.array([1.0, 0.5, 0.0])
-A2A, FLEX, ALLGATHER = (EP_DISPATCHER_CODES.index(d) for d in EpDispatcher)  # `Knobs.ep_dispatcher` codes
+A2A, FLEX, ALLGATHER = (MOE_DISPATCHER_CODES.index(d) for d in MoeDispatcher)  # `Knobs.moe_dispatcher` codes
 BW_HOST_RATIO = 2.0
 
 
@@ -792,7 +792,7 @@ def moe_elementwise(ctx: Ctx, k: Knobs, sh: BlockShape, ms: MoeShape, act: MlpAc
     perm_fw = _elementwise(hw, n_rows, 1.0, 2.0 * e, 2.0)  # permute + un-permute (one pass each)
     weighted = _elementwise(hw, n_rows, 2.0, 2.0 * e, 1.0)  # the combine weighted by the probabilities
     perm_fw = perm_fw + (1 - k.moe_probs_in_act) * weighted
-    resort = (k.ep_dispatcher == A2A) & (ms.n_loc > 1)
+    resort = (k.moe_dispatcher == A2A) & (ms.n_loc > 1)
     sort_t = np.where(resort, _elementwise(hw, ms.R * h, 1.0, 2.0 * e, 2.0), 0.0)
     eact_fw, eact_bw = activation_pass_s(hw, ms.R * ms.fe_r, act, e)
     scaled = k.moe_probs_in_act * np.where(fused, 0.0, _elementwise(hw, ms.R * ms.fe_r, 1.0, 2.0 * e, 1.0))
@@ -829,13 +829,13 @@ def moe_dispatch_combine_s(ctx: Ctx, k: Knobs, sh: BlockShape, ms: MoeShape) -> 
         k.tier_ep,
         ctx.tiers,
         stride=ms.etp,
-        copies=np.where(k.ep_dispatcher == FLEX, ms.kk, 1.0),
+        copies=np.where(k.moe_dispatcher == FLEX, ms.kk, 1.0),
     )  # flex: node-deduplicated
     t_etp = tier_of(ctx.tiers, ms.etp, k.tp * k.cp * k.dp * k.pp)
     etp_c = collective_time("ag", ms.R * h * e, ms.etp, t_etp, ctx.tiers) + collective_time(
         "rs", ms.R * h * e, ms.etp, t_etp, ctx.tiers
     )
-    t = np.where(k.ep_dispatcher == ALLGATHER, gather, 2.0 * a2a + etp_c)
+    t = np.where(k.moe_dispatcher == ALLGATHER, gather, 2.0 * a2a + etp_c)
     return t, t
 
 
@@ -1201,7 +1201,7 @@ def recompute_and_stored(
 def ep_overlapped(k: Knobs) -> np.ndarray:
     """Whether the MoE all-to-all overlaps another micro-batch's compute (`knobs.ep_overlap_runs`: where
     Megatron-Core runs it)."""
-    return ep_overlap_runs(k.ep_overlap, k.ep, k.ep_dispatcher, k.recompute)
+    return ep_overlap_runs(k.ep_overlap, k.ep, k.moe_dispatcher, k.recompute)
 
 
 def ep_exposed_s(ctx: Ctx, k: Knobs, sh: BlockShape, mc: MoeCost, fw, bw, re) -> tuple:

@@ -32,7 +32,7 @@ from optimizer.rules.layout import (
     zero_allowed,
 )
 from optimizer.schema import AttentionKernel, Problem, Search
-from optimizer.schema.common import CP_COMM_CODES, EP_DISPATCHER_CODES, SCHEDULE_CODES, V_SCHEDULES
+from optimizer.schema.common import CP_COMM_CODES, MOE_DISPATCHER_CODES, SCHEDULE_CODES, V_SCHEDULES
 from optimizer.schema.stack import Stack, by_layout
 
 BOOL = [False, True]
@@ -80,7 +80,7 @@ OPENED = {
     "pp_rs_ag": BOOL,
     "schedule": ["1f1b", "gpipe", "zb", "dualpipev", "zbv"],
     "sp_ag_redo": BOOL,
-    "ep_dispatcher": ["alltoall", "flex", "allgather"],
+    "moe_dispatcher": ["alltoall", "flex", "allgather"],
     "ep_overlap": BOOL,
     "cp_comm": ["p2p", "all_gather", "a2a", "a2a_p2p"],
     "pp_uneven": BOOL,
@@ -133,7 +133,7 @@ def knob_domains(problem: Problem) -> dict[str, list]:
         "pp_rs_ag": [True],
         "schedule": ["1f1b"],
         "sp_ag_redo": [True],
-        "ep_dispatcher": ["alltoall"],
+        "moe_dispatcher": ["alltoall"],
         "ep_overlap": [False],
         "cp_comm": ["p2p"],
     }
@@ -180,7 +180,7 @@ OTHER = [
     "pp_rs_ag",
     "schedule",
     "sp_ag_redo",
-    "ep_dispatcher",
+    "moe_dispatcher",
     "ep_overlap",
     "cp_comm",
 ]
@@ -189,7 +189,7 @@ _CODE = {
     "tp_overlap": lambda v: TP_OVERLAP.index(v),
     "attention": lambda v: ATTENTION.index(AttentionKernel(str(getattr(v, "value", v)))),
     "schedule": lambda v: [s.value for s in SCHEDULE_CODES].index(str(getattr(v, "value", v))),
-    "ep_dispatcher": lambda v: [d.value for d in EP_DISPATCHER_CODES].index(str(getattr(v, "value", v))),
+    "moe_dispatcher": lambda v: [d.value for d in MOE_DISPATCHER_CODES].index(str(getattr(v, "value", v))),
     "cp_comm": lambda v: [c.value for c in CP_COMM_CODES].index(str(getattr(v, "value", v))),
 }
 

@@ -194,7 +194,7 @@ def _knobs_text(ex: Any, d: dict, p: Any) -> str:
         knobs += f" ep={ex.ep} etp={ex.etp or ex.tp} cuda_graphs={ex.cuda_graphs.value}"
         knobs += " fused_expert_mlp" if ex.moe_fused_mlp else ""
         if ex.ep > 1:
-            knobs += f" ep_dispatcher={ex.ep_dispatcher.value} ep_overlap={ex.ep_overlap}"
+            knobs += f" moe_dispatcher={ex.moe_dispatcher.value} ep_overlap={ex.ep_overlap}"
     if ex.recompute.value == "selective" and ex.recompute_modules:
         knobs += f" recompute_modules={','.join(m.value for m in ex.recompute_modules)}"
     return knobs

@@ -193,7 +193,7 @@ def _knob_errors(p: Problem, ex: Execution) -> list[tuple[str, str]]:
     if (
         ex.ep_overlap
         and ex.ep > 1
-        and (ex.ep_dispatcher.value == "allgather" or ex.recompute.value == "full")
+        and (ex.moe_dispatcher.value == "allgather" or ex.recompute.value == "full")
     ):
         out.append(
             (

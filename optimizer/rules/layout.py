@@ -402,7 +402,7 @@ _MOOT_WHEN = {
     "pp_embedding_loss": ("pp",),
     "zero": ("dp",),
     "dp_overlap": ("dp",),
-    "ep_dispatcher": ("ep",),
+    "moe_dispatcher": ("ep",),
     "ep_overlap": ("ep",),
     "cp_comm": ("cp",),
 }

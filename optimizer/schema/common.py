@@ -152,7 +152,7 @@ RECOMPUTE_BITS = {
 }  # Knobs.recompute_modules bit of each module
 
 
-class EpDispatcher(StrEnum):
+class MoeDispatcher(StrEnum):
     """How MoE tokens reach their experts over the expert-parallel group (Megatron-Core
     moe_token_dispatcher_type).
 
@@ -170,7 +170,7 @@ class EpDispatcher(StrEnum):
     ALLGATHER = "allgather"
 
 
-EP_DISPATCHER_CODES = (EpDispatcher.ALLTOALL, EpDispatcher.FLEX, EpDispatcher.ALLGATHER)  # Knobs codes
+MOE_DISPATCHER_CODES = (MoeDispatcher.ALLTOALL, MoeDispatcher.FLEX, MoeDispatcher.ALLGATHER)  # Knobs codes
 
 
 class CpComm(StrEnum):

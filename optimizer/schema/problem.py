@@ -12,10 +12,10 @@ from optimizer.schema.common import (
     AttentionKernel,
     CpComm,
     CudaGraphs,
-    EpDispatcher,
     Float,
     Frozen,
     Int,
+    MoeDispatcher,
     PositiveFloat,
     PositiveInt,
     Precision,
@@ -172,8 +172,8 @@ class Execution(Frozen):
         "`solve` keeps p2p unless `search` names it (or the attention cannot run as a ring: sliding windows, "
         "attention sinks).",
     )
-    ep_dispatcher: EpDispatcher = Field(
-        EpDispatcher.ALLTOALL,
+    moe_dispatcher: MoeDispatcher = Field(
+        MoeDispatcher.ALLTOALL,
         description="MoE token dispatcher: alltoall "
         "(Megatron-Core default) or flex (DeepEP / HybridEP, node-deduplicated); `solve` "
         "keeps alltoall unless `search` names it.",
@@ -394,7 +394,7 @@ class Search(Frozen):
     schedule: Schedule | list[Schedule] | None = Field(
         None, description="1f1b | gpipe (fixed 1F1B unless named)."
     )
-    ep_dispatcher: EpDispatcher | list[EpDispatcher] | None = Field(
+    moe_dispatcher: MoeDispatcher | list[MoeDispatcher] | None = Field(
         None, description="MoE token dispatcher: alltoall | flex (fixed alltoall unless named)."
     )
     cp_comm: CpComm | list[CpComm] | None = Field(

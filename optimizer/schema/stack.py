@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from optimizer.schema.common import CpComm, EpDispatcher, Precision, Recompute, Schedule, TpOverlap
+from optimizer.schema.common import CpComm, MoeDispatcher, Precision, Recompute, Schedule, TpOverlap
 
 
 class Stack(StrEnum):
@@ -57,7 +57,7 @@ NO_OFFLOAD = {
     "activation_offload": [False],
     "optimizer_offload": [False],
     "ep_overlap": [False],
-    "ep_dispatcher": [EpDispatcher.ALLTOALL],
+    "moe_dispatcher": [MoeDispatcher.ALLTOALL],
 }  # nor Megatron-Core's MoE overlap, DeepEP
 
 # knob -> values the stack offers (knobs not named: as Megatron-Core)

@@ -192,8 +192,8 @@ def _moe_flags(llm, ex) -> list[str]:
     freq = moe_layer_freq(llm)
     if freq is not None:
         a.append(f"--moe-layer-freq {freq}")
-    if ex.ep_dispatcher.value in ("alltoall", "allgather"):
-        a.append(f"--moe-token-dispatcher-type {ex.ep_dispatcher.value}")
+    if ex.moe_dispatcher.value in ("alltoall", "allgather"):
+        a.append(f"--moe-token-dispatcher-type {ex.moe_dispatcher.value}")
     return a
 
 
@@ -267,7 +267,7 @@ def _overlap_flags(ex) -> list[str]:
         a.append("--overlap-grad-reduce")
         if ex.zero >= 1:
             a.append("--overlap-param-gather")
-    if ex.ep_dispatcher.value == "flex":
+    if ex.moe_dispatcher.value == "flex":
         a += [
             "--moe-token-dispatcher-type flex",
             "--moe-flex-dispatcher-backend deepep",

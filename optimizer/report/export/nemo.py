@@ -59,9 +59,9 @@ def overrides(problem, ex) -> list[tuple[str, object]]:
         ("trainer.strategy.ddp.overlap_grad_reduce", bool(ex.dp_overlap)),
         ("trainer.strategy.ddp.overlap_param_gather", bool(ex.dp_overlap and ex.zero >= 1)),
     ]
-    if ex.ep_dispatcher.value == "allgather":
+    if ex.moe_dispatcher.value == "allgather":
         out.append(("model.config.moe_token_dispatcher_type", "allgather"))
-    if ex.ep_dispatcher.value == "flex":
+    if ex.moe_dispatcher.value == "flex":
         out += [
             ("model.config.moe_token_dispatcher_type", "flex"),
             ("model.config.moe_flex_dispatcher_backend", "deepep"),
