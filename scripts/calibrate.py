@@ -633,6 +633,10 @@ def _is_fitted(doc: CommentedMap, key: str) -> bool:
     return _comment_of(doc, key).startswith("calibrated by")
 
 
+# labels a transfer writes: a value under one of them is the source's
+PRIOR_LABELS = ("transferred from", "prior, not calibrated (not fitted on")
+
+
 def transfer(src: str, targets: list[str], library: Path | None = None) -> int:
     """Copy the fitted efficiency tables of `src` into same-die systems (datasheet peaks stay theirs) and
     rewrite each target's `calibration:` block (transferred_from, the source's runs, the fields copied).
@@ -662,9 +666,14 @@ def transfer(src: str, targets: list[str], library: Path | None = None) -> int:
             if not (key in src_doc and _is_fitted(src_doc, key)):
                 if key not in src_doc and key in doc and _comment_of(doc, key).startswith("transferred from"):
                     del doc[key]  # no longer fitted at the source: the target derives it as the source does
-                elif key in doc and _comment_of(doc, key).startswith("transferred from"):
-                    # an earlier transfer's wrong label on a prior: put it right
-                    _set_comment(doc, key, f"prior, not calibrated (not fitted on {src} either)")
+                elif key in src_doc and key in doc and _comment_of(doc, key).startswith(PRIOR_LABELS):
+                    # a prior at the source (same die): the target takes the same prior, labelled as one (a
+                    # value of its own, measured or a prior with its reason, stays)
+                    if _copied(doc[key]) != _copied(src_doc[key]) or _comment_of(doc, key).startswith(
+                        "trans"
+                    ):
+                        label = f"prior, not calibrated (not fitted on {src} either)"
+                        _set_key(doc, key, _copied(src_doc[key]), label)
                 continue
             _set_key(
                 doc,
