@@ -127,6 +127,7 @@ def triple_cols(T: Tables, tri: np.ndarray):
             "act_working_bytes",
             "emb_out_bytes",
             "logits_bytes",
+            "mtp_act_bytes",
             "offx_mb",
         )
     }
@@ -136,7 +137,7 @@ def triple_cols(T: Tables, tri: np.ndarray):
     # zero-bubble's fill is taken off the bubble: its largest keeps the bound a bound
     mins["bubble_fill_s"] = -gmin(-BE["bubble_fill_s"])[:, 0]
     # the pipeline's head and exchanges grow with the head and t_p2p (2*vpp >= 2 exchanges per head hidden)
-    head, p2p = gmin(BE["head_s"], 3 * nT), gmin(BE["p2p_s"], nT)
+    head, p2p = gmin(BE["head_s"], T.n_head_cols * nT), gmin(BE["p2p_s"], nT)
     tpp = T.lay["tier_pp"][li]
     got = {"head_s": head[g, T.L["hc"][li] * nT + tpp], "p2p_s": p2p[g, tpp]}
     return lambda name: got[name] if name in got else mins[name][g]

@@ -135,7 +135,7 @@ def compose(T: Tables, li, vi, mi, col) -> dict[str, np.ndarray]:
         col("act_stored_bytes"),
         col("act_working_bytes"),
         col("emb_out_bytes"),
-        col("logits_bytes"),
+        col("logits_bytes") + (1 - Lt["un"][li]) * col("mtp_act_bytes"),
         vee=_vee(T, li, vi, mi),
         dual=_vee(T, li, vi, mi) & (T.fixed["schedule"] == SCHEDULE_CODES.index(Schedule.DUALPIPE_V)),
     )
@@ -199,7 +199,7 @@ def pair_columns(T: Tables, li, vi, mi, ri, si, oi) -> dict[str, np.ndarray]:
     b = block_index(T, li, mi, ri, si, oi)
     nT = len(T.problem.system.networks)
     at = {
-        "head_s": (3 * b + T.L["hc"][li]) * nT + T.lay["tier_pp"][li],
+        "head_s": (T.n_head_cols * b + T.L["hc"][li]) * nT + T.lay["tier_pp"][li],
         "p2p_s": nT * b + T.lay["tier_pp"][li],
     }
 

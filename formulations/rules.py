@@ -98,8 +98,8 @@ def domains(problem: Problem, fixed: dict[str, list]) -> dict[str, list[int]]:
         if k in dom:
             dom[k] |= {int(v) for v in vals}
     if 1 in dom["pp_uneven"]:  # uneven splits: any pp of the GPUs, vpp dividing some stage's count
-        dom["pp"] |= {q for q in dn if 1 < q <= L + 2}
-        dom["vpp"] |= uneven_vpps(L, dom["pp"])
+        dom["pp"] |= {q for q in dn if 1 < q <= L + 2 + problem.mtp_layers}
+        dom["vpp"] |= uneven_vpps(problem.pipeline_blocks, dom["pp"])  # with and without el slots
     return {k: sorted(v) for k, v in dom.items()}
 
 

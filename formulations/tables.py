@@ -56,7 +56,14 @@ import numpy as np
 
 from optimizer.errors import TimeLimit
 from optimizer.model.capacity import capacity_bytes
-from optimizer.model.compose import fsdp_traffic, layout_factors, mb_factors, split_slots, vpp_factors
+from optimizer.model.compose import (
+    edge_extra,
+    fsdp_traffic,
+    layout_factors,
+    mb_factors,
+    split_slots,
+    vpp_factors,
+)
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate, make_ctx
 from optimizer.model.terms import StepTerms
@@ -107,6 +114,12 @@ class Tables:
     off_cap_kib: int = 0  # offload memory per GPU, KiB (rounded down)
     var: int = 0  # index of the variant among `build_all`'s
     cand_per_layout: np.ndarray | None = None  # candidates of the space per layout (sizes of subsets)
+
+    @property
+    def n_head_cols(self) -> int:
+        """Head columns of BETA["head_s"] (per block and PP tier): pp = 1, pp > 1, el slots, and one per
+        custom layout's slack (`_layout_tables`)."""
+        return len(self.BETA["head_s"]) // max(len(self.BETA["p2p_s"]), 1)
 
     def gpus(self, li: np.ndarray) -> np.ndarray:
         """GPUs used by layouts l: tp*pp*dp*cp."""
@@ -317,14 +330,25 @@ def _layout_tables(problem: Problem, lay: dict, tpcp_index: dict, z_vals: list[i
     """Per layout: the composition factors and flags (variant-independent, L0) and, per variant, the DP
     collectives, FSDP's copies, the reserve and the optimizer and state of each ZeRO stage."""
     L0: dict[str, np.ndarray] = {}
-    # the embedding and loss take a layer slot each; an uneven split is padded to its busiest stage
-    slots = split_slots(problem.llm.layers + 2 * lay["pp_embedding_loss"], lay["pp"], 1, lay["pp_uneven"])
+    # the embedding and loss take a layer slot each; a custom layout (uneven) also places the MTP blocks,
+    # padded to its busiest stage, and its last stage holds `slack` fewer slots (`_Shape`)
+    pp, un, el = lay["pp"], (lay["pp_uneven"] == 1) & (lay["pp"] > 1), lay["pp_embedding_loss"]
+    units = problem.llm.layers + 2 * el + np.where(un, problem.mtp_layers, 0)
+    slots = split_slots(units, pp, 1, un)
+    keep = el + problem.mtp_layers  # the last stage keeps the loss and the MTP blocks
+    L0["slack"] = np.where(un, np.maximum(np.minimum(slots - units, slots // pp - keep), 0), 0)
+    L0["slack"] = L0["slack"].astype(np.int64)
+    L0["un"] = un.astype(np.int64)
     L0.update(layout_factors(problem.training.global_batch, slots, lay["dp"], lay["pp"]))  # A1, A2, Ls, pm2
     L0["tpcp"] = np.array([tpcp_index[key] for key in _group_keys(lay)])
     edp = lay["tp"] * lay["cp"] * lay["dp"] // (lay["ep"] * lay["etp"])
     L0["dpg1"] = (~has_dp_group(lay["dp"] * lay["cp"], edp)).astype(np.int64)
     L0["ppgt1"] = (lay["pp"] > 1).astype(np.int64)
-    L0["hc"] = L0["ppgt1"] + lay["pp_embedding_loss"]  # head column: pp = 1; pp > 1; pp > 1 with el slots
+    # head column: pp = 1; pp > 1; pp > 1 with el slots; 3 + i: a custom layout with the i-th (el, slack)
+    cut = el + 2 * L0["slack"]  # (el, slack) as one code
+    cut_vals = np.unique(cut[un])
+    L0["hc"] = np.where(un, 3 + np.searchsorted(cut_vals, cut), L0["ppgt1"] + el).astype(np.int64)
+    L0["cut"] = cut
     nL = len(lay["tp"])
     r = run(nL, **lay)
     Lv: list[dict[str, np.ndarray]] = [dict(L0) for _ in range(nVar)]
@@ -441,6 +465,7 @@ BLOCK_FIELDS = (
     "act_working_bytes",
     "emb_out_bytes",
     "logits_bytes",
+    "mtp_act_bytes",
     "offload_layer_s",
     "head_s",
 )
@@ -486,7 +511,10 @@ def _block_tables(
         return _block_rows(lay, L0, tpcp, vals, idx)
 
     rb = _run_rows(run, need, cols, BLOCK_FIELDS, pp=1)
-    rps = {t: _run_rows(run, ix, cols, ("head_s", "p2p_s"), pp=2, tier_pp=t) for t, ix in need_pp2.items()}
+    at_pp2 = ("head_s", "p2p_s", "head_last_s", "head_first_s", "layer_s")
+    rps = {t: _run_rows(run, ix, cols, at_pp2, pp=2, tier_pp=t) for t, ix in need_pp2.items()}
+    cut_vals = np.unique(L0["cut"][L0["hc"] >= 3])  # the custom layouts' (el, slack) head columns (3 + i)
+    mtp = problem.mtp_layers
     rpe = {
         t: _run_rows(run, ix, cols, ("head_s",), pp=2, pp_embedding_loss=1, tier_pp=t)
         for t, ix in need_el.items()
@@ -499,18 +527,29 @@ def _block_tables(
         }
         BETA["tau_mb"] = _scatter(nB, need, t_int(rb["layer_s"][j] / mb_n))
         BETA["fbt"] = _scatter(nB, need, t_int(rb["layer_fw_s"][j] + rb["layer_bw_s"][j]))
-        for name in ("act_stored_bytes", "act_working_bytes", "emb_out_bytes", "logits_bytes"):
+        for name in (
+            "act_stored_bytes",
+            "act_working_bytes",
+            "emb_out_bytes",
+            "logits_bytes",
+            "mtp_act_bytes",
+        ):
             BETA[name] = _scatter(nB, need, kib_up(rb[name][j]))
         BETA["offx_mb"] = _scatter(nB, need, t_int(rb["offload_layer_s"][j] / mb_n))
         # head column (hc) x PP tier: the edge stage's LM head and loss per micro-batch (hc: pp = 1; pp > 1;
         # pp > 1 with the embedding and loss as layer slots); the exchange it hides is taken off per pair
-        head = np.zeros((nB, 3, nT), dtype=np.int64)
+        # pp > 1 with a custom layout shedding s blocks: `compose.edge_extra` of the pp = 2 row's parts
+        head = np.zeros((nB, 3 + len(cut_vals), nT), dtype=np.int64)
         head[need, 0, :] = t_int(rb["head_s"][j])[:, None]
         p2p = np.zeros((nB, nT), dtype=np.int64)
         for tpp, rp in rps.items():
             head[need_pp2[tpp], 1, tpp] = t_int(rp["head_s"][j])
             if tpp in rpe:
                 head[need_el[tpp], 2, tpp] = t_int(rpe[tpp]["head_s"][j])
+            hl, hf, tau = rp["head_last_s"][j], rp["head_first_s"][j], rp["layer_s"][j]
+            for i, c in enumerate(cut_vals.tolist()):
+                extra = edge_extra(hl, hf, tau, 2, c % 2, 1, c // 2, mtp * tau)
+                head[need_pp2[tpp], 3 + i, tpp] = t_int(extra)
             p2p[need_pp2[tpp], tpp] = t_int(rp["p2p_s"][j])
         BETA["head_s"], BETA["p2p_s"] = head.reshape(-1), p2p.reshape(-1)
         BETA["p2p_window"] = BETA["layer_fw_s"]  # a layer's forward per micro-batch: x Lc hides an exchange

@@ -247,6 +247,15 @@ num_gpus: 16
 training: {global_batch: 64}
 search: {pp: [2, 4, 8], pp_uneven: [false, true], cp: 1, zero: [0, 1]}
 """,
+    "mtp-custom-layout-16gpu": """
+llm: {name: t, hidden: 2048, ffn: 4096, layers: 12, heads: 16, kv_heads: 4, seq_len: 2048, vocab: 64000,
+      mlp: swiglu, mtp_layers: 1, moe: {experts: 16, top_k: 2, expert_ffn: 1408, shared_experts: 1}}
+system: h100-sxm-80gb
+num_gpus: 16
+training: {global_batch: 64}
+options: {memory_headroom_gib: 60.69}
+search: {pp: [2, 4, 8], pp_uneven: [false, true], cp: 1, zero: [0, 1]}
+""",
     "moe-ep-etp-16gpu": """
 llm: {name: m, hidden: 2048, ffn: 4096, layers: 8, heads: 16, kv_heads: 4, seq_len: 2048, vocab: 32000,
       mlp: swiglu, moe: {experts: 16, top_k: 2, expert_ffn: 1408, shared_experts: 1}}

@@ -96,10 +96,26 @@ def test_activations_gpipe_interleaved_offload():
     assert off["act"] == max(2 * 10 + 3 + 1, 2 * 10 + 3 + 7) and off["offact"] == (12 - 2) * 10
 
 
+def test_edge_extra_by_split():
+    """The edge stages' work beyond the busiest stage's slots (`compose.edge_extra`), by hand: h_last 3,
+    h_first 1, tau 1, one MTP block of 1."""
+    from optimizer.model.compose import edge_extra
+
+    def ex(pp, el, un, slack):
+        return float(edge_extra(3.0, 1.0, 1.0, pp, el, un, slack, 1.0))
+
+    assert ex(1, 0, 0, 0) == 3 + 1 + 1  # one stage runs everything
+    assert ex(2, 0, 0, 0) == 3 + 1  # split by layers: the head and the MTP block on the last stage
+    assert ex(2, 1, 0, 0) == 3 + 1 - 1  # the loss's slot takes a layer's time off
+    assert ex(2, 0, 1, 0) == 3  # a custom layout with no padding: its block is in the stage
+    assert ex(2, 0, 1, 2) == 1  # two blocks fewer on the last stage: the first's embedding binds
+    assert ex(2, 0, 1, 5) == 1  # never below the first stage's
+
+
 def test_uneven_pipeline_is_timed_by_its_busiest_stage(tmp_path):
     """pp_uneven (a custom layout, e.g. DeepSeek-V3's 61 layers over 16 chunks): the step is that of the even
-    split whose every stage holds the busiest stage's ceil(L / pp) layers; without it the split is an
-    error."""
+    split whose every stage holds the busiest stage's ceil(L / pp) layers, less the padding the last stage
+    leaves out; without it the split is an error."""
     import pytest
 
     from optimizer.drivers.evaluate import evaluate_execution
@@ -121,8 +137,15 @@ def test_uneven_pipeline_is_timed_by_its_busiest_stage(tmp_path):
     assert not execution_errors(p96, Execution(**ex, pp_uneven=True))
     uneven = evaluate_execution(p96, Execution(**ex, pp_uneven=True)).result
     even = evaluate_execution(p100, Execution(**ex)).result
-    assert uneven["step_time"] == pytest.approx(even["step_time"], rel=1e-12)
-    assert uneven["hbm"] == pytest.approx(even["hbm"], rel=1e-12)
+    # every stage's layers as the even split's busiest, ceil(96 / 5) = 20, but the last stage holds the
+    # padding's 4 fewer: its LM head and loss run in their place
+    for part in ("fw", "bw", "recompute", "bubble"):
+        assert uneven[part] == pytest.approx(even[part], rel=1e-12)
+    # the busiest stage's weights (DP traffic, memory): the first's now, the last's (4 layers fewer) was
+    # larger by the final norm
+    for part in ("dp_exposed", "hbm"):
+        assert uneven[part] == pytest.approx(even[part], rel=1e-4)
+    assert uneven["head"] < even["head"] and uneven["step_time"] < even["step_time"]
     # on a split that divides, pp_uneven changes nothing
     ex8 = dict(ex, pp=8)
     a = evaluate_execution(p96, Execution(**ex8, pp_uneven=True)).result["step_time"]

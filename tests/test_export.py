@@ -61,6 +61,7 @@ VALUED = [
     "--data-parallel-sharding-strategy",
     "--ckpt-format",
     "--pipeline-model-parallel-layout",
+    "--mtp-num-layers",
 ]
 SWITCHES = [
     "--account-for-embedding-in-pipeline-split",
@@ -418,6 +419,31 @@ def test_torchtitan_builds_pp_times_vpp_stages():
     assert par["pipeline_parallel_layers_per_stage"] == 8
 
 
+def _titan_split(stages: int, layers: int, first: int, last: int) -> list[int]:
+    """torchtitan's generate_llm_fqn_per_model_part: the transformer layers of each stage, the embedding and
+    the output weighing `first` and `last` layers (extras on the first stages)."""
+    eff = layers + first + last
+    per, extra = divmod(eff, stages)
+    counts = [per + (i < extra) for i in range(stages)]
+    counts[0] -= first
+    counts[-1] -= last
+    return counts
+
+
+def test_torchtitan_writes_the_modelled_custom_layout():
+    """An uneven split (Llama 3.1 405B's 126 layers at pp 8): the model gives each stage ceil(126 / 8) = 16
+    layers and the last the padding's 2 fewer; the export makes torchtitan build exactly that split."""
+    for vpp in (1, 2):
+        ex = Execution(tp=8, pp=8, vpp=vpp, dp=2, pp_uneven=True)
+        par = _titan(ex, "llama3.1-405b")["parallelism"]
+        per, last = par["pipeline_parallel_layers_per_stage"], par["pipeline_parallel_last_stage_less_layers"]
+        n = -(-(126 + par["pipeline_parallel_first_stage_less_layers"] + last) // per)
+        assert n == 8 * vpp
+        counts = _titan_split(n, 126, par["pipeline_parallel_first_stage_less_layers"], last)
+        stage = [sum(counts[r::8]) for r in range(8)]
+        assert stage == [16] * 7 + [14]
+
+
 def test_torchtitan_selective_recompute_is_per_op():
     """Selective recomputation is torchtitan's per-op SAC (option "op"), not its default of every 2nd
     layer; full recomputation needs no option."""
@@ -459,19 +485,27 @@ def _unroll_layout(layout: str) -> list[str]:
 
 @pytest.mark.parametrize("pp,vpp,el", [(16, 1, False), (16, 1, True), (8, 4, True), (8, 2, False)])
 def test_an_uneven_split_exports_as_a_pipeline_layout(pp, vpp, el):
-    """DeepSeek-V3's 61 layers over pp x vpp chunks: --pipeline-model-parallel-layout has pp*vpp chunks, the
-    61 layers, the embedding first and the loss last, and no chunk over the modelled busiest one's
-    ceil(slots / (pp vpp)) slots; the virtual-stage count and slot flags are left to the layout."""
+    """DeepSeek-V3's 61 layers and MTP module over pp x vpp chunks: --pipeline-model-parallel-layout has
+    pp*vpp chunks, the 61 layers, the embedding first, the MTP module and the loss last; each stage holds at
+    most the modelled busiest one's ceil(slots / pp) slots (layers, the MTP block, with el the embedding and
+    loss) and the last stage the padding fewer (Bridge's 'tmL' at pp 16); the virtual-stage count and slot
+    flags are left to the layout."""
     ex = Execution(tp=1, pp=pp, vpp=vpp, dp=512 // pp, ep=8, pp_uneven=True, pp_embedding_loss=el)
     a = parse(emit("megatron", _problem("deepseek-v3", ex), ex))
     chunks = _unroll_layout(a.pipeline_model_parallel_layout)
-    slots = 61 + 2 * el
     assert len(chunks) == pp * vpp and sum(c.count("t") for c in chunks) == 61
-    assert chunks[0].startswith("E") and chunks[-1].endswith("L") and all(c for c in chunks)
-    assert "".join(chunks).count("E") == 1 and "".join(chunks).count("L") == 1
-    busiest = -(-slots // (pp * vpp))
-    assert max(len(c) - (0 if el else c.count("E") + c.count("L")) for c in chunks) == busiest
+    assert chunks[0].startswith("E") and chunks[-1].endswith("mL") and all(c for c in chunks)
+    joined = "".join(chunks)
+    assert joined.count("E") == 1 and joined.count("L") == 1 and joined.count("m") == 1
+    units = [c.count("t") + c.count("m") + (c.count("E") + c.count("L") if el else 0) for c in chunks]
+    stage = [sum(units[r::pp]) for r in range(pp)]
+    total = 62 + 2 * el
+    busiest = -(-total // pp)
+    assert max(stage) == busiest and stage[-1] == busiest - min(pp * busiest - total, busiest)
+    assert a.mtp_num_layers == "1"
     assert a.num_virtual_stages_per_pipeline_rank is None and not a.account_for_embedding_in_pipeline_split
+    if (pp, vpp, el) == (16, 1, False):
+        assert chunks[-1] == "tmL" and chunks[0] == "Etttt"
 
 
 def test_an_even_split_writes_no_layout():

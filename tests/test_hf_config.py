@@ -47,6 +47,7 @@ def test_config_maps_to_the_library_model(tmp_path, model, library, seq):
         "bias",
         "moe",
         "mla",
+        "mtp_layers",
     ):
         assert getattr(got, field) == getattr(want, field), field
     assert count(got).total == count(want).total and count(got).active == count(want).active

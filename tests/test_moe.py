@@ -160,7 +160,8 @@ def test_dense_layers_of_a_partly_moe_model():
     dense_mlp = 3 * 7168 * 18432
     expert = 3 * 7168 * 2048
     moe_local = 7168 * 256 + expert + 256 // 64 * expert  # router + shared + 4 routed experts
-    held = 61 * (mla + norms) + 3 * dense_mlp + 58 * moe_local + 2 * 129280 * 7168 + 7168
+    mtp = mla + norms + moe_local + 2 * 7168 * 7168 + 2 * 7168  # the MTP block, projection, two norms
+    held = 61 * (mla + norms) + 3 * dense_mlp + 58 * moe_local + 2 * 129280 * 7168 + 7168 + mtp
     assert float(r.weights[0]) == pytest.approx(2.0 * held, rel=1e-12)
 
 

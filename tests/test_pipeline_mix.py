@@ -29,11 +29,18 @@ def _problem(tmp_path, system: str, llm: str, B: int, gpus: int, name: str = "q"
 
 
 @pytest.mark.parametrize(
-    "tp,d,mb,s0,s1,rec",
-    [(8, 4, 1, 4, 4, "selective"), (4, 2, 2, 2, 6, "full"), (8, 1, 1, 6, 2, "none"), (2, 8, 1, 3, 1, "none")],
+    "tp,d,mb,s0,s1,rec,mtp",
+    [
+        (8, 4, 1, 4, 4, "selective", 0),
+        (4, 2, 2, 2, 6, "full", 0),
+        (8, 1, 1, 6, 2, "none", 0),
+        (2, 8, 1, 3, 1, "none", 0),
+        (8, 4, 1, 4, 4, "selective", 1),  # an MTP module on the last stage
+    ],
 )
-def test_one_type_in_two_groups_is_the_homogeneous_model(tmp_path, tp, d, mb, s0, s1, rec):
-    p = _problem(tmp_path, "h100-sxm-80gb", "gpt3-175b", 256, 256)
+def test_one_type_in_two_groups_is_the_homogeneous_model(tmp_path, tp, d, mb, s0, s1, rec, mtp):
+    llm = "{base: gpt3-175b, mtp_layers: 1}" if mtp else "gpt3-175b"
+    p = _problem(tmp_path, "h100-sxm-80gb", llm, 256, 256)
     L = 96 // (s0 + s1)
     plan = MixPlan(
         (StageGroup("a", tp, s0, L, Recompute(rec)), StageGroup("b", tp, s1, L, Recompute(rec))), d, mb
@@ -53,9 +60,10 @@ def test_one_type_in_two_groups_is_the_homogeneous_model(tmp_path, tp, d, mb, s0
     )
     h = evaluate_execution(p.model_copy(update={"num_gpus": tp * (s0 + s1) * d}), ex).result
     assert r.step_time_s == pytest.approx(h["step_time"], rel=1e-12)
-    # per stage memory: at most the homogeneous model's max-of-parts, and within 0.1% of it
+    # per stage memory: at most the homogeneous model's max-of-parts, and within 0.1% of it (with MTP the
+    # max-of-parts charges the last stage's MTP weights beside the first stage's activations)
     assert max(r.hbm_bytes) <= h["hbm"] * (1 + 1e-12)
-    assert max(r.hbm_bytes) >= h["hbm"] * 0.999
+    assert mtp or max(r.hbm_bytes) >= h["hbm"] * 0.999
 
 
 def test_uneven_split_moves_layers_to_the_faster_type(tmp_path):

@@ -148,19 +148,24 @@ def test_pair_columns_compose_like_the_model(tmp_path):
     assert np.allclose(cols["pipeline_s"], r.terms.pipeline_s * 1e9, rtol=1e-6, atol=256)
 
 
-@pytest.mark.parametrize("name", ["open-kernels-schedule-16gpu", "offload-13b-8gpu-24gib"])
+@pytest.mark.parametrize(
+    "name", ["open-kernels-schedule-16gpu", "offload-13b-8gpu-24gib", "mtp-custom-layout-16gpu"]
+)
 def test_variant_columns_equal_the_model(tmp_path, name):
-    """Every variant (kernels, schedule, offload flags): the pair columns are the model's pipeline time
-    (offload streaming included), HBM and offload memory, for every ZeRO stage."""
+    """Every variant (kernels, schedule, offload flags) and every custom layout with MTP modules: the pair
+    columns are the model's pipeline time (offload streaming included), HBM and offload memory, for every
+    ZeRO stage."""
     from formulations.bounds import knobs_of_pairs
     from formulations.tables import KIB, TIME_UNIT, build_all
 
     p = load_text(tmp_path, name, SMALL[name])
     Ts = build_all(p, compact_space(p))
-    assert len(Ts) > 4
     pre = presolve(Ts, top=10**9)
     P, cols = pre.pairs, pre.cols
-    assert len(set(P.var.tolist())) >= 4  # pairs of several variants survive
+    if name.startswith("mtp"):  # custom layouts with and without embedding/loss slots
+        assert {0, 1} <= set(Ts[0].L["un"][P.li].tolist())
+    else:
+        assert len(Ts) > 4 and len(set(P.var.tolist())) >= 4  # pairs of several variants survive
     for zi, z in enumerate(Ts[0].z_vals):
         legal = zero_allowed(z, cols["dpg1"])
         k = knobs_of_pairs(Ts, P, np.full(len(P), zi), np.zeros(len(P), dtype=int))

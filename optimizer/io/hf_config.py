@@ -14,6 +14,7 @@ set `training.seq_len` to the pre-training length). Mappings:
          n_shared_experts (deepseek) -> shared_experts; first_k_dense_replace (deepseek) or
          mlp_only_layers / decoder_sparse_step (qwen) -> moe_layers
     MLA (deepseek): q_lora_rank, kv_lora_rank, qk_rope_head_dim, v_head_dim; qk_nope_head_dim -> head_dim
+    MTP (deepseek): num_nextn_predict_layers -> mtp_layers
 Biases: only GPT-NeoX has them on every linear layer (Qwen2's Q/K/V biases are too small to count).
 """
 
@@ -205,6 +206,8 @@ def to_llm(cfg: dict, name: str, seq_len: int | None = None) -> dict[str, Any]:
         }
         out["head_dim"] = _int(cfg, "qk_nope_head_dim")
         out["kv_heads"] = heads  # MLA decompresses K and V per head
+    if mt.startswith("deepseek") and cfg.get("num_nextn_predict_layers"):
+        out["mtp_layers"] = _int(cfg, "num_nextn_predict_layers")
     return out
 
 

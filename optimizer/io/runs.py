@@ -245,6 +245,7 @@ def _llm_of(run: dict, year: int | None) -> LLM:
         sliding_window=window,
         attention_sinks=bool(arch.get("attention_sinks")),
         activation_clamp=float(clamp) if clamp is not None else None,
+        mtp_layers=arch.get("mtp_layers") or 0,
     )
 
 
@@ -334,6 +335,10 @@ def _model_of(run: dict, year: int | None, out: Mapped) -> LLM:
         )
     if llm.activation_clamp is not None:
         out.assumptions.append(f"the GLU's halves clamped at {llm.activation_clamp:g} (model.architecture)")
+    if llm.mtp_layers:
+        out.assumptions.append(
+            f"{llm.mtp_layers} multi-token prediction module(s) on the last stage (model.architecture)"
+        )
     if llm.moe is not None and llm.moe.expert_bias:
         out.assumptions.append(
             "biased experts (the library model of this shape; the run schema has no field for them)"
@@ -498,8 +503,8 @@ def _pipeline_layout(run: dict, stack: str, fixed: dict, out: Mapped) -> None:
         fixed["pp_uneven"] = True
         out.assumptions.append(
             f"neither layers {L} nor layers + 2 divide by pp*vpp = {par['pp'] * vpp_known}: a "
-            "custom pipeline layout (Megatron-Core pipeline_model_parallel_layout); the model "
-            f"times and sizes the busiest chunk, ceil({L} / {par['pp'] * vpp_known}) layers"
+            "custom pipeline layout (Megatron-Core pipeline_model_parallel_layout) of the layers and MTP "
+            "blocks, the last stage holding the padding's fewer (compose.edge_extra)"
         )
 
 

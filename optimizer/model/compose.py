@@ -70,6 +70,29 @@ def mb_factors(B, slots, dp, pp, mb) -> dict:
     return {"nmb": nmb, "NL": nmb * ls, "infl1": ls * np.minimum(nmb, pp)}
 
 
+def edge_extra(h_last, h_first, tau, pp, el, uneven, slack, mtp_block):
+    """The edge stages' work per micro-batch beyond the busiest stage's layer slots, s: `h_last` (the LM head
+    and loss, and each MTP module's embedding, projection, head and loss) and `h_first` (the embedding), with
+    `tau` one layer's time. Without a pipeline the one stage runs both, and the MTP blocks (`mtp_block`,
+    mtp x tau). With the embedding and the loss as layer slots (`el`) the edge trades a slot for its extra
+    work and MTP blocks, max(max(h_last + mtp_block, h_first) - tau, 0). A custom layout (`uneven`) also
+    places the MTP blocks, ceil(slots / pp) on the busiest stage, and its last stage holds `slack` fewer
+    slots, the padding of the split (pp ceil(slots / pp) - slots, as long as the stage keeps its loss and
+    MTP blocks), as Megatron-Bridge's
+    DeepSeek-V3 layouts give the last chunk one layer, the MTP module and the loss
+    ('Et*4|(t*4|)*14tmL'): max(h_last - (slack + el) tau, h_first - el tau, 0). Otherwise (a split by
+    layers) the last stage adds its head and MTP blocks: max(h_last + mtp_block, h_first)."""
+    return np.select(
+        [pp <= 1, uneven > 0, el > 0],
+        [
+            h_last + mtp_block + h_first,
+            np.maximum(np.maximum(h_last - (slack + el) * tau, h_first - el * tau), 0.0),
+            np.maximum(np.maximum(h_last + mtp_block, h_first) - tau, 0.0),
+        ],
+        np.maximum(h_last + mtp_block, h_first),
+    )
+
+
 def edge_head(head, t_p2p, pp):
     """The LM head and loss (per micro-batch) that the edge stage adds to the steady state: with a pipeline
     its extra work hides one of the 2*vpp p2p exchanges per micro-batch (a middle stage waits on two

@@ -84,6 +84,12 @@ class Ctx:
     stack: Stack = Stack.MEGATRON_CORE  # the framework: what `selective` recompute keeps (see `block_cost`)
 
     @property
+    def mtp(self) -> int:
+        """Multi-token prediction modules trained (`LLM.mtp_layers`): Megatron-Core's; the other stacks
+        have none (torchtitan's DeepSeek-V3 trains without them)."""
+        return self.llm.mtp_layers if self.stack == Stack.MEGATRON_CORE else 0  # as Problem.mtp_layers
+
+    @property
     def e(self) -> int:
         """Bytes of an activation element (16-bit; FP8 recipes keep 16-bit activations between ops)."""
         return 2 if self.precision != Precision.FP32 else 4

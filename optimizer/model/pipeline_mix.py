@@ -148,7 +148,7 @@ def _layer_terms(problem: Problem, ctx: Ctx, dp: int, mb: int, tp, rec) -> dict 
         return v[pos]
 
     names = ("layer_s", "head_s", "layer_fw_s", "layer_bw_s")
-    names += ("act_stored_bytes", "act_working_bytes", "logits_bytes", "emb_out_bytes")
+    names += ("act_stored_bytes", "act_working_bytes", "logits_bytes", "mtp_act_bytes", "emb_out_bytes")
     out = {name: per(name) for name in names}
     out["p_layer"] = np.broadcast_to(np.asarray(layer_params_per_gpu(ctx, kn), dtype=float), (len(keys),))[
         pos
@@ -173,12 +173,14 @@ def _boundary(problem: Problem, ctx: Ctx, dp: int, mb: int, tp, stages) -> tuple
 def _stage_params(ctx: Ctx, role: str, tp, L, p_layer):
     """Parameters of the group's busiest stage on one GPU: its L layers, plus the embedding on the first
     stage and the LM head and final norm on the last (vocab x hidden / tp each)."""
-    llm = ctx.llm
-    vh = llm.vocab * llm.hidden / tp
+    llm, h = ctx.llm, ctx.llm.hidden
+    vh = llm.vocab * h / tp
+    # the MTP modules on the last stage (`step._stage_params`): a block, the 2h x h projection, the embedding
+    mtp = ctx.mtp * (p_layer + 2.0 * h * h / tp + 2.0 * h) + (vh if ctx.mtp else 0.0)
     return (
         L * p_layer
         + (vh if role == FIRST else 0.0)
-        + (vh + llm.hidden * (2 if llm.bias else 1) if role == LAST else 0.0)
+        + (vh + h * (2 if llm.bias else 1) + mtp if role == LAST else 0.0)
     )
 
 
@@ -235,7 +237,7 @@ def group_terms(problem: Problem, dp: int, mb: int, n_mb: int, role: str, tp, re
         return {}
     tau, head, fwt, bwt = lt["layer_s"], lt["head_s"], lt["layer_fw_s"], lt["layer_bw_s"]
     stored, working = lt["act_stored_bytes"], lt["act_working_bytes"]
-    logits, emb_out = lt["logits_bytes"], lt["emb_out_bytes"]
+    logits, emb_out = lt["logits_bytes"] + lt["mtp_act_bytes"], lt["emb_out_bytes"]
     L = layers.astype(float)
     msg, p2p, tier_dp = _boundary(problem, ctx, dp, mb, tp, stages)
     u = L * tau

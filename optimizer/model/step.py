@@ -30,6 +30,7 @@ import numpy as np
 from optimizer.model.compose import (
     PIPE,
     dp_links,
+    edge_extra,
     edge_head,
     fsdp_traffic,
     layout_factors,
@@ -208,8 +209,10 @@ def adam_time(hw: Hardware, P_upd, gb: float, ob: float, wb: float):
 @dataclass(frozen=True)
 class _Shape:
     """A candidate's layout as floats (the module docstring's symbols): the knobs, the global batch B, the
-    sequence length s, the layers L, n_mb micro-batches, el (embedding and loss take a layer slot each),
-    the layer slots of the split and Ls of the busiest stage, T tokens of a micro-batch on one CP rank."""
+    sequence length s, the layers L, n_mb micro-batches, el (the embedding and loss take a layer slot
+    each), un (a custom layout of the blocks, the MTP modules' included), the layer slots of the split and Ls
+    of the busiest stage, slack (blocks the last stage of a custom layout holds fewer), T tokens of a
+    micro-batch on one CP rank."""
 
     tp: np.ndarray
     pp: np.ndarray
@@ -222,8 +225,10 @@ class _Shape:
     L: float
     n_mb: np.ndarray
     el: np.ndarray
+    un: np.ndarray
     slots: np.ndarray
     Ls: np.ndarray
+    slack: np.ndarray
     T: np.ndarray
     sp: np.ndarray
 
@@ -232,15 +237,34 @@ def _shape(ctx: Ctx, k: Knobs) -> _Shape:
     tp, pp, dp, cp, vpp, mb = (x.astype(float) for x in (k.tp, k.pp, k.dp, k.cp, k.vpp, k.micro_batch))
     B, s, L = float(ctx.global_batch), float(ctx.seq_len), float(ctx.llm.layers)
     n_mb = B / (dp * mb)
-    el = (k.pp_embedding_loss.astype(bool) & (pp > 1)).astype(
-        float
-    )  # embedding and loss take a layer slot each
-    # layer slots of the split: with pp_uneven (a custom layout) padded to the busiest chunk's ceil, so that
-    # every per-stage factor below is the busiest stage's
-    slots = split_slots(L + 2.0 * el, pp, vpp, k.pp_uneven)
+    un = (k.pp_uneven.astype(bool) & (pp > 1)).astype(float)  # a custom layout (pp_uneven)
+    el = (k.pp_embedding_loss.astype(bool) & (pp > 1)).astype(float)
+    # layer slots of the split: the layers, with el the embedding and the loss too; a custom layout also
+    # places the MTP modules' blocks (Megatron-Core counts an MTP module only in a layout), padded to the
+    # busiest chunk's ceil, so that every per-stage factor below is the busiest stage's
+    units = L + 2.0 * el + np.where(un > 0, ctx.mtp, 0.0)
+    slots = split_slots(units, pp, vpp, un)
     Ls = slots / pp  # transformer layers of the busiest stage (a middle one when el)
+    # slots the last stage holds fewer: the padding, as long as it keeps the loss and the MTP blocks
+    slack = np.where(un > 0, np.maximum(np.minimum(slots - units, Ls - el - ctx.mtp), 0.0), 0.0)
     return _Shape(
-        tp, pp, dp, cp, vpp, mb, B, s, L, n_mb, el, slots, Ls, mb * s / cp, k.sequence_parallel.astype(bool)
+        tp,
+        pp,
+        dp,
+        cp,
+        vpp,
+        mb,
+        B,
+        s,
+        L,
+        n_mb,
+        el,
+        un,
+        slots,
+        Ls,
+        slack,
+        mb * s / cp,
+        k.sequence_parallel.astype(bool),
     )
 
 
@@ -259,8 +283,12 @@ def _layer(ctx: Ctx, k: Knobs, pp):
 
 
 def _edge_work(ctx: Ctx, k: Knobs, g: _Shape):
-    """The edge stages' extra work per micro-batch, s: the embedding (first stage) and the LM head and loss
-    (last), the larger of the two with a pipeline, both without; and M, a micro-batch's activation, bytes."""
+    """The edge stages' extra work per micro-batch, s: (the last stage's, the first stage's, M a
+    micro-batch's activation in bytes). The last stage runs the LM head and loss and, for each
+    multi-token prediction module (`Ctx.mtp`; DeepSeek-AI 2024, Sec. 2.2), the embedding of the next
+    tokens, a 2h -> h projection of [normed hidden; normed embedding] and the shared head and loss again
+    (its block is a layer's, `compose.edge_extra`; its two RMSNorms are left out); the first the
+    embedding."""
     hw, tiers, tp, T, sp = ctx.hw, ctx.tiers, g.tp, g.T, g.sp
     h, V, e = ctx.llm.hidden, ctx.llm.vocab, ctx.e
     emb_fw = hw.mem_time(2.0 * T * h * e)
@@ -282,8 +310,11 @@ def _edge_work(ctx: Ctx, k: Knobs, g: _Shape):
     ) + 3.0 * collective_time("ar", T * 4.0, tp, k.tier_tp, tiers)
     last_stage_extra = head_fw + head_bw + loss_fw + loss_bw + head_comm
     first_stage_extra = emb_fw + emb_bw + emb_comm
-    both = last_stage_extra + first_stage_extra
-    return np.where(g.pp > 1, np.maximum(last_stage_extra, first_stage_extra), both), M
+    if ctx.mtp:
+        proj_fw, proj_bw, _ = hw.linear(T, h / tp, 2.0 * h, in_bytes=e, out_bytes=e)
+        module = last_stage_extra + first_stage_extra + proj_fw + proj_bw
+        last_stage_extra = last_stage_extra + ctx.mtp * module
+    return last_stage_extra, first_stage_extra, M
 
 
 def _p2p_time(ctx: Ctx, k: Knobs, g: _Shape, M):
@@ -326,27 +357,41 @@ def _stage_params(ctx: Ctx, k: Knobs, g: _Shape, w_stage) -> _Params:
     h, V = llm.hidden, llm.vocab
     P_layer = layer_params_per_gpu(ctx, k)
     P_ex_layer = 0.0
+    P_last_block = P_layer  # the model's last layer, which an MTP module's block copies
     if w_stage is not None:
         ne, ex = moe_layer_params_per_gpu(ctx, k)
         P_layer = (1.0 - w_stage) * P_layer + w_stage * (ne + ex)
         P_ex_layer = w_stage * ex
+        P_last_block = ne + ex  # dense layers come first (`moe_layers_on_stage`)
     P_emb = V * h / tp
     P_head = V * h / tp  # tied embeddings keep a copy on the last stage when pp > 1
     tied = llm.tied_embeddings
+    # MTP modules (last stage): a block each (in a slot of its own with el or a custom layout) and the 2h x h
+    # projection, and, with a pipeline, a copy of the embedding they look the next tokens up in; a custom
+    # layout's last stage holds `slack` fewer blocks
+    mtp = ctx.mtp
+    mtp_blocks = mtp * (1.0 - g.un)  # outside the stage's slots
+    P_mtp = mtp * (2.0 * h * h / tp + 2.0 * h) + np.where((pp > 1) & (mtp > 0), P_emb, 0.0)
+    P_mtp = P_mtp + mtp_blocks * P_last_block
     P_first = (Ls - el) * P_layer + P_emb + np.where(pp > 1, 0.0, 0.0 if tied else P_head)
     final_norm = h * (2 if llm.bias else 1)
-    P_first = P_first + np.where(pp > 1, 0.0, final_norm)
-    P_last = (Ls - el) * P_layer + np.where(pp > 1, P_head, 0.0) + final_norm
+    P_first = P_first + np.where(pp > 1, 0.0, final_norm + P_mtp)
+    P_last = (Ls - el - g.slack) * P_layer + np.where(pp > 1, P_head, 0.0) + final_norm + P_mtp
     # a V schedule's first rank holds the first and the last stage: both edges' extras on one rank, with
     # one copy of tied embeddings
     vee = v_schedule_named(k) & (pp > 1)
-    P_v = (Ls - 2 * el) * P_layer + P_emb + (0.0 if tied else P_head) + final_norm
+    P_v = (Ls - 2 * el - g.slack) * P_layer + P_emb + (0.0 if tied else P_head) + final_norm + P_mtp
     P_edge = np.where(vee, P_v, np.maximum(P_first, P_last))
     P_mid = Ls * P_layer  # a middle stage (more layers than the edges when el)
     P_stage = np.maximum(P_edge, P_mid)  # the stage that bounds DP traffic and the optimizer
     # routed-expert weights are reduced and sharded over the expert-data-parallel group
     # edp = tp*cp*dp/(ep*etp) (Megatron-Core), everything else over dp*cp
-    L_stage = np.where(P_mid >= P_edge, Ls, np.where(vee, Ls - 2 * el, Ls - el))  # the stage's layers
+    L_edge = np.where(
+        vee,
+        Ls - 2 * el - g.slack + mtp_blocks,
+        np.where(P_last >= P_first, Ls - el - g.slack + mtp_blocks, Ls - el + np.where(pp > 1, 0.0, mtp)),
+    )
+    L_stage = np.where(P_mid >= P_edge, Ls, L_edge)  # the stage's blocks
     P_ex = L_stage * P_ex_layer
     dpg = g.dp * g.cp
     edp = tp * g.cp * g.dp / (k.ep * k.etp) if w_stage is not None else dpg
@@ -500,7 +545,10 @@ def _activation_memory(ctx: Ctx, k: Knobs, g: _Shape, blk: BlockCost, f_v: dict,
     # log-softmax output, its gradient and the input's gradient, 12 bytes per logit (torchtitan before its
     # loss was compiled)
     loss_b = np.where(k.fused_loss.astype(bool) & k.fused_layers.astype(bool), e + 4.0, 12.0)
-    logits = g.T * V / g.tp * loss_b
+    # each MTP module's loss keeps its logits too, and without a slot of its own its block's activations
+    # (one micro-batch's: the last stage runs a micro-batch's backward right after its forward)
+    logits = g.T * V / g.tp * loss_b * (1 + ctx.mtp)
+    mtp_act = ctx.mtp * blk.act_stored  # the MTP blocks' (outside a custom layout's slots)
     emb_out = 2.0 * g.T * h * e
     acts = compose_activations(
         f_v["inflv"],
@@ -514,12 +562,20 @@ def _activation_memory(ctx: Ctx, k: Knobs, g: _Shape, blk: BlockCost, f_v: dict,
         blk.act_stored,
         working,
         emb_out,
-        logits,
+        logits + (1.0 - g.un) * mtp_act,
         a_part,
         vee=v_runs(k, g)[0],
         dual=v_runs(k, g)[1],
     )
-    return dict(acts, working=working, logits_bytes=logits, emb_out=emb_out, a_off=a_off, a_part=a_part)
+    return dict(
+        acts,
+        working=working,
+        logits_bytes=logits,
+        mtp_act_bytes=mtp_act + 0.0 * logits,
+        emb_out=emb_out,
+        a_off=a_off,
+        a_part=a_part,
+    )
 
 
 def _memory(problem: Problem, ctx: Ctx, k: Knobs, g: _Shape, P: _Params, blk: BlockCost, f_v, f_m) -> dict:
@@ -652,7 +708,7 @@ def _throughput(ctx: Ctx, g: _Shape, blk: BlockCost, step) -> dict:
 
 
 def _terms(
-    pl: dict, dpt: dict, optimizer, blk: BlockCost, head, t_p2p, off_exp_layer, mem, fill
+    pl: dict, dpt: dict, optimizer, blk: BlockCost, head, t_p2p, off_exp_layer, mem, fill, edges
 ) -> StepTerms:
     """The `StepTerms` of the evaluation from its parts."""
     return StepTerms(
@@ -674,6 +730,8 @@ def _terms(
         layer_bw_s=blk.bw_total,
         bubble_fill_s=fill,
         head_s=head,
+        head_last_s=edges[0] + 0.0 * head,
+        head_first_s=edges[1] + 0.0 * head,
         p2p_s=t_p2p,
         offload_layer_s=off_exp_layer,
         state_hbm_bytes=mem["weights"] + mem["grads"] + mem["optim_state"],
@@ -683,6 +741,7 @@ def _terms(
         act_working_bytes=mem["working"],
         emb_out_bytes=mem["emb_out"],
         logits_bytes=mem["logits_bytes"],
+        mtp_act_bytes=mem["mtp_act_bytes"],
     )
 
 
@@ -693,9 +752,8 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     pp, n_mb, Ls = g.pp, g.n_mb, g.Ls
     blk, w_stage = _layer(ctx, k, pp)
     tau = blk.total
-    head, M = _edge_work(ctx, k, g)
-    # with el the first/last stage trade one layer for the embedding / LM head and loss
-    head = np.where(g.el > 0, np.maximum(head - tau, 0.0), head)
+    h_last, h_first, M = _edge_work(ctx, k, g)
+    head = edge_extra(h_last, h_first, tau, pp, g.el, g.un, g.slack, ctx.mtp * tau)
     t_p2p = _p2p_time(ctx, k, g, M)
     f_l, f_v, f_m = (
         layout_factors(g.B, g.slots, g.dp, pp),
@@ -708,7 +766,9 @@ def evaluate(problem: Problem, k: Knobs, ctx: Ctx | None = None) -> StepResult:
     mem = _memory(problem, ctx, k, g, P, blk, f_v, f_m)
     off_exp_layer, offload_bw_need = _offload_streaming(problem, ctx, k, P, blk, mem)
     pl, t_ss = _pipeline_time(k, g, blk, head, t_p2p, off_exp_layer, f_l, f_v)
-    terms = _terms(pl, dpt, optimizer, blk, head, t_p2p, off_exp_layer, mem, bubble_fill(blk, k))
+    terms = _terms(
+        pl, dpt, optimizer, blk, head, t_p2p, off_exp_layer, mem, bubble_fill(blk, k), (h_last, h_first)
+    )
     step = step_of(terms)
     # the report's parts: layers + head per micro-batch, bubble, p2p less what the edge stage's head hides
     pp_exposed = pl["p2p_steady_s"] + pl["p2p_fill_s"] - np.where(pp > 1, n_mb * np.minimum(t_ss, head), 0.0)

@@ -55,7 +55,9 @@ class StepTerms:
     bubble_fill_s: (
         Arr  # per layer: what the zero-bubble schedule fills the bubble with (2 T_W, backward GEMMs)
     )
-    head_s: Arr  # the edge stage's embedding, LM head and loss beyond its layers (less a layer slot with el)
+    head_s: Arr  # the edge stages' work beyond the busiest stage's layers (`compose.edge_extra`)
+    head_last_s: Arr  # the last stage's LM head and loss, and the MTP modules' but their blocks
+    head_first_s: Arr  # the first stage's embedding
     p2p_s: Arr  # one pipeline exchange of an activation between neighbouring stages
     offload_layer_s: Arr  # a layer's offload streaming not hidden behind its forward and backward
     # ---- memory per GPU, bytes (worst stage)
@@ -65,7 +67,10 @@ class StepTerms:
     act_stored_bytes: Arr  # activations one layer keeps from forward to backward, per micro-batch
     act_working_bytes: Arr  # one layer's recompute working set
     emb_out_bytes: Arr  # the embedding output the first stage holds
-    logits_bytes: Arr  # the loss's logits (and their fp32 softmax) the last stage holds
+    logits_bytes: Arr  # the loss's logits (and their fp32 softmax) the last stage holds, the MTP losses' too
+    mtp_act_bytes: (
+        Arr  # the MTP blocks' stored activations (one micro-batch), outside a custom layout's slots
+    )
 
 
 STEP_PARTS = ("pipeline_s", "dp_exposed_s", "dp_slowdown_s", "optimizer_s", "fsdp_copies_s")

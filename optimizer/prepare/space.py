@@ -275,7 +275,14 @@ def _expand(p: Problem, dom: dict[str, list], lay: np.ndarray) -> np.ndarray:
         sel = rows[rows[:, 1] == 1]
         out.append(np.concatenate([sel, np.zeros((len(sel), 1), dtype=np.int64)], axis=1))
     X = np.concatenate(out) if out else np.zeros((0, 7), dtype=np.int64)
-    return np.concatenate([X, _uneven(p, dom, X[:, 1], X[:, 6])[:, None]], axis=1)
+    X = np.concatenate([X, _uneven(p, dom, X[:, 1], X[:, 6])[:, None]], axis=1)
+    if p.mtp_layers and {True, False} <= {bool(v) for v in dom["pp_uneven"]}:
+        # with MTP modules a custom layout differs from the split by layers even where pp divides it (the
+        # MTP blocks take its slots rather than adding to the last stage): both are searched
+        even = X[(X[:, 1] > 1) & (X[:, 7] == 0)].copy()
+        even[:, 7] = 1
+        X = np.concatenate([X, even])
+    return X
 
 
 def _uneven(p: Problem, dom: dict[str, list], pp: np.ndarray, el: np.ndarray) -> np.ndarray:

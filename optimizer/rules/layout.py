@@ -117,11 +117,11 @@ def _upto(vals, n: int) -> list[int]:
 
 
 # --------------------------------------------------------------------------------------------- domains
-def uneven_vpps(layers: int, pps) -> set[int]:
-    """The vpp an uneven split of `layers` (or layers + 2 with the embedding and loss slots) over each pp of
-    `pps` can interleave with: the divisors of its busiest stage's ceil(slots / pp)
-    (`compose.split_slots`)."""
-    return {v for s in (layers, layers + 2) for q in pps if q > 1 for v in divisors(-(-s // q))}
+def uneven_vpps(blocks: int, pps) -> set[int]:
+    """The vpp an uneven split (a custom layout) of `blocks` (the layers and the MTP modules' blocks,
+    `Problem.pipeline_blocks`; + 2 with the embedding and loss slots) over each pp of `pps` can interleave
+    with: the divisors of its busiest stage's ceil(slots / pp) (`compose.split_slots`)."""
+    return {v for s in (blocks, blocks + 2) for q in pps if q > 1 for v in divisors(-(-s // q))}
 
 
 def uneven_searched(problem: Problem) -> bool:
@@ -161,7 +161,7 @@ def axis_values(problem: Problem, knob: str) -> list[int]:
     if knob == "etp":
         return deg(divisors(llm.moe.expert_ffn)) if llm.moe else []
     if knob == "vpp":
-        extra = uneven_vpps(llm.layers, range(2, llm.layers + 3)) if uneven else set()
+        extra = uneven_vpps(p.pipeline_blocks, range(2, llm.layers + 3)) if uneven else set()
         return sorted(set(divisors(llm.layers)) | set(divisors(llm.layers + 2)) | extra)
     if knob == "micro_batch":
         return divisors(B)
@@ -293,10 +293,16 @@ def rule_masks(
     tp_split = (llm.heads % tp == 0) & (llm.ffn % tp == 0) & ((llm.kv % tp == 0) | (tp % llm.kv == 0))
     el_b = el.astype(bool)
     slots = L + 2 * el
-    uneven = np.asarray(pp_uneven, dtype=bool) & (pp > 1) & (slots >= pp * vpp)
+    # a custom layout (pp_uneven) also places the MTP modules' blocks, all in the last chunk with the loss
+    # (Megatron-Core's layout rules)
+    mtp = p.mtp_layers
+    blocks = slots + mtp
+    custom = np.asarray(pp_uneven, dtype=bool) & (pp > 1)
+    chunk = -(-blocks // np.maximum(pp * vpp, 1))
+    uneven = custom & (blocks >= pp * vpp) & ((mtp == 0) | (chunk >= mtp + el))
     if searched:
-        uneven = uneven & ((-(-slots // np.maximum(pp, 1))) % vpp == 0)
-    split = (slots % (pp * vpp) == 0) | uneven
+        uneven = uneven & ((-(-blocks // np.maximum(pp, 1))) % vpp == 0)
+    split = np.where(custom, uneven, slots % (pp * vpp) == 0)
     layers = split & ~((vpp > 1) & (pp == 1)) & ~(el_b & (pp == 1))
     batch = B % (dp * mb) == 0
     n_mb = np.where(batch, B // np.maximum(dp * mb, 1), 0)

@@ -147,6 +147,16 @@ class LLM(Frozen):
         "(GPT-OSS: swiglu_limit 7.0; null = none). Megatron-Core's eager "
         "expert MLP clamps outside its fused activation kernel.",
     )
+    mtp_layers: Int = Field(
+        0,
+        ge=0,
+        le=16,
+        description="Multi-token prediction modules trained with the model (DeepSeek-V3: 1; "
+        "DeepSeek-AI 2024, Sec. 2.2; HF num_nextn_predict_layers, Megatron-Core mtp_num_layers): each "
+        "the embedding of the next token, a 2h -> h projection, one transformer block like the model's "
+        "last and the shared LM head and loss, on the last pipeline stage. Stacks without MTP (all but "
+        "megatron-core) train without them.",
+    )
     attention_sinks: bool = Field(
         False,
         description="Learned attention sinks (GPT-OSS): one logit per head added "

@@ -572,3 +572,15 @@ class Problem(Frozen):
     @property
     def seq_len(self) -> int:
         return self.training.seq_len or self.llm.seq_len
+
+    @property
+    def mtp_layers(self) -> int:
+        """Multi-token prediction modules trained (`LLM.mtp_layers`): Megatron-Core runs them; the other
+        stacks have none (torchtitan's DeepSeek-V3 trains without them)."""
+        return self.llm.mtp_layers if self.stack == Stack.MEGATRON_CORE else 0
+
+    @property
+    def pipeline_blocks(self) -> int:
+        """Transformer blocks a custom pipeline layout (`Execution.pp_uneven`) places: the layers and each
+        MTP module's block."""
+        return self.llm.layers + self.mtp_layers

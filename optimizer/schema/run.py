@@ -19,6 +19,7 @@ from pydantic import Field
 
 from optimizer.schema.common import (
     Frozen,
+    Int,
     MlpKind,
     NonNegativeFloat,
     PositiveFloat,
@@ -79,6 +80,13 @@ class RunArchitecture(Frozen):
     )
     activation_clamp: PositiveFloat | None = Field(
         None, description="Limit the GLU's gate and linear halves are clamped at (GPT-OSS: 7.0), or null."
+    )
+    mtp_layers: Int | None = Field(
+        None,
+        ge=0,
+        le=16,
+        description="Multi-token prediction modules trained with the model (Megatron-Core mtp_num_layers; "
+        "DeepSeek-V3 recipes: 1), or null: none.",
     )
 
 

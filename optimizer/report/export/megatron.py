@@ -36,31 +36,44 @@ def cp_comm_sizes(problem, ex) -> tuple[str, list[int] | None]:
     return kind, [a, ex.cp // a]
 
 
-def chunk_layers(layers: int, el: bool, pp: int, vpp: int) -> list[int]:
-    """Layer slots of each of the pp*vpp model chunks of an uneven split, in Megatron-Core's chunk order
-    (virtual stage major): ceil(slots / (pp vpp)) each, one fewer on the chunks nearest the edges until they
-    hold the slots (the first and last chunks carry the embedding and the loss)."""
+def chunk_layers(blocks: int, pp: int, vpp: int, keep: int = 0) -> list[int]:
+    """Slots (layers, the MTP modules' blocks, the embedding and the loss where they are slots) of each of
+    the pp*vpp model chunks of a custom layout, in Megatron-Core's chunk order (virtual stage major: rank r
+    holds chunks r, r + pp, ...): each chunk ceil(blocks / (pp vpp)) as the model times it
+    (`compose.edge_extra`), the last stage the padding fewer (at most a stage's), taken from its last chunk
+    first while that keeps `keep` (the MTP modules and the loss), the rest of the padding from the chunks
+    nearest the first edge."""
     n = pp * vpp
-    slots = layers + 2 * int(el)
-    counts = [-(-slots // n)] * n
-    order = sorted(range(n), key=lambda i: min(i, n - 1 - i))
-    for i in order[: sum(counts) - slots]:
-        counts[i] -= 1
+    c = -(-blocks // n) * vpp  # a stage's slots: its chunks' ceil(blocks / (pp vpp)) each (`split_slots`)
+    counts = [c // vpp] * n
+    pad = pp * c - blocks
+    slack = max(min(pad, c - keep), 0)  # as the model's (`_Shape.slack`)
+    last_stage = [n - 1 - k * pp for k in range(vpp)]  # its last chunk first
+    for i in last_stage:
+        cut = max(min(slack, counts[i] - (keep if i == n - 1 else 0)), 0)
+        counts[i] -= cut
+        slack -= cut
+    rest = pad - max(min(pad, c - keep), 0) + slack  # what the last stage could not shed
+    for i in (i for i in range(n) if i not in last_stage):
+        cut = min(rest, counts[i])
+        counts[i] -= cut
+        rest -= cut
     return counts
 
 
-def pipeline_layout(llm, ex) -> str | None:
-    """Megatron-Core's --pipeline-model-parallel-layout of an uneven split (`Execution.pp_uneven` where pp*vpp
-    does not divide the layer slots): chunks separated by "|", E the embedding, t a transformer layer, L the
-    loss (`chunk_layers`); None for an even split."""
-    el = bool(ex.pp_embedding_loss)
-    if not (ex.pp > 1 and ex.pp_uneven) or (llm.layers + 2 * el) % (ex.pp * ex.vpp) == 0:
-        return None
-    counts = chunk_layers(llm.layers, el, ex.pp, ex.vpp)
-    chunks = ["t" * c for c in counts]
-    if el:  # the embedding and the loss take a slot of the edge chunks
-        chunks[0], chunks[-1] = "E" + chunks[0][1:], chunks[-1][1:] + "L"
-    else:
+def pipeline_layout(llm, ex, mtp: int = 0) -> str | None:
+    """Megatron-Core's --pipeline-model-parallel-layout of a custom layout (`Execution.pp_uneven`): chunks
+    separated by "|", E the embedding, t a transformer layer, m an MTP module, L the loss, the blocks per
+    chunk of `chunk_layers`; None where the split is by layers (or the layout is that split)."""
+    slots = llm.layers + 2 * int(bool(ex.pp_embedding_loss))
+    if not (ex.pp > 1 and ex.pp_uneven) or (mtp == 0 and slots % (ex.pp * ex.vpp) == 0):
+        return None  # a split by layers, or a custom layout that is one
+    el = int(bool(ex.pp_embedding_loss))  # the embedding and the loss as slots of the layout
+    counts = chunk_layers(llm.layers + mtp + 2 * el, ex.pp, ex.vpp, mtp + el)
+    seq = "E" * el + "t" * llm.layers + "m" * mtp + "L" * el
+    edges = [0, *(sum(counts[: i + 1]) for i in range(len(counts)))]
+    chunks = [seq[a:b] for a, b in zip(edges, edges[1:], strict=False)]
+    if not el:
         chunks[0], chunks[-1] = "E" + chunks[0], chunks[-1] + "L"
     runs: list[list] = []  # runs of equal consecutive chunks, written (chunk|)*k
     for c in chunks:
@@ -77,7 +90,7 @@ def _parallel_flags(problem, ex) -> list[str]:
     """Tensor, pipeline (interleaved, with the embedding and loss as slots, an uneven split as a layout) and
     context parallel sizes, and the CP exchange."""
     a = [f"--tensor-model-parallel-size {ex.tp}", f"--pipeline-model-parallel-size {ex.pp}"]
-    layout = pipeline_layout(problem.llm, ex)
+    layout = pipeline_layout(problem.llm, ex, problem.mtp_layers)
     if layout is not None:
         # the layout fixes the chunks: no virtual-stage count, no embedding/loss accounting flags
         return a + [f"--pipeline-model-parallel-layout {layout}"] + _cp_flags(problem, ex)
@@ -117,6 +130,8 @@ def _shape_flags(problem, ex) -> list[str]:
     ]
     if llm.head_dim is not None and llm.head_dim * llm.heads != llm.hidden:
         a.append(f"--kv-channels {llm.head_dim}")
+    if problem.mtp_layers:
+        a.append(f"--mtp-num-layers {problem.mtp_layers}")
     kv = llm.kv_heads or llm.heads
     if kv != llm.heads:
         a += ["--group-query-attention", f"--num-query-groups {kv}"]

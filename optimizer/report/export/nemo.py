@@ -16,7 +16,8 @@ def overrides(problem, ex) -> list[tuple[str, object]]:
     """(attribute path under `recipe`, value) for the plan `ex` of `problem`."""
     tr, sysm = problem.training, problem.system
     gpus = ex.tp * ex.pp * ex.cp * (ex.dp or 1)
-    layout = pipeline_layout(problem.llm, ex)  # an uneven split: the chunks, in place of the slot flags
+    # an uneven split or MTP slots: the chunks, in place of the slot flags
+    layout = pipeline_layout(problem.llm, ex, problem.mtp_layers)
     out: list[tuple[str, object]] = [
         ("trainer.num_nodes", -(-gpus // sysm.gpus_per_node)),
         ("trainer.devices", min(sysm.gpus_per_node, gpus)),
@@ -36,6 +37,8 @@ def overrides(problem, ex) -> list[tuple[str, object]]:
             ("trainer.strategy.expert_model_parallel_size", ex.ep),
             ("trainer.strategy.expert_tensor_parallel_size", ex.etp or ex.tp),
         ]
+    if problem.mtp_layers:
+        out.append(("model.config.mtp_num_layers", problem.mtp_layers))
     if layout is not None:
         # MegatronStrategy copies its own (None by default) onto the model config: set it on the strategy
         out.append(("trainer.strategy.pipeline_model_parallel_layout", layout))

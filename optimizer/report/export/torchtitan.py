@@ -35,6 +35,17 @@ def _pipeline(llm, ex, notes: list[str]) -> dict:
     w = 1 if ex.pp_embedding_loss else 0
     slots, stages = llm.layers + 2 * w, ex.pp * ex.vpp
     per_stage = -(-slots // stages)
+    last_less = w
+    if ex.pp_uneven:  # the model's custom layout: the last stage holds the padding fewer (`_Shape.slack`)
+        per_stage = -(-slots // stages)  # each chunk's, as `split_slots` pads
+        c = per_stage * ex.vpp
+        slack = max(min(ex.pp * c - slots, c - w), 0)
+        last_less = w + min(slack, per_stage - w)
+        if slack > per_stage - w:
+            notes.append(
+                f"the last stage holds {slack} layers fewer in the modelled split, more than its last chunk: "
+                "set module_fqns_per_model_part for it"
+            )
     par = {
         "pipeline_parallel_schedule": (
             "Interleaved1F1B"
@@ -43,10 +54,10 @@ def _pipeline(llm, ex, notes: list[str]) -> dict:
         ),
         "pipeline_parallel_microbatch_size": ex.micro_batch,
         "pipeline_parallel_first_stage_less_layers": w,
-        "pipeline_parallel_last_stage_less_layers": w,
+        "pipeline_parallel_last_stage_less_layers": last_less,
         "pipeline_parallel_layers_per_stage": per_stage,
     }
-    if -(-slots // per_stage) != stages:
+    if -(-(slots - w + last_less) // per_stage) != stages:
         notes.append(
             f"{slots} layer slots do not split into {stages} stages of at most {per_stage}: set "
             "module_fqns_per_model_part for the modelled split"
