@@ -60,6 +60,7 @@ from optimizer.model.compose import (
     edge_extra,
     fsdp_traffic,
     layout_factors,
+    layout_slack,
     mb_factors,
     split_slots,
     vpp_factors,
@@ -336,8 +337,7 @@ def _layout_tables(problem: Problem, lay: dict, tpcp_index: dict, z_vals: list[i
     units = problem.llm.layers + 2 * el + np.where(un, problem.mtp_layers, 0)
     slots = split_slots(units, pp, 1, un)
     keep = el + problem.mtp_layers  # the last stage keeps the loss and the MTP blocks
-    L0["slack"] = np.where(un, np.maximum(np.minimum(slots - units, slots // pp - keep), 0), 0)
-    L0["slack"] = L0["slack"].astype(np.int64)
+    L0["slack"] = np.where(un, layout_slack(units, pp, 1, keep), 0).astype(np.int64)
     L0["un"] = un.astype(np.int64)
     L0.update(layout_factors(problem.training.global_batch, slots, lay["dp"], lay["pp"]))  # A1, A2, Ls, pm2
     L0["tpcp"] = np.array([tpcp_index[key] for key in _group_keys(lay)])

@@ -197,33 +197,24 @@ def test_calibrate_transfer_writes_transferred_from(calibrate):
     assert "hbm_efficiency" in text and "not calibrated" in text.split("hbm_efficiency", 1)[1].splitlines()[0]
 
 
+def _set_line(path: Path, key: str, text: str) -> None:
+    """Rewrite the top-level `key: ...` line of a system file."""
+    import re
+
+    path.write_text(re.sub(rf"^{key}: .*$", f"{key}: {text}", path.read_text(), flags=re.M))
+
+
 def test_transfer_of_a_prior_replaces_a_stale_value_and_keeps_a_reasoned_one(calibrate):
     """Where the source's value is a prior, a target value a transfer wrote (labelled 'transferred from' or
     'prior, not calibrated (not fitted on ...') takes the source's prior; a target's own prior, with its
     reason, stays."""
-    import re
-
     cal, lib = calibrate
     src, dst = lib / "systems" / "gb300-nvl72.yaml", lib / "systems" / "b300-sxm-270gb.yaml"
     prior = "[[0.1, 0.35], [1, 0.6], [10, 0.8], [100, 0.88], [1000, 0.9]]"
-    text = re.sub(
-        r"^hbm_efficiency: .*$",
-        f"hbm_efficiency: {prior}  # prior, not calibrated",
-        src.read_text(),
-        flags=re.M,
-    )
-    src.write_text(text)
+    _set_line(src, "hbm_efficiency", f"{prior}  # prior, not calibrated")
     stale = "[[0.1, 0.3], [1, 0.5], [10, 0.7], [100, 0.8], [1000, 0.85]]"
-    text = re.sub(
-        r"^hbm_efficiency: .*$",
-        f"hbm_efficiency: {stale}  # prior, not calibrated (not fitted on gb300-nvl72 either)",
-        dst.read_text(),
-        flags=re.M,
-    )
-    text = re.sub(
-        r"^attention_efficiency: .*$", "attention_efficiency: 0.7  # prior: its own reason", text, flags=re.M
-    )
-    dst.write_text(text)
+    _set_line(dst, "hbm_efficiency", f"{stale}  # prior, not calibrated (not fitted on gb300-nvl72 either)")
+    _set_line(dst, "attention_efficiency", "0.7  # prior: its own reason")
     assert cal.transfer("gb300-nvl72", ["b300-sxm-270gb"], lib) == 0
     after = validate_model(System, read_yaml(dst))
     assert after.hbm_efficiency == validate_model(System, read_yaml(src)).hbm_efficiency

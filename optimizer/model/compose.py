@@ -46,6 +46,14 @@ def split_slots(slots, pp, vpp, uneven):
     return np.where(np.asarray(uneven, dtype=bool) & (pp > 1), -(-slots // n) * n, slots)  # ceil, exact
 
 
+def layout_slack(units, pp, vpp, keep):
+    """Slots the last stage of a custom layout of `units` slots over pp x vpp chunks holds fewer: the
+    padding of `split_slots`, pp ceil(units / (pp vpp)) vpp - units, as long as the stage keeps `keep` (its
+    loss slot and MTP blocks); generic over scalars and arrays."""
+    per_stage = -(-np.asarray(units) // (pp * np.asarray(vpp))) * vpp
+    return np.maximum(np.minimum(pp * per_stage - units, per_stage - keep), 0)
+
+
 def layout_factors(B, slots, dp, pp) -> dict:
     """A1, A2, Ls, pm2 (module docstring)."""
     return {"A1": _div(B * slots, dp * pp), "A2": _div(B, dp), "Ls": _div(slots, pp), "pm2": 2 * (pp - 1)}

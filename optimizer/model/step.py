@@ -34,6 +34,7 @@ from optimizer.model.compose import (
     edge_head,
     fsdp_traffic,
     layout_factors,
+    layout_slack,
     mb_factors,
     p2p_steady,
     pipeline,
@@ -246,7 +247,7 @@ def _shape(ctx: Ctx, k: Knobs) -> _Shape:
     slots = split_slots(units, pp, vpp, un)
     Ls = slots / pp  # transformer layers of the busiest stage (a middle one when el)
     # slots the last stage holds fewer: the padding, as long as it keeps the loss and the MTP blocks
-    slack = np.where(un > 0, np.maximum(np.minimum(slots - units, Ls - el - ctx.mtp), 0.0), 0.0)
+    slack = np.where(un > 0, layout_slack(units, pp, vpp, el + ctx.mtp), 0.0)
     return _Shape(
         tp,
         pp,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shlex
 
+from optimizer.model.compose import layout_slack
 from optimizer.model.hardware import QUANTIZED
 from optimizer.schema import Precision
 
@@ -44,16 +45,15 @@ def chunk_layers(blocks: int, pp: int, vpp: int, keep: int = 0) -> list[int]:
     first while that keeps `keep` (the MTP modules and the loss), the rest of the padding from the chunks
     nearest the first edge."""
     n = pp * vpp
-    c = -(-blocks // n) * vpp  # a stage's slots: its chunks' ceil(blocks / (pp vpp)) each (`split_slots`)
-    counts = [c // vpp] * n
-    pad = pp * c - blocks
-    slack = max(min(pad, c - keep), 0)  # as the model's (`_Shape.slack`)
+    counts = [-(-blocks // n)] * n  # each chunk's ceil(blocks / (pp vpp)) (`split_slots`)
+    shed = int(layout_slack(blocks, pp, vpp, keep))  # as the model's (`_Shape.slack`)
+    rest = sum(counts) - blocks - shed  # the padding the last stage keeps: from the chunks nearest the first
     last_stage = [n - 1 - k * pp for k in range(vpp)]  # its last chunk first
     for i in last_stage:
-        cut = max(min(slack, counts[i] - (keep if i == n - 1 else 0)), 0)
+        cut = max(min(shed, counts[i] - (keep if i == n - 1 else 0)), 0)
         counts[i] -= cut
-        slack -= cut
-    rest = pad - max(min(pad, c - keep), 0) + slack  # what the last stage could not shed
+        shed -= cut
+    rest += shed
     for i in (i for i in range(n) if i not in last_stage):
         cut = min(rest, counts[i])
         counts[i] -= cut

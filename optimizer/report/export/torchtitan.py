@@ -4,6 +4,8 @@ with FSDP as data_parallel_shard_degree when ZeRO >= 1."""
 
 from __future__ import annotations
 
+from optimizer.model.compose import layout_slack
+
 SCHEDULES = {
     "1f1b": "1F1B",
     "gpipe": "GPipe",
@@ -37,9 +39,7 @@ def _pipeline(llm, ex, notes: list[str]) -> dict:
     per_stage = -(-slots // stages)
     last_less = w
     if ex.pp_uneven:  # the model's custom layout: the last stage holds the padding fewer (`_Shape.slack`)
-        per_stage = -(-slots // stages)  # each chunk's, as `split_slots` pads
-        c = per_stage * ex.vpp
-        slack = max(min(ex.pp * c - slots, c - w), 0)
+        slack = int(layout_slack(slots, ex.pp, ex.vpp, w))
         last_less = w + min(slack, per_stage - w)
         if slack > per_stage - w:
             notes.append(
