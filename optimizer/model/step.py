@@ -367,9 +367,9 @@ def _stage_params(ctx: Ctx, k: Knobs, g: _Shape, w_stage) -> _Params:
     P_emb = V * h / tp
     P_head = V * h / tp  # tied embeddings keep a copy on the last stage when pp > 1
     tied = llm.tied_embeddings
-    # MTP modules (last stage): a block each (in a slot of its own with el or a custom layout) and the 2h x h
-    # projection, and, with a pipeline, a copy of the embedding they look the next tokens up in; a custom
-    # layout's last stage holds `slack` fewer blocks
+    # MTP modules (last stage): a block each (a slot of a custom layout, else beyond the split) and the
+    # 2h x h projection, and, with a pipeline, a copy of the embedding they look the next tokens up in; a
+    # custom layout's last stage holds `slack` fewer blocks
     mtp = ctx.mtp
     mtp_blocks = mtp * (1.0 - g.un)  # outside the stage's slots
     P_mtp = mtp * (2.0 * h * h / tp + 2.0 * h) + np.where((pp > 1) & (mtp > 0), P_emb, 0.0)
