@@ -61,6 +61,7 @@ from optimizer.model.compose import (
     fsdp_traffic,
     layout_factors,
     layout_slack,
+    layout_units,
     mb_factors,
     split_slots,
     vpp_factors,
@@ -327,6 +328,11 @@ def _group_keys(lay: dict) -> list[tuple[int, ...]]:
     return [tuple(int(x) for x in key) for key in zip(*(lay[a] for a in GROUP_AXES), strict=True)]
 
 
+def _cut_codes(cut: np.ndarray, custom: np.ndarray) -> np.ndarray:
+    """The (el, slack) codes, el + 2 slack, of the custom layouts, sorted: head column 3 + i is the i-th."""
+    return np.unique(cut[custom])
+
+
 def _layout_tables(problem: Problem, lay: dict, tpcp_index: dict, z_vals: list[int], run, nVar: int):
     """Per layout: the composition factors and flags (variant-independent, L0) and, per variant, the DP
     collectives, FSDP's copies, the reserve and the optimizer and state of each ZeRO stage."""
@@ -334,7 +340,7 @@ def _layout_tables(problem: Problem, lay: dict, tpcp_index: dict, z_vals: list[i
     # the embedding and loss take a layer slot each; a custom layout (uneven) also places the MTP blocks,
     # padded to its busiest stage, and its last stage holds `slack` fewer slots (`_Shape`)
     pp, un, el = lay["pp"], (lay["pp_uneven"] == 1) & (lay["pp"] > 1), lay["pp_embedding_loss"]
-    units = problem.llm.layers + 2 * el + np.where(un, problem.mtp_layers, 0)
+    units = layout_units(problem.llm.layers, el, un, problem.mtp_layers)
     slots = split_slots(units, pp, 1, un)
     keep = el + problem.mtp_layers  # the last stage keeps the loss and the MTP blocks
     L0["slack"] = np.where(un, layout_slack(units, pp, 1, keep), 0).astype(np.int64)
@@ -346,8 +352,7 @@ def _layout_tables(problem: Problem, lay: dict, tpcp_index: dict, z_vals: list[i
     L0["ppgt1"] = (lay["pp"] > 1).astype(np.int64)
     # head column: pp = 1; pp > 1; pp > 1 with el slots; 3 + i: a custom layout with the i-th (el, slack)
     cut = el + 2 * L0["slack"]  # (el, slack) as one code
-    cut_vals = np.unique(cut[un])
-    L0["hc"] = np.where(un, 3 + np.searchsorted(cut_vals, cut), L0["ppgt1"] + el).astype(np.int64)
+    L0["hc"] = np.where(un, 3 + np.searchsorted(_cut_codes(cut, un), cut), L0["ppgt1"] + el).astype(np.int64)
     L0["cut"] = cut
     nL = len(lay["tp"])
     r = run(nL, **lay)
@@ -513,7 +518,7 @@ def _block_tables(
     rb = _run_rows(run, need, cols, BLOCK_FIELDS, pp=1)
     at_pp2 = ("head_s", "p2p_s", "head_last_s", "head_first_s", "layer_s")
     rps = {t: _run_rows(run, ix, cols, at_pp2, pp=2, tier_pp=t) for t, ix in need_pp2.items()}
-    cut_vals = np.unique(L0["cut"][L0["hc"] >= 3])  # the custom layouts' (el, slack) head columns (3 + i)
+    cut_vals = _cut_codes(L0["cut"], L0["un"] == 1)  # the custom layouts' head columns (3 + i)
     mtp = problem.mtp_layers
     rpe = {
         t: _run_rows(run, ix, cols, ("head_s",), pp=2, pp_embedding_loss=1, tier_pp=t)

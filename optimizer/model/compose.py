@@ -46,6 +46,13 @@ def split_slots(slots, pp, vpp, uneven):
     return np.where(np.asarray(uneven, dtype=bool) & (pp > 1), -(-slots // n) * n, slots)  # ceil, exact
 
 
+def layout_units(layers, el, uneven, mtp):
+    """Layer slots a pipeline split places: the layers, with `el` the embedding and the loss, and in a custom
+    layout (`uneven`) each of the `mtp` MTP modules' blocks (Megatron-Core counts one only in a layout; in a
+    split by layers it adds to the last stage); generic over scalars and arrays."""
+    return layers + 2 * el + np.where(np.asarray(uneven, dtype=bool), mtp, 0)
+
+
 def layout_slack(units, pp, vpp, keep):
     """Slots the last stage of a custom layout of `units` slots over pp x vpp chunks holds fewer: the
     padding of `split_slots`, pp ceil(units / (pp vpp)) vpp - units, as long as the stage keeps `keep` (its
@@ -85,11 +92,10 @@ def edge_extra(h_last, h_first, tau, pp, el, uneven, slack, mtp_block):
     mtp x tau). With the embedding and the loss as layer slots (`el`) the edge trades a slot for its extra
     work and MTP blocks, max(max(h_last + mtp_block, h_first) - tau, 0). A custom layout (`uneven`) also
     places the MTP blocks, ceil(slots / pp) on the busiest stage, and its last stage holds `slack` fewer
-    slots, the padding of the split (pp ceil(slots / pp) - slots, as long as the stage keeps its loss and
-    MTP blocks), as Megatron-Bridge's
-    DeepSeek-V3 layouts give the last chunk one layer, the MTP module and the loss
-    ('Et*4|(t*4|)*14tmL'): max(h_last - (slack + el) tau, h_first - el tau, 0). Otherwise (a split by
-    layers) the last stage adds its head and MTP blocks: max(h_last + mtp_block, h_first)."""
+    slots, the padding of the split (`layout_slack`), as Megatron-Bridge's DeepSeek-V3 layouts give the
+    last chunk one layer, the MTP module and the loss ('Et*4|(t*4|)*14tmL'): max(h_last - (slack + el) tau,
+    h_first - el tau, 0). Otherwise (a split by layers) the last stage adds its head and MTP blocks:
+    max(h_last + mtp_block, h_first)."""
     return np.select(
         [pp <= 1, uneven > 0, el > 0],
         [

@@ -55,6 +55,7 @@ from optimizer.model.step import (
     evaluate,
     layer_params_per_gpu,
     make_ctx,
+    mtp_params,
     state_bytes,
 )
 from optimizer.rules.layout import domain_used, placement
@@ -175,8 +176,7 @@ def _stage_params(ctx: Ctx, role: str, tp, L, p_layer):
     stage and the LM head and final norm on the last (vocab x hidden / tp each)."""
     llm, h = ctx.llm, ctx.llm.hidden
     vh = llm.vocab * h / tp
-    # the MTP modules on the last stage (`step._stage_params`): a block, the 2h x h projection, the embedding
-    mtp = ctx.mtp * (p_layer + 2.0 * h * h / tp + 2.0 * h) + (vh if ctx.mtp else 0.0)
+    mtp = mtp_params(ctx, tp, p_layer, ctx.mtp, True)  # the MTP modules on the last stage
     return (
         L * p_layer
         + (vh if role == FIRST else 0.0)

@@ -35,6 +35,7 @@ from optimizer.model.compose import (
     fsdp_traffic,
     layout_factors,
     layout_slack,
+    layout_units,
     mb_factors,
     p2p_steady,
     pipeline,
@@ -243,7 +244,7 @@ def _shape(ctx: Ctx, k: Knobs) -> _Shape:
     # layer slots of the split: the layers, with el the embedding and the loss too; a custom layout also
     # places the MTP modules' blocks (Megatron-Core counts an MTP module only in a layout), padded to the
     # busiest chunk's ceil, so that every per-stage factor below is the busiest stage's
-    units = L + 2.0 * el + np.where(un > 0, ctx.mtp, 0.0)
+    units = layout_units(L, el, un, float(ctx.mtp))
     slots = split_slots(units, pp, vpp, un)
     Ls = slots / pp  # transformer layers of the busiest stage (a middle one when el)
     # slots the last stage holds fewer: the padding, as long as it keeps the loss and the MTP blocks
@@ -352,6 +353,15 @@ class _Params:
         return np.where(shard, self.non_expert / self.dpg + self.expert / self.edp, self.stage)
 
 
+def mtp_params(ctx: Ctx, tp, p_block, blocks, pipelined):
+    """Parameters per GPU of the MTP modules on the last stage: each one's 2h x h projection and two norms,
+    `blocks` blocks of `p_block` (those outside a custom layout's slots), and where `pipelined` a copy of the
+    embedding they look the next tokens up in."""
+    h, V = ctx.llm.hidden, ctx.llm.vocab
+    emb = np.where(np.asarray(pipelined, dtype=bool) & (ctx.mtp > 0), V * h / tp, 0.0)
+    return ctx.mtp * (2.0 * h * h / tp + 2.0 * h) + blocks * p_block + emb
+
+
 def _stage_params(ctx: Ctx, k: Knobs, g: _Shape, w_stage) -> _Params:
     """Parameters per GPU of the stage that bounds DP traffic and the optimizer (the worst stage)."""
     llm, tp, pp, Ls, el = ctx.llm, g.tp, g.pp, g.Ls, g.el
@@ -372,8 +382,7 @@ def _stage_params(ctx: Ctx, k: Knobs, g: _Shape, w_stage) -> _Params:
     # custom layout's last stage holds `slack` fewer blocks
     mtp = ctx.mtp
     mtp_blocks = mtp * (1.0 - g.un)  # outside the stage's slots
-    P_mtp = mtp * (2.0 * h * h / tp + 2.0 * h) + np.where((pp > 1) & (mtp > 0), P_emb, 0.0)
-    P_mtp = P_mtp + mtp_blocks * P_last_block
+    P_mtp = mtp_params(ctx, tp, P_last_block, mtp_blocks, pp > 1)
     P_first = (Ls - el) * P_layer + P_emb + np.where(pp > 1, 0.0, 0.0 if tied else P_head)
     final_norm = h * (2 if llm.bias else 1)
     P_first = P_first + np.where(pp > 1, 0.0, final_norm + P_mtp)

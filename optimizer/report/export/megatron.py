@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shlex
 
-from optimizer.model.compose import layout_slack
+from optimizer.model.compose import layout_slack, layout_units
 from optimizer.model.hardware import QUANTIZED
 from optimizer.schema import Precision
 
@@ -69,7 +69,7 @@ def pipeline_layout(llm, ex, mtp: int = 0) -> str | None:
     if not (ex.pp > 1 and ex.pp_uneven) or (mtp == 0 and slots % (ex.pp * ex.vpp) == 0):
         return None  # a split by layers, or a custom layout that is one
     el = int(bool(ex.pp_embedding_loss))  # the embedding and the loss as slots of the layout
-    counts = chunk_layers(llm.layers + mtp + 2 * el, ex.pp, ex.vpp, mtp + el)
+    counts = chunk_layers(int(layout_units(llm.layers, el, True, mtp)), ex.pp, ex.vpp, mtp + el)
     seq = "E" * el + "t" * llm.layers + "m" * mtp + "L" * el
     edges = [0, *(sum(counts[: i + 1]) for i in range(len(counts)))]
     chunks = [seq[a:b] for a, b in zip(edges, edges[1:], strict=False)]
