@@ -36,7 +36,7 @@ import numpy as np
 from ..rules.layout import cp_a2a_degree
 from ..schema import LLM, MlpKind, MoE, Precision
 from ..schema.common import MOE_DISPATCHER_CODES, RECOMPUTE_BITS, MoeDispatcher, RecomputeModule
-from ..schema.stack import Stack
+from ..schema.stack import Stack, mtp_modules
 from .fitted import FITTED
 from .hardware import (
     BYTES,
@@ -85,9 +85,8 @@ class Ctx:
 
     @property
     def mtp(self) -> int:
-        """Multi-token prediction modules trained (`LLM.mtp_layers`): Megatron-Core's; the other stacks
-        have none (torchtitan's DeepSeek-V3 trains without them)."""
-        return self.llm.mtp_layers if self.stack == Stack.MEGATRON_CORE else 0  # as Problem.mtp_layers
+        """Multi-token prediction modules trained (`stack.mtp_modules`)."""
+        return mtp_modules(self.llm.mtp_layers, self.stack)
 
     @property
     def e(self) -> int:

@@ -184,10 +184,10 @@ def _knobs_text(ex: Any, d: dict, p: Any) -> str:
         f"zero={ex.zero} tp_overlap={ex.tp_overlap.value} "
         f"dp_overlap={ex.dp_overlap} attention={ex.attention.value} schedule={ex.schedule.value}"
     )
-    if ex.pp > 1 and ex.pp_uneven:  # a custom layout (the embedding/loss slots moot under it)
-        knobs += " uneven_split"
-    elif ex.pp > 1 and ex.pp_embedding_loss:
+    if ex.pp > 1 and ex.pp_embedding_loss:
         knobs += " embedding_loss_slots"
+    if ex.pp > 1 and ex.pp_uneven:  # a custom layout
+        knobs += " uneven_split"
     if ex.cp > 1:
         knobs += f" cp_comm={ex.cp_comm.value}"
     if p.llm.moe is not None:

@@ -27,7 +27,7 @@ from optimizer.schema.common import (
 )
 from optimizer.schema.goodput import Goodput
 from optimizer.schema.llm import LLM
-from optimizer.schema.stack import Stack
+from optimizer.schema.stack import Stack, mtp_modules
 from optimizer.schema.system import System
 
 
@@ -575,9 +575,8 @@ class Problem(Frozen):
 
     @property
     def mtp_layers(self) -> int:
-        """Multi-token prediction modules trained (`LLM.mtp_layers`): Megatron-Core runs them; the other
-        stacks have none (torchtitan's DeepSeek-V3 trains without them)."""
-        return self.llm.mtp_layers if self.stack == Stack.MEGATRON_CORE else 0
+        """Multi-token prediction modules trained (`stack.mtp_modules`)."""
+        return mtp_modules(self.llm.mtp_layers, self.stack)
 
     @property
     def pipeline_blocks(self) -> int:

@@ -52,6 +52,12 @@ class Stack(StrEnum):
     MEGATRON_DEEPSPEED = "megatron-deepspeed"
 
 
+def mtp_modules(mtp_layers: int, stack: Stack) -> int:
+    """Multi-token prediction modules a stack trains of a model's `LLM.mtp_layers`: Megatron-Core runs them
+    (mtp_num_layers); the other stacks have none (torchtitan's DeepSeek-V3 trains without them)."""
+    return mtp_layers if stack == Stack.MEGATRON_CORE else 0
+
+
 NO_OFFLOAD = {
     "weight_offload": [False],
     "activation_offload": [False],

@@ -65,11 +65,11 @@ def pipeline_layout(llm, ex, mtp: int = 0) -> str | None:
     """Megatron-Core's --pipeline-model-parallel-layout of a custom layout (`Execution.pp_uneven`): chunks
     separated by "|", E the embedding, t a transformer layer, m an MTP module, L the loss, the blocks per
     chunk of `chunk_layers`; None where the split is by layers (or the layout is that split)."""
-    slots = llm.layers + 2 * int(bool(ex.pp_embedding_loss))
-    if not (ex.pp > 1 and ex.pp_uneven) or (mtp == 0 and slots % (ex.pp * ex.vpp) == 0):
-        return None  # a split by layers, or a custom layout that is one
     el = int(bool(ex.pp_embedding_loss))  # the embedding and the loss as slots of the layout
-    counts = chunk_layers(int(layout_units(llm.layers, el, True, mtp)), ex.pp, ex.vpp, mtp + el)
+    units = int(layout_units(llm.layers, el, True, mtp))
+    if not (ex.pp > 1 and ex.pp_uneven) or (mtp == 0 and units % (ex.pp * ex.vpp) == 0):
+        return None  # a split by layers, or a custom layout that is one
+    counts = chunk_layers(units, ex.pp, ex.vpp, mtp + el)
     seq = "E" * el + "t" * llm.layers + "m" * mtp + "L" * el
     edges = [0, *(sum(counts[: i + 1]) for i in range(len(counts)))]
     chunks = [seq[a:b] for a, b in zip(edges, edges[1:], strict=False)]
