@@ -21,7 +21,9 @@ mean signed error (model / measured - 1), and the worst case:
 - precisions: a layer's GEMMs forward and backward in per-tensor FP8, MXFP8 and NVFP4 relative to BF16,
   against Transformer Engine's benchmark_gemm.py tables (problems/measurements/b300-te-gemm-precisions.json,
   inputs pre-quantised), and the MXFP8 kernel factor `hardware.BLOCK_SCALED_KERNEL` derived from them
-  (`block_scaled_kernel`).
+  (`block_scaled_kernel`);
+- the FP8 GEMM's efficiency against BF16's at the same layer shapes, the measured
+  `matrix_efficiency_scale.fp8` (`fp8_gemm_scale`).
 The default file is ../shared/measurements/h100-sxm-80gb-microbench.json (beside the project); targets of the
 model's kernels, checked on that file (exit 1 when missed; the model is deterministic): attention and GEMM
 median |error| <= 15%, block <= 7%. --quick: without --measurements, the shipped
@@ -281,6 +283,27 @@ def block_scaled_kernel(data: dict) -> float:
     return round(sum(pq[p]["fp8_current"] for p in pq) / sum(pq[p]["mxfp8"] for p in pq), 3)
 
 
+def fp8_gemm_scale(data: dict, system: System) -> float | None:
+    """What `System.matrix_efficiency_scale[fp8]` holds where it is measured: the FP8 GEMM's fraction of its
+    datasheet peak over the BF16 one's at the same layer shape (`gemm` records of microbench.py, squares
+    left out), the geometric mean over every shape measured in both; None without such pairs."""
+    import math
+
+    def key(g):
+        return (g.get("model"), g.get("tp"), g.get("tokens"), g.get("op"), g["m"], g["n"], g["k"])
+
+    bf16 = {
+        key(g): g["s"] for g in data.get("gemm", []) if g["dtype"] == "bf16" and g.get("model") != "square"
+    }
+    peaks = system.peak_tflops(Precision.BF16) / system.peak_tflops(Precision.FP8)
+    logs = [
+        math.log(bf16[key(g)] / g["s"] * peaks)
+        for g in data.get("gemm", [])
+        if g["dtype"] == "fp8" and key(g) in bf16
+    ]
+    return round(math.exp(sum(logs) / len(logs)), 3) if logs else None
+
+
 def precision_errors(data: dict, system: System) -> list[tuple[str, float]]:
     """Per pass and quantised precision, the model's layer GEMM time relative to BF16 against the measured
     (pre-quantised) one: (model ratio) / (measured ratio) - 1."""
@@ -382,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
             out["expert_eager_rates"] = expert_eager_rates(data, system)
         if "per_layer_ms" in data:
             out["block_scaled_kernel"] = block_scaled_kernel(data)
+        if system.peak_tflops(Precision.FP8) and fp8_gemm_scale(data, system) is not None:
+            out["fp8_gemm_scale"] = fp8_gemm_scale(data, system)
     except (KeyError, TypeError) as ex:
         print(
             f"{path}: a record lacks a field this script reads ({ex!r}): not a microbench.py / "
@@ -425,6 +450,11 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"  MXFP8 kernel throughput against per-tensor FP8 (hardware.BLOCK_SCALED_KERNEL): "
                 f"{out['block_scaled_kernel']}"
+            )
+        if "fp8_gemm_scale" in out:
+            print(
+                "  FP8 GEMM efficiency against BF16's at the same layer shapes "
+                f"(matrix_efficiency_scale.fp8): {out['fp8_gemm_scale']}"
             )
     return 1 if missed else 0
 

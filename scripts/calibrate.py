@@ -634,7 +634,7 @@ def _is_fitted(doc: CommentedMap, key: str) -> bool:
 
 
 # labels a transfer writes: a value under one of them is the source's
-PRIOR_LABELS = ("transferred from", "prior, not calibrated (not fitted on")
+PRIOR_LABELS = ("transferred from", "prior, not calibrated (not fitted on", "measured on the same die (")
 
 
 def transfer(src: str, targets: list[str], library: Path | None = None) -> int:
@@ -667,12 +667,16 @@ def transfer(src: str, targets: list[str], library: Path | None = None) -> int:
                 if key not in src_doc and key in doc and _comment_of(doc, key).startswith("transferred from"):
                     del doc[key]  # no longer fitted at the source: the target derives it as the source does
                 elif key in src_doc and key in doc and _comment_of(doc, key).startswith(PRIOR_LABELS):
-                    # a prior at the source (same die): the target takes the same prior, labelled as one (a
-                    # value of its own, measured or a prior with its reason, stays)
+                    # a prior or a measured value at the source (same die): the target takes it, labelled
+                    # so (a value of its own, measured or a prior with its reason, stays)
                     if _copied(doc[key]) != _copied(src_doc[key]) or _comment_of(doc, key).startswith(
                         "trans"
                     ):
-                        label = f"prior, not calibrated (not fitted on {src} either)"
+                        label = (
+                            f"measured on the same die ({src}), not fitted"
+                            if _comment_of(src_doc, key).startswith("measured")
+                            else f"prior, not calibrated (not fitted on {src} either)"
+                        )
                         _set_key(doc, key, _copied(src_doc[key]), label)
                 continue
             _set_key(

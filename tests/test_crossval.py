@@ -94,7 +94,7 @@ def test_sequence_commands():
         "--gpu",
         "h100-sxm-80gb",
         "--params",
-        "level,fp8_scale",
+        "level",
         "--shape",
         "h100-sxm-80gb",
         "--write",

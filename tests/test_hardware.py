@@ -188,7 +188,7 @@ def test_calibrate_transfer_writes_transferred_from(calibrate):
     assert after.calibration.transferred_from == "h100-sxm-80gb"
     assert after.calibration.status() == "transferred"
     assert after.calibration.runs == src.calibration.runs
-    assert set(after.calibration.fitted) == {"matrix_efficiency", "matrix_efficiency_scale"}
+    assert set(after.calibration.fitted) == {"matrix_efficiency"}  # H100's FP8 factor is measured
     assert after.matrix_efficiency == src.matrix_efficiency
     assert after.hbm_efficiency == before.hbm_efficiency  # H100's HBM table is a prior: not copied
     assert after.matrix_tflops == before.matrix_tflops  # datasheet peaks stay the target's
@@ -219,6 +219,20 @@ def test_transfer_of_a_prior_replaces_a_stale_value_and_keeps_a_reasoned_one(cal
     after = validate_model(System, read_yaml(dst))
     assert after.hbm_efficiency == validate_model(System, read_yaml(src)).hbm_efficiency
     assert after.attention_efficiency == 0.7 and "its own reason" in dst.read_text()
+
+
+def test_transfer_of_a_measured_value_says_so(calibrate):
+    """A value measured at the source (its comment starts 'measured') reaches a same-die target labelled as
+    measured there, not fitted, and not listed among the fields fitted."""
+    cal, lib = calibrate
+    src, dst = lib / "systems" / "gb300-nvl72.yaml", lib / "systems" / "b300-sxm-270gb.yaml"
+    _set_line(src, "matrix_efficiency_scale", "{fp8: 0.9, nvfp4: 0.7}  # measured: a GEMM table")
+    _set_line(dst, "matrix_efficiency_scale", "{fp8: 1.0}  # transferred from gb300-nvl72 (same GPU die)")
+    assert cal.transfer("gb300-nvl72", ["b300-sxm-270gb"], lib) == 0
+    after = validate_model(System, read_yaml(dst))
+    assert after.matrix_efficiency_scale == validate_model(System, read_yaml(src)).matrix_efficiency_scale
+    assert "# measured on the same die (gb300-nvl72), not fitted" in dst.read_text()
+    assert "matrix_efficiency_scale" not in after.calibration.fitted
 
 
 def test_calibrate_write_loo_sets_only_the_band_and_transfer_carries_it(calibrate):
