@@ -60,7 +60,7 @@ SEQUENCE: list[Step] = [
     # fitted); the 40GB part (same die, same 400 W, slower HBM) takes the tables as they are
     Step("a100-sxm-80gb", ("public",)),
     Step("a100-sxm-80gb", ("public", "llmfoundry"), "attention_efficiency", stack="fsdp"),
-    Step("a100-sxm-80gb", transfer=("a100-sxm-40gb",)),
+    Step("a100-sxm-80gb", transfer=("a100-sxm-40gb", "a100-sxm-80gb-opa")),
     # H100: one level on its own curve's shape (FP8's factor is measured, not fitted); transfers
     Step("h100-sxm-80gb", R, "level", shape="h100-sxm-80gb"),
     Step("h100-sxm-80gb", transfer=("h800-sxm-80gb", "h200-sxm-141gb")),

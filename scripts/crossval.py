@@ -74,6 +74,12 @@ GROUPS: list[tuple[str, str, str, str]] = [
         "Korthikanti et al. 2022 (arXiv May 2022): Tables 3 and 5, the abstract, Sec. 6.3",
     ),
     (
+        r"bigscience bloom-176b training",
+        "bloom-2022",
+        "2022-07",
+        "BigScience BLOOM-176B training logs (bigscience-workshop/bigscience train/tr11-176B-ml)",
+    ),
+    (
         r"llm-foundry .*@061f2c7",
         "llm-foundry-061f2c7",
         "2023-10",

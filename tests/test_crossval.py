@@ -104,6 +104,7 @@ def test_sequence_commands():
         "a100-sxm-80gb",
         "--transfer",
         "a100-sxm-40gb",
+        "a100-sxm-80gb-opa",
     ]
 
 

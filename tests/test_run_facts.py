@@ -117,3 +117,22 @@ def test_sidecar_facts_are_merged_and_checked(tmp_path: Path):
     facts.write_text(yaml.safe_dump({"r": {"softwares": {"year": 2021}}}))
     with pytest.raises(ProblemErrors):
         load_runs(str(runs))
+
+
+def test_embedding_slots_stated_are_the_split_modelled():
+    """`software.pp_embedding_slots` gives the embedding and the output layer a pipeline slot each, on
+    Megatron-DeepSpeed too (BLOOM's --pp-partition-method 'type:transformer|embedding': 70 layers + 2 over 12
+    stages); without it, 70 layers over pp 12 split by module, the busiest chunk uneven."""
+    base = _record(
+        model={"hidden": 1024, "ffn": 4096, "layers": 70, "heads": 16, "seq_len": 2048, "vocab": 50304},
+        hardware={"gpu": "a100-sxm-80gb-opa", "num_gpus": 96, "gpus_per_node": 8},
+        parallel={"tp": 4, "pp": 12, "dp": 2, "cp": 1, "ep": 1, "micro_batch": 1, "global_batch": 64},
+    )
+    sw = {"framework": "megatron-deepspeed", "year": 2022}
+    stated = map_run(base | {"software": sw | {"pp_embedding_slots": True}}).problem.execution
+    assert stated.pp_embedding_loss and not stated.pp_uneven
+    unstated = map_run(base | {"software": sw}).problem.execution
+    assert not unstated.pp_embedding_loss and unstated.pp_uneven
+    odd = base | {"model": base["model"] | {"layers": 71}}  # 73 slots: uneven with the slots
+    both = map_run(odd | {"software": sw | {"pp_embedding_slots": True}}).problem.execution
+    assert both.pp_embedding_loss and both.pp_uneven

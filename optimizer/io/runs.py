@@ -479,13 +479,21 @@ def _software_knobs(run: dict, sw: dict, fixed: dict, free: dict, out: Mapped) -
 
 
 def _pipeline_layout(run: dict, stack: str, fixed: dict, out: Mapped) -> None:
-    """How layers that pp*vpp does not divide are split: by module outside Megatron-Core (only it gives the
-    embedding and the loss a pipeline layer slot); with the embedding and the loss as slots when layers + 2
-    divide; else a custom layout. The uneven layouts time and size the busiest chunk."""
+    """How the layers are split over the stages: with the embedding and the output layer as slots where the
+    run says so (`software.pp_embedding_slots`); else, where pp*vpp does not divide the layers, by module
+    outside Megatron-Core, with the embedding and the loss as slots when layers + 2 divide, else a custom
+    layout. The uneven layouts time and size the busiest chunk."""
     par = run["parallel"]
     vpp_known = par.get("vpp") or 1
     L = run["model"]["layers"]
-    if stack != "megatron-core" and par["pp"] > 1 and L % (par["pp"] * vpp_known):
+    if software(run).get("pp_embedding_slots") and par["pp"] > 1:
+        fixed["pp_embedding_loss"] = True
+        if (L + 2) % (par["pp"] * vpp_known):
+            fixed["pp_uneven"] = True
+        out.assumptions.append(
+            "the embedding and the output layer take a pipeline layer slot each (software.pp_embedding_slots)"
+        )
+    elif stack != "megatron-core" and par["pp"] > 1 and L % (par["pp"] * vpp_known):
         fixed["pp_uneven"] = True
         out.assumptions.append(
             f"layers {L} not divisible by pp*vpp = {par['pp'] * vpp_known}: {stack} splits "

@@ -268,6 +268,13 @@ class RunSoftware(Frozen):
         None,
         description="Precision gradients are reduced in (null: fp16 for fp16 training, else fp32).",
     )
+    pp_embedding_slots: bool | None = Field(
+        None,
+        description="The embedding and the output layer each count as a layer slot of the pipeline split "
+        "(Megatron-Core account_for_embedding/loss_in_pipeline_split; Megatron-DeepSpeed "
+        "--pp-partition-method 'type:transformer|embedding'); null: only where layers + 2, not layers, "
+        "divide by pp x vpp on Megatron-Core.",
+    )
 
 
 class RunFacts(Frozen):

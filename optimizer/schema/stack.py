@@ -29,8 +29,9 @@ Megatron-Core. What each profile offers, with its source:
   profile); no CP; ZeRO-Offload/Infinity are not modelled.
 - megatron-deepspeed (microsoft/Megatron-DeepSpeed README and examples; the BLOOM and MT-NLG training
   setups): Megatron's tensor parallelism and pipeline stages run by DeepSpeed's pipeline engine (1F1B, no
-  interleaved virtual stages, no scatter-gather of the stage exchange, the embedding and loss on the edge
-  stages without layer slots) with DeepSpeed's ZeRO-1 at most (the pipeline engine refuses ZeRO-2/3); no
+  interleaved virtual stages, no scatter-gather of the stage exchange; the embedding and the output layer on
+  the edge stages, as layer slots of the split with --pp-partition-method 'type:transformer|embedding', as
+  BLOOM ran) with DeepSpeed's ZeRO-1 at most (the pipeline engine refuses ZeRO-2/3); no
   Megatron sequence parallelism or TP-communication overlap, no CP (its Ulysses sequence parallelism is
   not modelled), full or selective activation checkpointing, BF16/FP16 (no FP8), no CPU offload.
 """
@@ -122,7 +123,7 @@ PROFILES: dict[Stack, dict[str, list]] = {
         "zero": [0, 1],
         "sequence_parallel": [False],
         "tp_overlap": [TpOverlap.NONE],
-        "pp_embedding_loss": [False],
+        "pp_embedding_loss": [False, True],
         "pp_rs_ag": [False],
         **NO_OFFLOAD,
         **NO_ZERO_BUBBLE,
