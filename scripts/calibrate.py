@@ -669,14 +669,12 @@ def transfer(src: str, targets: list[str], library: Path | None = None) -> int:
                 elif key in src_doc and key in doc and _comment_of(doc, key).startswith(PRIOR_LABELS):
                     # a prior or a measured value at the source (same die): the target takes it, labelled
                     # so (a value of its own, measured or a prior with its reason, stays)
-                    if _copied(doc[key]) != _copied(src_doc[key]) or _comment_of(doc, key).startswith(
-                        "trans"
-                    ):
-                        label = (
-                            f"measured on the same die ({src}), not fitted"
-                            if _comment_of(src_doc, key).startswith("measured")
-                            else f"prior, not calibrated (not fitted on {src} either)"
-                        )
+                    label = (
+                        f"measured on the same die ({src}), not fitted"
+                        if _comment_of(src_doc, key).startswith("measured")
+                        else f"prior, not calibrated (not fitted on {src} either)"
+                    )
+                    if _copied(doc[key]) != _copied(src_doc[key]) or _comment_of(doc, key) != label:
                         _set_key(doc, key, _copied(src_doc[key]), label)
                 continue
             _set_key(
