@@ -234,7 +234,9 @@ def test_transfer_of_a_measured_value_says_so(calibrate):
     assert "# measured on the same die (gb300-nvl72), not fitted" in dst.read_text()
     assert "matrix_efficiency_scale" not in after.calibration.fitted
     # the same value under the other label is relabelled, both ways
-    _set_line(dst, "matrix_efficiency_scale", "{fp8: 0.9, nvfp4: 0.7}  # prior, not calibrated (not fitted on x)")
+    _set_line(
+        dst, "matrix_efficiency_scale", "{fp8: 0.9, nvfp4: 0.7}  # prior, not calibrated (not fitted on x)"
+    )
     assert cal.transfer("gb300-nvl72", ["b300-sxm-270gb"], lib) == 0
     assert "# measured on the same die (gb300-nvl72), not fitted" in dst.read_text()
     _set_line(src, "matrix_efficiency_scale", "{fp8: 0.9, nvfp4: 0.7}  # prior, not calibrated")
