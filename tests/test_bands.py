@@ -77,3 +77,12 @@ def test_a_gpu_with_few_runs_is_bounded_by_its_own_worst_error():
     b = bands.grouped_band("gpu-c", "s1", "dense", doc)
     assert b.pct == 31.0 and b.scope == "gpu-c's 2 runs"
     assert bands.grouped_band("gpu-a", "s1", "dense", doc).pct == 4.0  # enough runs of its own: unchanged
+
+
+def test_a_stack_with_few_runs_is_bounded_by_its_own_worst_error():
+    """A stack with fewer than `min_runs` grouped errors (one source) bounds the band of its plans on any GPU
+    type from below, as a GPU type with few runs does; a pair with enough runs of its own is unchanged."""
+    doc = {**DOC, "errors": {**DOC["errors"], "gpu-c": {"s9": {"dense": [-20.3, -13.4]}}}}
+    b = bands.grouped_band("gpu-a", "s9", "dense", doc)  # gpu-a never ran s9
+    assert b.pct == 20.3 and b.scope == "s9's 2 runs"
+    assert bands.grouped_band("gpu-a", "s1", "dense", doc).pct == 4.0

@@ -136,3 +136,9 @@ def test_embedding_slots_stated_are_the_split_modelled():
     odd = base | {"model": base["model"] | {"layers": 71}}  # 73 slots: uneven with the slots
     both = map_run(odd | {"software": sw | {"pp_embedding_slots": True}}).problem.execution
     assert both.pp_embedding_loss and both.pp_uneven
+    # on Megatron-Core an unstated fact is inferred (layers + 2 divide), a stated false is kept
+    mc = base | {"model": base["model"] | {"layers": 46}}
+    mc = mc | {"parallel": mc["parallel"] | {"pp": 4, "dp": 6}}
+    assert map_run(mc).problem.execution.pp_embedding_loss
+    off = map_run(mc | {"software": {"pp_embedding_slots": False}}).problem.execution
+    assert not off.pp_embedding_loss and off.pp_uneven

@@ -486,7 +486,8 @@ def _pipeline_layout(run: dict, stack: str, fixed: dict, out: Mapped) -> None:
     par = run["parallel"]
     vpp_known = par.get("vpp") or 1
     L = run["model"]["layers"]
-    if software(run).get("pp_embedding_slots") and par["pp"] > 1:
+    slots = software(run).get("pp_embedding_slots")  # None: inferred below (Megatron-Core only)
+    if slots and par["pp"] > 1:
         fixed["pp_embedding_loss"] = True
         if (L + 2) % (par["pp"] * vpp_known):
             fixed["pp_uneven"] = True
@@ -500,17 +501,23 @@ def _pipeline_layout(run: dict, stack: str, fixed: dict, out: Mapped) -> None:
             "the stages by module (the embedding on the first, the output on the last); the "
             f"model times and sizes the busiest chunk, ceil({L} / {par['pp'] * vpp_known}) layers"
         )
-    elif par["pp"] > 1 and L % (par["pp"] * vpp_known) and (L + 2) % (par["pp"] * vpp_known) == 0:
+    elif (
+        slots is None
+        and par["pp"] > 1
+        and L % (par["pp"] * vpp_known)
+        and (L + 2) % (par["pp"] * vpp_known) == 0
+    ):
         fixed["pp_embedding_loss"] = True
         out.assumptions.append(
             f"layers {L} not divisible by pp*vpp = {par['pp'] * vpp_known} but layers + 2 are: "
             "the embedding and the loss take a pipeline layer slot each (Megatron-Core "
             "account_for_embedding/loss_in_pipeline_split)"
         )
-    elif par["pp"] > 1 and L % (par["pp"] * vpp_known) and (L + 2) % (par["pp"] * vpp_known):
+    elif par["pp"] > 1 and L % (par["pp"] * vpp_known):
         fixed["pp_uneven"] = True
+        why = "without embedding slots (software.pp_embedding_slots)" if slots is False else "nor layers + 2"
         out.assumptions.append(
-            f"neither layers {L} nor layers + 2 divide by pp*vpp = {par['pp'] * vpp_known}: a "
+            f"layers {L} not divisible by pp*vpp = {par['pp'] * vpp_known}, {why}: a "
             "custom pipeline layout (Megatron-Core pipeline_model_parallel_layout) of the layers and MTP "
             "blocks, the last stage holding the padding's fewer (compose.edge_extra)"
         )

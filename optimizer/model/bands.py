@@ -6,7 +6,7 @@ each GPU type (the calibration-schema name a system file states as `gpu`), softw
 that covers `coverage` (80%) of the errors of its scope: the (GPU type, stack, kind) where it has at least
 `min_runs` errors, else the wider of the bands of the GPU type (every stack) and of the stack (every GPU
 type), else the kind's over every run, else every run's; never less than the largest error of a GPU type
-with fewer than `min_runs` grouped errors. A system whose GPU type the file does not list
+or a stack with fewer than `min_runs` grouped errors. A system whose GPU type the file does not list
 takes the band of the system its tables were transferred from, else falls back to its own calibration
 block (`Calibration.band_pct`: its leave-one-out figure, or the prior's band).
 """
@@ -94,11 +94,12 @@ def grouped_band(
     ):
         if not wider and len(errs) >= least:
             wider.append(Band(band_of(errs, cov), len(errs), scope))
-    # the GPU type's own few errors still bound the band from below: a part whose only source was far off
-    # is not given the fleet's band
-    few = [abs(e) for e in _pick(errors, gpu, None, None)]
-    if few and len(few) < least:
-        wider.append(Band(float(np.ceil(max(few) * 10.0) / 10.0), len(few), f"{gpu}'s {len(few)} runs"))
+    # the GPU type's and the stack's own few errors still bound the band from below: a part or a stack
+    # whose only source was far off is not given the fleet's band
+    for name, picked in ((gpu, _pick(errors, gpu, None, None)), (stack, _pick(errors, None, stack, None))):
+        few = [abs(e) for e in picked] if name else []
+        if few and len(few) < least:
+            wider.append(Band(float(np.ceil(max(few) * 10.0) / 10.0), len(few), f"{name}'s {len(few)} runs"))
     return max(wider, key=lambda b: b.pct) if wider else None
 
 
