@@ -34,6 +34,7 @@ from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate
 from optimizer.prepare.objective import gpu_time_cap, gpu_time_limit, score, step_limit, target
 from optimizer.rules.layout import zero_allowed
+from optimizer.schema.stack import overlaps_pipelined_dp
 
 UB_SLACK = 1e-4  # relative: the integer objective of the incumbent may differ from the model's by rounding
 
@@ -332,6 +333,8 @@ def incumbent(Ts: Tables | list[Tables], sel: Pairs, top: int = 1, distinct: boo
     legal = zero_allowed(np.array(T.z_vals)[z], dpg1) & (
         (dpg1 == 0) | (np.array(T.dpo_vals)[d] == 1) | (1 not in T.dpo_vals)
     )
+    if not overlaps_pipelined_dp(T.problem.stack):  # no overlap of a pipelined DP reduction
+        legal &= ~((np.array(T.dpo_vals)[d] == 1) & (dpg1 == 0) & (T.L["ppgt1"][rep.li] == 1))
     pos = np.repeat(np.arange(len(sel)), nz * nd)[legal]
     rep, z, d = rep.take(np.nonzero(legal)[0]), z[legal], d[legal]
     k = knobs_of_pairs(Ts, rep, z, d)

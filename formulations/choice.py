@@ -20,6 +20,7 @@ from formulations.common import Lookups, index_literals
 from formulations.cp_sat import cp_model
 from formulations.tables import Tables
 from optimizer.rules.layout import zero_allowed
+from optimizer.schema.stack import overlaps_pipelined_dp
 
 KEYS = ("li", "vi", "mi", "ri", "si", "oi", "var")
 
@@ -70,6 +71,10 @@ def build(T: Tables, m: cp_model.CpModel, pre: Presolved) -> ChoiceVars:
     m.AddElement(di, [int(v) for v in T.dpo_vals], dpo_on)
     if 1 in T.dpo_vals:
         m.AddImplication(dpg1, dpo_on)
+        if not overlaps_pipelined_dp(T.problem.stack):  # no overlap of a pipelined DP reduction
+            piped = m.NewBoolVar("pp>1")
+            m.Add(piped == by_pair.get("ppgt1", pre.cols["ppgt1"]))
+            m.AddBoolOr([dpo_on.Not(), dpg1, piped.Not()])
     z_lits = index_literals(m, zi, len(T.z_vals), "zero_index")
     return ChoiceVars(pair, zi, di, z_lits, dpo_on, by_pair, lower, pre)
 

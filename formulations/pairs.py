@@ -155,6 +155,7 @@ def compose(T: Tables, li, vi, mi, col) -> dict[str, np.ndarray]:
         for name in ("state_hbm_bytes", "state_offload_bytes"):
             out[f"{name}_z{z}"] = Lt[f"{name}_z{z}"][li]
     out["dpg1"] = Lt["dpg1"][li]
+    out["ppgt1"] = Lt["ppgt1"][li]
     out["n_gpus"] = T.gpus(li)
     return out
 

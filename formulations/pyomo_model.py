@@ -37,6 +37,7 @@ from optimizer.prepare.objective import score as objective_score
 from optimizer.prepare.space import compact_space
 from optimizer.rules.layout import zero_allowed
 from optimizer.schema import Problem
+from optimizer.schema.stack import overlaps_pipelined_dp
 
 SOLVERS = ("highs", "gurobi", "cplex", "cbc", "scip", "glpk")
 
@@ -55,6 +56,8 @@ def choices(T, pre) -> dict[str, np.ndarray]:
             ok = zero_allowed(z, dpg1) & np.ones(n, dtype=bool)
             if (1 in T.dpo_vals) and int(d) != 1:
                 ok &= ~dpg1
+            if int(d) == 1 and not overlaps_pipelined_dp(T.problem.stack):  # no pipelined DP overlap
+                ok &= dpg1 | (np.asarray(cols["ppgt1"]) == 0)
             if d:
                 dp = -((-np.asarray(cols[f"ovl{z}"], dtype=np.int64)) // Q)  # ceil
             else:

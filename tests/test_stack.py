@@ -225,9 +225,10 @@ def test_megatron_core_offers_no_tp_overlap_in_nvfp4(tmp_path, capsys):
 
 def test_megatron_deepspeed_runs_tp_and_pp_with_zero1_at_most(tmp_path):
     """megatron-deepspeed offers Megatron's TP and DeepSpeed's pipeline (1F1B, no virtual stages, no
-    scatter-gather of the stage exchange; the embedding and the output layer as layer slots where chosen) with
-    ZeRO-1 at most, and no sequence parallelism or CP; a ZeRO-3 execution is a located error; a narrower space
-    is never faster than Megatron-Core's."""
+    scatter-gather of the stage exchange; the embedding and the output layer as layer slots where chosen; the
+    gradients reduced after the last micro-batch, not overlapped) with ZeRO-1 at most, and no sequence
+    parallelism or CP; a ZeRO-3 or an overlapped pipelined execution is a located error; a narrower space is
+    never faster than Megatron-Core's."""
     p = _load(tmp_path, "stack: megatron-deepspeed\nsearch: {pp: [1, 2], tp: [1, 2, 4]}\n")
     r = solve(p, top=6)
     assert len(r.plans) == 6
@@ -235,11 +236,20 @@ def test_megatron_deepspeed_runs_tp_and_pp_with_zero1_at_most(tmp_path):
         ex = plan.evaluation.execution
         assert ex.zero in (0, 1) and ex.vpp == 1 and ex.cp == 1 and not ex.sequence_parallel
         assert not ex.pp_rs_ag
+        assert not (ex.pp > 1 and ex.dp_overlap)  # the pipeline engine reduces after the last micro-batch
+    # the CP-SAT tables and the exhaustive enumeration apply that rule alike
+    assert [x.objective_s for x in solve(p, top=6, method="enumerate").plans] == pytest.approx(
+        [x.objective_s for x in r.plans], rel=1e-6
+    )
     mc = solve(p.model_copy(update={"stack": "megatron-core"}))
     assert r.plans[0].objective_s >= mc.plans[0].objective_s * (1 - 1e-9)
     with pytest.raises((ProblemError, ProblemErrors)) as e:
         _load(tmp_path, "stack: megatron-deepspeed\nexecution: {tp: 2, pp: 2, zero: 3}\n")
     assert "zero" in str(e.value)
+    with pytest.raises((ProblemError, ProblemErrors)) as e:
+        _load(tmp_path, "stack: megatron-deepspeed\nexecution: {tp: 2, pp: 2, dp_overlap: true}\n")
+    assert "dp_overlap" in str(e.value)
+    _load(tmp_path, "stack: megatron-deepspeed\nexecution: {tp: 2, pp: 1, dp_overlap: true}\n")  # no pipeline
 
 
 def test_a_megatron_deepspeed_run_maps_to_its_stack_and_is_expressible():

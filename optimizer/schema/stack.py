@@ -31,9 +31,10 @@ Megatron-Core. What each profile offers, with its source:
   setups): Megatron's tensor parallelism and pipeline stages run by DeepSpeed's pipeline engine (1F1B, no
   interleaved virtual stages, no scatter-gather of the stage exchange; the embedding and the output layer on
   the edge stages, as layer slots of the split with --pp-partition-method 'type:transformer|embedding', as
-  BLOOM ran) with DeepSpeed's ZeRO-1 at most (the pipeline engine refuses ZeRO-2/3); no
-  Megatron sequence parallelism or TP-communication overlap, no CP (its Ulysses sequence parallelism is
-  not modelled), full or selective activation checkpointing, BF16/FP16 (no FP8), no CPU offload.
+  BLOOM ran; the gradients reduced after the last micro-batch, `overlaps_pipelined_dp`) with DeepSpeed's
+  ZeRO-1 at most (the pipeline engine refuses ZeRO-2/3); no Megatron sequence parallelism or
+  TP-communication overlap, no CP (its Ulysses sequence parallelism is not modelled), full or selective
+  activation checkpointing, BF16/FP16 (no FP8), no CPU offload.
 """
 
 from __future__ import annotations
@@ -202,7 +203,15 @@ def fsdp_copy_bytes(stack: Stack, wb: float, gb: float) -> tuple[float, float, f
     return 0.0, 0.0, 0.0
 
 
-LAYOUT_KNOBS = {"zero": "pp", "sequence_parallel": "tp"}  # knobs `by_layout` narrows, and the degree it reads
+# knobs `by_layout` narrows, and the degree it reads
+LAYOUT_KNOBS = {"zero": "pp", "sequence_parallel": "tp", "dp_overlap": "pp"}
+
+
+def overlaps_pipelined_dp(stack: Stack) -> bool:
+    """Whether the stack overlaps the data-parallel gradient reduction with backward when pp > 1. DeepSpeed's
+    pipeline engine (megatron-deepspeed) reduces the gradients once, after the last micro-batch's backward
+    (its TrainSchedule ends with ReduceTiedGrads, ReduceGrads, OptimizerStep)."""
+    return Stack(stack) != Stack.MEGATRON_DEEPSPEED
 
 
 def by_layout(stack: Stack, knob: str, pp: int, tp: int = 1) -> list | None:
@@ -210,11 +219,14 @@ def by_layout(stack: Stack, knob: str, pp: int, tp: int = 1) -> list | None:
     ranks, where they are narrower than `PROFILES` (None: as PROFILES). torchtitan's FSDP2 is ZeRO-1 in
     pipeline-parallel layouts (parameters kept gathered, gradients synchronised at the last micro-batch) and
     ZeRO-2/3 (or DDP) otherwise; its tensor parallelism always shards the norms' sequence
-    (SequenceParallel)."""
+    (SequenceParallel); DeepSpeed's pipeline engine does not overlap the gradient reduction
+    (`overlaps_pipelined_dp`)."""
     if Stack(stack) == Stack.TORCHTITAN and knob == "zero":
         return [0, 1] if pp > 1 else [0, 2, 3]
     if Stack(stack) == Stack.TORCHTITAN and knob == "sequence_parallel" and tp > 1:
         return [True]
+    if knob == "dp_overlap" and pp > 1 and not overlaps_pipelined_dp(stack):
+        return [False]
     return None
 
 
