@@ -330,11 +330,11 @@ def incumbent(Ts: Tables | list[Tables], sel: Pairs, top: int = 1, distinct: boo
     z, d = np.tile(zz, len(sel)), np.tile(dd, len(sel))
     dpg1 = T.L["dpg1"][rep.li]
     # as the space: ZeRO only with a data-parallel group, and the (moot) DP overlap flag on without one
-    legal = zero_allowed(np.array(T.z_vals)[z], dpg1) & (
-        (dpg1 == 0) | (np.array(T.dpo_vals)[d] == 1) | (1 not in T.dpo_vals)
-    )
-    if not overlaps_pipelined_dp(T.problem.stack):  # no overlap of a pipelined DP reduction
-        legal &= ~((np.array(T.dpo_vals)[d] == 1) & (dpg1 == 0) & (T.L["ppgt1"][rep.li] == 1))
+    on = np.array(T.dpo_vals)[d] == 1
+    # no overlap of a pipelined DP reduction where the stack has none, the (moot) flag off there too
+    piped = (T.L["ppgt1"][rep.li] == 1) & (not overlaps_pipelined_dp(T.problem.stack))
+    legal = zero_allowed(np.array(T.z_vals)[z], dpg1) & ((dpg1 == 0) | on | piped | (1 not in T.dpo_vals))
+    legal &= ~(piped & on)
     pos = np.repeat(np.arange(len(sel)), nz * nd)[legal]
     rep, z, d = rep.take(np.nonzero(legal)[0]), z[legal], d[legal]
     k = knobs_of_pairs(Ts, rep, z, d)

@@ -70,11 +70,13 @@ def build(T: Tables, m: cp_model.CpModel, pre: Presolved) -> ChoiceVars:
     dpo_on = m.NewBoolVar("dp_overlap")
     m.AddElement(di, [int(v) for v in T.dpo_vals], dpo_on)
     if 1 in T.dpo_vals:
-        m.AddImplication(dpg1, dpo_on)
-        if not overlaps_pipelined_dp(T.problem.stack):  # no overlap of a pipelined DP reduction
+        if overlaps_pipelined_dp(T.problem.stack):
+            m.AddImplication(dpg1, dpo_on)
+        else:  # no overlap of a pipelined DP reduction, the (moot) flag off with pp > 1 as the space sets it
             piped = m.NewBoolVar("pp>1")
             m.Add(piped == by_pair.get("ppgt1", pre.cols["ppgt1"]))
-            m.AddBoolOr([dpo_on.Not(), dpg1, piped.Not()])
+            m.AddImplication(piped, dpo_on.Not())
+            m.AddBoolOr([dpg1.Not(), piped, dpo_on])
     z_lits = index_literals(m, zi, len(T.z_vals), "zero_index")
     return ChoiceVars(pair, zi, di, z_lits, dpo_on, by_pair, lower, pre)
 

@@ -54,10 +54,12 @@ def choices(T, pre) -> dict[str, np.ndarray]:
     for j, z in enumerate(T.z_vals):
         for k, d in enumerate(T.dpo_vals):
             ok = zero_allowed(z, dpg1) & np.ones(n, dtype=bool)
+            # no overlap of a pipelined DP reduction where the stack has none (the moot flag off there too)
+            piped = (np.asarray(cols["ppgt1"]) == 1) & (not overlaps_pipelined_dp(T.problem.stack))
             if (1 in T.dpo_vals) and int(d) != 1:
-                ok &= ~dpg1
-            if int(d) == 1 and not overlaps_pipelined_dp(T.problem.stack):  # no pipelined DP overlap
-                ok &= dpg1 | (np.asarray(cols["ppgt1"]) == 0)
+                ok &= ~dpg1 | piped
+            if int(d) == 1:
+                ok &= ~piped
             if d:
                 dp = -((-np.asarray(cols[f"ovl{z}"], dtype=np.int64)) // Q)  # ceil
             else:

@@ -252,6 +252,21 @@ def test_megatron_deepspeed_runs_tp_and_pp_with_zero1_at_most(tmp_path):
     _load(tmp_path, "stack: megatron-deepspeed\nexecution: {tp: 2, pp: 1, dp_overlap: true}\n")  # no pipeline
 
 
+def test_megatron_deepspeed_pipelined_plans_never_overlap_dp_even_where_moot(tmp_path):
+    """With pp > 1 and no data-parallel group (tp 4 x pp 4 on 16 GPUs) the overlap flag is moot; CP-SAT, the
+    MILP and the enumeration all set it off there, as the stack states, and agree on every plan's time."""
+    from optimizer.schema.stack import layout_unsupported
+
+    p = _load(tmp_path, "stack: megatron-deepspeed\nsearch: {pp: [1, 4], tp: [4]}\n")
+    runs = [solve(p, top=40, **kw).plans for kw in ({}, {"backend": "pyomo"}, {"method": "enumerate"})]
+    assert any(x.evaluation.execution.pp == 4 and x.evaluation.execution.dp == 1 for x in runs[0])
+    for plans in runs:
+        assert [x.objective_s for x in plans] == pytest.approx([x.objective_s for x in runs[0]], rel=1e-6)
+        for x in plans:
+            ex = x.evaluation.execution
+            assert not layout_unsupported("megatron-deepspeed", ex) and not (ex.pp > 1 and ex.dp_overlap)
+
+
 def test_a_megatron_deepspeed_run_maps_to_its_stack_and_is_expressible():
     """A BLOOM-shaped run (Megatron-DeepSpeed, tp 4 x pp 12 x dp 8 on 384 A100 80GB, ZeRO-1) is expressed
     on the megatron-deepspeed stack and scored, not refused."""
