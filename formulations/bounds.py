@@ -33,7 +33,7 @@ from optimizer.model.capacity import feasible
 from optimizer.model.knobs import Knobs
 from optimizer.model.step import evaluate
 from optimizer.prepare.objective import gpu_time_cap, gpu_time_limit, score, step_limit, target
-from optimizer.rules.layout import zero_allowed
+from optimizer.rules.layout import dp_overlap_allowed, zero_allowed
 from optimizer.schema.stack import overlaps_pipelined_dp
 
 UB_SLACK = 1e-4  # relative: the integer objective of the incumbent may differ from the model's by rounding
@@ -329,12 +329,14 @@ def incumbent(Ts: Tables | list[Tables], sel: Pairs, top: int = 1, distinct: boo
     rep = sel.take(np.repeat(np.arange(len(sel)), nz * nd))
     z, d = np.tile(zz, len(sel)), np.tile(dd, len(sel))
     dpg1 = T.L["dpg1"][rep.li]
-    # as the space: ZeRO only with a data-parallel group, and the (moot) DP overlap flag on without one
-    on = np.array(T.dpo_vals)[d] == 1
-    # no overlap of a pipelined DP reduction where the stack has none, the (moot) flag off there too
-    piped = (T.L["ppgt1"][rep.li] == 1) & (not overlaps_pipelined_dp(T.problem.stack))
-    legal = zero_allowed(np.array(T.z_vals)[z], dpg1) & ((dpg1 == 0) | on | piped | (1 not in T.dpo_vals))
-    legal &= ~(piped & on)
+    # as the space: ZeRO only with a data-parallel group; the DP-overlap flag as `dp_overlap_allowed` says
+    legal = zero_allowed(np.array(T.z_vals)[z], dpg1) & dp_overlap_allowed(
+        np.array(T.dpo_vals)[d] == 1,
+        dpg1,
+        T.L["ppgt1"][rep.li] == 1,
+        1 in T.dpo_vals,
+        overlaps_pipelined_dp(T.problem.stack),
+    )
     pos = np.repeat(np.arange(len(sel)), nz * nd)[legal]
     rep, z, d = rep.take(np.nonzero(legal)[0]), z[legal], d[legal]
     k = knobs_of_pairs(Ts, rep, z, d)

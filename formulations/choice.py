@@ -72,7 +72,7 @@ def build(T: Tables, m: cp_model.CpModel, pre: Presolved) -> ChoiceVars:
     if 1 in T.dpo_vals:
         if overlaps_pipelined_dp(T.problem.stack):
             m.AddImplication(dpg1, dpo_on)
-        else:  # no overlap of a pipelined DP reduction, the (moot) flag off with pp > 1 as the space sets it
+        else:  # `layout.dp_overlap_allowed`: no overlap of a pipelined DP reduction, the moot flag off too
             piped = m.NewBoolVar("pp>1")
             m.Add(piped == by_pair.get("ppgt1", pre.cols["ppgt1"]))
             m.AddImplication(piped, dpo_on.Not())

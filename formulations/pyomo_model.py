@@ -35,7 +35,7 @@ from optimizer.model.terms import compose_step
 from optimizer.prepare.objective import gpu_time_cap, target
 from optimizer.prepare.objective import score as objective_score
 from optimizer.prepare.space import compact_space
-from optimizer.rules.layout import zero_allowed
+from optimizer.rules.layout import dp_overlap_allowed, zero_allowed
 from optimizer.schema import Problem
 from optimizer.schema.stack import overlaps_pipelined_dp
 
@@ -53,13 +53,13 @@ def choices(T, pre) -> dict[str, np.ndarray]:
     ngpu = np.asarray(cols["n_gpus"], dtype=np.int64) * np.ones(n, dtype=np.int64)
     for j, z in enumerate(T.z_vals):
         for k, d in enumerate(T.dpo_vals):
-            ok = zero_allowed(z, dpg1) & np.ones(n, dtype=bool)
-            # no overlap of a pipelined DP reduction where the stack has none (the moot flag off there too)
-            piped = (np.asarray(cols["ppgt1"]) == 1) & (not overlaps_pipelined_dp(T.problem.stack))
-            if (1 in T.dpo_vals) and int(d) != 1:
-                ok &= ~dpg1 | piped
-            if int(d) == 1:
-                ok &= ~piped
+            ok = zero_allowed(z, dpg1) & dp_overlap_allowed(
+                np.full(n, int(d) == 1),
+                dpg1,
+                np.asarray(cols["ppgt1"]) == 1,
+                1 in T.dpo_vals,
+                overlaps_pipelined_dp(T.problem.stack),
+            )
             if d:
                 dp = -((-np.asarray(cols[f"ovl{z}"], dtype=np.int64)) // Q)  # ceil
             else:

@@ -271,3 +271,21 @@ search: {{tp: 1, pp: 1, cp: 1, ep: [2, 3, 6, 12, 24, 48], micro_batch: 1}}
     fresh, reused = api.solve(small).plans[0], api.solve(small, tables=Ts).plans[0]
     assert reused.objective_s == pytest.approx(fresh.objective_s, rel=1e-9)
     assert fresh.evaluation.execution.placement["ep"] == "nvlink"
+
+
+def test_dp_overlap_flag_legality():
+    """`dp_overlap_allowed`: with a data-parallel group either value; without one the moot flag is on (where
+    offered), except in a pipelined layout of a stack that never overlaps a pipelined reduction
+    (megatron-deepspeed), where it is off with or without a group."""
+    from optimizer.rules.layout import dp_overlap_allowed
+
+    def ok(on, no_group, piped, offered=True, overlaps=True):
+        return bool(dp_overlap_allowed(on, no_group, piped, offered, overlaps))
+
+    assert ok(True, False, False) and ok(False, False, False)  # a group: free
+    assert ok(True, True, False) and not ok(False, True, False)  # no group: the moot flag on
+    assert ok(False, True, False, offered=False)  # on not offered: off is the moot value
+    assert ok(True, False, True) and ok(True, True, True)  # a pipelined stack that overlaps: as before
+    for no_group in (False, True):  # DeepSpeed's pipeline engine: off, moot or not
+        assert ok(False, no_group, True, overlaps=False) and not ok(True, no_group, True, overlaps=False)
+    assert ok(True, False, False, overlaps=False)  # without a pipeline it may overlap

@@ -397,6 +397,16 @@ def zero_allowed(z, no_dp_group):
     return (np.asarray(z) == 0) | ~np.asarray(no_dp_group, dtype=bool)
 
 
+def dp_overlap_allowed(on, no_dp_group, pipelined, on_offered, overlaps_pipelined=True):
+    """Whether the DP-overlap flag `on` is legal: without a data-parallel group the flag is moot and set on
+    (where on is offered at all), except in a pipelined layout (`pipelined`: pp > 1) of a stack that never
+    overlaps a pipelined reduction (`overlaps_pipelined` false: `stack.overlaps_pipelined_dp`), where it is
+    off, moot or not. Works on scalars and arrays."""
+    on, no_dp_group = np.asarray(on, dtype=bool), np.asarray(no_dp_group, dtype=bool)
+    off_here = np.asarray(pipelined, dtype=bool) & (not overlaps_pipelined)
+    return ((~no_dp_group) | on | off_here | (not on_offered)) & ~(off_here & on)
+
+
 # knob -> the layouts where it has no effect: tp == 1, pp == 1, no data-parallel group, ep == 1
 _MOOT_WHEN = {
     "sequence_parallel": ("tp",),
