@@ -58,6 +58,8 @@ def gemm_errors(data: dict, system: System) -> list[tuple[str, float]]:
     out = []
     for g in data.get("gemm", []):
         prec = {"fp8": Precision.FP8, "fp32": Precision.FP32}.get(g["dtype"], Precision.BF16)
+        if system.peak_tflops(prec) is None:  # a datatype the system has no matrix peak for (FP8 on A100)
+            continue
         hw = Hardware(system, prec)
         t = float(hw.gemm(g["m"], g["n"], g["k"], in_bytes=1 if prec == Precision.FP8 else 2, out_bytes=2))
         out.append(
@@ -405,8 +407,9 @@ def main(argv: list[str] | None = None) -> int:
             out["expert_eager_rates"] = expert_eager_rates(data, system)
         if "per_layer_ms" in data:
             out["block_scaled_kernel"] = block_scaled_kernel(data)
-        if system.peak_tflops(Precision.FP8) and fp8_gemm_scale(data, system) is not None:
-            out["fp8_gemm_scale"] = fp8_gemm_scale(data, system)
+        fp8_scale = fp8_gemm_scale(data, system) if system.peak_tflops(Precision.FP8) else None
+        if fp8_scale is not None:
+            out["fp8_gemm_scale"] = fp8_scale
     except (KeyError, TypeError) as ex:
         print(
             f"{path}: a record lacks a field this script reads ({ex!r}): not a microbench.py / "
