@@ -237,6 +237,7 @@ def test_megatron_deepspeed_runs_tp_and_pp_with_zero1_at_most(tmp_path):
         assert ex.zero in (0, 1) and ex.vpp == 1 and ex.cp == 1 and not ex.sequence_parallel
         assert not ex.pp_rs_ag
         assert not (ex.pp > 1 and ex.dp_overlap)  # the pipeline engine reduces after the last micro-batch
+    assert any(x.evaluation.execution.pp > 1 for x in r.plans)  # the rule above is not vacuous
     # the CP-SAT tables and the exhaustive enumeration apply that rule alike
     assert [x.objective_s for x in solve(p, top=6, method="enumerate").plans] == pytest.approx(
         [x.objective_s for x in r.plans], rel=1e-6
