@@ -75,6 +75,27 @@ def test_recompute_modules_trade_memory_for_time():
         Execution(tp=1, recompute="full", recompute_modules=["layernorm"])
 
 
+def test_jax_remat_modules_run_again_only_what_backward_needs():
+    """The MLP's input projections (`mlp_up`) are part of the whole MLP (`mlp`): less time run again, the same
+    tensors dropped; named together they count once. The output projection (`attn_proj`) adds its GEMM and
+    drops the second norm's input. A tensor two modules drop (the MLP input: the norm's and the MLP's) is
+    counted once."""
+    base = dict(tp=1, pp=1, dp=8, micro_batch=1, recompute="selective")
+
+    def sel(*modules):
+        return run("llama3.1-8b", "h100-sxm-80gb", 8, 16, **base, recompute_modules=list(modules))
+
+    mlp, up, both = sel("mlp"), sel("mlp_up"), sel("mlp", "mlp_up")
+    assert up["recompute"] < mlp["recompute"] and up["activations"] == pytest.approx(mlp["activations"])
+    assert both["recompute"] == pytest.approx(mlp["recompute"]) and both["activations"] == mlp["activations"]
+    norm, norm_mlp = sel("layernorm"), sel("layernorm", "mlp")
+    # the MLP's own activation tensors come off once, the input it shares with the norm is not dropped twice
+    only_act = sel("core_attn")["activations"] - sel("core_attn", "mlp")["activations"]
+    assert norm["activations"] - norm_mlp["activations"] < only_act
+    proj, attn = sel("core_attn", "attn_proj"), sel("core_attn")
+    assert proj["recompute"] > attn["recompute"] and proj["activations"] < attn["activations"]
+
+
 def test_moe_dispatcher_and_overlap():
     """Across nodes the flex dispatcher sends each token once per remote node (less EP time); inside one node
     it changes nothing. Overlap hides all-to-all under another micro-batch's compute: never more exposed,

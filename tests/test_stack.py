@@ -334,3 +334,62 @@ def test_torchtitan_full_shard_under_a_pipeline_is_its_zero1():
     assert predict(m).execution.pp == 8
     run["parallel"]["pp"], run["parallel"]["dp"] = 1, 64  # without a pipeline: full shard stays zero3
     assert map_run(run).problem.execution.zero == 3
+
+
+def test_maxtext_runs_fsdp_or_replicas_gpipe_and_no_sequence_parallelism(tmp_path):
+    """maxtext offers ZeRO-3 (its fsdp axis) or replication (its data axis), TP without sequence-sharded norms
+    or a collective-matmul overlap, a GPipe pipeline without virtual stages, and no offload; a ZeRO-1 or an
+    interleaved execution is a located error; the narrower space is never faster than Megatron-Core's."""
+    p = _load(tmp_path, "stack: maxtext\nsearch: {pp: [1, 2], tp: [1, 2]}\n")
+    r = solve(p, top=6)
+    assert len(r.plans) == 6
+    for plan in r.plans:
+        ex = plan.evaluation.execution
+        assert (
+            ex.zero in (0, 3) and ex.vpp == 1 and not ex.sequence_parallel and ex.tp_overlap.value == "none"
+        )
+        assert ex.pp == 1 or ex.schedule.value == "gpipe"
+    mc = solve(p.model_copy(update={"stack": "megatron-core"}))
+    assert r.plans[0].objective_s >= mc.plans[0].objective_s * (1 - 1e-9)
+    for bad, field in (("{tp: 1, zero: 1}", "zero"), ("{tp: 1, pp: 2, vpp: 2}", "vpp")):
+        with pytest.raises((ProblemError, ProblemErrors)) as e:
+            _load(tmp_path, f"stack: maxtext\nexecution: {bad}\n")
+        assert field in str(e.value)
+
+
+def test_a_maxtext_run_maps_to_its_stack_with_its_remat_policy():
+    """A MaxText run (Llama-2-70B-shaped, ZeRO-3 over 64 H100) is expressed on the maxtext stack; its remat
+    policy is the selective recompute of what the policy does not save, and a policy saving less runs more
+    again and keeps less."""
+    from optimizer.io.runs import REMAT_POLICY, map_run, predict
+
+    def mapped(policy):
+        run = run_record(
+            {"hidden": 8192, "ffn": 28672, "layers": 80, "heads": 64, "kv_heads": 8, "seq_len": 4096},
+            {"gpu": "h100-sxm-80gb", "num_gpus": 64},
+            {
+                "tp": 1,
+                "pp": 1,
+                "dp": 64,
+                "micro_batch": 2,
+                "global_batch": 128,
+                "optimizer_sharding": "zero3",
+            },
+            {"framework": "maxtext", "remat_policy": policy},
+        )
+        return map_run(run)
+
+    m = mapped("save_qkv_proj")
+    assert m.skip is None and m.problem.stack.value == "maxtext"
+    ex = m.problem.execution
+    assert (
+        ex.recompute.value == "selective"
+        and [x.value for x in ex.recompute_modules] == REMAT_POLICY["save_qkv_proj"]
+    )
+    assert mapped("full").problem.execution.recompute.value == "full"
+    preds = {
+        p: predict(mapped(p)).result for p in ("minimal", "save_dot_except_mlp", "save_qkv_proj", "full")
+    }
+    order = list(preds.values())
+    assert all(a["recompute"] < b["recompute"] for a, b in zip(order, order[1:], strict=False))
+    assert all(a["activations"] > b["activations"] for a, b in zip(order, order[1:], strict=False))

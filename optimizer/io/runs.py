@@ -265,6 +265,23 @@ FRAMEWORK_STACK = {
     "torchtitan": "torchtitan",
     "fsdp": "fsdp",
     "llm-foundry": "fsdp",
+    "maxtext": "maxtext",
+}
+
+# MaxText remat policy (`optimizer.schema.run.RematPolicy`) -> the recompute modules it runs again
+# (AI-Hypercomputer/maxtext layers/decoders.py `get_remat_policy`: the names each policy saves, of
+# query/key/value/qkv_proj, context, out_proj, mlpwi, mlpwo). What a policy does not save, JAX runs again only
+# as far as the backward needs it: the norms (their outputs feed the projections' weight gradients), the
+# attention core when `context` is not saved, the MLP's input projections and activation (its output
+# projection's output is not needed), and the output projection when `out_proj` is not saved (it rebuilds the
+# residual the second norm reads).
+REMAT_POLICY: dict[str, list[str] | None] = {
+    "full": None,  # recompute: full
+    "minimal": ["core_attn", "layernorm"],
+    "save_dot_with_context_except_mlp": ["mlp_up", "layernorm"],
+    "save_dot_except_mlpwi": ["core_attn", "mlp_up", "layernorm"],
+    "save_dot_except_mlp": ["core_attn", "mlp_up", "layernorm"],
+    "save_qkv_proj": ["core_attn", "attn_proj", "mlp_up", "layernorm"],
 }
 
 
@@ -549,12 +566,21 @@ def _batch_and_pipeline(run: dict, stack: str, fixed: dict, free: dict, out: Map
 
 
 def _memory_knobs(run: dict, year: int | None, sw: dict, fixed: dict, free: dict, out: Mapped) -> None:
-    """Recomputation (``software.recompute_modules`` for a selective one; unstated: chosen among what the
-    year's
-    software offered), sequence parallelism (unstated: chosen when tp > 1 and offered) and optimizer sharding
+    """Recomputation (``software.recompute_modules`` for a selective one, or the modules a MaxText
+    ``software.remat_policy`` runs again, `REMAT_POLICY`; unstated: chosen among what the year's software
+    offered), sequence parallelism (unstated: chosen when tp > 1 and offered) and optimizer sharding
     (unstated: none before the distributed optimizer, else chosen between none and ZeRO-1)."""
     par = run["parallel"]
     names = sw.get("recompute_modules")
+    policy = sw.get("remat_policy")
+    if policy is not None:  # a remat policy states the recompute
+        rec = "full" if REMAT_POLICY[policy] is None else "selective"
+        was = par.get("recompute")
+        par, names = {**par, "recompute": rec}, REMAT_POLICY[policy]
+        out.assumptions.append(
+            f"remat policy {policy} (software.remat_policy): recompute {rec}"
+            + (f", not the stated {was}" if was not in (None, rec) else "")
+        )
     if par.get("recompute") == "selective" and names:
         known = [n for n in names if n in RecomputeModule.__members__.values()]
         unknown = [n for n in names if n not in known]

@@ -1159,24 +1159,36 @@ def selective_recompute(
     mc: MoeCost,
     mem: ActivationBytes,
 ) -> tuple:
-    """Megatron-Core's selective recompute of the modules `recompute_modules` names (none named: the attention
-    core): (forward time run again s, its hardware FLOPs, bytes no longer kept), summed over the modules
-    chosen."""
-    none = (0.0, 0.0, 0.0)
-    modules = {
-        RecomputeModule.CORE_ATTN: (att.fw_s, att.flops_fw, np.where(sh.flash, mem.proj_in, mem.scores)),
-        RecomputeModule.LAYERNORM: (2.0 * ew.norm_fw_s, 0.0, mem.qkv_in + mem.up_in),
-        RecomputeModule.MOE_ACT: (mc.act_fw_s, 0.0, mc.act_out_bytes),
-        RecomputeModule.MLA_UP_PROJ: (lin.qkv.fw_s, lin.qkv.flops, mem.q_k_v)
-        if ctx.llm.mla is not None
-        else none,
-        RecomputeModule.MLP: (
-            lin.up.fw_s + lin.down.fw_s + ew.act_fw_s,
-            lin.up.flops + lin.down.flops,
-            mem.up_in + mem.act_store,
-        ),
+    """Selective recompute of the modules `recompute_modules` names (none named: the attention core), as
+    Megatron-Core's recompute_modules or a JAX rematerialisation policy runs it: (forward time run again s,
+    its hardware FLOPs, bytes no longer kept). Time and FLOPs add up over the modules chosen; a tensor two
+    modules both drop (the MLP input, dropped by the norm's recompute and the MLP's) is counted once, and
+    `mlp_up` is part of `mlp`."""
+    rc = {m: recomputes(k, m) for m in RecomputeModule}
+    rc[RecomputeModule.MLP_UP] = rc[RecomputeModule.MLP_UP] & ~rc[RecomputeModule.MLP]  # part of the MLP's
+    mla = ctx.llm.mla is not None
+    work = {  # module -> (forward time run again s, its hardware FLOPs)
+        RecomputeModule.CORE_ATTN: (att.fw_s, att.flops_fw),
+        RecomputeModule.LAYERNORM: (2.0 * ew.norm_fw_s, 0.0),
+        RecomputeModule.MOE_ACT: (mc.act_fw_s, 0.0),
+        RecomputeModule.MLA_UP_PROJ: (lin.qkv.fw_s, lin.qkv.flops) if mla else (0.0, 0.0),
+        RecomputeModule.MLP: (lin.up.fw_s + lin.down.fw_s + ew.act_fw_s, lin.up.flops + lin.down.flops),
+        RecomputeModule.MLP_UP: (lin.up.fw_s + ew.act_fw_s, lin.up.flops),
+        RecomputeModule.ATTN_PROJ: (lin.proj.fw_s, lin.proj.flops),
     }
-    return tuple(sum(np.where(recomputes(k, m), v[i], 0.0) for m, v in modules.items()) for i in range(3))
+    mlp = rc[RecomputeModule.MLP] | rc[RecomputeModule.MLP_UP]
+    dropped = (  # (tensor's bytes, whether a chosen module drops it)
+        (np.where(sh.flash, mem.proj_in, mem.scores), rc[RecomputeModule.CORE_ATTN]),
+        (mem.qkv_in, rc[RecomputeModule.LAYERNORM]),
+        (mem.up_in, rc[RecomputeModule.LAYERNORM] | mlp),
+        (mem.act_store, mlp),
+        (mc.act_out_bytes, rc[RecomputeModule.MOE_ACT]),
+        (mem.q_k_v if mla else 0.0, rc[RecomputeModule.MLA_UP_PROJ]),
+        (0.5 * mem.norms, rc[RecomputeModule.ATTN_PROJ]),  # the second norm's input
+    )
+    t = sum(np.where(rc[m], w[0], 0.0) for m, w in work.items())
+    fl = sum(np.where(rc[m], w[1], 0.0) for m, w in work.items())
+    return t, fl, sum(np.where(on, b, 0.0) for b, on in dropped)
 
 
 def recompute_and_stored(

@@ -521,12 +521,13 @@ def _state_memory(ctx: Ctx, k: Knobs, P: _Params) -> dict:
     # in the optimizer state), and it reduce-scatters one layer's unsharded 16-bit gradients through an fp32
     # copy (MixedPrecisionPolicy reduce_dtype fp32): a transient of a layer's parameters x (wb + gb). FSDP1
     # (stack fsdp) keeps none either: its low-precision shard is freed once the parameters are gathered
-    # (FlatParamHandle post_unshard -> _free_low_precision_sharded_param); DeepSpeed ZeRO-3 keeps its 16-bit
-    # partitions.
+    # (FlatParamHandle post_unshard -> _free_low_precision_sharded_param), nor MaxText (its fp32 parameters,
+    # cast per layer); DeepSpeed ZeRO-3 keeps its 16-bit partitions.
     fsdp2 = ctx.stack == Stack.TORCHTITAN
     # (without an fp32 master copy in the optimizer state, as in fp32 training, the sharded parameters are the
     # weights themselves and count here)
-    shard_copy = 0.0 if ctx.stack in (Stack.TORCHTITAN, Stack.FSDP) and ctx.keeps_master else 1.0
+    master_only = ctx.stack in (Stack.TORCHTITAN, Stack.FSDP, Stack.MAXTEXT)
+    shard_copy = 0.0 if master_only and ctx.keeps_master else 1.0
     weights_full = np.where(z == 3, shard_copy * P.sharded(True) * wb + two_layers * wb, P.stage * wb)
     weights = np.where(w_off, two_layers * wb + (P.stage - P.L_stage * P.layer) * wb, weights_full)
     grads_full = P.sharded(z >= 2) * gb + np.where((z == 3) & fsdp2, P.layer * (wb + gb), 0.0)

@@ -145,6 +145,9 @@ class RecomputeModule(StrEnum):
     MOE_ACT = "moe_act"  # the experts' activation function: its output (the expert down-projection input)
     MLA_UP_PROJ = "mla_up_proj"  # MLA's up-projections: the per-head Q, K, V
     MLP = "mlp"  # the dense MLP: its inputs and activation output
+    # (JAX rematerialisation, MaxText remat policies: only what the backward needs is run again)
+    MLP_UP = "mlp_up"  # the dense MLP's input projection(s) and activation, its down-projection output unused
+    ATTN_PROJ = "attn_proj"  # the attention's output projection, rebuilding the residual after the attention
 
 
 RECOMPUTE_BITS = {

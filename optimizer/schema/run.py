@@ -147,6 +147,20 @@ class Framework(StrEnum):
     TORCHTITAN = "torchtitan"
     FSDP = "fsdp"
     LLM_FOUNDRY = "llm-foundry"
+    MAXTEXT = "maxtext"
+
+
+class RematPolicy(StrEnum):
+    """A MaxText remat policy (configs/base.yml `remat_policy`; layers/decoders.py): which named activations
+    of a decoder layer JAX keeps for backward, everything else being run again (`optimizer.io.runs.
+    REMAT_POLICY` maps each onto the recompute modules it runs again)."""
+
+    FULL = "full"  # nothing saved but the layer input
+    MINIMAL = "minimal"  # every dot without a batch dimension saved: the attention core runs again
+    SAVE_DOT_WITH_CONTEXT_EXCEPT_MLP = "save_dot_with_context_except_mlp"
+    SAVE_DOT_EXCEPT_MLPWI = "save_dot_except_mlpwi"
+    SAVE_DOT_EXCEPT_MLP = "save_dot_except_mlp"
+    SAVE_QKV_PROJ = "save_qkv_proj"
 
 
 class RunAttention(StrEnum):
@@ -253,6 +267,10 @@ class RunSoftware(Frozen):
         None,
         description="Megatron-Core recompute_modules of a selective recompute "
         "(null: the default, core_attn); names the model does not know are reported, not modelled.",
+    )
+    remat_policy: RematPolicy | None = Field(
+        None,
+        description="MaxText remat_policy (with recompute: selective; null: the recompute stated alone).",
     )
     tp_comm_overlap: bool | None = Field(
         None,

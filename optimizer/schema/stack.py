@@ -35,6 +35,15 @@ Megatron-Core. What each profile offers, with its source:
   ZeRO-1 at most (the pipeline engine refuses ZeRO-2/3); no Megatron sequence parallelism or
   TP-communication overlap, no CP (its Ulysses sequence parallelism is not modelled), full or selective
   activation checkpointing, BF16/FP16 (no FP8), no CPU offload.
+- maxtext (AI-Hypercomputer/maxtext, JAX/XLA on GPUs; its configs/base.yml parallelism axes and remat
+  policies, NVIDIA's dgxc-benchmarking MaxText recipes): the `fsdp` mesh axis shards the parameters, gradients
+  and optimizer state (ZeRO-3: XLA all-gathers each layer's weights before its forward and again before its
+  backward, reduce-scatters its gradients, pipelined one layer ahead) and the `data` axis replicates
+  (ZeRO-0); tensor parallelism without sequence sharding of the norms or a collective-matmul overlap; its
+  pipeline runs every micro-batch's forward, then every backward (GPipe; circular repeats are not modelled);
+  context parallelism by all-gathering K and V; a remat policy is a selective recompute of the modules the
+  policy does not save (`optimizer.io.runs.REMAT_POLICY`); BF16 and FP8 with delayed scaling (`quantization:
+  fp8`); no offload. The fp32 parameters are the master weights: no separate 16-bit shard.
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ class Stack(StrEnum):
     FSDP = "fsdp"
     DEEPSPEED = "deepspeed"
     MEGATRON_DEEPSPEED = "megatron-deepspeed"
+    MAXTEXT = "maxtext"
 
 
 def mtp_modules(mtp_layers: int, stack: Stack) -> int:
@@ -130,6 +140,19 @@ PROFILES: dict[Stack, dict[str, list]] = {
         **NO_ZERO_BUBBLE,
         "precision": [Precision.BF16, Precision.FP16, Precision.FP32],
     },
+    Stack.MAXTEXT: {
+        "vpp": [1],
+        "zero": [0, 3],  # the data axis replicates; the fsdp axis shards parameters, gradients and state
+        "sequence_parallel": [False],
+        "tp_overlap": [TpOverlap.NONE],
+        "pp_embedding_loss": [False],
+        "pp_rs_ag": [False],
+        "schedule": [Schedule.GPIPE],
+        "cp_comm": [CpComm.ALL_GATHER],
+        **NO_OFFLOAD,
+        # quantization: fp8 (Flax's fp8 dot_general with an amax history: delayed scaling)
+        "precision": [Precision.BF16, Precision.FP32, Precision.FP8],
+    },
 }
 # knob -> the value a stack runs, where that is not a choice (not searched, not in `PROFILES`): the router's
 # probabilities in the experts' activation is Megatron-Core's (0.13 on); torchtitan weights the experts'
@@ -137,7 +160,7 @@ PROFILES: dict[Stack, dict[str, list]] = {
 # scatter_add), DeepSpeed MoE in its combine einsum (deepspeed/moe/sharded_moe.py `combine_weights`)
 FIXED_BY_STACK: dict[Stack, dict[str, object]] = {
     s: {"moe_probs_in_act": False}
-    for s in (Stack.TORCHTITAN, Stack.FSDP, Stack.DEEPSPEED, Stack.MEGATRON_DEEPSPEED)
+    for s in (Stack.TORCHTITAN, Stack.FSDP, Stack.DEEPSPEED, Stack.MEGATRON_DEEPSPEED, Stack.MAXTEXT)
 }
 INT_KNOBS = {"tp", "pp", "vpp", "cp", "zero", "dp", "ep", "etp", "micro_batch"}
 
