@@ -86,6 +86,18 @@ GROUPS: list[tuple[str, str, str, str]] = [
         "MosaicML llm-foundry scripts/train/benchmarking/README.md @061f2c7 (2023-10-17), every section",
     ),
     (
+        r"dgxc-benchmarking maxtext/readme_70b\.md @35a9aec",
+        "dgxc-maxtext-24.11",
+        "2024-12",
+        "NVIDIA dgxc-benchmarking v24.11.1 maxtext/README_70b.md (MaxText Llama 2 70B, 2024-12-09 image)",
+    ),
+    (
+        r"dgxc-benchmarking maxtext/readme_70b\.md @8f5cbb3",
+        "dgxc-maxtext-25.02",
+        "2025-02",
+        "NVIDIA dgxc-benchmarking v25.02 maxtext/README_70b.md (MaxText Llama 3 70B, JAX 25.01 image)",
+    ),
+    (
         r"dgxc-benchmarking (v24\.11\.1|llama3\.1/readme_\d+b\.md @143b90d)",
         "dgxc-benchmarking-24.11",
         "2024-11",
