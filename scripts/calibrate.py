@@ -15,7 +15,10 @@ Parameters (physical, shared by every run on the GPU; nothing is keyed on a run 
 - one factor scaling the HBM efficiency prior `hbm_efficiency` (memory-bound kernels);
 - the efficiency of network tier 0 (NVLink) and tier 1 (InfiniBand/RoCE);
 - `fp8_scale`, the factor on the GEMM efficiency of FP8 GEMMs (`matrix_efficiency_scale.fp8`), fitted on
-  FP8 runs only (``--params fp8_scale --precision fp8``) after the 16-bit tables.
+  FP8 runs only (``--params fp8_scale --precision fp8``) after the 16-bit tables;
+- `stack_scale`, the factor on the GEMM efficiency of one software stack's plans
+  (`stack_matrix_scale.<stack>`), fitted on that stack's runs only (``--params stack_scale --stack S``) after
+  the tables the other stacks' runs fitted.
 The objective is the weighted mean |error| of the predicted step times (the MAPE that `paraplan
 validate` scores; ``--max-weight W`` adds W times the largest |error|); tier-A runs (all core fields
 known) weigh 1, tier B 0.1, tier C 0.05. Nelder-Mead starts from fixed priors, so a re-run reproduces a
@@ -70,6 +73,8 @@ def curve(e1: float, e2: float, e3: float) -> list[list[float]]:
 
 # --shape: {"of": a calibrated GPU, "curve": its fitted curve}, scaled by one level ("level")
 SHAPE: dict = {}
+# --stack with --params stack_scale: {"stack": the stack whose factor `stack_scale` is}
+FIT_STACK: dict = {}
 
 
 def shaped(level: float) -> list[list[float]]:
@@ -120,6 +125,9 @@ def with_params(base: System, x: dict) -> System:
                 **d.get("matrix_efficiency_scale", {}),
                 prec: float(x[f"{prec}_scale"]),
             }
+    if "stack_scale" in x:
+        old = d.get("stack_matrix_scale", {})
+        d["stack_matrix_scale"] = {**old, FIT_STACK["stack"]: float(x["stack_scale"])}
     for i, key in enumerate(("net0_eff", "net1_eff")):
         if key in x:
             d["networks"][i]["efficiency"] = float(x[key])
@@ -142,6 +150,7 @@ START = {
     "attention_efficiency_fa2": 0.34,
     "attention_overhead_keys_triton": 3155.0,
     "clock_scale": 0.8,
+    "stack_scale": 1.0,
 }  # the fit's fixed start (the uncalibrated files' priors): a re-run on an already
 # calibrated file reproduces its values
 MAXITER = 400  # Nelder-Mead iterations per fit
@@ -205,6 +214,11 @@ def main() -> int:
         return transfer(args.gpu, args.transfer)
     if not args.runs:
         ap.error("the runs files to fit on are required (only --transfer takes none)")
+    FIT_STACK.clear()
+    if "stack_scale" in args.params.split(","):
+        if not args.stack:
+            ap.error("--params stack_scale needs --stack (the stack whose factor it is)")
+        FIT_STACK["stack"] = args.stack
     if args.shape:
         SHAPE.update(
             of=args.shape,
@@ -259,6 +273,7 @@ def main() -> int:
         "attention_efficiency_fa2": 0.1,
         "attention_overhead_keys_triton": 50.0,
         "clock_scale": 0.5,
+        "stack_scale": 0.6,
     }
     hi = {
         "level": 0.95,
@@ -276,6 +291,7 @@ def main() -> int:
         "attention_efficiency_fa2": 0.95,
         "attention_overhead_keys_triton": 10000.0,
         "clock_scale": 1.0,
+        "stack_scale": 1.1,
     }
     # network bounds: NCCL all-reduce bus bandwidth reaches ~75-85% of NVLink and ~85-92% of IB line rate (the
     # lower bounds, 0.6 and 0.7, keep a fit from buying other errors with a slow network);
@@ -529,6 +545,19 @@ def write(
             f"{note} of {runs_file} (each factor on its precision's runs)",
         )
         fitted.append("matrix_efficiency_scale")
+    if "stack_scale" in x:
+        old_stack = validate_model(System, read_yaml(path)).stack_matrix_scale
+        merged = {
+            **{str(k): _fixed(v, 4) for k, v in old_stack.items()},
+            FIT_STACK["stack"]: _fixed(x["stack_scale"], 4),
+        }
+        _set_key(
+            doc,
+            "stack_matrix_scale",
+            _flow(merged),
+            f"{note} of {runs_file} (each factor on its stack's runs, after the other stacks' tables)",
+        )
+        fitted.append("stack_matrix_scale")
     for key, digits in (
         ("attention_efficiency", 4),
         ("attention_overhead_keys", 0),
@@ -657,6 +686,7 @@ def transfer(src: str, targets: list[str], library: Path | None = None) -> int:
         for key in (
             "matrix_efficiency",
             "matrix_efficiency_scale",
+            "stack_matrix_scale",
             "hbm_efficiency",
             "attention_efficiency",
             "attention_overhead_keys",

@@ -258,6 +258,9 @@ def _prior(step: seq.Step, library: Path) -> None:
     from optimizer.schema import System
 
     calibrate.SHAPE.clear()
+    calibrate.FIT_STACK.clear()
+    if step.stack:
+        calibrate.FIT_STACK["stack"] = step.stack
     if step.shape:
         shape = validate_model(System, read_yaml(library / "systems" / f"{step.shape}.yaml"))
         calibrate.SHAPE.update(of=step.shape, curve=[list(map(float, pt)) for pt in shape.matrix_efficiency])
@@ -401,6 +404,7 @@ FITTED_FIELDS = (
     "matrix_efficiency",
     "hbm_efficiency",
     "matrix_efficiency_scale",
+    "stack_matrix_scale",
     "clock_scale",
     "attention_efficiency",
     "attention_overhead_keys",

@@ -188,8 +188,10 @@ def test_calibrate_transfer_writes_transferred_from(calibrate):
     assert after.calibration.transferred_from == "h100-sxm-80gb"
     assert after.calibration.status() == "transferred"
     assert after.calibration.runs == src.calibration.runs
-    assert set(after.calibration.fitted) == {"matrix_efficiency"}  # H100's FP8 factor is measured
+    # H100's FP8 factor is measured, not copied as fitted; its MaxText factor is fitted and goes along
+    assert set(after.calibration.fitted) == {"matrix_efficiency", "stack_matrix_scale"}
     assert after.matrix_efficiency == src.matrix_efficiency
+    assert after.stack_matrix_scale == src.stack_matrix_scale and src.stack_matrix_scale
     assert after.hbm_efficiency == before.hbm_efficiency  # H100's HBM table is a prior: not copied
     assert after.matrix_tflops == before.matrix_tflops  # datasheet peaks stay the target's
     text = target.read_text()
@@ -733,3 +735,37 @@ def test_power_cap_clock_scales_every_compute_peak_but_not_mfu():
     ratio = float(r["capped"].step_time[0] / r["base"].step_time[0])
     assert 1.0 < ratio <= 1 / 0.8 + 1e-9
     assert float(r["capped"].mfu[0]) == pytest.approx(float(r["base"].mfu[0]) / ratio, rel=1e-9)
+
+
+def test_a_stack_factor_scales_only_that_stacks_gemms(calibrate):
+    """`stack_matrix_scale.<stack>` multiplies the GEMM efficiency (16-bit and quantised alike) of that
+    stack's plans only; calibrate.py's `stack_scale` writes it under the stack it was fitted on (`--stack`),
+    beside the factors of other stacks already in the file."""
+    h100 = validate_model(System, read_yaml(find_in_library("system", "h100-sxm-80gb")))
+    sys_ = h100.model_copy(update={"stack_matrix_scale": {"maxtext": 0.5}})
+    for prec in (Precision.BF16, Precision.FP8):
+        ref, mx, mc = (
+            Hardware(sys_, prec),
+            Hardware(sys_, prec, "maxtext"),
+            Hardware(sys_, prec, "megatron-core"),
+        )
+        t = ref.gemm(8192, 8192, 8192)
+        assert mc.gemm(8192, 8192, 8192) == t and mx.gemm(8192, 8192, 8192) == pytest.approx(2 * t)
+        assert mx.gemm(8192, 8192, 8192, wide=True) == pytest.approx(
+            2 * ref.gemm(8192, 8192, 8192, wide=True)
+        )
+    cal, lib = calibrate
+    path = lib / "systems" / "h100-sxm-80gb.yaml"
+    cal.FIT_STACK.update(stack="torchtitan")
+    cal.write(path, {"stack_scale": 0.95}, ["tt-run"], "runs.yaml")
+    cal.FIT_STACK.update(stack="maxtext")
+    cal.write(path, {"stack_scale": 0.9}, ["mx-run"], "runs.yaml")
+    cal.FIT_STACK.clear()
+    after = validate_model(System, read_yaml(path))
+    assert after.stack_matrix_scale == {"torchtitan": 0.95, "maxtext": 0.9}
+    assert (
+        after.stack_scale("maxtext") == 0.9
+        and after.stack_scale("fsdp") == 1.0
+        and after.stack_scale(None) == 1
+    )
+    assert "stack_matrix_scale" in after.calibration.fitted

@@ -17,6 +17,7 @@ import numpy as np
 
 from optimizer.model.fitted import FITTED
 from optimizer.schema import Precision, ProcessingMode, System
+from optimizer.schema.stack import Stack
 
 # Bytes per GEMM-operand element, block scales included: MXFP8 1 byte + one 1-byte E8M0 scale per 32 elements
 # (OCP Microscaling Formats spec v1.0); NVFP4 half a byte + one 1-byte E4M3 scale per 16 elements (NVIDIA
@@ -82,10 +83,12 @@ def interp_log(x, table: tuple[np.ndarray, np.ndarray]):
 
 @dataclass(frozen=True)
 class Hardware:
-    """A `System` turned into fast numeric lookups for one precision."""
+    """A `System` turned into fast numeric lookups for one precision and, where the system states a factor
+    for it (`System.stack_matrix_scale`), one software stack."""
 
     system: System
     precision: Precision
+    stack: Stack | None = None
 
     def __post_init__(self) -> None:
         s = self.system
@@ -93,9 +96,11 @@ class Hardware:
             have = ", ".join(str(p) for p in s.matrix_tflops)
             raise ValueError(f"system {s.name} has no {self.precision} matrix peak (has: {have})")
         xs, ys = _table(s.matrix_efficiency)
-        scale = s.efficiency_scale(self.precision) * BLOCK_SCALED_KERNEL.get(self.precision, 1.0)
+        st = s.stack_scale(self.stack)
+        scale = s.efficiency_scale(self.precision) * BLOCK_SCALED_KERNEL.get(self.precision, 1.0) * st
         object.__setattr__(self, "_mt", (xs, np.minimum(ys * scale, 1.0)))
-        object.__setattr__(self, "_mt16", (xs, np.minimum(ys * s.efficiency_scale(self.precision16), 1.0)))
+        scale16 = s.efficiency_scale(self.precision16) * st
+        object.__setattr__(self, "_mt16", (xs, np.minimum(ys * scale16, 1.0)))
         object.__setattr__(self, "_vt", _table(s.vector_efficiency))
         object.__setattr__(self, "_ht", _table(s.hbm_efficiency))
 

@@ -66,7 +66,7 @@ def make_ctx(problem: Problem) -> Ctx:
     grad_bytes = 4 if tr.grad_precision == Precision.FP32 else 2
     return Ctx(
         llm=problem.llm,
-        hw=Hardware(problem.system, tr.precision),
+        hw=Hardware(problem.system, tr.precision, problem.stack),
         tiers=Tiers.of(problem.system),
         seq_len=problem.seq_len,
         global_batch=tr.global_batch,

@@ -22,6 +22,7 @@ from optimizer.schema.common import (
     peak_precision,
 )
 from optimizer.schema.goodput import Reliability
+from optimizer.schema.stack import Stack
 
 EfficiencyTable = list[tuple[Float, Float]]
 
@@ -217,6 +218,14 @@ class System(Frozen):
         "(power and clock limits, scaling epilogues). Missing precisions: 1 (MXFP8: fp8's, less the measured "
         "block-scaled kernel factor). Calibrated per GPU type.",
     )
+    stack_matrix_scale: dict[Stack, Float] = Field(
+        default_factory=dict,
+        description="Factor on matrix_efficiency (every precision) for plans of one software stack whose "
+        "compiler and kernels are not the ones the tables were fitted on (Megatron-Core with Transformer "
+        "Engine, and the other stacks' runs fitted with them), e.g. {maxtext: 0.9} for XLA's GEMMs and "
+        "fusions. Fitted on that stack's runs on this GPU type (scripts/calibrate.py --params stack_scale "
+        "--stack S); a stack not named: 1.",
+    )
     sm_count: PositiveInt | None = Field(
         None,
         description="Streaming multiprocessors (compute units) per GPU, datasheet; with gemm_tile it models "
@@ -313,6 +322,10 @@ class System(Frozen):
         s = self.matrix_efficiency_scale
         p = Precision(precision)
         return float(s.get(p, s.get(EFFICIENCY_OF.get(p, p), 1.0)))
+
+    def stack_scale(self, stack: Stack | str | None) -> float:
+        """`stack_matrix_scale` of `stack`, else 1."""
+        return 1.0 if stack is None else float(self.stack_matrix_scale.get(Stack(stack), 1.0))
 
     @field_validator("hbm_efficiency", "matrix_efficiency", "vector_efficiency")
     @classmethod
