@@ -580,14 +580,16 @@ def _memory_knobs(run: dict, year: int | None, sw: dict, fixed: dict, free: dict
         out.assumptions.append(
             f"remat policy {policy} (software.remat_policy): recompute {rec}"
             + (f", not the stated {was}" if was not in (None, rec) else "")
+            + ("" if rec == "full" else " of what it does not save")
         )
     if par.get("recompute") == "selective" and names:
         known = [n for n in names if n in RecomputeModule.__members__.values()]
         unknown = [n for n in names if n not in known]
         if known:
             fixed["recompute_modules"] = known
+            field = "software.remat_policy" if policy is not None else "software.recompute_modules"
             out.assumptions.append(
-                f"selective recompute of {', '.join(known)} (software.recompute_modules)"
+                f"selective recompute of {', '.join(known)} ({field})"
                 + (f"; not modelled: {', '.join(unknown)}" if unknown else "")
             )
     if par.get("recompute") is None:
