@@ -388,7 +388,8 @@ def test_a_maxtext_run_maps_to_its_stack_with_its_remat_policy():
     )
     assert mapped("full").problem.execution.recompute.value == "full"
     preds = {
-        p: predict(mapped(p)).result for p in ("minimal", "save_dot_except_mlp", "save_qkv_proj", "full")
+        p: predict(mapped(p)).result
+        for p in ("minimal_flash", "minimal", "save_dot_except_mlp", "save_qkv_proj", "full")
     }
     order = list(preds.values())
     assert all(a["recompute"] < b["recompute"] for a, b in zip(order, order[1:], strict=False))

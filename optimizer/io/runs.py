@@ -274,10 +274,12 @@ FRAMEWORK_STACK = {
 # as far as the backward needs it: the norms (their outputs feed the projections' weight gradients), the
 # attention core when `context` is not saved, the MLP's input projections and activation (its output
 # projection's output is not needed), and the output projection when `out_proj` is not saved (it rebuilds the
-# residual the second norm reads).
+# residual the second norm reads). The policies that save every projection also run the MLP's activation
+# function again (element-wise, its inputs saved); that is not counted.
 REMAT_POLICY: dict[str, list[str] | None] = {
     "full": None,  # recompute: full
     "minimal": ["core_attn", "layernorm"],
+    "minimal_flash": ["layernorm"],
     "save_dot_with_context_except_mlp": ["mlp_up", "layernorm"],
     "save_dot_except_mlpwi": ["core_attn", "mlp_up", "layernorm"],
     "save_dot_except_mlp": ["core_attn", "mlp_up", "layernorm"],

@@ -157,6 +157,7 @@ class RematPolicy(StrEnum):
 
     FULL = "full"  # nothing saved but the layer input
     MINIMAL = "minimal"  # every dot without a batch dimension saved: the attention core runs again
+    MINIMAL_FLASH = "minimal_flash"  # minimal, and the flash attention's output (context) saved
     SAVE_DOT_WITH_CONTEXT_EXCEPT_MLP = "save_dot_with_context_except_mlp"
     SAVE_DOT_EXCEPT_MLPWI = "save_dot_except_mlpwi"
     SAVE_DOT_EXCEPT_MLP = "save_dot_except_mlp"
