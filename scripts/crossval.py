@@ -86,6 +86,12 @@ GROUPS: list[tuple[str, str, str, str]] = [
         "MosaicML llm-foundry scripts/train/benchmarking/README.md @061f2c7 (2023-10-17), every section",
     ),
     (
+        r"jax-toolbox rosetta/rosetta/projects/maxtext/readme\.md @00f755e3",
+        "jax-toolbox-maxtext-2405",
+        "2024-05",
+        "NVIDIA JAX-Toolbox MaxText README @00f755e3 (24.04 branch), Llama 2 7B on 8 H100",
+    ),
+    (
         r"dgxc-benchmarking maxtext/readme_70b\.md @35a9aec",
         "dgxc-maxtext-24.11",
         "2024-12",
