@@ -26,6 +26,7 @@ RUN_FILES = {  # key -> path of the runs file (calibration-run schema)
     "torchtitan": ROOT / "problems" / "runs" / "torchtitan-h100-h200.yaml",
     "amd": ROOT / "problems" / "runs" / "amd-rocm.yaml",
     "maxtext": ROOT / "problems" / "runs" / "maxtext-dgxc.yaml",
+    "maxtext_jt": ROOT / "problems" / "runs" / "maxtext-jax-toolbox.yaml",
 }
 R = ("public", "public_2025")  # the two shared files, "R" in docs/calibration.md
 
@@ -65,8 +66,8 @@ SEQUENCE: list[Step] = [
     # H100: one level on its own curve's shape (FP8's factor is measured, not fitted); transfers
     Step("h100-sxm-80gb", R, "level", shape="h100-sxm-80gb"),
     # MaxText (XLA's GEMMs and fusions) on H100: one factor on the tables above, on its own runs; fitted after
-    # its predictions were committed (problems/runs/predictions/maxtext-dgxc.json)
-    Step("h100-sxm-80gb", ("maxtext",), "stack_scale", stack="maxtext"),
+    # their predictions were committed (problems/runs/predictions/maxtext-*.json)
+    Step("h100-sxm-80gb", ("maxtext", "maxtext_jt"), "stack_scale", stack="maxtext"),
     Step("h100-sxm-80gb", transfer=("h800-sxm-80gb", "h200-sxm-141gb")),
     # H100 96GB (500 W): H100's curve as it is, one clock factor and FP8
     Step("h100-sxm-96gb", ("public", "torchtitan"), "clock_scale,fp8_scale", shape="h100-sxm-80gb"),
