@@ -14,13 +14,14 @@ from optimizer.schema import Execution, Problem, Training
 GIB = 1024**3
 
 
-def run(llm: str, system: str, n: int, batch: int, **ex):
+def run(llm: str, system: str, n: int, batch: int, stack: str = "megatron-core", **ex):
     p = Problem(
         llm=library_llm(llm),
         system=library_system(system),
         num_gpus=n,
         training=Training(global_batch=batch, precision="bf16"),
         execution=Execution(**ex),
+        stack=stack,
     )
     return evaluate_execution(p).result
 
@@ -83,7 +84,7 @@ def test_jax_remat_modules_run_again_only_what_backward_needs():
     base = dict(tp=1, pp=1, dp=8, micro_batch=1, recompute="selective")
 
     def sel(*modules):
-        return run("llama3.1-8b", "h100-sxm-80gb", 8, 16, **base, recompute_modules=list(modules))
+        return run("llama3.1-8b", "h100-sxm-80gb", 8, 16, "maxtext", **base, recompute_modules=list(modules))
 
     mlp, up, both = sel("mlp"), sel("mlp_up"), sel("mlp", "mlp_up")
     assert up["recompute"] < mlp["recompute"] and up["activations"] == pytest.approx(mlp["activations"])

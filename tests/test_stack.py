@@ -336,22 +336,27 @@ def test_torchtitan_full_shard_under_a_pipeline_is_its_zero1():
     assert map_run(run).problem.execution.zero == 3
 
 
-def test_maxtext_runs_fsdp_or_replicas_gpipe_and_no_sequence_parallelism(tmp_path):
-    """maxtext offers ZeRO-3 (its fsdp axis) or replication (its data axis), TP without sequence-sharded norms
-    or a collective-matmul overlap, a GPipe pipeline without virtual stages, and no offload; a ZeRO-1 or an
-    interleaved execution is a located error; the narrower space is never faster than Megatron-Core's."""
+def test_maxtext_runs_fsdp_or_replicas_and_a_gpipe_pipeline(tmp_path):
+    """maxtext offers ZeRO-3 (its fsdp axis) or replication (its data axis), TP with or without its norms'
+    sequence sharded and XLA's collective matmul (`ring`), a GPipe pipeline without virtual stages, and no
+    offload; a ZeRO-1 or an interleaved execution is a located error; the narrower space is never faster than
+    Megatron-Core's."""
     p = _load(tmp_path, "stack: maxtext\nsearch: {pp: [1, 2], tp: [1, 2]}\n")
     r = solve(p, top=6)
     assert len(r.plans) == 6
     for plan in r.plans:
         ex = plan.evaluation.execution
-        assert (
-            ex.zero in (0, 3) and ex.vpp == 1 and not ex.sequence_parallel and ex.tp_overlap.value == "none"
-        )
+        assert ex.zero in (0, 3) and ex.vpp == 1 and ex.tp_overlap.value in ("none", "ring")
         assert ex.pp == 1 or ex.schedule.value == "gpipe"
-    mc = solve(p.model_copy(update={"stack": "megatron-core"}))
-    assert r.plans[0].objective_s >= mc.plans[0].objective_s * (1 - 1e-9)
-    for bad, field in (("{tp: 1, zero: 1}", "zero"), ("{tp: 1, pp: 2, vpp: 2}", "vpp")):
+    # the narrower space alone (H100's maxtext GEMM factor cleared) is never faster than Megatron-Core's
+    plain = p.model_copy(update={"system": p.system.model_copy(update={"stack_matrix_scale": {}})})
+    mx = solve(plain)
+    mc = solve(plain.model_copy(update={"stack": "megatron-core"}))
+    assert mx.plans[0].objective_s >= mc.plans[0].objective_s * (1 - 1e-9)
+    for bad, field in (
+        ("{tp: 1, zero: 1}", "zero"),
+        ("{tp: 1, pp: 2, vpp: 2}", "vpp"),
+    ):
         with pytest.raises((ProblemError, ProblemErrors)) as e:
             _load(tmp_path, f"stack: maxtext\nexecution: {bad}\n")
         assert field in str(e.value)
@@ -394,3 +399,26 @@ def test_a_maxtext_run_maps_to_its_stack_with_its_remat_policy():
     order = list(preds.values())
     assert all(a["recompute"] < b["recompute"] for a, b in zip(order, order[1:], strict=False))
     assert all(a["activations"] > b["activations"] for a, b in zip(order, order[1:], strict=False))
+
+
+def test_without_a_pipeline_maxtext_keeps_one_micro_batch_in_flight(tmp_path):
+    """MaxText's pipeline is GPipe, but without one (pp 1) gradient accumulation runs each micro-batch's
+    forward and backward in turn: the activations of one micro-batch, as on Megatron-Core."""
+    ex = "execution: {tp: 1, pp: 1, micro_batch: 1, zero: 3, recompute: full}\n"
+    mx = evaluate_execution(_load(tmp_path, "stack: maxtext\n" + ex)).result
+    mc = evaluate_execution(_load(tmp_path, ex)).result
+    assert mx["n_mb"] == 4 and mx["activations"] == pytest.approx(mc["activations"])
+
+
+def test_jax_remat_modules_are_maxtexts_only(tmp_path):
+    """`mlp_up` and `attn_proj` are what JAX's rematerialisation runs again; written for another stack they
+    are a located error, and a run's remat_policy needs the maxtext framework."""
+    from optimizer.schema.run import RunSoftware
+
+    ex = "execution: {tp: 1, recompute: selective, recompute_modules: [core_attn, mlp_up]}\n"
+    with pytest.raises((ProblemError, ProblemErrors)) as e:
+        _load(tmp_path, ex)
+    assert "recompute_modules" in str(e.value) and "mlp_up" in str(e.value)
+    _load(tmp_path, "stack: maxtext\n" + ex)
+    with pytest.raises(ValueError, match="needs framework: maxtext"):
+        RunSoftware(framework="torchtitan", remat_policy="minimal")

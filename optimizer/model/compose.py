@@ -218,15 +218,18 @@ def activations(
     dual=False,
 ) -> dict:
     """Activation memory of the worst pipeline stage (Korthikanti et al. 2022): the first stage keeps the
-    layers in flight (1F1B: Ls*min(n_mb, pp); interleaved: inflv; GPipe: every micro-batch) plus the working
-    set of recompute and the embedding output; the last keeps Ls layers and the logits; activation offload
-    keeps two layers in HBM and moves the rest (`offact`) to offload memory; a partial offload (`a_part`, the
-    fraction of a stage's layers offloaded: Megatron-Core cpu_offloading_num_layers / layers) moves that
-    fraction of every micro-batch's stored layers. A V schedule (`vee`, `v_schedule`): the first rank holds
-    the last stage too, so the logits; ZB-V keeps 1F1B's pp*Ls layers (Qi et al. 2024, Sec. 6), DualPipeV
-    (`dual`) 2*pp+1 chunks of Ls/2 layers (DeepSeek-V3 report, Table 2: PP+1 stages' activations on PP/2
-    ranks), = pp*Ls + Ls/2."""
+    layers in flight (1F1B: Ls*min(n_mb, pp); interleaved: inflv; GPipe with pp > 1: every micro-batch) plus
+    the working set of recompute and the embedding output; the last keeps Ls layers and the logits;
+    activation offload keeps two layers in HBM and moves the rest (`offact`) to offload memory; a partial
+    offload (`a_part`, the fraction of a stage's layers offloaded: Megatron-Core cpu_offloading_num_layers /
+    layers) moves that fraction of every micro-batch's stored layers. A V schedule (`vee`, `v_schedule`):
+    the first rank holds the last stage too, so the logits; ZB-V keeps 1F1B's pp*Ls layers (Qi et al. 2024,
+    Sec. 6), DualPipeV (`dual`) 2*pp+1 chunks of Ls/2 layers (DeepSeek-V3 report, Table 2: PP+1 stages'
+    activations on PP/2 ranks), = pp*Ls + Ls/2."""
     dual, vee = np.asarray(dual, dtype=bool), np.asarray(vee, dtype=bool)
+    # without a pipeline every schedule runs each micro-batch's forward and backward in turn (gradient
+    # accumulation): one micro-batch in flight, whatever the schedule is called
+    gpipe = np.asarray(gpipe, dtype=bool) & (np.asarray(pp) > 1)
     layered = np.where(vpp > 1, inflv, infl1)
     v_held = Ls * pp + np.where(dual, _div(Ls, 2), 0 * Ls)
     inflight = np.minimum(np.where(gpipe, NL, np.where(vee, v_held, layered)), NL)

@@ -528,7 +528,10 @@ def _state_memory(ctx: Ctx, k: Knobs, P: _Params) -> dict:
     # weights themselves and count here)
     master_only = ctx.stack in (Stack.TORCHTITAN, Stack.FSDP, Stack.MAXTEXT)
     shard_copy = 0.0 if master_only and ctx.keeps_master else 1.0
-    weights_full = np.where(z == 3, shard_copy * P.sharded(True) * wb + two_layers * wb, P.stage * wb)
+    # MaxText keeps no 16-bit copy unsharded either: each layer's fp32 parameters are cast as it runs
+    cast_only = ctx.stack == Stack.MAXTEXT and ctx.keeps_master
+    unsharded = two_layers * wb if cast_only else P.stage * wb
+    weights_full = np.where(z == 3, shard_copy * P.sharded(True) * wb + two_layers * wb, unsharded)
     weights = np.where(w_off, two_layers * wb + (P.stage - P.L_stage * P.layer) * wb, weights_full)
     grads_full = P.sharded(z >= 2) * gb + np.where((z == 3) & fsdp2, P.layer * (wb + gb), 0.0)
     grads = np.where(o_off, P.layer * gb, grads_full)

@@ -22,7 +22,13 @@ from optimizer.rules.layout import (
     tier_spans,
 )
 from optimizer.schema.common import CP_COMM_CODES, CpComm, Schedule
-from optimizer.schema.stack import Stack, layout_unsupported, not_offered, profile
+from optimizer.schema.stack import (
+    Stack,
+    layout_unsupported,
+    not_offered,
+    profile,
+    recompute_modules_unsupported,
+)
 
 if TYPE_CHECKING:
     from optimizer.io.loader import Sourced
@@ -307,6 +313,12 @@ def execution_warnings(stack: Stack, ex, precision=None) -> list[str]:
         and getattr(ex, knob) not in allowed
         and not moot(knob, ex.tp, ex.pp, no_dp, ex.ep == 1, ex.cp == 1)
     ]
+    jax = recompute_modules_unsupported(stack, ex.recompute_modules)
+    if jax:
+        out.append(
+            f"recompute_modules={jax} is not offered by stack {Stack(stack).value} (JAX rematerialisation's "
+            "modules: maxtext)"
+        )
     return out + [
         f"{k}={m}"
         for k, m in layout_unsupported(stack, ex)

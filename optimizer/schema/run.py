@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from optimizer.schema.common import (
     Frozen,
@@ -271,7 +271,8 @@ class RunSoftware(Frozen):
     )
     remat_policy: RematPolicy | None = Field(
         None,
-        description="MaxText remat_policy (with recompute: selective; null: the recompute stated alone).",
+        description="MaxText remat_policy (framework maxtext): it states the recompute, full for `full` and "
+        "otherwise selective of what the policy does not save; null: the run's recompute as stated.",
     )
     tp_comm_overlap: bool | None = Field(
         None,
@@ -294,6 +295,12 @@ class RunSoftware(Frozen):
         "--pp-partition-method 'type:transformer|embedding'); null: only where layers + 2, not layers, "
         "divide by pp x vpp on Megatron-Core.",
     )
+
+    @model_validator(mode="after")
+    def _remat_policy_is_maxtexts(self) -> RunSoftware:
+        if self.remat_policy is not None and self.framework != Framework.MAXTEXT:
+            raise ValueError("remat_policy is MaxText's: it needs framework: maxtext")
+        return self
 
 
 class RunFacts(Frozen):

@@ -39,18 +39,29 @@ Megatron-Core. What each profile offers, with its source:
   policies, NVIDIA's dgxc-benchmarking MaxText recipes): the `fsdp` mesh axis shards the parameters, gradients
   and optimizer state (ZeRO-3: XLA all-gathers each layer's weights before its forward and again before its
   backward, reduce-scatters its gradients, pipelined one layer ahead) and the `data` axis replicates
-  (ZeRO-0); tensor parallelism without sequence sharding of the norms or a collective-matmul overlap; its
-  pipeline runs every micro-batch's forward, then every backward (GPipe; circular repeats are not modelled);
-  context parallelism by all-gathering K and V; a remat policy is a selective recompute of the modules the
-  policy does not save (`optimizer.io.runs.REMAT_POLICY`); BF16 and FP8 with delayed scaling (`quantization:
-  fp8`); no offload. The fp32 parameters are the master weights: no separate 16-bit shard.
+  (ZeRO-0); tensor parallelism, with its norms' sequence sharded (the tensor_sequence axis, from 2025-01) or
+  not, and XLA's collective matmul as the decomposed overlap (`ring`,
+  --xla_gpu_multi_streamed_windowed_einsum); its pipeline runs every micro-batch's forward, then every
+  backward (GPipe; circular repeats are not modelled); context parallelism by all-gathering K and V; a remat
+  policy is a selective recompute of the modules the policy does not save (`optimizer.io.runs.
+  REMAT_POLICY`); BF16 and FP8 with delayed scaling (`quantization: fp8`). Its host offload (remat policies
+  that offload, optimizer and parameter host offload) is not modelled. The fp32 parameters are the master
+  weights: no 16-bit copy is kept, only a layer's cast.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
 
-from optimizer.schema.common import CpComm, MoeDispatcher, Precision, Recompute, Schedule, TpOverlap
+from optimizer.schema.common import (
+    CpComm,
+    MoeDispatcher,
+    Precision,
+    Recompute,
+    RecomputeModule,
+    Schedule,
+    TpOverlap,
+)
 
 
 class Stack(StrEnum):
@@ -143,8 +154,8 @@ PROFILES: dict[Stack, dict[str, list]] = {
     Stack.MAXTEXT: {
         "vpp": [1],
         "zero": [0, 3],  # the data axis replicates; the fsdp axis shards parameters, gradients and state
-        "sequence_parallel": [False],
-        "tp_overlap": [TpOverlap.NONE],
+        # XLA's collective matmul (--xla_gpu_multi_streamed_windowed_einsum): the decomposed `ring` overlap
+        "tp_overlap": [TpOverlap.NONE, TpOverlap.RING],
         "pp_embedding_loss": [False],
         "pp_rs_ag": [False],
         "schedule": [Schedule.GPIPE],
@@ -224,6 +235,17 @@ def fsdp_copy_bytes(stack: Stack, wb: float, gb: float) -> tuple[float, float, f
     if Stack(stack) == Stack.TORCHTITAN:
         return 0.0, wb + gb, 2.0 * wb
     return 0.0, 0.0, 0.0
+
+
+# recompute modules only JAX's rematerialisation runs (MaxText remat policies, `runs.REMAT_POLICY`)
+JAX_REMAT_MODULES = (RecomputeModule.MLP_UP, RecomputeModule.ATTN_PROJ)
+
+
+def recompute_modules_unsupported(stack: Stack, modules) -> list[str]:
+    """The named recompute modules the stack does not run: JAX's (`JAX_REMAT_MODULES`) outside maxtext."""
+    if Stack(stack) == Stack.MAXTEXT:
+        return []
+    return [RecomputeModule(m).value for m in modules or [] if RecomputeModule(m) in JAX_REMAT_MODULES]
 
 
 # knobs `by_layout` narrows, and the degree it reads
@@ -345,6 +367,10 @@ def written_unsupported(stack: Stack, ex, precision=None) -> list[tuple[str, str
         for knob in sorted(ex.model_fields_set & set(allowed_by))
         if getattr(ex, knob) not in allowed_by[knob]
     ]
+    jax = recompute_modules_unsupported(stack, ex.recompute_modules)
+    if jax:
+        msg = f"{jax} is not offered by stack {Stack(stack).value} (JAX rematerialisation's modules: maxtext)"
+        out.append(("recompute_modules", msg))
     zb = ex.schedule == Schedule.ZERO_BUBBLE
     if "schedule" in ex.model_fields_set and zb and ex.pp > 1 and ex.vpp < 2:
         out.append(
