@@ -545,6 +545,10 @@ def write(
             f"{note} of {runs_file} (each factor on its precision's runs)",
         )
         fitted.append("matrix_efficiency_scale")
+    if ("e1" in x or "level" in x) and "stack_scale" not in x and "stack_matrix_scale" in doc:
+        # fitted on the tables this fit replaces: stale (the sequence refits it after the tables)
+        del doc["stack_matrix_scale"]
+        print("stack_matrix_scale dropped: fitted on the previous tables; refit it with --params stack_scale")
     if "stack_scale" in x:
         old_stack = validate_model(System, read_yaml(path)).stack_matrix_scale
         merged = {
@@ -555,7 +559,8 @@ def write(
             doc,
             "stack_matrix_scale",
             _flow(merged),
-            f"{note} of {runs_file} (each factor on its stack's runs, after the other stacks' tables)",
+            f"{note} of {runs_file} for {FIT_STACK['stack']} (each factor fitted on its own stack's runs, "
+            "after the other stacks' tables)",
         )
         fitted.append("stack_matrix_scale")
     for key, digits in (
