@@ -372,7 +372,8 @@ def write(path: str | Path, text: str, obj: Any, rows: list[dict] | None, parque
 
 
 def emit(target: str, problem: Problem, plan) -> str:
-    """A plan (a `Plan`, an `Evaluation` or an `Execution`) for megatron, nemo, torchtitan or deepspeed."""
+    """A plan (a `Plan`, an `Evaluation` or an `Execution`) for megatron, nemo, torchtitan, deepspeed or
+    maxtext."""
     from optimizer.report.export import emit as _emit
 
     ex = getattr(getattr(plan, "evaluation", plan), "execution", plan)

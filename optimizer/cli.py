@@ -32,7 +32,7 @@ import sys
 from optimizer import api
 from optimizer.errors import ProblemError
 
-EMIT = ["megatron", "nemo", "torchtitan", "deepspeed"]
+EMIT = ["megatron", "nemo", "torchtitan", "deepspeed", "maxtext"]
 # the shared flags each command takes (`_shared`): the same names and meaning on every command
 SHARED = {
     "evaluate": ("json", "output", "quiet"),

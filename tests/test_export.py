@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from optimizer.drivers.evaluate import evaluate_execution
+from optimizer.io.loader import load_problem
 from optimizer.report.export import emit
 from optimizer.schema import Execution, Training
 from tests.helpers import library_llm, library_system, problem_and_knobs
@@ -334,8 +336,45 @@ def test_deepspeed_json_batch_identity(tmp_path):
     assert "activation_checkpointing" in d
 
 
+def _maxtext(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
+
+
+def test_maxtext_mesh_covers_the_gpus_and_the_batch_adds_up(tmp_path):
+    """MaxText's overrides: the ici axes fill a node and the dcn axes the nodes (tensor innermost), the fsdp
+    axis carries ZeRO-3 and the data axis replicas, and per-device batch x devices x accumulation is the
+    global batch; a plan's recompute comes back as the remat policy that runs it."""
+    from math import prod
+
+    text = "llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 64\ntraining: {global_batch: 256}\n"
+    text += "stack: maxtext\n"
+    for execution, data in (
+        ("{tp: 2, pp: 1, micro_batch: 1, zero: 3, recompute: full}", "fsdp"),
+        ("{tp: 4, pp: 1, micro_batch: 2, zero: 0, recompute: selective}", "data"),
+    ):
+        path = tmp_path / "p.yaml"
+        path.write_text(text + f"execution: {execution}\n")
+        p = load_problem(path)
+        ex = evaluate_execution(p).execution
+        o = _maxtext(emit("maxtext", p, ex))
+        axes = ("tensor", "context", "expert", data, "pipeline")
+        assert prod(int(o[f"ici_{a}_parallelism"]) for a in axes) == 8
+        assert prod(int(o[f"dcn_{a}_parallelism"]) for a in axes) == 8
+        assert int(o["ici_tensor_parallelism"]) == ex.tp and int(o[f"ici_{data}_parallelism"]) == 8 // ex.tp
+        batch = float(o["per_device_batch_size"]) * 64 * int(o["gradient_accumulation_steps"])
+        assert batch == 256 and int(o["base_num_decoder_layers"]) == p.llm.layers
+        assert o["remat_policy"] == ("full" if ex.recompute.value == "full" else "minimal")
+    # a selective recompute a policy runs exactly is that policy
+    from optimizer.report.export.maxtext import remat_policy
+
+    ex = Execution(
+        tp=1, recompute="selective", recompute_modules=["core_attn", "attn_proj", "mlp_up", "layernorm"]
+    )
+    assert remat_policy(ex) == ("save_qkv_proj", None)
+
+
 @pytest.mark.parametrize("command", ["solve", "evaluate", "check"])
-@pytest.mark.parametrize("target", ["megatron", "nemo", "torchtitan", "deepspeed"])
+@pytest.mark.parametrize("target", ["megatron", "nemo", "torchtitan", "deepspeed", "maxtext"])
 def test_emit_on_every_command(tmp_path, capsys, command, target):
     import json
 
@@ -352,6 +391,7 @@ def test_emit_on_every_command(tmp_path, capsys, command, target):
         "nemo": "NeMo 2 recipe overrides:",
         "torchtitan": "torchtitan config:",
         "deepspeed": "DeepSpeed config:",
+        "maxtext": "MaxText config overrides:",
     }[target]
     assert title in capsys.readouterr().out
     assert main([command, str(path), "--emit", target, "--json"]) == 0

@@ -1,22 +1,25 @@
 """Exports of a plan to training-framework configurations.
 
 One module per target, each with ``emit(problem, execution) -> str``: Megatron-LM (a runnable bash command),
-NeMo 2 (recipe overrides, Python), torchtitan (job config, TOML), DeepSpeed (config, JSON).
+NeMo 2 (recipe overrides, Python), torchtitan (job config, TOML), DeepSpeed (config, JSON), MaxText
+(config overrides, key=value).
 """
 
-from optimizer.report.export import deepspeed, megatron, nemo, torchtitan
+from optimizer.report.export import deepspeed, maxtext, megatron, nemo, torchtitan
 
 EMITTERS = {
     "megatron": megatron.emit,
     "nemo": nemo.emit,
     "torchtitan": torchtitan.emit,
     "deepspeed": deepspeed.emit,
+    "maxtext": maxtext.emit,
 }
 TITLES = {
     "megatron": "Megatron-LM command",
     "nemo": "NeMo 2 recipe overrides",
     "torchtitan": "torchtitan config",
     "deepspeed": "DeepSpeed config",
+    "maxtext": "MaxText config overrides",
 }
 
 
@@ -32,6 +35,7 @@ STACK_OF = {
     "nemo": "megatron-core",
     "torchtitan": "torchtitan",
     "deepspeed": "deepspeed",
+    "maxtext": "maxtext",
 }
 
 
