@@ -23,6 +23,7 @@ import numpy as np
 from formulations.cp_sat import cp_model
 from optimizer.rules.layout import CAPS, Group, divisors, rule_masks, uneven_vpps
 from optimizer.schema import Problem
+from optimizer.schema.stack import Stack
 
 TEXT = {
     Group.GPUS: "tp*pp*dp*cp must {eq} the {n} GPUs",
@@ -31,7 +32,8 @@ TEXT = {
     "pp_uneven, vpp must divide the busiest stage's ceil(slots / pp))",
     Group.EXPERTS: "{experts}",
     Group.BATCH: "dp*micro_batch must divide the global batch {batch}",
-    Group.INTERLEAVE: "an interleaved schedule (vpp > 1) needs the micro-batch count to be a multiple of pp",
+    Group.INTERLEAVE: "an interleaved schedule (vpp > 1), or MaxText's pipeline, needs the micro-batch count "
+    "to be a multiple of pp",
     Group.CONTEXT: "2*cp must divide the sequence length {seq}",
     Group.MUST_FILL: "parallel groups must tile the network tiers marked must_fill",
     Group.CAP_CP: "cp is capped at {cap} by default (name cp in `search` to lift the cap)",
@@ -226,13 +228,17 @@ def define_experts(r: RuleModel) -> None:
 
 
 def define_interleave(r: RuleModel) -> None:
-    """rules.interleave: only binds when vpp > 1 (a table over (dp, micro_batch, pp) under that literal)."""
+    """rules.interleave: only binds when vpp > 1 (a table over (dp, micro_batch, pp) under that literal); on
+    the maxtext stack always (its pipeline needs whole rounds of micro-batches; pp 1 always passes)."""
     m, v = r.m, r.v
+    g = r.group(Group.INTERLEAVE)
+    rows = _table(r.problem, r.dom, ("dp", "micro_batch", "pp"), Group.INTERLEAVE, vpp=2)
+    if r.problem.stack == Stack.MAXTEXT:
+        m.AddAllowedAssignments([v["dp"], v["micro_batch"], v["pp"]], rows).OnlyEnforceIf(g)
+        return
     v1 = m.NewBoolVar("vpp==1")
     m.Add(v["vpp"] == 1).OnlyEnforceIf(v1)
     m.Add(v["vpp"] > 1).OnlyEnforceIf(v1.Not())
-    g = r.group(Group.INTERLEAVE)
-    rows = _table(r.problem, r.dom, ("dp", "micro_batch", "pp"), Group.INTERLEAVE, vpp=2)
     m.AddAllowedAssignments([v["dp"], v["micro_batch"], v["pp"]], rows).OnlyEnforceIf([g, v1.Not()])
 
 

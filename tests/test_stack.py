@@ -413,12 +413,39 @@ def test_without_a_pipeline_maxtext_keeps_one_micro_batch_in_flight(tmp_path):
 def test_jax_remat_modules_are_maxtexts_only(tmp_path):
     """`mlp_up` and `attn_proj` are what JAX's rematerialisation runs again; written for another stack they
     are a located error, and a run's remat_policy needs the maxtext framework."""
-    from optimizer.schema.run import RunSoftware
+    from optimizer.schema.run import Run, RunSoftware
 
     ex = "execution: {tp: 1, recompute: selective, recompute_modules: [core_attn, mlp_up]}\n"
     with pytest.raises((ProblemError, ProblemErrors)) as e:
         _load(tmp_path, ex)
     assert "recompute_modules" in str(e.value) and "mlp_up" in str(e.value)
     _load(tmp_path, "stack: maxtext\n" + ex)
-    with pytest.raises(ValueError, match="needs framework: maxtext"):
-        RunSoftware(framework="torchtitan", remat_policy="minimal")
+    rec = run_record(
+        {"hidden": 4096, "ffn": 14336, "layers": 32, "heads": 32, "kv_heads": 8, "seq_len": 4096},
+        {"gpu": "h100-sxm-80gb", "num_gpus": 8},
+        {"tp": 1, "pp": 1, "dp": 8, "global_batch": 8},
+        {"framework": "torchtitan", "remat_policy": "minimal"},
+    )
+    with pytest.raises(ValueError, match="needs software.framework: maxtext"):
+        Run.model_validate(rec)
+    Run.model_validate(rec | {"software": {"framework": "maxtext", "remat_policy": "minimal"}})
+    RunSoftware(remat_policy="minimal")  # a facts sidecar states no framework: its record does
+
+
+def test_maxtext_pipelines_run_whole_rounds_of_micro_batches(tmp_path):
+    """MaxText's pipeline needs its micro-batches in whole rounds of the stages (its config check), in the
+    search (CP-SAT and the enumeration alike) and for a written execution, which is a located error."""
+
+    def load(extra):
+        path = tmp_path / "q.yaml"
+        path.write_text("llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 16\nstack: maxtext\n" + extra)
+        return load_problem(path)
+
+    p = load("training: {global_batch: 32}\nsearch: {pp: 4, tp: 1, cp: 1, micro_batch: [1, 2, 4, 8]}\n")
+    plans = [solve(p, top=20, **kw).plans for kw in ({}, {"method": "enumerate"})]
+    assert [x.objective_s for x in plans[0]] == pytest.approx([x.objective_s for x in plans[1]], rel=1e-6)
+    # dp 4: micro-batches 1 and 2 give 8 and 4 rounds' worth; 4 and 8 give 2 and 1, which MaxText refuses
+    assert plans[0] and {x.evaluation.execution.micro_batch for x in plans[0]} <= {1, 2}
+    with pytest.raises((ProblemError, ProblemErrors)) as e:
+        load("training: {global_batch: 32}\nexecution: {tp: 1, pp: 4, micro_batch: 4}\n")
+    assert "execution.pp" in str(e.value) and "divisible by pp" in str(e.value)

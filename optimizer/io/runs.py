@@ -574,7 +574,7 @@ def _memory_knobs(run: dict, year: int | None, sw: dict, fixed: dict, free: dict
     (unstated: none before the distributed optimizer, else chosen between none and ZeRO-1)."""
     par = run["parallel"]
     names = sw.get("recompute_modules")
-    policy = sw.get("remat_policy")
+    policy = sw.get("remat_policy") if sw.get("framework") == "maxtext" else None  # MaxText's (`Run`)
     if policy is not None:  # a remat policy states the recompute
         rec = "full" if REMAT_POLICY[policy] is None else "selective"
         was = par.get("recompute")

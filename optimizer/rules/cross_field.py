@@ -148,7 +148,11 @@ def _batch_errors(p: Problem, ex: Execution, dp: int, ok: dict) -> list[tuple[st
     if not ok[Group.INTERLEAVE]:
         n_mb = B // (dp * ex.micro_batch)
         return [
-            ("execution.vpp", f"interleaved schedule needs micro-batches ({n_mb}) divisible by pp ({ex.pp})")
+            (
+                "execution.vpp" if ex.vpp > 1 else "execution.pp",
+                f"{'interleaved schedule' if ex.vpp > 1 else 'the maxtext pipeline'} needs micro-batches "
+                f"({n_mb}) divisible by pp ({ex.pp})",
+            )
         ]
     n_mb = B // (dp * ex.micro_batch)
     if ex.schedule in (Schedule.DUALPIPE_V, Schedule.ZERO_BUBBLE_V) and ex.pp > 1 and n_mb < 2 * ex.pp:

@@ -45,6 +45,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from optimizer.schema.stack import Stack
+
 if TYPE_CHECKING:
     from optimizer.schema import Problem, System
 
@@ -306,7 +308,9 @@ def rule_masks(
     layers = split & ~((vpp > 1) & (pp == 1)) & ~(el_b & (pp == 1))
     batch = B % (dp * mb) == 0
     n_mb = np.where(batch, B // np.maximum(dp * mb, 1), 0)
-    interleave = (vpp == 1) | (n_mb % pp == 0)
+    # an interleaved schedule, and MaxText's pipeline whatever its repeats (its config check:
+    # num_pipeline_microbatches % num_stages == 0), needs the micro-batches in whole rounds of the stages
+    interleave = ((vpp == 1) & (p.stack != Stack.MAXTEXT)) | (n_mb % pp == 0)
     context = (cp == 1) | (S % (2 * cp) == 0)
     mo = llm.moe
     if mo is None:

@@ -296,12 +296,6 @@ class RunSoftware(Frozen):
         "divide by pp x vpp on Megatron-Core.",
     )
 
-    @model_validator(mode="after")
-    def _remat_policy_is_maxtexts(self) -> RunSoftware:
-        if self.remat_policy is not None and self.framework != Framework.MAXTEXT:
-            raise ValueError("remat_policy is MaxText's: it needs framework: maxtext")
-        return self
-
 
 class RunFacts(Frozen):
     """Typed facts of one run kept beside a runs file the project does not own (`problems/runs/facts`):
@@ -341,3 +335,10 @@ class Run(Frozen):
         pattern="^[ABC]$", description="A: all core fields known; B: one or two unknown; C: more."
     )
     notes: str | None = Field(None, description="Derivations, assumptions, FLOP conventions.")
+
+    @model_validator(mode="after")
+    def _remat_policy_is_maxtexts(self) -> Run:
+        sw = self.software
+        if sw is not None and sw.remat_policy is not None and sw.framework != Framework.MAXTEXT:
+            raise ValueError("software.remat_policy is MaxText's: it needs software.framework: maxtext")
+        return self
