@@ -373,6 +373,23 @@ def test_maxtext_mesh_covers_the_gpus_and_the_batch_adds_up(tmp_path):
     assert remat_policy(ex) == ("save_qkv_proj", None)
 
 
+def test_maxtext_pipeline_sequence_parallel_and_fp32_overrides(tmp_path):
+    """With a pipeline the whole batch is split into num_pipeline_microbatches, each stage holding its layers
+    once (one repeat, not a circular pipeline); TP with sequence parallelism is the tensor_sequence axis; fp32
+    training is dtype float32; a fraction of a sequence per device is written exactly."""
+    text = "llm: llama3.1-8b\nsystem: h100-sxm-80gb\nnum_gpus: 24\nstack: maxtext\n"
+    text += "training: {global_batch: 48, precision: fp32}\n"
+    text += "execution: {tp: 2, pp: 4, micro_batch: 1, sequence_parallel: true, zero: 0}\n"
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    p = load_problem(path)
+    ex = evaluate_execution(p).execution
+    o = _maxtext(emit("maxtext", p, ex))
+    assert int(o["ici_tensor_sequence_parallelism"]) == 2 and "ici_tensor_parallelism" not in o
+    assert int(o["num_pipeline_microbatches"]) == 48 // ex.dp and int(o["num_layers_per_pipeline_stage"]) == 8
+    assert int(float(o["per_device_batch_size"]) * 24) == 48 and o["dtype"] == "float32"
+
+
 @pytest.mark.parametrize("command", ["solve", "evaluate", "check"])
 @pytest.mark.parametrize("target", ["megatron", "nemo", "torchtitan", "deepspeed", "maxtext"])
 def test_emit_on_every_command(tmp_path, capsys, command, target):

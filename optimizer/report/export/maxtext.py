@@ -44,7 +44,10 @@ def overrides(problem, ex) -> tuple[dict[str, object], list[str]]:
     per_node = min(problem.system.gpus_per_node, n)
     data = "fsdp" if ex.zero == 3 else "data"
     ep = ex.ep if llm.moe is not None else 1
-    degrees = {"tensor": ex.tp, "context": ex.cp, "expert": ep, data: ex.dp // ep, "pipeline": ex.pp}
+    # sequence parallelism: MaxText's tensor_sequence axis shards the heads and the MLP as tensor does, and
+    # the norms' sequence too
+    tensor = "tensor_sequence" if ex.sequence_parallel and ex.tp > 1 else "tensor"
+    degrees = {tensor: ex.tp, "context": ex.cp, "expert": ep, data: ex.dp // ep, "pipeline": ex.pp}
     ici, dcn = _split(degrees, per_node)
     n_mb = tr.global_batch // (ex.micro_batch * ex.dp)
     out: dict[str, object] = {
@@ -65,6 +68,10 @@ def overrides(problem, ex) -> tuple[dict[str, object], list[str]]:
     if ex.pp > 1:  # the whole batch each step, split into the pipeline's micro-batches
         out["per_device_batch_size"] = tr.global_batch / n
         out["num_pipeline_microbatches"] = n_mb
+        # one repeat: each stage holds its layers once (more repeats would run a circular pipeline)
+        out["num_layers_per_pipeline_stage"] = -(-llm.layers // ex.pp)
+        if llm.layers % ex.pp:
+            notes.append(f"{llm.layers} layers do not split evenly over {ex.pp} stages")
     else:
         out["per_device_batch_size"] = ex.micro_batch * ex.dp / n
         out["gradient_accumulation_steps"] = n_mb
@@ -73,17 +80,25 @@ def overrides(problem, ex) -> tuple[dict[str, object], list[str]]:
     if note:
         notes.append(note)
     out["attention"] = "dot_product" if ex.attention.value == "standard" else "cudnn_flash_te"
-    out["dtype"] = "bfloat16"
+    out["dtype"] = "float32" if tr.precision.value == "fp32" else "bfloat16"
     if tr.precision.value == "fp8":
         out["quantization"] = "fp8"
     elif tr.precision.value not in ("bf16", "fp32"):
         notes.append(f"precision {tr.precision.value}: MaxText's GPU quantization is fp8 (delayed scaling)")
+    if ex.tp_overlap.value != "none" and ex.tp > 1:
+        notes.append("collective matmul: XLA_FLAGS=--xla_gpu_multi_streamed_windowed_einsum=true")
     if ep > 1:
         notes.append(f"expert parallelism {ep} is taken from the data-parallel ranks ({data} x expert = dp)")
+    if ex.zero == 0 and (ex.cp > 1 or ep > 1):
+        notes.append(
+            "MaxText shards the weights over its context and expert axes too (its embed rule); the plan "
+            "counted them replicated"
+        )
     if llm.moe is not None:
         notes.append(
             f"MoE: set num_experts={llm.moe.experts}, num_experts_per_tok={llm.moe.top_k} and "
-            f"base_moe_mlp_dim={llm.moe.expert_ffn} (or the model_name of its MaxText config)"
+            f"base_moe_mlp_dim={llm.moe.expert_ffn} (with a model_name, override_model_config=true lets "
+            "these keys override it)"
         )
     return out, notes
 
@@ -91,8 +106,8 @@ def overrides(problem, ex) -> tuple[dict[str, object], list[str]]:
 def _value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
-    if isinstance(v, float):
-        return f"{v:g}"
+    if isinstance(v, float):  # exact: MaxText truncates per-device batch x devices to an integer
+        return repr(v)
     return str(v)
 
 
