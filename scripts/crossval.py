@@ -141,6 +141,12 @@ GROUPS: list[tuple[str, str, str, str]] = [
         "torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md (the PyTorch team)",
     ),
     (
+        r"nemo 24\.07 performance summary",
+        "nemo-24.07",
+        "2024-09",
+        "NeMo performance summary, NeMo 24.07 container (DGX-H100, FP8; NeMo docs @8e3d65dcfe)",
+    ),
+    (
         r"container nemo 25\.02",
         "nemo-25.02",
         "2025-02",
