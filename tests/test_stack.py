@@ -366,7 +366,8 @@ def test_a_maxtext_run_maps_to_its_stack_with_its_remat_policy():
     """A MaxText run (Llama-2-70B-shaped, ZeRO-3 over 64 H100) is expressed on the maxtext stack; its remat
     policy is the selective recompute of what the policy does not save, and a policy saving less runs more
     again and keeps less."""
-    from optimizer.io.runs import REMAT_POLICY, map_run, predict
+    from optimizer.io.runs import map_run, predict
+    from optimizer.schema.stack import REMAT_POLICY
 
     def mapped(policy):
         run = run_record(

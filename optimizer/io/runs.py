@@ -41,6 +41,7 @@ from optimizer.io.loader import Sourced, available, find_in_library, read_yaml, 
 from optimizer.schema import LLM, MLA, Execution, MoE, Options, Problem, System, Training
 from optimizer.schema.common import RecomputeModule
 from optimizer.schema.llm import SlidingWindow
+from optimizer.schema.stack import REMAT_POLICY
 
 MAX_FREE_MICRO_BATCH = 4  # an unstated micro-batch is chosen among 1..4 (Megatron recipes use 1-4)
 ZERO = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
@@ -266,24 +267,6 @@ FRAMEWORK_STACK = {
     "fsdp": "fsdp",
     "llm-foundry": "fsdp",
     "maxtext": "maxtext",
-}
-
-# MaxText remat policy (`optimizer.schema.run.RematPolicy`) -> the recompute modules it runs again
-# (AI-Hypercomputer/maxtext layers/decoders.py `get_remat_policy`: the names each policy saves, of
-# query/key/value/qkv_proj, context, out_proj, mlpwi, mlpwo). What a policy does not save, JAX runs again only
-# as far as the backward needs it: the norms (their outputs feed the projections' weight gradients), the
-# attention core when `context` is not saved, the MLP's input projections and activation (its output
-# projection's output is not needed), and the output projection when `out_proj` is not saved (it rebuilds the
-# residual the second norm reads). The policies that save every projection also run the MLP's activation
-# function again (element-wise, its inputs saved); that is not counted.
-REMAT_POLICY: dict[str, list[str] | None] = {
-    "full": None,  # recompute: full
-    "minimal": ["core_attn", "layernorm"],
-    "minimal_flash": ["layernorm"],
-    "save_dot_with_context_except_mlp": ["mlp_up", "layernorm"],
-    "save_dot_except_mlpwi": ["core_attn", "mlp_up", "layernorm"],
-    "save_dot_except_mlp": ["core_attn", "mlp_up", "layernorm"],
-    "save_qkv_proj": ["core_attn", "attn_proj", "mlp_up", "layernorm"],
 }
 
 

@@ -152,7 +152,7 @@ class Framework(StrEnum):
 
 class RematPolicy(StrEnum):
     """A MaxText remat policy (configs/base.yml `remat_policy`; layers/decoders.py): which named activations
-    of a decoder layer JAX keeps for backward, everything else being run again (`optimizer.io.runs.
+    of a decoder layer JAX keeps for backward, everything else being run again (`optimizer.schema.stack.
     REMAT_POLICY` maps each onto the recompute modules it runs again)."""
 
     FULL = "full"  # nothing saved but the layer input

@@ -43,10 +43,10 @@ Megatron-Core. What each profile offers, with its source:
   not, and XLA's collective matmul as the decomposed overlap (`ring`,
   --xla_gpu_multi_streamed_windowed_einsum); its pipeline runs every micro-batch's forward, then every
   backward (GPipe; circular repeats are not modelled); context parallelism by all-gathering K and V; a remat
-  policy is a selective recompute of the modules the policy does not save (`optimizer.io.runs.
-  REMAT_POLICY`); BF16 and FP8 with delayed scaling (`quantization: fp8`). Its host offload (remat policies
-  that offload, optimizer and parameter host offload) is not modelled. The fp32 parameters are the master
-  weights: no 16-bit copy is kept, only a layer's cast.
+  policy is a selective recompute of the modules the policy does not save (`REMAT_POLICY`); BF16 and FP8
+  with delayed scaling (`quantization: fp8`). Its host offload (remat policies that offload, optimizer and
+  parameter host offload) is not modelled. The fp32 parameters are the master weights: no 16-bit copy is
+  kept, only a layer's cast.
 """
 
 from __future__ import annotations
@@ -237,7 +237,25 @@ def fsdp_copy_bytes(stack: Stack, wb: float, gb: float) -> tuple[float, float, f
     return 0.0, 0.0, 0.0
 
 
-# recompute modules only JAX's rematerialisation runs (MaxText remat policies, `runs.REMAT_POLICY`)
+# MaxText remat policy (`optimizer.schema.run.RematPolicy`) -> the recompute modules it runs again
+# (AI-Hypercomputer/maxtext layers/decoders.py `get_remat_policy`: the names each policy saves, of
+# query/key/value/qkv_proj, context, out_proj, mlpwi, mlpwo). What a policy does not save, JAX runs again only
+# as far as the backward needs it: the norms (their outputs feed the projections' weight gradients), the
+# attention core when `context` is not saved, the MLP's input projections and activation (its output
+# projection's output is not needed), and the output projection when `out_proj` is not saved (it rebuilds the
+# residual the second norm reads). The policies that save every projection also run the MLP's activation
+# function again (element-wise, its inputs saved); that is not counted.
+REMAT_POLICY: dict[str, list[str] | None] = {
+    "full": None,  # recompute: full
+    "minimal": ["core_attn", "layernorm"],
+    "minimal_flash": ["layernorm"],
+    "save_dot_with_context_except_mlp": ["mlp_up", "layernorm"],
+    "save_dot_except_mlpwi": ["core_attn", "mlp_up", "layernorm"],
+    "save_dot_except_mlp": ["core_attn", "mlp_up", "layernorm"],
+    "save_qkv_proj": ["core_attn", "attn_proj", "mlp_up", "layernorm"],
+}
+
+# recompute modules only JAX's rematerialisation runs (MaxText remat policies, `REMAT_POLICY`)
 JAX_REMAT_MODULES = (RecomputeModule.MLP_UP, RecomputeModule.ATTN_PROJ)
 
 

@@ -1,14 +1,15 @@
 """MaxText configuration overrides of a plan: `key=value` arguments after `configs/base.yml`, as MaxText's
 trainer takes them (AI-Hypercomputer/maxtext configs/base.yml). The mesh axes within a node (`ici_*`) and
 across nodes (`dcn_*`), the model's dimensions, the batch per device with gradient accumulation or pipeline
-micro-batches, the remat policy (`optimizer.io.runs.REMAT_POLICY` read backwards), quantization and attention.
+micro-batches, the remat policy (`optimizer.schema.stack.REMAT_POLICY` read backwards), quantization and
+attention.
 The fsdp axis is ZeRO-3 and the data axis replication (`optimizer.schema.stack`, maxtext)."""
 
 from __future__ import annotations
 
 from math import gcd
 
-from optimizer.io.runs import REMAT_POLICY
+from optimizer.schema.stack import REMAT_POLICY
 
 
 def _split(degrees: dict[str, int], per_node: int) -> tuple[dict[str, int], dict[str, int]]:
