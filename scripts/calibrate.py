@@ -488,6 +488,17 @@ def _relative(path: str) -> str:
     return path
 
 
+def _merge_factors(doc, path: Path, key: str, new: dict, comment: str) -> None:
+    """Set the factors `new` ({name: value}) in the dict of factors `key` of the system file at `path`
+    (`matrix_efficiency_scale` by precision, `stack_matrix_scale` by stack), keeping its other entries."""
+    old = getattr(validate_model(System, read_yaml(path)), key)
+    merged = {
+        **{str(k): _fixed(v, 4) for k, v in old.items()},
+        **{str(k): _fixed(v, 4) for k, v in new.items()},
+    }
+    _set_key(doc, key, _flow(merged), comment)
+
+
 def write(
     path: Path,
     x: dict,
@@ -533,15 +544,11 @@ def write(
         fitted.append("hbm_efficiency")
     scales = {p: x[f"{p}_scale"] for p in SCALED if f"{p}_scale" in x}
     if scales:
-        old_scale = validate_model(System, read_yaml(path)).matrix_efficiency_scale
-        merged = {
-            **{str(k): _fixed(v, 4) for k, v in old_scale.items()},
-            **{p: _fixed(v, 4) for p, v in scales.items()},
-        }
-        _set_key(
+        _merge_factors(
             doc,
+            path,
             "matrix_efficiency_scale",
-            _flow(merged),
+            scales,
             f"{note} of {runs_file} (each factor on its precision's runs)",
         )
         fitted.append("matrix_efficiency_scale")
@@ -550,18 +557,12 @@ def write(
         del doc["stack_matrix_scale"]
         print("stack_matrix_scale dropped: fitted on the previous tables; refit it with --params stack_scale")
     if "stack_scale" in x:
-        old_stack = validate_model(System, read_yaml(path)).stack_matrix_scale
-        merged = {
-            **{str(k): _fixed(v, 4) for k, v in old_stack.items()},
-            FIT_STACK["stack"]: _fixed(x["stack_scale"], 4),
-        }
-        _set_key(
-            doc,
-            "stack_matrix_scale",
-            _flow(merged),
-            f"{note} of {runs_file} for {FIT_STACK['stack']} (each factor fitted on its own stack's runs, "
-            "after the other stacks' tables)",
+        stack = FIT_STACK["stack"]
+        comment = (
+            f"{note} of {runs_file} for {stack} (each factor fitted on its own stack's runs, after the other "
+            "stacks' tables)"
         )
+        _merge_factors(doc, path, "stack_matrix_scale", {stack: x["stack_scale"]}, comment)
         fitted.append("stack_matrix_scale")
     for key, digits in (
         ("attention_efficiency", 4),
