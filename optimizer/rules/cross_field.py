@@ -319,10 +319,7 @@ def execution_warnings(stack: Stack, ex, precision=None) -> list[str]:
     ]
     jax = recompute_modules_unsupported(stack, ex.recompute_modules)
     if jax:
-        out.append(
-            f"recompute_modules={jax} is not offered by stack {Stack(stack).value} (JAX rematerialisation's "
-            "modules: maxtext)"
-        )
+        out.append(f"recompute_modules={jax}")
     return out + [
         f"{k}={m}"
         for k, m in layout_unsupported(stack, ex)

@@ -259,11 +259,15 @@ REMAT_POLICY: dict[str, list[str] | None] = {
 JAX_REMAT_MODULES = (RecomputeModule.MLP_UP, RecomputeModule.ATTN_PROJ)
 
 
-def recompute_modules_unsupported(stack: Stack, modules) -> list[str]:
-    """The named recompute modules the stack does not run: JAX's (`JAX_REMAT_MODULES`) outside maxtext."""
+def recompute_modules_unsupported(stack: Stack, modules) -> str | None:
+    """The message for named recompute modules the stack does not run, JAX's (`JAX_REMAT_MODULES`) outside
+    maxtext; None when it runs them all."""
     if Stack(stack) == Stack.MAXTEXT:
-        return []
-    return [RecomputeModule(m).value for m in modules or [] if RecomputeModule(m) in JAX_REMAT_MODULES]
+        return None
+    jax = [RecomputeModule(m).value for m in modules or [] if RecomputeModule(m) in JAX_REMAT_MODULES]
+    if not jax:
+        return None
+    return f"{jax} is not offered by stack {Stack(stack).value} (JAX rematerialisation's modules: maxtext)"
 
 
 # knobs `by_layout` narrows, and the degree it reads
@@ -387,8 +391,7 @@ def written_unsupported(stack: Stack, ex, precision=None) -> list[tuple[str, str
     ]
     jax = recompute_modules_unsupported(stack, ex.recompute_modules)
     if jax:
-        msg = f"{jax} is not offered by stack {Stack(stack).value} (JAX rematerialisation's modules: maxtext)"
-        out.append(("recompute_modules", msg))
+        out.append(("recompute_modules", jax))
     zb = ex.schedule == Schedule.ZERO_BUBBLE
     if "schedule" in ex.model_fields_set and zb and ex.pp > 1 and ex.vpp < 2:
         out.append(
