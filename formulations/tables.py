@@ -26,7 +26,8 @@ Columns (the composition factors are defined in `optimizer.model.compose`):
                         (pp = 1; pp > 1; pp > 1 with embedding/loss slots); rso [bit mask]: the block settings
                         (recompute, SP, TP overlap) the layout allows (`block_settings`)
                         dp_allreduce_s, dp_reduce_scatter_s, dp_allgather_s [ns]: the stage's DP collectives;
-                        F [ns]: FSDP traffic per micro-batch (2 AG + RS); ARb, RSb, AGb, Fb [ns]: one
+                        (in the stack's buckets, ZeRO 0-2); F [ns]: FSDP traffic per micro-batch (2 AG +
+                        RS, per-layer calls, ZeRO-3); ARb, RSb, AGb, Fb [ns]: one
                         bucket (a layer) of each; optimizer_s_z{z} [ns], state_hbm_bytes_z{z} /
                         state_offload_bytes_z{z} [KiB]: per ZeRO stage z; reserved_bytes [KiB];
                         fsdp_copy_allreduce_s, fsdp_copy_reduce_s, fsdp_copy_gather_s [ns]: PyTorch FSDP's
@@ -335,7 +336,8 @@ def _cut_codes(cut: np.ndarray, custom: np.ndarray) -> np.ndarray:
 
 def _layout_tables(problem: Problem, lay: dict, tpcp_index: dict, z_vals: list[int], run, nVar: int):
     """Per layout: the composition factors and flags (variant-independent, L0) and, per variant, the DP
-    collectives, FSDP's copies, the reserve and the optimizer and state of each ZeRO stage."""
+    collectives, FSDP's copies, the reserve and the optimizer and state of each ZeRO stage; and the terms
+    of a bucketed (ZeRO 0-2) stage."""
     L0: dict[str, np.ndarray] = {}
     # the embedding and loss take a layer slot each; a custom layout (uneven) also places the MTP blocks,
     # padded to its busiest stage, and its last stage holds `slack` fewer slots (`_Shape`)
@@ -356,23 +358,29 @@ def _layout_tables(problem: Problem, lay: dict, tpcp_index: dict, z_vals: list[i
     L0["cut"] = cut
     nL = len(lay["tp"])
     r = run(nL, **lay)
+    by_zero = {z: run(nL, **lay, zero=z) for z in z_vals}
+    # the traffic goes out in the stack's buckets at ZeRO 0-2 and per layer at ZeRO-3 (`step.dp_calls`): the
+    # all-reduce, reduce-scatter and all-gather columns (ZeRO 0-2) come from a bucketed stage, F from ZeRO-3's
+    r_b = by_zero.get(min(z_vals), r) if min(z_vals, default=3) < 3 else r
+    r_3 = by_zero.get(3, r)
     Lv: list[dict[str, np.ndarray]] = [dict(L0) for _ in range(nVar)]
     bkt = r.dp_bucket_fraction
     for j, Lt in enumerate(Lv):
-        for name in DP_COLUMNS + FSDP_COPY_COLUMNS:
+        for name in FSDP_COPY_COLUMNS:
             Lt[name] = t_int(getattr(r, name)[j])
         for name, b in zip(DP_COLUMNS, ("ARb", "RSb", "AGb"), strict=True):
-            Lt[b] = t_int(getattr(r, name)[j] * bkt[j])
-        F = fsdp_traffic(r.dp_allgather_s[j], r.dp_reduce_scatter_s[j])
+            Lt[name] = t_int(getattr(r_b, name)[j])
+            Lt[b] = t_int(getattr(r_b, name)[j] * bkt[j])
+        F = fsdp_traffic(r_3.dp_allgather_s[j], r_3.dp_reduce_scatter_s[j])
         Lt["F"], Lt["Fb"] = t_int(F), t_int(F * bkt[j])
         Lt["reserved_bytes"] = kib_up(r.reserved_bytes[j])
     for z in z_vals:
-        rz = run(nL, **lay, zero=z)
+        rz = by_zero[z]
         for j, Lt in enumerate(Lv):
             Lt[f"optimizer_s_z{z}"] = t_int(rz.optimizer_s[j])
             Lt[f"state_hbm_bytes_z{z}"] = kib_up(rz.state_hbm_bytes[j])
             Lt[f"state_offload_bytes_z{z}"] = kib_up(rz.state_offload_bytes[j])
-    return slots, L0, Lv, r
+    return slots, L0, Lv, r_b
 
 
 def _lv_lm_tables(B: int, slots, lay: dict, vals: dict):
@@ -574,7 +582,7 @@ def build_all(problem: Problem, c: Compact, deadline: float | None = None) -> li
     tpcp = sorted(set(_group_keys(lay)))
     run = _runner(problem, allv, deadline)
     tpcp_index = {x: i for i, x in enumerate(tpcp)}
-    slots, L0, Lv, r = _layout_tables(problem, lay, tpcp_index, vals["zero"], run, nVar)
+    slots, L0, Lv, r_dp = _layout_tables(problem, lay, tpcp_index, vals["zero"], run, nVar)
     pu_tiers = [float(n.processor_usage) for n in problem.system.networks]
     LV, LM = _lv_lm_tables(problem.training.global_batch, slots, lay, vals)
     legal_all = np.stack(
@@ -597,8 +605,8 @@ def build_all(problem: Problem, c: Compact, deadline: float | None = None) -> li
     for j, v in enumerate(allv):
         LVj = dict(
             LV,
-            ARv=t_int(np.repeat(r.dp_allreduce_s[j], nV) / v2),
-            RSv=t_int(np.repeat(r.dp_reduce_scatter_s[j], nV) / v2),
+            ARv=t_int(np.repeat(r_dp.dp_allreduce_s[j], nV) / v2),
+            RSv=t_int(np.repeat(r_dp.dp_reduce_scatter_s[j], nV) / v2),
         )
         legal = legal_all[admits[j][legal_all[:, 0]]]
         if SCHEDULE_CODES[v["schedule"]].value in V_SCHEDULES:  # a V schedule's rows only where it runs

@@ -3,10 +3,14 @@
 An op does F floating-point operations and moves M bytes through HBM. Its time is
 ``t = max(F / (peak * eta_c(F)), M / (BW_hbm * eta_m(M)))`` (``roofline``) or the sum of both (``sum``),
 where ``eta`` are piecewise-linear efficiency tables in log10 of the op size (GFLOP for compute, MB for
-memory), clamped at both ends. Collectives follow the alpha-beta ring model:
-``t = steps * latency + volume / (bandwidth * efficiency)`` with, for a group of n GPUs and a message of
-S bytes per GPU, all-reduce volume 2(n-1)/n S in 2(n-1) steps, reduce-scatter and all-gather (n-1)/n S
-in n-1 steps, all-to-all (n-1)/n S in n-1 steps, point-to-point S in 1 step.
+memory), clamped at both ends. Collectives follow the alpha-beta model:
+``t = volume / (bandwidth * efficiency) + calls * latency`` with, for a group of n GPUs and a message of
+S bytes per GPU, all-reduce volume 2(n-1)/n S, reduce-scatter and all-gather (n-1)/n S, all-to-all
+(n-1)/n S, point-to-point S. A call's latency is NCCL's own tuning model (src/graph/tuning.cc,
+`ncclTopoTuneModel`): a ring of n ranks over m domains takes n-1 steps (2(n-1) for all-reduce), of which
+m-1 (2(m-1)) cross the outer tier at its per-step latency and the rest stay inside a domain at the inner
+tier's; an all-reduce across domains may run as NCCL's tree instead, 2((n/m - 1) inner + floor(log2 m)
+outer) steps, and the cheaper of the two is taken. `collective_latency` holds it.
 """
 
 from __future__ import annotations
@@ -325,13 +329,45 @@ def members_per_domain(tiers: Tiers, tier, n, stride):
     ), inner
 
 
-def collective_time(kind: str, nbytes, group, tier, tiers: Tiers, stride=None):
-    """Time of one collective of `nbytes` per GPU over `group` GPUs on network `tier` (arrays ok), the
-    group's ranks `stride` apart (Megatron rank order: a data-parallel group is tp apart).
+def collective_latency(kind: str, group, tier, tiers: Tiers, local=None):
+    """Latency of one collective call over `group` ranks on network `tier`, s (NCCL's tuning model,
+    src/graph/tuning.cc: ring latency = intra-domain steps x the inner tier's per-step latency + inter-domain
+    steps x the outer tier's; all-reduce also as a tree, whichever is cheaper). `local`: the group's members
+    in one domain of the inner tier (`members_per_domain`); None: each member in its own domain on an outer
+    tier, all n in one domain on tier 0.
+
+    kind ``ar``: a ring takes 2(n-1) steps, 2(m-1) of them between the m domains; a tree 2((local-1) inner +
+    floor(log2 m) outer) steps. ``rs``, ``ag``, ``a2a``: n-1 steps, m-1 of them between domains. ``p2p``:
+    one step on the tier."""
+    n = np.asarray(group, dtype=float)
+    tier = np.asarray(tier, dtype=int)
+    lat_out = tiers.latency[tier]
+    inner = np.maximum(tier - 1, 0)
+    lat_in = tiers.latency[inner]
+    if local is None:
+        local = np.where(tier > 0, 1.0, n)
+    local = np.clip(np.asarray(local, dtype=float), 1.0, np.maximum(n, 1.0))
+    m = np.where(tier > 0, np.ceil(n / local), 1.0)  # domains the group spans
+    if kind == "p2p":
+        return np.where(n > 1, lat_out, 0.0)
+    per = 2.0 if kind == "ar" else 1.0
+    steps, between = per * (n - 1.0), per * (m - 1.0)
+    ring = (steps - between) * np.where(tier > 0, lat_in, lat_out) + between * lat_out
+    if kind == "ar":
+        tree = 2.0 * ((local - 1.0) * lat_in + np.floor(np.log2(np.maximum(m, 1.0))) * lat_out)
+        ring = np.where(m > 1, np.minimum(ring, tree), ring)
+    return np.where(n > 1, ring, 0.0)
+
+
+def collective_time(kind: str, nbytes, group, tier, tiers: Tiers, stride=None, calls=1.0):
+    """Time of `calls` collectives moving `nbytes` per GPU in all over `group` GPUs on network `tier`
+    (arrays ok), the group's ranks `stride` apart (Megatron rank order: a data-parallel group is tp apart):
+    the bandwidth term of the whole buffer plus each call's latency (`collective_latency`).
 
     kind: ``ar`` all-reduce, ``rs`` reduce-scatter (nbytes = full buffer), ``ag`` all-gather (nbytes =
     gathered buffer), ``a2a`` all-to-all (nbytes sent+kept per GPU), ``p2p`` one send of nbytes.
-    A group of 1 costs nothing.
+    A group of 1 costs nothing. `calls` > 1: the buffer goes out in that many collectives (a stage's
+    per-layer gradient buckets, FSDP's per-layer gathers), each paying the latency once.
 
     Ring collectives (ar, rs, ag) over an outer tier: NCCL runs one ring channel per NIC, and each ring
     crosses a node boundary once per node, so the group's members inside one inner domain (``local`` =
@@ -346,15 +382,16 @@ def collective_time(kind: str, nbytes, group, tier, tiers: Tiers, stride=None):
     s = np.asarray(nbytes, dtype=float)
     tier = np.asarray(tier, dtype=int)
     bw = tiers.bandwidth[tier]
-    lat = tiers.latency[tier]
     frac = (n - 1.0) / np.maximum(n, 1.0)
+    local = None
     if kind in ("ar", "rs", "ag") and stride is not None:
         local, inner = members_per_domain(tiers, tier, n, stride)
         bw = np.where((tier > 0) & (local > 1), np.minimum(local * bw, tiers.bandwidth[inner]), bw)
+    lat = np.asarray(calls, dtype=float) * collective_latency(kind, n, tier, tiers, local)
     if kind == "ar":
-        t = 2.0 * frac * s / bw + 2.0 * (n - 1.0) * lat
+        t = 2.0 * frac * s / bw + lat
     elif kind in ("rs", "ag", "a2a"):
-        t = frac * s / bw + (n - 1.0) * lat
+        t = frac * s / bw + lat
     elif kind == "p2p":
         t = s / bw + lat
     else:  # pragma: no cover - programming error

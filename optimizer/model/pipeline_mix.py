@@ -51,6 +51,7 @@ from optimizer.model.layer import Ctx
 from optimizer.model.step import (
     GIB,
     adam_time,
+    dp_calls,
     dp_reductions,
     evaluate,
     layer_params_per_gpu,
@@ -191,7 +192,7 @@ def _dp_time(ctx: Ctx, dp: int, n_mb: int, P, gb, wb, tier_dp, tp, L, fwt, bwt, 
     by its share of the SMs, s); zeros (shaped as `u`) without data parallelism."""
     tiers = ctx.tiers
     d = float(dp)
-    RS, AR, AG = dp_reductions(P, gb, wb, d, tier_dp, tiers, stride=tp)
+    RS, AR, AG = dp_reductions(P, gb, wb, d, tier_dp, tiers, stride=tp, calls=dp_calls(ctx.stack, 1, P, d, L))
     link = RS + AG  # ZeRO-1 (`compose.dp_links`)
     bucket = 1.0 / np.maximum(L, 1.0)
     nl = n_mb * L

@@ -54,7 +54,7 @@ from optimizer.model.terms import StepTerms, step_of
 from optimizer.rules.layout import has_dp_group
 from optimizer.schema import Precision, Problem, Schedule
 from optimizer.schema.common import SCHEDULE_CODES
-from optimizer.schema.stack import Stack, fsdp_copy_bytes, zero2_regathers
+from optimizer.schema.stack import Stack, dp_bucket_params, fsdp_copy_bytes, zero2_regathers
 
 GIB = 2.0**30
 ALLOCATOR_SLACK = FITTED.allocator_slack_ratio  # PyTorch caching allocator: reserved / allocated - 1 at the
@@ -192,14 +192,26 @@ def state_bytes(ctx: Ctx) -> tuple[float, float, float]:
     return float(ctx.w_bytes), float(ctx.grad_bytes), ob
 
 
-def dp_reductions(params, gb: float, wb: float, group, tier, tiers: Tiers, stride):
+def dp_reductions(params, gb: float, wb: float, group, tier, tiers: Tiers, stride, calls=1.0):
     """(reduce-scatter, all-reduce) of the gradients (`gb` bytes each) and the all-gather of the weights
-    (`wb`) of `params` parameters over a data-parallel group of `group` ranks `stride` apart on `tier`."""
+    (`wb`) of `params` parameters over a data-parallel group of `group` ranks `stride` apart on `tier`, in
+    `calls` collectives each (one per layer: a gradient bucket, an FSDP unit), each paying its latency."""
     return (
-        collective_time("rs", params * gb, group, tier, tiers, stride=stride),
-        collective_time("ar", params * gb, group, tier, tiers, stride=stride),
-        collective_time("ag", params * wb, group, tier, tiers, stride=stride),
+        collective_time("rs", params * gb, group, tier, tiers, stride=stride, calls=calls),
+        collective_time("ar", params * gb, group, tier, tiers, stride=stride, calls=calls),
+        collective_time("ag", params * wb, group, tier, tiers, stride=stride, calls=calls),
     )
+
+
+def dp_calls(stack, zero, params, group, layers):
+    """Collective calls that a stage's data-parallel traffic of `params` parameters over `group` ranks goes
+    out in: one per layer at ZeRO-3 and where the stack buckets per layer, else one per bucket of the
+    stack's size (`stack.dp_bucket_params`), at least one."""
+    layers = np.maximum(np.asarray(layers, dtype=float), 1.0)
+    bucket = dp_bucket_params(stack, group)
+    if bucket is None:
+        return layers
+    return np.where(np.asarray(zero) >= 3, layers, np.maximum(np.ceil(np.asarray(params) / bucket), 1.0))
 
 
 def adam_time(hw: Hardware, P_upd, gb: float, ob: float, wb: float):
@@ -412,11 +424,15 @@ def _dp_collectives(ctx: Ctx, k: Knobs, g: _Shape, P: _Params):
     """(reduce-scatter, all-reduce, all-gather) of the stage's gradients / weights over its DP groups, s."""
     wb, gb, _ = state_bytes(ctx)
     tiers = ctx.tiers
-    RS, AR, AG = dp_reductions(P.non_expert, gb, wb, P.dpg, k.tier_dp, tiers, stride=g.tp)
+    calls = dp_calls(ctx.stack, k.zero, P.non_expert, P.dpg, P.L_stage)
+    RS, AR, AG = dp_reductions(P.non_expert, gb, wb, P.dpg, k.tier_dp, tiers, stride=g.tp, calls=calls)
     if ctx.llm.moe is not None:
         # expert-data-parallel ranks are ep*etp apart (Megatron-Core expert rank order)
         tier = tier_of(tiers, g.tp * g.cp * g.dp, g.tp * g.cp * g.dp * g.pp)
-        ex_rs, ex_ar, ex_ag = dp_reductions(P.expert, gb, wb, P.edp, tier, tiers, stride=k.ep * k.etp)
+        ex_calls = dp_calls(ctx.stack, k.zero, P.expert, P.edp, P.L_stage)
+        ex_rs, ex_ar, ex_ag = dp_reductions(
+            P.expert, gb, wb, P.edp, tier, tiers, stride=k.ep * k.etp, calls=ex_calls
+        )
         RS, AR, AG = RS + ex_rs, AR + ex_ar, AG + ex_ag
     return RS, AR, AG
 

@@ -53,6 +53,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+import numpy as np
+
 from optimizer.schema.common import (
     CpComm,
     MoeDispatcher,
@@ -204,6 +206,25 @@ def zero2_regathers(stack: Stack) -> bool:
     `_should_free_in_backward`; FSDP2 post-backward reshard); DeepSpeed's and Megatron-Core's ZeRO-2 keep
     whole parameters and gather once a step (`compose.dp_links`)."""
     return Stack(stack) in (Stack.FSDP, Stack.TORCHTITAN)
+
+
+def dp_bucket_params(stack: Stack, dp):
+    """Parameters per gradient bucket of the stack's ZeRO-0/1/2 reductions and gathers (each bucket one
+    collective call, paying its latency: `hardware.collective_latency`), or None where the calls go per layer
+    (an FSDP unit, a scanned layer). `dp`: the data-parallel group's ranks (arrays ok).
+
+    - megatron-core: max(40M, 1M x dp) parameters, grown with the group so that a ring's chunks stay
+      bandwidth-bound (megatron/core/distributed/distributed_data_parallel.py, `bucket_size` default).
+    - deepspeed, megatron-deepspeed: 5e8 elements (DeepSpeed ZeRO config `reduce_bucket_size` and
+      `allgather_bucket_size` defaults).
+    - torchtitan, fsdp, maxtext: per layer (FSDP2 / FSDP1 wrap each transformer block; MaxText scans its
+      layers); ZeRO-3 gathers and reduces per layer on every stack."""
+    s = Stack(stack)
+    if s == Stack.MEGATRON_CORE:
+        return np.maximum(40e6, 1e6 * np.asarray(dp, dtype=float))
+    if s in (Stack.DEEPSPEED, Stack.MEGATRON_DEEPSPEED):
+        return 5e8 + 0.0 * np.asarray(dp, dtype=float)
+    return None
 
 
 def fsdp_copy_bytes(stack: Stack, wb: float, gb: float) -> tuple[float, float, float]:
