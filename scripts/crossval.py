@@ -117,6 +117,12 @@ GROUPS: list[tuple[str, str, str, str]] = [
         "NVIDIA dgxc-benchmarking qwen3/pretrain/README.md @1b172ed (Megatron-Bridge; month approximate)",
     ),
     (
+        r"MLPerf Training v5\.1 closed, llama31_405b",
+        "mlperf-training-5.1-405b",
+        "2025-11",
+        "MLPerf Training v5.1 closed division, llama31_405b, NVIDIA (mlcommons/training_results_v5.1 @441d65f)",
+    ),
+    (
         r"MLPerf Training v5\.1",
         "mlperf-training-5.1",
         "2025-11",
