@@ -120,7 +120,7 @@ GROUPS: list[tuple[str, str, str, str]] = [
         r"MLPerf Training v5\.1 closed, llama31_405b",
         "mlperf-training-5.1-405b",
         "2025-11",
-        "MLPerf Training v5.1 closed division, llama31_405b, NVIDIA (mlcommons/training_results_v5.1 @441d65f)",
+        "MLPerf Training v5.1 closed, llama31_405b, NVIDIA (mlcommons/training_results_v5.1 @441d65f)",
     ),
     (
         r"MLPerf Training v5\.1",
