@@ -149,8 +149,9 @@ def test_each_call_pays_the_latency_once():
 
 
 def test_data_parallel_calls_follow_each_stacks_buckets():
-    """Megatron-Core buckets ZeRO-0/1/2 gradients by max(40M, 1M x dp) parameters, DeepSpeed by 5e8
-    elements, the FSDP-style stacks per layer; ZeRO-3 goes per layer on every stack."""
+    """Megatron-Core buckets ZeRO-0/1/2 gradients by max(40M, 1M x dp) parameters (on the first pipeline
+    stage only), DeepSpeed by 5e8 elements, the FSDP-style stacks per layer; ZeRO-3 goes per layer on every
+    stack."""
     from optimizer.model.step import dp_calls
     from optimizer.schema.stack import Stack
 
@@ -158,6 +159,9 @@ def test_data_parallel_calls_follow_each_stacks_buckets():
     assert float(dp_calls(Stack.MEGATRON_CORE, 1, P, 8, L)) == np.ceil(P / 40e6)  # 219 buckets
     assert float(dp_calls(Stack.MEGATRON_CORE, 1, P, 1024, L)) == np.ceil(P / 1024e6)  # 9: grown with dp
     assert float(dp_calls(Stack.MEGATRON_CORE, 3, P, 1024, L)) == L
+    # a later pipeline stage (the one timed): Megatron-Core buckets only the first stage
+    assert float(dp_calls(Stack.MEGATRON_CORE, 1, P, 8, L, pp=4)) == 1.0
+    assert float(dp_calls(Stack.DEEPSPEED, 1, P, 8, L, pp=4)) == np.ceil(P / 5e8)
     assert float(dp_calls(Stack.DEEPSPEED, 2, P, 64, L)) == np.ceil(P / 5e8)
     for s in (Stack.TORCHTITAN, Stack.FSDP, Stack.MAXTEXT):
         assert float(dp_calls(s, 1, P, 64, L)) == L

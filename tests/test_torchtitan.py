@@ -371,8 +371,8 @@ def test_fsdp_zero2_gathers_the_parameters_for_every_micro_batch():
     l2 = dp_links(1.0, 2.0, 3.0, 0.0, 4)
     l2r = dp_links(1.0, 2.0, 3.0, 0.0, 4, regather=True)
     assert l2[2] == 4 * 2.0 + 3.0 and l2r[2] == 4 * (2.0 + 3.0)
-    # the same reduce-scatters; the all-gather (one step's worth on DeepSpeed) 4 times on the PyTorch stacks,
-    # each of its own collectives (DeepSpeed's buckets, the PyTorch stacks' layers: `step.dp_calls`)
+    # a reduce-scatter per micro-batch everywhere; the all-gather once a step on DeepSpeed, 4 times on the
+    # PyTorch stacks (each stack's own collectives: DeepSpeed's buckets, the PyTorch stacks' layers)
     for st, r in res.items():
         rs, ag = float(r.terms.dp_reduce_scatter_s[0]), float(r.terms.dp_allgather_s[0])
         want = 4 * (rs + ag) if st in ("fsdp", "torchtitan") else 4 * rs + ag

@@ -334,7 +334,7 @@ def _explain_memory(p: Problem, out: CheckResult):
 
     mm = min_memory(p)
     cap = capacity_bytes(p) / GIB
-    ev = evaluate_execution(p, to_execution(mm.knobs, p.system))
+    ev = evaluate_execution(p, to_execution(mm.knobs, p.system, rank_order=p.execution.rank_order))
     need = ev.result["hbm"] / GIB
     out.min_hbm_gib = p.hbm_to_hold_gib(need)
     ex = ev.execution

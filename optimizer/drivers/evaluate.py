@@ -38,7 +38,7 @@ def evaluate_execution(problem: Problem, ex: Execution | None = None) -> Evaluat
     ex = ex or problem.execution
     k = from_execution(ex, problem.system, problem.num_gpus)
     r = evaluate(problem, k).row()
-    full_ex = to_execution(k, problem.system)
+    full_ex = to_execution(k, problem.system, rank_order=problem.execution.rank_order)
     cap = (problem.system.hbm_gib - problem.headroom_gib()) * GIB
     fits = r["hbm"] <= cap
     from optimizer.rules.cross_field import execution_warnings

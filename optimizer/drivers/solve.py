@@ -127,7 +127,7 @@ def _plans(problem: Problem, knobs: list, objectives: list, exact: bool = True) 
     where Megatron-Core does not run it) are listed once."""
     plans, seen = [], set()
     for k, obj in zip(knobs, objectives, strict=True):
-        ex = to_execution(k, problem.system)
+        ex = to_execution(k, problem.system, rank_order=problem.execution.rank_order)
         key = ex.model_dump_json()
         if key in seen:
             continue

@@ -433,9 +433,10 @@ def _kernel_knobs(
 def _software_knobs(run: dict, sw: dict, fixed: dict, free: dict, out: Mapped) -> None:
     """Knobs the run's ``software:`` states: activation offload (Megatron-Core cpu_offloading_num_layers), the
     MoE dispatcher (DeepEP / HybridEP: `flex`) and all-to-all overlap (ep > 1), CUDA graphs (Megatron-Bridge
-    presets' cuda_graph_impl / cuda_graph_scope; unstated: the stack's default), Transformer Engine's fused
-    expert MLP (use_transformer_engine_op_fuser, cutedsl_fused_grouped_mlp); and expert tensor parallelism,
-    left free between 1 and tp for an MoE with tp > 1 (the schema has no field for it)."""
+    presets' cuda_graph_impl / cuda_graph_scope; unstated: the stack's default), the rank order (Megatron
+    --use-tp-pp-dp-mapping; unstated: tp-cp-dp-pp), Transformer Engine's fused expert MLP
+    (use_transformer_engine_op_fuser, cutedsl_fused_grouped_mlp); and expert tensor parallelism, left free
+    between 1 and tp for an MoE with tp > 1 (the schema has no field for it)."""
     par, m = run["parallel"], run["model"]
     off = sw.get("activation_offload_layers")
     if off:
@@ -469,6 +470,9 @@ def _software_knobs(run: dict, sw: dict, fixed: dict, free: dict, out: Mapped) -
     elif graphs == "none":
         fixed["cuda_graphs"] = "none"
         out.assumptions.append("no CUDA graphs (software.cuda_graphs: none)")
+    if sw.get("rank_order"):
+        fixed["rank_order"] = sw["rank_order"]
+        out.assumptions.append(f"ranks numbered {sw['rank_order']}, innermost first (software.rank_order)")
     if m.get("moe") and sw.get("moe_fused_mlp"):
         fixed["moe_fused_mlp"] = True
         out.assumptions.append("the experts' MLP as Transformer Engine's fused ops (software.moe_fused_mlp)")

@@ -6,11 +6,11 @@ where ``eta`` are piecewise-linear efficiency tables in log10 of the op size (GF
 memory), clamped at both ends. Collectives follow the alpha-beta model:
 ``t = volume / (bandwidth * efficiency) + calls * latency`` with, for a group of n GPUs and a message of
 S bytes per GPU, all-reduce volume 2(n-1)/n S, reduce-scatter and all-gather (n-1)/n S, all-to-all
-(n-1)/n S, point-to-point S. A call's latency is NCCL's own tuning model (src/graph/tuning.cc,
-`ncclTopoTuneModel`): a ring of n ranks over m domains takes n-1 steps (2(n-1) for all-reduce), of which
-m-1 (2(m-1)) cross the outer tier at its per-step latency and the rest stay inside a domain at the inner
-tier's; an all-reduce across domains may run as NCCL's tree instead, 2((n/m - 1) inner + floor(log2 m)
-outer) steps, and the cheaper of the two is taken. `collective_latency` holds it.
+(n-1)/n S, point-to-point S. A call's latency follows the step structure of NCCL's tuning model
+(src/graph/tuning.cc, `ncclTopoTuneModel`): a ring of n ranks over m domains takes n-1 steps (2(n-1) for
+all-reduce), of which m-1 (2(m-1)) cross the outer tier at its per-step latency and the rest stay inside a
+domain at the inner tier's; an all-reduce across domains may run as NCCL's tree instead, 2((n/m - 1) inner
++ floor(log2 m) outer) steps, and the cheaper of the two is taken. `collective_latency` holds it.
 """
 
 from __future__ import annotations
@@ -336,9 +336,11 @@ def collective_latency(kind: str, group, tier, tiers: Tiers, local=None):
     in one domain of the inner tier (`members_per_domain`); None: each member in its own domain on an outer
     tier, all n in one domain on tier 0.
 
-    kind ``ar``: a ring takes 2(n-1) steps, 2(m-1) of them between the m domains; a tree 2((local-1) inner +
+    kind ``ar``: a ring takes 2(n-1) steps, 2(m-1) of them between the m domains; a tree 2((n/m - 1) inner +
     floor(log2 m) outer) steps. ``rs``, ``ag``, ``a2a``: n-1 steps, m-1 of them between domains. ``p2p``:
-    one step on the tier."""
+    one step on the tier. Not modelled: NCCL's fixed base latency per call, its PAT algorithm (reduce-scatter
+    and all-gather with one rank per node, NCCL >= 2.23), and its choice by total time (the cheaper latency
+    is taken, at the ring's bandwidth)."""
     n = np.asarray(group, dtype=float)
     tier = np.asarray(tier, dtype=int)
     lat_out = tiers.latency[tier]
@@ -354,7 +356,8 @@ def collective_latency(kind: str, group, tier, tiers: Tiers, local=None):
     steps, between = per * (n - 1.0), per * (m - 1.0)
     ring = (steps - between) * np.where(tier > 0, lat_in, lat_out) + between * lat_out
     if kind == "ar":
-        tree = 2.0 * ((local - 1.0) * lat_in + np.floor(np.log2(np.maximum(m, 1.0))) * lat_out)
+        ppn = np.floor(n / np.maximum(m, 1.0))  # ranks per domain, as NCCL's nRanks / nNodes
+        tree = 2.0 * ((ppn - 1.0) * lat_in + np.floor(np.log2(np.maximum(m, 1.0))) * lat_out)
         ring = np.where(m > 1, np.minimum(ring, tree), ring)
     return np.where(n > 1, ring, 0.0)
 

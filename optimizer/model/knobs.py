@@ -10,12 +10,13 @@ from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
-from optimizer.rules.layout import tier_index
+from optimizer.rules.layout import dp_last, tier_index
 from optimizer.schema import (
     AttentionKernel,
     CudaGraphs,
     Execution,
     MoeDispatcher,
+    RankOrder,
     Recompute,
     Schedule,
     System,
@@ -136,21 +137,22 @@ class Knobs:
         return cls(**{f.name: np.atleast_1d(np.asarray(d[f.name], dtype=np.int64)) for f in fields(cls)})
 
 
-def default_tiers(system: System, degrees: dict[str, int]) -> dict[str, int]:
-    """Tier of each axis of one layout by `optimizer.rules.layout.placement` (Megatron rank order)."""
+def default_tiers(system: System, degrees: dict[str, int], dp_outermost: bool = False) -> dict[str, int]:
+    """Tier of each axis of one layout by `optimizer.rules.layout.placement` (Megatron rank order, data
+    parallelism outermost with `dp_outermost`)."""
     from optimizer.rules.layout import domain_used, placement
 
     g = {ax: int(degrees.get(ax, 1)) for ax in ("tp", "cp", "dp", "pp", "ep")}
     etp = int(degrees.get("etp") or g["tp"])
     sizes, used = [n.size for n in system.networks], domain_used(system)
-    return placement(sizes, g["tp"], g["cp"], g["dp"], g["pp"], g["ep"], etp, used=used)
+    return placement(sizes, g["tp"], g["cp"], g["dp"], g["pp"], g["ep"], etp, used=used, dp_last=dp_outermost)
 
 
 def from_execution(ex: Execution, system: System, num_gpus: int) -> Knobs:
     """The knobs of one `Execution` (arrays of length 1)."""
     dp = ex.dp if ex.dp is not None else max(1, num_gpus // (ex.tp * ex.pp * ex.cp))
     degrees = {"tp": ex.tp, "pp": ex.pp, "dp": dp, "cp": ex.cp, "ep": ex.ep, "etp": ex.etp or ex.tp}
-    tiers = default_tiers(system, degrees)
+    tiers = default_tiers(system, degrees, dp_last(ex))
     for ax, v in (ex.placement or {}).items():
         tiers[ax] = tier_index(system, v)
     rs_ag = ex.sequence_parallel if ex.tp_comm is None else ex.tp_comm == TpComm.RS_AG
@@ -226,8 +228,11 @@ def written_ep_overlap(r: dict) -> bool:
     return bool(ep_overlap_runs(r["ep_overlap"], r["ep"], r["moe_dispatcher"], r["recompute"]))
 
 
-def to_execution(k: Knobs, system: System, i: int = 0) -> Execution:
-    """The `Execution` of candidate `i` (inverse of `from_execution`)."""
+def to_execution(
+    k: Knobs, system: System, i: int = 0, rank_order: RankOrder = RankOrder.TP_CP_DP_PP
+) -> Execution:
+    """The `Execution` of candidate `i` (inverse of `from_execution`), its ranks numbered in `rank_order`
+    (the problem's: not a knob)."""
     r = k.row(i)
     names = [n.name for n in system.networks]
     return Execution(
@@ -267,4 +272,5 @@ def to_execution(k: Knobs, system: System, i: int = 0) -> Execution:
         cuda_graphs=CUDA_GRAPHS[r["cuda_graphs"]],
         moe_fused_mlp=bool(r["moe_fused_mlp"]),
         moe_probs_in_act=bool(r["moe_probs_in_act"]),
+        rank_order=rank_order,
     )

@@ -82,6 +82,7 @@ class Ctx:
     grad_bytes: int
     master_weights: bool
     stack: Stack = Stack.MEGATRON_CORE  # the framework: what `selective` recompute keeps (see `block_cost`)
+    dp_last: bool = False  # ranks numbered tp, cp, pp, dp (`Execution.rank_order`): DP groups span domains
 
     @property
     def mtp(self) -> int:

@@ -192,7 +192,8 @@ def _dp_time(ctx: Ctx, dp: int, n_mb: int, P, gb, wb, tier_dp, tp, L, fwt, bwt, 
     by its share of the SMs, s); zeros (shaped as `u`) without data parallelism."""
     tiers = ctx.tiers
     d = float(dp)
-    RS, AR, AG = dp_reductions(P, gb, wb, d, tier_dp, tiers, stride=tp, calls=dp_calls(ctx.stack, 1, P, d, L))
+    calls = dp_calls(ctx.stack, 1, P, d, L, pp=2)  # ZeRO-1 on a pipeline (pp > 1)
+    RS, AR, AG = dp_reductions(P, gb, wb, d, tier_dp, tiers, stride=tp, calls=calls)
     link = RS + AG  # ZeRO-1 (`compose.dp_links`)
     bucket = 1.0 / np.maximum(L, 1.0)
     nl = n_mb * L

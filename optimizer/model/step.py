@@ -51,7 +51,7 @@ from optimizer.model.knobs import Knobs
 from optimizer.model.layer import BlockCost, Ctx, block_cost, kv_per_rank
 from optimizer.model.params import attention_params, count, mlp_matrices, model_flops_per_token
 from optimizer.model.terms import StepTerms, step_of
-from optimizer.rules.layout import has_dp_group
+from optimizer.rules.layout import dp_last, has_dp_group
 from optimizer.schema import Precision, Problem, Schedule
 from optimizer.schema.common import SCHEDULE_CODES
 from optimizer.schema.stack import Stack, dp_bucket_params, fsdp_copy_bytes, zero2_regathers
@@ -74,6 +74,7 @@ def make_ctx(problem: Problem) -> Ctx:
         grad_bytes=grad_bytes,
         master_weights=tr.master_weights,
         stack=problem.stack,
+        dp_last=dp_last(problem.execution),
     )
 
 
@@ -203,15 +204,22 @@ def dp_reductions(params, gb: float, wb: float, group, tier, tiers: Tiers, strid
     )
 
 
-def dp_calls(stack, zero, params, group, layers):
+def dp_calls(stack, zero, params, group, layers, pp=1):
     """Collective calls that a stage's data-parallel traffic of `params` parameters over `group` ranks goes
     out in: one per layer at ZeRO-3 and where the stack buckets per layer, else one per bucket of the
-    stack's size (`stack.dp_bucket_params`), at least one."""
+    stack's size (`stack.dp_bucket_params`), at least one. Megatron-Core buckets only the first pipeline
+    stage's first model chunk (distributed_data_parallel.py: no bucketing where pp_rank > 0; training.py:
+    none for the later chunks): the stage the model times (the last, pp > 1) reduces each chunk as one
+    bucket, counted here as one call (the tables are per layout, not per vpp). The exposed floor of the
+    overlap stays one layer's share of the traffic (`_dp_time`'s `bucket`)."""
     layers = np.maximum(np.asarray(layers, dtype=float), 1.0)
     bucket = dp_bucket_params(stack, group)
     if bucket is None:
         return layers
-    return np.where(np.asarray(zero) >= 3, layers, np.maximum(np.ceil(np.asarray(params) / bucket), 1.0))
+    buckets = np.maximum(np.ceil(np.asarray(params) / bucket), 1.0)
+    if Stack(stack) == Stack.MEGATRON_CORE:
+        buckets = np.where(np.asarray(pp) > 1, 1.0, buckets)
+    return np.where(np.asarray(zero) >= 3, layers, buckets)
 
 
 def adam_time(hw: Hardware, P_upd, gb: float, ob: float, wb: float):
@@ -420,18 +428,35 @@ def _stage_params(ctx: Ctx, k: Knobs, g: _Shape, w_stage) -> _Params:
     return _Params(P_layer, P_stage, P_stage - P_ex, P_ex, L_stage, dpg, edp)
 
 
+def dp_stride(tiers: Tiers, tier, tp, cp, pp, dp_last: bool):
+    """The spacing of a dense stage's gradient group (dp x cp ranks) as `collective_time` reads it: the
+    inner domain's GPUs over the group's members in one domain. Megatron order (tp, cp, dp, pp): the members
+    are tp apart. Data parallelism outermost (tp, cp, pp, dp): a domain of D GPUs holds min(cp, D/tp) of the
+    cp ranks and D/(tp cp pp) of the replicas (at least one)."""
+    if not dp_last:
+        return tp
+    tp, cp, pp = (np.asarray(x, dtype=float) for x in (tp, cp, pp))
+    dom = tiers.size[np.maximum(np.asarray(tier, dtype=int) - 1, 0)].astype(float)
+    members = np.clip(np.floor(dom / tp), 1.0, cp) * np.maximum(np.floor(dom / (tp * cp * pp)), 1.0)
+    return dom / members
+
+
 def _dp_collectives(ctx: Ctx, k: Knobs, g: _Shape, P: _Params):
     """(reduce-scatter, all-reduce, all-gather) of the stage's gradients / weights over its DP groups, s."""
     wb, gb, _ = state_bytes(ctx)
     tiers = ctx.tiers
-    calls = dp_calls(ctx.stack, k.zero, P.non_expert, P.dpg, P.L_stage)
-    RS, AR, AG = dp_reductions(P.non_expert, gb, wb, P.dpg, k.tier_dp, tiers, stride=g.tp, calls=calls)
+    calls = dp_calls(ctx.stack, k.zero, P.non_expert, P.dpg, P.L_stage, g.pp)
+    stride = dp_stride(tiers, k.tier_dp, g.tp, g.cp, g.pp, ctx.dp_last)
+    RS, AR, AG = dp_reductions(P.non_expert, gb, wb, P.dpg, k.tier_dp, tiers, stride=stride, calls=calls)
     if ctx.llm.moe is not None:
-        # expert-data-parallel ranks are ep*etp apart (Megatron-Core expert rank order)
-        tier = tier_of(tiers, g.tp * g.cp * g.dp, g.tp * g.cp * g.dp * g.pp)
-        ex_calls = dp_calls(ctx.stack, k.zero, P.expert, P.edp, P.L_stage)
+        # expert-data-parallel ranks are ep*etp apart (Megatron-Core expert rank order), ep*etp*pp with data
+        # parallelism outermost; their group spans the stage's ranks, or the whole job
+        span = g.tp * g.cp * g.dp * np.where(ctx.dp_last, g.pp, 1)
+        tier = tier_of(tiers, span, g.tp * g.cp * g.dp * g.pp)
+        ex_calls = dp_calls(ctx.stack, k.zero, P.expert, P.dpg, P.L_stage, g.pp)
+        ex_stride = k.ep * k.etp * np.where(ctx.dp_last, g.pp, 1)
         ex_rs, ex_ar, ex_ag = dp_reductions(
-            P.expert, gb, wb, P.edp, tier, tiers, stride=k.ep * k.etp, calls=ex_calls
+            P.expert, gb, wb, P.edp, tier, tiers, stride=ex_stride, calls=ex_calls
         )
         RS, AR, AG = RS + ex_rs, AR + ex_ar, AG + ex_ag
     return RS, AR, AG

@@ -25,6 +25,7 @@ from optimizer.rules.layout import (
     cp_comm_limits,
     divisors,
     domain_used,
+    dp_last,
     has_dp_group,
     moot,
     placement,
@@ -342,7 +343,9 @@ def compact_space(problem: Problem) -> Compact:
         searched=True,
     )
     ok = np.broadcast_to(r[Group.LAYERS] & r[Group.BATCH] & r[Group.INTERLEAVE], (len(X), len(V), len(M)))
-    tiers_all = placement(sizes, tp, cp, dp, pp, ep, etp, used=domain_used(p.system))
+    tiers_all = placement(
+        sizes, tp, cp, dp, pp, ep, etp, used=domain_used(p.system), dp_last=dp_last(p.execution)
+    )
     # the other knobs' values depend on four predicates of a layout only (`_other_values`): one per class
     no_dp = ~np.asarray(has_dp_group(dp * cp, tp * cp * dp // (ep * etp)), dtype=bool)
     cpc = _cp_code_sets(p, tp, cp)  # bit mask of the legal CP exchanges (`layout.cp_comm_codes`)

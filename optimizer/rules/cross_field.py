@@ -15,6 +15,7 @@ from optimizer.rules.layout import (
     cp_a2a_degree,
     cp_comm_limits,
     domain_used,
+    dp_last,
     moot,
     placement,
     rule_masks,
@@ -245,7 +246,9 @@ def _placement_errors(sysm, ex: Execution, dp: int, etp: int) -> list[tuple[str,
     tier's size, dividing it when the tier must be filled; an explicit placement must name known tiers."""
     sizes = [x.size for x in sysm.networks]
     try:
-        tiers = placement(sizes, ex.tp, ex.cp, dp, ex.pp, ex.ep, etp, used=domain_used(sysm))
+        tiers = placement(
+            sizes, ex.tp, ex.cp, dp, ex.pp, ex.ep, etp, used=domain_used(sysm), dp_last=dp_last(ex)
+        )
         for ax, v in (ex.placement or {}).items():
             tiers[ax] = tier_index(sysm, v)
     except ValueError as e:

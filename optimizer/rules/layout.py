@@ -214,23 +214,36 @@ def tier_index(system: System, value: str | int) -> int:
     return names.index(value)
 
 
-def placement(sizes, tp, cp, dp, pp, ep=1, etp=None, used=None) -> dict[str, np.ndarray | int]:
-    """Default tier of each axis (Megatron rank order tp, cp, dp, pp, innermost first): the innermost tier
-    whose domains hold the groups of the product of the axis' degree and all inner ones; an axis of degree 1
-    sits on tier 0. MoE layers reuse the same ranks in the order etp, ep, edp, pp (Megatron-Core): the EP
-    group spans etp*ep consecutive ranks and does not add to the product. `used`: the GPUs a job uses per
-    domain of each tier (`Network.used`; null: every GPU of `sizes`): a group stays in a domain only when
-    it divides the job's GPUs there (`innermost_tier`). Vectorised; scalars in, ints out."""
+def placement(sizes, tp, cp, dp, pp, ep=1, etp=None, used=None, dp_last=False) -> dict[str, np.ndarray | int]:
+    """Default tier of each axis (Megatron rank order tp, cp, dp, pp, innermost first; `dp_last`: tp, cp, pp,
+    dp, `RankOrder.TP_CP_PP_DP`): the innermost tier whose domains hold the groups of the product of the
+    axis' degree and all inner ones; an axis of degree 1 sits on tier 0. MoE layers reuse the same ranks in
+    the order etp, ep, edp, pp (Megatron-Core; etp, ep, pp, edp with `dp_last`): the EP group spans etp*ep
+    consecutive ranks and does not add to the product. `used`: the GPUs a job uses per domain of each tier
+    (`Network.used`; null: every GPU of `sizes`): a group stays in a domain only when it divides the job's
+    GPUs there (`innermost_tier`). Vectorised; scalars in, ints out."""
     etp = tp if etp is None else etp
     n_job = np.asarray(tp) * np.asarray(cp) * np.asarray(dp) * np.asarray(pp)
     fill = domain_fill(sizes if used is None else used, n_job)
     out, cum = {}, 1
-    for ax, d in (("tp", tp), ("cp", cp), ("dp", dp), ("pp", pp)):
+    order = (
+        (("tp", tp), ("cp", cp), ("pp", pp), ("dp", dp))
+        if dp_last
+        else (("tp", tp), ("cp", cp), ("dp", dp), ("pp", pp))
+    )
+    for ax, d in order:
         cum = np.asarray(cum) * np.asarray(d)
         out[ax] = np.where(np.asarray(d) > 1, innermost_tier(sizes, cum, fill), 0)
     span_ep = np.asarray(ep) * np.asarray(etp)
     out["ep"] = np.where(np.asarray(ep) > 1, innermost_tier(sizes, span_ep, fill), 0)
     return {k: (int(v) if np.ndim(v) == 0 else v) for k, v in out.items()}
+
+
+def dp_last(ex) -> bool:
+    """Whether an execution numbers data parallelism outermost (`Execution.rank_order` tp-cp-pp-dp)."""
+    from optimizer.schema.common import RankOrder
+
+    return ex.rank_order == RankOrder.TP_CP_PP_DP
 
 
 def domain_used(system) -> list[int]:
@@ -323,7 +336,15 @@ def rule_masks(
             & ((tp * cp * dp) % (ep * etp) == 0)
         )
     tiers = placement(
-        [x.size for x in p.system.networks], tp, cp, dp, pp, ep, etp, used=domain_used(p.system)
+        [x.size for x in p.system.networks],
+        tp,
+        cp,
+        dp,
+        pp,
+        ep,
+        etp,
+        used=domain_used(p.system),
+        dp_last=dp_last(p.execution),
     )
     fill = must_fill_ok(p.system.networks, tiers, tp, cp, dp, pp)
     return {

@@ -176,6 +176,18 @@ class MoeDispatcher(StrEnum):
 MOE_DISPATCHER_CODES = (MoeDispatcher.ALLTOALL, MoeDispatcher.FLEX, MoeDispatcher.ALLGATHER)  # Knobs codes
 
 
+class RankOrder(StrEnum):
+    """How ranks are numbered across the parallel axes, innermost first (Megatron-Core
+    `initialize_model_parallel` order; the expert axes follow the same rule). ``tp-cp-dp-pp``: the default,
+    data-parallel replicas inside a pipeline stage's ranks. ``tp-cp-pp-dp``: the pipeline inside, data
+    parallelism outermost (Megatron --use-tp-pp-dp-mapping, order tp-cp-ep-pp-dp; NVIDIA's MLPerf
+    Training v5.1 Llama 3.1 405B runs): a pipeline's stages share a domain and a data-parallel group
+    spreads one member per domain of tp x cp x pp GPUs."""
+
+    TP_CP_DP_PP = "tp-cp-dp-pp"
+    TP_CP_PP_DP = "tp-cp-pp-dp"
+
+
 class CpComm(StrEnum):
     """How context parallelism exchanges the sequence's keys and values (Megatron-Core --cp-comm-type,
     Transformer Engine's cp_comm_type).

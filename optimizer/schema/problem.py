@@ -19,6 +19,7 @@ from optimizer.schema.common import (
     PositiveFloat,
     PositiveInt,
     Precision,
+    RankOrder,
     Recompute,
     RecomputeModule,
     Schedule,
@@ -253,10 +254,15 @@ class Execution(Frozen):
     optimizer_offload: bool = Field(
         False, description="Keep optimizer state and fp32 gradients in offload memory."
     )
+    rank_order: RankOrder = Field(
+        RankOrder.TP_CP_DP_PP,
+        description="Rank order of the axes, innermost first: tp-cp-dp-pp (Megatron's default) or "
+        "tp-cp-pp-dp (--use-tp-pp-dp-mapping: data parallelism outermost).",
+    )
     placement: dict[str, str | int] | None = Field(
         None,
         description="Network tier (name or index) of each parallel axis, e.g. {tp: nvlink, dp: infiniband}; "
-        "null = Megatron rank order tp, cp, ep, dp, pp, each on the innermost tier that holds it.",
+        "null = the rank order (`rank_order`), each axis on the innermost tier that holds it.",
     )
 
     @model_validator(mode="after")

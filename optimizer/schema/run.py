@@ -25,6 +25,7 @@ from optimizer.schema.common import (
     PositiveFloat,
     PositiveInt,
     Precision,
+    RankOrder,
     Recompute,
 )
 
@@ -294,6 +295,11 @@ class RunSoftware(Frozen):
         "(Megatron-Core account_for_embedding/loss_in_pipeline_split; Megatron-DeepSpeed "
         "--pp-partition-method 'type:transformer|embedding'); null: only where layers + 2, not layers, "
         "divide by pp x vpp on Megatron-Core.",
+    )
+    rank_order: RankOrder | None = Field(
+        None,
+        description="Rank order of the axes, innermost first (Megatron-Core --use-tp-pp-dp-mapping: "
+        "tp-cp-pp-dp; null: the framework's default, tp-cp-dp-pp).",
     )
 
 

@@ -59,6 +59,7 @@ from optimizer.schema.common import (
     CpComm,
     MoeDispatcher,
     Precision,
+    RankOrder,
     Recompute,
     RecomputeModule,
     Schedule,
@@ -413,6 +414,16 @@ def written_unsupported(stack: Stack, ex, precision=None) -> list[tuple[str, str
     jax = recompute_modules_unsupported(stack, ex.recompute_modules)
     if jax:
         out.append(("recompute_modules", jax))
+    if ex.rank_order != RankOrder.TP_CP_DP_PP and Stack(stack) != Stack.MEGATRON_CORE:
+        # data parallelism outermost only through Megatron's --use-tp-pp-dp-mapping (not a searched knob)
+        out.append(
+            (
+                "rank_order",
+                f"{ex.rank_order.value} is not offered by stack {Stack(stack).value} (it numbers its ranks "
+                f"{RankOrder.TP_CP_DP_PP.value}; data parallelism outermost is Megatron's "
+                "--use-tp-pp-dp-mapping)",
+            )
+        )
     zb = ex.schedule == Schedule.ZERO_BUBBLE
     if "schedule" in ex.model_fields_set and zb and ex.pp > 1 and ex.vpp < 2:
         out.append(

@@ -11,7 +11,7 @@ import shlex
 
 from optimizer.model.compose import layout_slack, layout_units
 from optimizer.model.hardware import QUANTIZED
-from optimizer.schema import Precision
+from optimizer.schema import Precision, RankOrder
 
 # Megatron-Core's low-precision recipes (TransformerEngine; NeMo 2 sets the same through trainer.plugins):
 # precision -> (format, recipe). MXFP8 from Megatron-Core 0.13, NVFP4 (the --fp4-* flags) from 0.14.
@@ -88,8 +88,10 @@ def pipeline_layout(llm, ex, mtp: int = 0) -> str | None:
 
 def _parallel_flags(problem, ex) -> list[str]:
     """Tensor, pipeline (interleaved, with the embedding and loss as slots, an uneven split as a layout) and
-    context parallel sizes, and the CP exchange."""
+    context parallel sizes, the CP exchange, and data parallelism outermost (--use-tp-pp-dp-mapping)."""
     a = [f"--tensor-model-parallel-size {ex.tp}", f"--pipeline-model-parallel-size {ex.pp}"]
+    if ex.rank_order == RankOrder.TP_CP_PP_DP:
+        a.append("--use-tp-pp-dp-mapping")
     layout = pipeline_layout(problem.llm, ex, problem.mtp_layers)
     if layout is not None:
         # the layout fixes the chunks: no virtual-stage count, no embedding/loss accounting flags
