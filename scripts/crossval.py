@@ -126,7 +126,7 @@ GROUPS: list[tuple[str, str, str, str]] = [
         r"MLPerf Training v5\.1",
         "mlperf-training-5.1",
         "2025-11",
-        "MLPerf Training v5.1 closed division, llama31_8b (mlcommons/training_results_v5.1 @441d65f)",
+        "MLPerf Training v5.1 closed, llama31_8b: AMD, GigaComputing, NVIDIA (@441d65f)",
     ),
     (
         r"llama3_h100_202412_torchtitan",
