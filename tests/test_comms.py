@@ -186,3 +186,25 @@ def test_zero3_gathers_turn_latency_bound_at_thousands_of_ranks():
         p, k = problem_and_knobs(llm, library_system("a100-sxm-80gb"), n, Training(global_batch=n), ex)
         exposed[n] = float(evaluate(p, k, make_ctx(p)).dp_exposed[0])
     assert exposed[2048] > 5 * exposed[64] > 0
+
+
+def test_a_later_pipeline_stage_reduces_without_buckets(monkeypatch):
+    """The model times the last stage: at pp > 1 Megatron-Core reduces it in one call whatever the bucket
+    size; at pp = 1 the bucket size sets the calls."""
+    from helpers import problem_and_knobs
+
+    import optimizer.model.step as step
+    from optimizer.schema import LLM, Execution, Training
+
+    llm = LLM(name="b", hidden=4096, ffn=14336, layers=32, heads=32, kv_heads=8, seq_len=4096, vocab=32000)
+    sysm = library_system("h100-sxm-80gb")
+
+    def link(pp):
+        ex = Execution(tp=8, pp=pp, dp=16, micro_batch=1, zero=1, dp_overlap=False)
+        p, k = problem_and_knobs(llm, sysm, 8 * pp * 16, Training(global_batch=64), ex)
+        return float(step.evaluate(p, k, step.make_ctx(p)).dp_link[0])
+
+    before = {pp: link(pp) for pp in (1, 4)}
+    monkeypatch.setattr(step, "dp_bucket_params", lambda stack, dp: 1e6 + 0.0 * np.asarray(dp, dtype=float))
+    assert link(4) == before[4]
+    assert link(1) > before[1]

@@ -21,21 +21,23 @@ system: {system}
 num_gpus: {n}
 stack: {stack}
 training: {{global_batch: 64}}
-search: {{cp: 1, vpp: {{max: 2}}, zero: {zero}}}
+search: {{cp: {cp}, vpp: {{max: 2}}, zero: {zero}}}
+execution: {{rank_order: {order}}}
 """
-CASES = [
-    ("megatron-core", "h100-sxm-80gb", 32, "[0, 1, 2, 3]"),  # buckets on one stage, one call on a later one
-    ("megatron-core", "a100-sxm-80gb", 64, "[3]"),  # ZeRO-3 only
-    ("deepspeed", "a100-sxm-80gb", 32, "[0, 1, 2, 3]"),
-    ("torchtitan", "h100-sxm-80gb", 32, "[0, 1, 2, 3]"),
-    ("fsdp", "a100-sxm-40gb", 16, "[0, 2, 3]"),
+CASES = [  # stack, system, GPUs, ZeRO stages searched, CP degrees, rank order
+    ("megatron-core", "h100-sxm-80gb", 32, "[0, 1, 2, 3]", 1, "tp-cp-dp-pp"),  # buckets, or a call per stage
+    ("megatron-core", "gb200-nvl72", 256, "[1, 3]", "[1, 2]", "tp-cp-pp-dp"),  # data parallelism outermost
+    ("megatron-core", "a100-sxm-80gb", 64, "[3]", 1, "tp-cp-dp-pp"),  # ZeRO-3 only
+    ("deepspeed", "a100-sxm-80gb", 32, "[0, 1, 2, 3]", 1, "tp-cp-dp-pp"),
+    ("torchtitan", "h100-sxm-80gb", 32, "[0, 1, 2, 3]", 1, "tp-cp-dp-pp"),
+    ("fsdp", "a100-sxm-40gb", 16, "[0, 2, 3]", 1, "tp-cp-dp-pp"),
 ]
 
 
-@pytest.mark.parametrize(("stack", "system", "n", "zero"), CASES)
-def test_dp_columns_match_the_model_at_every_zero_stage(tmp_path, stack, system, n, zero):
+@pytest.mark.parametrize(("stack", "system", "n", "zero", "cp", "order"), CASES)
+def test_dp_columns_match_the_model_at_every_zero_stage(tmp_path, stack, system, n, zero, cp, order):
     path = tmp_path / "dp.yaml"
-    path.write_text(BASE.format(stack=stack, system=system, n=n, zero=zero))
+    path.write_text(BASE.format(stack=stack, system=system, n=n, zero=zero, cp=cp, order=order))
     p = load_problem(path)
     Ts = build_all(p, compact_space(p))
     pre = presolve(Ts, top=10**9)

@@ -36,6 +36,10 @@ def evaluate_execution(problem: Problem, ex: Execution | None = None) -> Evaluat
 
     one_batch_only(problem, "evaluate")
     ex = ex or problem.execution
+    if ex.rank_order != problem.execution.rank_order:  # the model reads the rank order from the problem
+        problem = problem.model_copy(
+            update={"execution": problem.execution.model_copy(update={"rank_order": ex.rank_order})}
+        )
     k = from_execution(ex, problem.system, problem.num_gpus)
     r = evaluate(problem, k).row()
     full_ex = to_execution(k, problem.system, rank_order=problem.execution.rank_order)

@@ -515,7 +515,9 @@ def load_problem(path: str | os.PathLike, require_execution: bool = False):
             "required field is missing: evaluate scores the execution the file writes (e.g. execution: "
             "{tp: 8, pp: 4, micro_batch: 1}); to find the fastest one, run `paraplan solve` on this file",
         )
-    if require_execution or "execution" in doc.data:
+    written = doc.data.get("execution")
+    only_order = isinstance(written, dict) and set(written) <= {"rank_order"}  # how ranks go, not a plan
+    if require_execution or ("execution" in doc.data and not only_order):
         check_problem(problem, doc)
     return problem
 

@@ -438,7 +438,7 @@ def dp_stride(tiers: Tiers, tier, tp, cp, pp, dp_last: bool):
     tp, cp, pp = (np.asarray(x, dtype=float) for x in (tp, cp, pp))
     dom = tiers.size[np.maximum(np.asarray(tier, dtype=int) - 1, 0)].astype(float)
     members = np.clip(np.floor(dom / tp), 1.0, cp) * np.maximum(np.floor(dom / (tp * cp * pp)), 1.0)
-    return dom / members
+    return dom / (members + 1e-6)  # `members_per_domain` floors dom / stride: keep it at `members`
 
 
 def _dp_collectives(ctx: Ctx, k: Knobs, g: _Shape, P: _Params):

@@ -29,6 +29,7 @@ from optimizer.schema.stack import (
     not_offered,
     profile,
     recompute_modules_unsupported,
+    written_unsupported,
 )
 
 if TYPE_CHECKING:
@@ -183,6 +184,14 @@ def _expert_errors(llm, ex: Execution, dp: int, etp: int) -> list[tuple[str, str
         return [("execution.etp", f"etp ({etp}) must divide tp ({ex.tp})")]
     if llm.moe.expert_ffn % etp:
         return [("execution.etp", f"expert_ffn ({llm.moe.expert_ffn}) not divisible by etp ({etp})")]
+    if dp_last(ex) and ex.pp > 1 and ex.ep * etp != ex.tp * ex.cp:
+        return [
+            (
+                "execution.ep",
+                f"with rank_order {ex.rank_order.value} and pp > 1, ep*etp ({ex.ep}*{etp}) must equal "
+                f"tp*cp ({ex.tp}*{ex.cp}): Megatron-Core needs equal expert and dense data-parallel sizes",
+            )
+        ]
     return [
         (
             "execution.ep",
@@ -323,6 +332,7 @@ def execution_warnings(stack: Stack, ex, precision=None) -> list[str]:
     jax = recompute_modules_unsupported(stack, ex.recompute_modules)
     if jax:
         out.append(f"recompute_modules={jax}")
+    out += [f"{k}={m}" for k, m in written_unsupported(stack, ex, precision) if k == "rank_order"]
     return out + [
         f"{k}={m}"
         for k, m in layout_unsupported(stack, ex)

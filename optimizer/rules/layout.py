@@ -27,7 +27,8 @@ Rule groups (`Group`), each a vectorised predicate over candidate arrays (`rule_
                       parallelism (Ulysses) splits the heads: tp*cp divides the q and the K/V heads
                       (a2a_p2p: tp times its all-to-all degree, `cp_a2a_degree`)
     rules.experts     MoE: ep divides the experts, etp divides tp and the expert ffn, ep*etp divides
-                      the tp*cp*dp ranks of a stage (Megatron-Core parallel folding); dense: ep = 1, etp = tp
+                      the tp*cp*dp ranks of a stage (Megatron-Core parallel folding), and equals tp*cp
+                      with data parallelism outermost and pp > 1; dense: ep = 1, etp = tp
     network.must_fill the axes placed on a tier marked must_fill tile it
     caps.cp           a default cap of the search (`Caps`), lifted by naming cp in `search`
 
@@ -279,6 +280,22 @@ def must_fill_ok(networks, tiers: dict, tp, cp, dp, pp):
 
 
 # --------------------------------------------------------------------------------------------- rules
+def _experts_ok(p: Problem, tp, pp, dp, cp, ep, etp):
+    """rules.experts (module docstring), vectorised."""
+    mo = p.llm.moe
+    if mo is None:
+        return (ep == 1) & (etp == tp)
+    return (
+        (mo.experts % ep == 0)
+        & (tp % etp == 0)
+        & (mo.expert_ffn % etp == 0)
+        & ((tp * cp * dp) % (ep * etp) == 0)
+        # data parallelism outermost with a pipeline: the expert and dense DP sizes are equal
+        # (Megatron-Core parallel_state: "When not using pp-last rank ordering ...")
+        & (~np.asarray(dp_last(p.execution)) | (pp == 1) | (ep * etp == tp * cp))
+    )
+
+
 def rule_masks(
     problem: Problem,
     tp,
@@ -325,16 +342,7 @@ def rule_masks(
     # num_pipeline_microbatches % num_stages == 0), needs the micro-batches in whole rounds of the stages
     interleave = ((vpp == 1) & (p.stack != Stack.MAXTEXT)) | (n_mb % pp == 0)
     context = (cp == 1) | (S % (2 * cp) == 0)
-    mo = llm.moe
-    if mo is None:
-        experts = (ep == 1) & (etp == tp)
-    else:
-        experts = (
-            (mo.experts % ep == 0)
-            & (tp % etp == 0)
-            & (mo.expert_ffn % etp == 0)
-            & ((tp * cp * dp) % (ep * etp) == 0)
-        )
+    experts = _experts_ok(p, tp, pp, dp, cp, ep, etp)
     tiers = placement(
         [x.size for x in p.system.networks],
         tp,

@@ -181,8 +181,8 @@ class RankOrder(StrEnum):
     `initialize_model_parallel` order; the expert axes follow the same rule). ``tp-cp-dp-pp``: the default,
     data-parallel replicas inside a pipeline stage's ranks. ``tp-cp-pp-dp``: the pipeline inside, data
     parallelism outermost (Megatron --use-tp-pp-dp-mapping, order tp-cp-ep-pp-dp; NVIDIA's MLPerf
-    Training v5.1 Llama 3.1 405B runs): a pipeline's stages share a domain and a data-parallel group
-    spreads one member per domain of tp x cp x pp GPUs."""
+    Training v5.1 Llama 3.1 405B runs): a pipeline's stages share a domain and a data-parallel group has
+    one member (its cp ranks) per pipeline of tp x cp x pp GPUs."""
 
     TP_CP_DP_PP = "tp-cp-dp-pp"
     TP_CP_PP_DP = "tp-cp-pp-dp"
