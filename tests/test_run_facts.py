@@ -48,14 +48,17 @@ def test_scrambled_notes_leave_every_mapping_identical():
         "MLA (q_lora 64, kv_lora 32, qk_nope 16 + qk_rope 8, v_head 16); "
         "64-token sliding-window attention and full attention (2 each)"
     )
-    n = 0
+    n, shared = 0, 0
     for f in RUN_FILES:
         runs = load_runs(str(f)).data
+        assert runs, f.name
         for run in runs[::10] if f.name == "llmfoundry-mpt.yaml" else runs:
             want = _mapping(run)
             assert _mapping(run | {"notes": scramble}) == want, (f.name, run["id"])
             n += 1
-    assert n >= 140
+            shared += "shared" in f.parts
+    # the project's own files, and the shared calibration files where ../shared is present
+    assert n - shared >= 100 and (shared >= 40 or not (ROOT.parent / "shared" / "calibration").is_dir())
 
 
 def _record(**extra) -> dict:
