@@ -354,7 +354,7 @@ def collective_latency(kind: str, group, tier, tiers: Tiers, local=None):
         return np.where(n > 1, lat_out, 0.0)
     per = 2.0 if kind == "ar" else 1.0
     steps, between = per * (n - 1.0), per * (m - 1.0)
-    ring = (steps - between) * np.where(tier > 0, lat_in, lat_out) + between * lat_out
+    ring = (steps - between) * lat_in + between * lat_out  # on tier 0 the inner tier is the tier itself
     if kind == "ar":
         ppn = np.floor(n / np.maximum(m, 1.0))  # ranks per domain, as NCCL's nRanks / nNodes
         tree = 2.0 * ((ppn - 1.0) * lat_in + np.floor(np.log2(np.maximum(m, 1.0))) * lat_out)

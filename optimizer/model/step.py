@@ -196,7 +196,7 @@ def state_bytes(ctx: Ctx) -> tuple[float, float, float]:
 def dp_reductions(params, gb: float, wb: float, group, tier, tiers: Tiers, stride, calls=1.0):
     """(reduce-scatter, all-reduce) of the gradients (`gb` bytes each) and the all-gather of the weights
     (`wb`) of `params` parameters over a data-parallel group of `group` ranks `stride` apart on `tier`, in
-    `calls` collectives each (one per layer: a gradient bucket, an FSDP unit), each paying its latency."""
+    `calls` collectives each (`dp_calls`: the stack's buckets or its layers), each paying its latency."""
     return (
         collective_time("rs", params * gb, group, tier, tiers, stride=stride, calls=calls),
         collective_time("ar", params * gb, group, tier, tiers, stride=stride, calls=calls),
