@@ -8,7 +8,7 @@ import copy
 
 import numpy as np
 import pytest
-from helpers import library_system, problem_and_knobs, run_record
+from helpers import library_llm, library_system, problem_and_knobs, run_record
 
 from optimizer import api
 from optimizer.io.runs import map_run, predict
@@ -17,20 +17,10 @@ from optimizer.model.step import dp_stride, evaluate, make_ctx
 from optimizer.report.export import megatron
 from optimizer.rules.cross_field import execution_errors
 from optimizer.rules.layout import domain_used, placement
-from optimizer.schema import LLM, Execution, Problem, RankOrder, Training
+from optimizer.schema import Execution, Problem, RankOrder, Training
 
 GB200 = library_system("gb200-nvl72")
-LLAMA = LLM(
-    name="l",
-    hidden=8192,
-    ffn=28672,
-    layers=32,
-    heads=64,
-    kv_heads=8,
-    seq_len=8192,
-    vocab=128256,
-    mlp="swiglu",
-)
+LLAMA = library_llm("llama3.1-70b").model_copy(update={"layers": 32})  # 32 layers: 4 per stage at pp 8
 
 
 def _tiers(dp_last: bool, tp=4, cp=2, pp=8, dp=8):

@@ -11,7 +11,8 @@ import shlex
 
 from optimizer.model.compose import layout_slack, layout_units
 from optimizer.model.hardware import QUANTIZED
-from optimizer.schema import Precision, RankOrder
+from optimizer.rules.layout import dp_last
+from optimizer.schema import Precision
 
 # Megatron-Core's low-precision recipes (TransformerEngine; NeMo 2 sets the same through trainer.plugins):
 # precision -> (format, recipe). MXFP8 from Megatron-Core 0.13, NVFP4 (the --fp4-* flags) from 0.14.
@@ -90,7 +91,7 @@ def _parallel_flags(problem, ex) -> list[str]:
     """Tensor, pipeline (interleaved, with the embedding and loss as slots, an uneven split as a layout) and
     context parallel sizes, the CP exchange, and data parallelism outermost (--use-tp-pp-dp-mapping)."""
     a = [f"--tensor-model-parallel-size {ex.tp}", f"--pipeline-model-parallel-size {ex.pp}"]
-    if ex.rank_order == RankOrder.TP_CP_PP_DP:
+    if dp_last(ex):
         a.append("--use-tp-pp-dp-mapping")
     layout = pipeline_layout(problem.llm, ex, problem.mtp_layers)
     if layout is not None:

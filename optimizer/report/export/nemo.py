@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from optimizer.model.hardware import QUANTIZED
 from optimizer.report.export.megatron import LOW_PRECISION, pipeline_layout
+from optimizer.rules.layout import dp_last
 
 
 def _val(v):
@@ -27,7 +28,7 @@ def overrides(problem, ex) -> list[tuple[str, object]]:
         ("trainer.strategy.context_parallel_size", ex.cp),
         ("trainer.strategy.sequence_parallel", bool(ex.sequence_parallel)),
     ]
-    if ex.rank_order.value == "tp-cp-pp-dp":  # MegatronStrategy(use_tp_pp_dp_mapping=True)
+    if dp_last(ex):  # MegatronStrategy(use_tp_pp_dp_mapping=True)
         out.append(("trainer.strategy.use_tp_pp_dp_mapping", True))
     if ex.cp > 1:
         from optimizer.report.export.megatron import cp_comm_sizes
