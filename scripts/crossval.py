@@ -129,6 +129,12 @@ GROUPS: list[tuple[str, str, str, str]] = [
         "MLPerf Training v5.1 closed, llama31_8b: AMD, GigaComputing, NVIDIA (@441d65f)",
     ),
     (
+        r"the llama 3 herd of models \(arxiv:2407\.21783",
+        "llama3-herd-2407",
+        "2024-07",
+        "Llama Team, AI @ Meta, The Llama 3 Herd of Models (arXiv:2407.21783), Table 4, the 8K-token rows",
+    ),
+    (
         r"llama3_h100_202412_torchtitan",
         "torchtitan-h100-2412",
         "2024-12",

@@ -145,3 +145,26 @@ def test_embedding_slots_stated_are_the_split_modelled():
     assert map_run(mc).problem.execution.pp_embedding_loss
     off = map_run(mc | {"software": {"pp_embedding_slots": False}}).problem.execution
     assert not off.pp_embedding_loss and off.pp_uneven
+
+
+def test_interleaving_stated_without_depth_leaves_the_depth_to_the_model():
+    """`software.pp_interleaved` with vpp null: the model chooses vpp among the depths whose pipeline layout
+    is the run's (46 layers on Megatron-Core over pp 4: the embedding and the loss take a slot each, 48
+    slots, so depths 2, 3, 4 and 6 but not 5); without it vpp is 1; a contradicting vpp is refused."""
+    base = _record(
+        model={"hidden": 1024, "ffn": 4096, "layers": 46, "heads": 16, "seq_len": 2048, "vocab": 50304},
+        hardware={"gpu": "h100-sxm-80gb", "num_gpus": 32, "gpus_per_node": 8},
+        parallel={"tp": 1, "pp": 4, "dp": 8, "cp": 1, "ep": 1, "micro_batch": 1, "global_batch": 256},
+    )
+    stated = map_run(base | {"software": {"pp_interleaved": True}})
+    assert stated.free["vpp"] == [2, 3, 4, 6] and stated.problem.execution.pp_embedding_loss
+    assert any("pp_interleaved" in a for a in stated.assumptions)
+    unstated = map_run(base)
+    assert "vpp" not in unstated.free and unstated.problem.execution.vpp == 1
+    assert map_run(base | {"software": {"pp_interleaved": False}}).problem.execution.vpp == 1
+    with pytest.raises(ValueError, match="contradicts parallel.vpp"):
+        Run.model_validate(
+            base | {"parallel": base["parallel"] | {"vpp": 1}, "software": {"pp_interleaved": True}}
+        )
+    with pytest.raises(ValueError, match="needs a pipeline"):
+        Run.model_validate(_record(software={"pp_interleaved": True}))

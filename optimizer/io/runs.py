@@ -6,7 +6,8 @@ state are resolved by stated, documented assumptions, reported per run:
 - unknown ``micro_batch``, ``recompute``, ``sequence_parallel``, ``optimizer_sharding``: the model
   chooses them, within the run's fixed tp/pp/dp/cp, as the fastest setting that fits in memory (the
   published run was tuned; this is what `paraplan solve` would do); an unknown ``vpp`` is 1, since
-  interleaving is an opt-in schedule that a paper would state;
+  interleaving is an opt-in schedule that a paper would state, unless the run states an interleaved
+  schedule without its depth (``software.pp_interleaved``): the model then chooses the depth as well;
 - the choice is limited to what the software of the run's time offered, read from its typed
   ``software.year`` (`FEATURE_YEAR`: sequence parallelism and selective recompute from 2022, the
   distributed optimizer, FlashAttention and communication overlap from 2023; null: current software);
@@ -484,13 +485,14 @@ def _software_knobs(run: dict, sw: dict, fixed: dict, free: dict, out: Mapped) -
         )
 
 
-def _pipeline_layout(run: dict, stack: str, fixed: dict, out: Mapped) -> None:
+def _pipeline_layout(run: dict, stack: str, fixed: dict, out: Mapped, vpp: int | None = None) -> None:
     """How the layers are split over the stages: with the embedding and the output layer as slots where the
     run says so (`software.pp_embedding_slots`); else, where pp*vpp does not divide the layers, by module
     outside Megatron-Core, with the embedding and the loss as slots when layers + 2 divide, else a custom
-    layout. The uneven layouts time and size the busiest chunk."""
+    layout. The uneven layouts time and size the busiest chunk. `vpp`: the depth to lay out (None: the
+    run's, unstated 1)."""
     par = run["parallel"]
-    vpp_known = par.get("vpp") or 1
+    vpp_known = vpp or par.get("vpp") or 1
     L = run["model"]["layers"]
     slots = software(run).get("pp_embedding_slots")  # None: inferred below (Megatron-Core only)
     if slots and par["pp"] > 1:
@@ -529,10 +531,27 @@ def _pipeline_layout(run: dict, stack: str, fixed: dict, out: Mapped) -> None:
         )
 
 
+def _interleaving_depths(run: dict, stack: str, fixed: dict) -> list[int]:
+    """The interleaving depths 2 .. layers / pp the model may choose for a run stating an interleaved
+    schedule without its depth: those whose pipeline layout (`_pipeline_layout`) is the one laid out at
+    depth 1, whose knobs `fixed` holds."""
+    from types import SimpleNamespace
+
+    layout = {k: fixed.get(k) for k in ("pp_embedding_loss", "pp_uneven")}
+    depths = []
+    for v in range(2, run["model"]["layers"] // run["parallel"]["pp"] + 1):
+        trial: dict = {}
+        _pipeline_layout(run, stack, trial, SimpleNamespace(assumptions=[]), vpp=v)
+        if {k: trial.get(k) for k in layout} == layout:
+            depths.append(v)
+    return depths
+
+
 def _batch_and_pipeline(run: dict, stack: str, fixed: dict, free: dict, out: Mapped) -> None:
     """The micro-batch (an unstated one chosen among the divisors of the per-replica batch up to
     MAX_FREE_MICRO_BATCH), the pipeline layout (`_pipeline_layout`) and vpp (unstated: 1, interleaving being
-    opt-in)."""
+    opt-in; chosen by the model, `_interleaving_depths`, where the run states an interleaved schedule without
+    its depth, `software.pp_interleaved`)."""
     par = run["parallel"]
     B, dp = par["global_batch"], par["dp"]
     if par.get("micro_batch") is None:
@@ -543,7 +562,14 @@ def _batch_and_pipeline(run: dict, stack: str, fixed: dict, free: dict, out: Map
     else:
         fixed["micro_batch"] = par["micro_batch"]
     _pipeline_layout(run, stack, fixed, out)
-    if par.get("vpp") is None:
+    interleaved = (run.get("software") or {}).get("pp_interleaved")
+    if par.get("vpp") is None and interleaved and par["pp"] > 1:
+        free["vpp"] = _interleaving_depths(run, stack, fixed)
+        out.assumptions.append(
+            "vpp null with an interleaved schedule (software.pp_interleaved): the depth chosen by the model "
+            "(fastest that fits)"
+        )
+    elif par.get("vpp") is None:
         fixed["vpp"] = 1
         if par["pp"] > 1:
             out.assumptions.append(
@@ -624,7 +650,8 @@ def _overlap_knobs(run: dict, year: int | None, sw: dict, fixed: dict, free: dic
     chosen after; TP communication overlap as ``software.tp_comm_overlap`` states it, else off before it was
     offered and chosen after (tp > 1 only)."""
     par = run["parallel"]
-    if par["pp"] > 1 and (par.get("vpp") or 1) > 1 and not _has(year, "pp_overlap"):
+    interleaved = (par.get("vpp") or 1) > 1 or software(run).get("pp_interleaved")
+    if par["pp"] > 1 and interleaved and not _has(year, "pp_overlap"):
         fixed["pp_overlap"] = False
         out.assumptions.append(
             "interleaved pipeline exchanges on the critical path (Megatron-LM before overlap_p2p_comm, 2023)"

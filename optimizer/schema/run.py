@@ -301,6 +301,13 @@ class RunSoftware(Frozen):
         description="Rank order of the axes, innermost first (Megatron-Core --use-tp-pp-dp-mapping: "
         "tp-cp-pp-dp; null: the framework's default, tp-cp-dp-pp).",
     )
+    pp_interleaved: bool | None = Field(
+        None,
+        description="The source states an interleaved pipeline schedule (Narayanan et al. 2021, Sec. 2.2.2) "
+        "but not its depth: with parallel.vpp null, vpp is chosen by the model (the fastest that fits among "
+        "the depths the stack can run); false: not interleaved (vpp 1); null: as parallel.vpp states "
+        "(unstated: 1).",
+    )
 
 
 class RunFacts(Frozen):
@@ -347,4 +354,17 @@ class Run(Frozen):
         sw = self.software
         if sw is not None and sw.remat_policy is not None and sw.framework != Framework.MAXTEXT:
             raise ValueError("software.remat_policy is MaxText's: it needs software.framework: maxtext")
+        return self
+
+    @model_validator(mode="after")
+    def _interleaving_agrees_with_vpp(self) -> Run:
+        sw, vpp = self.software, self.parallel.vpp
+        stated = sw is not None and sw.pp_interleaved is not None
+        if stated and vpp is not None and (vpp > 1) != sw.pp_interleaved:
+            raise ValueError(
+                f"software.pp_interleaved {sw.pp_interleaved} contradicts parallel.vpp {vpp} "
+                "(interleaved means vpp > 1)"
+            )
+        if sw is not None and sw.pp_interleaved and self.parallel.pp < 2:
+            raise ValueError("software.pp_interleaved needs a pipeline (parallel.pp > 1)")
         return self
