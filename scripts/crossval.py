@@ -117,6 +117,18 @@ GROUPS: list[tuple[str, str, str, str]] = [
         "NVIDIA dgxc-benchmarking qwen3/pretrain/README.md @1b172ed (Megatron-Bridge; month approximate)",
     ),
     (
+        r"MLPerf Training v4\.0 closed, gpt3",
+        "mlperf-training-4.0-gpt3",
+        "2024-06",
+        "MLPerf Training v4.0 closed, gpt3 (GPT-3 175B), NVIDIA on 512-11,616 H100 (@6fe9543)",
+    ),
+    (
+        r"MLPerf Training v4\.1 closed, gpt3",
+        "mlperf-training-4.1-gpt3",
+        "2024-11",
+        "MLPerf Training v4.1 closed, gpt3 (GPT-3 175B), NVIDIA and Oracle on 256-3,072 H100, 64 B200",
+    ),
+    (
         r"MLPerf Training v5\.1 closed, llama31_405b",
         "mlperf-training-5.1-405b",
         "2025-11",
