@@ -129,6 +129,12 @@ GROUPS: list[tuple[str, str, str, str]] = [
         "MLPerf Training v4.1 closed, gpt3 (GPT-3 175B), NVIDIA and Oracle on 256-3,072 H100, 64 B200",
     ),
     (
+        r"MLPerf Training v5\.0 closed, llama31_405b",
+        "mlperf-training-5.0-405b",
+        "2025-06",
+        "MLPerf Training v5.0 closed, llama31_405b, NVIDIA on 512-8,192 H100 and 256-512 GB200 (@0fdc28f)",
+    ),
+    (
         r"MLPerf Training v5\.1 closed, llama31_405b",
         "mlperf-training-5.1-405b",
         "2025-11",
