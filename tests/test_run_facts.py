@@ -168,3 +168,42 @@ def test_interleaving_stated_without_depth_leaves_the_depth_to_the_model():
         )
     with pytest.raises(ValueError, match="needs a pipeline"):
         Run.model_validate(_record(software={"pp_interleaved": True}))
+
+
+def test_interleaving_depths_follow_the_stack_and_the_uneven_layout():
+    """torchtitan splits 126 layers over pp 16 by module (busiest stage 8 layers): only the depths that divide
+    it, 2 and 4; a stack that cannot interleave (megatron-deepspeed) and a layout no depth keeps (10 layers
+    over pp 4 on Megatron-Core, 12 slots) fall back to vpp 1 with the assumption said, and the run is still
+    predicted."""
+    from optimizer.io.runs import predict
+
+    tt = _record(
+        model={"hidden": 1024, "ffn": 4096, "layers": 126, "heads": 16, "seq_len": 2048, "vocab": 50304},
+        hardware={"gpu": "h100-sxm-80gb", "num_gpus": 128, "gpus_per_node": 8},
+        parallel={"tp": 1, "pp": 16, "dp": 8, "cp": 1, "ep": 1, "micro_batch": 1, "global_batch": 256},
+        software={"framework": "torchtitan", "pp_interleaved": True},
+    )
+    assert map_run(tt).free["vpp"] == [2, 4]
+    for stack, layers in (("megatron-deepspeed", 48), ("megatron-core", 10)):
+        run = tt | {
+            "model": tt["model"] | {"layers": layers},
+            "parallel": tt["parallel"] | {"pp": 4, "dp": 32},
+            "software": {"framework": stack, "pp_interleaved": True},
+        }
+        mapped = map_run(run)
+        assert "vpp" not in mapped.free and mapped.problem.execution.vpp == 1, stack
+        assert any("can lay out no depth" in a for a in mapped.assumptions), stack
+        assert predict(mapped).result["step_time"] > 0
+
+
+def test_sidecar_interleaving_is_checked_against_the_record(tmp_path: Path):
+    """A facts file stating an interleaved schedule for a run of vpp 1 is refused once merged."""
+    import yaml
+
+    (tmp_path / "facts").mkdir()
+    runs = tmp_path / "r.yaml"
+    rec = _record(parallel={"tp": 1, "pp": 2, "dp": 4, "cp": 1, "ep": 1, "vpp": 1, "global_batch": 64})
+    runs.write_text(yaml.safe_dump([rec]))
+    (tmp_path / "facts" / "r.yaml").write_text(yaml.safe_dump({"r": {"software": {"pp_interleaved": True}}}))
+    with pytest.raises(ProblemErrors, match="contradicts parallel.vpp"):
+        load_runs(str(runs))

@@ -532,18 +532,30 @@ def _pipeline_layout(run: dict, stack: str, fixed: dict, out: Mapped, vpp: int |
 
 
 def _interleaving_depths(run: dict, stack: str, fixed: dict) -> list[int]:
-    """The interleaving depths 2 .. layers / pp the model may choose for a run stating an interleaved
-    schedule without its depth: those whose pipeline layout (`_pipeline_layout`) is the one laid out at
-    depth 1, whose knobs `fixed` holds."""
+    """The interleaving depths the model may choose for a run stating an interleaved schedule without its
+    depth: among 2 .. layers / pp, those the stack runs (`optimizer.schema.stack.profile`), whose pipeline
+    layout (`_pipeline_layout`) is the one laid out at depth 1, whose knobs `fixed` holds, and, for an uneven
+    layout, that divide its busiest stage's slots (`optimizer.rules.layout.uneven_vpps`, the solver's rule).
+    Empty where none is left."""
     from types import SimpleNamespace
 
+    from optimizer.rules.layout import divisors
+    from optimizer.schema.stack import Stack, profile
+
+    par, layers = run["parallel"], run["model"]["layers"]
+    offered = profile(Stack(stack)).get("vpp")
     layout = {k: fixed.get(k) for k in ("pp_embedding_loss", "pp_uneven")}
+    slots = layers + (2 if fixed.get("pp_embedding_loss") else 0)
+    busiest = set(divisors(-(-slots // par["pp"])))
     depths = []
-    for v in range(2, run["model"]["layers"] // run["parallel"]["pp"] + 1):
+    for v in range(2, layers // par["pp"] + 1):
+        if offered is not None and v not in offered:
+            continue
         trial: dict = {}
         _pipeline_layout(run, stack, trial, SimpleNamespace(assumptions=[]), vpp=v)
-        if {k: trial.get(k) for k in layout} == layout:
-            depths.append(v)
+        if {k: trial.get(k) for k in layout} != layout or (fixed.get("pp_uneven") and v not in busiest):
+            continue
+        depths.append(v)
     return depths
 
 
@@ -563,11 +575,18 @@ def _batch_and_pipeline(run: dict, stack: str, fixed: dict, free: dict, out: Map
         fixed["micro_batch"] = par["micro_batch"]
     _pipeline_layout(run, stack, fixed, out)
     interleaved = (run.get("software") or {}).get("pp_interleaved")
-    if par.get("vpp") is None and interleaved and par["pp"] > 1:
-        free["vpp"] = _interleaving_depths(run, stack, fixed)
+    depths = _interleaving_depths(run, stack, fixed) if par.get("vpp") is None and interleaved else []
+    if depths:
+        free["vpp"] = depths
         out.assumptions.append(
             "vpp null with an interleaved schedule (software.pp_interleaved): the depth chosen by the model "
-            "(fastest that fits)"
+            f"among {depths} (fastest that fits)"
+        )
+    elif par.get("vpp") is None and interleaved:
+        fixed["vpp"] = 1
+        out.assumptions.append(
+            f"an interleaved schedule stated (software.pp_interleaved), but {stack} can lay out no depth of "
+            f"{run['model']['layers']} layers over pp {par['pp']} in the run's layout: vpp 1"
         )
     elif par.get("vpp") is None:
         fixed["vpp"] = 1
@@ -650,7 +669,7 @@ def _overlap_knobs(run: dict, year: int | None, sw: dict, fixed: dict, free: dic
     chosen after; TP communication overlap as ``software.tp_comm_overlap`` states it, else off before it was
     offered and chosen after (tp > 1 only)."""
     par = run["parallel"]
-    interleaved = (par.get("vpp") or 1) > 1 or software(run).get("pp_interleaved")
+    interleaved = (par.get("vpp") or 1) > 1 or (par.get("vpp") is None and sw.get("pp_interleaved"))
     if par["pp"] > 1 and interleaved and not _has(year, "pp_overlap"):
         fixed["pp_overlap"] = False
         out.assumptions.append(
@@ -872,6 +891,13 @@ def load_runs(path: str) -> Sourced:
     if dup:
         raise ProblemError(doc.file, None, "id", f"duplicate run ids: {', '.join(dup)}")
     _merge_facts(records, path, errors)
+    if errors:
+        raise ProblemErrors(errors)
+    for i, rec in enumerate(records):  # the merged facts are checked against the record's own fields too
+        try:
+            validate_model(Run, doc, rec, prefix=(i,))
+        except ProblemErrors as e:
+            errors += e.errors
     if errors:
         raise ProblemErrors(errors)
     doc.data = records
