@@ -132,19 +132,20 @@ GROUPS: list[tuple[str, str, str, str]] = [
         r"MLPerf Training v5\.0 closed, llama31_405b",
         "mlperf-training-5.0-405b",
         "2025-06",
-        "MLPerf Training v5.0 closed, llama31_405b, NVIDIA on 512-8,192 H100 and 256-512 GB200 (@0fdc28f)",
+        "MLPerf Training v5.0 closed, llama31_405b: NVIDIA (512-8,192 H100, 256/512 GB200),"
+        " IBM+CoreWeave+NVIDIA (512-2,496 GB200), Nebius (512/1,024 H200) (@0fdc28f)",
     ),
     (
         r"MLPerf Training v5\.1 closed, llama31_405b",
         "mlperf-training-5.1-405b",
         "2025-11",
-        "MLPerf Training v5.1 closed, llama31_405b, NVIDIA (mlcommons/training_results_v5.1 @441d65f)",
+        "MLPerf Training v5.1 closed, llama31_405b: NVIDIA, University of Florida (@441d65f)",
     ),
     (
         r"MLPerf Training v5\.1",
         "mlperf-training-5.1",
         "2025-11",
-        "MLPerf Training v5.1 closed, llama31_8b: AMD, GigaComputing, NVIDIA (@441d65f)",
+        "MLPerf Training v5.1 closed, llama31_8b: every submitter with a system file (@441d65f)",
     ),
     (
         r"the llama 3 herd of models \(arxiv:2407\.21783",

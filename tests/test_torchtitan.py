@@ -276,14 +276,15 @@ def test_allocator_slack_leave_one_out_within_10pct():
 
 def test_stated_uncertainty_widens_for_a_stack_the_gpu_never_ran():
     """The band of a plan is the grouped (held-out-source) error of its GPU type and stack
-    (optimizer/model/bands.yaml). No torchtitan run is on the 80 GB H100: a torchtitan plan there takes the
-    wider of H100's band (every stack) and torchtitan's (every GPU type), never less than either; the 96 GB
-    part's torchtitan runs give its torchtitan plans their own band. H800 carries H100's (tables
-    transferred)."""
+    (optimizer/model/bands.yaml). Fewer than `min_runs` torchtitan runs are on the 80 GB H100 (the Llama 3
+    paper's two, Meta's stack on the torchtitan mapping): a torchtitan plan there takes the wider of H100's
+    band (every stack) and torchtitan's (every GPU type), never less than either; the 96 GB part's torchtitan
+    runs give its torchtitan plans their own band. H800 carries H100's (tables transferred)."""
     from optimizer.model import bands
 
     doc = bands.load()
-    assert "torchtitan" not in doc["errors"]["h100-sxm-80gb"]
+    few = doc["errors"]["h100-sxm-80gb"].get("torchtitan", {})
+    assert sum(map(len, few.values())) < doc["min_runs"]
     h100, h96 = library_system("h100-sxm-80gb"), library_system("h100-sxm-96gb")
     tt = bands.band(h100, "torchtitan")
     whole = bands.grouped_band("h100-sxm-80gb", None)
