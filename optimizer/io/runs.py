@@ -539,14 +539,13 @@ def _interleaving_depths(run: dict, stack: str, fixed: dict) -> list[int]:
     Empty where none is left."""
     from types import SimpleNamespace
 
-    from optimizer.rules.layout import divisors
+    from optimizer.rules.layout import uneven_vpps
     from optimizer.schema.stack import Stack, profile
 
     par, layers = run["parallel"], run["model"]["layers"]
     offered = profile(Stack(stack)).get("vpp")
     layout = {k: fixed.get(k) for k in ("pp_embedding_loss", "pp_uneven")}
-    slots = layers + (2 if fixed.get("pp_embedding_loss") else 0)
-    busiest = set(divisors(-(-slots // par["pp"])))
+    busiest = uneven_vpps(layers, [par["pp"]])
     depths = []
     for v in range(2, layers // par["pp"] + 1):
         if offered is not None and v not in offered:
@@ -574,7 +573,7 @@ def _batch_and_pipeline(run: dict, stack: str, fixed: dict, free: dict, out: Map
     else:
         fixed["micro_batch"] = par["micro_batch"]
     _pipeline_layout(run, stack, fixed, out)
-    interleaved = (run.get("software") or {}).get("pp_interleaved")
+    interleaved = software(run).get("pp_interleaved")
     depths = _interleaving_depths(run, stack, fixed) if par.get("vpp") is None and interleaved else []
     if depths:
         free["vpp"] = depths
