@@ -117,6 +117,12 @@ GROUPS: list[tuple[str, str, str, str]] = [
         "NVIDIA dgxc-benchmarking qwen3/pretrain/README.md @1b172ed (Megatron-Bridge; month approximate)",
     ),
     (
+        r"MLPerf Training v3\.1 closed, gpt3",
+        "mlperf-training-3.1-gpt3",
+        "2023-11",
+        "MLPerf Training v3.1 closed, gpt3 (GPT-3 175B), NVIDIA, Azure+NVIDIA on 512-10,752 H100 (@d06288b)",
+    ),
+    (
         r"MLPerf Training v4\.0 closed, gpt3",
         "mlperf-training-4.0-gpt3",
         "2024-06",
