@@ -194,6 +194,13 @@ def test_interleaving_depths_follow_the_stack_and_the_uneven_layout():
         assert "vpp" not in mapped.free and mapped.problem.execution.vpp == 1, stack
         assert any("can lay out no depth" in a for a in mapped.assumptions), stack
         assert predict(mapped).result["step_time"] > 0
+    # software of 2022 (before overlap_p2p_comm): exchanges exposed only where a depth > 1 was left to choose
+    old = {"year": 2022, "pp_interleaved": True}
+    four = tt | {"model": tt["model"] | {"layers": 48}, "parallel": tt["parallel"] | {"pp": 4, "dp": 32}}
+    chosen = map_run(four | {"software": {"framework": "megatron-core", **old}})
+    assert chosen.free["vpp"] and chosen.problem.execution.pp_overlap is False
+    fallback = map_run(four | {"software": {"framework": "megatron-deepspeed", **old}})
+    assert not any("exchanges on the critical path" in a for a in fallback.assumptions)
 
 
 def test_sidecar_interleaving_is_checked_against_the_record(tmp_path: Path):

@@ -668,7 +668,7 @@ def _overlap_knobs(run: dict, year: int | None, sw: dict, fixed: dict, free: dic
     chosen after; TP communication overlap as ``software.tp_comm_overlap`` states it, else off before it was
     offered and chosen after (tp > 1 only)."""
     par = run["parallel"]
-    interleaved = (par.get("vpp") or 1) > 1 or (par.get("vpp") is None and sw.get("pp_interleaved"))
+    interleaved = fixed.get("vpp", 1) > 1 or "vpp" in free  # as `_batch_and_pipeline` set the depth
     if par["pp"] > 1 and interleaved and not _has(year, "pp_overlap"):
         fixed["pp_overlap"] = False
         out.assumptions.append(
@@ -892,7 +892,8 @@ def load_runs(path: str) -> Sourced:
     _merge_facts(records, path, errors)
     if errors:
         raise ProblemErrors(errors)
-    for i, rec in enumerate(records):  # the merged facts are checked against the record's own fields too
+    merged = facts_file(path) is not None
+    for i, rec in enumerate(records if merged else []):  # merged facts checked against the record's fields
         try:
             validate_model(Run, doc, rec, prefix=(i,))
         except ProblemErrors as e:
