@@ -133,6 +133,7 @@ MICROBENCH = {
     "microbench_expert_eager.py": ["OUT", "--small"],
     "microbench_moe_layer.py": ["OUT", "--small"],
     "microbench_ring_attention.py": ["OUT", "--small"],
+    "microbench_sustained.py": ["OUT", "--small"],
 }
 
 

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Measure a GPU's matrix rate and clocks under sustained load, as a training step holds it, against a burst.
+
+    python scripts/microbench_sustained.py OUT.json [--seconds 30] [--small]
+    python scripts/microbench_sustained.py --compare PART.json REFERENCE.json
+
+Needs PyTorch on a CUDA GPU (and reads clocks, power and temperature through NVML, `nvidia-ml-py`, where
+installed). A microbenchmark's burst (the median of 10 calls after 3 warm-ups, microbench.py) runs at the
+boost clock; a training step keeps the tensor cores busy for seconds, and a part held at its power limit
+lowers its clock. This script runs, for --seconds each:
+- `gemm`: one layer-sized GEMM (8192 tokens x 7168 x 8192: Llama 3.1 70B's gated up-projection at tp 8,
+  0.96 TFLOP) back to back, BF16 and FP8 (`torch._scaled_mm`, per-tensor scales, bf16 out);
+- `mix`: the same GEMM alternated with an HBM-bound element-wise add over 1 GiB tensors sized to take about a
+  third of the time, as a step's norms, activations and optimizer stream memory between GEMMs (the memory's
+  share of the power budget).
+Each run is cut into windows of about 0.25 s, timed with CUDA events, with the SM and memory clocks, board
+power and temperature read at each window's end. `steady` is the median over the windows after the first
+quarter of the run. Two parts compare by the ratio of their steady rates at the same shapes (`--compare`,
+which needs no GPU): the geometric mean over dtypes of the `mix` ratios is the sustained clock a system file
+that transfers the reference part's fitted tables states (`clock_scale`), since a training step interleaves
+its GEMMs with memory-bound kernels as `mix` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+
+from torch_timing import median_time, need_torch
+
+GEMM = (8192, 7168, 8192)  # m, n, k
+ADD_ELEMS = 1 << 29  # bf16 elements per operand: 1 GiB
+
+
+def nvml():
+    """A reader of (sm MHz, memory MHz, power W, temperature C, throttle reasons bitmask) for GPU 0, or None
+    where NVML is not installed."""
+    try:
+        import pynvml
+    except ImportError:
+        return None, {}
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+
+    reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+        pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+    )
+
+    def read():
+        row = {
+            "sm_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+            "mem_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
+            "power_w": pynvml.nvmlDeviceGetPowerUsage(h) / 1e3,
+            "temp_c": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
+        }
+        if reasons is not None:
+            row["clock_event_reasons"] = int(reasons(h))
+        return row
+
+    info = {
+        "name": pynvml.nvmlDeviceGetName(h),
+        "power_limit_w": pynvml.nvmlDeviceGetPowerManagementLimit(h) / 1e3,
+        "max_sm_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM),
+        "max_mem_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM),
+        "idle": read(),
+    }
+    return read, info
+
+
+def makers(torch, small: bool):
+    """{dtype: a zero-argument GEMM call} (FP8 where the GPU and build have it) and the element-wise add."""
+    m, n, k = (512, 512, 512) if small else GEMM
+    dev = "cuda"
+    a = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(k, n, device=dev, dtype=torch.bfloat16)
+    calls = {"bf16": lambda: a @ b}
+    if hasattr(torch, "_scaled_mm") and torch.cuda.get_device_capability(0) >= (8, 9):
+        one = torch.ones((), device=dev, dtype=torch.float32)
+        a8 = a.to(torch.float8_e4m3fn)
+        b8 = b.t().contiguous().to(torch.float8_e4m3fn).t()
+        calls["fp8"] = lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    elems = (1 << 20) if small else ADD_ELEMS
+    x = torch.randn(elems, device=dev, dtype=torch.bfloat16)
+    y = torch.randn(elems, device=dev, dtype=torch.bfloat16)
+    z = torch.empty_like(x)
+    add = lambda: torch.add(x, y, out=z)  # noqa: E731 - reads 2, writes 1 operand
+    return calls, add, 2.0 * m * n * k, 3 * elems * 2
+
+
+def sustained(torch, gemm, add, adds_per_gemm: int, gemms_per_window: int, seconds: float, read) -> list:
+    """Windows of `gemms_per_window` GEMMs (each followed by `adds_per_gemm` adds) run back to back for
+    `seconds`: each window's GEMM-only and add-only seconds from CUDA events, and NVML's reading at its
+    end."""
+    ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+    out = []
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        marks = []
+        for _ in range(gemms_per_window):
+            e0, e1 = ev(), ev()
+            e0.record()
+            gemm()
+            e1.record()
+            f1 = e1
+            for _ in range(adds_per_gemm):
+                add()
+            if adds_per_gemm:
+                f1 = ev()
+                f1.record()
+            marks.append((e0, e1, f1))
+        torch.cuda.synchronize()
+        g = sum(e0.elapsed_time(e1) for e0, e1, _ in marks) / 1e3
+        w = sum(e1.elapsed_time(f1) for _, e1, f1 in marks) / 1e3
+        row = {"t_s": round(time.perf_counter() - t0, 3), "gemm_s": g, "add_s": w, "n": gemms_per_window}
+        if read:
+            row.update(read())
+        out.append(row)
+    return out
+
+
+def summary(rows: list, flops: float, add_bytes: float, adds: int) -> dict:
+    """Steady rates (the median over windows after the first quarter of the run) and the clocks then."""
+    steady = rows[len(rows) // 4 :] or rows
+    tf = [r["n"] * flops / r["gemm_s"] / 1e12 for r in steady]
+    out = {
+        "steady_tflops": statistics.median(tf),
+        "first_window_tflops": rows[0]["n"] * flops / rows[0]["gemm_s"] / 1e12,
+    }
+    if adds:
+        out["steady_add_gbps"] = statistics.median(
+            r["n"] * adds * add_bytes / r["add_s"] / 1e9 for r in steady
+        )
+    for key in ("sm_mhz", "mem_mhz", "power_w", "temp_c"):
+        if key in steady[0]:
+            out[f"steady_{key}"] = statistics.median(r[key] for r in steady)
+    return out
+
+
+def compare(part: dict, ref: dict) -> dict:
+    """{(dtype, kind): steady GEMM rate of `part` / `reference`} over the runs both measured at the same GEMM
+    shape and adds per GEMM, and "clock_scale": the geometric mean of the `mix` ratios."""
+    if part["gemm_mnk"] != ref["gemm_mnk"]:
+        raise ValueError(f"different GEMM shapes: {part['gemm_mnk']} and {ref['gemm_mnk']}")
+    rates = {(r["dtype"], r["kind"], r["adds_per_gemm"]): r["steady_tflops"] for r in ref["runs"]}
+    out = {}
+    for r in part["runs"]:
+        key = (r["dtype"], r["kind"], r["adds_per_gemm"])
+        if key in rates:
+            out[(r["dtype"], r["kind"])] = r["steady_tflops"] / rates[key]
+    mix = [v for (_, kind), v in out.items() if kind == "mix"]
+    if not mix:
+        raise ValueError("no `mix` run measured alike on both parts")
+    out["clock_scale"] = math.prod(mix) ** (1.0 / len(mix))
+    return out
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--compare":
+        if len(sys.argv) != 4:
+            print("usage: microbench_sustained.py --compare PART.json REFERENCE.json", file=sys.stderr)
+            return 2
+        docs = []
+        for path in sys.argv[2:]:
+            with open(path) as f:
+                docs.append(json.load(f))
+        try:
+            ratios = compare(*docs)
+        except ValueError as e:
+            print(f"microbench_sustained: {e}", file=sys.stderr)
+            return 2
+        print(f"{docs[0]['device']} against {docs[1]['device']}, steady GEMM rate:")
+        for key, v in ratios.items():
+            if key != "clock_scale":
+                print(f"  {key[0]} {key[1]}: {v:.3f}")
+        print(f"clock_scale (geometric mean of the mix ratios): {ratios['clock_scale']:.3f}")
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out")
+    ap.add_argument("--seconds", type=float, default=30.0, help="seconds of each sustained run (default 30)")
+    ap.add_argument("--small", action="store_true", help="tiny shapes and 2 s runs: a smoke test")
+    a = ap.parse_args()
+    torch = need_torch("microbench_sustained", gpu=True, smoke_flag=None)
+    seconds = 2.0 if a.small else a.seconds
+    read, info = nvml()
+    calls, add, flops, add_bytes = makers(torch, a.small)
+    t_add = median_time(torch, add, 10, 3)
+    data = {
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "nvml": info,
+        "gemm_mnk": [512, 512, 512] if a.small else list(GEMM),
+        "add_bytes": add_bytes,
+        "add_burst_gbps": add_bytes / t_add / 1e9,
+        "runs": [],
+    }
+    for dtype, gemm in calls.items():
+        t_g = median_time(torch, gemm, 10, 3)
+        per_window = max(1, round(0.25 / t_g))
+        adds = max(1, round(0.5 * t_g / t_add))  # about a third of the time in the adds
+        for kind, n_add in (("gemm", 0), ("mix", adds)):
+            rows = sustained(torch, gemm, add, n_add, per_window, seconds, read)
+            run = {"dtype": dtype, "kind": kind, "adds_per_gemm": n_add, "burst_tflops": flops / t_g / 1e12}
+            run.update(summary(rows, flops, add_bytes, n_add))
+            run["windows"] = rows
+            data["runs"].append(run)
+            print(
+                f"{dtype} {kind}: burst {run['burst_tflops']:.0f} TF/s, "
+                f"steady {run['steady_tflops']:.0f} TF/s"
+                + (f" at {run['steady_sm_mhz']:.0f} MHz, {run['steady_power_w']:.0f} W" if read else ""),
+                flush=True,
+            )
+    with open(a.out, "w") as f:
+        json.dump(data, f, indent=1)
+    print(f"wrote {a.out}: {len(data['runs'])} sustained runs on {data['device']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
