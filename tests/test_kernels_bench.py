@@ -403,3 +403,44 @@ def test_hopper_fp8_factor_is_the_measured_one():
         h100 = load_named("system", "h100-sxm-80gb", System)
         assert abs(bk.fp8_gemm_scale(json.loads(MEAS.read_text()), h100) - measured) <= 0.015
     assert bk.fp8_gemm_scale({"gemm": []}, h200) is None
+
+
+SUSTAINED = ROOT / "problems" / "measurements"
+
+
+def test_h200_clock_is_the_measured_sustained_one():
+    """The H200's `clock_scale` is measured, not fitted: the steady rate of a layer-sized GEMM alternated with
+    HBM-bound adds on an H200 against an H100 80GB, both at 700 W (scripts/microbench_sustained.py), the
+    geometric mean over BF16 and FP8. The same GEMMs alone run alike on both (same die): the lower clock is
+    the memory's share of the power budget, not the tensor cores."""
+    ms = load_script("microbench_sustained")
+    from optimizer.io.loader import load_named
+    from optimizer.schema import System
+
+    h200 = json.loads((SUSTAINED / "h200-sxm-141gb-sustained.json").read_text())
+    h100 = json.loads((SUSTAINED / "h100-sxm-80gb-sustained.json").read_text())
+    assert h200["nvml"]["power_limit_w"] == h100["nvml"]["power_limit_w"] == 700.0
+    ratios = ms.compare(h200, h100)
+    assert all(abs(ratios[(dt, "gemm")] - 1.0) < 0.02 for dt in ("bf16", "fp8"))
+    assert 0.9 < ratios["clock_scale"] < 0.96
+    system = load_named("system", "h200-sxm-141gb", System)
+    assert system.clock_scale == round(ratios["clock_scale"], 3)
+    assert "clock_scale" not in system.calibration.fitted
+
+
+def test_sustained_compare_needs_like_runs():
+    """`compare` divides only runs measured alike (dtype, kind, adds per GEMM) and refuses two GEMM shapes or
+    no common `mix` run."""
+    ms = load_script("microbench_sustained")
+
+    def doc(rate, adds=1, mnk=(8, 8, 8)):
+        runs = [{"dtype": "bf16", "kind": "gemm", "adds_per_gemm": 0, "steady_tflops": 2 * rate}]
+        runs.append({"dtype": "bf16", "kind": "mix", "adds_per_gemm": adds, "steady_tflops": rate})
+        return {"gemm_mnk": list(mnk), "runs": runs}
+
+    r = ms.compare(doc(90.0), doc(100.0))
+    assert r[("bf16", "mix")] == pytest.approx(0.9) and r["clock_scale"] == pytest.approx(0.9)
+    with pytest.raises(ValueError, match="shapes"):
+        ms.compare(doc(90.0), doc(100.0, mnk=(8, 8, 16)))
+    with pytest.raises(ValueError, match="mix"):
+        ms.compare(doc(90.0, adds=2), doc(100.0))
