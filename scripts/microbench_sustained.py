@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Measure a GPU's matrix rate and clocks under sustained load, as a training step holds it, against a burst.
 
-    python scripts/microbench_sustained.py OUT.json [--seconds 30] [--small]
-    python scripts/microbench_sustained.py --compare PART.json REFERENCE.json
+    python scripts/microbench_sustained.py OUT.json [--seconds 30] [--add-mib 1024] [--small]
+    python scripts/microbench_sustained.py --compare PART.json REFERENCE.json [PART.json REFERENCE.json ...]
 
 Needs PyTorch on a CUDA GPU (and reads clocks, power and temperature through NVML, `nvidia-ml-py`, where
 installed). A microbenchmark's burst (the median of 10 calls after 3 warm-ups, microbench.py) runs at the
@@ -10,15 +10,16 @@ boost clock; a training step keeps the tensor cores busy for seconds, and a part
 lowers its clock. This script runs, for --seconds each:
 - `gemm`: one layer-sized GEMM (8192 tokens x 7168 x 8192: Llama 3.1 70B's gated up-projection at tp 8,
   0.96 TFLOP) back to back, BF16 and FP8 (`torch._scaled_mm`, per-tensor scales, bf16 out);
-- `mix`: the same GEMM alternated with an HBM-bound element-wise add over 1 GiB tensors sized to take about a
-  third of the time, as a step's norms, activations and optimizer stream memory between GEMMs (the memory's
-  share of the power budget).
+- `mix`: the same GEMM, each followed by one HBM-bound element-wise add over --add-mib MiB operands (1 GiB:
+  a third to a half of the time on an H100/H200; 256 MiB: about a sixth), as a step's norms, activations and
+  casts stream memory between its GEMMs (the memory's share of the power budget). The work per GEMM is the
+  same on every part, so two parts compare at equal work.
 Each run is cut into windows of about 0.25 s, timed with CUDA events, with the SM and memory clocks, board
 power and temperature read at each window's end. `steady` is the median over the windows after the first
 quarter of the run. Two parts compare by the ratio of their steady rates at the same shapes (`--compare`,
-which needs no GPU): the geometric mean over dtypes of the `mix` ratios is the sustained clock a system file
-that transfers the reference part's fitted tables states (`clock_scale`), since a training step interleaves
-its GEMMs with memory-bound kernels as `mix` does.
+which needs no GPU): the geometric mean of the `mix` ratios over dtypes and add sizes is the sustained clock
+a system file that transfers the reference part's fitted tables states (`clock_scale`), since a training
+step interleaves its GEMMs with memory-bound kernels as `mix` does.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ import time
 from torch_timing import median_time, need_torch
 
 GEMM = (8192, 7168, 8192)  # m, n, k
-ADD_ELEMS = 1 << 29  # bf16 elements per operand: 1 GiB
 
 
 def nvml():
@@ -71,7 +71,7 @@ def nvml():
     return read, info
 
 
-def makers(torch, small: bool):
+def makers(torch, small: bool, add_mib: int):
     """{dtype: a zero-argument GEMM call} (FP8 where the GPU and build have it) and the element-wise add."""
     m, n, k = (512, 512, 512) if small else GEMM
     dev = "cuda"
@@ -83,7 +83,7 @@ def makers(torch, small: bool):
         a8 = a.to(torch.float8_e4m3fn)
         b8 = b.t().contiguous().to(torch.float8_e4m3fn).t()
         calls["fp8"] = lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-    elems = (1 << 20) if small else ADD_ELEMS
+    elems = (1 << 20) if small else add_mib * (1 << 19)  # bf16 elements of add_mib MiB
     x = torch.randn(elems, device=dev, dtype=torch.bfloat16)
     y = torch.randn(elems, device=dev, dtype=torch.bfloat16)
     z = torch.empty_like(x)
@@ -145,6 +145,8 @@ def compare(part: dict, ref: dict) -> dict:
     shape and adds per GEMM, and "clock_scale": the geometric mean of the `mix` ratios."""
     if part["gemm_mnk"] != ref["gemm_mnk"]:
         raise ValueError(f"different GEMM shapes: {part['gemm_mnk']} and {ref['gemm_mnk']}")
+    if part["add_bytes"] != ref["add_bytes"]:
+        raise ValueError(f"different add sizes: {part['add_bytes']} and {ref['add_bytes']} bytes")
     rates = {(r["dtype"], r["kind"], r["adds_per_gemm"]): r["steady_tflops"] for r in ref["runs"]}
     out = {}
     for r in part["runs"]:
@@ -158,35 +160,55 @@ def compare(part: dict, ref: dict) -> dict:
     return out
 
 
+def clock_scale(pairs: list[tuple[dict, dict]]) -> float:
+    """The sustained clock of a part against a reference whose fitted tables it takes: the geometric mean of
+    the `mix` ratios (`compare`) over every (part, reference) pair, e.g. one per add size, so that the
+    memory's share of a step's time is spanned rather than one value of it chosen."""
+    mix = []
+    for part, ref in pairs:
+        mix += [v for key, v in compare(part, ref).items() if key != "clock_scale" and key[1] == "mix"]
+    return math.prod(mix) ** (1.0 / len(mix))
+
+
+def compare_main(paths: list[str]) -> int:
+    """`--compare PART REFERENCE [PART REFERENCE ...]`: each pair's ratios and the clock_scale of them all."""
+    if not paths or len(paths) % 2:
+        print("usage: microbench_sustained.py --compare PART.json REFERENCE.json [...]", file=sys.stderr)
+        return 2
+    docs = []
+    for path in paths:
+        with open(path) as f:
+            docs.append(json.load(f))
+    pairs = list(zip(docs[::2], docs[1::2], strict=True))
+    try:
+        for part, ref in pairs:
+            ratios = compare(part, ref)
+            mib = part["add_bytes"] / 3 / 2**20
+            print(f"{part['device']} against {ref['device']}, adds of {mib:.0f} MiB, steady GEMM rate:")
+            for key, v in ratios.items():
+                if key != "clock_scale":
+                    print(f"  {key[0]} {key[1]}: {v:.3f}")
+        scale = clock_scale(pairs)
+    except ValueError as e:
+        print(f"microbench_sustained: {e}", file=sys.stderr)
+        return 2
+    print(f"clock_scale (geometric mean of the mix ratios): {scale:.3f}")
+    return 0
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--compare":
-        if len(sys.argv) != 4:
-            print("usage: microbench_sustained.py --compare PART.json REFERENCE.json", file=sys.stderr)
-            return 2
-        docs = []
-        for path in sys.argv[2:]:
-            with open(path) as f:
-                docs.append(json.load(f))
-        try:
-            ratios = compare(*docs)
-        except ValueError as e:
-            print(f"microbench_sustained: {e}", file=sys.stderr)
-            return 2
-        print(f"{docs[0]['device']} against {docs[1]['device']}, steady GEMM rate:")
-        for key, v in ratios.items():
-            if key != "clock_scale":
-                print(f"  {key[0]} {key[1]}: {v:.3f}")
-        print(f"clock_scale (geometric mean of the mix ratios): {ratios['clock_scale']:.3f}")
-        return 0
+        return compare_main(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
     ap.add_argument("--seconds", type=float, default=30.0, help="seconds of each sustained run (default 30)")
+    ap.add_argument("--add-mib", type=int, default=1024, help="MiB per operand of the mix's add (1024)")
     ap.add_argument("--small", action="store_true", help="tiny shapes and 2 s runs: a smoke test")
     a = ap.parse_args()
     torch = need_torch("microbench_sustained", gpu=True, smoke_flag=None)
     seconds = 2.0 if a.small else a.seconds
     read, info = nvml()
-    calls, add, flops, add_bytes = makers(torch, a.small)
+    calls, add, flops, add_bytes = makers(torch, a.small, a.add_mib)
     t_add = median_time(torch, add, 10, 3)
     data = {
         "device": torch.cuda.get_device_name(0),
@@ -202,8 +224,7 @@ def main() -> int:
     for dtype, gemm in calls.items():
         t_g = median_time(torch, gemm, 10, 3)
         per_window = max(1, round(0.25 / t_g))
-        adds = max(1, round(0.5 * t_g / t_add))  # about a third of the time in the adds
-        for kind, n_add in (("gemm", 0), ("mix", adds)):
+        for kind, n_add in (("gemm", 0), ("mix", 1)):
             rows = sustained(torch, gemm, add, n_add, per_window, seconds, read)
             run = {"dtype": dtype, "kind": kind, "adds_per_gemm": n_add, "burst_tflops": flops / t_g / 1e12}
             run.update(summary(rows, flops, add_bytes, n_add))
