@@ -452,3 +452,25 @@ def test_sustained_compare_needs_like_runs():
         ms.compare(doc(90.0), {**doc(100.0), "add_bytes": 3 << 28})
     with pytest.raises(ValueError, match="mix"):
         ms.compare(doc(90.0, adds=2), doc(100.0))
+
+
+def test_calibrated_gemm_rate_stays_below_the_measured_sustained_one():
+    """What a fit may absorb has a physical ceiling: at the layer GEMM of the sustained measurements, the
+    H100's fitted tables (and the H200's, at its measured clock) price a rate below the steady rate a real
+    GPU holds at its power limit, alone or between memory-bound kernels, BF16 and FP8; and within 25% of it,
+    the part a training step's launch gaps and communication kernels take."""
+    from optimizer.io.loader import load_named
+    from optimizer.model.hardware import Hardware
+    from optimizer.schema import Precision, System
+
+    for name in ("h100-sxm-80gb", "h200-sxm-141gb"):
+        system = load_named("system", name, System)
+        for tag in ("sustained", "sustained-light"):
+            data = json.loads((SUSTAINED / f"{name}-{tag}.json").read_text())
+            m, n, k = data["gemm_mnk"]
+            for run in data["runs"]:
+                fp8 = run["dtype"] == "fp8"
+                hw = Hardware(system, Precision.FP8 if fp8 else Precision.BF16)
+                t = float(hw.gemm(m, n, k, in_bytes=1 if fp8 else 2, out_bytes=2))
+                ratio = 2.0 * m * n * k / t / 1e12 / run["steady_tflops"]
+                assert 0.75 < ratio < 1.0, (name, tag, run["dtype"], run["kind"], ratio)
