@@ -10,16 +10,19 @@ boost clock; a training step keeps the tensor cores busy for seconds, and a part
 lowers its clock. This script runs, for --seconds each:
 - `gemm`: one layer-sized GEMM (8192 tokens x 7168 x 8192: Llama 3.1 70B's gated up-projection at tp 8,
   0.96 TFLOP) back to back, BF16 and FP8 (`torch._scaled_mm`, per-tensor scales, bf16 out);
-- `mix`: the same GEMM, each followed by one HBM-bound element-wise add over --add-mib MiB operands (1 GiB:
-  a third to a half of the time on an H100/H200; 256 MiB: about a sixth), as a step's norms, activations and
-  casts stream memory between its GEMMs (the memory's share of the power budget). The work per GEMM is the
-  same on every part, so two parts compare at equal work.
-Each run is cut into windows of about 0.25 s, timed with CUDA events, with the SM and memory clocks, board
-power and temperature read at each window's end. `steady` is the median over the windows after the first
-quarter of the run. Two parts compare by the ratio of their steady rates at the same shapes (`--compare`,
-which needs no GPU): the geometric mean of the `mix` ratios over dtypes and add sizes is the sustained clock
-a system file that transfers the reference part's fitted tables states (`clock_scale`), since a training
-step interleaves its GEMMs with memory-bound kernels as `mix` does.
+- `mix`: the same GEMM, each followed by one HBM-bound element-wise add over --add-mib MiB operands (on an
+  H100/H200, 1 GiB: 0.35-0.60 of the time; 256 MiB: 0.12-0.26), as a step's norms, activations and casts
+  stream memory between its GEMMs. The work per GEMM is the same on every part, so two parts compare at
+  equal work.
+The bursts (the median of 10 calls after 3 warm-ups) are all taken first, on a cool GPU. Each run is cut into
+windows of about 0.25 s, timed with CUDA events per GEMM and per add, with the SM and memory clocks, board
+power and temperature read while the window's last kernels still run (the CPU is ahead of the GPU), so the
+clocks are those under load. `steady` is the median over the windows after the first quarter of the run.
+Two parts compare by the ratio of their steady rates at the same shapes (`--compare`, which needs no GPU):
+the geometric mean of the `mix` ratios over dtypes and add sizes is the sustained clock a system file that
+transfers the reference part's fitted tables states (`clock_scale`), since a training step interleaves its
+GEMMs with memory-bound kernels as `mix` does. One machine per part per pair leaves the machines' own spread
+(1-2.5% between two pairs here) in the ratio.
 """
 
 from __future__ import annotations
@@ -63,6 +66,8 @@ def nvml():
 
     info = {
         "name": pynvml.nvmlDeviceGetName(h),
+        "uuid": pynvml.nvmlDeviceGetUUID(h),
+        "driver": pynvml.nvmlSystemGetDriverVersion(),
         "power_limit_w": pynvml.nvmlDeviceGetPowerManagementLimit(h) / 1e3,
         "max_sm_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM),
         "max_mem_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM),
@@ -100,7 +105,10 @@ def sustained(torch, gemm, add, adds_per_gemm: int, gemms_per_window: int, secon
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         marks = []
-        for _ in range(gemms_per_window):
+        reading = None
+        for i in range(gemms_per_window):
+            if read and i == gemms_per_window - 1:
+                reading = read()  # the GPU is still busy with the queued kernels: clocks under load
             e0, e1 = ev(), ev()
             e0.record()
             gemm()
@@ -116,8 +124,8 @@ def sustained(torch, gemm, add, adds_per_gemm: int, gemms_per_window: int, secon
         g = sum(e0.elapsed_time(e1) for e0, e1, _ in marks) / 1e3
         w = sum(e1.elapsed_time(f1) for _, e1, f1 in marks) / 1e3
         row = {"t_s": round(time.perf_counter() - t0, 3), "gemm_s": g, "add_s": w, "n": gemms_per_window}
-        if read:
-            row.update(read())
+        if reading:
+            row.update(reading)
         out.append(row)
     return out
 
@@ -140,9 +148,28 @@ def summary(rows: list, flops: float, add_bytes: float, adds: int) -> dict:
     return out
 
 
+RUN_KEYS = ("dtype", "kind", "adds_per_gemm", "steady_tflops")
+
+
+def _check_doc(doc) -> None:
+    """ValueError unless `doc` is this script's output (the keys `compare` reads)."""
+    if not isinstance(doc, dict) or not all(k in doc for k in ("gemm_mnk", "add_bytes", "runs")):
+        raise ValueError("not a microbench_sustained.py output (needs gemm_mnk, add_bytes, runs)")
+    for run in doc["runs"]:
+        missing = [k for k in RUN_KEYS if not isinstance(run, dict) or k not in run]
+        if missing:
+            raise ValueError(f"a run lacks {', '.join(missing)}")
+
+
 def compare(part: dict, ref: dict) -> dict:
     """{(dtype, kind): steady GEMM rate of `part` / `reference`} over the runs both measured at the same GEMM
-    shape and adds per GEMM, and "clock_scale": the geometric mean of the `mix` ratios."""
+    shape and adds per GEMM, and "clock_scale": the geometric mean of the `mix` ratios. Refuses two GEMM
+    shapes, two add sizes or two power limits (where both files record one)."""
+    _check_doc(part)
+    _check_doc(ref)
+    limits = [d.get("nvml", {}).get("power_limit_w") for d in (part, ref)]
+    if None not in limits and limits[0] != limits[1]:
+        raise ValueError(f"different power limits: {limits[0]} and {limits[1]} W")
     if part["gemm_mnk"] != ref["gemm_mnk"]:
         raise ValueError(f"different GEMM shapes: {part['gemm_mnk']} and {ref['gemm_mnk']}")
     if part["add_bytes"] != ref["add_bytes"]:
@@ -177,17 +204,27 @@ def compare_main(paths: list[str]) -> int:
         return 2
     docs = []
     for path in paths:
-        with open(path) as f:
-            docs.append(json.load(f))
+        try:
+            with open(path) as f:
+                docs.append(json.load(f))
+            _check_doc(docs[-1])
+        except (OSError, ValueError) as e:
+            print(f"microbench_sustained: {path}: {e}", file=sys.stderr)
+            return 2
     pairs = list(zip(docs[::2], docs[1::2], strict=True))
     try:
         for part, ref in pairs:
             ratios = compare(part, ref)
             mib = part["add_bytes"] / 3 / 2**20
-            print(f"{part['device']} against {ref['device']}, adds of {mib:.0f} MiB, steady GEMM rate:")
+            print(
+                f"{part.get('device')} against {ref.get('device')}, adds of {mib:.0f} MiB, steady GEMM rate:"
+            )
             for key, v in ratios.items():
                 if key != "clock_scale":
                     print(f"  {key[0]} {key[1]}: {v:.3f}")
+            alone = sorted({(r["dtype"], r["kind"]) for r in part["runs"] + ref["runs"]} - set(ratios))
+            if alone:
+                print("  skipped, measured on one part only: " + ", ".join(f"{d} {k}" for d, k in alone))
         scale = clock_scale(pairs)
     except ValueError as e:
         print(f"microbench_sustained: {e}", file=sys.stderr)
@@ -196,13 +233,33 @@ def compare_main(paths: list[str]) -> int:
     return 0
 
 
+def _positive(kind):
+    """An argparse type: `kind` of the value, refused (exit 2) unless above 0."""
+
+    def parse(text: str):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+        return value
+
+    return parse
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--compare":
         return compare_main(sys.argv[2:])
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="--compare PART.json REFERENCE.json [...] (as the first argument, no GPU needed): each pair's "
+        "steady-rate ratios and the clock_scale of them all.",
+    )
     ap.add_argument("out")
-    ap.add_argument("--seconds", type=float, default=30.0, help="seconds of each sustained run (default 30)")
-    ap.add_argument("--add-mib", type=int, default=1024, help="MiB per operand of the mix's add (1024)")
+    ap.add_argument(
+        "--seconds", type=_positive(float), default=30.0, help="seconds of each sustained run (default 30)"
+    )
+    ap.add_argument(
+        "--add-mib", type=_positive(int), default=1024, help="MiB per operand of the mix's add (1024)"
+    )
     ap.add_argument("--small", action="store_true", help="tiny shapes and 2 s runs: a smoke test")
     a = ap.parse_args()
     torch = need_torch("microbench_sustained", gpu=True, smoke_flag=None)
@@ -210,11 +267,13 @@ def main() -> int:
     read, info = nvml()
     calls, add, flops, add_bytes = makers(torch, a.small, a.add_mib)
     t_add = median_time(torch, add, 10, 3)
+    bursts = {dtype: median_time(torch, gemm, 10, 3) for dtype, gemm in calls.items()}  # on a cool GPU
     data = {
         "device": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "measured_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "argv": sys.argv[1:],
         "nvml": info,
         "gemm_mnk": [512, 512, 512] if a.small else list(GEMM),
         "add_bytes": add_bytes,
@@ -222,7 +281,7 @@ def main() -> int:
         "runs": [],
     }
     for dtype, gemm in calls.items():
-        t_g = median_time(torch, gemm, 10, 3)
+        t_g = bursts[dtype]
         per_window = max(1, round(0.25 / t_g))
         for kind, n_add in (("gemm", 0), ("mix", 1)):
             rows = sustained(torch, gemm, add, n_add, per_window, seconds, read)

@@ -456,9 +456,10 @@ def test_sustained_compare_needs_like_runs():
 
 def test_calibrated_gemm_rate_stays_below_the_measured_sustained_one():
     """What a fit may absorb has a physical ceiling: at the layer GEMM of the sustained measurements, the
-    H100's fitted tables (and the H200's, at its measured clock) price a rate below the steady rate a real
-    GPU holds at its power limit, alone or between memory-bound kernels, BF16 and FP8; and within 25% of it,
-    the part a training step's launch gaps and communication kernels take."""
+    H100's fitted tables (and the H200's, which take them) price a rate below every steady rate a real GPU
+    holds at its power limit, alone or between memory-bound kernels, BF16 and FP8; and within 25% of the
+    rate of the GEMM alone, the part a training step's launch gaps and communication kernels take. (The
+    H200's clock itself is `test_h200_clock_is_the_measured_sustained_one`'s.)"""
     from optimizer.io.loader import load_named
     from optimizer.model.hardware import Hardware
     from optimizer.schema import Precision, System
@@ -473,4 +474,42 @@ def test_calibrated_gemm_rate_stays_below_the_measured_sustained_one():
                 hw = Hardware(system, Precision.FP8 if fp8 else Precision.BF16)
                 t = float(hw.gemm(m, n, k, in_bytes=1 if fp8 else 2, out_bytes=2))
                 ratio = 2.0 * m * n * k / t / 1e12 / run["steady_tflops"]
-                assert 0.75 < ratio < 1.0, (name, tag, run["dtype"], run["kind"], ratio)
+                assert ratio < 1.0, (name, tag, run["dtype"], run["kind"], ratio)
+                if run["kind"] == "gemm":
+                    assert ratio > 0.75, (name, tag, run["dtype"], ratio)
+
+
+def test_sustained_compare_cli_answers_or_exits_2(tmp_path):
+    """`microbench_sustained.py --compare` needs no GPU or PyTorch: it prints the shipped pairs' clock, and
+    exits 2 naming the problem, without a traceback, for a wrong argument count, a missing or non-JSON file,
+    another script's output, or two files measured unlike."""
+    import subprocess
+    import sys
+
+    script = str(ROOT / "scripts" / "microbench_sustained.py")
+
+    def run(*args):
+        code = (
+            "import runpy, sys; sys.modules['torch'] = None; sys.path.insert(0, sys.argv[1]); "
+            f"sys.argv = {[script, '--compare', *args]!r}; runpy.run_path(sys.argv[0], run_name='__main__')"
+        )
+        return subprocess.run(
+            [sys.executable, "-c", code, str(ROOT / "scripts")], capture_output=True, text=True, timeout=60
+        )
+
+    pairs = [
+        str(SUSTAINED / f"{part}-{tag}.json")
+        for tag in ("sustained", "sustained-light")
+        for part in ("h200-sxm-141gb", "h100-sxm-80gb")
+    ]
+    ok = run(*pairs)
+    assert ok.returncode == 0, ok.stderr
+    assert "clock_scale (geometric mean of the mix ratios): 0.949" in ok.stdout
+    not_json = tmp_path / "notes.json"
+    not_json.write_text("not json")
+    other = ROOT / "problems" / "measurements" / "h200-ring-attention.json"
+    for args in ([pairs[0]], ["missing.json", pairs[1]], [str(not_json), pairs[1]], [str(other), pairs[1]]):
+        r = run(*args)
+        assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.strip(), (args, r.stderr)
+    unlike = run(pairs[0], pairs[3])  # 1 GiB adds against 256 MiB adds
+    assert unlike.returncode == 2 and "different add sizes" in unlike.stderr
