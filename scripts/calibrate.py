@@ -623,7 +623,7 @@ def write(
         fitted,
         loo,
         "fitted by scripts/calibrate.py (one parameter set for this GPU type, shared by every run on it); "
-        "every other value is a datasheet value or a documented prior",
+        "every other value is a datasheet value, a measured value or a documented prior, as its comment says",
     )
     _dump(rt, doc, path)
     print(f"wrote {path}")
@@ -732,7 +732,8 @@ def transfer(src: str, targets: list[str], library: Path | None = None) -> int:
             copied,
             loo,
             f"transferred from {src} by scripts/calibrate.py --transfer (same GPU die): the fitted fields "
-            f"listed were fitted on the runs of {src}; every other value is a datasheet value or a prior",
+            f"listed were fitted on the runs of {src}; every other value is a datasheet value, a measured "
+            f"value or a prior, as its comment says",
         )
         _dump(rt, doc, path)
         print(f"wrote {path} (copied: {', '.join(copied) or 'nothing fitted in ' + src})")

@@ -63,8 +63,9 @@ QUANTIZED = frozenset(
 
 def sustained_clock(system: System) -> float:
     """The compute units' sustained clock against the datasheet's: `System.clock_scale` where the file
-    states it (fitted), else the power cap's prior (tdp_w / rated_power_w) ** `FITTED.clock_power_exponent`
-    (dynamic power grows faster than the clock, as voltage rises with it), 1 where no lower cap is stated."""
+    states it (fitted on runs, or measured against the part whose tables it takes), else the power cap's
+    prior (tdp_w / rated_power_w) ** `FITTED.clock_power_exponent` (dynamic power grows faster than the
+    clock, as voltage rises with it), 1 where no lower cap is stated."""
     if system.clock_scale is not None:
         return system.clock_scale
     if system.rated_power_w and system.tdp_w and system.tdp_w < system.rated_power_w:

@@ -258,7 +258,9 @@ class System(Frozen):
         description="Sustained clock of the compute units relative to the one the datasheet peaks assume (1: "
         "as rated). A power cap below the part's rating (e.g. an H100 SXM at 500 W instead of 700 W) lowers "
         "the clock of every compute-bound kernel, GEMMs, attention and element-wise alike, so it scales the "
-        "matrix, attention and vector peaks together; fitted where runs at that cap exist. Null: derived "
+        "matrix, attention and vector peaks together; fitted where runs at that cap exist, or measured where "
+        "a part takes another's fitted tables at the same power but sustains another clock under load (the "
+        "H200 against the H100: scripts/microbench_sustained.py). Null: derived "
         "from the power cap, (tdp_w / rated_power_w) ** clock_power_exponent (optimizer/model/fitted.yaml), "
         "1 where rated_power_w is not stated or not above tdp_w.",
     )
