@@ -222,15 +222,16 @@ def test_async_tp_runs_the_matmuls_next_to_tp_collectives_as_tp_smaller_ones():
 def test_async_tp_benchmark_of_june_2025_held_out():
     """The PyTorch team's async TP benchmark (June 2025, problems/runs/torchtitan-asynctp-2506.yaml: Llama 3.1
     70B on 256 and 8B on 64 of the 500 W H100s, vanilla and async TP, BF16 and Float8 tensorwise), never
-    fitted: the 96 GB part's calibration is the 2024-12 runs'. Measured 7.21% MAPE, signed -6.2% (6.68% with
+    fitted: the 96 GB part's calibration is the 2024-12 runs'. Measured 7.21% MAPE, signed -6.2% (6.55% with
     the NVLink efficiency's 0.75 prior; 6.10%, -4.7% before the 96 GB part was refitted with FSDP2's copies,
     its clock factor 0.799 -> 0.817; 8.52%, -8.4% before the async-TP matmuls were decomposed). The signed
     criterion is per stack: over the torchtitan runs, the 19 of the 2024-12 file (in sample) and these 8, the
     mean signed error is within 5% (-4.3%). Async TP's gain over vanilla TP, model against measured, 70B BF16
     / 70B Float8 / 8B BF16 / 8B Float8: 7.4 / 9.4 / 10.2 / 10.7% against 9.2 / 16.4 / 9.9 / 9.7% (8.7 / 10.8 /
     11.8 / 12.3% with the NVLink prior, before NCCL's measured 0.81; 17.7 / 18.4 / 24.3 / 21.4% before the
-    matmuls were decomposed): a gain in every pair, 2.5 points from the measured one on average (2.65 with the
-    prior) and at most 7 (the 70B Float8 pair, whose measured gain is the largest)."""
+    matmuls were decomposed). Every pair gains, between half and one and a half times its measured gain (0.57
+    to 1.10), and the model is 2.5 points from the measured gains on average (2.68 with the prior); its
+    largest miss is the 70B Float8 pair, 7.0 points short of the largest measured gain."""
     from optimizer.drivers.validate import score_runs
 
     f = ROOT / "problems" / "runs" / "torchtitan-asynctp-2506.yaml"
@@ -248,9 +249,9 @@ def test_async_tp_benchmark_of_june_2025_held_out():
         v = rows[rid.replace("-asynctp", "-tp")]
         gain_model = v["predicted_step_time_s"] / r["predicted_step_time_s"] - 1.0
         gain_meas = v["target_step_time_s"] / r["target_step_time_s"] - 1.0
-        assert 0.0 < gain_model, rid
+        assert 0.5 * gain_meas <= gain_model <= 1.5 * gain_meas, (rid, gain_model, gain_meas)
         misses.append(abs(gain_model - gain_meas))
-    assert len(misses) == 4 and np.mean(misses) <= 0.03 and max(misses) <= 0.075
+    assert len(misses) == 4 and np.mean(misses) <= 0.03
 
 
 def test_torchtitan_runs_peak_memory_within_10pct(titan_runs):
