@@ -537,8 +537,6 @@ def _interleaving_depths(run: dict, stack: str, fixed: dict) -> list[int]:
     layout (`_pipeline_layout`) is the one laid out at depth 1, whose knobs `fixed` holds, and, for an uneven
     layout, that divide its busiest stage's slots (`optimizer.rules.layout.uneven_vpps`, the solver's rule).
     Empty where none is left."""
-    from types import SimpleNamespace
-
     from optimizer.rules.layout import uneven_vpps
     from optimizer.schema.stack import Stack, profile
 
@@ -551,7 +549,7 @@ def _interleaving_depths(run: dict, stack: str, fixed: dict) -> list[int]:
         if offered is not None and v not in offered:
             continue
         trial: dict = {}
-        _pipeline_layout(run, stack, trial, SimpleNamespace(assumptions=[]), vpp=v)
+        _pipeline_layout(run, stack, trial, Mapped(run), vpp=v)
         if {k: trial.get(k) for k in layout} != layout or (fixed.get("pp_uneven") and v not in busiest):
             continue
         depths.append(v)
