@@ -163,8 +163,8 @@ def _check_doc(doc) -> None:
 
 def compare(part: dict, ref: dict) -> dict:
     """{(dtype, kind): steady GEMM rate of `part` / `reference`} over the runs both measured at the same GEMM
-    shape and adds per GEMM, and "clock_scale": the geometric mean of the `mix` ratios. Refuses two GEMM
-    shapes, two add sizes or two power limits (where both files record one)."""
+    shape and adds per GEMM. Refuses two GEMM shapes, two add sizes or two power limits (where both files
+    record one), and a pair with no `mix` run measured alike."""
     _check_doc(part)
     _check_doc(ref)
     limits = [d.get("nvml", {}).get("power_limit_w") for d in (part, ref)]
@@ -180,10 +180,8 @@ def compare(part: dict, ref: dict) -> dict:
         key = (r["dtype"], r["kind"], r["adds_per_gemm"])
         if key in rates:
             out[(r["dtype"], r["kind"])] = r["steady_tflops"] / rates[key]
-    mix = [v for (_, kind), v in out.items() if kind == "mix"]
-    if not mix:
+    if not any(kind == "mix" for _, kind in out):
         raise ValueError("no `mix` run measured alike on both parts")
-    out["clock_scale"] = math.prod(mix) ** (1.0 / len(mix))
     return out
 
 
@@ -193,7 +191,7 @@ def clock_scale(pairs: list[tuple[dict, dict]]) -> float:
     memory's share of a step's time is spanned rather than one value of it chosen."""
     mix = []
     for part, ref in pairs:
-        mix += [v for key, v in compare(part, ref).items() if key != "clock_scale" and key[1] == "mix"]
+        mix += [v for (_, kind), v in compare(part, ref).items() if kind == "mix"]
     return math.prod(mix) ** (1.0 / len(mix))
 
 
@@ -219,9 +217,8 @@ def compare_main(paths: list[str]) -> int:
             print(
                 f"{part.get('device')} against {ref.get('device')}, adds of {mib:.0f} MiB, steady GEMM rate:"
             )
-            for key, v in ratios.items():
-                if key != "clock_scale":
-                    print(f"  {key[0]} {key[1]}: {v:.3f}")
+            for (dtype, kind), v in ratios.items():
+                print(f"  {dtype} {kind}: {v:.3f}")
             alone = sorted({(r["dtype"], r["kind"]) for r in part["runs"] + ref["runs"]} - set(ratios))
             if alone:
                 print("  skipped, measured on one part only: " + ", ".join(f"{d} {k}" for d, k in alone))

@@ -38,6 +38,27 @@ def load_script(name: str):
     return mod
 
 
+def run_script_without_torch(script: str, *args: str, timeout: float = 120):
+    """scripts/SCRIPT run in a subprocess as a user without PyTorch would (torch made unimportable, whether
+    or not it is installed), from the repository root: the CompletedProcess (text output)."""
+    import subprocess
+    import sys
+
+    argv = [str(ROOT / "scripts" / script), *args]
+    code = (
+        "import runpy, sys; sys.modules['torch'] = None; sys.path.insert(0, sys.argv[1]); "
+        f"sys.argv = {argv!r}; runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, str(ROOT / "scripts")],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def grid_leave_one_out(runs: list[dict], base: System, grid: list[dict]) -> list[float]:
     """Leave-one-out on a grid: each run predicted on `base` with the grid point (scripts/calibrate.py's
     `with_params` parameters) that fits all the other runs best (mean |error|). Returns each run's held-out

@@ -445,7 +445,9 @@ def test_sustained_compare_needs_like_runs():
         return {"gemm_mnk": list(mnk), "add_bytes": 3 << 30, "runs": runs}
 
     r = ms.compare(doc(90.0), doc(100.0))
-    assert r[("bf16", "mix")] == pytest.approx(0.9) and r["clock_scale"] == pytest.approx(0.9)
+    assert r == {("bf16", "gemm"): pytest.approx(0.9), ("bf16", "mix"): pytest.approx(0.9)}
+    second = (doc(80.0, mnk=(8, 8, 16)), doc(100.0, mnk=(8, 8, 16)))  # a second pair, at its own shape
+    assert ms.clock_scale([(doc(90.0), doc(100.0)), second]) == pytest.approx((0.9 * 0.8) ** 0.5)
     with pytest.raises(ValueError, match="shapes"):
         ms.compare(doc(90.0), doc(100.0, mnk=(8, 8, 16)))
     with pytest.raises(ValueError, match="add sizes"):
@@ -483,19 +485,13 @@ def test_sustained_compare_cli_answers_or_exits_2(tmp_path):
     """`microbench_sustained.py --compare` needs no GPU or PyTorch: it prints the shipped pairs' clock, and
     exits 2 naming the problem, without a traceback, for a wrong argument count, a missing or non-JSON file,
     another script's output, or two files measured unlike."""
-    import subprocess
-    import sys
+    from helpers import run_script_without_torch
 
-    script = str(ROOT / "scripts" / "microbench_sustained.py")
+    from optimizer.io.loader import load_named
+    from optimizer.schema import System
 
     def run(*args):
-        code = (
-            "import runpy, sys; sys.modules['torch'] = None; sys.path.insert(0, sys.argv[1]); "
-            f"sys.argv = {[script, '--compare', *args]!r}; runpy.run_path(sys.argv[0], run_name='__main__')"
-        )
-        return subprocess.run(
-            [sys.executable, "-c", code, str(ROOT / "scripts")], capture_output=True, text=True, timeout=60
-        )
+        return run_script_without_torch("microbench_sustained.py", "--compare", *args, timeout=60)
 
     pairs = [
         str(SUSTAINED / f"{part}-{tag}.json")
@@ -504,7 +500,8 @@ def test_sustained_compare_cli_answers_or_exits_2(tmp_path):
     ]
     ok = run(*pairs)
     assert ok.returncode == 0, ok.stderr
-    assert "clock_scale (geometric mean of the mix ratios): 0.949" in ok.stdout
+    stated = load_named("system", "h200-sxm-141gb", System).clock_scale  # = the files' (the test above)
+    assert f"clock_scale (geometric mean of the mix ratios): {stated:.3f}" in ok.stdout
     not_json = tmp_path / "notes.json"
     not_json.write_text("not json")
     other = ROOT / "problems" / "measurements" / "h200-ring-attention.json"

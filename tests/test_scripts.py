@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import load_script
+from helpers import load_script, run_script_without_torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
@@ -146,19 +146,7 @@ def test_microbench_without_torch_exits_2(script, tmp_path):
     """Run as a user without PyTorch would (torch made unimportable, whether or not it is installed): exit 2
     with what to install, no traceback, no file written."""
     out = tmp_path / "out.json"
-    argv = [str(SCRIPTS / script)] + [str(out) if a == "OUT" else a for a in MICROBENCH[script]]
-    code = (
-        "import runpy, sys; sys.modules['torch'] = None; sys.path.insert(0, sys.argv[1]); "
-        f"sys.argv = {argv!r}; runpy.run_path(sys.argv[0], run_name='__main__')"
-    )
-    r = subprocess.run(
-        [sys.executable, "-c", code, str(SCRIPTS)],
-        check=False,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = run_script_without_torch(script, *(str(out) if a == "OUT" else a for a in MICROBENCH[script]))
     assert r.returncode == 2, r.stdout + r.stderr
     assert "needs PyTorch" in r.stderr and "Traceback" not in r.stderr
     assert not out.exists()
