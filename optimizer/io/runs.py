@@ -254,9 +254,10 @@ def _llm_of(run: dict, year: int | None) -> LLM:
 # framework (`optimizer.schema.run.Framework`) -> the stack profile it is planned as
 # (`optimizer.schema.stack`):
 # the Megatron family is megatron-core (Megatron-DeepSpeed has its own profile: Megatron's TP, DeepSpeed's
-# pipeline engine and ZeRO-1),
-# llm-foundry
-# runs PyTorch FSDP through Composer
+# pipeline engine and ZeRO-1), llm-foundry runs PyTorch FSDP through Composer, and Meta's Llama 3 stack is
+# megatron-core: its paper (arXiv:2407.21783, Sec. 3.3.2) builds tensor parallelism on Megatron's with
+# sequence parallelism (Shoeybi 2019, Korthikanti 2023: the sharded norm output is kept and gathered again
+# in backward) and the interleaved pipeline on Narayanan 2021, with PyTorch FSDP for data parallelism
 FRAMEWORK_STACK = {
     "megatron-lm": "megatron-core",
     "megatron-core": "megatron-core",
@@ -268,6 +269,7 @@ FRAMEWORK_STACK = {
     "fsdp": "fsdp",
     "llm-foundry": "fsdp",
     "maxtext": "maxtext",
+    "meta-4d": "megatron-core",
 }
 
 

@@ -149,6 +149,8 @@ class Framework(StrEnum):
     FSDP = "fsdp"
     LLM_FOUNDRY = "llm-foundry"
     MAXTEXT = "maxtext"
+    # Meta's in-house 4D-parallel PyTorch stack (The Llama 3 Herd of Models, arXiv:2407.21783, Sec. 3.3.2)
+    META_4D = "meta-4d"
 
 
 class RematPolicy(StrEnum):
