@@ -40,7 +40,7 @@ from pydantic import ValidationError
 from optimizer.errors import ProblemError
 from optimizer.io.loader import Sourced, available, find_in_library, read_yaml, validate_model
 from optimizer.schema import LLM, MLA, Execution, MoE, Options, Problem, System, Training
-from optimizer.schema.common import RecomputeModule
+from optimizer.schema.common import GradAccumulation, RecomputeModule
 from optimizer.schema.llm import SlidingWindow
 from optimizer.schema.stack import REMAT_POLICY
 
@@ -60,6 +60,10 @@ FEATURE_YEAR = {
     "pp_overlap": 2023,
     "gqa_without_kv_repeat": 2026,
     "moe_probs_in_activation": 2025,
+    # Megatron-LM's gradient_accumulation_fusion: merged 2022-02 for FP32 gradient accumulation only, for FP16
+    # from 2022-09 (NVIDIA/Megatron-LM 83b1e42, 07916bf)
+    "grad_accumulation_fusion": 2022,
+    "grad_accumulation_fusion_fp16": 2023,
 }
 
 
@@ -712,6 +716,22 @@ def _grad_precision(precision: str, sw: dict, out: Mapped) -> str:
     return "fp16" if precision == "fp16" else "fp32"
 
 
+def _grad_accumulation(year: int | None, stack: str, grad: str, fixed: dict, out: Mapped) -> None:
+    """Megatron-LM before its gradient-accumulation fusion (`FEATURE_YEAR`: FP32 accumulation from 2022,
+    16-bit from 2023) added each micro-batch's 16-bit weight gradients into the main-gradient buffer by a
+    kernel of its own (`GradAccumulation.ADD`); Megatron-DeepSpeed's is its stack's
+    (`stack.FIXED_BY_STACK`)."""
+    if stack != "megatron-core":
+        return
+    feature = "grad_accumulation_fusion_fp16" if grad in ("fp16", "bf16") else "grad_accumulation_fusion"
+    if not _has(year, feature):
+        fixed["grad_accumulation"] = GradAccumulation.ADD
+        out.assumptions.append(
+            f"{grad} gradients added into the main-gradient buffer after each micro-batch's backward "
+            "(Megatron-LM before its gradient-accumulation fusion)"
+        )
+
+
 def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     """Turn one calibration record into a problem (or a reason to skip it): the fixed execution knobs go into
     the problem, the ones left to choose into `Mapped.free`, every assumption into `Mapped.assumptions`
@@ -735,6 +755,7 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     _memory_knobs(run, year, sw, fixed, free, out)
     _overlap_knobs(run, year, sw, fixed, free, out)
     grad = _grad_precision(precision, sw, out)
+    _grad_accumulation(year, stack, grad, fixed, out)
     B = run["parallel"]["global_batch"]
     training = Training(global_batch=B, precision=precision, grad_precision=grad)
     try:

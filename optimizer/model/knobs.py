@@ -15,6 +15,7 @@ from optimizer.schema import (
     AttentionKernel,
     CudaGraphs,
     Execution,
+    GradAccumulation,
     MoeDispatcher,
     RankOrder,
     Recompute,
@@ -42,6 +43,7 @@ ATTENTION = [
     AttentionKernel.FLASH_TRITON,
 ]  # code = index (> 0: fused)
 CUDA_GRAPHS = [CudaGraphs.NONE, CudaGraphs.PARTIAL, CudaGraphs.FULL]  # code = index
+GRAD_ACCUMULATION = [GradAccumulation.FUSED, GradAccumulation.ADD, GradAccumulation.CAST_ADD]  # code = index
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,9 @@ class Knobs:
     moe_probs_in_act: np.ndarray = field(
         default_factory=lambda: np.ones(1, dtype=np.int64)
     )  # 1: probabilities applied in the experts' activation (the combine keeps nothing)
+    grad_accumulation: np.ndarray = field(
+        default_factory=lambda: np.zeros(1, dtype=np.int64)
+    )  # code: GRAD_ACCUMULATION index
 
     @property
     def size(self) -> int:
@@ -197,6 +202,7 @@ def from_execution(ex: Execution, system: System, num_gpus: int) -> Knobs:
         cuda_graphs=CUDA_GRAPHS.index(ex.cuda_graphs),
         moe_fused_mlp=int(ex.moe_fused_mlp),
         moe_probs_in_act=int(ex.moe_probs_in_act),
+        grad_accumulation=GRAD_ACCUMULATION.index(ex.grad_accumulation),
     )
     return Knobs.from_dict(d)
 
@@ -272,5 +278,6 @@ def to_execution(
         cuda_graphs=CUDA_GRAPHS[r["cuda_graphs"]],
         moe_fused_mlp=bool(r["moe_fused_mlp"]),
         moe_probs_in_act=bool(r["moe_probs_in_act"]),
+        grad_accumulation=GRAD_ACCUMULATION[r["grad_accumulation"]],
         rank_order=rank_order,
     )

@@ -23,7 +23,7 @@ is always exposed. Overlapped traffic slows compute by the tier's processor usag
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -290,16 +290,37 @@ def _shape(ctx: Ctx, k: Knobs) -> _Shape:
     )
 
 
+def grad_accumulation_bytes(code, g: float):
+    """HBM bytes per parameter per micro-batch of adding its weight gradient into the main-gradient buffer
+    of `g` bytes an element, outside the weight-gradient GEMM (`Knobs.grad_accumulation`,
+    `optimizer.schema.common.GradAccumulation`): fused none; add reads the 16-bit gradient and reads and
+    writes the buffer (2 + 2g); cast_add first writes and reads an FP32 copy of the gradient (2 + 8 + 2g)."""
+    code = np.asarray(code)
+    return np.select([code == 1, code == 2], [2.0 + 2.0 * g, 10.0 + 2.0 * g], 0.0)
+
+
+def grad_accumulation_s(ctx: Ctx, k: Knobs, params):
+    """One micro-batch's gradient accumulation of `params` parameters (per GPU), s: memory-bound."""
+    nbytes = np.asarray(params, dtype=float) * grad_accumulation_bytes(k.grad_accumulation, ctx.grad_bytes)
+    return np.where(nbytes > 0, ctx.hw.mem_time(np.maximum(nbytes, 1.0)), 0.0)
+
+
+def _with_accumulation(ctx: Ctx, k: Knobs, blk: BlockCost, params) -> BlockCost:
+    """The block with its gradient accumulation (`grad_accumulation_s`) in its backward."""
+    acc = grad_accumulation_s(ctx, k, params)
+    return replace(blk, bw=blk.bw + acc)
+
+
 def _layer(ctx: Ctx, k: Knobs, pp):
     """(one layer's cost, the MoE layers' share of the busiest stage's weights; None for a dense model)."""
     llm = ctx.llm
-    blk_d: BlockCost = block_cost(ctx, k)
+    blk_d: BlockCost = _with_accumulation(ctx, k, block_cost(ctx, k), layer_params_per_gpu(ctx, k))
     if llm.moe is None:
         return blk_d, None
     # per-layer time and activations: the model-wide share of MoE layers (a stage of a model whose few
     # dense layers come first is modelled at the mean; this keeps tau independent of pp, as the
     # solver's tables need); weights: the stage holding the most MoE layers (`_stage_params`)
-    blk_m = block_cost(ctx, k, moe=True)
+    blk_m = _with_accumulation(ctx, k, block_cost(ctx, k, moe=True), sum(moe_layer_params_per_gpu(ctx, k)))
     w_stage = moe_layers_on_stage(llm, pp) / (llm.layers / pp)
     return blk_d.mix(blk_m, llm.moe_layer_count / llm.layers), w_stage
 
@@ -330,8 +351,11 @@ def _edge_work(ctx: Ctx, k: Knobs, g: _Shape):
     head_comm = np.where(
         sp, collective_time("ag", M, tp, k.tier_tp, tiers) * 2.0, 0.0
     ) + 3.0 * collective_time("ar", T * 4.0, tp, k.tier_tp, tiers)
-    last_stage_extra = head_fw + head_bw + loss_fw + loss_bw + head_comm
-    first_stage_extra = emb_fw + emb_bw + emb_comm
+    # the embedding's gradient accumulation, and the head's (untied, or the tied copy a pipeline keeps)
+    emb_acc = grad_accumulation_s(ctx, k, V * h / tp)
+    head_acc = np.where((g.pp > 1) | (not ctx.llm.tied_embeddings), emb_acc, 0.0)
+    last_stage_extra = head_fw + head_bw + loss_fw + loss_bw + head_comm + head_acc
+    first_stage_extra = emb_fw + emb_bw + emb_comm + emb_acc
     if ctx.mtp:
         proj_fw, proj_bw, _ = hw.linear(T, h / tp, 2.0 * h, in_bytes=e, out_bytes=e)
         module = last_stage_extra + first_stage_extra + proj_fw + proj_bw

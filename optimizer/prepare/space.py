@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from optimizer.errors import ProblemError
-from optimizer.model.knobs import ATTENTION, CUDA_GRAPHS, RECOMPUTE, TP_OVERLAP, Knobs
+from optimizer.model.knobs import ATTENTION, CUDA_GRAPHS, GRAD_ACCUMULATION, RECOMPUTE, TP_OVERLAP, Knobs
 from optimizer.rules.layout import (
     Group,
     axis_values,
@@ -458,11 +458,12 @@ def build_space(problem: Problem, c: Compact | None = None) -> Space:
 
 def given_knobs(problem: Problem) -> dict[str, int]:
     """Codes of the knobs no candidate chooses, as the problem's execution gives them (after its stack's
-    defaults): CUDA graphs, Transformer Engine's fused expert MLP, and where the router's probabilities apply
-    (`stack.FIXED_BY_STACK`)."""
+    defaults): CUDA graphs, Transformer Engine's fused expert MLP, where the router's probabilities apply and
+    how the weight gradients are accumulated (`stack.FIXED_BY_STACK`)."""
     ex = problem.execution
     return {
         "cuda_graphs": CUDA_GRAPHS.index(ex.cuda_graphs),
         "moe_fused_mlp": int(ex.moe_fused_mlp),
         "moe_probs_in_act": int(ex.moe_probs_in_act),
+        "grad_accumulation": GRAD_ACCUMULATION.index(ex.grad_accumulation),
     }

@@ -208,6 +208,24 @@ class CpComm(StrEnum):
 CP_COMM_CODES = (CpComm.P2P, CpComm.ALL_GATHER, CpComm.A2A, CpComm.A2A_P2P)  # the model's integer codes
 
 
+class GradAccumulation(StrEnum):
+    """How the weight gradients of a step's micro-batches are summed into the FP32 main-gradient buffer, the
+    HBM traffic per parameter per micro-batch that costs outside the weight-gradient GEMM
+    (`optimizer.model.step.GRAD_ACCUMULATION_BYTES`).
+
+    ``fused``: the weight-gradient GEMM accumulates into the buffer itself (Megatron-LM's
+    gradient_accumulation_fusion, merged 2022-02; Megatron-Core, Transformer Engine): no pass.
+    ``add``: the GEMM writes a 16-bit gradient that a kernel of its own adds into the FP32 buffer (Megatron-LM
+    before it, megatron/model/distributed.py `param.main_grad.add_(param.grad.data)`): 10 bytes a parameter.
+    ``cast_add``: the 16-bit gradient is cast to an FP32 temporary, then added (DeepSpeed's BF16 optimizer,
+    bf16_optimizer.py `update_hp_grads`: `hp_grad.add_(lp.grad.to(hp_grad.dtype))`): 18 bytes a parameter.
+    """
+
+    FUSED = "fused"
+    ADD = "add"
+    CAST_ADD = "cast_add"
+
+
 class CudaGraphs(StrEnum):
     """How much of a training iteration the stack replays as CUDA graphs (Megatron-Core cuda_graph_impl and
     cuda_graph_scope). Eager execution launches every kernel from Python on the host; a dropless MoE layer

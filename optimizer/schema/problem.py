@@ -14,6 +14,7 @@ from optimizer.schema.common import (
     CudaGraphs,
     Float,
     Frozen,
+    GradAccumulation,
     Int,
     MoeDispatcher,
     PositiveFloat,
@@ -200,6 +201,13 @@ class Execution(Frozen):
         "unweighted sum that keeps nothing for backward; false: they weight the experts' outputs in the "
         "combine (Megatron-Core before 0.13, torchtitan, DeepSpeed), which keeps every routed row's output "
         "for the probabilities' gradient. Fixed by the stack (`stack.FIXED_BY_STACK`); not searched.",
+    )
+    grad_accumulation: GradAccumulation = Field(
+        GradAccumulation.FUSED,
+        description="How each micro-batch's weight gradients are added into the FP32 main-gradient "
+        "buffer: fused into the weight-gradient GEMM (Megatron-Core), a 16-bit add kernel of its own "
+        "(Megatron-LM before 2022-02) or a cast and an add (DeepSpeed's BF16 optimizer, the "
+        "megatron-deepspeed stack's). Not searched: `solve` plans with the value given.",
     )
     cuda_graphs: CudaGraphs = Field(
         CudaGraphs.NONE,

@@ -57,6 +57,7 @@ import numpy as np
 
 from optimizer.schema.common import (
     CpComm,
+    GradAccumulation,
     MoeDispatcher,
     Precision,
     RankOrder,
@@ -176,6 +177,11 @@ FIXED_BY_STACK: dict[Stack, dict[str, object]] = {
     s: {"moe_probs_in_act": False}
     for s in (Stack.TORCHTITAN, Stack.FSDP, Stack.DEEPSPEED, Stack.MEGATRON_DEEPSPEED, Stack.MAXTEXT)
 }
+# DeepSpeed's BF16 optimizer, under Megatron-DeepSpeed's pipeline engine, adds every micro-batch's 16-bit
+# gradients into its FP32 buffer by a cast and an add (bf16_optimizer.py `update_hp_grads`, called after
+# each backward by pipe/engine.py; microsoft/DeepSpeed@93e9307, BLOOM's), and Megatron-DeepSpeed has no
+# gradient-accumulation fusion
+FIXED_BY_STACK[Stack.MEGATRON_DEEPSPEED]["grad_accumulation"] = GradAccumulation.CAST_ADD
 INT_KNOBS = {"tp", "pp", "vpp", "cp", "zero", "dp", "ep", "etp", "micro_batch"}
 
 # knob -> values the stack offers at a training precision, where narrower than PROFILES: Transformer Engine's

@@ -1,0 +1,97 @@
+"""Gradient accumulation outside the weight-gradient GEMM (`Execution.grad_accumulation`): its HBM traffic per
+parameter and micro-batch, the step time it adds, and which software ran which scheme."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import library_system, problem_and_knobs
+
+from optimizer.errors import ProblemErrors
+from optimizer.io.runs import map_run
+from optimizer.model.step import evaluate, grad_accumulation_bytes, layer_params_per_gpu, make_ctx
+from optimizer.schema import LLM, Execution, GradAccumulation, Training
+
+LLM_1B = LLM(name="gpt-1b", hidden=2048, ffn=8192, layers=16, heads=16, seq_len=2048, vocab=32000, mlp="gelu")
+
+
+def test_bytes_per_parameter_follow_the_kernels():
+    """fused: none; Megatron-LM's main_grad.add_: read the 16-bit gradient, read and write the buffer;
+    DeepSpeed's BF16 optimizer: the FP32 cast written and read before the add."""
+    assert grad_accumulation_bytes(0, 4.0) == 0.0
+    assert grad_accumulation_bytes(1, 2.0) == 6.0  # fp16 gradient into an fp16 buffer
+    assert grad_accumulation_bytes(1, 4.0) == 10.0  # ... into an fp32 buffer
+    assert grad_accumulation_bytes(2, 4.0) == 18.0  # bf16 -> fp32 temporary -> fp32 buffer
+
+
+@pytest.mark.parametrize("scheme", [GradAccumulation.ADD, GradAccumulation.CAST_ADD])
+def test_step_grows_by_one_pass_over_the_stage_per_micro_batch(scheme):
+    """Eight micro-batches on one stage without a pipeline: the step grows by eight passes over the GPU's
+    parameters (layers, embedding and untied head) at the HBM table's rate, nothing else."""
+    train = Training(global_batch=64, precision="bf16")
+    base = dict(tp=2, pp=1, dp=4, micro_batch=1, dp_overlap=False)
+    p0, k0 = problem_and_knobs(LLM_1B, library_system("h100-sxm-80gb"), 8, train, Execution(**base))
+    p1, k1 = problem_and_knobs(
+        LLM_1B, library_system("h100-sxm-80gb"), 8, train, Execution(**base, grad_accumulation=scheme)
+    )
+    ctx = make_ctx(p0)
+    r0, r1 = evaluate(p0, k0, ctx), evaluate(p1, k1, make_ctx(p1))
+    n_mb = 64 // 4
+    layer = float(layer_params_per_gpu(ctx, k0)[0])
+    emb = LLM_1B.vocab * LLM_1B.hidden / 2
+    b = grad_accumulation_bytes(1 if scheme == GradAccumulation.ADD else 2, ctx.grad_bytes)
+    per_layer = float(ctx.hw.mem_time(layer * b))
+    per_emb = float(ctx.hw.mem_time(emb * b))
+    expected = n_mb * (LLM_1B.layers * per_layer + 2 * per_emb)  # embedding and the untied head
+    assert float(r1.step_time[0] - r0.step_time[0]) == pytest.approx(expected, rel=1e-6)
+    assert expected > 0.01 * float(r0.step_time[0])  # large enough to matter: over 1% of the step
+
+
+def _run(year, precision="fp16", framework=None, grad=None):
+    sw = {"year": year} | ({"framework": framework} if framework else {})
+    if grad:
+        sw["grad_reduce_dtype"] = grad
+    return {
+        "id": "r",
+        "source": "test",
+        "model": {"hidden": 2048, "ffn": 8192, "layers": 24, "heads": 16, "seq_len": 2048, "vocab": 51200},
+        "hardware": {"gpu": "a100-sxm-80gb", "num_gpus": 64, "gpus_per_node": 8},
+        "parallel": {"tp": 4, "pp": 4, "dp": 4, "cp": 1, "ep": 1, "micro_batch": 1, "global_batch": 256}
+        | {"precision": precision},
+        "measured": {"step_time_s": 1.0},
+        "software": sw,
+        "tier": "A",
+    }
+
+
+@pytest.mark.parametrize(
+    ("year", "precision", "grad", "expected"),
+    [
+        (2021, "fp16", None, GradAccumulation.ADD),  # before the fusion
+        (2021, "bf16", None, GradAccumulation.ADD),
+        (2022, "fp16", None, GradAccumulation.ADD),  # fused only with FP32 accumulation until 2022-09
+        (2022, "bf16", None, GradAccumulation.FUSED),  # bf16 accumulates in FP32: fused
+        (2023, "fp16", None, GradAccumulation.FUSED),
+        (None, "bf16", "bf16", GradAccumulation.FUSED),  # current software
+    ],
+)
+def test_megatron_runs_accumulate_as_their_release_did(year, precision, grad, expected):
+    ex = map_run(_run(year, precision, grad=grad)).problem.execution
+    assert ex.grad_accumulation == expected
+
+
+def test_megatron_deepspeed_casts_and_adds_and_refuses_another_scheme(tmp_path):
+    """DeepSpeed's BF16 optimizer is the stack's: a run of it casts and adds whatever its year, and a
+    problem that writes another scheme for the stack is refused, naming the field."""
+    mapped = map_run(_run(2022, "bf16", framework="megatron-deepspeed"))
+    assert mapped.problem.stack == "megatron-deepspeed"
+    assert mapped.problem.execution.grad_accumulation == GradAccumulation.CAST_ADD
+    from optimizer.io.loader import load_problem
+
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "llm: gpt3-175b\nsystem: a100-sxm-80gb\nnum_gpus: 64\nstack: megatron-deepspeed\n"
+        "training: {global_batch: 256, precision: bf16}\n"
+        "execution: {tp: 4, pp: 4, grad_accumulation: fused}\n"
+    )
+    with pytest.raises(ProblemErrors, match="grad_accumulation"):
+        load_problem(path)
