@@ -79,12 +79,15 @@ def test_megatron_runs_accumulate_as_their_release_did(year, precision, grad, ex
     assert ex.grad_accumulation == expected
 
 
-def test_megatron_deepspeed_casts_and_adds_and_refuses_another_scheme(tmp_path):
-    """DeepSpeed's BF16 optimizer is the stack's: a run of it casts and adds whatever its year, and a
-    problem that writes another scheme for the stack is refused, naming the field."""
+def test_megatron_deepspeed_accumulates_by_precision_and_refuses_another_scheme(tmp_path):
+    """The stack's scheme follows its optimizer: in bf16 DeepSpeed's BF16 optimizer casts and adds, in fp16
+    autograd adds into the 16-bit gradient, whatever the year; a problem that writes another scheme for the
+    stack is refused, naming the field."""
     mapped = map_run(_run(2022, "bf16", framework="megatron-deepspeed"))
     assert mapped.problem.stack == "megatron-deepspeed"
     assert mapped.problem.execution.grad_accumulation == GradAccumulation.CAST_ADD
+    fp16 = map_run(_run(2023, "fp16", framework="megatron-deepspeed")).problem.execution
+    assert fp16.grad_accumulation == GradAccumulation.ADD
     from optimizer.io.loader import load_problem
 
     path = tmp_path / "p.yaml"

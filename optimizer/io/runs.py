@@ -719,8 +719,8 @@ def _grad_precision(precision: str, sw: dict, out: Mapped) -> str:
 def _grad_accumulation(year: int | None, stack: str, grad: str, fixed: dict, out: Mapped) -> None:
     """Megatron-LM before its gradient-accumulation fusion (`FEATURE_YEAR`: FP32 accumulation from 2022,
     16-bit from 2023) added each micro-batch's 16-bit weight gradients into the main-gradient buffer by a
-    kernel of its own (`GradAccumulation.ADD`); Megatron-DeepSpeed's is its stack's
-    (`stack.FIXED_BY_STACK`)."""
+    kernel of its own (`GradAccumulation.ADD`); Megatron-DeepSpeed's is its stack's at the run's precision
+    (`stack.fixed_by_stack`)."""
     if stack != "megatron-core":
         return
     feature = "grad_accumulation_fusion_fp16" if grad in ("fp16", "bf16") else "grad_accumulation_fusion"
@@ -803,7 +803,7 @@ def predict(mapped: Mapped) -> Prediction:
         upd = dict(zip(names, combo, strict=True))
         # the stack's own values for the knobs the run leaves unwritten (as Problem does when it is loaded)
         ex = Execution.model_validate({**p.execution.model_dump(exclude_unset=True), **upd})
-        ex = stack_defaults(p.stack, ex)
+        ex = stack_defaults(p.stack, ex, p.training.precision)
         if execution_errors(p, ex):
             continue
         execs.append(ex)

@@ -351,16 +351,17 @@ def _edge_work(ctx: Ctx, k: Knobs, g: _Shape):
     head_comm = np.where(
         sp, collective_time("ag", M, tp, k.tier_tp, tiers) * 2.0, 0.0
     ) + 3.0 * collective_time("ar", T * 4.0, tp, k.tier_tp, tiers)
-    # the embedding's gradient accumulation, and the head's (untied, or the tied copy a pipeline keeps)
-    emb_acc = grad_accumulation_s(ctx, k, V * h / tp)
-    head_acc = np.where((g.pp > 1) | (not ctx.llm.tied_embeddings), emb_acc, 0.0)
-    last_stage_extra = head_fw + head_bw + loss_fw + loss_bw + head_comm + head_acc
-    first_stage_extra = emb_fw + emb_bw + emb_comm + emb_acc
+    last_stage_extra = head_fw + head_bw + loss_fw + loss_bw + head_comm
+    first_stage_extra = emb_fw + emb_bw + emb_comm
     if ctx.mtp:
         proj_fw, proj_bw, _ = hw.linear(T, h / tp, 2.0 * h, in_bytes=e, out_bytes=e)
         module = last_stage_extra + first_stage_extra + proj_fw + proj_bw
         last_stage_extra = last_stage_extra + ctx.mtp * module
-    return last_stage_extra, first_stage_extra, M
+    # the embedding's gradient accumulation, and the head's (untied, or the tied copy a pipeline keeps); MTP
+    # modules share both
+    emb_acc = grad_accumulation_s(ctx, k, V * h / tp)
+    head_acc = np.where((g.pp > 1) | (not ctx.llm.tied_embeddings), emb_acc, 0.0)
+    return last_stage_extra + head_acc, first_stage_extra + emb_acc, M
 
 
 def _p2p_time(ctx: Ctx, k: Knobs, g: _Shape, M):

@@ -459,7 +459,7 @@ def build_space(problem: Problem, c: Compact | None = None) -> Space:
 def given_knobs(problem: Problem) -> dict[str, int]:
     """Codes of the knobs no candidate chooses, as the problem's execution gives them (after its stack's
     defaults): CUDA graphs, Transformer Engine's fused expert MLP, where the router's probabilities apply and
-    how the weight gradients are accumulated (`stack.FIXED_BY_STACK`)."""
+    how the weight gradients are accumulated (`stack.fixed_by_stack`)."""
     ex = problem.execution
     return {
         "cuda_graphs": CUDA_GRAPHS.index(ex.cuda_graphs),

@@ -209,16 +209,21 @@ CP_COMM_CODES = (CpComm.P2P, CpComm.ALL_GATHER, CpComm.A2A, CpComm.A2A_P2P)  # t
 
 
 class GradAccumulation(StrEnum):
-    """How the weight gradients of a step's micro-batches are summed into the FP32 main-gradient buffer, the
-    HBM traffic per parameter per micro-batch that costs outside the weight-gradient GEMM
-    (`optimizer.model.step.GRAD_ACCUMULATION_BYTES`).
+    """How the weight gradients of a step's micro-batches are summed into the main-gradient buffer, the HBM
+    traffic per parameter per micro-batch that costs outside the weight-gradient GEMM
+    (`optimizer.model.step.grad_accumulation_bytes`).
 
-    ``fused``: the weight-gradient GEMM accumulates into the buffer itself (Megatron-LM's
-    gradient_accumulation_fusion, merged 2022-02; Megatron-Core, Transformer Engine): no pass.
-    ``add``: the GEMM writes a 16-bit gradient that a kernel of its own adds into the FP32 buffer (Megatron-LM
-    before it, megatron/model/distributed.py `param.main_grad.add_(param.grad.data)`): 10 bytes a parameter.
+    ``fused``: the linear layers' weight-gradient GEMMs accumulate into the buffer themselves (Megatron-LM's
+    gradient_accumulation_fusion: with FP32 accumulation from 2022-02, with 16-bit from 2022-09;
+    Megatron-Core, Transformer Engine): no pass (the embedding's and the norms' small gradients are still
+    added, not counted).
+
+    ``add``: the GEMM writes a 16-bit gradient that a kernel of its own adds into the buffer (Megatron-LM
+    before the fusion, megatron/model/distributed.py `param.main_grad.add_(param.grad.data)`; autograd's
+    accumulation into `.grad`): 2 + 2g bytes a parameter, g the buffer's bytes (6 in fp16, 10 into FP32).
+
     ``cast_add``: the 16-bit gradient is cast to an FP32 temporary, then added (DeepSpeed's BF16 optimizer,
-    bf16_optimizer.py `update_hp_grads`: `hp_grad.add_(lp.grad.to(hp_grad.dtype))`): 18 bytes a parameter.
+    bf16_optimizer.py `update_hp_grads`: `hp_grad.add_(lp.grad.to(hp_grad.dtype))`): 18 bytes.
     """
 
     FUSED = "fused"

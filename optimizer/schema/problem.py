@@ -540,7 +540,7 @@ class Problem(Frozen):
         the file)."""
         from optimizer.schema.stack import stack_defaults
 
-        ex = stack_defaults(self.stack, self.execution)
+        ex = stack_defaults(self.stack, self.execution, self.training.precision)
         if ex is not self.execution:
             object.__setattr__(self, "execution", ex)
         return self

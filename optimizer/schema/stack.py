@@ -177,11 +177,6 @@ FIXED_BY_STACK: dict[Stack, dict[str, object]] = {
     s: {"moe_probs_in_act": False}
     for s in (Stack.TORCHTITAN, Stack.FSDP, Stack.DEEPSPEED, Stack.MEGATRON_DEEPSPEED, Stack.MAXTEXT)
 }
-# DeepSpeed's BF16 optimizer, under Megatron-DeepSpeed's pipeline engine, adds every micro-batch's 16-bit
-# gradients into its FP32 buffer by a cast and an add (bf16_optimizer.py `update_hp_grads`, called after
-# each backward by pipe/engine.py; microsoft/DeepSpeed@93e9307, BLOOM's), and Megatron-DeepSpeed has no
-# gradient-accumulation fusion
-FIXED_BY_STACK[Stack.MEGATRON_DEEPSPEED]["grad_accumulation"] = GradAccumulation.CAST_ADD
 INT_KNOBS = {"tp", "pp", "vpp", "cp", "zero", "dp", "ep", "etp", "micro_batch"}
 
 # knob -> values the stack offers at a training precision, where narrower than PROFILES: Transformer Engine's
@@ -325,10 +320,26 @@ def by_layout(stack: Stack, knob: str, pp: int, tp: int = 1) -> list | None:
     return None
 
 
-def stack_defaults(stack: Stack, ex):
+def fixed_by_stack(stack: Stack, precision=None) -> dict[str, object]:
+    """knob -> the value the stack runs at `precision` (`FIXED_BY_STACK`, and its gradient accumulation).
+    Megatron-DeepSpeed has no gradient-accumulation fusion. In bf16, DeepSpeed's BF16 optimizer casts every
+    micro-batch's gradients to an FP32 temporary and adds them into its FP32 buffer after each backward
+    (bf16_optimizer.py `update_hp_grads`, called by pipe/engine.py; microsoft/DeepSpeed@93e9307, BLOOM's):
+    cast_add. In fp16 its FP16 optimizer leaves the accumulation to autograd, a 16-bit add into `.grad`
+    (from the second micro-batch on; counted on every one): add."""
+    fixed = dict(FIXED_BY_STACK.get(Stack(stack), {}))
+    if Stack(stack) == Stack.MEGATRON_DEEPSPEED and precision is not None:
+        by_precision = {Precision.BF16: GradAccumulation.CAST_ADD, Precision.FP16: GradAccumulation.ADD}
+        scheme = by_precision.get(Precision(precision))
+        if scheme is not None:
+            fixed["grad_accumulation"] = scheme
+    return fixed
+
+
+def stack_defaults(stack: Stack, ex, precision=None):
     """`ex` with every knob it leaves at its default set to the stack's first offered value where the stack
-    does not offer the default, and to the value the stack runs (`FIXED_BY_STACK`) where it fixes one (the
-    same object when nothing changes); the set of written knobs is kept."""
+    does not offer the default, and to the value the stack runs at `precision` (`fixed_by_stack`) where it
+    fixes one (the same object when nothing changes); the set of written knobs is kept."""
     update = {}
     for knob, allowed in {"sequence_parallel": [False, True], **PROFILES[Stack(stack)]}.items():
         if knob == "precision" or knob in ex.model_fields_set:
@@ -336,7 +347,7 @@ def stack_defaults(stack: Stack, ex):
         offered = by_layout(stack, knob, ex.pp, ex.tp) or allowed
         if getattr(ex, knob) not in offered:
             update[knob] = offered[0]
-    for knob, value in FIXED_BY_STACK.get(Stack(stack), {}).items():
+    for knob, value in fixed_by_stack(stack, precision).items():
         if knob not in ex.model_fields_set and getattr(ex, knob) != value:
             update[knob] = value
     if not update:
@@ -449,7 +460,7 @@ def written_unsupported(stack: Stack, ex, precision=None) -> list[tuple[str, str
         )
     out += [
         (knob, f"{getattr(ex, knob)} is not what stack {Stack(stack).value} runs ({value})")
-        for knob, value in FIXED_BY_STACK.get(Stack(stack), {}).items()
+        for knob, value in fixed_by_stack(stack, precision).items()
         if knob in ex.model_fields_set and getattr(ex, knob) != value
     ]
     return out + [
