@@ -71,12 +71,22 @@ def _run(year, precision="fp16", framework=None, grad=None):
         (2022, "fp16", None, GradAccumulation.ADD),  # fused only with FP32 accumulation until 2022-09
         (2022, "bf16", None, GradAccumulation.FUSED),  # bf16 accumulates in FP32: fused
         (2023, "fp16", None, GradAccumulation.FUSED),
+        (2022, "bf16", "bf16", GradAccumulation.FUSED),  # bf16 kept FP32 main grads whatever it reduced in
         (None, "bf16", "bf16", GradAccumulation.FUSED),  # current software
     ],
 )
 def test_megatron_runs_accumulate_as_their_release_did(year, precision, grad, expected):
     ex = map_run(_run(year, precision, grad=grad)).problem.execution
     assert ex.grad_accumulation == expected
+
+
+def test_other_stacks_of_the_era_keep_their_own_accumulation():
+    """The era rule is Megatron-LM's: a 2021 FSDP run is not given Megatron's add kernel."""
+    ex = map_run(
+        _run(2021, "bf16", framework="fsdp")
+        | {"parallel": _run(2021)["parallel"] | {"tp": 1, "pp": 1, "dp": 64, "precision": "bf16"}}
+    ).problem.execution
+    assert ex.grad_accumulation == GradAccumulation.FUSED
 
 
 def test_megatron_deepspeed_accumulates_by_precision_and_refuses_another_scheme(tmp_path):

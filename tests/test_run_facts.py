@@ -233,7 +233,6 @@ def test_llama3_paper_runs_fit_as_stated_on_the_stack_its_design_cites():
         pred = predict(mapped)
         ex = pred.execution
         assert pred.fits and ex.recompute.value == "none" and ex.vpp == 8 and ex.pp_embedding_loss
-        assert pred.result["hbm"] <= 80 * 2**30
         zero1 = run | {"parallel": run["parallel"] | {"optimizer_sharding": "zero1"}}
         unsharded = predict(map_run(zero1))
         grads_gib = (unsharded.result["grads"] - pred.result["grads"]) / 2**30

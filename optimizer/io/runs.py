@@ -723,7 +723,9 @@ def _grad_accumulation(year: int | None, stack: str, grad: str, fixed: dict, out
     (`stack.fixed_by_stack`)."""
     if stack != "megatron-core":
         return
-    feature = "grad_accumulation_fusion_fp16" if grad in ("fp16", "bf16") else "grad_accumulation_fusion"
+    # bf16 training kept FP32 main gradients in Megatron-LM (accumulate_allreduce_grads_in_fp32), whatever
+    # dtype a record states it reduced in: only fp16 gradients waited for the 16-bit fusion
+    feature = "grad_accumulation_fusion_fp16" if grad == "fp16" else "grad_accumulation_fusion"
     if not _has(year, feature):
         fixed["grad_accumulation"] = GradAccumulation.ADD
         out.assumptions.append(
