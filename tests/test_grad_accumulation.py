@@ -108,3 +108,45 @@ def test_megatron_deepspeed_accumulates_by_precision_and_refuses_another_scheme(
     )
     with pytest.raises(ProblemErrors, match="grad_accumulation"):
         load_problem(path)
+
+
+@pytest.mark.parametrize(("tied", "pp", "head_pass"), [(True, 1, False), (True, 2, True), (False, 1, True)])
+def test_the_head_accumulates_where_a_copy_of_its_weights_lives(tied, pp, head_pass):
+    """The first stage adds the embedding's gradients; the last stage adds the head's: an untied head, or
+    the copy of tied embeddings a pipeline keeps there (one copy, on the first stage, without one)."""
+    from optimizer.model.step import _edge_work, _shape, grad_accumulation_s
+
+    llm = LLM_1B.model_copy(update={"tied_embeddings": tied})
+    train = Training(global_batch=64, precision="bf16")
+    ex = dict(tp=2, pp=pp, dp=4 // pp, micro_batch=1)
+    extras = {}
+    for scheme in (GradAccumulation.FUSED, GradAccumulation.ADD):
+        p, k = problem_and_knobs(
+            llm, library_system("h100-sxm-80gb"), 8, train, Execution(**ex, grad_accumulation=scheme)
+        )
+        ctx = make_ctx(p)
+        extras[scheme] = _edge_work(ctx, k, _shape(ctx, k))[:2]
+    emb = float(grad_accumulation_s(ctx, k, llm.vocab * llm.hidden / 2)[0])
+    (last0, first0), (last1, first1) = extras[GradAccumulation.FUSED], extras[GradAccumulation.ADD]
+    assert float(first1[0] - first0[0]) == pytest.approx(emb, rel=1e-9)
+    assert float(last1[0] - last0[0]) == pytest.approx(emb if head_pass else 0.0, abs=1e-12)
+    assert emb > 0
+
+
+def test_an_moe_layer_accumulates_its_share_of_the_experts():
+    """An MoE layer's pass covers its attention and norms and the routed experts this rank holds (E/ep)."""
+    from optimizer.model.step import _layer, grad_accumulation_s, moe_layer_params_per_gpu
+
+    moe = LLM.model_validate(LLM_1B.model_dump() | {"moe": {"experts": 8, "top_k": 2, "expert_ffn": 4096}})
+    train = Training(global_batch=64, precision="bf16")
+    bw = {}
+    for scheme in (GradAccumulation.FUSED, GradAccumulation.ADD):
+        ex = Execution(tp=1, pp=1, dp=8, ep=4, micro_batch=1, grad_accumulation=scheme)
+        p, k = problem_and_knobs(moe, library_system("h100-sxm-80gb"), 8, train, ex)
+        ctx = make_ctx(p)
+        bw[scheme] = float(_layer(ctx, k, k.pp.astype(float))[0].bw[0])
+    ne, ex_params = moe_layer_params_per_gpu(ctx, k)
+    assert float(ex_params[0]) == pytest.approx(8 / 4 * 2 * 2048 * 4096)  # E/ep experts of two GeLU matrices
+    expected = float(grad_accumulation_s(ctx, k, ne + ex_params)[0])
+    assert bw[GradAccumulation.ADD] - bw[GradAccumulation.FUSED] == pytest.approx(expected, rel=1e-9)
+    assert float(ex_params[0]) > float(ne[0])  # the experts dominate what is accumulated
