@@ -204,10 +204,11 @@ class Execution(Frozen):
     )
     grad_accumulation: GradAccumulation = Field(
         GradAccumulation.FUSED,
-        description="How each micro-batch's weight gradients are added into the FP32 main-gradient "
-        "buffer: fused into the weight-gradient GEMM (Megatron-Core), a 16-bit add kernel of its own "
-        "(Megatron-LM before 2022-02) or a cast and an add (DeepSpeed's BF16 optimizer, the "
-        "megatron-deepspeed stack's). Not searched: `solve` plans with the value given.",
+        description="How each micro-batch's weight gradients are added into the main-gradient buffer: "
+        "fused into the weight-gradient GEMM (Megatron-Core), a 16-bit add kernel of its own (Megatron-LM "
+        "before its fusion: FP32 accumulation from 2022-02, 16-bit from 2022-09; autograd) or a cast and an "
+        "add (DeepSpeed's BF16 optimizer: the megatron-deepspeed stack's in bf16, an add in fp16). Not "
+        "searched: `solve` plans with the value given.",
     )
     cuda_graphs: CudaGraphs = Field(
         CudaGraphs.NONE,
