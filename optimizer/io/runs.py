@@ -42,7 +42,7 @@ from optimizer.io.loader import Sourced, available, find_in_library, read_yaml, 
 from optimizer.schema import LLM, MLA, Execution, MoE, Options, Problem, System, Training
 from optimizer.schema.common import GradAccumulation, RecomputeModule
 from optimizer.schema.llm import SlidingWindow
-from optimizer.schema.stack import REMAT_POLICY
+from optimizer.schema.stack import REMAT_POLICY, fixed_by_stack
 
 MAX_FREE_MICRO_BATCH = 4  # an unstated micro-batch is chosen among 1..4 (Megatron recipes use 1-4)
 ZERO = {"none": 0, "zero1": 1, "zero2": 2, "zero3": 3}
@@ -716,11 +716,18 @@ def _grad_precision(precision: str, sw: dict, out: Mapped) -> str:
     return "fp16" if precision == "fp16" else "fp32"
 
 
-def _grad_accumulation(year: int | None, stack: str, grad: str, fixed: dict, out: Mapped) -> None:
+def _grad_accumulation(
+    year: int | None, stack: str, precision: str, grad: str, fixed: dict, out: Mapped
+) -> None:
     """Megatron-LM before its gradient-accumulation fusion (`FEATURE_YEAR`: FP32 accumulation from 2022,
     16-bit from 2023) added each micro-batch's 16-bit weight gradients into the main-gradient buffer by a
     kernel of its own (`GradAccumulation.ADD`); Megatron-DeepSpeed's is its stack's at the run's precision
-    (`stack.fixed_by_stack`)."""
+    (`stack.fixed_by_stack`), noted."""
+    if stack == "megatron-deepspeed":
+        scheme = fixed_by_stack(stack, precision).get("grad_accumulation")
+        if scheme is not None:
+            out.assumptions.append(f"gradient accumulation: {scheme.value} (the stack's in {precision})")
+        return
     if stack != "megatron-core":
         return
     # bf16 training kept FP32 main gradients in Megatron-LM (accumulate_allreduce_grads_in_fp32), whatever
@@ -757,7 +764,7 @@ def map_run(run: dict, systems: dict[str, System] | None = None) -> Mapped:
     _memory_knobs(run, year, sw, fixed, free, out)
     _overlap_knobs(run, year, sw, fixed, free, out)
     grad = _grad_precision(precision, sw, out)
-    _grad_accumulation(year, stack, grad, fixed, out)
+    _grad_accumulation(year, stack, precision, grad, fixed, out)
     B = run["parallel"]["global_batch"]
     training = Training(global_batch=B, precision=precision, grad_precision=grad)
     try:
